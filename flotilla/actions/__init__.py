@@ -1,0 +1,37 @@
+"""Actions: the steps of a cycle, run in the configured order.
+
+Each action decides nothing alone: it asks the session, which asks the
+plugins' registered callables. One module per action; :data:`ACTIONS` maps
+the names used in the config (``actions: [evict, allocate, preempt, lease]``)
+to them. A third-party package may add one through the ``flotilla.actions``
+entry-point group (an object with ``name`` and ``execute(session)``).
+"""
+
+from __future__ import annotations
+
+from importlib.metadata import entry_points
+from typing import Protocol
+
+from flotilla.actions.allocate import Allocate
+from flotilla.actions.evict import Evict
+from flotilla.actions.lease import Lease
+from flotilla.actions.preempt import Preempt
+
+
+class Action(Protocol):
+    name: str
+
+    def execute(self, session) -> None: ...
+
+
+ACTIONS: dict[str, type] = {cls.name: cls for cls in (Evict, Allocate, Preempt, Lease)}
+
+
+def get_action(name: str):
+    """The action registered under ``name``, built in or from an entry point; ``KeyError`` if none."""
+    if name in ACTIONS:
+        return ACTIONS[name]()
+    for ep in entry_points(group="flotilla.actions"):
+        if ep.name == name:
+            return ep.load()()
+    raise KeyError(name)

@@ -1,0 +1,133 @@
+"""``preempt``: urgency-based preemption, by priority class.
+
+A queued job that did not fit may displace running jobs whose priority class
+has a lower priority, when every preemptable plugin agrees the victim may go
+(built in: the victim's class is preemptible and of lower priority). Among
+the nodes where the job would fit once those jobs were gone, the one that
+displaces the fewest jobs, then the lowest-priority ones, wins; victims are
+taken in victim order (lowest priority, then largest) until the job fits. A
+victim in a gang takes its whole gang with it. If the job would not fit even
+with every eligible victim gone, nothing is preempted.
+
+Jobs are tried from the highest priority class down; within one, queues in
+fairness order. Only the first ``allocate.lookahead`` queued jobs of each
+queue are looked at, as in allocate.
+"""
+
+from __future__ import annotations
+
+import time
+from itertools import islice
+
+import structlog
+
+from flotilla.core.nodeindex import EVICTED
+from flotilla.core.session import iter_units
+
+log = structlog.get_logger("flotilla.actions.preempt")
+
+
+class Preempt:
+    name = "preempt"
+
+    def execute(self, session) -> None:
+        started = time.perf_counter()
+        session.preempt_evicted()
+        preemptible = sorted({pc.priority for pc in session.priority_classes.values() if pc.preemptible})
+        if not preemptible or not session.running:
+            session.timings[self.name] = time.perf_counter() - started
+            return
+        lowest = preemptible[0]
+        candidates = []
+        for queue in session.queues.values():
+            if not queue.queued:
+                continue
+            for position, unit in enumerate(islice(iter_units(session, queue, ()), session.settings.lookahead)):
+                members = unit if isinstance(unit, list) else [unit]
+                if any(m.id in session.scheduled_ids for m in members):
+                    continue
+                priority = max(session.priority_class(m).priority for m in members)
+                if priority > lowest:
+                    candidates.append((-priority, session.fair_share_fraction(queue), queue.name, position, members))
+        candidates.sort(key=lambda c: c[:4])
+        preempted = 0
+        for _, _, name, _, members in candidates:
+            preempted += self._try(session, session.queues[name], members)
+        session.counters["preempted_urgency"] += preempted
+        session.timings[self.name] = time.perf_counter() - started
+
+    def _try(self, session, queue, members) -> int:
+        """Place ``members`` (one job, or a gang on one cluster) by displacing; returns victims taken."""
+        vec = tuple(map(sum, zip(*(session.vector(m) for m in members))))
+        if session.admit(queue, members[0], vec) or any(session.job_valid(m) for m in members):
+            return 0
+        if members[0].gang is not None and session.gang_ready(members[0].gang, members):
+            return 0
+        clusters = sorted({t.cluster for t in session.index.types})
+        for cluster in clusters if len(members) > 1 else [None]:
+            stmt = session.statement()
+            victims_taken = 0
+            for member in members:
+                taken = self._place_one(session, stmt, member, cluster)
+                if taken is None:
+                    break
+                victims_taken += taken
+            else:
+                stmt.commit()
+                for member in members:
+                    session.failures.pop(member.id, None)
+                return victims_taken
+            stmt.discard()
+        return 0
+
+    def _place_one(self, session, stmt, job, cluster) -> int | None:
+        types, _ = session.allowed_types(job, cluster)
+        if not types:
+            return None
+        vec = session.vector(job)
+        queue = session.queues[job.queue]
+        free_node = session.find_node(job, vec, EVICTED, types, queue)
+        if free_node is not None:
+            stmt.allocate(job, free_node)
+            return 0
+        priority = session.priority_class(job).priority
+        best = None
+        fitting = session.index.iter_fitting(vec, priority, types)
+        for i in list(islice(fitting, session.settings.preempt_max_candidates)):
+            victims = self._victims(session, job, priority, vec, i)
+            if victims is None:
+                continue
+            score = (len(victims), max(session.priority_class(v.job).priority for v in victims) if victims else 0)
+            if best is None or score < best[0]:
+                best = (score, i, victims)
+        if best is None:
+            return None
+        _, node, victims = best
+        for victim in victims:
+            stmt.preempt(victim.job)
+            log.debug("preempt", job=victim.job.id, by=job.id, node=session.node_name(node))
+        stmt.allocate(job, node)
+        return len(victims)
+
+    @staticmethod
+    def _victims(session, job, priority, vec, node):
+        """Fewest eligible victims on ``node``, in victim order, that let ``job`` fit; None if none do."""
+        eligible = [r for r in session.jobs_on(node) if r.level < priority and session.may_preempt(job, r.job)]
+        eligible.sort(key=session.victim_key)
+        free = list(session.index.free[node][0])
+        chosen = []
+        for running in eligible:
+            if all(a <= f for a, f in zip(vec, free)):
+                break
+            chosen.append(running)
+            free = [f + a for f, a in zip(free, running.vec)]
+        if not all(a <= f for a, f in zip(vec, free)):
+            return None
+        expanded = {}
+        for running in chosen:
+            gang = running.job.gang
+            members = session.gangs.get(gang.id, []) if gang is not None else [running.job]
+            for member in members:
+                if member.id in session.running and member.id not in session.preempted:
+                    expanded[member.id] = session.running[member.id]
+        return list(expanded.values())

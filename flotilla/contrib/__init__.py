@@ -1,0 +1,6 @@
+"""Alternative policies and examples for plugin authors.
+
+Each module here is a complete plugin registered by name in the
+``flotilla.plugins`` entry-point group, written to be read: start with
+:mod:`flotilla.contrib.drf`.
+"""

@@ -1,0 +1,1 @@
+"""The scheduling core: model, quantities, node index, session, statement, hookspecs, backends."""

@@ -1,0 +1,162 @@
+"""The cluster backend protocol, and the simulated in-memory cluster.
+
+The scheduler talks to every cluster through :class:`ClusterBackend`: read a
+snapshot of nodes and running jobs, apply a cycle's decisions (start,
+preempt, cancel), and poll for what happened to jobs since (running,
+succeeded, failed, lost). The simulated cluster implements it here; the
+Kubernetes backend and the service plug into the same three methods, so no
+action or plugin knows which kind of cluster it is talking to.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field, replace
+from typing import Callable, Protocol, Sequence, runtime_checkable
+
+from flotilla.core.decisions import Placement
+from flotilla.core.model import ClusterSnapshot, Job, JobState, Node
+
+
+@dataclass(slots=True)
+class ClusterDecisions:
+    """What one cluster must do after a cycle."""
+
+    start: list[Placement] = field(default_factory=list)
+    preempt: list[Job] = field(default_factory=list)
+    cancel: list[Job] = field(default_factory=list)
+
+
+@dataclass(frozen=True, slots=True)
+class JobEvent:
+    """Something that happened to a job on a cluster. ``kind``: running, succeeded, failed, preempted, cancelled, lost."""
+
+    job_id: str
+    kind: str
+    cluster: str
+    node: str | None = None
+    time: float = 0.0
+    reason: str = ""
+
+
+@runtime_checkable
+class ClusterBackend(Protocol):
+    name: str
+
+    def snapshot(self) -> ClusterSnapshot:
+        """Nodes and the jobs running on them now. Raise ``ClusterUnavailable`` if the cluster cannot be read."""
+
+    def apply(self, decisions: ClusterDecisions) -> None:
+        """Start, preempt and cancel jobs. Must not block for long: report outcomes through events."""
+
+    def poll_events(self) -> list[JobEvent]:
+        """Events since the last poll, in the order they happened."""
+
+
+class ClusterUnavailable(Exception):
+    """A cluster could not be read this cycle; the scheduler leaves it out and goes on."""
+
+
+class OverAllocation(Exception):
+    """A start would exceed a node's resources: a scheduler bug, never a normal outcome."""
+
+
+@dataclass(slots=True)
+class _Run:
+    job: Job
+    started: float
+    ends: float | None
+
+
+class SimulatedCluster:
+    """A cluster in memory, on any clock.
+
+    Jobs run from ``apply`` until ``duration_of(job)`` seconds have passed on
+    ``clock`` (``None``: until stopped). Every start is checked against the
+    node's resources, so a scheduler bug shows up as :class:`OverAllocation`
+    instead of a quietly impossible schedule.
+    """
+
+    def __init__(self, name: str, nodes: Sequence[Node], clock: Callable[[], float] = time.time,
+                 duration_of: Callable[[Job], float | None] = lambda job: None):
+        self.name = name
+        self.nodes = {node.name: node for node in nodes}
+        self.clock = clock
+        self.duration_of = duration_of
+        self.available = True
+        self._runs: dict[str, _Run] = {}
+        self._used: dict[str, dict[str, int]] = {node.name: {} for node in nodes}
+        self._events: list[JobEvent] = []
+
+    # -- protocol ---------------------------------------------------------------
+    def snapshot(self) -> ClusterSnapshot:
+        if not self.available:
+            raise ClusterUnavailable(f"cluster {self.name} is stopped")
+        self._finish_due()
+        return ClusterSnapshot(self.name, list(self.nodes.values()), [run.job for run in self._runs.values()])
+
+    def apply(self, decisions: ClusterDecisions) -> None:
+        if not self.available:
+            raise ClusterUnavailable(f"cluster {self.name} is stopped")
+        now = self.clock()
+        for job in decisions.preempt:
+            self._stop(job.id, "preempted", now, "preempted by the scheduler")
+        for job in decisions.cancel:
+            self._stop(job.id, "cancelled", now, "cancelled")
+        for placement in decisions.start:
+            self._start(placement, now)
+
+    def poll_events(self) -> list[JobEvent]:
+        if self.available:
+            self._finish_due()
+        events, self._events = self._events, []
+        return events
+
+    # -- simulation helpers -------------------------------------------------------
+    def next_completion(self) -> float | None:
+        """When the next running job finishes, for a clock that jumps from event to event."""
+        ends = [run.ends for run in self._runs.values() if run.ends is not None]
+        return min(ends) if ends else None
+
+    def running_jobs(self) -> list[Job]:
+        return [run.job for run in self._runs.values()]
+
+    def used(self, node: str) -> dict[str, int]:
+        return dict(self._used[node])
+
+    def _start(self, placement: Placement, now: float) -> None:
+        node = self.nodes[placement.node]
+        used = self._used[node.name]
+        for name, amount in placement.job.requests.items():
+            if used.get(name, 0) + amount > node.resources.get(name, 0):
+                raise OverAllocation(f"starting {placement.job.id} on {self.name}/{node.name} exceeds its {name}")
+        for name, amount in placement.job.requests.items():
+            used[name] = used.get(name, 0) + amount
+        job = replace(placement.job, state=JobState.RUNNING, cluster=self.name, node=node.name)
+        duration = self.duration_of(job)
+        self._runs[job.id] = _Run(job, now, None if duration is None else now + duration)
+        self._events.append(JobEvent(job.id, "running", self.name, node.name, now))
+
+    def _stop(self, job_id: str, kind: str, now: float, reason: str) -> None:
+        run = self._runs.pop(job_id, None)
+        if run is None:
+            return
+        used = self._used[run.job.node]
+        for name, amount in run.job.requests.items():
+            used[name] -= amount
+        self._events.append(JobEvent(job_id, kind, self.name, run.job.node, now, reason))
+
+    def _finish_due(self) -> None:
+        now = self.clock()
+        due = sorted((run.ends, job_id) for job_id, run in self._runs.items() if run.ends is not None and run.ends <= now)
+        for ends, job_id in due:
+            self._stop(job_id, "succeeded", ends, "")
+
+
+def simulated_backends(clusters: Sequence[ClusterSnapshot], **kwargs) -> dict[str, SimulatedCluster]:
+    """One simulated backend per cluster snapshot (nodes only), sharing clock and duration rules."""
+    return {cluster.name: SimulatedCluster(cluster.name, cluster.nodes, **kwargs) for cluster in clusters}
+
+
+__all__ = ["ClusterBackend", "ClusterDecisions", "ClusterUnavailable", "JobEvent", "OverAllocation",
+           "SimulatedCluster", "simulated_backends"]

@@ -1,0 +1,138 @@
+"""The scheduling model: plain, slotted objects the hot path can afford.
+
+These are not pydantic models on purpose: a cycle touches up to a million
+jobs, and validation has already happened at the edge (config and state
+loading, the API). Quantities here are already integers (see
+:mod:`flotilla.core.quantities`): millicores for cpu, base units otherwise.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from enum import Enum
+from typing import Mapping
+
+GANG_ID_ANNOTATION = "armadaproject.io/gangId"
+GANG_CARDINALITY_ANNOTATION = "armadaproject.io/gangCardinality"
+
+
+class JobState(str, Enum):
+    QUEUED = "queued"
+    RUNNING = "running"
+
+
+@dataclass(frozen=True, slots=True)
+class PriorityClass:
+    """Armada's ``(name, priority, preemptible)`` tuple."""
+
+    name: str
+    priority: int
+    preemptible: bool
+
+
+@dataclass(frozen=True, slots=True)
+class Queue:
+    """A queue: its weight sets its fair share; limits are fractions of the pool."""
+
+    name: str
+    weight: float = 1.0
+    limits: Mapping[str, float] = field(default_factory=dict)
+
+
+@dataclass(frozen=True, slots=True)
+class Taint:
+    key: str
+    value: str = ""
+    effect: str = "NoSchedule"  # NoSchedule | PreferNoSchedule | NoExecute
+
+
+@dataclass(frozen=True, slots=True)
+class Toleration:
+    """A Kubernetes toleration; ``operator`` is ``Equal`` or ``Exists``."""
+
+    key: str = ""
+    operator: str = "Equal"
+    value: str = ""
+    effect: str = ""
+
+    def tolerates(self, taint: Taint) -> bool:
+        """Kubernetes semantics: empty key with Exists matches every taint; empty effect matches every effect."""
+        if self.effect and self.effect != taint.effect:
+            return False
+        if not self.key:
+            return self.operator == "Exists"
+        if self.key != taint.key:
+            return False
+        return self.operator == "Exists" or self.value == taint.value
+
+
+@dataclass(frozen=True, slots=True)
+class Gang:
+    """Jobs sharing ``id`` are placed all together on one cluster, or not at all."""
+
+    id: str
+    cardinality: int
+
+
+@dataclass(slots=True, eq=False)
+class Node:
+    name: str
+    cluster: str
+    resources: Mapping[str, int]
+    labels: Mapping[str, str] = field(default_factory=dict)
+    taints: tuple[Taint, ...] = ()
+    unschedulable: bool = False
+
+
+@dataclass(slots=True, eq=False)
+class Job:
+    """A job as the scheduler sees it.
+
+    ``requests`` maps resource names to integer quantities; jobs loaded in
+    bulk share identical request mappings so a million jobs stay small.
+    ``cluster`` and ``node`` are set for running jobs only.
+    """
+
+    id: str
+    queue: str
+    job_set: str = ""
+    priority: int = 0
+    priority_class: str = ""
+    submitted: float = 0.0
+    requests: Mapping[str, int] = field(default_factory=dict)
+    node_selector: Mapping[str, str] = field(default_factory=dict)
+    tolerations: tuple[Toleration, ...] = ()
+    gang: Gang | None = None
+    state: JobState = JobState.QUEUED
+    cluster: str | None = None
+    node: str | None = None
+    annotations: Mapping[str, str] = field(default_factory=dict)
+
+
+@dataclass(slots=True)
+class ClusterSnapshot:
+    """One cluster at the start of a cycle: its nodes and the jobs running on them.
+
+    ``foreign`` lists resources taken on a node by pods the scheduler does not
+    own (someone else's pods on a shared Kubernetes cluster).
+    """
+
+    name: str
+    nodes: list[Node]
+    running: list[Job] = field(default_factory=list)
+    foreign: dict[str, Mapping[str, int]] = field(default_factory=dict)
+
+
+@dataclass(slots=True)
+class Snapshot:
+    """Everything one cycle looks at; the session never mutates it."""
+
+    clusters: list[ClusterSnapshot]
+    queued: list[Job]
+    queues: list[Queue]
+    priority_classes: list[PriorityClass]
+    default_priority_class: str
+    now: float = 0.0
+
+    def running(self) -> list[Job]:
+        return [job for cluster in self.clusters for job in cluster.running]

@@ -1,0 +1,100 @@
+"""Exact resource quantities and durations.
+
+Kubernetes notation (``500m``, ``64Mi``, ``1.5``, ``2e3``) is parsed to
+integers so that no float drift ever reaches a fit check: ``cpu`` is counted
+in millicores, every other resource in its base unit (bytes for memory,
+devices for ``nvidia.com/gpu``). A quantity that does not come out whole in
+that unit is an error, not a rounding.
+"""
+
+from __future__ import annotations
+
+import re
+from decimal import Decimal, InvalidOperation
+
+#: Resources counted in thousandths; everything else is counted in base units.
+MILLI_RESOURCES = frozenset({"cpu"})
+
+_BINARY = {"Ki": 2**10, "Mi": 2**20, "Gi": 2**30, "Ti": 2**40, "Pi": 2**50, "Ei": 2**60}
+_DECIMAL = {"n": Decimal("1e-9"), "u": Decimal("1e-6"), "m": Decimal("1e-3"), "": Decimal(1),
+            "k": Decimal(10**3), "M": Decimal(10**6), "G": Decimal(10**9), "T": Decimal(10**12),
+            "P": Decimal(10**15), "E": Decimal(10**18)}
+_QUANTITY = re.compile(r"^([+-]?(?:\d+\.?\d*|\.\d+)(?:[eE][+-]?\d+)?)(Ki|Mi|Gi|Ti|Pi|Ei|n|u|m|k|M|G|T|P|E)?$")
+
+
+class QuantityError(ValueError):
+    """A quantity or duration that cannot be parsed exactly."""
+
+
+def parse_quantity(value: str | int | float, resource: str = "") -> int:
+    """Parse a Kubernetes quantity into an exact integer.
+
+    ``cpu`` (see :data:`MILLI_RESOURCES`) comes back in millicores, any other
+    resource in base units. Negative, malformed or fractional-in-base-unit
+    values raise :class:`QuantityError` with a message that says what was
+    expected.
+    """
+    if isinstance(value, bool):
+        raise QuantityError(f"expected a quantity such as 500m, 2 or 64Mi, got {value!r}")
+    text = str(value).strip()
+    match = _QUANTITY.match(text)
+    if not match:
+        raise QuantityError(f"expected a quantity such as 500m, 2 or 64Mi, got {text!r}")
+    number, suffix = match.group(1), match.group(2) or ""
+    try:
+        amount = Decimal(number)
+    except InvalidOperation as exc:  # pragma: no cover - the regex already guards this
+        raise QuantityError(f"expected a quantity, got {text!r}") from exc
+    amount *= _BINARY[suffix] if suffix in _BINARY else _DECIMAL[suffix]
+    if amount < 0:
+        raise QuantityError(f"expected a non-negative quantity, got {text!r}")
+    if resource in MILLI_RESOURCES:
+        amount *= 1000
+    if amount != amount.to_integral_value():
+        unit = "millicores" if resource in MILLI_RESOURCES else "whole units"
+        raise QuantityError(f"{text!r} is not a whole number of {unit} for {resource or 'this resource'}")
+    return int(amount)
+
+
+def format_quantity(amount: int, resource: str = "") -> str:
+    """Format an integer quantity back into the shortest exact Kubernetes notation."""
+    if resource in MILLI_RESOURCES:
+        return str(amount // 1000) if amount % 1000 == 0 else f"{amount}m"
+    if amount == 0:
+        return "0"
+    for suffix in ("Ei", "Pi", "Ti", "Gi", "Mi", "Ki"):
+        unit = _BINARY[suffix]
+        if amount % unit == 0:
+            return f"{amount // unit}{suffix}"
+    return str(amount)
+
+
+_DURATION = re.compile(r"^(\d+(?:\.\d+)?)(ms|s|m|h|d)?$")
+_DURATION_UNITS = {"ms": 0.001, "s": 1, "m": 60, "h": 3600, "d": 86400, None: 1}
+
+
+def parse_duration(value: str | int | float) -> float:
+    """Parse ``30s``, ``5m``, ``2h``, ``3d``, ``250ms`` or a number of seconds into seconds."""
+    if isinstance(value, bool):
+        raise QuantityError(f"expected a duration such as 30s, 5m, 2h, 3d or seconds, got {value!r}")
+    if isinstance(value, (int, float)):
+        if value < 0:
+            raise QuantityError(f"expected a non-negative duration, got {value!r}")
+        return float(value)
+    match = _DURATION.match(str(value).strip())
+    if not match:
+        raise QuantityError(f"expected a duration such as 30s, 5m, 2h, 3d or seconds, got {value!r}")
+    return float(match.group(1)) * _DURATION_UNITS[match.group(2)]
+
+
+def format_duration(seconds: float) -> str:
+    """Format seconds compactly (``90`` -> ``1m30s``); used in reports and messages."""
+    whole = int(seconds)
+    if whole != seconds or whole == 0:
+        return f"{seconds:g}s"
+    parts = []
+    for unit, size in (("d", 86400), ("h", 3600), ("m", 60), ("s", 1)):
+        if whole >= size:
+            parts.append(f"{whole // size}{unit}")
+            whole %= size
+    return "".join(parts)

@@ -1,0 +1,414 @@
+"""One scheduling cycle's working state: what actions read and change.
+
+A :class:`Session` is opened on a :class:`~flotilla.core.model.Snapshot`.
+Plugins register their callables on it (see
+:mod:`flotilla.core.hookspecs`), actions run against it, and every change
+goes through a :class:`~flotilla.core.statement.Statement` so that it can be
+committed or discarded as a whole. :meth:`Session.close` turns the session
+into :class:`~flotilla.core.decisions.Decisions`.
+"""
+
+from __future__ import annotations
+
+import random
+from collections import Counter
+from dataclasses import dataclass, field
+from typing import Callable, Iterable, Sequence
+
+import structlog
+
+from flotilla.core.decisions import Decisions, Placement, QueueReport
+from flotilla.core.model import Gang, Job, Snapshot
+from flotilla.core.nodeindex import EVICTED, FOREIGN, FOREIGN_USER, NONPREEMPTIBLE, NodeIndex, NodeType
+from flotilla.core.resources import ResourceSpace, Vector
+from flotilla.core.statement import Statement
+
+log = structlog.get_logger("flotilla.session")
+
+
+class SessionError(Exception):
+    """The plugins registered on a session do not form a usable whole."""
+
+
+@dataclass(slots=True)
+class SessionSettings:
+    """The config values the actions read, as plain values (no pydantic in the hot path)."""
+
+    evict_probability: float = 1.0
+    lookahead: int = 1000
+    node_candidates: int = 16
+    preempt_max_candidates: int = 1000
+    indexed_resources: tuple[str, ...] = ("nvidia.com/gpu", "cpu", "memory")
+
+
+@dataclass(slots=True, eq=False)
+class QueueState:
+    """A queue during one cycle: its weight, fair share and what it holds now."""
+
+    name: str
+    weight: float
+    limits: dict[str, float]
+    allocated: list[int]
+    limit_vector: Vector | None = None
+    fair_share: float = 0.0
+    queued: list[Job] = field(default_factory=list)
+    running: int = 0
+
+    @property
+    def active(self) -> bool:
+        return bool(self.queued) or self.running > 0
+
+
+@dataclass(slots=True, eq=False)
+class RunningJob:
+    job: Job
+    node: int
+    vec: Vector
+    level: int
+
+
+class Session:
+    """The state one cycle works on; see the module docstring."""
+
+    def __init__(self, snapshot: Snapshot, settings: SessionSettings | None = None,
+                 rng: random.Random | None = None, plugins: Sequence[object] = ()):
+        self.snapshot = snapshot
+        self.settings = settings or SessionSettings()
+        self.rng = rng or random.Random(0)
+        self.now = snapshot.now
+        self.plugins = list(plugins)
+        self.priority_classes = {pc.name: pc for pc in snapshot.priority_classes}
+        self.default_priority_class = snapshot.default_priority_class
+
+        nodes = [node for cluster in snapshot.clusters for node in cluster.nodes]
+        running_jobs = snapshot.running()
+        resource_names: set[str] = set()
+        for node in nodes:
+            resource_names.update(node.resources)
+        seen_requests: set[int] = set()
+        selector_keys: set[str] = set()
+        seen_selectors: set[int] = set()
+        for job in (*running_jobs, *snapshot.queued):
+            if id(job.requests) not in seen_requests:
+                seen_requests.add(id(job.requests))
+                resource_names.update(job.requests)
+            if job.node_selector and id(job.node_selector) not in seen_selectors:
+                seen_selectors.add(id(job.node_selector))
+                selector_keys.update(job.node_selector)
+        self.space = ResourceSpace(resource_names, self.settings.indexed_resources)
+        levels = [pc.priority for pc in snapshot.priority_classes]
+        self.index = NodeIndex(self.space, nodes, levels, selector_keys)
+        self.pool: Vector = tuple(sum(col) for col in zip(*self.index.allocatable)) if nodes else self.space.zero
+
+        self.queues: dict[str, QueueState] = {}
+        for queue in sorted(snapshot.queues, key=lambda q: q.name):
+            limit_vector = None
+            if queue.limits:
+                limit_vector = tuple(
+                    int(self.pool[r] * queue.limits[name]) if name in queue.limits else 1 << 62
+                    for r, name in enumerate(self.space.names)
+                )
+            self.queues[queue.name] = QueueState(queue.name, queue.weight, dict(queue.limits),
+                                                 [0] * len(self.space), limit_vector)
+
+        # Running jobs, bound in bulk before the index builds its sorted lists.
+        self.running: dict[str, RunningJob] = {}
+        for cluster in snapshot.clusters:
+            for node_name, requests in cluster.foreign.items():
+                i = self.index.position[(cluster.name, node_name)]
+                self.index.preload(i, f"{FOREIGN_USER}/{node_name}", FOREIGN_USER, self.space.vector(requests), FOREIGN)
+            for job in cluster.running:
+                i = self.index.position[(cluster.name, job.node)]
+                vec = self.space.vector(job.requests)
+                level = self.job_level(job)
+                self.index.preload(i, job.id, job.queue, vec, level)
+                self.running[job.id] = RunningJob(job, i, vec, level)
+                queue = self.queues[job.queue]
+                queue.running += 1
+                row = queue.allocated
+                for r, amount in enumerate(vec):
+                    row[r] += amount
+        self.index.build()
+        for job in snapshot.queued:
+            self.queues[job.queue].queued.append(job)
+        active = [q for q in self.queues.values() if q.active]
+        total_weight = sum(q.weight for q in active)
+        for queue in active:
+            queue.fair_share = queue.weight / total_weight
+
+        self.gangs: dict[str, list[Job]] = {}
+        for job in (*running_jobs, *snapshot.queued):
+            if job.gang is not None:
+                self.gangs.setdefault(job.gang.id, []).append(job)
+
+        # Extension points (see hookspecs.EXTENSION_POINTS).
+        self.queue_cost_fns: list[Callable[[QueueState, Vector | None], float]] = []
+        self.job_order_fns: list[Callable[[Job], tuple]] = []
+        self.predicate_fns: list[Callable[[Job, NodeType], str | None]] = []
+        self.queue_admit_fns: list[Callable[[QueueState, Job, Vector], str | None]] = []
+        self.node_tiers_fn: Callable[[QueueState], Sequence[str]] = lambda queue: ("any",)
+        self.node_score_fns: list[Callable[[Job, int], float]] = []
+        self.gang_ready_fns: list[Callable[[Gang, Sequence[Job]], str | None]] = []
+        self.preemptable_fns: list[Callable[[Job, Job], bool]] = []
+        self.victim_order_fns: list[Callable[[Job], tuple]] = []
+        self.job_valid_fns: list[Callable[[Job], str | None]] = []
+        self.allocate_handlers: list[Callable[[Job, int], None]] = []
+        self.evict_handlers: list[Callable[[Job, int], None]] = []
+
+        # What the cycle has decided so far.
+        self.scheduled: list[Placement] = []
+        self.scheduled_ids: set[str] = set()
+        self.evicted: dict[str, Job] = {}
+        self.preempted: dict[str, Job] = {}
+        self.failures: dict[str, str | tuple] = {}
+        self.unexamined_reason: dict[str, str] = {}
+        self.timings: dict[str, float] = {}
+        self.counters: Counter[str] = Counter()
+        self._allowed_cache: dict[tuple, tuple[list[int], str | None]] = {}
+
+    # -- registration (called by plugins in flotilla_session_open) --------
+    def add_queue_cost(self, fn: Callable[[QueueState, Vector | None], float]) -> None:
+        self.queue_cost_fns.append(fn)
+
+    def add_job_order(self, key_fn: Callable[[Job], tuple]) -> None:
+        self.job_order_fns.append(key_fn)
+
+    def add_predicate(self, fn: Callable[[Job, NodeType], str | None]) -> None:
+        self.predicate_fns.append(fn)
+
+    def add_queue_admit(self, fn: Callable[[QueueState, Job, Vector], str | None]) -> None:
+        self.queue_admit_fns.append(fn)
+
+    def set_node_tiers(self, fn: Callable[[QueueState], Sequence[str]]) -> None:
+        self.node_tiers_fn = fn
+
+    def add_node_score(self, fn: Callable[[Job, int], float]) -> None:
+        self.node_score_fns.append(fn)
+
+    def add_gang_ready(self, fn: Callable[[Gang, Sequence[Job]], str | None]) -> None:
+        self.gang_ready_fns.append(fn)
+
+    def add_preemptable(self, fn: Callable[[Job, Job], bool]) -> None:
+        self.preemptable_fns.append(fn)
+
+    def add_victim_order(self, key_fn: Callable[[Job], tuple]) -> None:
+        self.victim_order_fns.append(key_fn)
+
+    def add_job_valid(self, fn: Callable[[Job], str | None]) -> None:
+        self.job_valid_fns.append(fn)
+
+    def add_event_handler(self, on_allocate: Callable[[Job, int], None] | None = None,
+                          on_evict: Callable[[Job, int], None] | None = None) -> None:
+        if on_allocate is not None:
+            self.allocate_handlers.append(on_allocate)
+        if on_evict is not None:
+            self.evict_handlers.append(on_evict)
+
+    def check_registrations(self) -> None:
+        """Enforce the combine rules that are about *how many* plugins answer."""
+        if len(self.queue_cost_fns) != 1:
+            raise SessionError(
+                f"exactly one plugin must provide queue_cost (a fairness policy such as assetfairness or drf); "
+                f"{len(self.queue_cost_fns)} did")
+
+    # -- what actions ask -------------------------------------------------
+    def priority_class(self, job: Job):
+        return self.priority_classes[job.priority_class or self.default_priority_class]
+
+    def job_level(self, job: Job) -> int:
+        pc = self.priority_class(job)
+        return pc.priority if pc.preemptible else NONPREEMPTIBLE
+
+    def vector(self, job: Job) -> Vector:
+        return self.space.vector(job.requests)
+
+    def queue_cost(self, queue: QueueState, extra: Vector | None = None) -> float:
+        return self.queue_cost_fns[0](queue, extra)
+
+    def fair_share_fraction(self, queue: QueueState, extra: Vector | None = None) -> float:
+        """The queue's share over its fair share, if it also had ``extra``: what allocate minimises."""
+        if queue.fair_share <= 0:
+            return float("inf")
+        return self.queue_cost(queue, extra) / queue.fair_share
+
+    def job_sort_key(self, job: Job, position: int) -> tuple:
+        """Order within a queue: plugin keys first, then priority, submission time, position."""
+        if self.job_order_fns:
+            return (*(part for fn in self.job_order_fns for part in fn(job)), job.priority, job.submitted, position)
+        return (job.priority, job.submitted, position)
+
+    def job_valid(self, job: Job) -> str | None:
+        for fn in self.job_valid_fns:
+            reason = fn(job)
+            if reason:
+                return reason
+        return None
+
+    def admit(self, queue: QueueState, job: Job, vec: Vector) -> str | None:
+        for fn in self.queue_admit_fns:
+            reason = fn(queue, job, vec)
+            if reason:
+                return reason
+        return None
+
+    def gang_ready(self, gang: Gang, members: Sequence[Job]) -> str | None:
+        for fn in self.gang_ready_fns:
+            reason = fn(gang, members)
+            if reason:
+                return reason
+        return None
+
+    def may_preempt(self, preemptor: Job, victim: Job) -> bool:
+        if not self.preemptable_fns:
+            return False
+        return all(fn(preemptor, victim) for fn in self.preemptable_fns)
+
+    def victim_key(self, running: RunningJob) -> tuple:
+        job = running.job
+        plugin_part = tuple(part for fn in self.victim_order_fns for part in fn(job))
+        return (*plugin_part, self.priority_class(job).priority, tuple(-x for x in running.vec), job.id)
+
+    def allowed_types(self, job: Job, cluster: str | None = None) -> tuple[list[int], str | None]:
+        """Node types the predicates accept for ``job`` (optionally in one cluster), and why not if none.
+
+        Cached per job requirements for the whole cycle: predicates see
+        node types, never nodes.
+        """
+        key = (job.queue, job.priority_class, tuple(sorted(job.node_selector.items())) if job.node_selector else (),
+               job.tolerations, cluster)
+        hit = self._allowed_cache.get(key)
+        if hit is not None:
+            return hit
+        allowed: list[int] = []
+        refusals: Counter[str] = Counter()
+        for node_type in self.index.types:
+            if cluster is not None and node_type.cluster != cluster:
+                continue
+            for fn in self.predicate_fns:
+                reason = fn(job, node_type)
+                if reason:
+                    refusals[reason] += len(node_type.nodes)
+                    break
+            else:
+                allowed.append(node_type.id)
+        why = None
+        if not allowed:
+            total = sum(refusals.values())
+            detail = ", ".join(f"{count} {reason}" for reason, count in sorted(refusals.items(), key=lambda kv: (-kv[1], kv[0])))
+            why = f"0/{total} nodes match: {detail}" if total else "no nodes"
+        result = (allowed, why)
+        self._allowed_cache[key] = result
+        return result
+
+    def find_node(self, job: Job, vec: Vector, level: int, types: Sequence[int], queue: QueueState) -> int | None:
+        """Best node for ``job`` at ``level``: tier by tier, smallest fit, or best score when scorers exist."""
+        for tier in self.node_tiers_fn(queue):
+            if not self.node_score_fns:
+                found = self.index.find(vec, level, types, tier, queue.name)
+                if found is not None:
+                    return found
+                continue
+            candidates = []
+            for i in self.index.iter_fitting(vec, level, types):
+                if tier == "any" or self._in_tier(i, tier, queue.name):
+                    candidates.append(i)
+                    if len(candidates) >= self.settings.node_candidates:
+                        break
+            if candidates:
+                return max(candidates, key=lambda i: (sum(fn(job, i) for fn in self.node_score_fns),
+                                                      tuple(-x for x in self.index.free[i][self.index.level_of[level]]), -i))
+        return None
+
+    def _in_tier(self, i: int, tier: str, queue: str) -> bool:
+        bucket = self.index.bucket(i)
+        if tier == "own":
+            return bucket == queue
+        if tier == "unused":
+            return bucket is None
+        return bucket is not None
+
+    def statement(self) -> Statement:
+        return Statement(self)
+
+    def node_name(self, i: int) -> tuple[str, str]:
+        node = self.index.nodes[i]
+        return node.cluster, node.name
+
+    def jobs_on(self, i: int) -> list[RunningJob]:
+        return [self.running[job_id] for job_id in self.index.jobs[i] if job_id in self.running]
+
+    def preempt_evicted(self) -> None:
+        """Evicted jobs that did not return to their node become preemptions."""
+        if not self.evicted:
+            return
+        stmt = self.statement()
+        for job in sorted(self.evicted.values(), key=lambda j: j.id):
+            stmt.preempt(job)
+        stmt.commit()
+
+    def explain(self, job: Job) -> str:
+        """One short reason why ``job`` is still queued."""
+        failure = self.failures.get(job.id)
+        if failure is None:
+            return self.unexamined_reason.get(job.queue, "not reached this cycle")
+        if isinstance(failure, str):
+            return failure
+        vec, level, types = failure
+        total, fitting, counts = self.index.shortfall(vec, level, types)
+        short = [f"{count} insufficient {name}" for name, count in zip(self.space.names, counts) if count]
+        return f"{fitting}/{total} nodes fit: {', '.join(short) or 'room taken by other jobs this cycle'}"
+
+    # -- closing ----------------------------------------------------------
+    def close(self) -> Decisions:
+        self.preempt_evicted()
+        queued = [job for job in self.snapshot.queued if job.id not in self.scheduled_ids]
+        pool_cost = self.queue_cost_fns[0] if self.queue_cost_fns else None
+        reports = {}
+        for queue in self.queues.values():
+            share = pool_cost(queue, None) if pool_cost else 0.0
+            reports[queue.name] = QueueReport(queue.name, queue.weight, queue.fair_share, share,
+                                              self.space.formatted(queue.allocated))
+        decisions = Decisions(
+            scheduled=list(self.scheduled),
+            preempted=sorted(self.preempted.values(), key=lambda j: j.id),
+            queued=queued,
+            queues=reports,
+            explain=self.explain,
+            timings=dict(self.timings),
+            counters=dict(self.counters),
+        )
+        return decisions
+
+
+def iter_units(session: Session, queue: QueueState, evicted: Iterable[Job]):
+    """Yield a queue's scheduling units in order: evicted jobs first, then queued jobs.
+
+    A unit is a single job or, for a gang, the list of its members not yet
+    running (yielded once, at its first member's place). Queued jobs are kept
+    in a heap so a queue of a million jobs costs only what is popped.
+    """
+    import heapq
+
+    seen_gangs: set[str] = set()
+    evicted_jobs = sorted(evicted, key=lambda j: session.job_sort_key(j, 0) + (j.id,))
+    for job in evicted_jobs:
+        if job.gang is not None:
+            if job.gang.id in seen_gangs:
+                continue
+            seen_gangs.add(job.gang.id)
+            yield [m for m in session.gangs[job.gang.id] if m.id in session.evicted or m.id not in session.running]
+        else:
+            yield job
+    jobs = queue.queued
+    heap = [session.job_sort_key(job, position) for position, job in enumerate(jobs)]
+    heapq.heapify(heap)
+    while heap:
+        key = heapq.heappop(heap)
+        job = jobs[key[-1]]
+        if job.gang is not None:
+            if job.gang.id in seen_gangs:
+                continue
+            seen_gangs.add(job.gang.id)
+            yield [m for m in session.gangs[job.gang.id] if m.id in session.evicted or m.id not in session.running]
+        else:
+            yield job

@@ -1,0 +1,131 @@
+"""All-or-nothing changes to a session (Volcano's Statement).
+
+Every tentative change an action makes goes through a statement: it takes
+effect in the session at once (so the next member of a gang sees the space
+the previous one took) and is either committed, which records the decision
+and tells the plugins' event handlers, or discarded, which undoes each
+operation in reverse order and leaves no trace.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from flotilla.core.decisions import Placement
+from flotilla.core.model import Job
+from flotilla.core.nodeindex import EVICTED
+
+if TYPE_CHECKING:
+    from flotilla.core.session import Session
+
+
+class Statement:
+    __slots__ = ("session", "ops", "_closed")
+
+    def __init__(self, session: Session):
+        self.session = session
+        self.ops: list[tuple[str, Job, int]] = []
+        self._closed = False
+
+    def __len__(self) -> int:
+        return len(self.ops)
+
+    # -- operations ---------------------------------------------------------
+    def allocate(self, job: Job, node: int) -> None:
+        """Place a queued job on ``node``."""
+        s = self.session
+        vec = s.vector(job)
+        s.index.bind(node, job.id, job.queue, vec, s.job_level(job))
+        _add(s.queues[job.queue].allocated, vec, 1)
+        self.ops.append(("allocate", job, node))
+
+    def unevict(self, job: Job) -> None:
+        """Return an evicted job to the node it was evicted from."""
+        s = self.session
+        running = s.running[job.id]
+        s.index.unbind(running.node, job.id)
+        s.index.bind(running.node, job.id, job.queue, running.vec, running.level)
+        _add(s.queues[job.queue].allocated, running.vec, 1)
+        self.ops.append(("unevict", job, running.node))
+
+    def evict(self, job: Job) -> None:
+        """Take a running job off its node for this cycle; it stops counting for its queue."""
+        s = self.session
+        running = s.running[job.id]
+        s.index.unbind(running.node, job.id)
+        s.index.bind(running.node, job.id, job.queue, running.vec, EVICTED)
+        _add(s.queues[job.queue].allocated, running.vec, -1)
+        self.ops.append(("evict", job, running.node))
+
+    def preempt(self, job: Job) -> None:
+        """Stop a running (or evicted) job: its space is free for the rest of the cycle."""
+        s = self.session
+        running = s.running[job.id]
+        _, _, level = s.index.unbind(running.node, job.id)
+        if level != EVICTED:
+            _add(s.queues[job.queue].allocated, running.vec, -1)
+        self.ops.append(("preempt", job, running.node))
+
+    # -- ending -------------------------------------------------------------
+    def commit(self) -> None:
+        s = self.session
+        self._close()
+        for op, job, node in self.ops:
+            if op == "allocate":
+                cluster, name = s.node_name(node)
+                s.scheduled.append(Placement(job, cluster, name))
+                s.scheduled_ids.add(job.id)
+                s.failures.pop(job.id, None)
+                for handler in s.allocate_handlers:
+                    handler(job, node)
+            elif op == "unevict":
+                del s.evicted[job.id]
+                for handler in s.allocate_handlers:
+                    handler(job, node)
+            elif op == "evict":
+                s.evicted[job.id] = job
+                for handler in s.evict_handlers:
+                    handler(job, node)
+            else:  # preempt
+                was_evicted = s.evicted.pop(job.id, None) is not None
+                s.preempted[job.id] = job
+                s.queues[job.queue].running -= 1
+                if not was_evicted:
+                    for handler in s.evict_handlers:
+                        handler(job, node)
+
+    def discard(self) -> None:
+        s = self.session
+        self._close()
+        for op, job, node in reversed(self.ops):
+            if op == "allocate":
+                vec = s.vector(job)
+                s.index.unbind(node, job.id)
+                _add(s.queues[job.queue].allocated, vec, -1)
+            elif op == "unevict":
+                running = s.running[job.id]
+                s.index.unbind(node, job.id)
+                s.index.bind(node, job.id, job.queue, running.vec, EVICTED)
+                _add(s.queues[job.queue].allocated, running.vec, -1)
+            elif op == "evict":
+                running = s.running[job.id]
+                s.index.unbind(node, job.id)
+                s.index.bind(node, job.id, job.queue, running.vec, running.level)
+                _add(s.queues[job.queue].allocated, running.vec, 1)
+            else:  # preempt
+                running = s.running[job.id]
+                level = EVICTED if job.id in s.evicted else running.level
+                s.index.bind(node, job.id, job.queue, running.vec, level)
+                if level != EVICTED:
+                    _add(s.queues[job.queue].allocated, running.vec, 1)
+        self.ops.clear()
+
+    def _close(self) -> None:
+        if self._closed:
+            raise RuntimeError("statement already committed or discarded")
+        self._closed = True
+
+
+def _add(row: list[int], vec, sign: int) -> None:
+    for r, amount in enumerate(vec):
+        row[r] += sign * amount

@@ -1,0 +1,64 @@
+"""``assetfairness``: Armada's asset fairness.
+
+A job's cost is the weighted sum of what it requests (``cpu + w_gpu * gpu +
+w_memory * memory``, cpu in cores, other resources in their base units); a
+queue's cost is the sum over its running jobs; its share is that over the
+cost of the whole pool. Allocate serves the queue whose share over its fair
+share (weight over the active queues' weights) would be smallest.
+
+Args: ``resourceWeights`` (default ``{cpu: 1, nvidia.com/gpu: 1, memory: 0}``;
+resources not listed weigh 0).
+"""
+
+from __future__ import annotations
+
+from typing import Mapping
+
+from flotilla.core.hookspecs import hookimpl
+from flotilla.core.quantities import MILLI_RESOURCES
+from flotilla.plugins.limits import register_queue_limits
+
+DEFAULT_WEIGHTS = {"cpu": 1.0, "nvidia.com/gpu": 1.0, "memory": 0.0}
+
+
+def parse_weights(args: Mapping, key: str = "resourceWeights") -> dict[str, float]:
+    unknown = set(args) - {key}
+    if unknown:
+        raise ValueError(f"unknown argument(s) {', '.join(sorted(unknown))}; expected {key}")
+    weights = args.get(key, DEFAULT_WEIGHTS)
+    if not isinstance(weights, Mapping):
+        raise ValueError(f"{key} must map resource names to numbers")
+    out = {}
+    for name, weight in weights.items():
+        if isinstance(weight, bool) or not isinstance(weight, (int, float)) or weight < 0:
+            raise ValueError(f"{key}.{name} must be a non-negative number, got {weight!r}")
+        out[str(name)] = float(weight)
+    return out
+
+
+def weight_vector(session, weights: Mapping[str, float]) -> tuple[float, ...]:
+    """Per-unit weights aligned with the session's resource order (cpu per millicore)."""
+    return tuple(weights.get(name, 0.0) / (1000 if name in MILLI_RESOURCES else 1) for name in session.space.names)
+
+
+class AssetFairness:
+    def __init__(self, args: Mapping | None = None):
+        self.weights = parse_weights(args or {})
+
+    @hookimpl
+    def flotilla_session_open(self, session):
+        w = weight_vector(session, self.weights)
+        pool_cost = sum(a * b for a, b in zip(w, session.pool)) or 1.0
+
+        def share(queue, extra):
+            cost = 0.0
+            if extra is None:
+                for a, b in zip(w, queue.allocated):
+                    cost += a * b
+            else:
+                for a, b, c in zip(w, queue.allocated, extra):
+                    cost += a * (b + c)
+            return cost / pool_cost
+
+        session.add_queue_cost(share)
+        register_queue_limits(session)

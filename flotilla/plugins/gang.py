@@ -1,0 +1,28 @@
+"""``gang``: all or nothing (``armadaproject.io/gangId`` / ``gangCardinality``).
+
+A gang is placed only when all of its ``cardinality`` members are queued
+together (or evicted together), all at once, on one cluster. A gang that
+cannot be placed is passed over like any job that does not fit, so it never
+blocks a smaller job behind it.
+"""
+
+from __future__ import annotations
+
+from typing import Mapping
+
+from flotilla.core.hookspecs import hookimpl
+
+
+class Gang:
+    def __init__(self, args: Mapping | None = None):
+        if args:
+            raise ValueError(f"takes no arguments, got {', '.join(sorted(args))}")
+
+    @hookimpl
+    def flotilla_session_open(self, session):
+        def complete(gang, members):
+            if len(members) != gang.cardinality:
+                return f"gang {gang.id}: {len(members)} of {gang.cardinality} members queued"
+            return None
+
+        session.add_gang_ready(complete)

@@ -1,0 +1,37 @@
+"""``priorityclass``: priority classes decide who may displace whom.
+
+A running job may be displaced for another only when its class is
+preemptible and of lower priority than the other's class (Kubernetes and
+Armada semantics; preemption is opt-in). Jobs naming an unknown class are
+refused. The allocatable-at-priority bookkeeping itself lives in the node
+index, which binds every job at its class's priority.
+"""
+
+from __future__ import annotations
+
+from typing import Mapping
+
+from flotilla.core.hookspecs import hookimpl
+
+
+class PriorityClassPlugin:
+    def __init__(self, args: Mapping | None = None):
+        if args:
+            raise ValueError(f"takes no arguments, got {', '.join(sorted(args))}")
+
+    @hookimpl
+    def flotilla_session_open(self, session):
+        classes = session.priority_classes
+        default = session.default_priority_class
+
+        def known(job):
+            name = job.priority_class or default
+            return None if name in classes else f"unknown priority class {name}"
+
+        def may_displace(preemptor, victim):
+            mine = classes[preemptor.priority_class or default]
+            theirs = classes[victim.priority_class or default]
+            return theirs.preemptible and theirs.priority < mine.priority
+
+        session.add_job_valid(known)
+        session.add_preemptable(may_displace)
