@@ -52,6 +52,7 @@ class Allocate:
             failed[queue.name] = {}
             self._offer(session, heap, queue, units)
 
+        self.debug = session.debug
         considered = placed = 0
         while heap:
             fraction, name, unit, units = heapq.heappop(heap)
@@ -123,7 +124,8 @@ class Allocate:
         stmt = session.statement()
         stmt.allocate(job, node)
         stmt.commit()
-        log.debug("allocate", job=job.id, queue=queue.name, node=session.node_name(node))
+        if self.debug:
+            log.debug("allocate", job=job.id, queue=queue.name, node=session.node_name(node))
         return True
 
     def _find(self, session, queue, job, vec, types):
@@ -141,7 +143,8 @@ class Allocate:
         stmt = session.statement()
         stmt.unevict(job)
         stmt.commit()
-        log.debug("allocate.return", job=job.id, queue=queue.name, node=session.node_name(running.node))
+        if self.debug:
+            log.debug("allocate.return", job=job.id, queue=queue.name, node=session.node_name(running.node))
         return True
 
     def _place_gang(self, session, queue, members, vec) -> bool:

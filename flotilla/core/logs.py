@@ -12,10 +12,13 @@ import sys
 import structlog
 
 LEVELS = ("debug", "info", "warning", "error")
+_level = logging.WARNING
 
 
 def configure_logging(level: str = "warning", json: bool = False) -> None:
     """Send logs at ``level`` and above to stderr, as key=value lines or JSON."""
+    global _level
+    _level = getattr(logging, level.upper())
     renderer = structlog.processors.JSONRenderer() if json else structlog.dev.ConsoleRenderer(colors=False)
     structlog.configure(
         processors=[
@@ -33,3 +36,8 @@ def ensure_configured() -> None:
     """Library use without a CLI: warnings and up to stderr, unless the caller configured structlog."""
     if not structlog.is_configured():
         configure_logging("warning")
+
+
+def debug_enabled() -> bool:
+    """True when per-decision debug events are wanted; hot loops check this once, not per event."""
+    return _level <= logging.DEBUG

@@ -145,13 +145,13 @@ class NodeIndex:
     # -- changing -------------------------------------------------------
     def bind(self, i: int, job_id: str, queue: str, vec: Vector, level: int) -> None:
         """Put a job on node ``i`` at ``level``."""
-        self._unindex(i)
+        old_bucket = self._bucket[i]
         self._apply(i, job_id, queue, vec, level)
-        self._index(i)
+        self._reindex(i, old_bucket, level)
 
     def unbind(self, i: int, job_id: str) -> tuple[str, Vector, int]:
         """Take a job off node ``i``; returns ``(queue, vec, level)`` so the caller can undo."""
-        self._unindex(i)
+        old_bucket = self._bucket[i]
         queue, vec, level = self.jobs[i].pop(job_id)
         free = self.free[i]
         for k, lv in enumerate(self.levels):
@@ -164,7 +164,7 @@ class NodeIndex:
             users[queue] -= 1
             if not users[queue]:
                 del users[queue]
-        self._index(i)
+        self._reindex(i, old_bucket, level)
         return queue, vec, level
 
     def _apply(self, i: int, job_id: str, queue: str, vec: Vector, level: int) -> None:
@@ -199,18 +199,31 @@ class NodeIndex:
             own = self._own[k][t][bucket] = SortedList()
         return [self._used[k][t], own]
 
-    def _unindex(self, i: int) -> None:
-        bucket = self._bucket[i]
-        for k, key in enumerate(self._keys[i]):
-            for sorted_list in self._lists(i, k, bucket):
-                sorted_list.remove(key)
+    def _reindex(self, i: int, old_bucket: object, level: int) -> None:
+        """Move node ``i``'s keys after its free space or users changed.
 
-    def _index(self, i: int) -> None:
-        bucket = self._bucket[i] = self._compute_bucket(i)
+        A job bound at ``level`` changes the free space of the levels at or
+        below it only; when the node's bucket is unchanged, only those keys move.
+        """
+        new_bucket = self._compute_bucket(i)
         keys = self._keys[i]
+        free = self.free[i]
+        if new_bucket == old_bucket:
+            for k, lv in enumerate(self.levels):
+                if lv > level:
+                    break
+                for sorted_list in self._lists(i, k, old_bucket):
+                    sorted_list.remove(keys[k])
+                key = keys[k] = (*free[k], i)
+                for sorted_list in self._lists(i, k, old_bucket):
+                    sorted_list.add(key)
+            return
+        self._bucket[i] = new_bucket
         for k in range(len(self.levels)):
-            key = keys[k] = (*self.free[i][k], i)
-            for sorted_list in self._lists(i, k, bucket):
+            for sorted_list in self._lists(i, k, old_bucket):
+                sorted_list.remove(keys[k])
+            key = keys[k] = (*free[k], i)
+            for sorted_list in self._lists(i, k, new_bucket):
                 sorted_list.add(key)
 
     # -- asking ---------------------------------------------------------

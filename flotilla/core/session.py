@@ -18,6 +18,7 @@ from typing import Callable, Iterable, Sequence
 import structlog
 
 from flotilla.core.decisions import Decisions, Placement, QueueReport
+from flotilla.core.logs import debug_enabled
 from flotilla.core.model import Gang, Job, Snapshot
 from flotilla.core.nodeindex import EVICTED, FOREIGN, FOREIGN_USER, NONPREEMPTIBLE, NodeIndex, NodeType
 from flotilla.core.resources import ResourceSpace, Vector
@@ -77,6 +78,7 @@ class Session:
         self.rng = rng or random.Random(0)
         self.now = snapshot.now
         self.plugins = list(plugins)
+        self.debug = debug_enabled()
         self.priority_classes = {pc.name: pc for pc in snapshot.priority_classes}
         self.default_priority_class = snapshot.default_priority_class
 
@@ -400,7 +402,10 @@ def iter_units(session: Session, queue: QueueState, evicted: Iterable[Job]):
         else:
             yield job
     jobs = queue.queued
-    heap = [session.job_sort_key(job, position) for position, job in enumerate(jobs)]
+    if session.job_order_fns:
+        heap = [session.job_sort_key(job, position) for position, job in enumerate(jobs)]
+    else:
+        heap = [(job.priority, job.submitted, position) for position, job in enumerate(jobs)]
     heapq.heapify(heap)
     while heap:
         key = heapq.heappop(heap)

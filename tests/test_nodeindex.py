@@ -1,0 +1,95 @@
+"""The node index against brute force, and statements that leave no trace."""
+
+from __future__ import annotations
+
+import random
+
+from flotilla.core.model import Node
+from flotilla.core.nodeindex import EVICTED, NONPREEMPTIBLE, NodeIndex
+from flotilla.core.resources import ResourceSpace
+
+
+def make_index(rng: random.Random, n: int = 60):
+    space = ResourceSpace({"cpu", "memory", "nvidia.com/gpu"})
+    nodes = [Node(f"n{i}", "c", {"cpu": rng.choice([8000, 16000, 32000]), "memory": rng.choice([32, 64]) * 2**30,
+                                 "nvidia.com/gpu": rng.choice([0, 0, 4])}) for i in range(n)]
+    index = NodeIndex(space, nodes, [20000, 30000], set())
+    return space, index
+
+
+def brute_force(index, vec, level):
+    k = index.level_of[level]
+    fitting = [(tuple(index.free[i][k]), i) for i in range(len(index.nodes))
+               if all(a <= f for a, f in zip(vec, index.free[i][k]))]
+    return min(fitting)[1] if fitting else None
+
+
+def test_find_equals_brute_force_smallest_fit_under_random_binds():
+    rng = random.Random(42)
+    space, index = make_index(rng)
+    index.build()
+    queues = ["A", "B", "C"]
+    bound = []
+    for step in range(400):
+        vec = space.vector({"cpu": rng.choice([500, 1000, 4000, 8000]), "memory": rng.choice([1, 4, 16]) * 2**30,
+                            "nvidia.com/gpu": rng.choice([0, 0, 0, 1])})
+        level = rng.choice([EVICTED, 20000, 30000])
+        expected = brute_force(index, vec, level)
+        assert index.find(vec, level, range(len(index.types)), "any", "A") == expected
+        if expected is not None and level == EVICTED:
+            job_level = rng.choice([20000, NONPREEMPTIBLE])
+            index.bind(expected, f"j{step}", rng.choice(queues), vec, job_level)
+            bound.append((expected, f"j{step}"))
+        elif bound and rng.random() < 0.3:
+            node, job = bound.pop(rng.randrange(len(bound)))
+            index.unbind(node, job)
+
+
+def test_tiers_partition_nodes_by_owner():
+    rng = random.Random(1)
+    space, index = make_index(rng, 10)
+    index.build()
+    vec = space.vector({"cpu": 1000})
+    index.bind(3, "a1", "A", vec, 20000)
+    index.bind(5, "b1", "B", vec, 20000)
+    index.bind(5, "a2", "A", vec, 20000)
+    types = range(len(index.types))
+    assert index.find(vec, EVICTED, types, "own", "A") == 3
+    assert index.find(vec, EVICTED, types, "own", "B") is None
+    unused = index.find(vec, EVICTED, types, "unused", "A")
+    assert unused not in (3, 5)
+    index.unbind(5, "b1")
+    assert index.find(vec, EVICTED, types, "own", "A") in (3, 5)
+    # Evicted jobs do not make a node used.
+    index.unbind(3, "a1")
+    index.bind(3, "a1", "A", vec, EVICTED)
+    assert index.bucket(3) is None
+
+
+def test_discarded_statement_leaves_no_trace(tmp_path):
+    from flotilla.config import load_config, load_state
+    from flotilla.core.cycle import Scheduler
+    from flotilla.core.session import Session
+
+    state = tmp_path / "s.yaml"
+    state.write_text(
+        "jobs:\n"
+        "  - {id: r-1, queue: A, priorityClass: armada-preemptible, requests: {cpu: 4}, state: running, node: node-1}\n"
+        "  - {id: q-1, queue: B, requests: {cpu: 8}}\n"
+        "  - {id: q-2, queue: B, requests: {cpu: 8}}\n")
+    cfg = load_config(None)
+    session = Session(load_state(state, cfg), Scheduler(cfg).settings)
+    before = ([[list(level) for level in node] for node in session.index.free],
+              {q.name: list(q.allocated) for q in session.queues.values()},
+              [session.index.bucket(i) for i in range(len(session.index.nodes))])
+    stmt = session.statement()
+    stmt.allocate(session.snapshot.queued[0], 0)
+    stmt.allocate(session.snapshot.queued[1], 1)
+    stmt.evict(session.running["r-1"].job)
+    stmt.preempt(session.running["r-1"].job)
+    stmt.discard()
+    after = ([[list(level) for level in node] for node in session.index.free],
+             {q.name: list(q.allocated) for q in session.queues.values()},
+             [session.index.bucket(i) for i in range(len(session.index.nodes))])
+    assert after == before
+    assert session.scheduled == [] and session.evicted == {} and session.preempted == {}

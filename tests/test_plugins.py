@@ -1,0 +1,109 @@
+"""Swapping the fairness policy: assetfairness, drf, and a plugin found through an entry point."""
+
+from __future__ import annotations
+
+import sys
+import textwrap
+
+import pytest
+
+from scenario import config, placements, run_once
+
+# One node: 16 cpu, 8 gpus. A's jobs take 2 cpu + 1 gpu, B's 1 cpu.
+STATE = """
+clusters:
+  - name: c1
+    nodes:
+      - {name: node-1, resources: {cpu: 16, nvidia.com/gpu: 8, memory: 64Gi}}
+jobs:
+""" + "\n".join(
+    [f"  - {{id: a-{i}, queue: A, requests: {{cpu: 2, nvidia.com/gpu: 1}}, submitted: {i}}}" for i in range(1, 11)]
+    + [f"  - {{id: b-{i}, queue: B, requests: {{cpu: 1}}, submitted: {100 + i}}}" for i in range(1, 21)]) + "\n"
+
+
+def fairness(name: str, args: str = "") -> str:
+    return f"""
+plugins:
+  - name: {name}{args}
+  - name: bestfit
+  - name: gang
+  - name: priorityclass
+  - name: predicates
+"""
+
+
+def counts(out):
+    scheduled = placements(out)
+    return sum(j.startswith("a-") for j in scheduled), sum(j.startswith("b-") for j in scheduled)
+
+
+def test_assetfairness_counts_cpu_plus_gpu(tmp_path):
+    # A job costs 3, a B job 1 (of 24): B is served while 3(a+1) > b+1, ties to A.
+    # Trace: b1 b2 a1 b3 b4 b5 a2 b6 b7 b8 a3 b9 b10 -> cpu 16 used.
+    out = run_once(tmp_path, config(plugins=fairness("assetfairness")), STATE)
+    assert counts(out) == (3, 10)
+
+
+def test_drf_counts_the_dominant_resource(tmp_path):
+    # A job is 1/8 of the gpus, a B job 1/16 of the cpu: B is served while 2(a+1) > b+1.
+    # Trace: b1 a1 b2 b3 a2 b4 b5 a3 b6 b7 a4 b8 -> cpu 16 used.
+    out = run_once(tmp_path, config(plugins=fairness("drf")), STATE)
+    assert counts(out) == (4, 8)
+    assert out["queues"]["A"]["share"] == 0.5  # 4 of 8 gpus
+    assert out["queues"]["B"]["share"] == 0.5  # 8 of 16 cpu
+
+
+def test_assetfairness_resource_weights_are_args(tmp_path):
+    # With gpu weighing 0, A's job costs 2 and B's 1: B served while 2(a+1) > b+1, as drf here.
+    out = run_once(tmp_path, config(plugins=fairness("assetfairness", "\n    args: {resourceWeights: {cpu: 1}}")), STATE)
+    assert counts(out) == (4, 8)
+
+
+PLUGIN_MODULE = '''
+"""A third-party policy: first come, first served across queues (every queue costs 0)."""
+from flotilla.core.hookspecs import hookimpl
+from flotilla.plugins.limits import register_queue_limits
+
+
+class StrictOrder:
+    def __init__(self, args):
+        self.args = args
+
+    @hookimpl
+    def flotilla_session_open(self, session):
+        session.add_queue_cost(lambda queue, extra: 0.0)
+        register_queue_limits(session)
+'''
+
+
+@pytest.fixture
+def installed_plugin(tmp_path, monkeypatch):
+    """A real distribution on sys.path whose entry point registers ``strictorder``."""
+    site = tmp_path / "site"
+    (site / "strictorder_plugin.py").parent.mkdir()
+    (site / "strictorder_plugin.py").write_text(PLUGIN_MODULE)
+    info = site / "flotilla_strictorder-0.1.dist-info"
+    info.mkdir()
+    (info / "METADATA").write_text("Metadata-Version: 2.1\nName: flotilla-strictorder\nVersion: 0.1\n")
+    (info / "entry_points.txt").write_text("[flotilla.plugins]\nstrictorder = strictorder_plugin:StrictOrder\n")
+    monkeypatch.syspath_prepend(str(site))
+    yield
+    sys.modules.pop("strictorder_plugin", None)
+
+
+def test_third_party_plugin_from_an_entry_point_replaces_fairness(tmp_path, installed_plugin):
+    # Every queue costs the same, so ties go to A: A takes 8 jobs (all 16 cpu), B gets nothing.
+    out = run_once(tmp_path, config(plugins=fairness("strictorder")), STATE)
+    assert counts(out) == (8, 0)
+    from flotilla.core.plugins import available_plugins
+    assert "strictorder" in available_plugins()
+
+
+def test_two_fairness_policies_is_a_config_error(tmp_path):
+    from scenario import invoke
+
+    plugins = fairness("drf") + "  - name: assetfairness\n"
+    result = invoke(tmp_path, config(plugins=plugins), STATE)
+    assert result.exit_code == 2
+    assert result.stdout == ""
+    assert "exactly one plugin must provide queue_cost" in result.stderr
