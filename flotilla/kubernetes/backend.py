@@ -1,0 +1,561 @@
+"""The Kubernetes cluster backend: one real (or KWOK) cluster behind the ClusterBackend protocol.
+
+Reading. Two informer threads per cluster keep an in-memory copy of the
+cluster's nodes and pods current: list once, then watch from the list's
+resource version, with bookmarks, re-watching from the last version seen
+when a watch ends and relisting only when the server says the version is
+gone (410) or the connection broke. ``snapshot()`` reads that copy and
+sends no request at all; it raises ``ClusterUnavailable`` while either
+informer is not in sync with a reachable API server, so the scheduler
+leaves the cluster out of that cycle and goes on with the others.
+
+A pod labelled ``flotilla.io/job-id`` is one of ours and becomes a running
+job (rebuilt from its labels and annotations, see
+:mod:`flotilla.kubernetes.pods`); any other pod bound to a node we see
+consumes that node's resources (``ClusterSnapshot.foreign``). Finished pods
+(Succeeded, Failed) hold nothing; a pod being deleted still holds its
+resources if it is someone else's, while ours are already counted out by
+the scheduler that preempted them.
+
+Writing. ``apply()`` returns at once: a small thread pool creates the
+started jobs' pods already bound (``spec.nodeName``; or, with
+``bind="binding"``, pending and then bound through the ``binding``
+subresource) and deletes the preempted and cancelled jobs' pods with their
+grace period. Until the watch shows a new pod, the job is counted on its
+node anyway (so the next cycle cannot double-book it); a preempted job is
+counted out at once.
+
+Events. Pod phases become job events: ``running``, ``succeeded``,
+``failed`` (with the pod's reason, e.g. DeadlineExceeded, or the API
+error that refused the pod), ``preempted`` and ``cancelled`` once the
+delete is accepted, and ``lost`` when a pod could not be created because
+the API server was unreachable (the job may go elsewhere).
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections import deque
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, replace
+from typing import Callable, Iterable, Mapping
+
+import structlog
+
+from flotilla.core.backend import ClusterDecisions, ClusterUnavailable, JobEvent
+from flotilla.core.model import ClusterSnapshot, Job, JobState, Node
+from flotilla.core.quantities import QuantityError, parse_duration
+from flotilla.kubernetes.client import ApiError, Gone, KubeClient, KubeError, Unreachable, pod_path
+from flotilla.kubernetes.pods import (ATTEMPT, DURATION, JOB_ID, PodSettings, is_ours, job_deadline, job_from_pod,
+                                      job_namespace, node_from_object, pod_manifest, pod_name, pod_phase,
+                                      pod_requests)
+
+log = structlog.get_logger("flotilla.kubernetes")
+
+
+def annotation_duration(job: Job) -> float | None:
+    """The job's run time from its ``flotilla.io/simulated-duration`` annotation (as ``serve`` uses it), else None."""
+    value = job.annotations.get(DURATION)
+    if value is None:
+        return None
+    try:
+        return parse_duration(value)
+    except QuantityError:
+        return None
+
+
+@dataclass(slots=True)
+class _Pod:
+    """What the informer keeps of one pod."""
+
+    key: tuple[str, str]
+    node: str | None
+    phase: str
+    deleting: bool
+    job: Job | None = None            # ours
+    requests: Mapping[str, int] | None = None  # someone else's
+    reason: str = ""
+
+
+class KubernetesCluster:
+    """A Kubernetes cluster as a Flotilla cluster backend (see the module docstring).
+
+    ``client``: a :class:`KubeClient` (or give ``kubeconfig`` and ``context``).
+    ``duration_of``: the job's run time, written on its pod as kwok's
+    completion delay (default: the ``flotilla.io/simulated-duration``
+    annotation; ``None`` writes nothing, so a real cluster runs the pod as
+    it would). ``priority_classes``: ``(name, priority, preemptible)``
+    tuples created in the cluster if missing, so pods can name them.
+    ``node_selector``: a label selector limiting the nodes Flotilla uses.
+    """
+
+    def __init__(self, name: str, client: KubeClient | None = None, *, kubeconfig: str | None = None,
+                 context: str | None = None, settings: PodSettings | None = None,
+                 duration_of: Callable[[Job], float | None] | None = annotation_duration,
+                 priority_classes: Iterable[tuple[str, int, bool]] = (), bind: str = "node-name",
+                 workers: int = 8, delete_finished: bool = True, node_selector: str | None = None,
+                 watch_timeout: int = 60, clock: Callable[[], float] = time.time, start: bool = True):
+        if bind not in ("node-name", "binding"):
+            raise ValueError(f"bind must be 'node-name' or 'binding', not {bind!r}")
+        self.name = name
+        self.client = client or KubeClient.from_kubeconfig(kubeconfig, context, pool_size=max(8, workers + 4))
+        self.settings = settings or PodSettings()
+        self.duration_of = duration_of
+        self.priority_classes = list(priority_classes)
+        self.bind = bind
+        self.delete_finished = delete_finished
+        self.node_selector = node_selector
+        self.watch_timeout = watch_timeout
+        self.clock = clock
+
+        self._lock = threading.RLock()
+        self._stop = threading.Event()
+        self._nodes: dict[str, Node] = {}
+        self._pods: dict[tuple[str, str], _Pod] = {}
+        self._job_pod: dict[str, tuple[str, str]] = {}   # job id -> its live pod
+        self._attempts: dict[str, int] = {}
+        self._inflight: dict[str, Job] = {}              # started, pod not seen yet
+        self._stopping: dict[str, str] = {}              # job id -> preempted | cancelled
+        self._kill_on_create: dict[str, str] = {}        # stopped before its pod was created
+        self._ignore_delete: set[tuple[str, str]] = set()
+        self._reported: dict[tuple[str, str], str] = {}
+        self._events: deque[JobEvent] = deque()
+        self._synced = {"nodes": False, "pods": False}
+        self._error: str = "not synced yet"
+        self._known_pcs: set[str] = set()
+        self._namespaces: set[str] = set()
+        self._requests_cache: dict = {}
+        self._pool = ThreadPoolExecutor(max_workers=workers, thread_name_prefix=f"kube-{name}")
+        self._threads: list[threading.Thread] = []
+        self.counters = {"created": 0, "deleted": 0, "create_errors": 0, "relists": 0, "watch_events": 0}
+        if start:
+            self.start()
+
+    # -- lifecycle --------------------------------------------------------------------
+    def start(self) -> None:
+        if self._threads:
+            return
+        self._setup_priority_classes()
+        node_params = {"labelSelector": self.node_selector} if self.node_selector else {}
+        for kind, path, params in (("nodes", "/api/v1/nodes", node_params), ("pods", "/api/v1/pods", {})):
+            thread = threading.Thread(target=self._informer, args=(kind, path, params), daemon=True,
+                                      name=f"kube-{self.name}-{kind}")
+            thread.start()
+            self._threads.append(thread)
+
+    def close(self) -> None:
+        self._stop.set()
+        self._pool.shutdown(wait=True, cancel_futures=False)
+        self.client.close()
+
+    def wait_synced(self, timeout: float = 30.0) -> bool:
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            if self.available:
+                return True
+            time.sleep(0.05)
+        return False
+
+    def wait_idle(self, timeout: float = 30.0) -> bool:
+        """Wait until every pod write handed over so far is done and seen by the watch (tests, benchmarks)."""
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            with self._lock:
+                busy = self._pool._work_queue.qsize() or self._inflight or self._kill_on_create
+            if not busy:
+                return True
+            time.sleep(0.02)
+        return False
+
+    @property
+    def available(self) -> bool:
+        return all(self._synced.values())
+
+    # -- protocol ------------------------------------------------------------------------
+    def snapshot(self) -> ClusterSnapshot:
+        with self._lock:
+            if not self.available:
+                raise ClusterUnavailable(f"cluster {self.name}: {self._error}")
+            nodes = list(self._nodes.values())
+            running: list[Job] = []
+            seen: set[str] = set()
+            foreign: dict[str, dict[str, int]] = {}
+            for pod in self._pods.values():
+                if pod.node is None or pod.node not in self._nodes or pod.phase in ("Succeeded", "Failed"):
+                    continue
+                if pod.job is not None:
+                    job_id = pod.job.id
+                    if pod.deleting or job_id in self._stopping or self._job_pod.get(job_id) != pod.key:
+                        continue
+                    running.append(pod.job)
+                    seen.add(job_id)
+                else:
+                    used = foreign.setdefault(pod.node, {})
+                    for resource, amount in pod.requests.items():
+                        used[resource] = used.get(resource, 0) + amount
+            for job_id, job in self._inflight.items():
+                if job_id not in seen and job_id not in self._stopping and job.node in self._nodes:
+                    running.append(job)
+        return ClusterSnapshot(self.name, nodes, running, foreign)
+
+    def apply(self, decisions: ClusterDecisions) -> None:
+        with self._lock:
+            for kind, jobs in (("preempted", decisions.preempt), ("cancelled", decisions.cancel)):
+                for job in jobs:
+                    self._stopping[job.id] = kind
+                    key = self._job_pod.get(job.id)
+                    if key is None and job.id in self._inflight:
+                        self._kill_on_create[job.id] = kind
+                        continue
+                    self._pool.submit(self._delete, job, key, kind)
+            for placement in decisions.start:
+                job = placement.job
+                attempt = self._attempts.get(job.id, -1) + 1
+                self._attempts[job.id] = attempt
+                self._stopping.pop(job.id, None)
+                running = replace(job, state=JobState.RUNNING, cluster=self.name, node=placement.node)
+                self._inflight[job.id] = running
+                self._pool.submit(self._create, running, placement.node, attempt)
+
+    def poll_events(self) -> list[JobEvent]:
+        with self._lock:
+            events = list(self._events)
+            self._events.clear()
+        return events
+
+    # -- writes (pool threads) ----------------------------------------------------------------
+    def _emit(self, job_id: str, kind: str, node: str | None, reason: str = "") -> None:
+        self._events.append(JobEvent(job_id, kind, self.name, node, self.clock(), reason))
+
+    def _ensure_namespace(self, namespace: str) -> None:
+        if namespace in self._namespaces:
+            return
+        try:
+            self.client.get(f"/api/v1/namespaces/{namespace}")
+        except ApiError as exc:
+            if exc.status != 404:
+                raise
+            try:
+                self.client.post("/api/v1/namespaces", {"apiVersion": "v1", "kind": "Namespace",
+                                                        "metadata": {"name": namespace}})
+            except ApiError as exc2:
+                if exc2.status != 409:
+                    raise
+        self._namespaces.add(namespace)
+
+    def _create(self, job: Job, node: str, attempt: int) -> None:
+        duration = self.duration_of(job) if self.duration_of else None
+        if duration is not None:
+            deadline = job_deadline(job, self.settings)
+            if deadline is not None and duration > deadline:
+                duration = None  # let the deadline stage fail it, as the kubelet would
+        namespace = job_namespace(job, self.settings)
+        for _ in range(3):
+            body = pod_manifest(job, None if self.bind == "binding" else node, attempt, self.settings, duration,
+                                priority_class_known=job.priority_class in self._known_pcs)
+            name = body["metadata"]["name"]
+            try:
+                self._ensure_namespace(namespace)
+                self.client.post(pod_path(namespace), body)
+                if self.bind == "binding":
+                    self.client.post(pod_path(namespace, name) + "/binding", {
+                        "apiVersion": "v1", "kind": "Binding", "metadata": {"name": name, "namespace": namespace},
+                        "target": {"apiVersion": "v1", "kind": "Node", "name": node}})
+                break
+            except ApiError as exc:
+                if exc.status == 409 and exc.reason == "AlreadyExists":
+                    # A pod of that name exists: ours from an earlier attempt still terminating -> next attempt.
+                    attempt += 1
+                    with self._lock:
+                        self._attempts[job.id] = max(self._attempts.get(job.id, 0), attempt)
+                    continue
+                self._create_failed(job, node, "failed", f"pod rejected: {exc}")
+                return
+            except Unreachable as exc:
+                self._create_failed(job, node, "lost", f"API server unreachable: {exc}")
+                return
+        else:
+            self._create_failed(job, node, "failed", "pod name taken by earlier attempts")
+            return
+        with self._lock:
+            self.counters["created"] += 1
+            self._job_pod[job.id] = (namespace, name)
+            kill = self._kill_on_create.pop(job.id, None)
+        if kill is not None:
+            self._delete(job, (namespace, name), kill)
+
+    def _create_failed(self, job: Job, node: str, kind: str, reason: str) -> None:
+        log.warning("kubernetes.create_failed", cluster=self.name, job=job.id, reason=reason)
+        with self._lock:
+            self.counters["create_errors"] += 1
+            self._inflight.pop(job.id, None)
+            self._kill_on_create.pop(job.id, None)
+            if self._stopping.pop(job.id, None) is None:
+                self._emit(job.id, kind, node, reason)
+
+    def _delete(self, job: Job, key: tuple[str, str] | None, kind: str) -> None:
+        if key is None:
+            with self._lock:
+                self._stopping.pop(job.id, None)
+            return
+        namespace, name = key
+        grace = self._grace_of(key, job)
+        try:
+            self.client.delete(pod_path(namespace, name), {"apiVersion": "v1", "kind": "DeleteOptions",
+                                                           "gracePeriodSeconds": grace})
+        except ApiError as exc:
+            if exc.status != 404:
+                log.warning("kubernetes.delete_failed", cluster=self.name, job=job.id, error=str(exc))
+                with self._lock:
+                    self._stopping.pop(job.id, None)
+                return
+        except Unreachable as exc:
+            # Keep it counted out; the next snapshot after reconnecting shows the pod again if it survived.
+            log.warning("kubernetes.delete_unreachable", cluster=self.name, job=job.id, error=str(exc))
+            with self._lock:
+                self._stopping.pop(job.id, None)
+            return
+        with self._lock:
+            self.counters["deleted"] += 1
+            self._ignore_delete.add(key)
+            self._reported[key] = kind
+            pod = self._pods.get(key)
+            node = pod.node if pod is not None else job.node
+            self._emit(job.id, kind, node, "preempted by the scheduler" if kind == "preempted" else "cancelled")
+
+    def _grace_of(self, key: tuple[str, str], job: Job) -> int:
+        from flotilla.kubernetes.pods import job_grace_period
+        return job_grace_period(job, self.settings)
+
+    def _delete_finished(self, key: tuple[str, str]) -> None:
+        try:
+            self.client.delete(pod_path(*key), {"apiVersion": "v1", "kind": "DeleteOptions", "gracePeriodSeconds": 0})
+        except KubeError:
+            pass
+
+    # -- priority classes ------------------------------------------------------------------
+    def _setup_priority_classes(self) -> None:
+        path = "/apis/scheduling.k8s.io/v1/priorityclasses"
+        try:
+            existing = {item["metadata"]["name"] for item in self.client.get(path).get("items", [])}
+        except KubeError as exc:
+            log.warning("kubernetes.priority_classes_unreadable", cluster=self.name, error=str(exc))
+            return
+        for name, priority, preemptible in self.priority_classes:
+            if name in existing:
+                continue
+            body = {"apiVersion": "scheduling.k8s.io/v1", "kind": "PriorityClass", "metadata": {"name": name},
+                    "value": int(priority), "globalDefault": False,
+                    "preemptionPolicy": "PreemptLowerPriority",
+                    "description": f"Flotilla priority class ({'preemptible' if preemptible else 'not preemptible'})"}
+            try:
+                self.client.post(path, body)
+                existing.add(name)
+            except ApiError as exc:
+                if exc.status == 409:
+                    existing.add(name)
+                else:
+                    log.warning("kubernetes.priority_class_not_created", cluster=self.name, name=name,
+                                error=str(exc))
+            except KubeError:
+                pass
+        self._known_pcs = existing
+
+    # -- informers (one thread each for nodes and pods) ------------------------------------
+    def _informer(self, kind: str, path: str, params: dict) -> None:
+        backoff = 0.1
+        resource_version = None
+        while not self._stop.is_set():
+            try:
+                if resource_version is None:
+                    listing = self.client.request("GET", path, params=params or None, timeout=60)
+                    resource_version = listing["metadata"]["resourceVersion"]
+                    with self._lock:
+                        self.counters["relists"] += 1
+                        (self._replace_nodes if kind == "nodes" else self._replace_pods)(listing.get("items", []))
+                        self._synced[kind] = True
+                    backoff = 0.1
+                for event in self.client.watch(path, resource_version, self.watch_timeout, self._stop, **params):
+                    obj = event.get("object") or {}
+                    rv = (obj.get("metadata") or {}).get("resourceVersion")
+                    if event["type"] != "BOOKMARK":
+                        with self._lock:
+                            self.counters["watch_events"] += 1
+                            (self._on_node if kind == "nodes" else self._on_pod)(event["type"], obj)
+                    if rv:
+                        resource_version = rv
+            except Gone:
+                resource_version = None
+            except (KubeError, ValueError, KeyError) as exc:
+                with self._lock:
+                    was = self.available
+                    self._synced[kind] = False
+                    self._error = f"{kind}: {exc}"
+                if was:
+                    log.warning("kubernetes.unavailable", cluster=self.name, error=str(exc))
+                resource_version = None
+                self._stop.wait(backoff)
+                backoff = min(backoff * 2, 2.0)
+
+    def _replace_nodes(self, items: list[dict]) -> None:
+        self._nodes = {}
+        for obj in items:
+            self._on_node("ADDED", obj)
+
+    def _on_node(self, kind: str, obj: dict) -> None:
+        name = obj["metadata"]["name"]
+        if kind == "DELETED":
+            self._nodes.pop(name, None)
+        else:
+            try:
+                self._nodes[name] = node_from_object(obj, self.name)
+            except (KeyError, ValueError) as exc:
+                log.warning("kubernetes.bad_node", cluster=self.name, node=name, error=str(exc))
+
+    def _replace_pods(self, items: list[dict]) -> None:
+        live = set()
+        for obj in items:
+            meta = obj["metadata"]
+            live.add((meta.get("namespace", ""), meta["name"]))
+            self._on_pod("MODIFIED", obj)
+        for key in [key for key in self._pods if key not in live]:
+            old = self._pods[key]
+            self._on_pod("DELETED", {"metadata": {"namespace": key[0], "name": key[1]}, "_cached": old})
+
+    def _on_pod(self, kind: str, obj: dict) -> None:
+        meta = obj["metadata"]
+        key = (meta.get("namespace", ""), meta["name"])
+        if kind == "DELETED":
+            old = self._pods.pop(key, None)
+            if old is None or old.job is None:
+                return
+            job_id = old.job.id
+            if self._job_pod.get(job_id) == key:
+                del self._job_pod[job_id]
+            if key in self._ignore_delete:
+                self._ignore_delete.discard(key)
+                if self._stopping.get(job_id) and self._reported.get(key) == self._stopping[job_id]:
+                    self._stopping.pop(job_id, None)
+            elif self._reported.get(key) not in ("succeeded", "failed", "preempted", "cancelled"):
+                self._inflight.pop(job_id, None)
+                self._emit(job_id, "failed", old.node, "pod deleted outside Flotilla")
+            self._reported.pop(key, None)
+            return
+        spec = obj.get("spec") or {}
+        phase = pod_phase(obj)
+        deleting = bool(meta.get("deletionTimestamp"))
+        node = spec.get("nodeName")
+        old = self._pods.get(key)
+        if is_ours(obj):
+            job = old.job if old is not None and old.job is not None and old.node == node else None
+            if job is None:
+                job = job_from_pod(obj, self.name, self._requests_cache)
+            status = obj.get("status") or {}
+            pod = _Pod(key, node, phase, deleting, job=job, reason=status.get("reason") or status.get("message") or "")
+            self._pods[key] = pod
+            job_id = job.id
+            try:
+                attempt = int((meta.get("annotations") or {}).get(ATTEMPT, "0"))
+            except ValueError:
+                attempt = 0
+            if attempt > self._attempts.get(job_id, -1):
+                self._attempts[job_id] = attempt
+            current = self._job_pod.get(job_id)
+            if current is None or current == key or not deleting:
+                self._job_pod[job_id] = key
+            if node is not None:
+                self._inflight.pop(job_id, None)
+            self._pod_events(pod, job_id)
+        else:
+            requests = old.requests if old is not None and old.requests is not None else pod_requests(obj)
+            self._pods[key] = _Pod(key, node, phase, deleting, requests=requests)
+
+    def _pod_events(self, pod: _Pod, job_id: str) -> None:
+        reported = self._reported.get(pod.key)
+        if reported in ("succeeded", "failed", "preempted", "cancelled"):
+            return
+        if pod.phase == "Running" and reported is None and not pod.deleting:
+            self._reported[pod.key] = "running"
+            self._emit(job_id, "running", pod.node)
+        elif pod.phase in ("Succeeded", "Failed"):
+            kind = "succeeded" if pod.phase == "Succeeded" else "failed"
+            if reported is None and pod.phase == "Succeeded":
+                self._emit(job_id, "running", pod.node)
+            self._reported[pod.key] = kind
+            self._emit(job_id, kind, pod.node, pod.reason if kind == "failed" else "")
+            if self.delete_finished and not pod.deleting:
+                self._ignore_delete.add(pod.key)
+                self._pool.submit(self._delete_finished, pod.key)
+
+    # -- reading back (tests, tools) ---------------------------------------------------------
+    def pods_by_node(self) -> dict[str, list[str]]:
+        """Job ids of our live (not deleting, not finished) pods per node, from the informer's copy."""
+        out: dict[str, list[str]] = {}
+        with self._lock:
+            for pod in self._pods.values():
+                if pod.job is not None and not pod.deleting and pod.phase not in ("Succeeded", "Failed"):
+                    out.setdefault(pod.node or "", []).append(pod.job.id)
+        return out
+
+
+def backend_from_config(cluster_config, config=None, **kwargs) -> KubernetesCluster:
+    """A :class:`KubernetesCluster` for a ``kind: kubernetes`` entry of the scheduler config."""
+    settings = settings_from_config(cluster_config, config)
+    pcs = []
+    if config is not None:
+        pcs = [(pc.name, pc.priority, pc.preemptible) for pc in getattr(config, "priority_classes", []) or []]
+    options = dict(
+        kubeconfig=getattr(cluster_config, "kubeconfig", None) or "~/.kube/config",
+        context=getattr(cluster_config, "context", None),
+        settings=settings,
+        priority_classes=pcs,
+    )
+    for attr, key in (("bind", "bind"), ("workers", "workers"), ("node_selector", "node_selector"),
+                      ("delete_finished", "delete_finished")):
+        value = getattr(cluster_config, attr, None)
+        if value is not None:
+            options[key] = value
+    options.update(kwargs)
+    return KubernetesCluster(cluster_config.name, **options)
+
+
+def _seconds(value, default: float | None) -> float | None:
+    if value is None:
+        return default
+    if hasattr(value, "total_seconds"):
+        return float(value.total_seconds())
+    try:
+        return parse_duration(value)
+    except QuantityError:
+        return default
+
+
+def settings_from_config(cluster_config=None, config=None) -> PodSettings:
+    """Pod settings from the scheduler config: namespace, grace period default, cpu/gpu deadlines."""
+    grace = getattr(config, "grace_period", None) if config is not None else None
+    deadlines = getattr(config, "deadlines", None) if config is not None else None
+
+    def pick(obj, *names):
+        for n in names:
+            if obj is None:
+                return None
+            if isinstance(obj, Mapping):
+                if n in obj:
+                    return obj[n]
+            elif getattr(obj, n, None) is not None:
+                return getattr(obj, n)
+        return None
+
+    defaults = PodSettings()
+    return PodSettings(
+        namespace=getattr(cluster_config, "namespace", None) or defaults.namespace,
+        name_prefix=getattr(cluster_config, "pod_name_prefix", None) or defaults.name_prefix,
+        scheduler_name=getattr(cluster_config, "scheduler_name", None) or defaults.scheduler_name,
+        grace_default=_seconds(pick(grace, "default"), defaults.grace_default),
+        deadline_cpu=_seconds(pick(deadlines, "cpu"), defaults.deadline_cpu),
+        deadline_gpu=_seconds(pick(deadlines, "gpu"), defaults.deadline_gpu),
+    )
+
+
+__all__ = ["KubernetesCluster", "annotation_duration", "backend_from_config", "settings_from_config"]

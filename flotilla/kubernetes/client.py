@@ -1,0 +1,190 @@
+"""A thin, fast REST layer over the official ``kubernetes`` client.
+
+The official client (pinned ``kubernetes>=37,<38``) does what is hard to get
+right: reading a kubeconfig and one of its contexts, client certificates,
+bearer tokens, exec plugins, TLS. Its typed models are another matter: a pod
+deserialized into pydantic models costs a millisecond or more, and a
+scheduler reading tens of thousands of watch events, or creating thousands
+of pods a second, cannot afford that. So this module takes the official
+client's configuration and connection pool (``RESTClientObject``) and sends
+plain JSON over it: request bodies are dicts serialized once, responses and
+watch events come back as dicts.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import threading
+from typing import Any, Iterator
+from urllib.parse import quote, urlencode
+
+import urllib3
+from kubernetes import config as kube_config
+from kubernetes.client import Configuration
+from kubernetes.client.rest import RESTClientObject
+
+
+class KubeError(Exception):
+    """Base of the errors raised here."""
+
+
+class Unreachable(KubeError):
+    """The API server could not be reached (connection refused, reset, timed out)."""
+
+
+class ApiError(KubeError):
+    """The API server answered with an error status."""
+
+    def __init__(self, status: int, body: Any, method: str = "", path: str = ""):
+        self.status = status
+        self.body = body
+        self.reason = body.get("reason", "") if isinstance(body, dict) else ""
+        message = body.get("message", "") if isinstance(body, dict) else str(body)[:300]
+        super().__init__(f"{method} {path}: {status} {self.reason} {message}".strip())
+
+
+class Gone(ApiError):
+    """410: a watch's resource version is too old; relist."""
+
+
+def load_configuration(kubeconfig: str | None = None, context: str | None = None) -> Configuration:
+    """A client configuration from a kubeconfig file (``~`` expanded) and an optional context."""
+    cfg = Configuration()
+    path = os.path.expanduser(kubeconfig or os.environ.get("KUBECONFIG", "~/.kube/config"))
+    kube_config.load_kube_config(config_file=path, context=context, client_configuration=cfg,
+                                 persist_config=False)
+    return cfg
+
+
+class KubeClient:
+    """JSON over the official client's connection pool; thread-safe.
+
+    ``timeout`` bounds ordinary requests (connect and read); watches use
+    their own read timeout a little above the server-side ``timeoutSeconds``.
+    """
+
+    def __init__(self, configuration: Configuration, pool_size: int = 32, timeout: float = 10.0):
+        configuration.connection_pool_maxsize = pool_size
+        self.configuration = configuration
+        self.host = configuration.host.rstrip("/")
+        self.timeout = timeout
+        self._rest = RESTClientObject(configuration)
+        self._pool: urllib3.PoolManager = self._rest.pool_manager
+        self._lock = threading.Lock()
+
+    @classmethod
+    def from_kubeconfig(cls, kubeconfig: str | None = None, context: str | None = None, **kwargs) -> "KubeClient":
+        return cls(load_configuration(kubeconfig, context), **kwargs)
+
+    def _headers(self, content_type: str | None = None) -> dict[str, str]:
+        headers = {"Accept": "application/json", "User-Agent": "flotilla"}
+        if content_type:
+            headers["Content-Type"] = content_type
+        for setting in self.configuration.auth_settings().values():
+            if setting.get("in") == "header" and setting.get("value"):
+                headers[setting["key"]] = setting["value"]
+        return headers
+
+    def request(self, method: str, path: str, body: Any = None, params: dict | None = None,
+                timeout: float | None = None, content_type: str = "application/json") -> Any:
+        url = self.host + path
+        if params:
+            url += "?" + urlencode(params)
+        data = None
+        if body is not None:
+            data = body if isinstance(body, (bytes, str)) else json.dumps(body, separators=(",", ":"))
+        t = timeout or self.timeout
+        try:
+            response = self._pool.request(method, url, body=data,
+                                          headers=self._headers(content_type if data is not None else None),
+                                          timeout=urllib3.Timeout(connect=min(t, 5.0), read=t), retries=False)
+        except (urllib3.exceptions.HTTPError, OSError) as exc:
+            raise Unreachable(f"{method} {self.host}{path}: {exc}") from exc
+        raw = response.data
+        try:
+            payload = json.loads(raw) if raw else None
+        except ValueError:
+            payload = raw.decode("utf-8", "replace")
+        if response.status >= 400:
+            cls = Gone if response.status == 410 else ApiError
+            raise cls(response.status, payload, method, path)
+        return payload
+
+    def get(self, path: str, **params) -> Any:
+        return self.request("GET", path, params=params or None)
+
+    def post(self, path: str, body: Any, **params) -> Any:
+        return self.request("POST", path, body, params=params or None)
+
+    def delete(self, path: str, body: Any = None, **params) -> Any:
+        return self.request("DELETE", path, body, params=params or None)
+
+    def patch(self, path: str, body: Any, kind: str = "application/merge-patch+json") -> Any:
+        return self.request("PATCH", path, body, content_type=kind)
+
+    def watch(self, path: str, resource_version: str, timeout_seconds: int = 60,
+              stop: threading.Event | None = None, **params) -> Iterator[dict]:
+        """Yield watch events (dicts with ``type`` and ``object``) from ``resource_version``, bookmarks included.
+
+        Raises :class:`Gone` when the version is too old (also when the server
+        says so inside the stream), :class:`Unreachable` when the connection
+        fails or breaks. Returns normally when the server closes the watch.
+        """
+        query = {"watch": "1", "resourceVersion": resource_version, "allowWatchBookmarks": "true",
+                 "timeoutSeconds": str(timeout_seconds), **params}
+        url = f"{self.host}{path}?{urlencode(query)}"
+        try:
+            response = self._pool.request("GET", url, headers=self._headers(), preload_content=False,
+                                          timeout=urllib3.Timeout(connect=5.0, read=timeout_seconds + 15),
+                                          retries=False)
+        except (urllib3.exceptions.HTTPError, OSError) as exc:
+            raise Unreachable(f"watch {self.host}{path}: {exc}") from exc
+        try:
+            if response.status >= 400:
+                raw = response.read()
+                try:
+                    payload = json.loads(raw)
+                except ValueError:
+                    payload = raw.decode("utf-8", "replace")
+                raise (Gone if response.status == 410 else ApiError)(response.status, payload, "WATCH", path)
+            buffer = b""
+            for chunk in response.stream(65536, decode_content=True):
+                if stop is not None and stop.is_set():
+                    return
+                buffer += chunk
+                while True:
+                    end = buffer.find(b"\n")
+                    if end < 0:
+                        break
+                    line, buffer = buffer[:end], buffer[end + 1:]
+                    if not line.strip():
+                        continue
+                    event = json.loads(line)
+                    if event.get("type") == "ERROR":
+                        status = event.get("object") or {}
+                        code = status.get("code", 500)
+                        raise (Gone if code == 410 else ApiError)(code, status, "WATCH", path)
+                    yield event
+        except (urllib3.exceptions.HTTPError, OSError) as exc:
+            raise Unreachable(f"watch {self.host}{path} broke: {exc}") from exc
+        finally:
+            response.release_conn()
+
+    def healthy(self, timeout: float = 2.0) -> bool:
+        try:
+            self.request("GET", "/readyz", timeout=timeout)
+            return True
+        except KubeError:
+            return False
+
+    def close(self) -> None:
+        self._pool.clear()
+
+
+def pod_path(namespace: str, name: str = "") -> str:
+    base = f"/api/v1/namespaces/{quote(namespace)}/pods"
+    return f"{base}/{quote(name)}" if name else base
+
+
+__all__ = ["ApiError", "Gone", "KubeClient", "KubeError", "Unreachable", "load_configuration", "pod_path"]

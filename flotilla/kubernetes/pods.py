@@ -1,0 +1,305 @@
+"""Jobs as pods and back: the pod Flotilla creates for a job, and what it reads from pods and nodes.
+
+Every pod Flotilla creates carries the label ``flotilla.io/job-id`` (that is
+how its pods are told from everyone else's) and labels for its queue, job
+set and priority class; the exact values (labels are limited to 63
+characters) and what the scheduler needs to rebuild the job from the pod
+alone (priority, submission time, gang) are in annotations. Pods nobody
+labelled that sit on a node Flotilla schedules onto are *foreign*: their
+requests are taken off that node's free space.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import re
+from dataclasses import dataclass
+from typing import Any, Mapping
+
+from flotilla.core.model import (GANG_CARDINALITY_ANNOTATION, GANG_ID_ANNOTATION, Gang, Job, JobState, Node,
+                                 Taint, Toleration)
+from flotilla.core.quantities import QuantityError, format_quantity, parse_quantity
+
+PREFIX = "flotilla.io/"
+JOB_ID = PREFIX + "job-id"
+QUEUE = PREFIX + "queue"
+JOB_SET = PREFIX + "job-set"
+PRIORITY_CLASS = PREFIX + "priority-class"
+PRIORITY = PREFIX + "priority"
+SUBMITTED = PREFIX + "submitted"
+ATTEMPT = PREFIX + "attempt"
+GRACE_PERIOD = PREFIX + "grace-period"
+DEADLINE = PREFIX + "active-deadline"
+DURATION = PREFIX + "simulated-duration"
+NAMESPACE = PREFIX + "namespace"
+IMAGE = PREFIX + "image"
+#: kwok's delay annotation read by our pod-complete Stage (flotilla/kwok/stages/pods.yaml).
+KWOK_COMPLETE_DELAY = "pod-complete.stage.kwok.x-k8s.io/delay"
+FAKE_NODE = "kwok.x-k8s.io/node"
+
+DEFAULT_IMAGE = "registry.k8s.io/pause:3.10"
+_LABEL_VALUE = re.compile(r"^(([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9])?$")
+_NAME_BAD = re.compile(r"[^a-z0-9-]+")
+
+
+def label_value(value: str) -> str:
+    """``value`` if it is a valid label value, else a valid one derived from it (the exact value is in an annotation)."""
+    if len(value) <= 63 and _LABEL_VALUE.match(value):
+        return value
+    digest = hashlib.sha1(value.encode()).hexdigest()[:10]
+    cleaned = re.sub(r"[^-A-Za-z0-9_.]+", "-", value)[:50].strip("-_.")
+    return f"{cleaned}-{digest}" if cleaned else digest
+
+
+def pod_name(prefix: str, job_id: str, attempt: int) -> str:
+    """A DNS-1123 name for the job's ``attempt``-th pod (a preempted job's next pod must not collide with the old one)."""
+    cleaned = _NAME_BAD.sub("-", job_id.lower()).strip("-")
+    if cleaned != job_id or len(cleaned) > 200:
+        cleaned = f"{cleaned[:180].strip('-')}-{hashlib.sha1(job_id.encode()).hexdigest()[:8]}".strip("-")
+    return f"{prefix}{cleaned}-{attempt}"
+
+
+@dataclass(frozen=True, slots=True)
+class PodSettings:
+    """How jobs become pods on one cluster."""
+
+    namespace: str = "default"
+    name_prefix: str = "flotilla-"
+    image: str = DEFAULT_IMAGE
+    scheduler_name: str = "flotilla"
+    grace_default: float = 1.0
+    deadline_cpu: float | None = 3 * 86400
+    deadline_gpu: float | None = 14 * 86400
+    set_priority_class_name: bool = True
+
+
+def _seconds_int(value: float) -> int:
+    return max(1, int(round(value)))
+
+
+def job_namespace(job: Job, settings: PodSettings) -> str:
+    return getattr(job, "namespace", None) or job.annotations.get(NAMESPACE) or settings.namespace
+
+
+def job_grace_period(job: Job, settings: PodSettings) -> int:
+    value = getattr(job, "grace_period", None)
+    if value is None and GRACE_PERIOD in job.annotations:
+        try:
+            value = float(job.annotations[GRACE_PERIOD])
+        except ValueError:
+            value = None
+    return _seconds_int(settings.grace_default if value is None else value)
+
+
+def job_deadline(job: Job, settings: PodSettings) -> int | None:
+    value = getattr(job, "deadline", None)
+    if value is None and DEADLINE in job.annotations:
+        try:
+            value = float(job.annotations[DEADLINE])
+        except ValueError:
+            value = None
+    if value is None:
+        gpu = any(amount > 0 for name, amount in job.requests.items() if name.endswith("/gpu"))
+        value = settings.deadline_gpu if gpu else settings.deadline_cpu
+    return None if value is None else _seconds_int(value)
+
+
+def pod_manifest(job: Job, node: str | None, attempt: int, settings: PodSettings,
+                 duration: float | None = None, priority_class_known: bool = True) -> dict[str, Any]:
+    """The pod for ``job``: bound to ``node`` (``spec.nodeName``) or, with ``node=None``, pending for a binding."""
+    labels = {
+        JOB_ID: label_value(job.id),
+        QUEUE: label_value(job.queue),
+        JOB_SET: label_value(job.job_set or "none"),
+        PRIORITY_CLASS: label_value(job.priority_class or "none"),
+    }
+    annotations = dict(job.annotations)
+    annotations.update({
+        JOB_ID: job.id, QUEUE: job.queue, JOB_SET: job.job_set, PRIORITY_CLASS: job.priority_class,
+        PRIORITY: str(job.priority), SUBMITTED: repr(float(job.submitted)), ATTEMPT: str(attempt),
+    })
+    if job.gang is not None:
+        annotations[GANG_ID_ANNOTATION] = job.gang.id
+        annotations[GANG_CARDINALITY_ANNOTATION] = str(job.gang.cardinality)
+    if duration is not None:
+        annotations[KWOK_COMPLETE_DELAY] = f"{max(0, int(round(duration * 1000)))}ms"
+    resources = {name: format_quantity(amount, name) for name, amount in job.requests.items()}
+    spec: dict[str, Any] = {
+        "containers": [{
+            "name": "job",
+            "image": job.annotations.get(IMAGE, settings.image),
+            "resources": {"requests": resources, "limits": dict(resources)},
+        }],
+        "restartPolicy": "Never",
+        "schedulerName": settings.scheduler_name,
+        "terminationGracePeriodSeconds": job_grace_period(job, settings),
+        "automountServiceAccountToken": False,
+        "enableServiceLinks": False,
+        # Flotilla placed the pod; it must not be evicted for the fake node's usual taints either.
+        "tolerations": [_toleration_dict(t) for t in job.tolerations],
+    }
+    deadline = job_deadline(job, settings)
+    if deadline is not None:
+        spec["activeDeadlineSeconds"] = deadline
+    if job.node_selector:
+        spec["nodeSelector"] = dict(job.node_selector)
+    if node is not None:
+        spec["nodeName"] = node
+    if settings.set_priority_class_name and priority_class_known and job.priority_class:
+        spec["priorityClassName"] = job.priority_class
+    return {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {
+            "name": pod_name(settings.name_prefix, job.id, attempt),
+            "namespace": job_namespace(job, settings),
+            "labels": labels,
+            "annotations": annotations,
+        },
+        "spec": spec,
+    }
+
+
+def _toleration_dict(t: Toleration) -> dict[str, str]:
+    out = {"operator": t.operator}
+    if t.key:
+        out["key"] = t.key
+    if t.value:
+        out["value"] = t.value
+    if t.effect:
+        out["effect"] = t.effect
+    return out
+
+
+# -- reading back ------------------------------------------------------------------
+
+def _quantity(value: Any, resource: str) -> int:
+    try:
+        return parse_quantity(value, resource)
+    except QuantityError:
+        # Not whole in our unit (e.g. 1.5 bytes of memory): round up, never let it fit where it would not.
+        from decimal import ROUND_CEILING, Decimal
+        text = str(value)
+        for suffix, factor in (("Ki", 2**10), ("Mi", 2**20), ("Gi", 2**30), ("Ti", 2**40), ("m", Decimal("0.001"))):
+            if text.endswith(suffix):
+                amount = Decimal(text[: -len(suffix)]) * Decimal(factor)
+                break
+        else:
+            amount = Decimal(text)
+        if resource == "cpu":
+            amount *= 1000
+        return int(amount.to_integral_value(ROUND_CEILING))
+
+
+def pod_requests(pod: Mapping[str, Any]) -> dict[str, int]:
+    """Effective requests: sum of containers, at least the largest init container, plus overhead (as kube-scheduler)."""
+    spec = pod.get("spec") or {}
+    total: dict[str, int] = {}
+    for container in spec.get("containers") or ():
+        requests = (container.get("resources") or {}).get("requests") or {}
+        for name, value in requests.items():
+            total[name] = total.get(name, 0) + _quantity(value, name)
+    for container in spec.get("initContainers") or ():
+        requests = (container.get("resources") or {}).get("requests") or {}
+        for name, value in requests.items():
+            amount = _quantity(value, name)
+            if amount > total.get(name, 0):
+                total[name] = amount
+    for name, value in (spec.get("overhead") or {}).items():
+        total[name] = total.get(name, 0) + _quantity(value, name)
+    return total
+
+
+def is_ours(pod: Mapping[str, Any]) -> bool:
+    return JOB_ID in ((pod.get("metadata") or {}).get("labels") or {})
+
+
+def pod_phase(pod: Mapping[str, Any]) -> str:
+    return (pod.get("status") or {}).get("phase") or "Pending"
+
+
+def is_terminal(pod: Mapping[str, Any]) -> bool:
+    return pod_phase(pod) in ("Succeeded", "Failed")
+
+
+def job_from_pod(pod: Mapping[str, Any], cluster: str, requests_cache: dict | None = None) -> Job:
+    """The running job a Flotilla pod stands for, rebuilt from its labels, annotations and spec."""
+    meta = pod["metadata"]
+    ann = meta.get("annotations") or {}
+    labels = meta.get("labels") or {}
+    spec = pod.get("spec") or {}
+    gang = None
+    if GANG_ID_ANNOTATION in ann:
+        try:
+            gang = Gang(ann[GANG_ID_ANNOTATION], int(ann.get(GANG_CARDINALITY_ANNOTATION, "1")))
+        except ValueError:
+            gang = None
+    requests = pod_requests(pod)
+    if requests_cache is not None:  # identical request mappings shared, as the core expects of bulk jobs
+        key = tuple(sorted(requests.items()))
+        requests = requests_cache.setdefault(key, requests)
+    tolerations = tuple(
+        Toleration(t.get("key", ""), t.get("operator", "Equal"), t.get("value", ""), t.get("effect", ""))
+        for t in spec.get("tolerations") or ())
+    try:
+        priority = int(ann.get(PRIORITY, "0"))
+    except ValueError:
+        priority = 0
+    try:
+        submitted = float(ann.get(SUBMITTED, "0"))
+    except ValueError:
+        submitted = 0.0
+    user_annotations = {k: v for k, v in ann.items() if not k.startswith(PREFIX) and "kwok.x-k8s.io" not in k}
+    return Job(
+        id=ann.get(JOB_ID) or labels[JOB_ID],
+        queue=ann.get(QUEUE) or labels.get(QUEUE, ""),
+        job_set=ann.get(JOB_SET, labels.get(JOB_SET, "")),
+        priority=priority,
+        priority_class=ann.get(PRIORITY_CLASS) or spec.get("priorityClassName") or "",
+        submitted=submitted,
+        requests=requests,
+        node_selector=dict(spec.get("nodeSelector") or {}),
+        tolerations=tolerations,
+        gang=gang,
+        state=JobState.RUNNING,
+        cluster=cluster,
+        node=spec.get("nodeName"),
+        annotations=user_annotations,
+    )
+
+
+def node_ready(node: Mapping[str, Any]) -> bool:
+    for condition in (node.get("status") or {}).get("conditions") or ():
+        if condition.get("type") == "Ready":
+            return condition.get("status") == "True"
+    return False
+
+
+def node_from_object(obj: Mapping[str, Any], cluster: str) -> Node:
+    """A scheduler node: allocatable resources, labels, taints; cordoned or not-Ready nodes are unschedulable."""
+    meta = obj["metadata"]
+    spec = obj.get("spec") or {}
+    status = obj.get("status") or {}
+    allocatable = status.get("allocatable") or status.get("capacity") or {}
+    resources = {}
+    for name, value in allocatable.items():
+        if name == "pods":  # jobs do not request it; kwok's nodes allow a million
+            continue
+        resources[name] = _quantity(value, name)
+    taints = tuple(Taint(t.get("key", ""), t.get("value", ""), t.get("effect", "NoSchedule"))
+                   for t in spec.get("taints") or ()
+                   # the node controller's own not-ready/unreachable taints are expressed by `unschedulable`
+                   if not t.get("key", "").startswith("node.kubernetes.io/"))
+    return Node(
+        name=meta["name"],
+        cluster=cluster,
+        resources=resources,
+        labels=dict(meta.get("labels") or {}),
+        taints=taints,
+        unschedulable=bool(spec.get("unschedulable")) or not node_ready(obj),
+    )
+
+
+__all__ = ["ATTEMPT", "FAKE_NODE", "JOB_ID", "KWOK_COMPLETE_DELAY", "PodSettings", "QUEUE", "is_ours", "is_terminal",
+           "job_from_pod", "label_value", "node_from_object", "node_ready", "pod_manifest", "pod_name",
+           "pod_phase", "pod_requests"]

@@ -1,0 +1,301 @@
+"""Fake Kubernetes clusters on this machine: kwokctl with our own binaries, nodes from a template.
+
+``up`` runs ``kwokctl create cluster --runtime binary`` with the binaries
+``scripts/k8s-tools`` builds (nothing is downloaded) and only three
+components: etcd, kube-apiserver and kwok-controller. Flotilla binds pods
+itself, so there is no kube-scheduler; there is no controller-manager
+either, so no namespace gets a ``default`` ServiceAccount: the API server
+runs with the ServiceAccount admission plugin disabled. kwok-controller gets
+our Stage documents (``flotilla/kwok/stages/*.yaml``): nodes become Ready at
+once, pods Running at once and Succeeded after the duration the backend
+writes on them, deleted pods go after their grace period.
+
+Then ``up`` creates N fake nodes (annotation ``kwok.x-k8s.io/node: fake``)
+from a template and returns the kubeconfig and context to use.
+"""
+
+from __future__ import annotations
+
+import copy
+import os
+import shutil
+import signal
+import subprocess
+import time
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+STAGES_DIR = Path(__file__).resolve().parent / "stages"
+REPO = Path(__file__).resolve().parents[2]
+TOOLS = ("etcd", "kube-apiserver", "kwok", "kwokctl")
+DEFAULT_KUBECONFIG = "~/.kube/config"
+
+DEFAULT_NODE: dict[str, Any] = {
+    "apiVersion": "v1",
+    "kind": "Node",
+    "metadata": {
+        "name": "node-{index}",
+        "annotations": {"kwok.x-k8s.io/node": "fake", "node.alpha.kubernetes.io/ttl": "0"},
+        "labels": {"type": "kwok", "kubernetes.io/os": "linux", "kubernetes.io/arch": "amd64"},
+    },
+    "status": {
+        "allocatable": {"cpu": "32", "memory": "128Gi", "pods": "110"},
+        "capacity": {"cpu": "32", "memory": "128Gi", "pods": "110"},
+    },
+}
+
+
+class KwokError(RuntimeError):
+    """A fake cluster could not be started, reached or stopped; the message says what to do."""
+
+
+@dataclass(frozen=True)
+class FakeCluster:
+    name: str
+    kubeconfig: str
+    context: str
+    workdir: Path
+
+    def client(self, **kwargs):
+        from flotilla.kubernetes.client import KubeClient
+        return KubeClient.from_kubeconfig(self.kubeconfig, self.context, **kwargs)
+
+
+def workdir(name: str) -> Path:
+    base = os.environ.get("KWOK_WORKDIR") or os.path.expanduser("~/.kwok")
+    return Path(base) / "clusters" / name
+
+
+def find_bin_dir(build: bool = True) -> Path:
+    """Where the toolchain is: ``FLOTILLA_K8S_BIN``, else what ``scripts/k8s-tools`` prints (building if needed)."""
+    env = os.environ.get("FLOTILLA_K8S_BIN")
+    if env:
+        path = Path(env).expanduser()
+        missing = [t for t in TOOLS if not (path / t).exists()]
+        if missing:
+            raise KwokError(f"FLOTILLA_K8S_BIN={env} lacks {', '.join(missing)}; run scripts/k8s-tools")
+        return path
+    cache = Path(os.environ.get("FLOTILLA_K8S_CACHE") or os.path.expanduser("~/.cache/flotilla/k8s"))
+    for candidate in sorted(cache.glob("*/bin"), reverse=True):
+        if all((candidate / t).exists() for t in TOOLS):
+            return candidate
+    script = REPO / "scripts" / "k8s-tools"
+    if build and script.exists():
+        result = subprocess.run([str(script)], capture_output=True, text=True)
+        lines = result.stdout.strip().splitlines()
+        if result.returncode == 0 and lines:
+            return Path(lines[-1])
+        raise KwokError(f"scripts/k8s-tools failed ({result.returncode}): {result.stderr.strip()[-500:]}")
+    raise KwokError("no Kubernetes toolchain found: run scripts/k8s-tools and set FLOTILLA_K8S_BIN to the "
+                    "directory it prints last")
+
+
+def _run(args: list[str], timeout: float = 300, env: dict | None = None) -> subprocess.CompletedProcess:
+    return subprocess.run(args, capture_output=True, text=True, timeout=timeout, env=env)
+
+
+def _kwokctl_env(bin_dir: Path) -> dict:
+    env = dict(os.environ)
+    env["PATH"] = f"{bin_dir}{os.pathsep}{env.get('PATH', '')}"
+    return env
+
+
+def load_node_template(path: str | os.PathLike | None) -> dict[str, Any]:
+    """A Node manifest (``kind: Node``), or the short form ``{namePrefix, resources, labels, taints}``.
+
+    In a manifest, ``{index}`` in ``metadata.name`` is replaced by 1..N
+    (without it, ``-{index}`` is appended). The kwok annotation is always set.
+    """
+    if path is None:
+        return copy.deepcopy(DEFAULT_NODE)
+    data = yaml.safe_load(Path(path).read_text()) or {}
+    if not isinstance(data, dict):
+        raise KwokError(f"{path}: expected a Node manifest or a mapping with resources/labels/taints")
+    if data.get("kind") == "Node":
+        node = copy.deepcopy(data)
+    else:
+        unknown = set(data) - {"namePrefix", "resources", "labels", "taints", "annotations"}
+        if unknown:
+            raise KwokError(f"{path}: unknown field(s) {', '.join(sorted(unknown))}; expected namePrefix, "
+                            "resources, labels, taints, annotations (or a full Node manifest)")
+        resources = {k: str(v) for k, v in (data.get("resources") or {"cpu": 32, "memory": "128Gi"}).items()}
+        resources.setdefault("pods", "110")
+        node = copy.deepcopy(DEFAULT_NODE)
+        node["metadata"]["name"] = f"{data.get('namePrefix', 'node')}-{{index}}"
+        node["metadata"]["labels"].update({str(k): str(v) for k, v in (data.get("labels") or {}).items()})
+        node["metadata"]["annotations"].update({str(k): str(v) for k, v in (data.get("annotations") or {}).items()})
+        node["status"] = {"allocatable": dict(resources), "capacity": dict(resources)}
+        if data.get("taints"):
+            node["spec"] = {"taints": [dict(t, effect=t.get("effect", "NoSchedule")) for t in data["taints"]]}
+    meta = node.setdefault("metadata", {})
+    meta.setdefault("annotations", {})["kwok.x-k8s.io/node"] = "fake"
+    meta.pop("resourceVersion", None)
+    meta.pop("uid", None)
+    name = meta.get("name") or "node"
+    if "{index}" not in name:
+        meta["name"] = f"{name}-{{index}}"
+    return node
+
+
+def render_node(template: dict[str, Any], index: int) -> dict[str, Any]:
+    node = copy.deepcopy(template)
+    node["metadata"]["name"] = node["metadata"]["name"].replace("{index}", str(index))
+    labels = node["metadata"].setdefault("labels", {})
+    labels.setdefault("kubernetes.io/hostname", node["metadata"]["name"])
+    return node
+
+
+def create_nodes(client, template: dict[str, Any], count: int, start: int = 1, workers: int = 8) -> list[str]:
+    """Create ``count`` nodes from ``template`` (existing ones are left as they are)."""
+    from flotilla.kubernetes.client import ApiError
+
+    def one(index: int) -> str:
+        node = render_node(template, index)
+        try:
+            client.post("/api/v1/nodes", node)
+        except ApiError as exc:
+            if exc.status != 409:
+                raise
+        return node["metadata"]["name"]
+
+    with ThreadPoolExecutor(max_workers=max(1, min(workers, count))) as pool:
+        return list(pool.map(one, range(start, start + count)))
+
+
+def wait_ready(client, timeout: float = 60.0) -> None:
+    deadline = time.monotonic() + timeout
+    last: Exception | None = None
+    while time.monotonic() < deadline:
+        try:
+            if client.request("GET", "/readyz", timeout=2.0) is not None:
+                # The default namespace appears a moment after readyz on a fresh cluster.
+                client.get("/api/v1/namespaces/default")
+                return
+        except Exception as exc:  # noqa: BLE001 - keep polling until the deadline
+            last = exc
+        time.sleep(0.2)
+    raise KwokError(f"API server not ready after {timeout:.0f}s: {last}")
+
+
+def wait_nodes_ready(client, names: list[str], timeout: float = 120.0) -> None:
+    from flotilla.kubernetes.pods import node_ready
+
+    want = set(names)
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        items = client.get("/api/v1/nodes").get("items", [])
+        ready = {n["metadata"]["name"] for n in items if node_ready(n)}
+        if want <= ready:
+            return
+        time.sleep(0.3)
+    raise KwokError(f"{len(want - ready)} of {len(want)} nodes not Ready after {timeout:.0f}s "
+                    "(is kwok-controller running? see its log in the cluster's logs/ directory)")
+
+
+def up(name: str, nodes: int = 0, node_template: str | os.PathLike | None = None,
+       kubeconfig: str = DEFAULT_KUBECONFIG, bin_dir: Path | None = None, timeout: float = 180.0,
+       extra_args: list[str] = ()) -> FakeCluster:
+    """Create (or reuse, if it is already running) the fake cluster ``name`` with ``nodes`` nodes."""
+    bin_dir = bin_dir or find_bin_dir()
+    kubeconfig_path = os.path.expanduser(kubeconfig)
+    Path(kubeconfig_path).parent.mkdir(parents=True, exist_ok=True)
+    template = load_node_template(node_template)
+    wd = workdir(name)
+    cluster = FakeCluster(name, kubeconfig_path, f"kwok-{name}", wd)
+    env = _kwokctl_env(bin_dir)
+    kwokctl = str(bin_dir / "kwokctl")
+    if (wd / "kubeconfig.yaml").exists():
+        # Already created: start whatever is stopped (kwokctl skips running components).
+        result = _run([kwokctl, "start", "cluster", "--name", name], timeout=timeout, env=env)
+        if result.returncode != 0:
+            raise KwokError(f"kwokctl start cluster --name {name} failed: {result.stderr.strip()[-800:]}")
+    else:
+        config = wd.parent.parent / f"flotilla-{name}-stages.yaml"
+        config.parent.mkdir(parents=True, exist_ok=True)
+        config.write_text("\n---\n".join(p.read_text() for p in sorted(STAGES_DIR.glob("*.yaml"))))
+        args = [kwokctl, "--name", name, "-c", str(config), "create", "cluster",
+                "--runtime", "binary",
+                "--components", "etcd,kube-apiserver,kwok-controller",
+                "--kube-apiserver-binary", str(bin_dir / "kube-apiserver"),
+                "--etcd-binary", str(bin_dir / "etcd"),
+                "--kwok-controller-binary", str(bin_dir / "kwok"),
+                "--kubeconfig", kubeconfig_path,
+                "--extra-args", "kube-apiserver=disable-admission-plugins=ServiceAccount",
+                "--timeout", f"{int(timeout)}s", "--wait", f"{int(timeout)}s"]
+        for extra in extra_args:
+            args += ["--extra-args", extra]
+        result = _run(args, timeout=timeout + 30, env=env)
+        if result.returncode != 0:
+            raise KwokError(f"kwokctl create cluster --name {name} failed ({result.returncode}): "
+                            f"{result.stderr.strip()[-1500:]}")
+    client = cluster.client()
+    try:
+        wait_ready(client, timeout)
+        if nodes:
+            names = create_nodes(client, template, nodes)
+            wait_nodes_ready(client, names, timeout)
+    finally:
+        client.close()
+    return cluster
+
+
+def down(name: str, kubeconfig: str = DEFAULT_KUBECONFIG, bin_dir: Path | None = None) -> bool:
+    """Delete the fake cluster ``name`` (processes, data, and its context in ``kubeconfig``). False if there was none."""
+    wd = workdir(name)
+    if not wd.exists():
+        return False
+    bin_dir = bin_dir or find_bin_dir(build=False)
+    result = _run([str(bin_dir / "kwokctl"), "--name", name, "delete", "cluster",
+                   "--kubeconfig", os.path.expanduser(kubeconfig)], timeout=120, env=_kwokctl_env(bin_dir))
+    if result.returncode != 0:
+        raise KwokError(f"kwokctl delete cluster --name {name} failed: {result.stderr.strip()[-800:]}")
+    if wd.exists():
+        shutil.rmtree(wd, ignore_errors=True)
+    return True
+
+
+def component_pid(name: str, component: str) -> int | None:
+    path = workdir(name) / "pids" / f"{component}.pid"
+    try:
+        pid = int(path.read_text().strip())
+    except (OSError, ValueError):
+        return None
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return None
+    except PermissionError:
+        pass
+    return pid
+
+
+def stop_component(name: str, component: str = "kube-apiserver", timeout: float = 30.0) -> bool:
+    """Stop one component of the fake cluster (SIGTERM, then SIGKILL); ``start`` brings it back."""
+    pid = component_pid(name, component)
+    if pid is None:
+        return False
+    os.kill(pid, signal.SIGTERM)
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if component_pid(name, component) is None:
+            return True
+        time.sleep(0.1)
+    os.kill(pid, signal.SIGKILL)
+    return True
+
+
+def start(name: str, bin_dir: Path | None = None, timeout: float = 120.0) -> None:
+    """Start whatever components of ``name`` are stopped and wait for its API server."""
+    bin_dir = bin_dir or find_bin_dir(build=False)
+    result = _run([str(bin_dir / "kwokctl"), "--name", name, "start", "cluster", "--wait", f"{int(timeout)}s"],
+                  timeout=timeout + 30, env=_kwokctl_env(bin_dir))
+    if result.returncode != 0:
+        raise KwokError(f"kwokctl start cluster --name {name} failed: {result.stderr.strip()[-800:]}")
+
+
+__all__ = ["FakeCluster", "KwokError", "create_nodes", "down", "find_bin_dir", "load_node_template", "render_node",
+           "start", "stop_component", "up", "wait_nodes_ready", "wait_ready"]
