@@ -1,0 +1,14 @@
+"""The Flotilla service: a durable job store, the submission API, job events, leases and ``flotilla serve``.
+
+Modules:
+
+* :mod:`~flotilla.service.settings` - what the service reads from the config, as plain values;
+* :mod:`~flotilla.service.schema` / :mod:`~flotilla.service.store` - SQLAlchemy Core tables,
+  versioned migrations, and every transaction the service runs;
+* :mod:`~flotilla.service.jobspec` - the job file (Armada's jobspec) and validation at submission;
+* :mod:`~flotilla.service.auth` - bearer tokens and per-queue permissions;
+* :mod:`~flotilla.service.api` - the FastAPI application;
+* :mod:`~flotilla.service.loop` - the scheduling loop (leases, events, hand-over to clusters);
+* :mod:`~flotilla.service.server` - ``flotilla serve``: API and loop in one process;
+* :mod:`~flotilla.service.client` / :mod:`~flotilla.service.cli` - the httpx client and the commands.
+"""

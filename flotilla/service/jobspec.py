@@ -1,0 +1,360 @@
+"""Job files (Armada's jobspec, spec section 2) and their validation at submission.
+
+Two stages, both all or nothing for the whole file:
+
+1. shape: the pydantic models below (wrong types, missing fields); errors
+   carry the field path, e.g. ``jobs[2].podSpec.containers``;
+2. rules (:func:`validate_jobs`): priority class exists, requests equal
+   limits, quantities parse, grace period and deadline rules, gangs
+   complete and consistent, one of ``podSpec``/``podSpecs``.
+
+The store adds the rules that need the database (the queue exists, a
+clientId already seen returns the existing job, gang ids are not reused)
+and the API checks that the user may submit to the queue. Every rejection
+names the job by index and clientId, the field, and the rule.
+"""
+
+from __future__ import annotations
+
+from typing import Annotated, Any, Sequence
+
+from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, ValidationError, model_validator
+
+from flotilla.core.model import GANG_CARDINALITY_ANNOTATION, GANG_ID_ANNOTATION
+from flotilla.core.quantities import QuantityError, format_quantity, parse_quantity
+from flotilla.service.settings import ServiceSettings
+from flotilla.service.store import NewJob, Pod, Rejection, SubmissionRejected
+
+SIMULATED_DURATION_ANNOTATION = "flotilla.io/simulated-duration"
+
+
+def _stringify(value: Any) -> Any:
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, (int, float)):
+        return str(value)
+    return value
+
+
+def _string_map(value: Any) -> Any:
+    if isinstance(value, dict):
+        return {k: _stringify(v) for k, v in value.items()}
+    return value
+
+
+Str = Annotated[str, BeforeValidator(_stringify)]
+StrMap = Annotated[dict[str, str], BeforeValidator(_string_map)]
+Quantity = Annotated[str, BeforeValidator(_stringify)]
+
+
+class ResourceRequirements(BaseModel):
+    model_config = ConfigDict(extra="allow")
+    requests: dict[str, Quantity] | None = None
+    limits: dict[str, Quantity] | None = None
+
+
+class Container(BaseModel):
+    model_config = ConfigDict(extra="allow")
+    name: str | None = None
+    image: str | None = None
+    resources: ResourceRequirements | None = None
+
+
+class Toleration(BaseModel):
+    model_config = ConfigDict(extra="allow")
+    key: str = ""
+    operator: str = "Equal"
+    value: Str = ""
+    effect: str = ""
+    tolerationSeconds: int | None = None
+
+
+class PodSpec(BaseModel):
+    """A Kubernetes pod spec; the fields the scheduler reads are typed, the rest is kept as given."""
+
+    model_config = ConfigDict(extra="allow")
+    containers: list[Container] = Field(min_length=1)
+    initContainers: list[Container] = Field(default_factory=list)
+    priorityClassName: str | None = None
+    terminationGracePeriodSeconds: float | None = None
+    activeDeadlineSeconds: float | None = None
+    nodeSelector: StrMap = Field(default_factory=dict)
+    tolerations: list[Toleration] = Field(default_factory=list)
+
+
+class JobItem(BaseModel):
+    model_config = ConfigDict(extra="allow")
+    priority: int = 0
+    namespace: str = "default"
+    clientId: Str | None = None
+    labels: StrMap = Field(default_factory=dict)
+    annotations: StrMap = Field(default_factory=dict)
+    podSpec: PodSpec | None = None
+    podSpecs: list[PodSpec] | None = None
+
+
+class JobFile(BaseModel):
+    """A job file: ``queue``, ``jobSetId`` and ``jobs`` (or one job's fields at the top level)."""
+
+    model_config = ConfigDict(extra="forbid")
+    queue: str = Field(min_length=1, max_length=255)
+    jobSetId: str = Field(min_length=1, max_length=255)
+    jobs: list[JobItem] = Field(min_length=1)
+
+    @model_validator(mode="before")
+    @classmethod
+    def _single_job_form(cls, data: Any) -> Any:
+        # Armada's short form: one job's fields next to queue and jobSetId.
+        if isinstance(data, dict) and "jobs" not in data and ("podSpec" in data or "podSpecs" in data):
+            data = dict(data)
+            job = {k: data.pop(k) for k in list(data) if k not in ("queue", "jobSetId")}
+            data["jobs"] = [job]
+        return data
+
+
+# -- turning pydantic errors into rejections ---------------------------------------------------
+
+def field_path(loc: Sequence) -> str:
+    out = ""
+    for part in loc:
+        if isinstance(part, int):
+            out += f"[{part}]"
+        else:
+            out += ("." if out else "") + str(part)
+    return out
+
+
+def raw_client_id(raw: Any, index: int) -> str | None:
+    try:
+        value = raw["jobs"][index].get("clientId")
+    except (KeyError, IndexError, TypeError, AttributeError):
+        return None
+    return None if value is None else str(value)
+
+
+def rejections_from_errors(errors: Sequence[dict], raw: Any) -> list[Rejection]:
+    """Pydantic errors (``loc`` relative to the file) as rejections naming the job."""
+    out = []
+    for err in errors:
+        loc = [part for part in err.get("loc", ()) if part != "body"]
+        if len(loc) >= 2 and loc[0] == "jobs" and isinstance(loc[1], int):
+            index = loc[1]
+            out.append(Rejection(index, raw_client_id(raw, index), field_path(loc[2:]) or "job", err["msg"]))
+        else:
+            out.append(Rejection(None, None, field_path(loc) or "file", err["msg"]))
+    return out
+
+
+def parse_file(raw: Any) -> JobFile:
+    """The shape stage; raises :class:`SubmissionRejected` naming each job and field."""
+    if not isinstance(raw, dict):
+        raise SubmissionRejected([Rejection(None, None, "file", "expected a mapping with queue, jobSetId and jobs")])
+    try:
+        return JobFile.model_validate(raw)
+    except ValidationError as exc:
+        fixed = raw if "jobs" in raw else JobFile._single_job_form(raw)
+        raise SubmissionRejected(rejections_from_errors(exc.errors(include_url=False), fixed)) from None
+
+
+# -- the rules ----------------------------------------------------------------------------------
+
+def _is_gpu(resource: str) -> bool:
+    return resource.endswith("/gpu") or resource == "gpu"
+
+
+def _fmt_seconds(value: float) -> str:
+    return f"{value:g}s"
+
+
+def validate_jobs(file: JobFile, settings: ServiceSettings) -> list[NewJob]:
+    """The rule stage: every job of the file checked, all problems reported together."""
+    problems: list[Rejection] = []
+    out: list[NewJob] = []
+    known_pcs = settings.priority_class_names
+    for index, job in enumerate(file.jobs):
+        cid = job.clientId
+        before = len(problems)
+
+        def reject(field: str, message: str) -> None:
+            problems.append(Rejection(index, cid, field, message))
+
+        if job.podSpec is not None and job.podSpecs is not None:
+            reject("podSpec", "give either podSpec or podSpecs, not both")
+            continue
+        if job.podSpec is None and not job.podSpecs:
+            reject("podSpec", "a job needs a podSpec (or podSpecs: a list of pod specs)")
+            continue
+        specs = [("podSpec", job.podSpec)] if job.podSpec is not None else \
+            [(f"podSpecs[{k}]", spec) for k, spec in enumerate(job.podSpecs)]
+
+        pcs = {spec.priorityClassName for _, spec in specs if spec.priorityClassName}
+        priority_class = settings.default_priority_class
+        if len(pcs) > 1:
+            reject(f"{specs[0][0]}.priorityClassName",
+                   f"the pods of one job must share a priority class, got {', '.join(sorted(pcs))}")
+        elif pcs:
+            priority_class = pcs.pop()
+            if priority_class not in known_pcs:
+                reject(f"{next(p for p, s in specs if s.priorityClassName)}.priorityClassName",
+                       f"priority class {priority_class!r} does not exist (known: {', '.join(sorted(known_pcs))})")
+
+        pods: list[Pod] = []
+        grace = 0.0
+        deadlines: list[float | None] = []
+        stored_specs = []
+        for path, spec in specs:
+            requests: dict[str, int] = {}
+            init_max: dict[str, int] = {}
+            for group, containers in (("containers", spec.containers), ("initContainers", spec.initContainers)):
+                for c, container in enumerate(containers):
+                    cpath = f"{path}.{group}[{c}].resources"
+                    res = container.resources or ResourceRequirements()
+                    req = _parse_map(res.requests or {}, f"{cpath}.requests", reject)
+                    lim = _parse_map(res.limits or {}, f"{cpath}.limits", reject)
+                    if req is None or lim is None:
+                        continue
+                    for name in sorted(set(req) | set(lim)):
+                        if name in req and name not in lim:
+                            reject(f"{cpath}.limits.{name}",
+                                   f"requests must equal limits: {name} is requested "
+                                   f"({format_quantity(req[name], name)}) but has no limit")
+                        elif name in req and req[name] != lim[name]:
+                            reject(f"{cpath}.limits.{name}",
+                                   f"requests must equal limits: {name} requests {format_quantity(req[name], name)}"
+                                   f" but limits {format_quantity(lim[name], name)}")
+                    effective = {**lim, **req}
+                    target = requests if group == "containers" else init_max
+                    for name, amount in effective.items():
+                        if group == "containers":
+                            target[name] = target.get(name, 0) + amount
+                        else:
+                            target[name] = max(target.get(name, 0), amount)
+            for name, amount in init_max.items():
+                requests[name] = max(requests.get(name, 0), amount)
+
+            tgps = spec.terminationGracePeriodSeconds
+            if tgps is None:
+                pod_grace = max(1.0, settings.grace_default)
+            elif tgps < 0:
+                reject(f"{path}.terminationGracePeriodSeconds", f"must not be negative, got {tgps:g}")
+                pod_grace = 1.0
+            elif tgps == 0:
+                pod_grace = 1.0
+            elif tgps < 1:
+                reject(f"{path}.terminationGracePeriodSeconds",
+                       f"{tgps:g}s is between 0 and 1s: use 0 (meaning 1s) or at least 1s")
+                pod_grace = 1.0
+            elif tgps > settings.grace_max:
+                reject(f"{path}.terminationGracePeriodSeconds",
+                       f"{tgps:g}s is above the maximum grace period (gracePeriod.max = "
+                       f"{_fmt_seconds(settings.grace_max)})")
+                pod_grace = tgps
+            else:
+                pod_grace = float(tgps)
+            grace = max(grace, pod_grace)
+
+            ads = spec.activeDeadlineSeconds
+            if ads is not None and ads <= 0:
+                reject(f"{path}.activeDeadlineSeconds", f"must be positive, got {ads:g}")
+            deadlines.append(ads)
+
+            tolerations = [t.model_dump(exclude_none=True) for t in spec.tolerations]
+            pods.append(Pod({k: v for k, v in requests.items() if v}, dict(spec.nodeSelector), tolerations))
+            stored_specs.append(spec.model_dump(mode="json", exclude_none=True))
+
+        gpu = any(_is_gpu(name) and amount > 0 for pod in pods for name, amount in pod.requests.items())
+        default_deadline = settings.deadline_gpu if gpu else settings.deadline_cpu
+        deadline = max((d if d is not None else default_deadline) for d in deadlines) if deadlines else default_deadline
+        for stored, given in zip(stored_specs, deadlines):
+            stored["terminationGracePeriodSeconds"] = grace
+            stored["activeDeadlineSeconds"] = given if given is not None else default_deadline
+
+        gang_id = job.annotations.get(GANG_ID_ANNOTATION)
+        cardinality_text = job.annotations.get(GANG_CARDINALITY_ANNOTATION)
+        cardinality = None
+        if gang_id is not None or cardinality_text is not None:
+            if not gang_id:
+                reject(f"annotations.{GANG_ID_ANNOTATION}",
+                       f"a gang needs both {GANG_ID_ANNOTATION} and {GANG_CARDINALITY_ANNOTATION}; gangId is missing")
+            try:
+                cardinality = int(cardinality_text) if cardinality_text is not None else None
+            except ValueError:
+                cardinality = None
+            if cardinality is None or cardinality < 1:
+                reject(f"annotations.{GANG_CARDINALITY_ANNOTATION}",
+                       f"gang cardinality must be a whole number of jobs, at least 1; got {cardinality_text!r}")
+                cardinality = None
+
+        if len(problems) > before:
+            continue
+        spec_out = job.model_dump(mode="json", exclude_none=True)
+        spec_out.pop("podSpec", None)
+        spec_out.pop("podSpecs", None)
+        spec_out["podSpec" if job.podSpec is not None else "podSpecs"] = \
+            stored_specs[0] if job.podSpec is not None else stored_specs
+        out.append(NewJob(index=index, client_id=cid, priority=job.priority, priority_class=priority_class,
+                          pods=pods, grace_period=grace, deadline=float(deadline),
+                          annotations=dict(job.annotations), spec=spec_out,
+                          gang_id=gang_id or None, gang_cardinality=cardinality))
+
+    # Gangs: every member in this submission, with one cardinality.
+    gangs: dict[str, list[NewJob]] = {}
+    for new in out:
+        if new.gang_id is not None:
+            gangs.setdefault(new.gang_id, []).append(new)
+    for gang_id, members in gangs.items():
+        cards = sorted({m.gang_cardinality for m in members})
+        if len(cards) > 1:
+            detail = ", ".join(f"job {m.index} says {m.gang_cardinality}" for m in members)
+            for m in members:
+                problems.append(Rejection(m.index, m.client_id, f"annotations.{GANG_CARDINALITY_ANNOTATION}",
+                                          f"gang {gang_id!r} has inconsistent cardinality ({detail})"))
+            continue
+        if len(members) != cards[0]:
+            for m in members:
+                problems.append(Rejection(
+                    m.index, m.client_id, f"annotations.{GANG_ID_ANNOTATION}",
+                    f"gang {gang_id!r} has {len(members)} of its {cards[0]} members in this submission; "
+                    f"a gang is accepted only when all of its members are submitted together"))
+            continue
+        total_pods = sum(len(m.pods) for m in members)
+        for m in members:
+            m.gang_pods = total_pods
+    if problems:
+        problems.sort(key=lambda r: (r.index if r.index is not None else -1))
+        raise SubmissionRejected(problems)
+    return out
+
+
+def _parse_map(values: dict, path: str, reject) -> dict[str, int] | None:
+    out: dict[str, int] = {}
+    ok = True
+    for name, value in values.items():
+        try:
+            out[name] = parse_quantity(value, name)
+        except QuantityError as exc:
+            reject(f"{path}.{name}", f"quantity does not parse: {exc}")
+            ok = False
+    return out if ok else None
+
+
+def prepare(raw: Any, settings: ServiceSettings) -> tuple[JobFile, list[NewJob]]:
+    """Shape and rules: the validated file and its jobs ready for :meth:`Store.submit`."""
+    file = parse_file(raw)
+    return file, validate_jobs(file, settings)
+
+
+def duration_of_annotations(annotations: dict) -> float | None:
+    from flotilla.core.quantities import parse_duration
+
+    text = annotations.get(SIMULATED_DURATION_ANNOTATION)
+    if text is None:
+        return None
+    try:
+        return parse_duration(text)
+    except (QuantityError, ValueError):
+        return None
+
+
+__all__ = ["JobFile", "JobItem", "PodSpec", "prepare", "parse_file", "validate_jobs", "rejections_from_errors",
+           "SIMULATED_DURATION_ANNOTATION"]

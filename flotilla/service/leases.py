@@ -1,0 +1,208 @@
+"""Leases: what clusters report each cycle, and what it does to the jobs they hold.
+
+Armada's rule (armada-design.txt): a cluster renews the lease of every job
+it runs at every heartbeat; a job whose lease is not renewed within
+``lease.timeout`` is considered lost and runs elsewhere. Here a heartbeat is
+a cycle in which the cluster answered (its ``snapshot`` and ``poll_events``
+worked): every job it reports running gets its lease renewed. A lease that
+expires gives the job a ``lease-expired`` event and sends it back to its
+queue (``queued``), at most ``lease.maxRetries`` times; the next expiry fails
+it with the reason.
+
+:func:`apply_reports` is pure: it takes the active jobs and the reports and
+returns the changes to write (one transaction, see
+:meth:`Store.ingest <flotilla.service.store.Store.ingest>`) and the pods to
+stop on each cluster. Pods: a job of one pod is known to clusters by its id;
+a job of several pods (``podSpecs``) by ``ID#0``, ``ID#1``, ...
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Mapping, Sequence
+
+from flotilla.core.backend import JobEvent
+
+QUEUED, LEASED, PENDING, RUNNING = "queued", "leased", "pending", "running"
+SUCCEEDED, FAILED, PREEMPTED, CANCELLED = "succeeded", "failed", "preempted", "cancelled"
+STOP_NONE, STOP_CANCEL, STOP_DEADLINE = 0, 1, 2
+_CHUNK = 500
+
+
+def pod_ids(job_id: str, npods: int) -> list[str]:
+    return [job_id] if npods == 1 else [f"{job_id}#{i}" for i in range(npods)]
+
+
+def job_of(pod_id: str) -> str:
+    return pod_id.split("#", 1)[0]
+
+
+@dataclass(slots=True)
+class ClusterReport:
+    """What one cluster said this cycle: events since the last poll and the pods it runs now."""
+
+    events: Sequence[JobEvent] = ()
+    running: set[str] = field(default_factory=set)
+
+
+@dataclass(slots=True)
+class Changes:
+    job_updates: dict[str, dict] = field(default_factory=dict)
+    lease_updates: dict[str, dict] = field(default_factory=dict)
+    lease_deletes: set[str] = field(default_factory=set)
+    renewals: dict[str, tuple[set[str], float]] = field(default_factory=dict)
+    renew_ids: list[tuple[set[str], float]] = field(default_factory=list)
+    events: list[dict] = field(default_factory=list)
+
+
+@dataclass(slots=True)
+class IngestResult:
+    active: dict                       # job id -> ActiveJob, after this cycle's changes
+    stops: dict[str, list[tuple[str, object]]]   # cluster -> [(pod id, ActiveJob or None)]
+    changes: Changes
+    counts: dict[str, int] = field(default_factory=dict)
+
+
+def apply_reports(active: dict, reports: Mapping[str, ClusterReport], now: float, lease_timeout: float,
+                  max_retries: int) -> IngestResult:
+    changes = Changes()
+    stops: dict[str, list[tuple[str, object]]] = {}
+    counts: dict[str, int] = {}
+
+    def count(name: str) -> None:
+        counts[name] = counts.get(name, 0) + 1
+
+    def event(job, kind: str, when: float, reason: str = "", cluster=None, node=None) -> None:
+        changes.events.append({"queue": job.queue, "job_set": job.job_set, "job_id": job.id, "kind": kind,
+                               "time": when, "cluster": cluster, "node": node, "reason": reason})
+        count(kind)
+
+    def update(job, **values) -> None:
+        changes.job_updates.setdefault(job.id, {}).update(values)
+
+    def node_text(job) -> str:
+        return ",".join(dict.fromkeys(job.nodes))
+
+    def stop_pods(job, skip: str | None = None) -> None:
+        for pod in pod_ids(job.id, job.npods):
+            if pod != skip:
+                stops.setdefault(job.cluster, []).append((pod, job))
+
+    def finish(job, state: str, reason: str, when: float, stop_rest: bool = False, skip: str | None = None) -> None:
+        update(job, state=state, reason=reason, finished=when)
+        event(job, state, when, reason, job.cluster, node_text(job))
+        changes.lease_deletes.add(job.id)
+        changes.lease_updates.pop(job.id, None)
+        active.pop(job.id, None)
+        if stop_rest and job.npods > 1:
+            stop_pods(job, skip)
+
+    def requeue_or_fail(job, kind: str, reason: str, when: float) -> None:
+        retries = job.retries + 1
+        event(job, kind, when, reason, job.cluster, node_text(job))
+        changes.lease_deletes.add(job.id)
+        changes.lease_updates.pop(job.id, None)
+        active.pop(job.id, None)
+        if job.stop_requested == STOP_CANCEL:
+            update(job, state=CANCELLED, retries=retries, finished=when)
+            event(job, "cancelled", when, "cancelled while its cluster was unreachable")
+        elif job.stop_requested == STOP_DEADLINE:
+            update(job, state=FAILED, retries=retries, finished=when, reason="active deadline exceeded")
+            event(job, "failed", when, "active deadline exceeded")
+        elif retries > max_retries:
+            why = f"{reason}; gave up after {max_retries} retries"
+            update(job, state=FAILED, retries=retries, finished=when, reason=why)
+            event(job, "failed", when, why)
+        else:
+            update(job, state=QUEUED, retries=retries, cluster=None, node=None, started=None,
+                   reason=f"{reason} (retry {retries} of {max_retries})")
+            event(job, "queued", when, f"retry {retries} of {max_retries}")
+
+    # 1. What each cluster reported, in order.
+    for cluster, report in reports.items():
+        for ev in report.events:
+            job = active.get(job_of(ev.job_id))
+            if job is None or job.cluster != cluster:
+                continue          # about a job that is no longer here: a stale report
+            when = ev.time or now
+            kind = ev.kind
+            if kind == "running":
+                job.pods_running += 1
+                changes.lease_updates.setdefault(job.id, {})["pods_running"] = job.pods_running
+                if job.state in (LEASED, PENDING) and job.pods_running >= job.npods:
+                    job.state = RUNNING
+                    job.started = when
+                    update(job, state=RUNNING, started=when)
+                    event(job, "running", when, ev.reason, cluster, node_text(job))
+            elif kind == "succeeded":
+                job.pods_done += 1
+                changes.lease_updates.setdefault(job.id, {})["pods_done"] = job.pods_done
+                if job.pods_done >= job.npods:
+                    finish(job, SUCCEEDED, ev.reason, when)
+            elif kind == "failed":
+                finish(job, FAILED, ev.reason or f"failed on {cluster}", when, stop_rest=True, skip=ev.job_id)
+            elif kind == "preempted":
+                finish(job, PREEMPTED, ev.reason or f"preempted on {cluster}", when, stop_rest=True, skip=ev.job_id)
+            elif kind == "cancelled":
+                if job.stop_requested == STOP_CANCEL:
+                    finish(job, CANCELLED, ev.reason or "cancelled", when, stop_rest=True, skip=ev.job_id)
+                elif job.stop_requested == STOP_DEADLINE:
+                    finish(job, FAILED, "active deadline exceeded", when, stop_rest=True, skip=ev.job_id)
+                else:
+                    finish(job, FAILED, f"stopped by cluster {cluster}: {ev.reason or 'cancelled'}", when,
+                           stop_rest=True, skip=ev.job_id)
+            elif kind == "lost":
+                stop_pods(job)
+                requeue_or_fail(job, "lease-expired", f"lost on cluster {cluster}: {ev.reason or 'no reason given'}",
+                                when)
+
+    # 2. Heartbeats: renew the leases of what each cluster runs; stop what it should not run.
+    on_cluster: dict[str, list] = {}
+    for job in active.values():
+        on_cluster.setdefault(job.cluster, []).append(job)
+    for cluster, report in reports.items():
+        present: set[str] = set()
+        missing: set[str] = set()
+        for job in on_cluster.get(cluster, ()):
+            if any(pod in report.running for pod in pod_ids(job.id, job.npods)):
+                present.add(job.id)
+                job.renewed_at = now
+            else:
+                missing.add(job.id)
+        if len(missing) <= _CHUNK:
+            changes.renewals[cluster] = (missing, now)
+        else:
+            changes.renew_ids.append((present, now))
+        for pod in report.running:
+            job = active.get(job_of(pod))
+            if job is None or job.cluster != cluster:
+                stops.setdefault(cluster, []).append((pod, None))
+                count("reconciled")
+
+    # 3. Expiry: leases not renewed within the timeout.
+    horizon = now - lease_timeout
+    for job in [j for j in active.values() if j.renewed_at < horizon]:
+        stop_pods(job)
+        requeue_or_fail(job, "lease-expired",
+                        f"lease on cluster {job.cluster} not renewed for {now - job.renewed_at:.0f}s "
+                        f"(timeout {lease_timeout:g}s)", now)
+
+    # 4. Stops asked for (cancel) or due (active deadline), on clusters that answered. A job to stop
+    #    that its cluster does not run (never started there) is finished at once.
+    for job in list(active.values()):
+        report = reports.get(job.cluster)
+        if report is None:
+            continue
+        if job.stop_requested != STOP_NONE and not any(pod in report.running for pod in pod_ids(job.id, job.npods)):
+            if job.stop_requested == STOP_CANCEL:
+                finish(job, CANCELLED, "cancelled", now)
+            else:
+                finish(job, FAILED, "active deadline exceeded", now)
+            continue
+        if job.stop_requested == STOP_NONE and job.state == RUNNING and job.started is not None \
+                and job.deadline and now - job.started > job.deadline:
+            job.stop_requested = STOP_DEADLINE
+            update(job, stop_requested=STOP_DEADLINE, reason="active deadline exceeded")
+        if job.stop_requested != STOP_NONE:
+            stop_pods(job)
+    return IngestResult(active, stops, changes, counts)

@@ -1,0 +1,314 @@
+"""The scheduling loop of ``flotilla serve``: one cycle every ``cycle.period``, on its own thread.
+
+Each cycle:
+
+1. ask every cluster backend for a snapshot and its events (a cluster that
+   does not answer is left out: its leases are not renewed);
+2. one transaction (:meth:`Store.ingest`): apply the clusters' events, renew
+   leases of what they run, expire stale leases (``lease-expired``, back to
+   the queue or failed after ``lease.maxRetries``), mark jobs past their
+   active deadline;
+3. stop on the clusters what must stop (cancelled, past deadline, not
+   theirs any more), with each job's grace period;
+4. read the queued jobs in bulk, run the configured actions (all but
+   ``lease``) on the snapshot;
+5. one transaction (:meth:`Store.record_cycle`): leases and ``leased``
+   events for placed jobs, ``preempted`` for preempted ones;
+6. the lease hand-over: ``apply`` per cluster; the jobs a cluster accepted
+   become ``pending`` (one more transaction). A cluster that fails here
+   keeps its jobs ``leased`` until the lease expires and they run elsewhere.
+
+Recording before handing over means a crash between the two leaves leased
+jobs that no cluster runs: their leases expire and they are queued again,
+so no job is ever lost or run twice by the service's own doing.
+"""
+
+from __future__ import annotations
+
+import random
+import threading
+import time
+from dataclasses import dataclass, field
+from typing import Callable, Mapping
+
+import structlog
+
+from flotilla.core.backend import ClusterDecisions, ClusterUnavailable, SimulatedCluster
+from flotilla.core.decisions import Placement
+from flotilla.core.model import ClusterSnapshot, Gang, Job, JobState, Queue, Snapshot, Toleration
+from flotilla.service.jobspec import duration_of_annotations
+from flotilla.service.leases import ClusterReport, job_of, pod_ids
+from flotilla.service.settings import ServiceSettings
+from flotilla.service.store import Store
+
+log = structlog.get_logger("flotilla.service.loop")
+
+# Read by the cluster backends (see flotilla.kubernetes.pods): grace period and active deadline, in seconds.
+GRACE_ANNOTATION = "flotilla.io/grace-period"
+DEADLINE_ANNOTATION = "flotilla.io/active-deadline"
+
+
+@dataclass(slots=True)
+class CycleReport:
+    number: int
+    started: float
+    seconds: float = 0.0
+    clusters: list[str] = field(default_factory=list)
+    unavailable: list[str] = field(default_factory=list)
+    queued: int = 0
+    running: int = 0
+    leased: int = 0
+    preempted: int = 0
+    stopped: int = 0
+    counts: dict[str, int] = field(default_factory=dict)
+    timings: dict[str, float] = field(default_factory=dict)
+
+    def to_dict(self) -> dict:
+        return {"cycle": self.number, "started": self.started, "seconds": round(self.seconds, 4),
+                "clusters": self.clusters, "unavailable": self.unavailable, "queued": self.queued,
+                "running": self.running, "leased": self.leased, "preempted": self.preempted,
+                "stopped": self.stopped, "events": self.counts,
+                "timings": {k: round(v, 4) for k, v in self.timings.items()}}
+
+
+def simulated_backends(settings: ServiceSettings, clock: Callable[[], float] = time.time) -> dict[str, SimulatedCluster]:
+    """One :class:`SimulatedCluster` per ``simulated`` cluster of the config, on the wall clock.
+
+    A job runs for the duration in its ``flotilla.io/simulated-duration``
+    annotation, or until it is stopped.
+    """
+    return {c.name: SimulatedCluster(c.name, list(c.nodes), clock=clock,
+                                     duration_of=lambda job: duration_of_annotations(job.annotations))
+            for c in settings.clusters if c.kind == "simulated"}
+
+
+class _Converter:
+    """Store records to scheduler jobs, sharing identical mappings across jobs."""
+
+    def __init__(self):
+        self._tolerations: dict[int, tuple] = {}
+
+    def tolerations(self, items: list) -> tuple:
+        if not items:
+            return ()
+        key = id(items)
+        hit = self._tolerations.get(key)
+        if hit is None:
+            hit = tuple(Toleration(t.get("key", ""), t.get("operator", "Equal"), t.get("value", ""),
+                                   t.get("effect", "")) for t in items)
+            self._tolerations[key] = (items, hit)  # keep items alive so id() stays unique
+            return hit
+        return hit[1]
+
+    def pods(self, record, state=JobState.QUEUED, cluster=None, nodes=None) -> list[Job]:
+        if record.gang_id:
+            gang = Gang(f"{record.queue}/{record.gang_id}", record.gang_pods or record.npods)
+        elif record.npods > 1:
+            gang = Gang(f"job:{record.id}", record.npods)
+        else:
+            gang = None
+        ids = pod_ids(record.id, record.npods)
+        annotations = {**record.annotations, GRACE_ANNOTATION: f"{record.grace_period:g}",
+                       DEADLINE_ANNOTATION: f"{record.deadline:g}"}
+        out = []
+        for k, pod in enumerate(record.pods):
+            out.append(Job(ids[k], record.queue, record.job_set, record.priority, record.priority_class,
+                           record.submitted, pod["requests"], pod.get("nodeSelector") or {},
+                           self.tolerations(pod.get("tolerations")), gang, state, cluster,
+                           nodes[k] if nodes else None, annotations))
+        return out
+
+
+class ServiceLoop:
+    """Cycles of the scheduler against the store and the cluster backends."""
+
+    def __init__(self, store: Store, settings: ServiceSettings, scheduler, backends: Mapping[str, object],
+                 clock: Callable[[], float] = time.time, seed: int | None = None):
+        self.store = store
+        self.settings = settings
+        self.scheduler = scheduler
+        self.backends = dict(backends)
+        self.clock = clock
+        self.rng = random.Random(seed)
+        self.actions = [a for a in scheduler.actions if getattr(a, "name", "") != "lease"]
+        self.cycles = 0
+        self.last: CycleReport | None = None
+        self.cycle_lock = threading.Lock()
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+        self.in_cycle = threading.Event()
+
+    # -- one cycle ------------------------------------------------------------------
+    def run_cycle(self) -> CycleReport:
+        with self.cycle_lock:
+            self.in_cycle.set()
+            try:
+                return self._cycle()
+            finally:
+                self.in_cycle.clear()
+
+    def _cycle(self) -> CycleReport:
+        t0 = time.perf_counter()
+        now = self.clock()
+        self.cycles += 1
+        report = CycleReport(self.cycles, now)
+        reports: dict[str, ClusterReport] = {}
+        snaps: dict[str, ClusterSnapshot] = {}
+        for name, backend in sorted(self.backends.items()):
+            try:
+                snap = backend.snapshot()
+                events = backend.poll_events()
+            except ClusterUnavailable as exc:
+                report.unavailable.append(name)
+                log.info("cluster.unavailable", cluster=name, reason=str(exc))
+                continue
+            except Exception:  # a broken backend must not stop the loop
+                report.unavailable.append(name)
+                log.exception("cluster.error", cluster=name)
+                continue
+            snaps[name] = snap
+            reports[name] = ClusterReport(events, {job.id for job in snap.running})
+        report.clusters = sorted(snaps)
+        t1 = time.perf_counter()
+
+        result = self.store.ingest(reports, now, self.settings.lease_timeout, self.settings.lease_max_retries)
+        report.counts = dict(result.counts)
+        t2 = time.perf_counter()
+
+        converter = _Converter()
+        for cluster, items in result.stops.items():
+            backend = self.backends.get(cluster)
+            if backend is None or cluster not in snaps:
+                continue
+            cancel = []
+            seen = set()
+            for pod_id, job in items:
+                if pod_id in seen:
+                    continue
+                seen.add(pod_id)
+                grace = getattr(job, "grace_period", 1.0) if job is not None else 1.0
+                cancel.append(Job(pod_id, getattr(job, "queue", ""), getattr(job, "job_set", ""),
+                                  annotations={GRACE_ANNOTATION: f"{grace:g}"}, state=JobState.RUNNING,
+                                  cluster=cluster))
+            try:
+                backend.apply(ClusterDecisions(cancel=cancel))
+                report.stopped += len(cancel)
+            except ClusterUnavailable:
+                log.info("cluster.unavailable", cluster=cluster, during="stop")
+        t3 = time.perf_counter()
+
+        queued_records = self.store.load_queued()
+        queue_specs = self.store.list_queues()
+        known_pcs = {pc.name for pc in self.scheduler.priority_classes()}
+        known_queues = {q.name for q in queue_specs}
+        queued: list[Job] = []
+        for record in queued_records:
+            if record.priority_class not in known_pcs or record.queue not in known_queues:
+                continue
+            queued.extend(converter.pods(record))
+        clusters: list[ClusterSnapshot] = []
+        by_cluster: dict[str, list[Job]] = {name: [] for name in snaps}
+        active_pods: dict[str, list[Job]] = {}
+        for record in result.active.values():
+            if record.cluster not in snaps:
+                continue
+            if record.priority_class not in known_pcs or record.queue not in known_queues:
+                continue
+            pods = converter.pods(record, JobState.RUNNING, record.cluster, record.nodes)
+            active_pods[record.id] = pods
+            by_cluster[record.cluster].extend(pods)
+        for name, snap in snaps.items():
+            node_names = {node.name for node in snap.nodes}
+            running = [job for job in by_cluster[name] if job.node in node_names]
+            clusters.append(ClusterSnapshot(name, snap.nodes, running, dict(snap.foreign)))
+        snapshot = Snapshot(clusters, queued, [Queue(q.name, q.weight, dict(q.limits)) for q in queue_specs],
+                            self.scheduler.priority_classes(), self.settings.default_priority_class, now)
+        report.queued = len(queued_records)
+        report.running = len(result.active)
+        t4 = time.perf_counter()
+
+        decisions = self.scheduler.run_cycle(snapshot, self.rng, actions=self.actions)
+        t5 = time.perf_counter()
+
+        placed: dict[str, dict[int, tuple[str, str]]] = {}
+        pod_jobs: dict[str, Job] = {}
+        for placement in decisions.scheduled:
+            job_id = job_of(placement.job.id)
+            index = int(placement.job.id.split("#", 1)[1]) if "#" in placement.job.id else 0
+            placed.setdefault(job_id, {})[index] = (placement.cluster, placement.node)
+            pod_jobs[placement.job.id] = placement.job
+        leased: dict[str, tuple[str, list[str]]] = {}
+        for job_id, pods in placed.items():
+            clusters_used = {cluster for cluster, _ in pods.values()}
+            if len(clusters_used) != 1:  # cannot happen: pods of a job are one gang
+                log.error("lease.split_job", job=job_id, clusters=sorted(clusters_used))
+                continue
+            leased[job_id] = (clusters_used.pop(), [pods[k][1] for k in sorted(pods)])
+        preempted = {job_of(job.id): "preempted by the scheduler" for job in decisions.preempted}
+        done_leased, done_preempted = self.store.record_cycle(leased, preempted, now)
+        report.leased = len(done_leased)
+        report.preempted = len(done_preempted)
+        t6 = time.perf_counter()
+
+        # The lease hand-over.
+        starts: dict[str, list[Placement]] = {}
+        for placement in decisions.scheduled:
+            if job_of(placement.job.id) in done_leased:
+                starts.setdefault(placement.cluster, []).append(placement)
+        stops: dict[str, list[Job]] = {}
+        for job_id in done_preempted:
+            for pod in active_pods.get(job_id, ()):
+                stops.setdefault(pod.cluster, []).append(pod)
+        pending: list[str] = []
+        for cluster in sorted(set(starts) | set(stops)):
+            backend = self.backends.get(cluster)
+            if backend is None:
+                continue
+            try:
+                backend.apply(ClusterDecisions(start=starts.get(cluster, []), preempt=stops.get(cluster, [])))
+            except ClusterUnavailable:
+                log.info("cluster.unavailable", cluster=cluster, during="lease")
+                continue
+            except Exception:
+                log.exception("lease.apply_failed", cluster=cluster)
+                continue
+            pending.extend({job_of(p.job.id) for p in starts.get(cluster, [])})
+        self.store.mark_pending(pending, self.clock())
+        t7 = time.perf_counter()
+        report.timings = {"clusters": t1 - t0, "ingest": t2 - t1, "stop": t3 - t2, "load": t4 - t3,
+                          "schedule": t5 - t4, "record": t6 - t5, "lease": t7 - t6}
+        report.seconds = t7 - t0
+        self.last = report
+        log.info("service.cycle", **{k: v for k, v in report.to_dict().items() if k != "timings"},
+                 **{f"{k}_s": round(v, 4) for k, v in report.timings.items()})
+        return report
+
+    # -- the thread -------------------------------------------------------------------
+    def run_forever(self, period: float | None = None) -> None:
+        period = self.settings.cycle_period if period is None else period
+        while not self._stop.is_set():
+            started = time.monotonic()
+            try:
+                self.run_cycle()
+            except Exception:
+                log.exception("service.cycle_failed")
+            self._stop.wait(max(0.0, period - (time.monotonic() - started)))
+
+    def start(self, period: float | None = None) -> threading.Thread:
+        self._stop.clear()
+        self._thread = threading.Thread(target=self.run_forever, args=(period,), name="flotilla-loop", daemon=True)
+        self._thread.start()
+        return self._thread
+
+    def stop(self, timeout: float | None = None) -> None:
+        """Let the cycle in progress finish, then stop."""
+        self._stop.set()
+        if self._thread is not None:
+            self._thread.join(timeout)
+
+    def set_cluster_available(self, name: str, available: bool) -> bool:
+        backend = self.backends.get(name)
+        if backend is None or not hasattr(backend, "available"):
+            return False
+        backend.available = available
+        return True

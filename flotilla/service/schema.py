@@ -1,0 +1,159 @@
+"""The store's tables (SQLAlchemy Core) and its versioned migrations.
+
+The schema is created and upgraded by the program: :func:`migrate` runs,
+in order and each in its own transaction, every migration newer than the
+version recorded in ``flotilla_schema``. A migration is a function of a
+connection; new ones are appended to :data:`MIGRATIONS` and never edited
+once released. Two processes migrating the same database at once are
+serialised by the database (SQLite's write lock, a PostgreSQL advisory
+lock), so a migration never runs twice.
+
+Tables:
+
+* ``queues`` - name, weight, limits, owners, groupOwners;
+* ``job_sets`` - (queue, name), when first used;
+* ``jobs`` - one row per job, its current state, the normalised spec;
+* ``leases`` - one row per job handed to a cluster: cluster, nodes, when
+  leased and last renewed (deleted when the job leaves the cluster);
+* ``events`` - the append-only event log; ids increase in commit order,
+  so "events of a job set after id N" is a resumable stream.
+"""
+
+from __future__ import annotations
+
+from typing import Callable
+
+import sqlalchemy as sa
+
+metadata = sa.MetaData()
+
+EventId = sa.BigInteger().with_variant(sa.Integer(), "sqlite")
+
+schema_version = sa.Table(
+    "flotilla_schema", metadata,
+    sa.Column("id", sa.Integer, primary_key=True),
+    sa.Column("version", sa.Integer, nullable=False),
+)
+
+queues = sa.Table(
+    "queues", metadata,
+    sa.Column("name", sa.String(255), primary_key=True),
+    sa.Column("weight", sa.Float, nullable=False, server_default="1"),
+    sa.Column("limits", sa.Text, nullable=False, server_default="{}"),
+    sa.Column("owners", sa.Text, nullable=False, server_default="[]"),
+    sa.Column("group_owners", sa.Text, nullable=False, server_default="[]"),
+    sa.Column("created", sa.Float, nullable=False),
+    sa.Column("updated", sa.Float, nullable=False),
+)
+
+job_sets = sa.Table(
+    "job_sets", metadata,
+    sa.Column("queue", sa.String(255), primary_key=True),
+    sa.Column("name", sa.String(255), primary_key=True),
+    sa.Column("created", sa.Float, nullable=False),
+)
+
+jobs = sa.Table(
+    "jobs", metadata,
+    sa.Column("id", sa.String(32), primary_key=True),
+    sa.Column("queue", sa.String(255), nullable=False),
+    sa.Column("job_set", sa.String(255), nullable=False),
+    sa.Column("client_id", sa.String(255), nullable=True),
+    sa.Column("owner", sa.String(255), nullable=False),
+    sa.Column("priority", sa.BigInteger, nullable=False, server_default="0"),
+    sa.Column("priority_class", sa.String(255), nullable=False),
+    sa.Column("submitted", sa.Float, nullable=False),
+    sa.Column("state", sa.String(16), nullable=False),
+    sa.Column("cluster", sa.String(255), nullable=True),
+    sa.Column("node", sa.Text, nullable=True),
+    # Per pod: {"requests": {...ints}, "nodeSelector": {...}, "tolerations": [...]}, as JSON text.
+    sa.Column("pods", sa.Text, nullable=False),
+    sa.Column("npods", sa.Integer, nullable=False, server_default="1"),
+    sa.Column("gang_id", sa.String(255), nullable=True),
+    sa.Column("gang_cardinality", sa.Integer, nullable=True),   # jobs in the gang
+    sa.Column("gang_pods", sa.Integer, nullable=True),          # pods in the gang (what the scheduler counts)
+    sa.Column("grace_period", sa.Float, nullable=False),
+    sa.Column("deadline", sa.Float, nullable=False),
+    sa.Column("annotations", sa.Text, nullable=False, server_default="{}"),
+    sa.Column("spec", sa.Text, nullable=False),
+    sa.Column("retries", sa.Integer, nullable=False, server_default="0"),
+    # 0: none; 1: cancelled by a user; 2: active deadline exceeded (stopped, then failed).
+    sa.Column("stop_requested", sa.Integer, nullable=False, server_default="0"),
+    sa.Column("reason", sa.Text, nullable=False, server_default=""),
+    sa.Column("started", sa.Float, nullable=True),
+    sa.Column("finished", sa.Float, nullable=True),
+    sa.Column("updated", sa.Float, nullable=False),
+    sa.UniqueConstraint("queue", "client_id", name="uq_jobs_queue_client_id"),
+)
+sa.Index("ix_jobs_state_queue", jobs.c.state, jobs.c.queue)
+sa.Index("ix_jobs_queue_job_set", jobs.c.queue, jobs.c.job_set)
+sa.Index("ix_jobs_queue_gang", jobs.c.queue, jobs.c.gang_id)
+
+leases = sa.Table(
+    "leases", metadata,
+    sa.Column("job_id", sa.String(32), primary_key=True),
+    sa.Column("cluster", sa.String(255), nullable=False),
+    sa.Column("nodes", sa.Text, nullable=False),          # JSON list, one node per pod
+    sa.Column("leased_at", sa.Float, nullable=False),
+    sa.Column("renewed_at", sa.Float, nullable=False),
+    sa.Column("pods_running", sa.Integer, nullable=False, server_default="0"),
+    sa.Column("pods_done", sa.Integer, nullable=False, server_default="0"),
+)
+sa.Index("ix_leases_cluster", leases.c.cluster)
+
+events = sa.Table(
+    "events", metadata,
+    sa.Column("id", EventId, primary_key=True, autoincrement=True),
+    sa.Column("queue", sa.String(255), nullable=False),
+    sa.Column("job_set", sa.String(255), nullable=False),
+    sa.Column("job_id", sa.String(32), nullable=False),
+    sa.Column("kind", sa.String(32), nullable=False),
+    sa.Column("time", sa.Float, nullable=False),
+    sa.Column("cluster", sa.String(255), nullable=True),
+    sa.Column("node", sa.Text, nullable=True),
+    sa.Column("reason", sa.Text, nullable=False, server_default=""),
+)
+sa.Index("ix_events_job_set", events.c.queue, events.c.job_set, events.c.id)
+sa.Index("ix_events_job", events.c.job_id)
+
+
+def _v1(conn: sa.Connection) -> None:
+    """The first schema: every table above as it was first released."""
+    metadata.create_all(conn, tables=[queues, job_sets, jobs, leases, events])
+
+
+#: (version, description, function). Append only.
+MIGRATIONS: list[tuple[int, str, Callable[[sa.Connection], None]]] = [
+    (1, "queues, job sets, jobs, leases, events", _v1),
+]
+
+LATEST = MIGRATIONS[-1][0]
+
+
+def current_version(conn: sa.Connection) -> int:
+    if not sa.inspect(conn).has_table(schema_version.name):
+        return 0
+    row = conn.execute(sa.select(schema_version.c.version).where(schema_version.c.id == 1)).first()
+    return row[0] if row else 0
+
+
+def migrate(engine: sa.Engine, lock: Callable[[sa.Connection], None], migrations=None) -> list[int]:
+    """Bring the schema up to date; returns the versions applied (empty when already current).
+
+    Each migration and its version bump commit together, so a crash
+    mid-upgrade leaves the database at the last completed version.
+    """
+    applied: list[int] = []
+    for version, _description, fn in migrations if migrations is not None else MIGRATIONS:
+        with engine.connect().execution_options(flotilla_write=True) as conn, conn.begin():
+            lock(conn)
+            schema_version.create(conn, checkfirst=True)
+            if current_version(conn) >= version:
+                continue
+            fn(conn)
+            if conn.execute(sa.select(schema_version.c.id).where(schema_version.c.id == 1)).first():
+                conn.execute(schema_version.update().where(schema_version.c.id == 1).values(version=version))
+            else:
+                conn.execute(schema_version.insert().values(id=1, version=version))
+            applied.append(version)
+    return applied

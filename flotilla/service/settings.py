@@ -1,0 +1,178 @@
+"""What the service reads from the scheduler config, as plain values.
+
+The service never reaches into the pydantic config in its hot paths: it
+reads what it needs once, here, into frozen dataclasses. Every attribute is
+read with a default so the service also runs on a config that predates the
+service sections (``server``, ``auth``, ``store``, ``lease``, ...).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, Mapping
+
+from flotilla.core.model import Node, PriorityClass, Taint
+from flotilla.core.quantities import parse_duration, parse_quantity
+
+DEFAULT_STORE_URL = "sqlite:///flotilla.db"
+DEFAULT_LISTEN = "127.0.0.1:8080"
+
+
+@dataclass(frozen=True, slots=True)
+class QueueSpec:
+    name: str
+    weight: float = 1.0
+    limits: Mapping[str, float] = field(default_factory=dict)
+    owners: tuple[str, ...] = ()
+    group_owners: tuple[str, ...] = ()
+
+    def to_dict(self) -> dict:
+        return {"name": self.name, "weight": self.weight, "limits": dict(self.limits),
+                "owners": list(self.owners), "groupOwners": list(self.group_owners)}
+
+
+@dataclass(frozen=True, slots=True)
+class TokenSpec:
+    user: str
+    groups: tuple[str, ...] = ()
+    token: str | None = None
+    sha256: str | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class ClusterSpec:
+    name: str
+    kind: str
+    nodes: tuple[Node, ...] = ()
+    raw: Any = None
+
+
+@dataclass(frozen=True, slots=True)
+class ServiceSettings:
+    queues: tuple[QueueSpec, ...] = ()
+    tokens: tuple[TokenSpec, ...] = ()
+    admin_groups: tuple[str, ...] = ()
+    store_url: str = DEFAULT_STORE_URL
+    listen: str = DEFAULT_LISTEN
+    lease_timeout: float = 60.0
+    lease_max_retries: int = 3
+    grace_default: float = 1.0
+    grace_max: float = 300.0
+    deadline_cpu: float = 3 * 86400.0
+    deadline_gpu: float = 14 * 86400.0
+    cycle_period: float = 1.0
+    priority_classes: tuple[PriorityClass, ...] = ()
+    default_priority_class: str = "armada-default"
+    clusters: tuple[ClusterSpec, ...] = ()
+    admin_endpoints: bool = False
+
+    @property
+    def priority_class_names(self) -> frozenset[str]:
+        return frozenset(pc.name for pc in self.priority_classes)
+
+
+def _get(obj: Any, *names: str, default: Any = None) -> Any:
+    """``obj.a.b`` (or ``obj['a']['b']``), ``default`` where any step is missing or None."""
+    for name in names:
+        if obj is None:
+            return default
+        obj = obj.get(name) if isinstance(obj, Mapping) else getattr(obj, name, None)
+    return default if obj is None else obj
+
+
+def _seconds(value: Any, default: float) -> float:
+    if value is None:
+        return default
+    if hasattr(value, "total_seconds"):
+        return float(value.total_seconds())
+    return float(parse_duration(value))
+
+
+def _quantity_map(resources: Mapping[str, Any]) -> dict[str, int]:
+    return {name: value if isinstance(value, int) and not isinstance(value, bool) else parse_quantity(value, name)
+            for name, value in dict(resources or {}).items()}
+
+
+def _taint(taint: Any) -> Taint:
+    if isinstance(taint, Taint):
+        return taint
+    return Taint(_get(taint, "key", default=""), _get(taint, "value", default=""),
+                 _get(taint, "effect", default="NoSchedule"))
+
+
+def cluster_nodes(cluster: Any) -> tuple[Node, ...]:
+    """The nodes of a ``simulated`` cluster entry: ``{count, namePrefix, resources, labels, taints}`` groups."""
+    name = _get(cluster, "name")
+    nodes: list[Node] = []
+    for group in _get(cluster, "nodes", default=[]) or []:
+        if isinstance(group, Node):
+            nodes.append(group)
+            continue
+        count = int(_get(group, "count", default=1))
+        prefix = _get(group, "name_prefix", default=None) or _get(group, "namePrefix", default=None)
+        explicit = _get(group, "name", default=None)
+        resources = _quantity_map(_get(group, "resources", default={}))
+        labels = dict(_get(group, "labels", default={}) or {})
+        taints = tuple(_taint(t) for t in _get(group, "taints", default=[]) or [])
+        unschedulable = bool(_get(group, "unschedulable", default=False))
+        for i in range(count):
+            if explicit and count == 1:
+                node_name = explicit
+            else:
+                node_name = f"{prefix or explicit or 'node'}-{len(nodes) + 1 if not (prefix or explicit) else i + 1}"
+            nodes.append(Node(node_name, name, resources, labels, taints, unschedulable))
+    return tuple(nodes)
+
+
+def from_config(config: Any) -> ServiceSettings:
+    """Read the service's settings off a loaded :class:`FlotillaConfig` (or anything shaped like it)."""
+    queues = tuple(
+        QueueSpec(
+            name=_get(q, "name"),
+            weight=float(_get(q, "weight", default=1.0)),
+            limits={k: float(v) for k, v in dict(_get(q, "limits", default={}) or {}).items()},
+            owners=tuple(_get(q, "owners", default=()) or ()),
+            group_owners=tuple(_get(q, "group_owners", default=None) or _get(q, "groupOwners", default=()) or ()),
+        )
+        for q in _get(config, "queues", default=[]) or []
+    )
+    tokens = tuple(
+        TokenSpec(user=_get(t, "user"), groups=tuple(_get(t, "groups", default=()) or ()),
+                  token=_get(t, "token"), sha256=(_get(t, "sha256") or None))
+        for t in _get(config, "auth", "tokens", default=[]) or []
+    )
+    admin_groups = tuple(_get(config, "auth", "admin_groups", default=None)
+                         or _get(config, "auth", "adminGroups", default=()) or ())
+    grace = _get(config, "grace_period", default=None) or _get(config, "gracePeriod", default=None)
+    pcs = tuple(PriorityClass(_get(pc, "name"), int(_get(pc, "priority", default=0)),
+                              bool(_get(pc, "preemptible", default=False)))
+                for pc in _get(config, "priority_classes", default=[]) or [])
+    clusters = []
+    for c in _get(config, "clusters", default=[]) or []:
+        kind = str(_get(c, "kind", default="simulated"))
+        nodes: tuple[Node, ...] = ()
+        if kind == "simulated":
+            nodes = tuple(c.expand()) if hasattr(c, "expand") else cluster_nodes(c)
+        clusters.append(ClusterSpec(_get(c, "name"), kind, nodes, c))
+    server = _get(config, "server", default=None)
+    return ServiceSettings(
+        queues=queues,
+        tokens=tokens,
+        admin_groups=admin_groups,
+        store_url=str(_get(config, "store", "url", default=DEFAULT_STORE_URL)),
+        listen=str(_get(server, "listen", default=DEFAULT_LISTEN)),
+        lease_timeout=_seconds(_get(config, "lease", "timeout"), 60.0),
+        lease_max_retries=int(_get(config, "lease", "max_retries", default=None)
+                              if _get(config, "lease", "max_retries", default=None) is not None
+                              else _get(config, "lease", "maxRetries", default=3)),
+        grace_default=_seconds(_get(grace, "default"), 1.0),
+        grace_max=_seconds(_get(grace, "max"), 300.0),
+        deadline_cpu=_seconds(_get(config, "deadlines", "cpu"), 3 * 86400.0),
+        deadline_gpu=_seconds(_get(config, "deadlines", "gpu"), 14 * 86400.0),
+        cycle_period=_seconds(_get(config, "cycle", "period"), 1.0),
+        priority_classes=pcs,
+        default_priority_class=str(_get(config, "default_priority_class", default="armada-default")),
+        clusters=tuple(clusters),
+        admin_endpoints=bool(_get(server, "admin_endpoints", default=None)
+                             or _get(server, "adminEndpoints", default=False)),
+    )

@@ -1,0 +1,733 @@
+"""The durable job store: every transaction the service runs, on SQLite or PostgreSQL.
+
+One method is one transaction. Writers are serialised (SQLite's
+``BEGIN IMMEDIATE``; a transaction-scoped advisory lock on PostgreSQL), which
+keeps event ids in commit order: a watcher that has seen event N never
+misses an event < N committed later. Readers never wait for writers (WAL on
+SQLite, MVCC on PostgreSQL).
+
+Jobs move through these states; every move appends an event to the job
+set's log, in the same transaction::
+
+    queued -> leased -> pending -> running -> succeeded | failed
+       ^        |          |          |
+       +--------+----------+----------+  lease-expired (retries left) / lost
+    any active state -> cancelled | preempted | failed
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import secrets
+import threading
+import time
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from typing import Any, Iterable, Iterator, Mapping, Sequence
+
+import sqlalchemy as sa
+from sqlalchemy import event as sa_event
+
+from flotilla.service import schema
+from flotilla.service.schema import events, job_sets, jobs, leases, queues
+from flotilla.service.settings import QueueSpec
+
+QUEUED, LEASED, PENDING, RUNNING = "queued", "leased", "pending", "running"
+SUCCEEDED, FAILED, PREEMPTED, CANCELLED = "succeeded", "failed", "preempted", "cancelled"
+STATES = (QUEUED, LEASED, PENDING, RUNNING, SUCCEEDED, FAILED, PREEMPTED, CANCELLED)
+ACTIVE = (LEASED, PENDING, RUNNING)
+TERMINAL = (SUCCEEDED, FAILED, PREEMPTED, CANCELLED)
+NONTERMINAL = (QUEUED, *ACTIVE)
+
+EVENT_KINDS = ("submitted", "queued", "leased", "pending", "running", "succeeded", "failed", "preempted",
+               "cancelled", "lease-expired", "reprioritized")
+#: The state an event puts its job in; events not listed leave the state as it is.
+EVENT_STATE = {"queued": QUEUED, "leased": LEASED, "pending": PENDING, "running": RUNNING,
+               "succeeded": SUCCEEDED, "failed": FAILED, "preempted": PREEMPTED, "cancelled": CANCELLED}
+
+STOP_NONE, STOP_CANCEL, STOP_DEADLINE = 0, 1, 2
+
+_CHUNK = 500
+_PG_LOCK = 0x466C6F74  # "Flot"
+
+
+def chunks(items: Sequence, size: int = _CHUNK) -> Iterator[Sequence]:
+    for start in range(0, len(items), size):
+        yield items[start:start + size]
+
+
+_CROCKFORD = "0123456789abcdefghjkmnpqrstvwxyz"
+
+
+def new_job_id(now: float | None = None) -> str:
+    """A ULID-like id (26 characters): time-ordered, unique without coordination."""
+    millis = int((time.time() if now is None else now) * 1000)
+    value = (millis << 80) | int.from_bytes(secrets.token_bytes(10), "big")
+    out = []
+    for _ in range(26):
+        out.append(_CROCKFORD[value & 31])
+        value >>= 5
+    return "".join(reversed(out))
+
+
+class StoreError(Exception):
+    """Base of the store's refusals; ``status`` is the HTTP status the API answers with."""
+
+    status = 400
+
+
+class NotFound(StoreError):
+    status = 404
+
+
+class Conflict(StoreError):
+    status = 409
+
+
+@dataclass(frozen=True, slots=True)
+class Rejection:
+    """One reason a submission is refused, naming the job (index, clientId) and the field."""
+
+    index: int | None
+    client_id: str | None
+    field: str
+    message: str
+
+    def text(self) -> str:
+        if self.index is None:
+            who = "submission"
+        else:
+            who = f"job {self.index}" + (f" (clientId {self.client_id!r})" if self.client_id is not None else "")
+        return f"{who}: {self.field}: {self.message}" if self.field else f"{who}: {self.message}"
+
+    def to_dict(self) -> dict:
+        return {"index": self.index, "clientId": self.client_id, "field": self.field, "message": self.message,
+                "text": self.text()}
+
+
+class SubmissionRejected(StoreError):
+    """The submission is refused as a whole; nothing was stored."""
+
+    status = 422
+
+    def __init__(self, rejections: Sequence[Rejection]):
+        self.rejections = list(rejections)
+        super().__init__("; ".join(r.text() for r in self.rejections[:20])
+                         + (f"; and {len(self.rejections) - 20} more" if len(self.rejections) > 20 else ""))
+
+
+@dataclass(slots=True)
+class Pod:
+    requests: dict[str, int]
+    node_selector: dict[str, str] = field(default_factory=dict)
+    tolerations: list[dict] = field(default_factory=list)
+
+    def to_dict(self) -> dict:
+        out: dict[str, Any] = {"requests": self.requests}
+        if self.node_selector:
+            out["nodeSelector"] = self.node_selector
+        if self.tolerations:
+            out["tolerations"] = self.tolerations
+        return out
+
+
+@dataclass(slots=True)
+class NewJob:
+    """A validated job, ready to store (see :mod:`flotilla.service.jobspec`)."""
+
+    index: int
+    client_id: str | None
+    priority: int
+    priority_class: str
+    pods: list[Pod]
+    grace_period: float
+    deadline: float
+    annotations: dict[str, str] = field(default_factory=dict)
+    spec: dict = field(default_factory=dict)
+    gang_id: str | None = None
+    gang_cardinality: int | None = None
+    gang_pods: int | None = None
+
+
+@dataclass(slots=True)
+class Submitted:
+    index: int
+    id: str
+    client_id: str | None
+    existing: bool
+
+
+@dataclass(slots=True)
+class ActiveJob:
+    """A job with a lease, as the scheduling loop sees it each cycle."""
+
+    id: str
+    queue: str
+    job_set: str
+    state: str
+    priority: int
+    priority_class: str
+    submitted: float
+    pods: list[dict]
+    npods: int
+    gang_id: str | None
+    gang_pods: int | None
+    annotations: dict
+    grace_period: float
+    deadline: float
+    retries: int
+    stop_requested: int
+    started: float | None
+    cluster: str
+    nodes: list[str]
+    leased_at: float
+    renewed_at: float
+    pods_running: int
+    pods_done: int
+
+
+@dataclass(slots=True)
+class QueuedJob:
+    id: str
+    queue: str
+    job_set: str
+    priority: int
+    priority_class: str
+    submitted: float
+    pods: list[dict]
+    npods: int
+    gang_id: str | None
+    gang_pods: int | None
+    annotations: dict
+    grace_period: float = 1.0
+    deadline: float = 0.0
+
+
+def _dump(value: Any) -> str:
+    return json.dumps(value, separators=(",", ":"), sort_keys=True)
+
+
+class _JsonCache:
+    """Parse identical JSON texts once: a million identical jobs share one requests mapping."""
+
+    def __init__(self, limit: int = 10000):
+        self._cache: dict[str, Any] = {}
+        self._limit = limit
+
+    def __call__(self, text: str) -> Any:
+        hit = self._cache.get(text)
+        if hit is None:
+            hit = json.loads(text)
+            if len(self._cache) < self._limit:
+                self._cache[text] = hit
+        return hit
+
+
+class Store:
+    """The job store on ``url`` (``sqlite:///path.db`` or ``postgresql+psycopg://...``)."""
+
+    def __init__(self, url: str, *, migrate: bool = True, pool_size: int = 10):
+        self.url = url
+        self.sqlite = url.startswith("sqlite")
+        if self.sqlite:
+            path = sa.engine.make_url(url).database
+            if path and path != ":memory:":
+                os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
+            self.engine = sa.create_engine(url, connect_args={"check_same_thread": False, "timeout": 60},
+                                           pool_size=pool_size, max_overflow=20)
+            sa_event.listen(self.engine, "connect", _sqlite_connect)
+            sa_event.listen(self.engine, "begin", _sqlite_begin)
+        else:
+            self.engine = sa.create_engine(url, pool_size=pool_size, max_overflow=20, pool_pre_ping=True)
+        self._json = _JsonCache()
+        self._json_lock = threading.Lock()
+        if migrate:
+            self.migrate()
+
+    # -- plumbing -----------------------------------------------------------
+    def migrate(self, migrations=None) -> list[int]:
+        return schema.migrate(self.engine, self._lock, migrations)
+
+    def schema_version(self) -> int:
+        with self.read() as conn:
+            return schema.current_version(conn)
+
+    def _lock(self, conn: sa.Connection) -> None:
+        if not self.sqlite:
+            conn.execute(sa.text("SELECT pg_advisory_xact_lock(:key)"), {"key": _PG_LOCK})
+
+    @contextmanager
+    def write(self) -> Iterator[sa.Connection]:
+        """One serialised write transaction: all of it commits, or none of it."""
+        with self.engine.connect().execution_options(flotilla_write=True) as conn:
+            with conn.begin():
+                self._lock(conn)
+                yield conn
+
+    @contextmanager
+    def read(self) -> Iterator[sa.Connection]:
+        with self.engine.connect() as conn:
+            with conn.begin():
+                yield conn
+
+    def close(self) -> None:
+        self.engine.dispose()
+
+    def _loads(self, text: str) -> Any:
+        with self._json_lock:
+            return self._json(text)
+
+    @staticmethod
+    def _event(job: Mapping | Any, kind: str, now: float, cluster=None, node=None, reason: str = "") -> dict:
+        get = job.get if isinstance(job, Mapping) else lambda k: getattr(job, k)
+        return {"queue": get("queue"), "job_set": get("job_set"), "job_id": get("id"), "kind": kind, "time": now,
+                "cluster": cluster, "node": node, "reason": reason}
+
+    @staticmethod
+    def _insert_events(conn: sa.Connection, rows: list[dict]) -> None:
+        if rows:
+            conn.execute(events.insert(), rows)
+
+    # -- queues -------------------------------------------------------------
+    @staticmethod
+    def _queue_row(spec: QueueSpec, now: float) -> dict:
+        return {"name": spec.name, "weight": float(spec.weight), "limits": _dump(dict(spec.limits)),
+                "owners": _dump(list(spec.owners)), "group_owners": _dump(list(spec.group_owners)),
+                "updated": now}
+
+    @staticmethod
+    def _queue_spec(row) -> QueueSpec:
+        return QueueSpec(row.name, row.weight, json.loads(row.limits), tuple(json.loads(row.owners)),
+                         tuple(json.loads(row.group_owners)))
+
+    def sync_queues(self, specs: Iterable[QueueSpec], now: float | None = None) -> None:
+        """Make the config's queues exist with the config's values; queues made through the API stay."""
+        now = time.time() if now is None else now
+        with self.write() as conn:
+            existing = {row.name for row in conn.execute(sa.select(queues.c.name))}
+            for spec in specs:
+                row = self._queue_row(spec, now)
+                if spec.name in existing:
+                    conn.execute(queues.update().where(queues.c.name == spec.name).values(**row))
+                else:
+                    conn.execute(queues.insert().values(created=now, **row))
+
+    def create_queue(self, spec: QueueSpec, now: float | None = None) -> QueueSpec:
+        now = time.time() if now is None else now
+        with self.write() as conn:
+            if conn.execute(sa.select(queues.c.name).where(queues.c.name == spec.name)).first():
+                raise Conflict(f"queue {spec.name!r} already exists")
+            conn.execute(queues.insert().values(created=now, **self._queue_row(spec, now)))
+        return spec
+
+    def update_queue(self, spec: QueueSpec, now: float | None = None) -> QueueSpec:
+        now = time.time() if now is None else now
+        with self.write() as conn:
+            result = conn.execute(queues.update().where(queues.c.name == spec.name).values(**self._queue_row(spec, now)))
+            if result.rowcount == 0:
+                raise NotFound(f"queue {spec.name!r} does not exist")
+        return spec
+
+    def delete_queue(self, name: str) -> None:
+        with self.write() as conn:
+            if not conn.execute(sa.select(queues.c.name).where(queues.c.name == name)).first():
+                raise NotFound(f"queue {name!r} does not exist")
+            active = conn.execute(sa.select(sa.func.count()).select_from(jobs)
+                                  .where(jobs.c.queue == name, jobs.c.state.in_(NONTERMINAL))).scalar_one()
+            if active:
+                raise Conflict(f"queue {name!r} has {active} active jobs; cancel them first")
+            conn.execute(queues.delete().where(queues.c.name == name))
+
+    def get_queue(self, name: str) -> QueueSpec | None:
+        with self.read() as conn:
+            row = conn.execute(sa.select(queues).where(queues.c.name == name)).first()
+        return self._queue_spec(row) if row else None
+
+    def list_queues(self) -> list[QueueSpec]:
+        with self.read() as conn:
+            return [self._queue_spec(row) for row in conn.execute(sa.select(queues).order_by(queues.c.name))]
+
+    def queue_counts(self, name: str) -> dict[str, int]:
+        with self.read() as conn:
+            rows = conn.execute(sa.select(jobs.c.state, sa.func.count()).where(jobs.c.queue == name)
+                                .group_by(jobs.c.state)).all()
+        return {state: 0 for state in STATES} | {state: count for state, count in rows}
+
+    # -- submission ---------------------------------------------------------
+    def submit(self, queue: str, job_set: str, owner: str, new_jobs: Sequence[NewJob],
+               now: float | None = None) -> list[Submitted]:
+        """Store a validated submission in one transaction; jobs whose clientId is known come back as they are.
+
+        Raises :class:`SubmissionRejected` (nothing stored) when the queue is
+        gone or a gang id is reused or half known.
+        """
+        now = time.time() if now is None else now
+        with self.write() as conn:
+            if not conn.execute(sa.select(queues.c.name).where(queues.c.name == queue)).first():
+                raise SubmissionRejected([Rejection(j.index, j.client_id, "queue", f"queue {queue!r} does not exist")
+                                          for j in new_jobs[:1]])
+            client_ids = sorted({j.client_id for j in new_jobs if j.client_id is not None})
+            known: dict[str, str] = {}
+            for part in chunks(client_ids):
+                for cid, job_id in conn.execute(sa.select(jobs.c.client_id, jobs.c.id)
+                                                .where(jobs.c.queue == queue, jobs.c.client_id.in_(part))):
+                    known[cid] = job_id
+            gang_ids = sorted({j.gang_id for j in new_jobs if j.gang_id is not None})
+            if gang_ids:
+                stored_gangs: set[str] = set()
+                for part in chunks(gang_ids):
+                    stored_gangs.update(g for (g,) in conn.execute(
+                        sa.select(jobs.c.gang_id).where(jobs.c.queue == queue, jobs.c.gang_id.in_(part)).distinct()))
+                problems = []
+                for gang in gang_ids:
+                    members = [j for j in new_jobs if j.gang_id == gang]
+                    seen = [j for j in members if j.client_id in known]
+                    if seen and len(seen) != len(members):
+                        first = next(j for j in members if j.client_id not in known)
+                        problems.append(Rejection(first.index, first.client_id, "annotations.armadaproject.io/gangId",
+                                                  f"gang {gang!r} is partly submitted already: resubmit all of its "
+                                                  f"members with their clientIds, or none"))
+                    elif not seen and gang in stored_gangs:
+                        problems.append(Rejection(members[0].index, members[0].client_id,
+                                                  "annotations.armadaproject.io/gangId",
+                                                  f"gang id {gang!r} is already used in queue {queue!r}; "
+                                                  f"gang ids must not be reused"))
+                if problems:
+                    raise SubmissionRejected(problems)
+            out: list[Submitted] = []
+            rows: list[dict] = []
+            event_rows: list[dict] = []
+            fresh: dict[str, str] = {}
+            for job in new_jobs:
+                if job.client_id is not None and job.client_id in known:
+                    out.append(Submitted(job.index, known[job.client_id], job.client_id, True))
+                    continue
+                if job.client_id is not None and job.client_id in fresh:
+                    out.append(Submitted(job.index, fresh[job.client_id], job.client_id, True))
+                    continue
+                job_id = new_job_id(now)
+                if job.client_id is not None:
+                    fresh[job.client_id] = job_id
+                rows.append({
+                    "id": job_id, "queue": queue, "job_set": job_set, "client_id": job.client_id, "owner": owner,
+                    "priority": job.priority, "priority_class": job.priority_class, "submitted": now,
+                    "state": QUEUED, "cluster": None, "node": None,
+                    "pods": _dump([pod.to_dict() for pod in job.pods]), "npods": len(job.pods),
+                    "gang_id": job.gang_id, "gang_cardinality": job.gang_cardinality, "gang_pods": job.gang_pods,
+                    "grace_period": job.grace_period, "deadline": job.deadline,
+                    "annotations": _dump(job.annotations), "spec": _dump(job.spec), "retries": 0,
+                    "stop_requested": STOP_NONE, "reason": "", "started": None, "finished": None, "updated": now,
+                })
+                ev = {"queue": queue, "job_set": job_set, "job_id": job_id, "time": now, "cluster": None,
+                      "node": None, "reason": ""}
+                event_rows.append({**ev, "kind": "submitted", "reason": f"by {owner}"})
+                event_rows.append({**ev, "kind": "queued"})
+                out.append(Submitted(job.index, job_id, job.client_id, False))
+            if rows:
+                if not conn.execute(sa.select(job_sets.c.name)
+                                    .where(job_sets.c.queue == queue, job_sets.c.name == job_set)).first():
+                    conn.execute(job_sets.insert().values(queue=queue, name=job_set, created=now))
+                conn.execute(jobs.insert(), rows)
+                self._insert_events(conn, event_rows)
+        return out
+
+    # -- cancel / reprioritize ------------------------------------------------
+    def _select_jobs(self, conn, queue: str, job_set: str | None, job_ids: Sequence[str] | None,
+                     states: Sequence[str]) -> list:
+        cols = [jobs.c.id, jobs.c.queue, jobs.c.job_set, jobs.c.state, jobs.c.cluster, jobs.c.node,
+                jobs.c.stop_requested]
+        base = sa.select(*cols).where(jobs.c.queue == queue, jobs.c.state.in_(states))
+        if job_set is not None:
+            base = base.where(jobs.c.job_set == job_set)
+        if job_ids is None:
+            return list(conn.execute(base.order_by(jobs.c.id)))
+        found = []
+        for part in chunks(list(job_ids)):
+            found.extend(conn.execute(base.where(jobs.c.id.in_(part))))
+        return sorted(found, key=lambda r: r.id)
+
+    def missing_jobs(self, queue: str, job_set: str | None, job_ids: Sequence[str]) -> list[str]:
+        """Which of ``job_ids`` are not jobs of ``queue`` (and ``job_set``): the API answers 404 for them."""
+        with self.read() as conn:
+            found = {r.id for r in self._select_jobs(conn, queue, job_set, job_ids, STATES)}
+        return [job_id for job_id in job_ids if job_id not in found]
+
+    def cancel(self, queue: str, job_set: str | None = None, job_ids: Sequence[str] | None = None,
+               states: Sequence[str] | None = None, by: str = "", now: float | None = None) -> dict[str, list[str]]:
+        """Cancel queued jobs now; ask the scheduling loop to stop leased/pending/running ones on their cluster.
+
+        Returns ``{"cancelled": [...], "cancelling": [...]}``.
+        """
+        now = time.time() if now is None else now
+        wanted = tuple(s for s in (states or NONTERMINAL) if s in NONTERMINAL)
+        reason = f"cancelled by {by}" if by else "cancelled"
+        with self.write() as conn:
+            rows = self._select_jobs(conn, queue, job_set, job_ids, wanted)
+            queued_ids = [r.id for r in rows if r.state == QUEUED]
+            active = [r for r in rows if r.state in ACTIVE and r.stop_requested != STOP_CANCEL]
+            for part in chunks(queued_ids):
+                conn.execute(jobs.update().where(jobs.c.id.in_(part), jobs.c.state == QUEUED)
+                             .values(state=CANCELLED, reason=reason, finished=now, updated=now))
+            for part in chunks([r.id for r in active]):
+                conn.execute(jobs.update().where(jobs.c.id.in_(part))
+                             .values(stop_requested=STOP_CANCEL, reason=reason, updated=now))
+            self._insert_events(conn, [self._event(r._mapping, "cancelled", now, reason=reason)
+                                       for r in rows if r.state == QUEUED])
+        return {"cancelled": queued_ids, "cancelling": [r.id for r in rows if r.state in ACTIVE]}
+
+    def reprioritize(self, queue: str, priority: int, job_set: str | None = None,
+                     job_ids: Sequence[str] | None = None, by: str = "", now: float | None = None) -> list[str]:
+        now = time.time() if now is None else now
+        with self.write() as conn:
+            rows = self._select_jobs(conn, queue, job_set, job_ids, NONTERMINAL)
+            for part in chunks([r.id for r in rows]):
+                conn.execute(jobs.update().where(jobs.c.id.in_(part)).values(priority=priority, updated=now))
+            self._insert_events(conn, [self._event(r._mapping, "reprioritized", now,
+                                                   reason=f"priority {priority}" + (f" by {by}" if by else ""))
+                                       for r in rows])
+        return [r.id for r in rows]
+
+    # -- reading --------------------------------------------------------------
+    @staticmethod
+    def _job_dict(row) -> dict:
+        return {
+            "id": row.id, "queue": row.queue, "jobSet": row.job_set, "clientId": row.client_id,
+            "state": row.state, "owner": row.owner, "priority": row.priority, "priorityClass": row.priority_class,
+            "submitted": row.submitted, "cluster": row.cluster, "node": row.node, "pods": json.loads(row.pods),
+            "gang": ({"id": row.gang_id, "cardinality": row.gang_cardinality} if row.gang_id else None),
+            "terminationGracePeriodSeconds": row.grace_period, "activeDeadlineSeconds": row.deadline,
+            "annotations": json.loads(row.annotations), "retries": row.retries, "reason": row.reason,
+            "started": row.started, "finished": row.finished, "updated": row.updated,
+            "cancelRequested": row.stop_requested == STOP_CANCEL,
+        }
+
+    def get_job(self, job_id: str) -> dict | None:
+        with self.read() as conn:
+            row = conn.execute(sa.select(jobs).where(jobs.c.id == job_id)).first()
+        return self._job_dict(row) if row else None
+
+    def job_spec(self, job_id: str) -> dict | None:
+        with self.read() as conn:
+            row = conn.execute(sa.select(jobs.c.spec).where(jobs.c.id == job_id)).first()
+        return json.loads(row[0]) if row else None
+
+    def list_jobs(self, queue: str | None = None, job_set: str | None = None, states: Sequence[str] | None = None,
+                  limit: int | None = None) -> list[dict]:
+        query = sa.select(jobs)
+        if queue is not None:
+            query = query.where(jobs.c.queue == queue)
+        if job_set is not None:
+            query = query.where(jobs.c.job_set == job_set)
+        if states:
+            query = query.where(jobs.c.state.in_(list(states)))
+        query = query.order_by(jobs.c.id)
+        if limit:
+            query = query.limit(limit)
+        with self.read() as conn:
+            return [self._job_dict(row) for row in conn.execute(query)]
+
+    def job_states(self) -> dict[str, str]:
+        with self.read() as conn:
+            return dict(conn.execute(sa.select(jobs.c.id, jobs.c.state)).all())
+
+    def count_jobs(self, states: Sequence[str] | None = None) -> int:
+        query = sa.select(sa.func.count()).select_from(jobs)
+        if states:
+            query = query.where(jobs.c.state.in_(list(states)))
+        with self.read() as conn:
+            return conn.execute(query).scalar_one()
+
+    def events(self, queue: str, job_set: str, after: int = 0, limit: int = 1000) -> list[dict]:
+        """The job set's events with id > ``after``, oldest first."""
+        with self.read() as conn:
+            rows = conn.execute(sa.select(events).where(events.c.queue == queue, events.c.job_set == job_set,
+                                                        events.c.id > after)
+                                .order_by(events.c.id).limit(limit)).all()
+        return [event_dict(row) for row in rows]
+
+    def all_events(self, after: int = 0, limit: int = 100000) -> list[dict]:
+        with self.read() as conn:
+            rows = conn.execute(sa.select(events).where(events.c.id > after).order_by(events.c.id).limit(limit)).all()
+        return [event_dict(row) for row in rows]
+
+    def last_event_id(self) -> int:
+        with self.read() as conn:
+            return conn.execute(sa.select(sa.func.max(events.c.id))).scalar_one() or 0
+
+    # -- the scheduling loop ----------------------------------------------------
+    def load_queued(self) -> list[QueuedJob]:
+        """Every queued job, in one query (no per-job round trips)."""
+        query = sa.select(jobs.c.id, jobs.c.queue, jobs.c.job_set, jobs.c.priority, jobs.c.priority_class,
+                          jobs.c.submitted, jobs.c.pods, jobs.c.npods, jobs.c.gang_id, jobs.c.gang_pods,
+                          jobs.c.annotations, jobs.c.grace_period, jobs.c.deadline).where(jobs.c.state == QUEUED)
+        loads = self._loads
+        with self.read() as conn:
+            rows = conn.execute(query).all()
+        return [QueuedJob(r[0], r[1], r[2], r[3], r[4], r[5], loads(r[6]), r[7], r[8], r[9], loads(r[10]), r[11], r[12])
+                for r in rows]
+
+    def _load_active(self, conn) -> dict[str, ActiveJob]:
+        query = (sa.select(jobs.c.id, jobs.c.queue, jobs.c.job_set, jobs.c.state, jobs.c.priority,
+                           jobs.c.priority_class, jobs.c.submitted, jobs.c.pods, jobs.c.npods, jobs.c.gang_id,
+                           jobs.c.gang_pods, jobs.c.annotations, jobs.c.grace_period, jobs.c.deadline, jobs.c.retries,
+                           jobs.c.stop_requested, jobs.c.started, leases.c.cluster, leases.c.nodes,
+                           leases.c.leased_at, leases.c.renewed_at, leases.c.pods_running, leases.c.pods_done)
+                 .select_from(leases.join(jobs, jobs.c.id == leases.c.job_id)))
+        loads = self._loads
+        out = {}
+        for r in conn.execute(query):
+            out[r[0]] = ActiveJob(r[0], r[1], r[2], r[3], r[4], r[5], r[6], loads(r[7]), r[8], r[9], r[10],
+                                  loads(r[11]), r[12], r[13], r[14], r[15], r[16], r[17], json.loads(r[18]),
+                                  r[19], r[20], r[21], r[22])
+        return out
+
+    def load_active(self) -> dict[str, ActiveJob]:
+        with self.read() as conn:
+            return self._load_active(conn)
+
+    def ingest(self, reports: Mapping[str, "ClusterReport"], now: float, lease_timeout: float,
+               max_retries: int) -> "IngestResult":
+        """One transaction per cycle, before scheduling: what clusters reported, lease renewal and expiry.
+
+        ``reports`` has one entry per cluster that answered this cycle
+        (events since the last poll, ids of the pods it runs). Leases of
+        jobs a cluster runs are renewed; leases not renewed within
+        ``lease_timeout`` expire (the job is queued again, or failed after
+        ``max_retries`` expiries). Returns the active jobs after all that and
+        what to stop on each cluster.
+        """
+        from flotilla.service.leases import apply_reports  # the rules live next to the loop
+
+        with self.write() as conn:
+            active = self._load_active(conn)
+            result = apply_reports(active, reports, now, lease_timeout, max_retries)
+            self._write_changes(conn, result.changes, now)
+        return result
+
+    @staticmethod
+    def _update_many(conn, table, key, updates: Mapping[str, dict]) -> None:
+        """``UPDATE table SET ... WHERE key = id`` for many rows, grouped by the columns they set."""
+        groups: dict[tuple, list[dict]] = {}
+        for row_id, values in updates.items():
+            groups.setdefault(tuple(sorted(values)), []).append(
+                {"k_": row_id, **{f"v_{name}": value for name, value in values.items()}})
+        for columns, params in groups.items():
+            stmt = table.update().where(key == sa.bindparam("k_")).values({c: sa.bindparam(f"v_{c}") for c in columns})
+            conn.execute(stmt, params)
+
+    def _write_changes(self, conn, changes: "Changes", now: float) -> None:
+        self._update_many(conn, jobs, jobs.c.id, {k: {**v, "updated": now} for k, v in changes.job_updates.items()})
+        self._update_many(conn, leases, leases.c.job_id,
+                          {k: v for k, v in changes.lease_updates.items() if k not in changes.lease_deletes})
+        for part in chunks(sorted(changes.lease_deletes)):
+            conn.execute(leases.delete().where(leases.c.job_id.in_(part)))
+        for cluster, (keep_out, value) in changes.renewals.items():
+            if not keep_out:
+                conn.execute(leases.update().where(leases.c.cluster == cluster).values(renewed_at=value))
+            else:
+                conn.execute(leases.update().where(leases.c.cluster == cluster, leases.c.job_id.not_in(sorted(keep_out)))
+                             .values(renewed_at=value))
+        for job_ids, value in changes.renew_ids:
+            for part in chunks(sorted(job_ids)):
+                conn.execute(leases.update().where(leases.c.job_id.in_(part)).values(renewed_at=value))
+        self._insert_events(conn, changes.events)
+
+    def record_cycle(self, leased: Mapping[str, tuple[str, list[str]]], preempted: Mapping[str, str],
+                     now: float) -> tuple[set[str], set[str]]:
+        """A cycle's decisions in one transaction: leases for placed jobs, preemptions.
+
+        ``leased`` maps job id -> (cluster, nodes per pod); ``preempted`` maps
+        job id -> reason. Jobs cancelled while the cycle ran are left out.
+        Returns (ids leased, ids preempted) as recorded.
+        """
+        done_leased: set[str] = set()
+        done_preempted: set[str] = set()
+        with self.write() as conn:
+            ids = sorted(leased)
+            rows = []
+            for part in chunks(ids):
+                rows.extend(conn.execute(sa.select(jobs.c.id, jobs.c.queue, jobs.c.job_set)
+                                         .where(jobs.c.id.in_(part), jobs.c.state == QUEUED)))
+            lease_rows, event_rows = [], []
+            by_cluster_node: dict[tuple[str, str], list[str]] = {}
+            for r in rows:
+                cluster, nodes = leased[r.id]
+                node_text = ",".join(dict.fromkeys(nodes))
+                by_cluster_node.setdefault((cluster, node_text), []).append(r.id)
+                lease_rows.append({"job_id": r.id, "cluster": cluster, "nodes": _dump(nodes), "leased_at": now,
+                                   "renewed_at": now, "pods_running": 0, "pods_done": 0})
+                event_rows.append(self._event(r._mapping, "leased", now, cluster, node_text))
+                done_leased.add(r.id)
+            for (cluster, node_text), job_ids in by_cluster_node.items():
+                for part in chunks(job_ids):
+                    conn.execute(jobs.update().where(jobs.c.id.in_(part))
+                                 .values(state=LEASED, cluster=cluster, node=node_text, updated=now))
+            for part in chunks(sorted(done_leased)):
+                conn.execute(leases.delete().where(leases.c.job_id.in_(part)))
+            if lease_rows:
+                conn.execute(leases.insert(), lease_rows)
+            prow = []
+            for part in chunks(sorted(preempted)):
+                prow.extend(conn.execute(sa.select(jobs.c.id, jobs.c.queue, jobs.c.job_set, jobs.c.cluster,
+                                                   jobs.c.node).where(jobs.c.id.in_(part),
+                                                                      jobs.c.state.in_(ACTIVE))))
+            for r in prow:
+                conn.execute(jobs.update().where(jobs.c.id == r.id)
+                             .values(state=PREEMPTED, reason=preempted[r.id], finished=now, updated=now))
+                event_rows.append(self._event(r._mapping, "preempted", now, r.cluster, r.node, preempted[r.id]))
+                done_preempted.add(r.id)
+            for part in chunks(sorted(done_preempted)):
+                conn.execute(leases.delete().where(leases.c.job_id.in_(part)))
+            self._insert_events(conn, event_rows)
+        return done_leased, done_preempted
+
+    def mark_pending(self, job_ids: Iterable[str], now: float) -> int:
+        """Jobs a cluster accepted: leased -> pending."""
+        ids = sorted(job_ids)
+        if not ids:
+            return 0
+        with self.write() as conn:
+            rows = []
+            for part in chunks(ids):
+                rows.extend(conn.execute(sa.select(jobs.c.id, jobs.c.queue, jobs.c.job_set, jobs.c.cluster, jobs.c.node)
+                                         .where(jobs.c.id.in_(part), jobs.c.state == LEASED)))
+            for part in chunks([r.id for r in rows]):
+                conn.execute(jobs.update().where(jobs.c.id.in_(part)).values(state=PENDING, updated=now))
+            self._insert_events(conn, [self._event(r._mapping, "pending", now, r.cluster, r.node) for r in rows])
+        return len(rows)
+
+
+def event_dict(row) -> dict:
+    return {"id": row.id, "queue": row.queue, "jobSet": row.job_set, "jobId": row.job_id, "kind": row.kind,
+            "time": row.time, "cluster": row.cluster, "node": row.node, "reason": row.reason}
+
+
+def rebuild_states(event_list: Iterable[Mapping]) -> dict[str, str]:
+    """A job's state from its events alone: the state its last state-changing event put it in."""
+    states: dict[str, str] = {}
+    for ev in event_list:
+        state = EVENT_STATE.get(ev["kind"])
+        job_id = ev.get("jobId", ev.get("job_id"))
+        if state is not None:
+            states[job_id] = state
+        elif ev["kind"] == "submitted":
+            states.setdefault(job_id, QUEUED)
+    return states
+
+
+def _sqlite_connect(dbapi_conn, _record) -> None:
+    dbapi_conn.isolation_level = None  # we issue BEGIN ourselves (see _sqlite_begin)
+    cur = dbapi_conn.cursor()
+    cur.execute("PRAGMA journal_mode=WAL")
+    cur.execute("PRAGMA synchronous=NORMAL")   # durable against a process crash (kill -9) in WAL mode
+    cur.execute("PRAGMA busy_timeout=60000")
+    cur.close()
+
+
+def _sqlite_begin(conn) -> None:
+    conn.exec_driver_sql("BEGIN IMMEDIATE" if conn.get_execution_options().get("flotilla_write") else "BEGIN")
+
+
+# Imported late for type names only.
+from flotilla.service.leases import Changes, ClusterReport, IngestResult  # noqa: E402
