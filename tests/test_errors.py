@@ -28,7 +28,7 @@ def failing(tmp_path, cfg, state):
 def test_unknown_plugin(tmp_path):
     cfg = config(plugins="plugins:\n  - name: assetfairness\n  - name: bestfitt\n")
     line = failing(tmp_path, cfg, GOOD_STATE)
-    assert line.startswith(f"error: {tmp_path / 'flotilla.yaml'}:4: plugins[1].name: unknown plugin 'bestfitt'")
+    assert line.startswith(f"error: {tmp_path / 'flotilla.yaml'}:3: plugins[1].name: unknown plugin 'bestfitt'")
     assert "available: assetfairness, bestfit," in line
 
 

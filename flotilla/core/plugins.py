@@ -12,6 +12,7 @@ registered implementation first, so they are registered in reverse.
 from __future__ import annotations
 
 import importlib
+import importlib.util
 from dataclasses import dataclass
 from importlib.metadata import entry_points
 from typing import Any, Mapping, Sequence
@@ -47,7 +48,8 @@ class PluginError(Exception):
 
 
 def available_plugins() -> list[str]:
-    names = set(BUILTIN_PLUGINS)
+    names = {name for name, target in BUILTIN_PLUGINS.items()
+             if importlib.util.find_spec(target.partition(":")[0]) is not None}
     names.update(ep.name for ep in entry_points(group=ENTRY_POINT_GROUP))
     return sorted(names)
 

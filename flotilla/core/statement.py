@@ -24,7 +24,7 @@ class Statement:
 
     def __init__(self, session: Session):
         self.session = session
-        self.ops: list[tuple[str, Job, int]] = []
+        self.ops: list[tuple[str, Job, int, int]] = []
         self._closed = False
 
     def __len__(self) -> int:
@@ -37,7 +37,7 @@ class Statement:
         vec = s.vector(job)
         s.index.bind(node, job.id, job.queue, vec, s.job_level(job))
         _add(s.queues[job.queue].allocated, vec, 1)
-        self.ops.append(("allocate", job, node))
+        self.ops.append(("allocate", job, node, 0))
 
     def unevict(self, job: Job) -> None:
         """Return an evicted job to the node it was evicted from."""
@@ -46,7 +46,7 @@ class Statement:
         s.index.unbind(running.node, job.id)
         s.index.bind(running.node, job.id, job.queue, running.vec, running.level)
         _add(s.queues[job.queue].allocated, running.vec, 1)
-        self.ops.append(("unevict", job, running.node))
+        self.ops.append(("unevict", job, running.node, 0))
 
     def evict(self, job: Job) -> None:
         """Take a running job off its node for this cycle; it stops counting for its queue."""
@@ -55,7 +55,7 @@ class Statement:
         s.index.unbind(running.node, job.id)
         s.index.bind(running.node, job.id, job.queue, running.vec, EVICTED)
         _add(s.queues[job.queue].allocated, running.vec, -1)
-        self.ops.append(("evict", job, running.node))
+        self.ops.append(("evict", job, running.node, 0))
 
     def preempt(self, job: Job) -> None:
         """Stop a running (or evicted) job: its space is free for the rest of the cycle."""
@@ -64,13 +64,13 @@ class Statement:
         _, _, level = s.index.unbind(running.node, job.id)
         if level != EVICTED:
             _add(s.queues[job.queue].allocated, running.vec, -1)
-        self.ops.append(("preempt", job, running.node))
+        self.ops.append(("preempt", job, running.node, level))
 
     # -- ending -------------------------------------------------------------
     def commit(self) -> None:
         s = self.session
         self._close()
-        for op, job, node in self.ops:
+        for op, job, node, _ in self.ops:
             if op == "allocate":
                 cluster, name = s.node_name(node)
                 s.scheduled.append(Placement(job, cluster, name))
@@ -97,7 +97,7 @@ class Statement:
     def discard(self) -> None:
         s = self.session
         self._close()
-        for op, job, node in reversed(self.ops):
+        for op, job, node, level in reversed(self.ops):
             if op == "allocate":
                 vec = s.vector(job)
                 s.index.unbind(node, job.id)
@@ -112,9 +112,8 @@ class Statement:
                 s.index.unbind(node, job.id)
                 s.index.bind(node, job.id, job.queue, running.vec, running.level)
                 _add(s.queues[job.queue].allocated, running.vec, 1)
-            else:  # preempt
+            else:  # preempt: back at the level it was taken from
                 running = s.running[job.id]
-                level = EVICTED if job.id in s.evicted else running.level
                 s.index.bind(node, job.id, job.queue, running.vec, level)
                 if level != EVICTED:
                     _add(s.queues[job.queue].allocated, running.vec, 1)
