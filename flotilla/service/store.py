@@ -240,6 +240,7 @@ class Store:
             sa_event.listen(self.engine, "begin", _sqlite_begin)
         else:
             self.engine = sa.create_engine(url, pool_size=pool_size, max_overflow=20, pool_pre_ping=True)
+        self.writes = 0            # bumped after every commit: watchers poll it before asking the database
         self._json = _JsonCache()
         self._json_lock = threading.Lock()
         if migrate:
@@ -264,6 +265,7 @@ class Store:
             with conn.begin():
                 self._lock(conn)
                 yield conn
+        self.writes += 1
 
     @contextmanager
     def read(self) -> Iterator[sa.Connection]:
