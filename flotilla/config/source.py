@@ -35,7 +35,10 @@ class SourceMap:
         return ConfigError(message, self.file, self.line_of(path), format_path(tuple(path)))
 
     def from_validation(self, exc: ValidationError) -> ConfigError:
-        first = exc.errors()[0]
+        # The first problem in file order; on one line, an unknown field (often a typo that also
+        # causes the "missing" error) explains more than what is missing.
+        errors = exc.errors()
+        first = min(errors, key=lambda e: (self.line_of(tuple(e["loc"])) or 0, e["type"] != "extra_forbidden"))
         loc = tuple(part for part in first["loc"] if not (isinstance(part, str) and part in _UNION_TAGS))
         kind = first["type"]
         keyed = (first.get("ctx") or {}).get("error")
@@ -43,6 +46,9 @@ class SourceMap:
             loc = loc + (keyed.key,)
         if kind == "extra_forbidden":
             message = f"unknown field {loc[-1]!r}" if loc else "unknown field"
+        elif kind in ("union_tag_invalid", "union_tag_not_found"):
+            loc = loc + ("kind",)
+            message = f"expected kind to be one of {first.get('ctx', {}).get('expected_tags', 'simulated, kubernetes')}"
         elif kind == "missing":
             message = "required field missing"
         else:

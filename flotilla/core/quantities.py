@@ -51,7 +51,7 @@ def parse_quantity(value: str | int | float, resource: str = "") -> int:
     if resource in MILLI_RESOURCES:
         amount *= 1000
     if amount != amount.to_integral_value():
-        unit = "millicores" if resource in MILLI_RESOURCES else "whole units"
+        unit = "millicores" if resource in MILLI_RESOURCES else "bytes" if resource == "memory" else "units"
         raise QuantityError(f"{text!r} is not a whole number of {unit} for {resource or 'this resource'}")
     return int(amount)
 
