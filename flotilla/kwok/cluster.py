@@ -94,6 +94,21 @@ def find_bin_dir(build: bool = True) -> Path:
                     "directory it prints last")
 
 
+def _free_port() -> int:
+    import random
+    import socket
+
+    for _ in range(100):
+        port = random.randint(20000, 29999)
+        with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+            try:
+                sock.bind(("0.0.0.0", port))
+            except OSError:
+                continue
+            return port
+    raise KwokError("no free port found for kube-apiserver in 20000-29999")
+
+
 def _run(args: list[str], timeout: float = 300, env: dict | None = None) -> subprocess.CompletedProcess:
     return subprocess.run(args, capture_output=True, text=True, timeout=timeout, env=env)
 
@@ -209,10 +224,8 @@ def up(name: str, nodes: int = 0, node_template: str | os.PathLike | None = None
     env = _kwokctl_env(bin_dir)
     kwokctl = str(bin_dir / "kwokctl")
     if (wd / "kubeconfig.yaml").exists():
-        # Already created: start whatever is stopped (kwokctl skips running components).
-        result = _run([kwokctl, "start", "cluster", "--name", name], timeout=timeout, env=env)
-        if result.returncode != 0:
-            raise KwokError(f"kwokctl start cluster --name {name} failed: {result.stderr.strip()[-800:]}")
+        # Already created: start whatever is stopped.
+        start(name, bin_dir, timeout)
     else:
         config = wd.parent.parent / f"flotilla-{name}-stages.yaml"
         config.parent.mkdir(parents=True, exist_ok=True)
@@ -224,6 +237,9 @@ def up(name: str, nodes: int = 0, node_template: str | os.PathLike | None = None
                 "--etcd-binary", str(bin_dir / "etcd"),
                 "--kwok-controller-binary", str(bin_dir / "kwok"),
                 "--kubeconfig", kubeconfig_path,
+                # A port of our choosing, away from the ports kwokctl hands out (counting down from 32767), so
+                # that a stopped API server finds its port free when it is started again.
+                "--kube-apiserver-port", str(_free_port()),
                 "--extra-args", "kube-apiserver=disable-admission-plugins=ServiceAccount",
                 "--timeout", f"{int(timeout)}s", "--wait", f"{int(timeout)}s"]
         for extra in extra_args:
@@ -258,44 +274,93 @@ def down(name: str, kubeconfig: str = DEFAULT_KUBECONFIG, bin_dir: Path | None =
     return True
 
 
+def _alive(pid: int) -> bool:
+    """Running, not a zombie waiting to be reaped (kwokctl would take a zombie for a running process)."""
+    try:
+        os.waitpid(pid, os.WNOHANG)  # reap it if it is our child
+    except ChildProcessError:
+        pass
+    try:
+        with open(f"/proc/{pid}/stat") as fh:
+            state = fh.read().rsplit(")", 1)[1].split()[0]
+        return state not in ("Z", "X")
+    except (OSError, IndexError):
+        try:
+            os.kill(pid, 0)
+        except ProcessLookupError:
+            return False
+        except PermissionError:
+            return True
+        return True
+
+
 def component_pid(name: str, component: str) -> int | None:
     path = workdir(name) / "pids" / f"{component}.pid"
     try:
         pid = int(path.read_text().strip())
     except (OSError, ValueError):
         return None
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return None
-    except PermissionError:
-        pass
-    return pid
+    return pid if _alive(pid) else None
 
 
-def stop_component(name: str, component: str = "kube-apiserver", timeout: float = 30.0) -> bool:
-    """Stop one component of the fake cluster (SIGTERM, then SIGKILL); ``start`` brings it back."""
+def stop_component(name: str, component: str = "kube-apiserver", timeout: float = 5.0) -> bool:
+    """Stop one component of the fake cluster (SIGTERM, SIGKILL after ``timeout`` s); ``start`` brings it back."""
     pid = component_pid(name, component)
     if pid is None:
         return False
     os.kill(pid, signal.SIGTERM)
     deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if component_pid(name, component) is None:
-            return True
-        time.sleep(0.1)
-    os.kill(pid, signal.SIGKILL)
+    while _alive(pid):
+        if time.monotonic() > deadline:
+            os.kill(pid, signal.SIGKILL)
+        time.sleep(0.05)
+    (workdir(name) / "pids" / f"{component}.pid").unlink(missing_ok=True)
     return True
 
 
-def start(name: str, bin_dir: Path | None = None, timeout: float = 120.0) -> None:
-    """Start whatever components of ``name`` are stopped and wait for its API server."""
-    bin_dir = bin_dir or find_bin_dir(build=False)
-    result = _run([str(bin_dir / "kwokctl"), "--name", name, "start", "cluster", "--wait", f"{int(timeout)}s"],
-                  timeout=timeout + 30, env=_kwokctl_env(bin_dir))
-    if result.returncode != 0:
-        raise KwokError(f"kwokctl start cluster --name {name} failed: {result.stderr.strip()[-800:]}")
+def _components(name: str) -> list[dict]:
+    path = workdir(name) / "kwok.yaml"
+    if not path.exists():
+        raise KwokError(f"no fake cluster {name!r} (no {path}); create it with `flotilla kwok up --name {name}`")
+    for doc in yaml.safe_load_all(path.read_text()):
+        if isinstance(doc, dict) and doc.get("kind") == "KwokctlConfiguration":
+            return doc.get("components") or []
+    raise KwokError(f"{path} has no KwokctlConfiguration")
+
+
+def start_component(name: str, component: str) -> bool:
+    """Start one stopped component with the command line kwokctl recorded for it. False if it was running."""
+    if component_pid(name, component) is not None:
+        return False
+    spec = next((c for c in _components(name) if c.get("name") == component), None)
+    if spec is None:
+        raise KwokError(f"cluster {name} has no component {component}")
+    wd = workdir(name)
+    env = dict(os.environ)
+    env.update({e["name"]: e.get("value", "") for e in spec.get("envs") or ()})
+    with open(wd / "logs" / f"{component}.log", "ab") as log:
+        proc = subprocess.Popen([spec["binary"], *(spec.get("args") or [])], cwd=spec.get("workDir") or wd,
+                                stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
+                                start_new_session=True, env=env)
+    (wd / "pids" / f"{component}.pid").write_text(str(proc.pid))
+    return True
+
+
+def start(name: str, bin_dir: Path | None = None, timeout: float = 120.0) -> list[str]:
+    """Start whatever components of ``name`` are stopped (etcd first) and wait for its API server."""
+    started = []
+    for spec in _components(name):
+        if start_component(name, spec["name"]):
+            started.append(spec["name"])
+    kubeconfig = workdir(name) / "kubeconfig.yaml"
+    from flotilla.kubernetes.client import KubeClient
+    client = KubeClient.from_kubeconfig(str(kubeconfig), None)
+    try:
+        wait_ready(client, timeout)
+    finally:
+        client.close()
+    return started
 
 
 __all__ = ["FakeCluster", "KwokError", "create_nodes", "down", "find_bin_dir", "load_node_template", "render_node",
-           "start", "stop_component", "up", "wait_nodes_ready", "wait_ready"]
+           "start", "start_component", "stop_component", "up", "wait_nodes_ready", "wait_ready"]

@@ -1,0 +1,250 @@
+"""The Kubernetes backend on real fake clusters: a kube-apiserver and etcd, kwok-controller as the kubelets.
+
+Every outcome is read back from the API server (pods and the nodes they are
+bound to, pods deleted), not from Flotilla's own view. The two clusters are
+started once per session (``kwok_fixtures.kwok_clusters``) and reset to two
+empty 32-core nodes before each test.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from pathlib import Path
+
+import pytest
+import yaml
+from click.testing import CliRunner
+from kwok_fixtures import flotilla_pods_by_node, kwok, kwok_clusters, natural  # noqa: F401 - fixtures
+
+from flotilla.core.backend import ClusterDecisions
+from flotilla.core.decisions import Placement
+from flotilla.core.model import Gang, Job, JobState
+from flotilla.kubernetes import make_backends
+from flotilla.kubernetes.backend import KubernetesCluster
+from flotilla.kubernetes.runner import Runner
+
+pytestmark = pytest.mark.kwok
+
+EXAMPLES = Path(__file__).resolve().parent.parent / "examples"
+
+CONFIG = """
+plugins:
+  - name: assetfairness
+  - name: bestfit
+  - name: gang
+  - name: priorityclass
+  - name: predicates
+priorityClasses:
+  - {{name: armada-default, priority: 30000, preemptible: false}}
+  - {{name: armada-preemptible, priority: 20000, preemptible: true}}
+defaultPriorityClass: armada-default
+queues: [{{name: A, weight: 1}}, {{name: B, weight: 1}}]
+lease: {{timeout: 60s}}
+clusters:
+{clusters}
+"""
+
+
+def write_config(tmp_path, kwok, names=("a", "b"), rename=None):
+    rename = rename or {}
+    entries = "\n".join(
+        f"  - {{name: {rename.get(key, 'kwok-' + key)}, kind: kubernetes, kubeconfig: {kwok[key].kubeconfig}, "
+        f"context: {kwok[key].context}}}" for key in names)
+    path = tmp_path / "flotilla.yaml"
+    path.write_text(CONFIG.format(clusters=entries))
+    return path
+
+
+def scheduler_and_backends(config_path):
+    from flotilla.config import load_config
+    from flotilla.core.cycle import Scheduler
+
+    config = load_config(config_path)
+    backends = make_backends(config)
+    for backend in backends.values():
+        assert backend.wait_synced(30), f"{backend.name} did not sync"
+    return config, Scheduler(config), backends
+
+
+def close_all(backends):
+    for backend in backends.values():
+        backend.close()
+
+
+def job(job_id, queue, cpu=1, submitted=0, pc="armada-preemptible", **kwargs):
+    return Job(job_id, queue, job_set=queue.lower(), priority_class=pc, requests={"cpu": cpu * 1000},
+               submitted=submitted, **kwargs)
+
+
+def wait_idle(backends, runner=None, settle=0.3):
+    for backend in backends.values():
+        assert backend.wait_idle(30)
+    time.sleep(settle)
+    if runner is not None:
+        runner.pump_events()
+
+
+def test_two_queue_preemption_matches_schedule_once(kwok, tmp_path):
+    """The seed's example on two 32-core KWOK nodes: same placements and preemptions as schedule-once."""
+    from flotilla.scheduler_main import main
+
+    predicted = CliRunner().invoke(main, ["schedule-once", "--state", str(EXAMPLES / "two-queues.yaml")])
+    assert predicted.exit_code == 0, predicted.output
+    predicted = json.loads(predicted.stdout)
+
+    state = yaml.safe_load((EXAMPLES / "two-queues.yaml").read_text())
+    config_path = write_config(tmp_path, kwok, names=("a",), rename={"a": "sim"})
+    config, scheduler, backends = scheduler_and_backends(config_path)
+    backend = backends["sim"]
+    try:
+        # A's 40 jobs running as in the state file (32 on node-1, 8 on node-2), as pods on the API server.
+        running = [s for s in state["jobs"] if s.get("state") == "running"]
+        starts = [Placement(job(s["id"], s["queue"], submitted=s["submitted"], pc=s["priorityClass"]), "sim", s["node"])
+                  for s in running]
+        backend.apply(ClusterDecisions(start=starts))
+        kwok["a"].wait_pods(lambda pods: sum(p["status"].get("phase") == "Running" for p in pods) == 40,
+                            what="A's 40 pods running")
+        wait_idle(backends)
+        assert {n: len(ids) for n, ids in flotilla_pods_by_node(kwok["a"].pods()).items()} == {"node-1": 32,
+                                                                                                "node-2": 8}
+        backend.poll_events()
+
+        # B's 50 jobs arrive; one cycle of the real scheduler against the snapshot read from the API server.
+        seen = []  # every job event the backend reports, whoever polls it
+        poll = backend.poll_events
+        backend.poll_events = lambda: (lambda events: seen.extend(events) or events)(poll())
+        runner = Runner(scheduler, backends)
+        runner.submit(job(s["id"], s["queue"], submitted=s["submitted"], pc=s["priorityClass"])
+                      for s in state["jobs"] if s.get("state", "queued") == "queued")
+        result = runner.cycle()
+        assert result.available == ["sim"]
+        decided = result.decisions.to_dict()
+        assert decided["scheduled"] == predicted["scheduled"]
+        assert decided["preempted"] == predicted["preempted"]
+
+        # Read back from the API server: who runs where, and which pods were deleted.
+        expected = {}
+        for node in ("node-1", "node-2"):
+            expected[node] = sorted([s["id"] for s in running if s["node"] == node
+                                     and s["id"] not in predicted["preempted"]]
+                                    + [p["job"] for p in predicted["scheduled"] if p["node"] == node], key=natural)
+        # The preempted pods go once their grace period (1s) is over: wait for them to be gone.
+        pods = kwok["a"].wait_pods(lambda pods: flotilla_pods_by_node(pods) == expected and len(pods) == 64
+                                   and all(p["status"].get("phase") == "Running" for p in pods),
+                                   what="the predicted placement")
+        live_ids = {p["metadata"]["annotations"]["flotilla.io/job-id"] for p in pods}
+        assert live_ids.isdisjoint(predicted["preempted"])
+        assert expected == {"node-1": [f"a-{i}" for i in range(1, 33)], "node-2": [f"b-{i}" for i in range(1, 33)]}
+        wait_idle(backends, runner)
+        events = {(e.job_id, e.kind) for e in seen}
+        assert {(job_id, "preempted") for job_id in predicted["preempted"]} <= events
+        assert not any(kind == "preempted" and not job_id.startswith("a-") for job_id, kind in events)
+        assert sorted((r.job.id for r in runner.jobs.values() if r.state == "queued"), key=natural) == \
+            predicted["queued"]
+    finally:
+        close_all(backends)
+
+
+def test_gang_lands_entirely_on_one_cluster(kwok, tmp_path):
+    """Cluster a has 2+2 cores free, b 4+4: a 4 x 2-core gang goes whole to b (per job, a would take two)."""
+    for node in ("node-1", "node-2"):
+        kwok["a"].create_foreign_pod(f"other-{node}", node, "30")
+        kwok["b"].create_foreign_pod(f"other-{node}", node, "28")
+    config, scheduler, backends = scheduler_and_backends(write_config(tmp_path, kwok))
+    try:
+        for backend in backends.values():
+            deadline = time.monotonic() + 10
+            while sum(len(v) for v in backend.snapshot().foreign.values()) < 2 and time.monotonic() < deadline:
+                time.sleep(0.05)
+        runner = Runner(scheduler, backends)
+        runner.submit(job(f"g-{i}", "A", cpu=2, submitted=i, gang=Gang("g", 4)) for i in range(1, 5))
+        runner.submit(job(f"h-{i}", "B", cpu=1, submitted=10 + i, gang=Gang("h", 4)) for i in range(1, 5))
+        result = runner.cycle()
+        assert len(result.decisions.scheduled) == 8
+        wait_idle(backends, runner)
+        on_a = flotilla_pods_by_node(kwok["a"].wait_pods(
+            lambda pods: all(p["status"].get("phase") == "Running" for p in pods), what="a's pods running"))
+        on_b = flotilla_pods_by_node(kwok["b"].wait_pods(
+            lambda pods: all(p["status"].get("phase") == "Running" for p in pods), what="b's pods running"))
+        ids_a = {i for ids in on_a.values() for i in ids}
+        ids_b = {i for ids in on_b.values() for i in ids}
+        assert ids_b >= {"g-1", "g-2", "g-3", "g-4"}, (on_a, on_b)
+        assert {node: sum(i.startswith("g-") for i in ids) for node, ids in on_b.items()} == {"node-1": 2,
+                                                                                               "node-2": 2}
+        for gang in ("g", "h"):
+            members = {f"{gang}-{i}" for i in range(1, 5)}
+            assert members <= ids_a or members <= ids_b, (gang, on_a, on_b)
+        assert len(ids_a) + len(ids_b) == 8
+    finally:
+        close_all(backends)
+
+
+def test_foreign_pod_taking_half_a_node_is_respected(kwok, tmp_path):
+    kwok["a"].create_foreign_pod("someone-elses", "node-1", "16")
+    config, scheduler, backends = scheduler_and_backends(write_config(tmp_path, kwok, names=("a",)))
+    try:
+        backend = backends["kwok-a"]
+        deadline = time.monotonic() + 10
+        while not backend.snapshot().foreign and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert backend.snapshot().foreign == {"node-1": {"cpu": 16000}}
+        runner = Runner(scheduler, backends)
+        runner.submit(job(f"a-{i}", "A", submitted=i) for i in range(1, 65))
+        runner.cycle()
+        wait_idle(backends, runner)
+        runner.cycle()  # a second cycle must not squeeze anything more in
+        wait_idle(backends, runner)
+        pods = kwok["a"].wait_pods(lambda pods: all(p["status"].get("phase") == "Running" for p in pods),
+                                   what="pods running")
+        by_node = flotilla_pods_by_node(pods)
+        assert {node: len(ids) for node, ids in by_node.items()} == {"node-1": 16, "node-2": 32}
+        for node in ("node-1", "node-2"):
+            used = sum(int(p["spec"]["containers"][0]["resources"]["requests"]["cpu"]) for p in pods
+                       if p["spec"]["nodeName"] == node)
+            assert used == 32, node
+        assert runner.counts() == {"running": 48, "queued": 16}
+    finally:
+        close_all(backends)
+
+
+def test_api_server_outage_leaves_other_cluster_scheduling_and_loses_no_job(kwok, tmp_path):
+    from flotilla.kwok.cluster import start, stop_component
+
+    config, scheduler, backends = scheduler_and_backends(write_config(tmp_path, kwok))
+    runner = Runner(scheduler, backends, lease_timeout=60)
+    annotations = {"flotilla.io/simulated-duration": "3s"}
+    try:
+        # 100 three-second jobs over 2 x 64 cores: both clusters get some.
+        runner.submit(job(f"a-{i}", "A", submitted=i, annotations=annotations) for i in range(1, 101))
+        runner.cycle()
+        on = {name: sum(1 for r in runner.jobs.values() if r.cluster == name) for name in backends}
+        assert on["kwok-a"] > 0 and on["kwok-b"] > 0 and sum(on.values()) == 100, on
+        wait_idle(backends, runner)
+        leased_on_a = {r.job.id for r in runner.jobs.values() if r.cluster == "kwok-a"}
+
+        # kwok-a's API server goes away mid-run; more work arrives.
+        assert stop_component(kwok["a"].name, "kube-apiserver", timeout=1)
+        runner.submit(job(f"b-{i}", "B", submitted=200 + i, annotations=annotations) for i in range(1, 61))
+        outage_cycles = []
+        deadline = time.monotonic() + 8
+        while time.monotonic() < deadline:
+            outage_cycles.append(runner.cycle())
+            time.sleep(0.2)
+        assert any(c.unavailable == ["kwok-a"] for c in outage_cycles)
+        assert all("kwok-a" not in c.available for c in outage_cycles[-5:])
+        placed_during_outage = [p for c in outage_cycles if c.decisions for p in c.decisions.scheduled]
+        assert placed_during_outage and all(p.cluster == "kwok-b" for p in placed_during_outage)
+        assert any(p.job.id.startswith("b-") for p in placed_during_outage)
+        # kwok-a's jobs keep their leases (lease timeout not reached): none requeued, none elsewhere.
+        for job_id in leased_on_a:
+            assert runner.jobs[job_id].cluster == "kwok-a" and runner.jobs[job_id].state in ("leased", "running")
+
+        start(kwok["a"].name)
+        assert runner.run(lambda r: r.done(), timeout=60, period=0.2), runner.counts()
+        assert runner.counts() == {"succeeded": 160}
+        for job_id in leased_on_a:
+            assert [h[1] for h in runner.jobs[job_id].history].count("leased") == 1
+        assert all(r.cluster == "kwok-a" for j, r in runner.jobs.items() if j in leased_on_a)
+    finally:
+        close_all(backends)
