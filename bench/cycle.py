@@ -63,6 +63,8 @@ def main() -> None:
     parser.add_argument("--jobs", type=int, default=1_000_000)
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--profile", action="store_true", help="print the top of a cProfile of the cycle")
+    parser.add_argument("--second-cycle", action="store_true",
+                        help="then run a second cycle with the first one's placements running (evict and return)")
     args = parser.parse_args()
     configure_logging("warning")
     scheduler = Scheduler(load_config(None))
@@ -92,6 +94,34 @@ def main() -> None:
     print(f"peak memory (RSS)   {peak_mib:8.0f} MiB")
     if profiler:
         pstats.Stats(profiler).sort_stats("cumulative").print_stats(25)
+    if args.second_cycle:
+        second_cycle(scheduler, snapshot, decisions, args.seed)
+
+
+def second_cycle(scheduler: Scheduler, snapshot: Snapshot, decisions, seed: int) -> None:
+    """The steady state: the first cycle's placements run, every preemptible one is evicted and returns."""
+    from dataclasses import replace
+
+    from flotilla.core.model import JobState
+
+    placed = {p.job.id: p for p in decisions.scheduled}
+    running = [replace(p.job, state=JobState.RUNNING, cluster=p.cluster, node=p.node) for p in decisions.scheduled]
+    queued = [job for job in snapshot.queued if job.id not in placed]
+    cluster = snapshot.clusters[0]
+    snapshot = Snapshot([ClusterSnapshot(cluster.name, cluster.nodes, running)], queued, snapshot.queues,
+                        snapshot.priority_classes, snapshot.default_priority_class)
+    started = time.perf_counter()
+    decisions = scheduler.run_cycle(snapshot, random.Random(seed),
+                                    actions=[a for a in scheduler.actions if a.name != "lease"])
+    cycle = time.perf_counter() - started
+    print(f"second cycle, {len(running)} running")
+    for name in ("open", "evict", "allocate", "preempt"):
+        if name in decisions.timings:
+            print(f"  {name:<17} {decisions.timings[name]:8.2f} s")
+    print(f"cycle total         {cycle:8.2f} s")
+    print(f"evicted             {decisions.counters.get('evicted', 0):8d}")
+    print(f"newly placed        {len(decisions.scheduled):8d}")
+    print(f"preempted           {len(decisions.preempted):8d}")
 
 
 if __name__ == "__main__":
