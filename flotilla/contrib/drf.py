@@ -16,15 +16,13 @@ from __future__ import annotations
 from typing import Mapping
 
 from flotilla.core.hookspecs import hookimpl
+from flotilla.plugins.arguments import take_args
 from flotilla.plugins.limits import register_queue_limits
 
 
 class DominantResourceFairness:
     def __init__(self, args: Mapping | None = None):
-        args = dict(args or {})
-        self.resources = args.pop("resources", None)
-        if args:
-            raise ValueError(f"unknown argument(s) {', '.join(sorted(args))}; expected resources")
+        self.resources = take_args(args, resources=None)["resources"]
         if self.resources is not None and not all(isinstance(r, str) for r in self.resources):
             raise ValueError("resources must be a list of resource names")
 

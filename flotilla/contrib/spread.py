@@ -17,14 +17,12 @@ from typing import Mapping
 
 from flotilla.core.hookspecs import hookimpl
 from flotilla.core.nodeindex import EVICTED
+from flotilla.plugins.arguments import take_args
 
 
 class Spread:
     def __init__(self, args: Mapping | None = None):
-        args = dict(args or {})
-        self.weight = float(args.pop("weight", 1.0))
-        if args:
-            raise ValueError(f"unknown argument(s) {', '.join(sorted(args))}; expected weight")
+        self.weight = float(take_args(args, weight=1.0)["weight"])
 
     @hookimpl
     def flotilla_session_open(self, session):

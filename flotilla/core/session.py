@@ -392,15 +392,19 @@ def iter_units(session: Session, queue: QueueState, evicted: Iterable[Job]):
     import heapq
 
     seen_gangs: set[str] = set()
-    evicted_jobs = sorted(evicted, key=lambda j: session.job_sort_key(j, 0) + (j.id,))
-    for job in evicted_jobs:
-        if job.gang is not None:
-            if job.gang.id in seen_gangs:
-                continue
-            seen_gangs.add(job.gang.id)
-            yield [m for m in session.gangs[job.gang.id] if m.id in session.evicted or m.id not in session.running]
-        else:
-            yield job
+
+    def unit(job: Job):
+        if job.gang is None:
+            return job
+        if job.gang.id in seen_gangs:
+            return None
+        seen_gangs.add(job.gang.id)
+        return [m for m in session.gangs[job.gang.id] if m.id in session.evicted or m.id not in session.running]
+
+    for job in sorted(evicted, key=lambda j: session.job_sort_key(j, 0) + (j.id,)):
+        found = unit(job)
+        if found is not None:
+            yield found
     jobs = queue.queued
     if session.job_order_fns:
         heap = [session.job_sort_key(job, position) for position, job in enumerate(jobs)]
@@ -408,12 +412,6 @@ def iter_units(session: Session, queue: QueueState, evicted: Iterable[Job]):
         heap = [(job.priority, job.submitted, position) for position, job in enumerate(jobs)]
     heapq.heapify(heap)
     while heap:
-        key = heapq.heappop(heap)
-        job = jobs[key[-1]]
-        if job.gang is not None:
-            if job.gang.id in seen_gangs:
-                continue
-            seen_gangs.add(job.gang.id)
-            yield [m for m in session.gangs[job.gang.id] if m.id in session.evicted or m.id not in session.running]
-        else:
-            yield job
+        found = unit(jobs[heapq.heappop(heap)[-1]])
+        if found is not None:
+            yield found

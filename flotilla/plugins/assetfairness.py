@@ -16,16 +16,14 @@ from typing import Mapping
 
 from flotilla.core.hookspecs import hookimpl
 from flotilla.core.quantities import MILLI_RESOURCES
+from flotilla.plugins.arguments import take_args
 from flotilla.plugins.limits import register_queue_limits
 
 DEFAULT_WEIGHTS = {"cpu": 1.0, "nvidia.com/gpu": 1.0, "memory": 0.0}
 
 
 def parse_weights(args: Mapping, key: str = "resourceWeights") -> dict[str, float]:
-    unknown = set(args) - {key}
-    if unknown:
-        raise ValueError(f"unknown argument(s) {', '.join(sorted(unknown))}; expected {key}")
-    weights = args.get(key, DEFAULT_WEIGHTS)
+    weights = take_args(args, **{key: DEFAULT_WEIGHTS})[key]
     if not isinstance(weights, Mapping):
         raise ValueError(f"{key} must map resource names to numbers")
     out = {}

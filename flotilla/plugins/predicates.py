@@ -13,6 +13,7 @@ from __future__ import annotations
 from typing import Mapping
 
 from flotilla.core.hookspecs import hookimpl
+from flotilla.plugins.arguments import take_args
 
 REFUSING_EFFECTS = ("NoSchedule", "NoExecute")
 
@@ -32,8 +33,7 @@ def check(job, node_type) -> str | None:
 
 class Predicates:
     def __init__(self, args: Mapping | None = None):
-        if args:
-            raise ValueError(f"takes no arguments, got {', '.join(sorted(args))}")
+        take_args(args)
 
     @hookimpl
     def flotilla_session_open(self, session):

@@ -12,12 +12,12 @@ from __future__ import annotations
 from typing import Mapping
 
 from flotilla.core.hookspecs import hookimpl
+from flotilla.plugins.arguments import take_args
 
 
 class PriorityClassPlugin:
     def __init__(self, args: Mapping | None = None):
-        if args:
-            raise ValueError(f"takes no arguments, got {', '.join(sorted(args))}")
+        take_args(args)
 
     @hookimpl
     def flotilla_session_open(self, session):
