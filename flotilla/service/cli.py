@@ -1,0 +1,420 @@
+"""The service's commands: ``serve``, and the client commands that talk to it.
+
+Exit codes (every client command):
+
+====  =============================================================
+0     done
+1     the server refused the request (unknown job or queue, conflict,
+      rejected submission: 404, 409, 422)
+2     usage error (bad arguments, unreadable file)
+3     not authenticated or not allowed (401, 403)
+4     the server cannot be reached
+5     ``watch --until-done``: every job finished, but not all succeeded
+====  =============================================================
+
+Errors go to stderr, one line each; stdout carries only the output.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+from typing import Any, Iterable
+
+import click
+import yaml
+
+EXIT_REFUSED, EXIT_USAGE, EXIT_AUTH, EXIT_UNREACHABLE, EXIT_NOT_ALL_SUCCEEDED = 1, 2, 3, 4, 5
+TERMINAL = {"succeeded", "failed", "preempted", "cancelled"}
+STATE_OF = {"queued": "queued", "leased": "leased", "pending": "pending", "running": "running",
+            "succeeded": "succeeded", "failed": "failed", "preempted": "preempted", "cancelled": "cancelled"}
+
+
+class CommandError(click.ClickException):
+    def __init__(self, message: str, exit_code: int = EXIT_REFUSED, details: Iterable[str] = ()):
+        super().__init__(message)
+        self.exit_code = exit_code
+        self.details = list(details)
+
+    def show(self, file=None) -> None:
+        click.echo(f"error: {self.format_message()}", err=True)
+        for line in self.details:
+            click.echo(f"  {line}", err=True)
+
+
+def _from_client_error(exc) -> CommandError:
+    if exc.status == 0:
+        return CommandError(exc.message, EXIT_UNREACHABLE)
+    code = EXIT_AUTH if exc.status in (401, 403) else EXIT_REFUSED
+    details: list[str] = []
+    if isinstance(exc.body, dict) and exc.body.get("errors"):
+        details = [e.get("text", "") for e in exc.body["errors"]]
+        return CommandError(f"{exc.status}: submission rejected, nothing was submitted", code, details)
+    return CommandError(f"{exc.status}: {exc.message}", code)
+
+
+def _client(ctx: click.Context):
+    from flotilla.service.client import Client
+
+    params = ctx.find_root().params if ctx else {}
+    obj = ctx.obj if ctx and isinstance(ctx.obj, dict) else {}
+    return Client(obj.get("url") or params.get("url"), obj.get("token") or params.get("token"))
+
+
+def _call(ctx: click.Context, fn):
+    from flotilla.service.client import ClientError
+
+    with _client(ctx) as client:
+        try:
+            return fn(client)
+        except ClientError as exc:
+            raise _from_client_error(exc) from None
+
+
+def connection_options(fn):
+    fn = click.option("--token", envvar="FLOTILLA_TOKEN", default=None,
+                      help="Bearer token (else $FLOTILLA_TOKEN, else the client config file).")(fn)
+    fn = click.option("--url", envvar="FLOTILLA_URL", default=None,
+                      help="Server address, e.g. http://127.0.0.1:8080 (else $FLOTILLA_URL, else the client config "
+                           "file ~/.config/flotilla/client.yaml, else http://127.0.0.1:8080).")(fn)
+    return fn
+
+
+def output_option(fn):
+    return click.option("--output", "-o", type=click.Choice(["table", "json", "yaml"]), default="table",
+                        show_default=True, help="How to print records.")(fn)
+
+
+def _remember(ctx: click.Context, url, token) -> None:
+    ctx.ensure_object(dict)
+    if url:
+        ctx.obj["url"] = url
+    if token:
+        ctx.obj["token"] = token
+
+
+def emit(data: Any, output: str, columns: list[tuple[str, str]] | None = None, rows: list[dict] | None = None) -> None:
+    if output == "json":
+        click.echo(json.dumps(data, indent=2, default=str))
+    elif output == "yaml":
+        click.echo(yaml.safe_dump(data, sort_keys=False, default_flow_style=False).rstrip())
+    else:
+        _table(rows if rows is not None else [data], columns or [(k, k) for k in (data or {})])
+
+
+def _cell(value: Any) -> str:
+    if value is None:
+        return "-"
+    if isinstance(value, float):
+        return f"{value:g}"
+    if isinstance(value, (dict, list)):
+        return json.dumps(value, separators=(",", ":")) if value else "-"
+    return str(value)
+
+
+def _table(rows: list[dict], columns: list[tuple[str, str]]) -> None:
+    cells = [[title.upper() for _, title in columns]] + [[_cell(row.get(key)) for key, _ in columns] for row in rows]
+    widths = [max(len(r[i]) for r in cells) for i in range(len(columns))]
+    for r in cells:
+        click.echo("  ".join(c.ljust(w) for c, w in zip(r, widths)).rstrip())
+
+
+def _fmt_time(ts: float | None) -> str:
+    if ts is None:
+        return "-"
+    import datetime as dt
+
+    return dt.datetime.fromtimestamp(ts, dt.timezone.utc).strftime("%Y-%m-%dT%H:%M:%S.%fZ")[:-4] + "Z"
+
+
+# -- serve -------------------------------------------------------------------------------------
+
+@click.command("serve")
+@click.option("--config", "config_path", type=click.Path(dir_okay=False), default=None,
+              help="Scheduler config (YAML) with the service sections (server, auth, store, lease, queues). "
+                   "Default: the built-in config.")
+@click.option("--listen", default=None, help="HOST:PORT to listen on (default: server.listen of the config).")
+@click.option("--store", "store_url", default=None, help="Store URL (default: store.url of the config), "
+                                                        "e.g. sqlite:///flotilla.db or postgresql+psycopg://...")
+@click.option("--admin-endpoints", is_flag=True, envvar="FLOTILLA_ADMIN_ENDPOINTS",
+              help="Enable POST /v1/admin/clusters/NAME/stop|start (administrators; stops a simulated cluster, "
+                   "for tests and demos).")
+@click.option("--seed", type=int, default=None, help="Seed for the evict action's draws.")
+def serve(config_path, listen, store_url, admin_endpoints, seed):
+    """Run the submission API and the scheduling loop in one process.
+
+    Every `cycle.period`, the loop reads the store and the clusters, runs
+    the configured actions, records decisions and events in one
+    transaction, and hands the leases to the clusters. Simulated clusters
+    run each job for its `flotilla.io/simulated-duration` annotation (or
+    until cancelled) on the wall clock. SIGTERM finishes the cycle in
+    progress and exits.
+
+    \b
+    Example:
+      flotilla serve --config examples/serve.yaml
+    """
+    from flotilla.scheduler_main import build_scheduler, load_config_or_fail
+    from flotilla.service.server import build_service, run
+
+    config = load_config_or_fail(config_path)
+    scheduler = build_scheduler(config)
+    try:
+        service = build_service(config, scheduler, store_url=store_url, admin_endpoints=admin_endpoints, seed=seed)
+    except Exception as exc:  # a store that cannot be opened, a backend that cannot start
+        raise CommandError(f"cannot start: {exc}", EXIT_USAGE) from None
+    try:
+        code = run(service, listen)
+    except ValueError as exc:
+        raise CommandError(str(exc), EXIT_USAGE) from None
+    sys.exit(code)
+
+
+# -- jobs --------------------------------------------------------------------------------------
+
+def _read_job_file(path: str) -> dict:
+    try:
+        text = sys.stdin.read() if path == "-" else open(path, encoding="utf-8").read()
+    except OSError as exc:
+        raise CommandError(f"{path}: cannot read: {exc.strerror}", EXIT_USAGE) from None
+    try:
+        data = yaml.safe_load(text)
+    except yaml.YAMLError as exc:
+        raise CommandError(f"{path}: not valid YAML: {exc}", EXIT_USAGE) from None
+    if not isinstance(data, dict):
+        raise CommandError(f"{path}: expected a job file (queue, jobSetId, jobs)", EXIT_USAGE)
+    return data
+
+
+@click.command("submit")
+@click.argument("file", type=click.Path(dir_okay=False, allow_dash=True))
+@output_option
+@connection_options
+@click.pass_context
+def submit(ctx, file, output, url, token):
+    """Submit a job file (YAML or JSON; `-` for stdin): all of its jobs, or none.
+
+    Prints each job's id in the file's order (`--output json`:
+    {"jobs": [{"id": ..., "clientId": ...}, ...]}); a job whose clientId the
+    queue has seen comes back with the existing job's id.
+    """
+    _remember(ctx, url, token)
+    data = _read_job_file(file)
+    result = _call(ctx, lambda c: c.submit(data))
+    emit(result, output, [("id", "id"), ("clientId", "clientId"), ("existing", "existing")], result["jobs"])
+
+
+@click.command("cancel")
+@click.argument("queue")
+@click.argument("job_set", required=False)
+@click.option("--job", "job_ids", multiple=True, help="Cancel only this job (repeatable).")
+@click.option("--state", "states", multiple=True, type=click.Choice(["queued", "leased", "pending", "running"]),
+              help="Only jobs in this state (repeatable); without JOB_SET: all of the queue's jobs in these states.")
+@output_option
+@connection_options
+@click.pass_context
+def cancel(ctx, queue, job_set, job_ids, states, output, url, token):
+    """Cancel a job set, some of its jobs, or a queue's jobs in given states.
+
+    Queued jobs are cancelled at once; leased and running ones are stopped
+    on their cluster (with their grace period) by the next cycle.
+    """
+    _remember(ctx, url, token)
+    if not job_set and not job_ids and not states:
+        raise CommandError("give JOB_SET, --job or --state", EXIT_USAGE)
+    result = _call(ctx, lambda c: c.cancel(queue, job_set, list(job_ids) or None, list(states) or None))
+    rows = [{"id": i, "result": "cancelled"} for i in result["cancelled"]] + \
+           [{"id": i, "result": "cancelling"} for i in result["cancelling"]]
+    emit(result, output, [("id", "id"), ("result", "result")], rows)
+
+
+@click.command("reprioritize")
+@click.argument("queue")
+@click.argument("job_set", required=False)
+@click.option("--job", "job_ids", multiple=True, help="Only this job (repeatable).")
+@click.option("--priority", type=int, required=True, help="The new priority (lower runs first).")
+@output_option
+@connection_options
+@click.pass_context
+def reprioritize(ctx, queue, job_set, job_ids, priority, output, url, token):
+    """Change the priority of a job set's jobs (or of the given jobs) that have not finished."""
+    _remember(ctx, url, token)
+    if not job_set and not job_ids:
+        raise CommandError("give JOB_SET or --job", EXIT_USAGE)
+    result = _call(ctx, lambda c: c.reprioritize(queue, priority, job_set, list(job_ids) or None))
+    emit(result, output, [("id", "id")], [{"id": i} for i in result["reprioritized"]])
+
+
+JOB_COLUMNS = [("id", "id"), ("queue", "queue"), ("jobSet", "jobSet"), ("clientId", "clientId"), ("state", "state"),
+               ("cluster", "cluster"), ("node", "node"), ("priority", "priority"), ("reason", "reason")]
+
+
+@click.command("status")
+@click.argument("job_id", required=False)
+@click.option("--job-set", nargs=2, metavar="QUEUE JOBSET", default=None, help="Every job of a job set instead.")
+@output_option
+@connection_options
+@click.pass_context
+def status(ctx, job_id, job_set, output, url, token):
+    """A job's state (queued, leased, pending, running, succeeded, failed, preempted, cancelled) and record."""
+    _remember(ctx, url, token)
+    if job_set:
+        rows = _call(ctx, lambda c: c.jobs(*job_set))
+        emit({"jobs": rows}, output, JOB_COLUMNS, rows)
+        return
+    if not job_id:
+        raise CommandError("give JOB_ID or --job-set QUEUE JOBSET", EXIT_USAGE)
+    record = _call(ctx, lambda c: c.status(job_id))
+    emit(record, output, JOB_COLUMNS)
+
+
+@click.command("watch")
+@click.argument("queue")
+@click.argument("job_set")
+@click.option("--after", type=int, default=0, show_default=True, help="Start after this event id (resume).")
+@click.option("--until-done", is_flag=True,
+              help="Exit when every job seen has finished: 0 if all succeeded, 5 otherwise.")
+@click.option("--no-follow", is_flag=True, help="Print the events so far and exit.")
+@output_option
+@connection_options
+@click.pass_context
+def watch(ctx, queue, job_set, after, until_done, no_follow, output, url, token):
+    """Print a job set's events as they happen, oldest first.
+
+    A dropped connection is resumed after the last event printed. Output:
+    one line per event (`--output json`: one JSON object per line).
+    """
+    from flotilla.service.client import ClientError
+
+    _remember(ctx, url, token)
+    states: dict[str, str] = {}
+    with _client(ctx) as client:
+        try:
+            for ev in client.watch(queue, job_set, after=after, follow=not no_follow):
+                if ev["kind"] in STATE_OF:
+                    states[ev["jobId"]] = STATE_OF[ev["kind"]]
+                elif ev["kind"] == "submitted":
+                    states.setdefault(ev["jobId"], "queued")
+                if output == "json":
+                    click.echo(json.dumps(ev))
+                elif output == "yaml":
+                    click.echo(yaml.safe_dump([ev], sort_keys=False).rstrip())
+                else:
+                    where = "/".join(x for x in (ev.get("cluster"), ev.get("node")) if x)
+                    click.echo(f"{ev['id']:>8}  {_fmt_time(ev['time'])}  {ev['jobId']}  {ev['kind']:<14} "
+                               f"{where}{('  ' + ev['reason']) if ev.get('reason') else ''}".rstrip())
+                sys.stdout.flush()
+                if until_done and states and all(s in TERMINAL for s in states.values()):
+                    if all(s == "succeeded" for s in states.values()):
+                        return
+                    sys.exit(EXIT_NOT_ALL_SUCCEEDED)
+        except ClientError as exc:
+            raise _from_client_error(exc) from None
+        except KeyboardInterrupt:
+            return
+
+
+# -- queues ------------------------------------------------------------------------------------
+
+QUEUE_COLUMNS = [("name", "name"), ("weight", "weight"), ("limits", "limits"), ("owners", "owners"),
+                 ("groupOwners", "groupOwners")]
+
+
+@click.group("queue")
+def queue_group():
+    """Create, update, list, describe and delete queues (create/update/delete: administrators)."""
+
+
+def _queue_body(name, weight, limits, owners, group_owners) -> dict:
+    parsed = {}
+    for item in limits:
+        key, sep, value = item.partition("=")
+        try:
+            parsed[key] = float(value)
+        except ValueError:
+            raise CommandError(f"--limit expects RESOURCE=FRACTION, e.g. cpu=0.5; got {item!r}", EXIT_USAGE) from None
+        if not sep:
+            raise CommandError(f"--limit expects RESOURCE=FRACTION, got {item!r}", EXIT_USAGE)
+    return {"name": name, "weight": weight, "limits": parsed, "owners": list(owners), "groupOwners": list(group_owners)}
+
+
+def _queue_options(fn):
+    fn = click.option("--group-owner", "group_owners", multiple=True, help="A group that owns the queue (repeatable).")(fn)
+    fn = click.option("--owner", "owners", multiple=True, help="A user who owns the queue (repeatable).")(fn)
+    fn = click.option("--limit", "limits", multiple=True, help="RESOURCE=FRACTION of the pool, e.g. cpu=0.5.")(fn)
+    fn = click.option("--weight", type=float, default=1.0, show_default=True, help="Fair-share weight.")(fn)
+    return fn
+
+
+@queue_group.command("create")
+@click.argument("name")
+@_queue_options
+@output_option
+@connection_options
+@click.pass_context
+def queue_create(ctx, name, weight, limits, owners, group_owners, output, url, token):
+    """Create a queue."""
+    _remember(ctx, url, token)
+    body = _queue_body(name, weight, limits, owners, group_owners)
+    emit(_call(ctx, lambda c: c.create_queue(body)), output, QUEUE_COLUMNS)
+
+
+@queue_group.command("update")
+@click.argument("name")
+@_queue_options
+@output_option
+@connection_options
+@click.pass_context
+def queue_update(ctx, name, weight, limits, owners, group_owners, output, url, token):
+    """Replace a queue's settings."""
+    _remember(ctx, url, token)
+    body = _queue_body(name, weight, limits, owners, group_owners)
+    emit(_call(ctx, lambda c: c.update_queue(name, body)), output, QUEUE_COLUMNS)
+
+
+@queue_group.command("list")
+@output_option
+@connection_options
+@click.pass_context
+def queue_list(ctx, output, url, token):
+    """Every queue (any authenticated user)."""
+    _remember(ctx, url, token)
+    rows = _call(ctx, lambda c: c.queues())
+    emit({"queues": rows}, output, QUEUE_COLUMNS, rows)
+
+
+@queue_group.command("describe")
+@click.argument("name")
+@output_option
+@connection_options
+@click.pass_context
+def queue_describe(ctx, name, output, url, token):
+    """A queue's settings and its jobs by state."""
+    _remember(ctx, url, token)
+    record = _call(ctx, lambda c: c.queue(name))
+    if output == "table":
+        _table([record], QUEUE_COLUMNS)
+        click.echo("")
+        _table([record["jobs"]], [(s, s) for s in record["jobs"]])
+    else:
+        emit(record, output)
+
+
+@queue_group.command("delete")
+@click.argument("name")
+@connection_options
+@click.pass_context
+def queue_delete(ctx, name, url, token):
+    """Delete a queue; refused while it has jobs that have not finished."""
+    _remember(ctx, url, token)
+    _call(ctx, lambda c: c.delete_queue(name))
+    click.echo(f"deleted queue {name}")
+
+
+COMMANDS = [serve, submit, cancel, reprioritize, status, watch, queue_group]
+
+
+def register(main: click.Group) -> None:
+    """Add the service's commands to the ``flotilla`` group."""
+    for command in COMMANDS:
+        main.add_command(command)
