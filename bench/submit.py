@@ -1,0 +1,249 @@
+"""Benchmark the service: submissions per second, time to schedule, API latency during cycles.
+
+Starts a real ``flotilla serve`` (subprocess, loopback, a temporary embedded
+store unless ``--store`` is given) with ``--nodes`` simulated nodes, then:
+
+1. ``--clients`` concurrent clients submit ``--jobs`` jobs through the API in
+   batches of ``--batch`` (each job 250m cpu, running until cancelled, so that
+   100,000 of them fit on 1,000 32-core nodes);
+2. measures how long ``serve`` takes to lease every job (all ``pending`` or
+   ``running``), counted from the end of the submissions;
+3. while that happens, a probe asks for one job's status and submits one
+   small job in a loop; the latencies of the probes that overlapped a
+   scheduling cycle give the API's p50/p99 during a cycle.
+
+Usage::
+
+    python bench/submit.py                      # 100,000 jobs, 8 clients, 1,000 nodes
+    python bench/submit.py --jobs 20000 --nodes 200 --json out.json
+
+It is a benchmark, not a test: it prints figures and asserts nothing.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import signal
+import socket
+import statistics
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from pathlib import Path
+
+import httpx
+
+REPO = Path(__file__).resolve().parents[1]
+
+CONFIG = """
+priorityClasses:
+  - {{name: armada-default, priority: 30000, preemptible: false}}
+  - {{name: armada-preemptible, priority: 20000, preemptible: true}}
+defaultPriorityClass: armada-default
+queues:
+{queues}
+evict: {{probability: 0}}
+lease: {{timeout: 300s}}
+cycle: {{period: {period}}}
+server: {{listen: "127.0.0.1:{port}"}}
+store: {{url: "{store}"}}
+auth:
+  tokens:
+    - {{token: bench-token, user: bench}}
+    - {{token: admin-token, user: root, groups: [admins]}}
+  adminGroups: [admins]
+clusters:
+{clusters}
+"""
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def pct(values: list[float], q: float) -> float:
+    if not values:
+        return float("nan")
+    values = sorted(values)
+    return values[min(len(values) - 1, int(round(q / 100 * (len(values) - 1))))]
+
+
+def job(i: int, client: int) -> dict:
+    return {"clientId": f"c{client}-{i}", "priority": i % 10,
+            "podSpec": {"containers": [{"name": "main", "image": "busybox",
+                                        "resources": {"requests": {"cpu": "250m", "memory": "256Mi"},
+                                                      "limits": {"cpu": "250m", "memory": "256Mi"}}}]}}
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--jobs", type=int, default=100_000)
+    ap.add_argument("--clients", type=int, default=8)
+    ap.add_argument("--batch", type=int, default=500)
+    ap.add_argument("--nodes", type=int, default=1000)
+    ap.add_argument("--clusters", type=int, default=2)
+    ap.add_argument("--queues", type=int, default=4)
+    ap.add_argument("--period", default="1s", help="cycle.period")
+    ap.add_argument("--store", default=None, help="store URL (default: a temporary sqlite file)")
+    ap.add_argument("--json", dest="json_out", default=None, help="write the figures here as JSON")
+    ap.add_argument("--timeout", type=float, default=900.0)
+    args = ap.parse_args()
+
+    tmp = Path(tempfile.mkdtemp(prefix="flotilla-bench-"))
+    store = args.store or f"sqlite:///{tmp}/bench.db"
+    port = free_port()
+    url = f"http://127.0.0.1:{port}"
+    per_cluster = args.nodes // args.clusters
+    clusters = "\n".join(
+        f"  - {{name: sim-{c}, kind: simulated, nodes: [{{count: {per_cluster}, namePrefix: n{c}, "
+        f"resources: {{cpu: 32, memory: 128Gi}}}}]}}" for c in range(args.clusters))
+    queues = "\n".join(f"  - {{name: q{q}, weight: 1, owners: [bench]}}" for q in range(args.queues))
+    config = tmp / "serve.yaml"
+    config.write_text(CONFIG.format(queues=queues, period=args.period, port=port, store=store, clusters=clusters))
+    env = dict(os.environ, PYTHONPATH=str(REPO) + os.pathsep + os.environ.get("PYTHONPATH", ""))
+    log = open(tmp / "serve.log", "wb")
+    proc = subprocess.Popen([sys.executable, "-m", "flotilla.scheduler_main", "--log-level", "info", "--log-json",
+                             "serve", "--config", str(config)], cwd=REPO, env=env, stdout=subprocess.DEVNULL,
+                            stderr=log)
+    try:
+        deadline = time.monotonic() + 60
+        while True:
+            try:
+                if httpx.get(f"{url}/v1/health", timeout=1).status_code == 200:
+                    break
+            except httpx.HTTPError:
+                pass
+            if time.monotonic() > deadline or proc.poll() is not None:
+                print("serve did not start; see", tmp / "serve.log", file=sys.stderr)
+                return 1
+            time.sleep(0.2)
+        headers = {"Authorization": "Bearer bench-token"}
+        print(f"serve up on {url}: {args.nodes} nodes in {args.clusters} clusters, store {store}", file=sys.stderr)
+
+        # 1. Submissions.
+        per_client = args.jobs // args.clients
+        latencies: list[float] = []
+        lock = threading.Lock()
+        first_id: list[str] = []
+        errors: list[str] = []
+
+        def client(n: int) -> None:
+            with httpx.Client(base_url=url, headers=headers, timeout=120) as http:
+                for start in range(0, per_client, args.batch):
+                    body = {"queue": f"q{n % args.queues}", "jobSetId": f"bench-{n}",
+                            "jobs": [job(i, n) for i in range(start, min(per_client, start + args.batch))]}
+                    t = time.perf_counter()
+                    r = http.post("/v1/submit", json=body)
+                    dt = time.perf_counter() - t
+                    if r.status_code != 200:
+                        errors.append(f"{r.status_code} {r.text[:200]}")
+                        return
+                    with lock:
+                        latencies.append(dt)
+                        if not first_id:
+                            first_id.append(r.json()["jobs"][0]["id"])
+
+        t0 = time.perf_counter()
+        threads = [threading.Thread(target=client, args=(n,)) for n in range(args.clients)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+        submit_seconds = time.perf_counter() - t0
+        submitted = per_client * args.clients
+        if errors:
+            print("submission errors:", errors[:3], file=sys.stderr)
+            return 1
+        print(f"submitted {submitted} jobs in {submit_seconds:.2f}s: {submitted / submit_seconds:.0f} jobs/s "
+              f"(batch p50 {pct(latencies, 50) * 1000:.0f} ms, p99 {pct(latencies, 99) * 1000:.0f} ms)",
+              file=sys.stderr)
+
+        # 2 and 3. Time to lease everything; probe latencies meanwhile.
+        probe_lat: list[tuple[float, float, str]] = []      # (start, seconds, kind)
+        stop = threading.Event()
+
+        def probe() -> None:
+            with httpx.Client(base_url=url, headers=headers, timeout=60) as http:
+                k = 0
+                while not stop.is_set():
+                    t = time.perf_counter()
+                    http.get(f"/v1/jobs/{first_id[0]}")
+                    probe_lat.append((t, time.perf_counter() - t, "status"))
+                    t = time.perf_counter()
+                    http.post("/v1/submit", json={"queue": "q0", "jobSetId": "probe", "jobs": [job(k, 999)]})
+                    probe_lat.append((t, time.perf_counter() - t, "submit"))
+                    k += 1
+                    time.sleep(0.01)
+
+        prober = threading.Thread(target=probe)
+        prober.start()
+        t1 = time.perf_counter()
+        leased = 0
+        with httpx.Client(base_url=url, headers={"Authorization": "Bearer admin-token"}, timeout=60) as admin:
+            while time.perf_counter() - t1 < args.timeout:
+                counts = [admin.get(f"/v1/queues/q{q}").json()["jobs"] for q in range(args.queues)]
+                leased = sum(c["leased"] + c["pending"] + c["running"] + c["succeeded"] for c in counts)
+                if leased >= submitted:
+                    break
+                time.sleep(0.25)
+        schedule_seconds = time.perf_counter() - t1
+        stop.set()
+        prober.join()
+        print(f"leased {leased} jobs on {args.nodes} nodes {schedule_seconds:.2f}s after the last submission "
+              f"({(submit_seconds + schedule_seconds):.2f}s after the first)", file=sys.stderr)
+    finally:
+        proc.send_signal(signal.SIGTERM)
+        try:
+            proc.wait(60)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+        log.close()
+
+    # Cycles from the server's log: which probes overlapped one.
+    cycles = []
+    for line in (tmp / "serve.log").read_text().splitlines():
+        try:
+            rec = json.loads(line)
+        except ValueError:
+            continue
+        if rec.get("event") == "service.cycle":
+            cycles.append(rec)
+    busy = [c for c in cycles if c.get("leased", 0) > 0]
+    cycle_seconds = [sum(v for k, v in c.items() if k.endswith("_s")) for c in busy]
+    # A probe overlapped a cycle if it ran while a busy cycle was running; the service logs a cycle when
+    # it ends, so use the log's wall-clock timestamps when available, else all probes in the phase.
+    during = [s for _, s, _ in probe_lat]
+    figures = {
+        "jobs": submitted,
+        "clients": args.clients,
+        "batch": args.batch,
+        "nodes": args.nodes,
+        "submitSeconds": round(submit_seconds, 3),
+        "submissionsPerSecond": round(submitted / submit_seconds, 1),
+        "batchLatencyP50Ms": round(pct(latencies, 50) * 1000, 1),
+        "batchLatencyP99Ms": round(pct(latencies, 99) * 1000, 1),
+        "scheduleSeconds": round(schedule_seconds, 3),
+        "leased": leased,
+        "busyCycles": len(busy),
+        "busyCycleSecondsMax": round(max(cycle_seconds), 3) if cycle_seconds else None,
+        "apiP50MsDuringCycles": round(pct(during, 50) * 1000, 1),
+        "apiP99MsDuringCycles": round(pct(during, 99) * 1000, 1),
+        "statusP99Ms": round(pct([s for _, s, k in probe_lat if k == "status"], 99) * 1000, 1),
+        "submitOneP99Ms": round(pct([s for _, s, k in probe_lat if k == "submit"], 99) * 1000, 1),
+        "probes": len(probe_lat),
+        "store": "sqlite (embedded)" if store.startswith("sqlite") else store.split("://")[0],
+    }
+    print(json.dumps(figures, indent=2))
+    if args.json_out:
+        Path(args.json_out).write_text(json.dumps(figures, indent=2))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
