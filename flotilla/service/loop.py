@@ -273,7 +273,12 @@ class ServiceLoop:
                 log.exception("lease.apply_failed", cluster=cluster)
                 continue
             pending.extend({job_of(p.job.id) for p in starts.get(cluster, [])})
-        self.store.mark_pending(pending, self.clock())
+        known = {}
+        for job_id in pending:
+            pod = pod_jobs.get(job_id) or pod_jobs.get(f"{job_id}#0")
+            cluster, nodes = leased[job_id]
+            known[job_id] = (pod.queue, pod.job_set, cluster, ",".join(dict.fromkeys(nodes)))
+        self.store.mark_pending(pending, self.clock(), known)
         t7 = time.perf_counter()
         report.timings = {"clusters": t1 - t0, "ingest": t2 - t1, "stop": t3 - t2, "load": t4 - t3,
                           "schedule": t5 - t4, "record": t6 - t5, "lease": t7 - t6}

@@ -684,20 +684,32 @@ class Store:
             self._insert_events(conn, event_rows)
         return done_leased, done_preempted
 
-    def mark_pending(self, job_ids: Iterable[str], now: float) -> int:
-        """Jobs a cluster accepted: leased -> pending."""
+    def mark_pending(self, job_ids: Iterable[str], now: float,
+                     known: Mapping[str, tuple[str, str, str, str]] | None = None) -> int:
+        """Jobs a cluster accepted: leased -> pending.
+
+        ``known`` (job id -> queue, job set, cluster, node), when the caller
+        has it, saves reading the rows back: only the scheduling loop moves a
+        job out of ``leased``, so the rows it just leased are still leased.
+        """
         ids = sorted(job_ids)
         if not ids:
             return 0
         with self.write() as conn:
-            rows = []
-            for part in chunks(ids):
-                rows.extend(conn.execute(sa.select(jobs.c.id, jobs.c.queue, jobs.c.job_set, jobs.c.cluster, jobs.c.node)
-                                         .where(jobs.c.id.in_(part), jobs.c.state == LEASED)))
-            for part in chunks([r.id for r in rows]):
-                conn.execute(jobs.update().where(jobs.c.id.in_(part)).values(state=PENDING, updated=now))
-            self._insert_events(conn, [self._event(r._mapping, "pending", now, r.cluster, r.node) for r in rows])
-        return len(rows)
+            if known is None:
+                rows = []
+                for part in chunks(ids):
+                    rows.extend(conn.execute(sa.select(jobs.c.id, jobs.c.queue, jobs.c.job_set, jobs.c.cluster,
+                                                       jobs.c.node).where(jobs.c.id.in_(part), jobs.c.state == LEASED)))
+                found = [(r.id, r.queue, r.job_set, r.cluster, r.node) for r in rows]
+            else:
+                found = [(i, *known[i]) for i in ids]
+            for part in chunks([f[0] for f in found]):
+                conn.execute(jobs.update().where(jobs.c.id.in_(part), jobs.c.state == LEASED)
+                             .values(state=PENDING, updated=now))
+            self._insert_events(conn, [{"queue": q, "job_set": js, "job_id": i, "kind": "pending", "time": now,
+                                        "cluster": c, "node": n, "reason": ""} for i, q, js, c, n in found])
+        return len(found)
 
 
 def event_dict(row) -> dict:
