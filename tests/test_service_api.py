@@ -339,3 +339,13 @@ def test_one_bad_job_rejects_the_whole_file(env):
 
 def test_all_tokens_in_fixture_are_known():
     assert set(TOKENS) == {"alice", "carol", "bob", "root", "dave"}
+
+
+def test_without_tokens_the_local_service_is_open(tmp_path):
+    s = settings().__class__(**{**{f: getattr(settings(), f) for f in settings().__slots__}, "tokens": ()})
+    store = Store(f"sqlite:///{tmp_path}/open.db")
+    store.sync_queues(s.queues)
+    client = TestClient(create_app(store, s))
+    assert client.post("/v1/submit", json=job_file("B", "s", [job("x")])).status_code == 200
+    assert client.post("/v1/queues", json={"name": "Z"}).status_code == 200
+    store.close()

@@ -126,7 +126,11 @@ def create_app(store: Store, settings: ServiceSettings, loop=None, *, admin_endp
                                "msg": r.message, "type": "rejected"} for r in exc.rejections[:200]]
         return JSONResponse(body, status_code=exc.status)
 
+    open_access = not settings.tokens
+
     def identity(authorization: str | None = Header(default=None)) -> Identity:
+        if open_access:   # no tokens configured: a local, single-user service (serve allows it on loopback only)
+            return Identity("anonymous", frozenset(), admin=True)
         who = auth.authenticate(authorization)
         if who is None:
             raise HTTPException(401, "missing or invalid bearer token", headers={"WWW-Authenticate": "Bearer"})

@@ -88,6 +88,12 @@ def split_listen(listen: str) -> tuple[str, int]:
 
 def run(service: Service, listen: str | None = None, *, access_log: bool = False) -> int:
     host, port = split_listen(listen or service.settings.listen)
+    if not service.settings.tokens:
+        if host not in ("127.0.0.1", "localhost", "::1"):
+            raise ValueError(f"auth.tokens is empty: refusing to serve without authentication on {host}; "
+                             f"add tokens or listen on 127.0.0.1")
+        print("flotilla serve: auth.tokens is empty: every local request acts as an administrator",
+              file=sys.stderr, flush=True)
     config = uvicorn.Config(service.app, host=host, port=port, log_level="warning", access_log=access_log,
                             timeout_graceful_shutdown=5, lifespan="off", backlog=2048)
     server = _Server(config, service)
