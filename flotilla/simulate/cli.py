@@ -130,7 +130,7 @@ def simulate(config_path, workload_path, seed, json_path, plot_path, compare, un
     from flotilla.core.plugins import available_plugins, find_plugin
     from flotilla.scheduler_main import UserError, build_scheduler, load_config_or_fail
     from flotilla.simulate.engine import NoProgress, SchedulerBug, Simulation, SimulationError
-    from flotilla.simulate.policies import fairness_index, parse_policies, with_policy
+    from flotilla.simulate.policies import PolicyError, fairness_index, parse_policies, with_policy
     from flotilla.simulate.report import render_table
     from flotilla.simulate.workload import load_workload
 
@@ -169,6 +169,8 @@ def simulate(config_path, workload_path, seed, json_path, plot_path, compare, un
                 run_config = with_policy(config, policy)
             except ConfigError as exc:
                 raise UserError(str(exc)) from None
+            except PolicyError as exc:
+                raise click.BadParameter(str(exc), param_hint="--compare") from None
         try:
             scheduler = build_scheduler(run_config)
         except UserError as exc:

@@ -34,6 +34,10 @@ def _registers_queue_cost(config, name: str, args) -> bool:
     return bool(session.queue_cost_fns)
 
 
+class PolicyError(ValueError):
+    """A ``--compare`` name that cannot stand in for the fairness plugin."""
+
+
 def fairness_index(config) -> int | None:
     """Position of the config's fairness plugin, or None if no plugin registers a queue cost."""
     for i, plugin in enumerate(config.plugins):
@@ -52,6 +56,12 @@ def with_policy(config, policy: str):
         raise config.source.error(("plugins",), "no fairness plugin (one registering queue_cost, such as "
                                                 "assetfairness) to replace with --compare")
     current = config.plugins[index]
+    others = [p.name for i, p in enumerate(config.plugins) if i != index]
+    if policy in others:
+        raise PolicyError(f"{policy!r} cannot be the fairness policy: the config already uses it for something else")
+    if policy != current.name and not _registers_queue_cost(config, policy, {}):
+        raise PolicyError(f"{policy!r} cannot be the fairness policy: it registers no queue_cost "
+                          f"(fairness policies: assetfairness, drf, decayedusage or a third-party one)")
     replacement = current if current.name == policy else PluginConfig(name=policy, args={})
     plugins = list(config.plugins)
     plugins[index] = replacement
@@ -69,4 +79,4 @@ def parse_policies(text: str) -> list[str]:
     return seen
 
 
-__all__ = ["KNOWN_FAIRNESS", "fairness_index", "parse_policies", "with_policy"]
+__all__ = ["KNOWN_FAIRNESS", "PolicyError", "fairness_index", "parse_policies", "with_policy"]
