@@ -37,33 +37,23 @@ from fastapi import Depends, FastAPI, Header, HTTPException, Query, Request
 from fastapi.concurrency import run_in_threadpool
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse, StreamingResponse
-from pydantic import BaseModel, ConfigDict, Field, field_validator
+from pydantic import BaseModel, ConfigDict, Field
 
 from flotilla import __version__
+from flotilla.config.models import QueueConfig
 from flotilla.service.auth import Authenticator, Identity, may_act, may_admin
 from flotilla.service.jobspec import JobFile, field_path, rejections_from_errors, validate_jobs
 from flotilla.service.settings import QueueSpec, ServiceSettings
 from flotilla.service.store import Rejection, Store, StoreError, SubmissionRejected
 
 
-class QueueBody(BaseModel):
-    model_config = ConfigDict(extra="forbid", populate_by_name=True)
-    name: str = Field(min_length=1, max_length=255, pattern=r"^[A-Za-z0-9][A-Za-z0-9._-]*$")
-    weight: float = Field(1.0, gt=0)
-    limits: dict[str, float] = Field(default_factory=dict)
-    owners: list[str] = Field(default_factory=list)
-    groupOwners: list[str] = Field(default_factory=list)
+class QueueBody(QueueConfig):
+    """A queue as the API takes it: the config's queue, with a name safe for URLs."""
 
-    @field_validator("limits")
-    @classmethod
-    def _fractions(cls, limits: dict[str, float]) -> dict[str, float]:
-        for name, fraction in limits.items():
-            if not 0 < fraction <= 1:
-                raise ValueError(f"limit {name} must be a fraction of the pool in (0, 1], got {fraction}")
-        return limits
+    name: str = Field(min_length=1, max_length=255, pattern=r"^[A-Za-z0-9][A-Za-z0-9._-]*$")
 
     def spec(self) -> QueueSpec:
-        return QueueSpec(self.name, self.weight, dict(self.limits), tuple(self.owners), tuple(self.groupOwners))
+        return QueueSpec(self.name, self.weight, dict(self.limits), tuple(self.owners), tuple(self.group_owners))
 
 
 class CancelBody(BaseModel):
