@@ -159,21 +159,6 @@ def test_weights_one_to_three_converge_to_quarter_and_three_quarters(tmp_path):
 
 
 # -- decayed usage ------------------------------------------------------------------------
-def test_decayed_usage_formula():
-    plugin = DecayedUsage({"priorityHalftime": "1h"})
-    plugin.priority, plugin.usage, plugin.updated = {"A": 0.2}, {"A": 1.0}, 0.0
-    # After one half-time the priority has moved half-way to the usage (armada-design.txt)...
-    assert plugin.priorities_at(3600)["A"] == pytest.approx(0.6)
-    # ... and after two, three quarters: 1 + (0.2 - 1) * 0.25 = 0.8 (armada-overview.txt's swapped
-    # beta would give 0.2 * 0.75 + 1 * 0.25 = 0.4 here: the two only agree at dt = halftime).
-    assert plugin.priorities_at(7200)["A"] == pytest.approx(0.8)
-    assert plugin.priorities_at(0)["A"] == pytest.approx(0.2)
-    with pytest.raises(ValueError, match="priorityHalftime"):
-        DecayedUsage({"priorityHalftime": "soon"})
-    with pytest.raises(ValueError, match="unknown argument"):
-        DecayedUsage({"halftime": "1h"})
-
-
 @pytest.mark.parametrize("ran, expected_a, expected_b, expected_priority", [
     # A ran the whole 64-core pool for one half-time: P_A = 1 + (0 - 1) * 0.5 = 0.5. Both queues then
     # backlogged with 1-core jobs on the idle pool; allocate serves the smaller of P_A + (a+1)/64 and
