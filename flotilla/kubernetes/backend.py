@@ -46,7 +46,7 @@ import structlog
 from flotilla.core.backend import ClusterDecisions, ClusterUnavailable, JobEvent
 from flotilla.core.model import ClusterSnapshot, Job, JobState, Node
 from flotilla.core.quantities import QuantityError, parse_duration
-from flotilla.kubernetes.client import ApiError, Gone, KubeClient, KubeError, Unreachable, pod_path
+from flotilla.kubernetes.client import ApiError, Gone, KubeClient, KubeError, Unreachable, WatchBroken, pod_path
 from flotilla.kubernetes.pods import (ATTEMPT, DURATION, JOB_ID, PodSettings, is_ours, job_deadline, job_from_pod,
                                       job_namespace, node_from_object, pod_manifest, pod_name, pod_phase,
                                       pod_requests)
@@ -257,9 +257,9 @@ class KubernetesCluster:
             name = body["metadata"]["name"]
             try:
                 self._ensure_namespace(namespace)
-                self.client.post(pod_path(namespace), body)
+                self.client.create_pod(namespace, body)
                 if self.bind == "binding":
-                    self.client.post(pod_path(namespace, name) + "/binding", {
+                    self.client.post(pod_path(namespace, name) + "/binding", parse=False, body={
                         "apiVersion": "v1", "kind": "Binding", "metadata": {"name": name, "namespace": namespace},
                         "target": {"apiVersion": "v1", "kind": "Node", "name": node}})
                 break
@@ -365,6 +365,7 @@ class KubernetesCluster:
     # -- informers (one thread each for nodes and pods) ------------------------------------
     def _informer(self, kind: str, path: str, params: dict) -> None:
         backoff = 0.1
+        broken = 0
         resource_version = None
         while not self._stop.is_set():
             try:
@@ -377,6 +378,7 @@ class KubernetesCluster:
                         self._synced[kind] = True
                     backoff = 0.1
                 for event in self.client.watch(path, resource_version, self.watch_timeout, self._stop, **params):
+                    broken = 0
                     obj = event.get("object") or {}
                     rv = (obj.get("metadata") or {}).get("resourceVersion")
                     if event["type"] != "BOOKMARK":
@@ -387,16 +389,31 @@ class KubernetesCluster:
                         resource_version = rv
             except Gone:
                 resource_version = None
-            except (KubeError, ValueError, KeyError) as exc:
-                with self._lock:
-                    was = self.available
-                    self._synced[kind] = False
-                    self._error = f"{kind}: {exc}"
-                if was:
-                    log.warning("kubernetes.unavailable", cluster=self.name, error=str(exc))
+            except WatchBroken as exc:
+                # A stream that was flowing ended abruptly: watch again from the last version seen. If the
+                # server is really gone, connecting fails next and the cluster is marked unavailable then.
+                broken += 1
+                if broken <= 3:
+                    log.info("kubernetes.watch_broken", cluster=self.name, kind=kind, error=str(exc))
+                    self._stop.wait(0.05)
+                    continue
+                self._informer_failed(kind, exc)
                 resource_version = None
                 self._stop.wait(backoff)
                 backoff = min(backoff * 2, 2.0)
+            except (KubeError, ValueError, KeyError) as exc:
+                self._informer_failed(kind, exc)
+                resource_version = None
+                self._stop.wait(backoff)
+                backoff = min(backoff * 2, 2.0)
+
+    def _informer_failed(self, kind: str, exc: Exception) -> None:
+        with self._lock:
+            was = self.available
+            self._synced[kind] = False
+            self._error = f"{kind}: {exc}"
+        if was:
+            log.warning("kubernetes.unavailable", cluster=self.name, error=str(exc))
 
     def _replace_nodes(self, items: list[dict]) -> None:
         self._nodes = {}

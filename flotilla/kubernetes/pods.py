@@ -268,6 +268,10 @@ def job_from_pod(pod: Mapping[str, Any], cluster: str, requests_cache: dict | No
     )
 
 
+_STATE_TAINTS = frozenset({"node.kubernetes.io/not-ready", "node.kubernetes.io/unreachable",
+                           "node.kubernetes.io/unschedulable"})
+
+
 def node_ready(node: Mapping[str, Any]) -> bool:
     for condition in (node.get("status") or {}).get("conditions") or ():
         if condition.get("type") == "Ready":
@@ -288,8 +292,8 @@ def node_from_object(obj: Mapping[str, Any], cluster: str) -> Node:
         resources[name] = _quantity(value, name)
     taints = tuple(Taint(t.get("key", ""), t.get("value", ""), t.get("effect", "NoSchedule"))
                    for t in spec.get("taints") or ()
-                   # the node controller's own not-ready/unreachable taints are expressed by `unschedulable`
-                   if not t.get("key", "").startswith("node.kubernetes.io/"))
+                   # these three say what `unschedulable` already says (cordoned, or not Ready)
+                   if t.get("key") not in _STATE_TAINTS)
     return Node(
         name=meta["name"],
         cluster=cluster,

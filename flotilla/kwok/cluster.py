@@ -5,7 +5,9 @@
 components: etcd, kube-apiserver and kwok-controller. Flotilla binds pods
 itself, so there is no kube-scheduler; there is no controller-manager
 either, so no namespace gets a ``default`` ServiceAccount: the API server
-runs with the ServiceAccount admission plugin disabled. kwok-controller gets
+runs with the ServiceAccount admission plugin disabled, and without
+TaintNodesByCondition (whose not-ready taint on new nodes only the node
+controller would remove; kube-scheduler, the benchmark's baseline, heeds it). kwok-controller gets
 our Stage documents (``flotilla/kwok/stages/*.yaml``): nodes become Ready at
 once, pods Running at once and Succeeded after the duration the backend
 writes on them, deleted pods go after their grace period.
@@ -240,7 +242,9 @@ def up(name: str, nodes: int = 0, node_template: str | os.PathLike | None = None
                 # A port of our choosing, away from the ports kwokctl hands out (counting down from 32767), so
                 # that a stopped API server finds its port free when it is started again.
                 "--kube-apiserver-port", str(_free_port()),
-                "--extra-args", "kube-apiserver=disable-admission-plugins=ServiceAccount",
+                # No controller-manager: nothing would create namespaces' default ServiceAccount, nor take
+                # the not-ready taint that TaintNodesByCondition puts on every new node off again.
+                "--extra-args", "kube-apiserver=disable-admission-plugins=ServiceAccount,TaintNodesByCondition",
                 "--timeout", f"{int(timeout)}s", "--wait", f"{int(timeout)}s"]
         for extra in extra_args:
             args += ["--extra-args", extra]

@@ -1,0 +1,378 @@
+"""Pods bound per second and submission-to-running latency, Flotilla vs kube-scheduler, on one KWOK cluster.
+
+A benchmark, not a test. One fake cluster (a real etcd and kube-apiserver,
+kwok-controller as the kubelets) with 1,000 nodes of 32 cores; 10,000
+single-pod jobs of one core in 10 queues; both schedulers talk to the same
+API server, and one watch on the API server (not either scheduler's own
+view) times every pod: when it is first seen bound to a node, when it is
+first seen Running.
+
+* kube-scheduler (built from the same Kubernetes version): the 10,000 pods
+  are created pending with its scheduler name while it is not running; at
+  t0 it is started (client QPS limits raised to 5,000/10,000, as
+  scheduler_perf does, so the default 50 QPS is not what is measured).
+* Flotilla: at t0 the 10,000 jobs are submitted to its queues and the
+  scheduler cycles (``cycle.period``); the lease creates each pod already
+  bound to its node.
+
+Pods bound per second is counted from the first bind to the last (so a
+scheduler's start-up is not counted against it); latency is from t0 (every
+job is waiting at t0) to the pod's Running; makespan is t0 to the last pod
+Running. Prints both, and the ratios, in one run.
+
+    python bench/kwok_throughput.py                       # 1,000 nodes, 10,000 jobs
+    python bench/kwok_throughput.py --nodes 100 --jobs 1000 --json out.json
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+from flotilla.core.model import Job  # noqa: E402
+from flotilla.kubernetes.client import ApiError, KubeClient, KubeError, pod_path  # noqa: E402
+from flotilla.kubernetes.pods import PodSettings, pod_manifest  # noqa: E402
+from flotilla.kwok import cluster as kwok  # noqa: E402
+
+NAMESPACE = "bench"
+
+
+class Recorder:
+    """One raw watch on the namespace's pods: first time bound, first time Running, per pod name.
+
+    Runs in a process of its own (:class:`RecorderProcess`), so that parsing
+    every watch event does not take the interpreter lock from Flotilla's
+    scheduler, which runs in the benchmark's process.
+    """
+
+    def __init__(self, client: KubeClient, namespace: str):
+        self.client = client
+        self.namespace = namespace
+        self.bound: dict[str, float] = {}
+        self.running: dict[str, float] = {}
+        self.seen: set[str] = set()
+        self.lock = threading.Lock()
+        self.stop = threading.Event()
+        listing = client.get(pod_path(namespace))
+        self.rv = listing["metadata"]["resourceVersion"]
+        for pod in listing["items"]:
+            self._record(pod, time.time())
+        self.thread = threading.Thread(target=self._run, daemon=True)
+        self.thread.start()
+
+    def _record(self, pod: dict, now: float) -> None:
+        name = pod["metadata"]["name"]
+        with self.lock:
+            self.seen.add(name)
+            if pod["spec"].get("nodeName") and name not in self.bound:
+                self.bound[name] = now
+            if (pod.get("status") or {}).get("phase") == "Running" and name not in self.running:
+                self.running[name] = now
+
+    def _run(self) -> None:
+        while not self.stop.is_set():
+            try:
+                for event in self.client.watch(pod_path(self.namespace), self.rv, 30, self.stop):
+                    obj = event["object"]
+                    self.rv = obj["metadata"].get("resourceVersion", self.rv)
+                    if event["type"] in ("ADDED", "MODIFIED"):
+                        self._record(obj, time.time())
+                    elif event["type"] == "DELETED":
+                        with self.lock:
+                            self.seen.discard(obj["metadata"]["name"])
+            except KubeError as exc:
+                print(f"  recorder: {exc}; re-watching", file=sys.stderr)
+                time.sleep(0.2)
+
+    def reset(self) -> None:
+        with self.lock:
+            self.bound.clear()
+            self.running.clear()
+
+    def counts(self) -> dict[str, int]:
+        with self.lock:
+            return {"seen": len(self.seen), "bound": len(self.bound), "running": len(self.running)}
+
+    def stats(self, t0: float, count: int) -> dict:
+        with self.lock:
+            bound = sorted(self.bound.values())
+            running = sorted(self.running.values())
+        out = {"bound": len(bound), "running": len(running)}
+        if len(bound) >= 2:
+            span = bound[-1] - bound[0]
+            out["podsBoundPerSecond"] = round((len(bound) - 1) / span, 1) if span > 0 else float("inf")
+            out["podsBoundPerSecondFromT0"] = round(len(bound) / (bound[-1] - t0), 1)
+            out["firstBindAfter"] = round(bound[0] - t0, 3)
+            out["lastBindAfter"] = round(bound[-1] - t0, 3)
+        if running:
+            latencies = [t - t0 for t in running]
+            out["latencyP50"] = round(statistics.quantiles(latencies, n=100)[49], 3) if len(latencies) > 1 else latencies[0]
+            out["latencyP95"] = round(statistics.quantiles(latencies, n=100)[94], 3) if len(latencies) > 1 else latencies[0]
+            out["makespan"] = round(running[-1] - t0, 3)
+        out["complete"] = len(running) >= count
+        return out
+
+
+def _recorder_main(kubeconfig: str, context: str, namespace: str, conn) -> None:
+    recorder = Recorder(KubeClient.from_kubeconfig(kubeconfig, context), namespace)
+    while True:
+        command, args = conn.recv()
+        if command == "stop":
+            recorder.stop.set()
+            conn.send(None)
+            return
+        conn.send(getattr(recorder, command)(*args))
+
+
+class RecorderProcess:
+    """The recorder in a child process; same methods, answered over a pipe."""
+
+    def __init__(self, cluster: kwok.FakeCluster, namespace: str):
+        import multiprocessing
+
+        ctx = multiprocessing.get_context("spawn")
+        self.conn, child = ctx.Pipe()
+        self.process = ctx.Process(target=_recorder_main, args=(cluster.kubeconfig, cluster.context, namespace, child),
+                                   daemon=True)
+        self.process.start()
+
+    def _call(self, command: str, *args):
+        self.conn.send((command, args))
+        return self.conn.recv()
+
+    def counts(self) -> dict[str, int]:
+        return self._call("counts")
+
+    def reset(self) -> None:
+        self._call("reset")
+
+    def stats(self, t0: float, count: int) -> dict:
+        return self._call("stats", t0, count)
+
+    def wait(self, what: str, count: int, timeout: float, progress: float = 5.0) -> bool:
+        deadline = time.monotonic() + timeout
+        last = time.monotonic()
+        while time.monotonic() < deadline:
+            n = self.counts()[what]
+            if n >= count:
+                return True
+            if time.monotonic() - last > progress:
+                print(f"  ... {what}: {n}/{count}", file=sys.stderr)
+                last = time.monotonic()
+            time.sleep(0.1)
+        return False
+
+    def close(self) -> None:
+        self._call("stop")
+        self.process.join(10)
+
+
+def jobs_for(count: int, queues: int) -> list[Job]:
+    requests = {"cpu": 1000}
+    return [Job(f"job-{i:05d}", f"q{i % queues}", job_set=f"set-{i % queues}", priority_class="armada-default",
+                submitted=float(i), requests=requests) for i in range(count)]
+
+
+def delete_all(client: KubeClient, recorder: RecorderProcess, workers: int, timeout: float = 300) -> None:
+    """Delete every pod of the namespace (one by one: a delete-collection of 10,000 outlives the request timeout)."""
+    started = time.monotonic()
+    names = [p["metadata"]["name"] for p in client.get(pod_path(NAMESPACE))["items"]]
+
+    def delete(name):
+        try:
+            client.delete(pod_path(NAMESPACE, name), {"gracePeriodSeconds": 0})
+        except ApiError as exc:
+            if exc.status != 404:
+                raise
+
+    with ThreadPoolExecutor(workers) as pool:
+        list(pool.map(delete, names))
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if not client.get(pod_path(NAMESPACE), limit=1)["items"]:
+            break
+        time.sleep(0.5)
+    recorder.reset()
+    print(f"  deleted {len(names)} pods in {time.monotonic() - started:.1f}s", file=sys.stderr)
+
+
+def run_kube_scheduler(cluster: kwok.FakeCluster, bin_dir: Path, client: KubeClient, recorder: RecorderProcess,
+                       jobs: list[Job], workers: int, timeout: float) -> dict:
+    settings = PodSettings(namespace=NAMESPACE, scheduler_name="default-scheduler", name_prefix="kube-",
+                           set_priority_class_name=False)
+    print(f"kube-scheduler: creating {len(jobs)} pending pods ...", file=sys.stderr)
+    started = time.monotonic()
+
+    def create(job):
+        client.post(pod_path(NAMESPACE), pod_manifest(job, None, 0, settings))
+
+    with ThreadPoolExecutor(workers) as pool:
+        list(pool.map(create, jobs))
+    created = time.monotonic() - started
+    recorder.wait("seen", len(jobs), 60)
+    print(f"  created in {created:.1f}s ({len(jobs) / created:.0f}/s); starting kube-scheduler", file=sys.stderr)
+
+    workdir = Path(tempfile.mkdtemp(prefix="flotilla-bench-"))
+    config = workdir / "scheduler.yaml"
+    config.write_text(f"""apiVersion: kubescheduler.config.k8s.io/v1
+kind: KubeSchedulerConfiguration
+clientConnection:
+  kubeconfig: {kwok.workdir(cluster.name) / 'kubeconfig.yaml'}
+  qps: 5000
+  burst: 10000
+leaderElection:
+  leaderElect: false
+""")
+    log = open(workdir / "kube-scheduler.log", "wb")
+    t0 = time.time()
+    proc = subprocess.Popen([str(bin_dir / "kube-scheduler"), "--config", str(config), "--secure-port", "0",
+                             "--authentication-skip-lookup=true", "-v", "1"],
+                            stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL)
+    try:
+        recorder.wait("running", len(jobs), timeout)
+    finally:
+        proc.terminate()
+        try:
+            proc.wait(10)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()
+        log.close()
+    stats = recorder.stats(t0, len(jobs))
+    stats["creationSeconds"] = round(created, 2)
+    stats["log"] = str(workdir / "kube-scheduler.log")
+    return stats
+
+
+def run_flotilla(cluster: kwok.FakeCluster, recorder: RecorderProcess, jobs: list[Job], queues: int, workers: int,
+                 period: float, timeout: float) -> dict:
+    from flotilla.config import load_config
+    from flotilla.core.cycle import Scheduler
+    from flotilla.kubernetes.backend import KubernetesCluster
+    from flotilla.kubernetes.runner import Runner
+
+    workdir = Path(tempfile.mkdtemp(prefix="flotilla-bench-"))
+    config_path = workdir / "flotilla.yaml"
+    queue_lines = "\n".join(f"  - {{name: q{i}, weight: 1}}" for i in range(queues))
+    config_path.write_text(f"""queues:
+{queue_lines}
+cycle: {{period: {period}}}
+clusters:
+  - {{name: bench, kind: kubernetes, kubeconfig: {cluster.kubeconfig}, context: {cluster.context}, namespace: {NAMESPACE}}}
+""")
+    config = load_config(config_path)
+    scheduler = Scheduler(config)
+    backend = KubernetesCluster(
+        "bench", cluster.client(pool_size=workers + 8), settings=PodSettings(namespace=NAMESPACE),
+        priority_classes=[(pc.name, pc.priority, pc.preemptible) for pc in config.priority_classes],
+        workers=workers, delete_finished=False)
+    try:
+        assert backend.wait_synced(60), "backend did not sync"
+        runner = Runner(scheduler, {"bench": backend}, lease_timeout=config.lease.timeout)
+        print(f"flotilla: submitting {len(jobs)} jobs in {queues} queues", file=sys.stderr)
+        t0 = time.time()
+        runner.submit(jobs)
+        cycles = []
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline and recorder.counts()["running"] < len(jobs):
+            t = time.monotonic()
+            result = runner.cycle()
+            if result.decisions is not None:
+                cycles.append((round(result.seconds, 3), len(result.decisions.scheduled)))
+            time.sleep(max(0.0, period - (time.monotonic() - t)))
+        stats = recorder.stats(t0, len(jobs))
+        stats["cycles"] = len(cycles)
+        stats["firstCycleSeconds"] = cycles[0][0] if cycles else None
+        stats["firstCycleScheduled"] = cycles[0][1] if cycles else 0
+        stats["createErrors"] = backend.counters["create_errors"]
+        return stats
+    finally:
+        backend.close()
+
+
+def main(argv=None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--nodes", type=int, default=1000)
+    parser.add_argument("--jobs", type=int, default=10000)
+    parser.add_argument("--queues", type=int, default=10)
+    parser.add_argument("--workers", type=int, default=16, help="Flotilla's pod-writing threads (and the bench's)")
+    parser.add_argument("--period", type=float, default=1.0, help="Flotilla's cycle period, seconds")
+    parser.add_argument("--timeout", type=float, default=600)
+    parser.add_argument("--name", default=f"flbench-{os.getpid()}")
+    parser.add_argument("--keep", action="store_true", help="leave the fake cluster running")
+    parser.add_argument("--skip-kube-scheduler", action="store_true")
+    parser.add_argument("--json", help="write the figures here too")
+    args = parser.parse_args(argv)
+
+    bin_dir = kwok.find_bin_dir()
+    template = Path(tempfile.mkdtemp(prefix="flotilla-bench-")) / "node.yaml"
+    template.write_text("namePrefix: node\nresources: {cpu: 32, memory: 128Gi, pods: 110}\n")
+    kubeconfig = str(template.parent / "kubeconfig")
+    started = time.monotonic()
+    print(f"starting fake cluster {args.name} with {args.nodes} nodes ...", file=sys.stderr)
+    cluster = kwok.up(args.name, args.nodes, template, kubeconfig=kubeconfig, bin_dir=bin_dir, timeout=300)
+    print(f"  up in {time.monotonic() - started:.1f}s", file=sys.stderr)
+    client = cluster.client(pool_size=args.workers + 8)
+    try:
+        try:
+            client.post("/api/v1/namespaces", {"apiVersion": "v1", "kind": "Namespace",
+                                               "metadata": {"name": NAMESPACE}})
+        except ApiError as exc:
+            if exc.status != 409:
+                raise
+        recorder = RecorderProcess(cluster, NAMESPACE)
+        jobs = jobs_for(args.jobs, args.queues)
+        results = {"nodes": args.nodes, "jobs": args.jobs, "queues": args.queues, "cpus": os.cpu_count()}
+        if not args.skip_kube_scheduler:
+            results["kubeScheduler"] = run_kube_scheduler(cluster, bin_dir, client, recorder, jobs, args.workers,
+                                                          args.timeout)
+            print(json.dumps(results['kubeScheduler']), file=sys.stderr)
+            delete_all(client, recorder, args.workers)
+        results["flotilla"] = run_flotilla(cluster, recorder, jobs, args.queues, args.workers, args.period,
+                                           args.timeout)
+        recorder.close()
+    finally:
+        client.close()
+        if not args.keep:
+            kwok.down(args.name, kubeconfig=kubeconfig, bin_dir=bin_dir)
+
+    f = results["flotilla"]
+    k = results.get("kubeScheduler")
+    rows = [("pods bound per second (first to last bind)", "podsBoundPerSecond", "{:.0f}"),
+            ("pods bound per second (from t0)", "podsBoundPerSecondFromT0", "{:.0f}"),
+            ("submission-to-running p50 (s)", "latencyP50", "{:.2f}"),
+            ("submission-to-running p95 (s)", "latencyP95", "{:.2f}"),
+            ("makespan: t0 to last Running (s)", "makespan", "{:.2f}")]
+    print(f"\n{args.jobs} one-core jobs in {args.queues} queues on {args.nodes} KWOK nodes "
+          f"({os.cpu_count()} cores, one API server)")
+    print(f"{'':44} {'flotilla':>10} {'kube-scheduler':>15} {'ratio':>7}")
+    for label, key, fmt in rows:
+        fv = f.get(key)
+        kv = k.get(key) if k else None
+        ratio = ""
+        if fv and kv:
+            ratio = f"{fv / kv:.2f}x" if "PerSecond" in key else f"{kv / fv:.2f}x"
+        print(f"{label:44} {fmt.format(fv) if fv is not None else '-':>10} "
+              f"{fmt.format(kv) if kv is not None else '-':>15} {ratio:>7}")
+    if k:
+        results["ratio"] = {"podsBoundPerSecond": round(f["podsBoundPerSecond"] / k["podsBoundPerSecond"], 2)
+                            if f.get("podsBoundPerSecond") and k.get("podsBoundPerSecond") else None}
+    print(json.dumps(results, indent=2), file=sys.stderr)
+    if args.json:
+        Path(args.json).write_text(json.dumps(results, indent=2))
+    return 0 if f.get("complete") and (not k or k.get("complete")) else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
