@@ -249,7 +249,8 @@ def job_from_pod(pod: Mapping[str, Any], cluster: str, requests_cache: dict | No
         submitted = float(ann.get(SUBMITTED, "0"))
     except ValueError:
         submitted = 0.0
-    user_annotations = {k: v for k, v in ann.items() if not k.startswith(PREFIX) and "kwok.x-k8s.io" not in k}
+    user_annotations = {k: v for k, v in ann.items() if not k.startswith(PREFIX) and "kwok.x-k8s.io" not in k
+                        and k not in (GANG_ID_ANNOTATION, GANG_CARDINALITY_ANNOTATION)}
     return Job(
         id=ann.get(JOB_ID) or labels[JOB_ID],
         queue=ann.get(QUEUE) or labels.get(QUEUE, ""),

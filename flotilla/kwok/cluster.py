@@ -96,19 +96,24 @@ def find_bin_dir(build: bool = True) -> Path:
                     "directory it prints last")
 
 
-def _free_port() -> int:
+def _free_ports(count: int) -> list[int]:
     import random
     import socket
 
-    for _ in range(100):
+    ports: list[int] = []
+    for _ in range(200):
         port = random.randint(20000, 29999)
+        if port in ports:
+            continue
         with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
             try:
                 sock.bind(("0.0.0.0", port))
             except OSError:
                 continue
-            return port
-    raise KwokError("no free port found for kube-apiserver in 20000-29999")
+        ports.append(port)
+        if len(ports) == count:
+            return ports
+    raise KwokError("no free ports found in 20000-29999")
 
 
 def _run(args: list[str], timeout: float = 300, env: dict | None = None) -> subprocess.CompletedProcess:
@@ -223,44 +228,73 @@ def up(name: str, nodes: int = 0, node_template: str | os.PathLike | None = None
     template = load_node_template(node_template)
     wd = workdir(name)
     cluster = FakeCluster(name, kubeconfig_path, f"kwok-{name}", wd)
-    env = _kwokctl_env(bin_dir)
-    kwokctl = str(bin_dir / "kwokctl")
     if (wd / "kubeconfig.yaml").exists():
         # Already created: start whatever is stopped.
         start(name, bin_dir, timeout)
-    else:
-        config = wd.parent.parent / f"flotilla-{name}-stages.yaml"
-        config.parent.mkdir(parents=True, exist_ok=True)
-        config.write_text("\n---\n".join(p.read_text() for p in sorted(STAGES_DIR.glob("*.yaml"))))
-        args = [kwokctl, "--name", name, "-c", str(config), "create", "cluster",
-                "--runtime", "binary",
-                "--components", "etcd,kube-apiserver,kwok-controller",
-                "--kube-apiserver-binary", str(bin_dir / "kube-apiserver"),
-                "--etcd-binary", str(bin_dir / "etcd"),
-                "--kwok-controller-binary", str(bin_dir / "kwok"),
-                "--kubeconfig", kubeconfig_path,
-                # A port of our choosing, away from the ports kwokctl hands out (counting down from 32767), so
-                # that a stopped API server finds its port free when it is started again.
-                "--kube-apiserver-port", str(_free_port()),
-                # No controller-manager: nothing would create namespaces' default ServiceAccount, nor take
-                # the not-ready taint that TaintNodesByCondition puts on every new node off again.
-                "--extra-args", "kube-apiserver=disable-admission-plugins=ServiceAccount,TaintNodesByCondition",
-                "--timeout", f"{int(timeout)}s", "--wait", f"{int(timeout)}s"]
-        for extra in extra_args:
-            args += ["--extra-args", extra]
-        result = _run(args, timeout=timeout + 30, env=env)
-        if result.returncode != 0:
-            raise KwokError(f"kwokctl create cluster --name {name} failed ({result.returncode}): "
-                            f"{result.stderr.strip()[-1500:]}")
+        _add_nodes(cluster, template, nodes, timeout)
+        return cluster
+    for attempt in (1, 2):
+        _create(name, kubeconfig_path, bin_dir, timeout, extra_args)
+        try:
+            _add_nodes(cluster, template, nodes, timeout)
+            return cluster
+        except KwokError as exc:
+            # Two clusters created at the same moment (say, two test sessions) can pick the same free port.
+            detail = f"{exc}\n{_log_tails(name)}"
+            down(name, kubeconfig_path, bin_dir)
+            if attempt == 2:
+                raise KwokError(detail) from None
+    return cluster
+
+
+def _create(name: str, kubeconfig_path: str, bin_dir: Path, timeout: float, extra_args) -> None:
+    wd = workdir(name)
+    config = wd.parent.parent / f"flotilla-{name}-stages.yaml"
+    config.parent.mkdir(parents=True, exist_ok=True)
+    config.write_text("\n---\n".join(p.read_text() for p in sorted(STAGES_DIR.glob("*.yaml"))))
+    ports = _free_ports(3)
+    args = [str(bin_dir / "kwokctl"), "--name", name, "-c", str(config), "create", "cluster",
+            "--runtime", "binary",
+            "--components", "etcd,kube-apiserver,kwok-controller",
+            "--kube-apiserver-binary", str(bin_dir / "kube-apiserver"),
+            "--etcd-binary", str(bin_dir / "etcd"),
+            "--kwok-controller-binary", str(bin_dir / "kwok"),
+            "--kubeconfig", kubeconfig_path,
+            # Ports of our choosing, away from those kwokctl hands out (counting down from 32767): a stopped
+            # API server finds its port free when started again, and clusters created at once do not collide.
+            "--kube-apiserver-port", str(ports[0]), "--etcd-port", str(ports[1]), "--controller-port", str(ports[2]),
+            # No controller-manager: nothing would create namespaces' default ServiceAccount, nor take
+            # the not-ready taint that TaintNodesByCondition puts on every new node off again.
+            "--extra-args", "kube-apiserver=disable-admission-plugins=ServiceAccount,TaintNodesByCondition",
+            "--timeout", f"{int(timeout)}s", "--wait", f"{int(timeout)}s"]
+    for extra in extra_args:
+        args += ["--extra-args", extra]
+    result = _run(args, timeout=timeout + 30, env=_kwokctl_env(bin_dir))
+    if result.returncode != 0:
+        raise KwokError(f"kwokctl create cluster --name {name} failed ({result.returncode}): "
+                        f"{result.stderr.strip()[-1500:]}")
+
+
+def _add_nodes(cluster: FakeCluster, template: dict, nodes: int, timeout: float) -> None:
     client = cluster.client()
     try:
-        wait_ready(client, timeout)
+        wait_ready(client, min(timeout, 60))
         if nodes:
             names = create_nodes(client, template, nodes)
-            wait_nodes_ready(client, names, timeout)
+            wait_nodes_ready(client, names, min(timeout, 60 + nodes / 20))
     finally:
         client.close()
-    return cluster
+
+
+def _log_tails(name: str, lines: int = 3) -> str:
+    out = []
+    for log in sorted((workdir(name) / "logs").glob("*.log")):
+        try:
+            tail = log.read_text(errors="replace").strip().splitlines()[-lines:]
+        except OSError:
+            continue
+        out.append(f"{log.name}: " + " | ".join(line[:300] for line in tail))
+    return "\n".join(out)
 
 
 def down(name: str, kubeconfig: str = DEFAULT_KUBECONFIG, bin_dir: Path | None = None) -> bool:
