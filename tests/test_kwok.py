@@ -9,6 +9,7 @@ empty 32-core nodes before each test.
 from __future__ import annotations
 
 import json
+import os
 import time
 from pathlib import Path
 
@@ -279,3 +280,86 @@ submissions:
     assert (tmp_path / "real.png").stat().st_size > 0
     assert not [p for p in kwok["a"].pods() if "flotilla.io/job-id" in p["metadata"].get("labels", {})
                 and p["status"].get("phase") in ("Pending", "Running")]
+
+
+def test_pod_lifecycle_events_duration_deadline_grace_and_binding(kwok):
+    """Succeeded after the duration, DeadlineExceeded after activeDeadlineSeconds, gone after the grace period."""
+    from flotilla.kubernetes.pods import PodSettings
+
+    backends = {}
+    try:
+        for bind in ("node-name", "binding"):
+            backends[bind] = KubernetesCluster(f"c-{bind}", kubeconfig=kwok["a"].kubeconfig, context=kwok["a"].context,
+                                               settings=PodSettings(namespace=f"ns-{bind}",
+                                                                    name_prefix=f"{bind[0]}-"),
+                                               priority_classes=[("armada-default", 30000, False)], bind=bind)
+        for backend in backends.values():
+            assert backend.wait_synced(30)
+        short = job("short", "A", annotations={"flotilla.io/simulated-duration": "1s"})
+        doomed = job("doomed", "A", annotations={"flotilla.io/active-deadline": "1"})
+        victim = job("victim", "A", annotations={"flotilla.io/grace-period": "2"})
+        b = backends["node-name"]
+        b.apply(ClusterDecisions(start=[Placement(short, b.name, "node-1"), Placement(doomed, b.name, "node-1"),
+                                        Placement(victim, b.name, "node-2")]))
+        bound = backends["binding"]
+        late = job("late-binder", "B", pc="armada-default")
+        bound.apply(ClusterDecisions(start=[Placement(late, bound.name, "node-2")]))
+        events = []
+        deadline = time.monotonic() + 20
+        while time.monotonic() < deadline and not {("short", "succeeded"), ("doomed", "failed")} <= \
+                {(e.job_id, e.kind) for e in events}:
+            events += b.poll_events()
+            time.sleep(0.1)
+        kinds = {(e.job_id, e.kind): e for e in events}
+        assert ("short", "running") in kinds and ("short", "succeeded") in kinds
+        assert kinds[("doomed", "failed")].reason == "DeadlineExceeded"
+        assert ("victim", "running") in kinds
+
+        pods = {p["metadata"]["annotations"]["flotilla.io/job-id"]: p for p in kwok["a"].pods()
+                if "flotilla.io/job-id" in p["metadata"].get("labels", {})}
+        assert pods["victim"]["spec"]["terminationGracePeriodSeconds"] == 2
+        assert pods["late-binder"]["spec"]["nodeName"] == "node-2"
+        assert pods["late-binder"]["spec"]["priorityClassName"] == "armada-default"
+        assert pods["late-binder"]["metadata"]["namespace"] == "ns-binding"
+        assert "short" not in pods or pods["short"]["status"]["phase"] == "Succeeded"  # finished pods are removed
+
+        b.apply(ClusterDecisions(preempt=[victim]))
+        assert all(j.id != "victim" for j in b.snapshot().running)  # counted out at once
+        stopped = time.monotonic()
+        kwok["a"].wait_pods(lambda pods: not any(p["metadata"]["name"].startswith("n-victim") for p in pods),
+                            timeout=10, what="the victim's pod gone")
+        assert 1.0 <= time.monotonic() - stopped <= 6.0  # its 2 s grace period, give or take kwok's reaction
+        assert ("victim", "preempted") in {(e.job_id, e.kind) for e in b.poll_events()}
+    finally:
+        for backend in backends.values():
+            backend.close()
+
+
+def test_kwok_up_and_down_commands(tmp_path):
+    """`flotilla kwok up` prints the context and makes N fake nodes from a template; `down` removes it all."""
+    from flotilla.kwok.cluster import workdir
+    from flotilla.kubernetes.client import KubeClient
+    from flotilla.scheduler_main import main
+    from kwok_fixtures import _toolchain
+
+    _toolchain()
+    name = f"fltest-{os.getpid()}-cli"
+    kubeconfig = tmp_path / "kubeconfig"
+    template = tmp_path / "node.yaml"
+    template.write_text("namePrefix: gpu\nresources: {cpu: 8, nvidia.com/gpu: 2}\nlabels: {pool: gpu}\n")
+    try:
+        result = CliRunner().invoke(main, ["kwok", "up", "--name", name, "--nodes", "3", "--node-template",
+                                           str(template), "--kubeconfig", str(kubeconfig)])
+        assert result.exit_code == 0, result.output
+        assert result.stdout.strip() == f"kwok-{name}"
+        client = KubeClient.from_kubeconfig(str(kubeconfig), f"kwok-{name}")
+        nodes = client.get("/api/v1/nodes")["items"]
+        assert sorted(n["metadata"]["name"] for n in nodes) == ["gpu-1", "gpu-2", "gpu-3"]
+        assert all(n["metadata"]["annotations"]["kwok.x-k8s.io/node"] == "fake" for n in nodes)
+        assert all(n["status"]["allocatable"]["nvidia.com/gpu"] == "2" for n in nodes)
+        client.close()
+    finally:
+        result = CliRunner().invoke(main, ["kwok", "down", "--name", name, "--kubeconfig", str(kubeconfig)])
+    assert result.exit_code == 0, result.output
+    assert not workdir(name).exists()
+    assert f"kwok-{name}" not in kubeconfig.read_text()
