@@ -118,7 +118,7 @@ def _cleanup_stale(bin_dir) -> None:
     if not root.exists():
         return
     for path in root.iterdir():
-        match = re.fullmatch(r"fltest-(\d+)-[ab]", path.name)
+        match = re.fullmatch(r"fltest-(\d+)-\w+", path.name)
         if not match:
             continue
         pid = int(match.group(1))
