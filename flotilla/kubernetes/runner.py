@@ -75,6 +75,7 @@ class Runner:
         self.last_seen: dict[str, float] = {name: clock() for name in self.backends}
         self.cycles = 0
         self.queue_names = {q.name for q in scheduler.queues()}
+        self.priority_class_names = {pc.name for pc in scheduler.priority_classes()}
         self.on_event: Callable[[JobRecord, str], None] | None = None
 
     # -- jobs --------------------------------------------------------------------------------
@@ -195,9 +196,10 @@ class Runner:
         for job in snap.running:
             record = self.jobs.get(job.id)
             if record is None:
-                if job.queue in self.queue_names:
+                if job.queue in self.queue_names and (not job.priority_class
+                                                      or job.priority_class in self.priority_class_names):
                     running.append(job)  # someone else's Flotilla job (an earlier run): it counts for its queue
-                else:
+                else:  # a queue or priority class this config does not know: just resources taken
                     used = foreign.setdefault(job.node, {})
                     for resource, amount in job.requests.items():
                         used[resource] = used.get(resource, 0) + amount

@@ -1,0 +1,86 @@
+"""The runner's lease rules, on simulated clusters (no API server): outages, lease expiry, stale pods."""
+
+from __future__ import annotations
+
+from flotilla.config import load_config
+from flotilla.core.backend import SimulatedCluster
+from flotilla.core.cycle import Scheduler
+from flotilla.core.model import Job, Node
+from flotilla.kubernetes.runner import Runner
+
+CONFIG = """
+queues: [{name: A, weight: 1}, {name: B, weight: 1}]
+lease: {timeout: 30s}
+"""
+
+
+class Clock:
+    def __init__(self):
+        self.t = 1000.0
+
+    def __call__(self):
+        return self.t
+
+
+def setup(tmp_path, cores=(4, 4)):
+    path = tmp_path / "flotilla.yaml"
+    path.write_text(CONFIG)
+    config = load_config(path)
+    clock = Clock()
+    backends = {name: SimulatedCluster(name, [Node("n1", name, {"cpu": c * 1000})], clock=clock)
+                for name, c in zip(("a", "b"), cores)}
+    runner = Runner(Scheduler(config), backends, lease_timeout=config.lease.timeout, clock=clock)
+    return runner, backends, clock
+
+
+def jobs(prefix, n, queue="A", cpu=1):
+    return [Job(f"{prefix}-{i}", queue, priority_class="armada-default", requests={"cpu": cpu * 1000}, submitted=i)
+            for i in range(1, n + 1)]
+
+
+def test_an_unreachable_cluster_keeps_its_leases_until_the_timeout_then_they_move(tmp_path):
+    runner, backends, clock = setup(tmp_path)
+    runner.submit(jobs("j", 8))
+    runner.cycle()
+    runner.pump_events()
+    on_a = {job_id for job_id, r in runner.jobs.items() if r.cluster == "a"}
+    assert len(on_a) == 4 and runner.counts() == {"running": 8}
+
+    backends["a"].available = False
+    clock.t += 10
+    result = runner.cycle()
+    assert result.unavailable == ["a"] and result.expired == []
+    assert all(runner.jobs[j].cluster == "a" and runner.jobs[j].state == "running" for j in on_a)
+
+    # Room appears on b; a is still away past the lease timeout: a's jobs are queued again and go to b.
+    for job_id in [j for j, r in runner.jobs.items() if r.cluster == "b"]:
+        backends["b"]._stop(job_id, "succeeded", clock.t, "")
+    runner.pump_events()
+    clock.t += 31
+    result = runner.cycle()
+    assert sorted(result.expired) == sorted(on_a)
+    assert {p.job.id for p in result.decisions.scheduled} == on_a
+    assert all(runner.jobs[j].cluster == "b" for j in on_a)
+
+    # a comes back with the old runs still there: they are cancelled, never counted twice.
+    backends["a"].available = True
+    runner.cycle()
+    assert backends["a"].running_jobs() == []
+    assert {j.id for j in backends["b"].running_jobs()} == on_a
+    assert [h[1] for h in runner.jobs[sorted(on_a)[0]].history].count("leased") == 2
+
+
+def test_other_flotilla_jobs_count_for_their_queue_and_unknown_queues_only_take_resources(tmp_path):
+    runner, backends, clock = setup(tmp_path, cores=(4, 4))
+    from flotilla.core.backend import ClusterDecisions
+    from flotilla.core.decisions import Placement
+
+    known = Job("old-1", "B", priority_class="armada-default", requests={"cpu": 2000})
+    stranger = Job("x-1", "not-configured", priority_class="gold", requests={"cpu": 2000})
+    backends["a"].apply(ClusterDecisions(start=[Placement(known, "a", "n1"), Placement(stranger, "a", "n1")]))
+    backends["a"].poll_events()
+    runner.submit(jobs("j", 6))
+    result = runner.cycle()
+    assert len(result.decisions.scheduled) == 4  # a is full (2 + 2), b takes 4
+    assert {p.cluster for p in result.decisions.scheduled} == {"b"}
+    assert result.decisions.queues["B"].allocated == {"cpu": "2"}
