@@ -124,6 +124,7 @@ class KubernetesCluster:
         self._synced = {"nodes": False, "pods": False}
         self._error: str = "not synced yet"
         self._known_pcs: set[str] = set()
+        self._pcs_done = False
         self._namespaces: set[str] = set()
         self._requests_cache: dict = {}
         self._pool = ThreadPoolExecutor(max_workers=workers, thread_name_prefix=f"kube-{name}")
@@ -136,7 +137,6 @@ class KubernetesCluster:
     def start(self) -> None:
         if self._threads:
             return
-        self._setup_priority_classes()
         node_params = {"labelSelector": self.node_selector} if self.node_selector else {}
         for kind, path, params in (("nodes", "/api/v1/nodes", node_params), ("pods", "/api/v1/pods", {})):
             thread = threading.Thread(target=self._informer, args=(kind, path, params), daemon=True,
@@ -335,13 +335,16 @@ class KubernetesCluster:
             pass
 
     # -- priority classes ------------------------------------------------------------------
-    def _setup_priority_classes(self) -> None:
+    def _setup_priority_classes(self) -> bool:
+        """Create the config's priority classes that the cluster lacks; False if the cluster could not be read."""
         path = "/apis/scheduling.k8s.io/v1/priorityclasses"
         try:
             existing = {item["metadata"]["name"] for item in self.client.get(path).get("items", [])}
+        except Unreachable:
+            return False
         except KubeError as exc:
             log.warning("kubernetes.priority_classes_unreadable", cluster=self.name, error=str(exc))
-            return
+            return True
         for name, priority, preemptible in self.priority_classes:
             if name in existing:
                 continue
@@ -359,8 +362,9 @@ class KubernetesCluster:
                     log.warning("kubernetes.priority_class_not_created", cluster=self.name, name=name,
                                 error=str(exc))
             except KubeError:
-                pass
+                return False
         self._known_pcs = existing
+        return True
 
     # -- informers (one thread each for nodes and pods) ------------------------------------
     def _informer(self, kind: str, path: str, params: dict) -> None:
@@ -370,6 +374,10 @@ class KubernetesCluster:
         while not self._stop.is_set():
             try:
                 if resource_version is None:
+                    if kind == "pods" and not self._pcs_done:
+                        # Before the first sync (and again after an outage until it worked once), so that
+                        # a cluster unreachable at start still gets its priority classes.
+                        self._pcs_done = self._setup_priority_classes()
                     listing = self.client.request("GET", path, params=params or None, timeout=60)
                     resource_version = listing["metadata"]["resourceVersion"]
                     with self._lock:
