@@ -63,14 +63,16 @@ def main() -> None:
 
     in_cycle = 0.0
     timings: dict[str, float] = {}
+    load = {"queued": 0, "queued_max": 0, "running": 0, "running_max": 0}
 
-    class Timed:
-        """Wraps the scheduler to time run_cycle apart from the simulator's bookkeeping."""
+    def on_cycle(sim, info):
+        queued, running = len(sim.queued), len(sim._run_end)
+        load["queued"] += queued
+        load["running"] += running
+        load["queued_max"] = max(load["queued_max"], queued)
+        load["running_max"] = max(load["running_max"], running)
 
-        def __init__(self, sim):
-            self.sim = sim
-
-    sim = Simulation(config, workload, seed=args.seed,
+    sim = Simulation(config, workload, seed=args.seed, on_cycle=on_cycle,
                      until=parse_duration(args.until) if args.until else None)
     run_cycle = sim.scheduler.run_cycle
 
@@ -105,6 +107,9 @@ def main() -> None:
     print(f"cycles              {report['cycles']:8d}  ({report['cycles'] / wall:.0f} per second)")
     print(f"jobs finished       {finished:8d}  ({finished / wall:.0f} per second of wall time)")
     print(f"preemptions         {preemptions:8d}")
+    cycles = max(1, report["cycles"])
+    print(f"jobs queued / cycle {load['queued'] / cycles:8.0f}  (max {load['queued_max']})")
+    print(f"jobs running / cycle {load['running'] / cycles:7.0f}  (max {load['running_max']})")
     print(f"simulated / wall    {report['simulatedSeconds'] / wall:8.0f} x")
     print(f"utilisation         {report['utilisation'] * 100:7.1f} %")
     print(f"peak memory (RSS)   {peak_rss:8.0f} MiB")

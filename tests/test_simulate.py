@@ -116,6 +116,8 @@ def test_two_queue_story_in_time():
     assert report["cycles"] == 8
     # Busy core-seconds: A 32x600 + 8x60 (preempted) + 8x600 (restarted); B 50x600.
     assert report["utilisation"] == pytest.approx((32 * 600 + 8 * 60 + 8 * 600 + 50 * 600) / (64 * 1200))
+    # Goodput leaves out the 8 x 60 core-seconds thrown away by the preemption.
+    assert report["goodput"] == pytest.approx((32 * 600 + 8 * 600 + 50 * 600) / (64 * 1200))
 
 
 # -- fairness over the run --------------------------------------------------------------

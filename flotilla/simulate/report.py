@@ -20,7 +20,9 @@ How each figure is measured:
   **preemptions**, not as a second wait.
 * **utilisation**: asset cost of running jobs integrated exactly over job
   run intervals (preempted runs included: they held the resources), over
-  the pool's cost times the simulated time.
+  the pool's cost times the simulated time. **goodput**: the same for the
+  runs that finished only, so ``utilisation - goodput`` is work thrown away
+  by preemption.
 """
 
 from __future__ import annotations
@@ -88,6 +90,7 @@ class Recorder:
         self._started: dict[str, tuple[float, float]] = {}   # job id -> (start, cost), runs in progress
         self._first_start: set[str] = set()
         self.busy = 0.0                                        # cost x seconds
+        self.useful = 0.0                                      # cost x seconds of runs that finished
         self.cycles = 0
         self.utilisation_series: list[list[float]] = []
         self.last_time = 0.0
@@ -123,6 +126,8 @@ class Recorder:
         stats = self.queues[job.queue]
         start, cost = self._started.pop(job.id)
         self.busy += cost * (t - start)
+        if not preempted:
+            self.useful += cost * (t - start)
         stats.running -= 1
         stats.cost -= cost
         if preempted:
@@ -194,6 +199,7 @@ class Recorder:
         out = {
             "queues": queues,
             "utilisation": _num(self.busy / (self.pool_cost * simulated)) if simulated > 0 else 0,
+            "goodput": _num(self.useful / (self.pool_cost * simulated)) if simulated > 0 else 0,
             "cycles": self.cycles,
             "simulatedSeconds": _num(simulated),
             "wallSeconds": round(wall, 3),
@@ -243,7 +249,8 @@ def fmt_seconds(seconds: float) -> str:
 
 
 def summary_line(report: Mapping) -> str:
-    return (f"utilisation {report['utilisation'] * 100:.1f}%, {report['cycles']} cycles, "
+    return (f"utilisation {report['utilisation'] * 100:.1f}% (goodput {report.get('goodput', 0) * 100:.1f}%), "
+            f"{report['cycles']} cycles, "
             f"{fmt_seconds(report['simulatedSeconds'])} simulated in {report['wallSeconds']:.1f} s")
 
 
