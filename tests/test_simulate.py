@@ -410,3 +410,15 @@ def test_config_errors_name_file_path_and_expectation(tmp_path):
     result = cli(tmp_path, config_yaml(fairness="- {name: decayedusage, args: {priorityHalftime: -1}}"), workload)
     assert result.exit_code == 2 and "plugins[0].args: plugin 'decayedusage': priorityHalftime" in result.stderr, \
         result.stderr
+
+
+def test_large_example_loads_and_starts():
+    config = load_config(ROOT / "examples" / "simulate-large.yaml")
+    workload = load_workload(ROOT / "examples" / "workloads" / "large.yaml", config)
+    assert workload.total_jobs == 200_000 and len(workload.queues) == 100
+    assert len({q.weight for q in workload.queues}) > 1
+    assert workload.last_submission < 7 * 86400
+    sim, report, _ = simulate(config, workload, until=1800)
+    assert sum(len(b.nodes) for b in sim.backends.values()) == 1000
+    assert report["simulatedSeconds"] == 1800 and report["stoppedAt"] == "until"
+    assert sum(q["finished"] for q in report["queues"].values()) > 0
