@@ -422,3 +422,42 @@ def test_large_example_loads_and_starts():
     assert sum(len(b.nodes) for b in sim.backends.values()) == 1000
     assert report["simulatedSeconds"] == 1800 and report["stoppedAt"] == "until"
     assert sum(q["finished"] for q in report["queues"].values()) > 0
+
+
+def test_json_to_stdout_puts_the_table_on_stderr():
+    result = CliRunner().invoke(main, ["simulate", "--workload", str(TWO_QUEUES), "--json", "-"])
+    assert result.exit_code == 0, result.output
+    assert json.loads(result.stdout)["queues"]["B"]["waitMean"] == 194.4
+    assert "Preemptions" in result.stderr
+
+
+def test_max_skip_caps_the_clock_jumps():
+    config = load_config(None)
+    workload = load_workload(TWO_QUEUES, config)
+    _, report, watch = simulate(config, workload, max_skip=120)
+    times = [c[0] for c in watch.cycles]
+    assert max(b - a for a, b in zip(times, times[1:])) == 120
+    assert report["queues"]["B"]["waitMean"] == 194.4     # same decisions, more cycles
+
+
+def test_same_report_whatever_the_hash_seed(tmp_path):
+    import os
+    import subprocess
+    import sys
+
+    (tmp_path / "flotilla.yaml").write_text(config_yaml(extra="evict: {probability: 0.5}\n"))
+    (tmp_path / "workload.yaml").write_text(textwrap.dedent("""
+        submissions:
+          - {at: 0s, queue: A, count: 60, priorityClass: armada-preemptible, requests: {cpu: 1}, duration: 4m}
+          - {at: 1m, queue: B, count: 60, priorityClass: armada-preemptible, requests: {cpu: 2}, duration: 3m,
+             gang: {cardinality: 3}}
+        """))
+    reports = []
+    for hash_seed in ("1", "2"):
+        out = tmp_path / f"r{hash_seed}.json"
+        subprocess.run([sys.executable, "-m", "flotilla.scheduler_main", "simulate", "--config",
+                        str(tmp_path / "flotilla.yaml"), "--workload", str(tmp_path / "workload.yaml"),
+                        "--seed", "3", "--json", str(out), "-q"], check=True,
+                       env={**os.environ, "PYTHONHASHSEED": hash_seed}, cwd=ROOT)
+        reports.append(strip_wall(json.loads(out.read_text())))
+    assert reports[0] == reports[1]
