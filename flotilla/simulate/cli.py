@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import inspect
 import json
 import sys
 import time
@@ -210,6 +211,10 @@ def simulate(config_path, workload_path, seed, json_path, plot_path, compare, un
     if failure is not None:
         click.echo(f"error: {failure[1]}", err=True)
         sys.exit(failure[0])
+
+
+# Stored dedented, so that text appended later (``--real-time`` adds a paragraph) keeps the layout.
+simulate.help = inspect.cleandoc(simulate.help or "")
 
 
 __all__ = ["EXIT_NO_PROGRESS", "EXIT_SCHEDULER_BUG", "dumps_report", "simulate"]
