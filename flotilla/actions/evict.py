@@ -47,7 +47,8 @@ class Evict:
         stmt = session.statement()
         for job in chosen.values():
             stmt.evict(job)
-            log.debug("evict", job=job.id, queue=job.queue, node=job.node)
+            if session.debug:
+                log.debug("evict", job=job.id, queue=job.queue, node=job.node)
         stmt.commit()
         session.counters["evicted"] += len(chosen)
         session.timings[self.name] = time.perf_counter() - started
