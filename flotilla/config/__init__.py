@@ -1,26 +1,59 @@
-"""Configuration: pydantic models of the YAML users write, loaded with line numbers for errors."""
+"""Configuration: pydantic models of the YAML users write, loaded with line numbers for errors.
 
-from flotilla.config.errors import ConfigError
-from flotilla.config.loader import DEFAULT_CONFIG_YAML, load_config, parse_config
+Public entry points: :func:`load_config` (scheduler config, or the built-in
+default), :func:`load_state` (a ``schedule-once`` state file, to a core
+``Snapshot``), and :class:`ConfigError` (``file:line: path: message``).
+"""
+
+from flotilla.config.errors import ConfigError, format_path
+from flotilla.config.loader import DEFAULT_CONFIG_NAME, DEFAULT_CONFIG_YAML, load_config, parse_config, validate_config
 from flotilla.config.models import (
     KNOWN_ACTIONS,
+    AllocateConfig,
+    AuthConfig,
     ClusterConfig,
+    CycleConfig,
+    DeadlinesConfig,
+    Duration,
+    EvictConfig,
     FlotillaConfig,
+    GracePeriodConfig,
     KubernetesClusterConfig,
+    LeaseConfig,
     NodeGroupConfig,
+    NodeIndexConfig,
     PluginConfig,
+    PreemptConfig,
     PriorityClassConfig,
+    Quantities,
     QueueConfig,
+    ServerConfig,
     SimulatedClusterConfig,
+    StoreConfig,
     TaintConfig,
+    TokenConfig,
     TolerationConfig,
+    expand_cluster,
 )
 from flotilla.config.source import SourceMap, load_yaml, read_yaml_file
-from flotilla.config.state import load_state
+from flotilla.config.state import (
+    GangConfig,
+    StateCluster,
+    StateFile,
+    StateJob,
+    StateNode,
+    build_snapshot,
+    load_state,
+    parse_state,
+)
 
 __all__ = [
-    "ConfigError", "DEFAULT_CONFIG_YAML", "KNOWN_ACTIONS", "ClusterConfig", "FlotillaConfig",
-    "KubernetesClusterConfig", "NodeGroupConfig", "PluginConfig", "PriorityClassConfig", "QueueConfig",
-    "SimulatedClusterConfig", "SourceMap", "TaintConfig", "TolerationConfig", "load_config", "load_state",
-    "load_yaml", "parse_config", "read_yaml_file",
+    "AllocateConfig", "AuthConfig", "ClusterConfig", "ConfigError", "CycleConfig", "DEFAULT_CONFIG_NAME",
+    "DEFAULT_CONFIG_YAML", "DeadlinesConfig", "Duration", "EvictConfig", "FlotillaConfig", "GangConfig",
+    "GracePeriodConfig", "KNOWN_ACTIONS", "KubernetesClusterConfig", "LeaseConfig", "NodeGroupConfig",
+    "NodeIndexConfig", "PluginConfig", "PreemptConfig", "PriorityClassConfig", "Quantities", "QueueConfig",
+    "ServerConfig", "SimulatedClusterConfig", "SourceMap", "StateCluster", "StateFile", "StateJob", "StateNode",
+    "StoreConfig", "TaintConfig", "TokenConfig", "TolerationConfig", "build_snapshot", "expand_cluster",
+    "format_path", "load_config", "load_state", "load_yaml", "parse_config", "parse_state", "read_yaml_file",
+    "validate_config",
 ]

@@ -1,14 +1,19 @@
-"""Loading the scheduler config, or the built-in default when there is none."""
+"""Loading the scheduler config, or the built-in default when there is none.
+
+The default is YAML text rather than model defaults so that it goes through
+exactly the same validation as a user's file, and so ``flotilla`` on a new
+machine runs the spec's example setup with nothing else installed.
+"""
 
 from __future__ import annotations
 
 import os
+from typing import Any
 
 from pydantic import ValidationError
 
-from flotilla.config.errors import ConfigError
 from flotilla.config.models import FlotillaConfig
-from flotilla.config.source import load_yaml, read_yaml_file
+from flotilla.config.source import SourceMap, load_yaml, read_yaml_file
 
 DEFAULT_CONFIG_NAME = "<built-in default>"
 
@@ -44,31 +49,32 @@ store: {url: "sqlite:///flotilla.db"}
 
 
 def parse_config(text: str, file: str | None) -> FlotillaConfig:
-    """Validate config text; the first problem becomes a :class:`ConfigError` naming its line and path."""
-    data, source = load_yaml(text, file)
-    try:
-        config = FlotillaConfig.model_validate(data)
-    except ValidationError as exc:
-        raise source.from_validation(exc) from None
-    config._source = source
-    problems = config.check()
-    if problems:
-        path, message = min(problems, key=lambda p: source.line_of(p[0]) or 0)
-        raise source.error(path, message)
-    return config
+    """Validate config text; ``file`` is only the name errors show."""
+    return validate_config(*load_yaml(text, file))
 
 
 def load_config(path: str | os.PathLike | None = None) -> FlotillaConfig:
-    """The config at ``path``, or the built-in default for ``None``."""
+    """The config at ``path``, or the built-in default (:data:`DEFAULT_CONFIG_YAML`) for ``None``."""
     if path is None:
         return parse_config(DEFAULT_CONFIG_YAML, DEFAULT_CONFIG_NAME)
-    name = os.fspath(path)
+    return validate_config(*read_yaml_file(path))
+
+
+def validate_config(data: dict[str, Any], source: SourceMap) -> FlotillaConfig:
+    """Loaded YAML to a config; the first problem in the file becomes a :class:`ConfigError` at its line and path.
+
+    The config keeps ``source`` as ``config.source``, so problems found
+    later (an unknown plugin, say) can still point at their line.
+    """
     try:
-        with open(name, encoding="utf-8") as handle:
-            text = handle.read()
-    except FileNotFoundError:
-        raise ConfigError("no such file", name) from None
-    return parse_config(text, name)
+        config = FlotillaConfig.model_validate(data)
+    except ValidationError as exc:
+        raise source.from_validation(exc, FlotillaConfig) from None
+    config._source = source
+    error = source.first(config.check())
+    if error is not None:
+        raise error
+    return config
 
 
-__all__ = ["DEFAULT_CONFIG_YAML", "load_config", "parse_config", "read_yaml_file"]
+__all__ = ["DEFAULT_CONFIG_NAME", "DEFAULT_CONFIG_YAML", "load_config", "parse_config", "validate_config"]

@@ -3,19 +3,38 @@
 YAML keys are camelCase as users write them; attributes are snake_case.
 Every model forbids unknown fields, so a typo is an error with its line, not
 a silently ignored setting. Quantities become integers and durations
-seconds at load time.
+seconds at load time, so nothing downstream parses units again. Checks that
+span fields (names that must be unique or must exist) live in
+:meth:`FlotillaConfig.check`, which returns paths so the loader can point at
+the offending line.
 """
 
 from __future__ import annotations
 
-from typing import Annotated, Any, Literal, Union
+from typing import TYPE_CHECKING, Annotated, Any, Iterator, Literal, Union
 
 from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, PrivateAttr, field_validator, model_validator
 
 from flotilla.core.model import ClusterSnapshot, Node, PriorityClass, Queue, Taint, Toleration
 from flotilla.core.quantities import QuantityError, parse_duration, parse_quantity
 
+if TYPE_CHECKING:
+    from flotilla.config.errors import FieldPath
+    from flotilla.config.source import SourceMap
+
 KNOWN_ACTIONS = ("evict", "allocate", "preempt", "lease")
+
+
+class KeyedValueError(ValueError):
+    """A problem with one entry of a mapping; the error's field path gets ``key`` appended.
+
+    Pydantic reports a before-validator's failure at the whole mapping
+    (``resources``); users need the entry (``resources.cpu``).
+    """
+
+    def __init__(self, key: str, message: str):
+        super().__init__(message)
+        self.key = key
 
 
 def _duration(value: Any) -> float:
@@ -25,21 +44,10 @@ def _duration(value: Any) -> float:
         raise ValueError(str(exc)) from None
 
 
-Duration = Annotated[float, BeforeValidator(_duration)]
-
-
-class KeyedValueError(ValueError):
-    """A problem with one entry of a mapping; the loader appends ``key`` to the error's field path."""
-
-    def __init__(self, key: str, message: str):
-        super().__init__(message)
-        self.key = key
-
-
 def _quantities(value: Any) -> dict[str, int]:
     if not isinstance(value, dict):
         raise ValueError("expected a mapping of resource names to quantities, e.g. {cpu: 500m, memory: 1Gi}")
-    out = {}
+    out: dict[str, int] = {}
     for name, amount in value.items():
         try:
             out[str(name)] = parse_quantity(amount, str(name))
@@ -48,26 +56,36 @@ def _quantities(value: Any) -> dict[str, int]:
     return out
 
 
+#: ``30s``, ``5m``, ``2h``, ``3d`` or a number, as float seconds.
+Duration = Annotated[float, BeforeValidator(_duration)]
+#: ``{cpu: 500m, memory: 64Mi}`` as exact integers (millicores for cpu, base units otherwise).
 Quantities = Annotated[dict[str, int], BeforeValidator(_quantities)]
+#: A name users refer to elsewhere (queue, class, cluster, node): never empty.
+Name = Annotated[str, Field(min_length=1)]
 
 
 class Model(BaseModel):
+    """Base of every config model: unknown keys are errors; camelCase aliases or snake_case names both load."""
+
     model_config = ConfigDict(extra="forbid", populate_by_name=True)
 
 
 class PluginConfig(Model):
-    name: str
+    name: Name
     args: dict[str, Any] = Field(default_factory=dict)
 
 
 class PriorityClassConfig(Model):
-    name: str
+    name: Name
     priority: int
     preemptible: bool = False
 
+    def to_core(self) -> PriorityClass:
+        return PriorityClass(self.name, self.priority, self.preemptible)
+
 
 class QueueConfig(Model):
-    name: str
+    name: Name
     weight: float = Field(1.0, gt=0)
     limits: dict[str, float] = Field(default_factory=dict)
     owners: list[str] = Field(default_factory=list)
@@ -78,12 +96,15 @@ class QueueConfig(Model):
     def _fractions(cls, limits: dict[str, float]) -> dict[str, float]:
         for name, fraction in limits.items():
             if not 0 < fraction <= 1:
-                raise ValueError(f"limit {name} must be a fraction of the pool in (0, 1], got {fraction}")
+                raise KeyedValueError(name, f"expected a fraction of the pool in (0, 1], got {fraction:g}")
         return limits
+
+    def to_core(self) -> Queue:
+        return Queue(self.name, self.weight, dict(self.limits))
 
 
 class TaintConfig(Model):
-    key: str
+    key: Name
     value: str = ""
     effect: Literal["NoSchedule", "PreferNoSchedule", "NoExecute"] = "NoSchedule"
 
@@ -102,51 +123,65 @@ class TolerationConfig(Model):
 
 
 class NodeGroupConfig(Model):
+    """``count`` identical nodes named ``{namePrefix}-{i}``, or one node called ``name``."""
+
     count: int = Field(1, ge=1)
-    name: str | None = None
-    name_prefix: str = Field("node", alias="namePrefix")
+    name: Name | None = None
+    name_prefix: Name = Field("node", alias="namePrefix")
     resources: Quantities
     labels: dict[str, str] = Field(default_factory=dict)
     taints: list[TaintConfig] = Field(default_factory=list)
     unschedulable: bool = False
 
     @model_validator(mode="after")
-    def _single_name(self) -> "NodeGroupConfig":
+    def _single_name(self) -> NodeGroupConfig:
         if self.name is not None and self.count != 1:
             raise ValueError("name is only allowed with count 1; use namePrefix for groups")
         return self
 
-    def names(self, start: int) -> list[str]:
+    def names(self, start: int = 1) -> list[str]:
+        """The group's node names, numbering from ``start``."""
         if self.name is not None:
             return [self.name]
         return [f"{self.name_prefix}-{i}" for i in range(start, start + self.count)]
 
 
 class SimulatedClusterConfig(Model):
-    name: str
+    name: Name
     kind: Literal["simulated"]
     nodes: list[NodeGroupConfig] = Field(default_factory=list)
 
-    def expand(self) -> list[Node]:
-        """The group's nodes; numbering continues across groups that share a prefix."""
-        nodes: list[Node] = []
+    def node_names(self) -> Iterator[tuple[int, str]]:
+        """``(group index, node name)`` for every node, in order.
+
+        Numbering continues across groups that share a prefix (two default
+        groups give ``node-1, node-2`` then ``node-3``), so a cpu group and a
+        gpu group need no prefixes of their own.
+        """
         next_index: dict[str, int] = {}
-        for group in self.nodes:
+        for g, group in enumerate(self.nodes):
             start = next_index.get(group.name_prefix, 1)
-            names = group.names(start)
             if group.name is None:
                 next_index[group.name_prefix] = start + group.count
-            taints = tuple(t.to_core() for t in group.taints)
-            for name in names:
-                nodes.append(Node(name, self.name, dict(group.resources), dict(group.labels), taints, group.unschedulable))
+            for name in group.names(start):
+                yield g, name
+
+    def expand(self) -> list[Node]:
+        """The cluster's nodes as core objects, each with its own mappings."""
+        nodes: list[Node] = []
+        for g, name in self.node_names():
+            group = self.nodes[g]
+            nodes.append(Node(name, self.name, dict(group.resources), dict(group.labels),
+                              tuple(t.to_core() for t in group.taints), group.unschedulable))
         return nodes
 
     def snapshot(self) -> ClusterSnapshot:
-        return ClusterSnapshot(self.name, self.expand())
+        """The cluster as a fresh core snapshot: all nodes, nothing running."""
+        return ClusterSnapshot(self.name, self.expand(), running=[])
 
 
 class KubernetesClusterConfig(Model):
-    name: str
+    name: Name
     kind: Literal["kubernetes"]
     kubeconfig: str = "~/.kube/config"
     context: str | None = None
@@ -166,6 +201,7 @@ class AllocateConfig(Model):
 
 
 class PreemptConfig(Model):
+    enabled: bool = True
     max_candidates: int = Field(1000, ge=1, alias="maxCandidates")
 
 
@@ -197,13 +233,15 @@ class ServerConfig(Model):
 
 
 class TokenConfig(Model):
+    """A bearer token, given in clear (``token``) or as its hex SHA-256 (``sha256``), never both."""
+
     token: str | None = None
     sha256: str | None = None
-    user: str
+    user: Name
     groups: list[str] = Field(default_factory=list)
 
     @model_validator(mode="after")
-    def _one_secret(self) -> "TokenConfig":
+    def _one_secret(self) -> TokenConfig:
         if (self.token is None) == (self.sha256 is None):
             raise ValueError("give exactly one of token or sha256")
         return self
@@ -231,6 +269,8 @@ def _default_classes() -> list[PriorityClassConfig]:
 
 
 class FlotillaConfig(Model):
+    """The whole scheduler config; ``config.source`` reports later problems at their line in the file."""
+
     actions: list[str] = Field(default_factory=lambda: list(KNOWN_ACTIONS))
     plugins: list[PluginConfig] = Field(default_factory=_default_plugins)
     priority_classes: list[PriorityClassConfig] = Field(default_factory=_default_classes, alias="priorityClasses")
@@ -252,57 +292,71 @@ class FlotillaConfig(Model):
     _source: Any = PrivateAttr(default=None)
 
     @property
-    def source(self):
-        """Where each field came from, to report later errors (e.g. an unknown plugin) at their line."""
+    def source(self) -> SourceMap:
+        """Where each field came from: ``config.source.error(("plugins", 2, "name"), "unknown plugin 'x'")``.
+
+        A config built in code (no file) gets a map without file or lines,
+        so errors still carry the field path.
+        """
         if self._source is None:
             from flotilla.config.source import SourceMap
             self._source = SourceMap(None)
         return self._source
 
-    def check(self) -> list[tuple[tuple, str]]:
-        """Cross-field problems as ``(path, message)``, in file order."""
-        problems: list[tuple[tuple, str]] = []
+    def check(self) -> list[tuple[FieldPath, str]]:
+        """Cross-field problems as ``(path, message)``; the loader reports the earliest in the file."""
+        problems: list[tuple[FieldPath, str]] = []
         for i, action in enumerate(self.actions):
             if action not in KNOWN_ACTIONS:
                 problems.append((("actions", i), f"unknown action {action!r} (known: {', '.join(KNOWN_ACTIONS)})"))
             elif action in self.actions[:i]:
-                problems.append((("actions", i), f"action {action!r} listed twice"))
-        _unique(problems, "plugins", [p.name for p in self.plugins], "plugin")
-        _unique(problems, "priorityClasses", [p.name for p in self.priority_classes], "priority class")
+                problems.append((("actions", i), f"duplicate action {action!r} (first at actions[{self.actions.index(action)}])"))
+        problems += _duplicates("plugins", [p.name for p in self.plugins], "plugin")
+        problems += _duplicates("priorityClasses", [p.name for p in self.priority_classes], "priority class")
         names = [p.name for p in self.priority_classes]
         if self.default_priority_class not in names:
-            problems.append((("defaultPriorityClass",),
-                             f"unknown priority class {self.default_priority_class!r} (known: {', '.join(names)})"))
-        _unique(problems, "queues", [q.name for q in self.queues], "queue")
-        _unique(problems, "clusters", [c.name for c in self.clusters], "cluster")
+            problems.append((("defaultPriorityClass",), f"unknown priority class {self.default_priority_class!r} "
+                                                        f"(known: {', '.join(names) or 'none'})"))
+        problems += _duplicates("queues", [q.name for q in self.queues], "queue")
+        problems += _duplicates("clusters", [c.name for c in self.clusters], "cluster")
         for c, cluster in enumerate(self.clusters):
             if isinstance(cluster, SimulatedClusterConfig):
-                seen: dict[str, int] = {}
-                for group_index, group in enumerate(cluster.nodes):
-                    for name in group.names(1) if group.name else []:
-                        if name in seen:
-                            problems.append((("clusters", c, "nodes", group_index, "name"), f"duplicate node name {name!r}"))
-                        seen[name] = group_index
-                all_names = [node.name for node in cluster.expand()]
-                if len(all_names) != len(set(all_names)) and not any("duplicate node" in m for _, m in problems):
-                    dup = next(n for n in all_names if all_names.count(n) > 1)
-                    problems.append((("clusters", c, "nodes"), f"duplicate node name {dup!r}"))
+                first: dict[str, int] = {}
+                for g, name in cluster.node_names():
+                    if name in first:
+                        key = "name" if cluster.nodes[g].name is not None else "namePrefix"
+                        problems.append((("clusters", c, "nodes", g, key),
+                                         f"duplicate node name {name!r} (first in clusters[{c}].nodes[{first[name]}])"))
+                        break
+                    first[name] = g
         return problems
 
     def to_core_priority_classes(self) -> list[PriorityClass]:
-        return [PriorityClass(pc.name, pc.priority, pc.preemptible) for pc in self.priority_classes]
+        return [pc.to_core() for pc in self.priority_classes]
 
     def to_core_queues(self) -> list[Queue]:
-        return [Queue(q.name, q.weight, dict(q.limits)) for q in self.queues]
+        return [q.to_core() for q in self.queues]
 
     def simulated_clusters(self) -> list[SimulatedClusterConfig]:
         return [c for c in self.clusters if isinstance(c, SimulatedClusterConfig)]
 
+    def simulated_snapshots(self) -> list[ClusterSnapshot]:
+        """Every simulated cluster expanded into nodes, with nothing running."""
+        return [cluster.snapshot() for cluster in self.simulated_clusters()]
 
-def _unique(problems: list, section: str, names: list[str], what: str) -> None:
+
+def expand_cluster(cluster: SimulatedClusterConfig) -> ClusterSnapshot:
+    """A simulated cluster config as a core :class:`ClusterSnapshot` (its nodes, nothing running)."""
+    return cluster.snapshot()
+
+
+def _duplicates(section: str, names: list[str], what: str) -> list[tuple[FieldPath, str]]:
+    """Every repeat of a name in ``section``, pointing back at its first use."""
     first: dict[str, int] = {}
+    problems: list[tuple[FieldPath, str]] = []
     for i, name in enumerate(names):
         if name in first:
             problems.append(((section, i, "name"), f"duplicate {what} {name!r} (first at {section}[{first[name]}])"))
         else:
             first[name] = i
+    return problems

@@ -1,48 +1,56 @@
 """The ``schedule-once`` state file (spec section 3): clusters, nodes and jobs.
 
 Loading checks the file against the config and turns it into a core
-:class:`~flotilla.core.model.Snapshot`. The first problem, in file order, is
-reported with its line and field path.
+:class:`~flotilla.core.model.Snapshot`. Every problem is collected with its
+field path and the earliest in the file is reported, so fixing errors top to
+bottom always works. Jobs are converted to plain core objects (no pydantic
+on the hot path) and identical request mappings are shared, so a state of a
+million jobs stays small.
 """
 
 from __future__ import annotations
 
 import os
 from datetime import datetime, timezone
-from typing import Any, Literal
+from typing import Annotated, Any, Literal, Mapping
 
 from pydantic import BeforeValidator, Field, ValidationError
-from typing_extensions import Annotated
 
-from flotilla.config.errors import ConfigError
-from flotilla.config.models import FlotillaConfig, Model, Quantities, QueueConfig, TaintConfig, TolerationConfig
-from flotilla.config.source import read_yaml_file
+from flotilla.config.errors import FieldPath
+from flotilla.config.models import FlotillaConfig, Model, Name, Quantities, QueueConfig, TaintConfig, TolerationConfig
+from flotilla.config.source import SourceMap, load_yaml, read_yaml_file
 from flotilla.core.model import ClusterSnapshot, Gang, Job, JobState, Node, Queue, Snapshot
 
 
 def _seconds(value: Any) -> float:
+    """Seconds as a number, or an RFC 3339 time (trailing ``Z`` allowed; no zone means UTC) as seconds since the epoch."""
     if isinstance(value, bool):
-        raise ValueError("expected seconds or an RFC 3339 time")
+        raise ValueError(f"expected seconds or an RFC 3339 time, got {value!r}")
     if isinstance(value, (int, float)):
         return float(value)
-    if isinstance(value, datetime):
+    if isinstance(value, datetime):  # YAML itself turns unquoted timestamps into datetimes
         moment = value
     else:
         text = str(value).strip()
         try:
-            moment = datetime.fromisoformat(text[:-1] + "+00:00" if text.endswith("Z") else text)
+            moment = datetime.fromisoformat(text[:-1] + "+00:00" if text[-1:] in ("Z", "z") else text)
         except ValueError:
-            raise ValueError(f"expected seconds or an RFC 3339 time, got {text!r}") from None
+            try:
+                return float(text)
+            except ValueError:
+                raise ValueError(f"expected seconds or an RFC 3339 time such as 2026-01-01T00:00:00Z, "
+                                 f"got {text!r}") from None
     if moment.tzinfo is None:
         moment = moment.replace(tzinfo=timezone.utc)
     return moment.timestamp()
 
 
+#: Seconds, or an RFC 3339 time, as float seconds since the epoch.
 Seconds = Annotated[float, BeforeValidator(_seconds)]
 
 
 class StateNode(Model):
-    name: str
+    name: Name
     resources: Quantities
     labels: dict[str, str] = Field(default_factory=dict)
     taints: list[TaintConfig] = Field(default_factory=list)
@@ -50,18 +58,18 @@ class StateNode(Model):
 
 
 class StateCluster(Model):
-    name: str
+    name: Name
     nodes: list[StateNode] = Field(default_factory=list)
 
 
 class GangConfig(Model):
-    id: str
+    id: Name
     cardinality: int = Field(ge=1)
 
 
 class StateJob(Model):
-    id: str
-    queue: str
+    id: Name
+    queue: Name
     job_set: str = Field("", alias="jobSet")
     priority: int = 0
     priority_class: str | None = Field(None, alias="priorityClass")
@@ -77,110 +85,183 @@ class StateJob(Model):
 
 
 class StateFile(Model):
+    """The whole file. ``clusters`` omitted: the config's simulated clusters, empty."""
+
     clusters: list[StateCluster] | None = None
     jobs: list[StateJob] = Field(default_factory=list)
     queues: list[QueueConfig] = Field(default_factory=list)
     now: Seconds = 0.0
 
 
+Problems = list[tuple[FieldPath, str]]
+
+
 def load_state(path: str | os.PathLike, config: FlotillaConfig) -> Snapshot:
-    """Read, validate against ``config``, and convert a state file."""
-    name = os.fspath(path)
-    data, source = read_yaml_file(name)
+    """Read a state file, check it against ``config`` and convert it; the first problem is a ConfigError."""
+    return validate_state(*read_yaml_file(path), config)
+
+
+def parse_state(text: str, file: str | None, config: FlotillaConfig) -> Snapshot:
+    """:func:`load_state` on text; ``file`` is only the name errors show."""
+    return validate_state(*load_yaml(text, file), config)
+
+
+def validate_state(data: dict[str, Any], source: SourceMap, config: FlotillaConfig) -> Snapshot:
     try:
         state = StateFile.model_validate(data)
     except ValidationError as exc:
-        raise source.from_validation(exc) from None
+        raise source.from_validation(exc, StateFile) from None
     return build_snapshot(state, config, source)
 
 
-def build_snapshot(state: StateFile, config: FlotillaConfig, source) -> Snapshot:
-    def fail(path: tuple, message: str) -> ConfigError:
-        return source.error(path, message)
-
-    # Clusters and nodes: the state's own, else the config's simulated clusters.
-    if state.clusters is not None:
-        clusters: list[ClusterSnapshot] = []
-        seen_clusters: dict[str, int] = {}
-        for c, cluster in enumerate(state.clusters):
-            if cluster.name in seen_clusters:
-                raise fail(("clusters", c, "name"), f"duplicate cluster name {cluster.name!r}")
-            seen_clusters[cluster.name] = c
-            nodes, seen_nodes = [], set()
-            for n, node in enumerate(cluster.nodes):
-                if node.name in seen_nodes:
-                    raise fail(("clusters", c, "nodes", n, "name"), f"duplicate node name {node.name!r} in cluster {cluster.name!r}")
-                seen_nodes.add(node.name)
-                nodes.append(Node(node.name, cluster.name, dict(node.resources), dict(node.labels),
-                                  tuple(t.to_core() for t in node.taints), node.unschedulable))
-            clusters.append(ClusterSnapshot(cluster.name, nodes))
-    else:
-        clusters = [cluster.snapshot() for cluster in config.simulated_clusters()]
-    by_name = {cluster.name: cluster for cluster in clusters}
-    node_names = {cluster.name: {node.name for node in cluster.nodes} for cluster in clusters}
-
-    queues: dict[str, Queue] = {q.name: Queue(q.name, q.weight, dict(q.limits)) for q in config.queues}
-    for q in state.queues:
-        queues[q.name] = Queue(q.name, q.weight, dict(q.limits))
-    classes = [pc.name for pc in config.priority_classes]
-
-    interned: dict[tuple, dict[str, int]] = {}
-    seen_ids: dict[str, int] = {}
-    gangs: dict[str, list[int]] = {}
-    queued: list[Job] = []
-    for j, spec in enumerate(state.jobs):
-        if spec.id in seen_ids:
-            raise fail(("jobs", j, "id"), f"duplicate job id {spec.id!r} (first at jobs[{seen_ids[spec.id]}])")
-        seen_ids[spec.id] = j
-        if spec.queue not in queues:
-            raise fail(("jobs", j, "queue"), f"unknown queue {spec.queue!r} (known: {', '.join(sorted(queues)) or 'none'})")
-        pc = spec.priority_class or config.default_priority_class
-        if pc not in classes:
-            raise fail(("jobs", j, "priorityClass"), f"unknown priority class {pc!r} (known: {', '.join(classes)})")
-        cluster = spec.cluster
-        if spec.state == "running":
-            if spec.node is None:
-                raise fail(("jobs", j, "node"), "a running job needs the node it runs on")
-            if cluster is None:
-                if len(clusters) != 1:
-                    raise fail(("jobs", j, "cluster"), "a running job needs its cluster when there are several")
-                cluster = clusters[0].name
-            if cluster not in by_name:
-                raise fail(("jobs", j, "cluster"), f"running job on unknown cluster {cluster!r}")
-            if spec.node not in node_names[cluster]:
-                raise fail(("jobs", j, "node"), f"running job on unknown node {spec.node!r} in cluster {cluster!r}")
-        elif spec.node is not None or spec.cluster is not None:
-            raise fail(("jobs", j, "node" if spec.node is not None else "cluster"),
-                       "a queued job has no node or cluster yet (set state: running)")
-        requests = interned.setdefault(tuple(sorted(spec.requests.items())), dict(spec.requests))
-        gang = None
-        if spec.gang is not None:
-            gang = Gang(spec.gang.id, spec.gang.cardinality)
-            gangs.setdefault(spec.gang.id, []).append(j)
-        job = Job(spec.id, spec.queue, spec.job_set, spec.priority, pc, spec.submitted, requests,
-                  dict(spec.node_selector), tuple(t.to_core() for t in spec.tolerations), gang,
-                  JobState.RUNNING if spec.state == "running" else JobState.QUEUED,
-                  cluster if spec.state == "running" else None, spec.node, dict(spec.annotations))
-        if job.state is JobState.RUNNING:
-            by_name[cluster].running.append(job)
-        else:
-            queued.append(job)
-
-    for gang_id, members in gangs.items():
-        first = state.jobs[members[0]]
-        for j in members:
-            member = state.jobs[j]
-            if member.gang.cardinality != first.gang.cardinality:
-                raise fail(("jobs", j, "gang", "cardinality"),
-                           f"gang {gang_id!r} members disagree on cardinality ({first.gang.cardinality} at jobs[{members[0]}])")
-            if member.queue != first.queue:
-                raise fail(("jobs", j, "queue"), f"gang {gang_id!r} members must share one queue ({first.queue!r})")
-        if len(members) != first.gang.cardinality:
-            raise fail(("jobs", members[-1], "gang", "cardinality"),
-                       f"gang {gang_id!r} has cardinality {first.gang.cardinality} but {len(members)} jobs")
-
+def build_snapshot(state: StateFile, config: FlotillaConfig, source: SourceMap) -> Snapshot:
+    """The core snapshot for a parsed state file; raises the earliest problem (in file order) as a ConfigError."""
+    problems: Problems = []
+    clusters = _clusters(state, config, problems)
+    queues = _queues(state, config, problems)
+    queued = _jobs(state, config, clusters, queues, problems)
+    _check_gangs(state, problems)
+    error = source.first(problems)
+    if error is not None:
+        raise error
     return Snapshot(clusters, queued, list(queues.values()), config.to_core_priority_classes(),
                     config.default_priority_class, now=state.now)
 
 
-__all__ = ["StateFile", "StateJob", "build_snapshot", "load_state"]
+def _clusters(state: StateFile, config: FlotillaConfig, problems: Problems) -> list[ClusterSnapshot]:
+    """The state's own clusters (names checked), else the config's simulated clusters expanded."""
+    if state.clusters is None:
+        return config.simulated_snapshots()
+    clusters: list[ClusterSnapshot] = []
+    first_cluster: dict[str, int] = {}
+    for c, cluster in enumerate(state.clusters):
+        if cluster.name in first_cluster:
+            problems.append((("clusters", c, "name"),
+                             f"duplicate cluster name {cluster.name!r} (first at clusters[{first_cluster[cluster.name]}])"))
+            continue
+        first_cluster[cluster.name] = c
+        nodes: list[Node] = []
+        first_node: dict[str, int] = {}
+        for n, node in enumerate(cluster.nodes):
+            if node.name in first_node:
+                problems.append((("clusters", c, "nodes", n, "name"),
+                                 f"duplicate node name {node.name!r} in cluster {cluster.name!r} "
+                                 f"(first at clusters[{c}].nodes[{first_node[node.name]}])"))
+                continue
+            first_node[node.name] = n
+            nodes.append(Node(node.name, cluster.name, dict(node.resources), dict(node.labels),
+                              tuple(t.to_core() for t in node.taints), node.unschedulable))
+        clusters.append(ClusterSnapshot(cluster.name, nodes, running=[]))
+    return clusters
+
+
+def _queues(state: StateFile, config: FlotillaConfig, problems: Problems) -> dict[str, Queue]:
+    """The config's queues, with the state file's own added (a state queue replaces a config queue of its name)."""
+    queues = {q.name: q.to_core() for q in config.queues}
+    first: dict[str, int] = {}
+    for i, q in enumerate(state.queues):
+        if q.name in first:
+            problems.append((("queues", i, "name"), f"duplicate queue {q.name!r} (first at queues[{first[q.name]}])"))
+            continue
+        first[q.name] = i
+        queues[q.name] = q.to_core()
+    return queues
+
+
+def _jobs(state: StateFile, config: FlotillaConfig, clusters: list[ClusterSnapshot], queues: Mapping[str, Queue],
+          problems: Problems) -> list[Job]:
+    """Core jobs: running ones go onto their cluster's ``running`` list, queued ones are returned, in file order."""
+    by_name = {cluster.name: cluster for cluster in clusters}
+    node_names = {cluster.name: {node.name for node in cluster.nodes} for cluster in clusters}
+    classes = [pc.name for pc in config.priority_classes]
+    interned: dict[tuple[tuple[str, int], ...], dict[str, int]] = {}
+    first_id: dict[str, int] = {}
+    queued: list[Job] = []
+    for j, spec in enumerate(state.jobs):
+        if spec.id in first_id:
+            problems.append((("jobs", j, "id"), f"duplicate job id {spec.id!r} (first at jobs[{first_id[spec.id]}])"))
+        else:
+            first_id[spec.id] = j
+        if spec.queue not in queues:
+            problems.append((("jobs", j, "queue"),
+                             f"unknown queue {spec.queue!r} (known: {', '.join(sorted(queues)) or 'none'})"))
+        priority_class = spec.priority_class if spec.priority_class is not None else config.default_priority_class
+        if priority_class not in classes:
+            problems.append((("jobs", j, "priorityClass"),
+                             f"unknown priority class {priority_class!r} (known: {', '.join(classes)})"))
+        running = spec.state == "running"
+        cluster = _placement(j, spec, clusters, node_names, problems) if running else None
+        if not running and (spec.node is not None or spec.cluster is not None):
+            problems.append((("jobs", j, "node" if spec.node is not None else "cluster"),
+                             "a queued job has no node or cluster yet (set state: running)"))
+        requests = spec.requests
+        key = tuple(sorted(requests.items()))
+        shared = interned.get(key)
+        if shared is None:
+            shared = interned[key] = dict(requests)
+        job = Job(spec.id, spec.queue, spec.job_set, spec.priority, priority_class, spec.submitted, shared,
+                  dict(spec.node_selector), tuple(t.to_core() for t in spec.tolerations),
+                  Gang(spec.gang.id, spec.gang.cardinality) if spec.gang is not None else None,
+                  JobState.RUNNING if running else JobState.QUEUED,
+                  cluster, spec.node if running else None, dict(spec.annotations))
+        if not running:
+            queued.append(job)
+        elif cluster is not None:
+            by_name[cluster].running.append(job)
+    return queued
+
+
+def _placement(j: int, spec: StateJob, clusters: list[ClusterSnapshot], node_names: Mapping[str, set[str]],
+               problems: Problems) -> str | None:
+    """The cluster a running job runs on, or None after recording why its placement is wrong."""
+    cluster = spec.cluster
+    if cluster is None:
+        if len(clusters) != 1:
+            known = ", ".join(c.name for c in clusters) or "none"
+            problems.append((("jobs", j, "cluster"),
+                             f"a running job needs cluster: when there is not exactly one (known: {known})"))
+            return None
+        cluster = clusters[0].name
+    if cluster not in node_names:
+        known = ", ".join(c.name for c in clusters) or "none"
+        problems.append((("jobs", j, "cluster"), f"running job on unknown cluster {cluster!r} (known: {known})"))
+        return None
+    if spec.node is None:
+        problems.append((("jobs", j, "node"), "a running job needs node: the node it runs on"))
+        return None
+    if spec.node not in node_names[cluster]:
+        problems.append((("jobs", j, "node"), f"running job on unknown node {spec.node!r} in cluster {cluster!r}"))
+        return None
+    return cluster
+
+
+def _check_gangs(state: StateFile, problems: Problems) -> None:
+    """Members of a gang agree on its cardinality, are exactly that many, and share one queue."""
+    members: dict[str, list[int]] = {}
+    for j, spec in enumerate(state.jobs):
+        if spec.gang is not None:
+            members.setdefault(spec.gang.id, []).append(j)
+    for gang_id, indices in members.items():
+        head = state.jobs[indices[0]]
+        assert head.gang is not None
+        cardinality, agreed = head.gang.cardinality, True
+        for j in indices[1:]:
+            member = state.jobs[j]
+            assert member.gang is not None
+            if member.gang.cardinality != cardinality:
+                agreed = False
+                problems.append((("jobs", j, "gang", "cardinality"),
+                                 f"gang {gang_id!r} members disagree on cardinality: {member.gang.cardinality} here, "
+                                 f"{cardinality} at jobs[{indices[0]}]"))
+            if member.queue != head.queue:
+                problems.append((("jobs", j, "queue"),
+                                 f"gang {gang_id!r} members must share one queue: {member.queue!r} here, "
+                                 f"{head.queue!r} at jobs[{indices[0]}]"))
+        if agreed and len(indices) != cardinality:
+            problems.append((("jobs", indices[-1], "gang", "cardinality"),
+                             f"gang {gang_id!r} has cardinality {cardinality} but {len(indices)} "
+                             f"job{'s' if len(indices) != 1 else ''}"))
+
+
+__all__ = ["GangConfig", "Seconds", "StateCluster", "StateFile", "StateJob", "StateNode", "build_snapshot",
+           "load_state", "parse_state", "validate_state"]
