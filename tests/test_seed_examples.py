@@ -281,3 +281,9 @@ def test_same_inputs_and_seed_give_byte_identical_output(tmp_path):
     # The draws matter: with probability 0.5 some seed keeps a node's jobs un-evicted.
     outputs = {invoke(tmp_path, cfg, state, seed=s).stdout for s in range(6)}
     assert len(outputs) > 1
+
+
+def test_preempt_enabled_false_turns_urgency_preemption_off(tmp_path):
+    state = URGENCY + "  - {id: u-1, queue: B, priorityClass: armada-default, requests: {cpu: 16}, submitted: 9}\n"
+    out = run_once(tmp_path, config(extra="evict: {probability: 0}\npreempt: {enabled: false}"), state)
+    assert out["scheduled"] == [] and out["preempted"] == [] and out["queued"] == ["u-1"]

@@ -47,6 +47,8 @@ class Scheduler:
         self.settings = settings_from_config(config)
         self.pm = load_plugins([(p.name, p.args) for p in config.plugins])
         names = list(actions if actions is not None else config.actions)
+        if not getattr(config.preempt, "enabled", True):
+            names = [name for name in names if name != "preempt"]  # preempt.enabled: false turns urgency off
         self.actions = []
         for index, name in enumerate(names):
             try:
