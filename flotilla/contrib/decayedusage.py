@@ -45,7 +45,7 @@ from typing import Mapping
 
 from flotilla.core.hookspecs import hookimpl
 from flotilla.core.quantities import QuantityError, parse_duration
-from flotilla.plugins.assetfairness import parse_weights, weight_vector
+from flotilla.plugins.assetfairness import asset_share, parse_weights, weight_vector
 from flotilla.plugins.limits import register_queue_limits
 
 DEFAULT_HALFTIME = 3600.0
@@ -90,15 +90,10 @@ class DecayedUsage:
         pool_cost = sum(a * b for a, b in zip(w, session.pool)) or 1.0
         priority = self.priorities_at(session.now)
 
+        share = asset_share(session, self.weights)
+
         def cost(queue, extra):
-            held = 0.0
-            if extra is None:
-                for a, b in zip(w, queue.allocated):
-                    held += a * b
-            else:
-                for a, b, c in zip(w, queue.allocated, extra):
-                    held += a * (b + c)
-            return priority.get(queue.name, 0.0) + held / pool_cost
+            return priority.get(queue.name, 0.0) + share(queue, extra)
 
         self._open = (session, priority, w, pool_cost)
         session.add_queue_cost(cost)

@@ -39,24 +39,32 @@ def weight_vector(session, weights: Mapping[str, float]) -> tuple[float, ...]:
     return tuple(weights.get(name, 0.0) / (1000 if name in MILLI_RESOURCES else 1) for name in session.space.names)
 
 
+def asset_share(session, weights: Mapping[str, float]):
+    """``share(queue, extra)``: the queue's weighted cost (plus ``extra``'s) over the pool's.
+
+    Shared by every policy that measures usage as asset cost (decayedusage too).
+    """
+    w = weight_vector(session, weights)
+    pool_cost = sum(a * b for a, b in zip(w, session.pool)) or 1.0
+
+    def share(queue, extra):
+        cost = 0.0
+        if extra is None:
+            for a, b in zip(w, queue.allocated):
+                cost += a * b
+        else:
+            for a, b, c in zip(w, queue.allocated, extra):
+                cost += a * (b + c)
+        return cost / pool_cost
+
+    return share
+
+
 class AssetFairness:
     def __init__(self, args: Mapping | None = None):
         self.weights = parse_weights(args or {})
 
     @hookimpl
     def flotilla_session_open(self, session):
-        w = weight_vector(session, self.weights)
-        pool_cost = sum(a * b for a, b in zip(w, session.pool)) or 1.0
-
-        def share(queue, extra):
-            cost = 0.0
-            if extra is None:
-                for a, b in zip(w, queue.allocated):
-                    cost += a * b
-            else:
-                for a, b, c in zip(w, queue.allocated, extra):
-                    cost += a * (b + c)
-            return cost / pool_cost
-
-        session.add_queue_cost(share)
+        session.add_queue_cost(asset_share(session, self.weights))
         register_queue_limits(session)
