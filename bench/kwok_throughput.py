@@ -18,11 +18,20 @@ first seen Running.
 * Flotilla: at t0 the 10,000 jobs are submitted to its queues and the
   scheduler cycles (``cycle.period``); the lease creates each pod already
   bound to its node.
+* No scheduler at all, the machine's ceiling: the bench's own writers (4
+  processes of 8 threads, protobuf, as many requests in flight as
+  Flotilla's 32 workers) create the 10,000 pods already bound to nodes
+  picked round-robin, as fast as the API server takes them; once with
+  kwok-controller marking them Running (what every run above pays), once
+  with kwok-controller stopped (the API server alone). No scheduler, which
+  must write each pod at least once, can bind faster than this here.
 
 Pods bound per second is counted from the first bind to the last (so a
 scheduler's start-up is not counted against it); latency is from t0 (every
 job is waiting at t0) to the pod's Running; makespan is t0 to the last pod
-Running. Prints all three, and Flotilla's ratio to each, in one run.
+Running. CPU seconds per component (API server, etcd, kwok-controller, the
+scheduler or writers) are read from /proc over each run. Prints every
+figure, and Flotilla's ratio to each baseline, in one run.
 
     python bench/kwok_throughput.py                       # 1,000 nodes, 10,000 jobs
     python bench/kwok_throughput.py --nodes 100 --jobs 1000 --json out.json
@@ -182,6 +191,36 @@ class RecorderProcess:
         self.process.join(10)
 
 
+def cpu_seconds(pid: int | None) -> float | None:
+    """User plus system CPU seconds a process has used so far (Linux /proc), None when unknown."""
+    if not pid:
+        return None
+    try:
+        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    except (OSError, IndexError):
+        return None
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+class CpuMeter:
+    """CPU seconds each of the fake cluster's components (and any extra process) used between start and stop."""
+
+    COMPONENTS = ("kube-apiserver", "etcd", "kwok-controller")
+
+    def __init__(self, cluster: kwok.FakeCluster):
+        self.pids = {c: kwok.component_pid(cluster.name, c) for c in self.COMPONENTS}
+        self.start = {c: cpu_seconds(pid) for c, pid in self.pids.items()}
+
+    def stop(self, **extra: float | None) -> dict[str, float]:
+        out = {}
+        for c, pid in self.pids.items():
+            now = cpu_seconds(pid)
+            if now is not None and self.start[c] is not None:
+                out[c] = round(now - self.start[c], 1)
+        out.update({k: round(v, 1) for k, v in extra.items() if v is not None})
+        return out
+
+
 def jobs_for(count: int, queues: int) -> list[Job]:
     requests = {"cpu": 1000}
     return [Job(f"job-{i:05d}", f"q{i % queues}", job_set=f"set-{i % queues}", priority_class="armada-default",
@@ -242,6 +281,7 @@ leaderElection:
         recorder.wait("seen", len(jobs), 60)
         print(f"  created in {created:.1f}s ({len(jobs) / created:.0f}/s); starting kube-scheduler", file=sys.stderr)
     log = open(workdir / "kube-scheduler.log", "wb")
+    meter = CpuMeter(cluster)
     t0 = time.time()
     proc = subprocess.Popen([str(bin_dir / "kube-scheduler"), "--config", str(config), "--secure-port", "0",
                              "--authentication-skip-lookup=true", "-v", "1"],
@@ -254,6 +294,7 @@ leaderElection:
             created = create_all()
             print(f"  created in {created:.1f}s ({len(jobs) / created:.0f}/s)", file=sys.stderr)
         recorder.wait("running", len(jobs), timeout)
+        cpu = meter.stop(**{"kube-scheduler": cpu_seconds(proc.pid)})
     finally:
         proc.terminate()
         try:
@@ -264,6 +305,7 @@ leaderElection:
         log.close()
     stats = recorder.stats(t0, len(jobs))
     stats["creationSeconds"] = round(created, 2)
+    stats["cpuSeconds"] = cpu
     stats["log"] = str(workdir / "kube-scheduler.log")
     return stats
 
@@ -294,6 +336,8 @@ clusters:
         assert backend.wait_synced(60), "backend did not sync"
         runner = Runner(scheduler, {"bench": backend}, lease_timeout=config.lease.timeout)
         print(f"flotilla: submitting {len(jobs)} jobs in {queues} queues", file=sys.stderr)
+        meter = CpuMeter(cluster)
+        process_cpu = time.process_time()
         t0 = time.time()
         runner.submit(jobs)
         cycles = []
@@ -305,6 +349,7 @@ clusters:
                 cycles.append((round(result.seconds, 3), len(result.decisions.scheduled)))
             time.sleep(max(0.0, period - (time.monotonic() - t)))
         stats = recorder.stats(t0, len(jobs))
+        stats["cpuSeconds"] = meter.stop(flotilla=time.process_time() - process_cpu)
         stats["cycles"] = len(cycles)
         stats["firstCycleSeconds"] = cycles[0][0] if cycles else None
         stats["firstCycleScheduled"] = cycles[0][1] if cycles else 0
@@ -314,12 +359,63 @@ clusters:
         backend.close()
 
 
+def _write_bound(kubeconfig: str, context: str, count: int, queues: int, part: int, parts: int, nodes: int,
+                 threads: int) -> float:
+    """One ceiling writer process: create every ``parts``-th pod from ``part`` on, bound round-robin; its CPU seconds."""
+    from flotilla.kubernetes.pods import PodSettings, pod_manifest
+
+    client = KubeClient.from_kubeconfig(kubeconfig, context, pool_size=threads + 4)
+    settings = PodSettings(namespace=NAMESPACE, name_prefix="ceiling-", set_priority_class_name=False)
+    started = time.process_time()
+    mine = [(i, job) for i, job in enumerate(jobs_for(count, queues)) if i % parts == part]
+    with ThreadPoolExecutor(threads) as pool:
+        list(pool.map(lambda item: client.create_pod(
+            NAMESPACE, pod_manifest(item[1], f"node-{1 + item[0] % nodes}", 0, settings)), mine))
+    client.close()
+    return time.process_time() - started
+
+
+def run_ceiling(cluster: kwok.FakeCluster, recorder: RecorderProcess, count: int, queues: int, nodes: int,
+                processes: int, threads: int, timeout: float, kwok_running: bool = True) -> dict:
+    """No scheduler: writers create the pods already bound, as fast as the API server takes them.
+
+    With ``kwok_running=False`` kwok-controller is stopped for the run (nothing marks the pods Running, so
+    only binding is timed) and started again afterwards.
+    """
+    import multiprocessing
+    from concurrent.futures import ProcessPoolExecutor
+
+    if not kwok_running:
+        kwok.stop_component(cluster.name, "kwok-controller")
+    try:
+        ctx = multiprocessing.get_context("spawn")
+        with ProcessPoolExecutor(processes, mp_context=ctx) as pool:
+            # Start the interpreters before t0, so their start-up is not timed.
+            list(pool.map(time.sleep, [0.5] * processes))
+            meter = CpuMeter(cluster)
+            t0 = time.time()
+            cpus = list(pool.map(_write_bound, *zip(*[(cluster.kubeconfig, cluster.context, count, queues, part,
+                                                       processes, nodes, threads) for part in range(processes)])))
+        recorder.wait("running" if kwok_running else "bound", count, timeout)
+        stats = recorder.stats(t0, count)
+        stats["cpuSeconds"] = meter.stop(writers=sum(cpus))
+        if not kwok_running:
+            for key in ("running", "latencyP50", "latencyP95", "makespan"):
+                stats.pop(key, None)
+            stats["complete"] = stats["bound"] >= count
+        return stats
+    finally:
+        if not kwok_running:
+            kwok.start_component(cluster.name, "kwok-controller")
+
+
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--nodes", type=int, default=1000)
     parser.add_argument("--jobs", type=int, default=10000)
     parser.add_argument("--queues", type=int, default=10)
-    parser.add_argument("--workers", type=int, default=16, help="Flotilla's pod-writing threads (and the bench's)")
+    parser.add_argument("--workers", type=int, default=32,
+                        help="Flotilla's pod-writing threads (the ceiling writers keep as many requests in flight)")
     parser.add_argument("--period", type=float, default=1.0, help="Flotilla's cycle period, seconds")
     parser.add_argument("--timeout", type=float, default=600)
     parser.add_argument("--name", default=f"flbench-{os.getpid()}")
@@ -327,6 +423,8 @@ def main(argv=None) -> int:
     parser.add_argument("--skip-kube-scheduler", action="store_true")
     parser.add_argument("--no-streaming", action="store_true",
                         help="skip the second baseline (pods created while kube-scheduler runs)")
+    parser.add_argument("--skip-ceiling", action="store_true",
+                        help="skip the two no-scheduler runs (bound pods written as fast as the API server takes them)")
     parser.add_argument("--json", help="write the figures here too")
     args = parser.parse_args(argv)
 
@@ -361,6 +459,17 @@ def main(argv=None) -> int:
                 delete_all(client, recorder, args.workers)
         results["flotilla"] = run_flotilla(cluster, recorder, jobs, args.queues, args.workers, args.period,
                                            args.timeout)
+        print(json.dumps(results['flotilla']), file=sys.stderr)
+        if not args.skip_ceiling:
+            processes = 4
+            threads = max(1, args.workers // processes)
+            for key, running in (("ceiling", True), ("ceilingWithoutKwok", False)):
+                delete_all(client, recorder, args.workers)
+                print(f"no scheduler: {processes}x{threads} writers creating {len(jobs)} bound pods"
+                      f"{'' if running else ', kwok-controller stopped'} ...", file=sys.stderr)
+                results[key] = run_ceiling(cluster, recorder, args.jobs, args.queues, args.nodes, processes,
+                                           threads, args.timeout, kwok_running=running)
+                print(json.dumps(results[key]), file=sys.stderr)
         recorder.close()
     finally:
         client.close()
@@ -368,42 +477,75 @@ def main(argv=None) -> int:
             kwok.down(args.name, kubeconfig=kubeconfig, bin_dir=bin_dir)
 
     f = results["flotilla"]
-    baselines = [(key, label) for key, label in (("kubeScheduler", "kube-sched A"), ("kubeSchedulerStreaming",
-                                                                                   "kube-sched B"))
-                 if key in results]
+    baselines = [(key, label) for key, label in (("kubeScheduler", "kube-sched A"),
+                                                 ("kubeSchedulerStreaming", "kube-sched B")) if key in results]
+    ceilings = [(key, label) for key, label in (("ceiling", "no sched"), ("ceilingWithoutKwok", "no sched/kwok"))
+                if key in results]
     rows = [("pods bound per second (first to last bind)", "podsBoundPerSecond", "{:.0f}"),
             ("pods bound per second (from t0)", "podsBoundPerSecondFromT0", "{:.0f}"),
             ("submission-to-running p50 (s)", "latencyP50", "{:.2f}"),
             ("submission-to-running p95 (s)", "latencyP95", "{:.2f}"),
             ("makespan: t0 to last Running (s)", "makespan", "{:.2f}")]
+    cpu_rows = [("CPU s: kube-apiserver", "kube-apiserver"), ("CPU s: etcd", "etcd"),
+                ("CPU s: kwok-controller", "kwok-controller"),
+                ("CPU s: the scheduler (or writers)", ("flotilla", "kube-scheduler", "writers"))]
 
     def ratio(key, fv, kv):
         if not fv or not kv:
             return ""
         return f"{fv / kv:.2f}x" if "PerSecond" in key else f"{kv / fv:.2f}x"
 
+    def cpu(run: dict, key) -> float | None:
+        spent = run.get("cpuSeconds", {})
+        for k in (key if isinstance(key, tuple) else (key,)):
+            if k in spent:
+                return spent[k]
+        return None
+
     print(f"\n{args.jobs} one-core jobs in {args.queues} queues on {args.nodes} KWOK nodes "
           f"({os.cpu_count()} cores, one API server)")
     print("  A: pods pending before kube-scheduler starts (t0 = its start)")
     print("  B: pods created from t0 on while kube-scheduler runs (t0 = first creation)")
     print("  Flotilla: jobs submitted at t0; its lease creates each pod bound to its node")
+    if ceilings:
+        print("  no sched: no scheduler, writers create the pods bound (the API server's ceiling);"
+              " /kwok: kwok-controller stopped")
     header = f"{'':44} {'flotilla':>9}"
     for _, label in baselines:
         header += f" {label:>13} {'ratio':>6}"
+    for _, label in ceilings:
+        header += f" {label:>13}"
     print(header)
-    for label, key, fmt in rows:
-        fv = f.get(key)
-        line = f"{label:44} {fmt.format(fv) if fv is not None else '-':>9}"
+
+    def line(label, value_of, fmt, with_ratio=None):
+        fv = value_of(f)
+        text = f"{label:44} {fmt.format(fv) if fv is not None else '-':>9}"
         for name, _ in baselines:
-            kv = results[name].get(key)
-            line += f" {fmt.format(kv) if kv is not None else '-':>13} {ratio(key, fv, kv):>6}"
-        print(line)
+            kv = value_of(results[name])
+            text += f" {fmt.format(kv) if kv is not None else '-':>13} {ratio(with_ratio, fv, kv) if with_ratio else '':>6}"
+        for name, _ in ceilings:
+            cv = value_of(results[name])
+            text += f" {fmt.format(cv) if cv is not None else '-':>13}"
+        print(text)
+
+    for label, key, fmt in rows:
+        line(label, lambda run, key=key: run.get(key), fmt, with_ratio=key)
+    for label, key in cpu_rows:
+        line(label, lambda run, key=key: cpu(run, key), "{:.1f}")
     results["ratios"] = {name: {key: ratio(key, f.get(key), results[name].get(key)) for _, key, _ in rows}
                          for name, _ in baselines}
+    if "kubeScheduler" in results and ceilings:
+        need = 3 * results["kubeScheduler"].get("podsBoundPerSecond", 0)
+        best = max(results[name].get("podsBoundPerSecond", 0) for name, _ in ceilings)
+        results["aim"] = {"threeTimesKubeSchedulerA": round(need, 1), "apiServerCeiling": best,
+                          "reachableHere": best >= need}
+        print(f"\n3x kube-scheduler A would be {need:.0f} pods bound/s; with no scheduler at all this API server "
+              f"binds at most {best:.0f}/s here ({'reachable' if best >= need else 'not reachable on this machine'}).")
     print(json.dumps(results, indent=2), file=sys.stderr)
     if args.json:
         Path(args.json).write_text(json.dumps(results, indent=2))
-    return 0 if f.get("complete") and all(results[name].get("complete") for name, _ in baselines) else 1
+    runs = [f] + [results[name] for name, _ in baselines + ceilings]
+    return 0 if all(run.get("complete") for run in runs) else 1
 
 
 if __name__ == "__main__":
