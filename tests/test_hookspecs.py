@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import inspect
 
+import pytest
+
 from flotilla.core import hookspecs
 from flotilla.core.session import Session
 
@@ -72,3 +74,83 @@ def test_every_extension_point_is_called_in_a_cycle(tmp_path):
     scheduler.run_cycle(load_state(gang_and_urgent, cfg))
     expected = {point.name for point in hookspecs.EXTENSION_POINTS} | {"session_close"}
     assert called == expected
+
+
+BACKEND_CONFIG = """
+queues: [{name: A, weight: 1}]
+clusters:
+  - name: west
+    kind: simulated
+    nodes: [{count: 2, resources: {cpu: 4, memory: 16Gi}}]
+  - name: east
+    kind: kubernetes
+    kubeconfig: /nonexistent/kubeconfig
+    context: east
+"""
+
+
+class StandIn:
+    """A third-party backend plugin: serves ``kind: kubernetes`` clusters from memory (one 8-core node each)."""
+
+    def __init__(self):
+        self.asked: list[str] = []
+
+    @hookspecs.hookimpl
+    def flotilla_cluster_backend(self, cluster_config, options):
+        from flotilla.core.backend import SimulatedCluster
+        from flotilla.core.model import Node
+
+        self.asked.append(cluster_config.name)
+        if cluster_config.kind != "kubernetes":
+            return None
+        return SimulatedCluster(cluster_config.name, [Node("big-1", cluster_config.name, {"cpu": 8000})],
+                                clock=options["clock"])
+
+
+def test_cluster_backend_hook_builds_the_simulated_clusters_with_the_callers_options():
+    from flotilla.config.loader import parse_config
+    from flotilla.core.backend import SimulatedCluster, make_backends
+
+    cfg = parse_config(BACKEND_CONFIG, "backends.yaml")
+    backends = make_backends(cfg, kinds=("simulated",), clock=lambda: 42.0)
+    assert list(backends) == ["west"]
+    west = backends["west"]
+    assert isinstance(west, SimulatedCluster)
+    assert sorted(west.nodes) == ["node-1", "node-2"]
+    assert west.nodes["node-1"].resources == {"cpu": 4000, "memory": 16 * 2**30}
+    assert west.clock() == 42.0
+
+
+def test_a_config_plugin_answers_the_cluster_backend_hook_before_the_built_in_backends():
+    """The scheduler's plugins are asked first: a package serves ``kind: kubernetes`` its own way."""
+    from flotilla.config.loader import parse_config
+    from flotilla.core.backend import SimulatedCluster, make_backends
+    from flotilla.core.cycle import Scheduler
+    from flotilla.core.model import Job, Snapshot
+
+    cfg = parse_config(BACKEND_CONFIG, "backends.yaml")
+    scheduler = Scheduler(cfg)
+    stand_in = StandIn()
+    scheduler.pm.register(stand_in, name="stand-in")
+    backends = make_backends(cfg, scheduler.pm, clock=lambda: 7.0)
+    assert stand_in.asked == ["west", "east"]  # asked for both, answered for east only
+    assert type(backends["west"]) is SimulatedCluster and sorted(backends["west"].nodes) == ["node-1", "node-2"]
+    assert sorted(backends["east"].nodes) == ["big-1"]
+
+    # The stand-in is a real backend: a cycle through it places the 6-core job on its node.
+    jobs = [Job("j-1", "A", priority_class="armada-default", requests={"cpu": 6000}, submitted=1.0)]
+    snapshot = Snapshot([b.snapshot() for b in backends.values()], jobs, scheduler.queues(),
+                        scheduler.priority_classes(), cfg.default_priority_class, now=7.0)
+    decisions = scheduler.run_cycle(snapshot, backends=backends)
+    assert [(p.job.id, p.cluster, p.node) for p in decisions.scheduled] == [("j-1", "east", "big-1")]
+    assert [job.id for job in backends["east"].running_jobs()] == ["j-1"]
+
+
+def test_a_cluster_nobody_serves_is_an_error_naming_it():
+    from types import SimpleNamespace
+
+    from flotilla.core.backend import make_backends
+
+    config = SimpleNamespace(clusters=[SimpleNamespace(name="far", kind="slurm")])
+    with pytest.raises(ValueError, match="cluster 'far': no plugin provides a backend of kind 'slurm'"):
+        make_backends(config)

@@ -21,7 +21,7 @@ from kwok_fixtures import flotilla_pods_by_node, kwok, kwok_clusters, natural  #
 from flotilla.core.backend import ClusterDecisions
 from flotilla.core.decisions import Placement
 from flotilla.core.model import Gang, Job, JobState
-from flotilla.kubernetes import make_backends
+from flotilla.core.backend import make_backends
 from flotilla.kubernetes.backend import KubernetesCluster
 from flotilla.kubernetes.runner import Runner
 
@@ -62,10 +62,11 @@ def scheduler_and_backends(config_path):
     from flotilla.core.cycle import Scheduler
 
     config = load_config(config_path)
-    backends = make_backends(config)
+    scheduler = Scheduler(config)
+    backends = make_backends(config, scheduler.pm)
     for backend in backends.values():
         assert backend.wait_synced(30), f"{backend.name} did not sync"
-    return config, Scheduler(config), backends
+    return config, scheduler, backends
 
 
 def close_all(backends):

@@ -11,7 +11,7 @@ import yaml
 from flotilla.config import load_config
 from flotilla.core.cycle import Scheduler
 from flotilla.service.jobspec import prepare
-from flotilla.service.loop import ServiceLoop, simulated_backends
+from flotilla.service.loop import ServiceLoop, service_backends
 from flotilla.service.settings import from_config
 from flotilla.service.store import Store, rebuild_states
 from service_fixtures import config as service_config, job, job_file
@@ -32,7 +32,7 @@ def make(tmp_path, cfg):
     clock = Clock()
     store = Store(f"sqlite:///{tmp_path}/loop.db")
     store.sync_queues(settings.queues)
-    loop = ServiceLoop(store, settings, Scheduler(cfg), simulated_backends(settings, clock), clock=clock, seed=0)
+    loop = ServiceLoop(store, settings, Scheduler(cfg), service_backends(cfg, clock=clock), clock=clock, seed=0)
     return settings, store, loop, clock
 
 

@@ -15,6 +15,7 @@ from dataclasses import dataclass, field, replace
 from typing import Callable, Protocol, Sequence, runtime_checkable
 
 from flotilla.core.decisions import Placement
+from flotilla.core.hookspecs import hookimpl
 from flotilla.core.model import ClusterSnapshot, Job, JobState, Node
 
 
@@ -153,10 +154,39 @@ class SimulatedCluster:
             self._stop(job_id, "succeeded", ends, "")
 
 
-def simulated_backends(clusters: Sequence[ClusterSnapshot], **kwargs) -> dict[str, SimulatedCluster]:
-    """One simulated backend per cluster snapshot (nodes only), sharing clock and duration rules."""
-    return {cluster.name: SimulatedCluster(cluster.name, cluster.nodes, **kwargs) for cluster in clusters}
+class SimulatedBackendPlugin:
+    """Answers ``flotilla_cluster_backend`` for ``kind: simulated`` clusters (nodes from the config, in memory)."""
+
+    @hookimpl
+    def flotilla_cluster_backend(self, cluster_config, options):
+        if getattr(cluster_config, "kind", None) != "simulated":
+            return None
+        kwargs = {key: options[key] for key in ("clock", "duration_of") if options.get(key) is not None}
+        return SimulatedCluster(cluster_config.name, list(cluster_config.expand()), **kwargs)
+
+
+def make_backends(config, pm=None, kinds: Sequence[str] | None = None, **options) -> dict[str, "ClusterBackend"]:
+    """One backend per cluster of ``config`` (those whose kind is in ``kinds``, if given), by name.
+
+    Each comes from the ``flotilla_cluster_backend`` hook of ``pm`` (the
+    scheduler's plugin manager, so the config's plugins are asked first;
+    default: the built-in backends alone). ``options`` reach every answer
+    (``clock``, ``duration_of``). A cluster nobody answers for is an error.
+    """
+    if pm is None:
+        from flotilla.core.plugins import new_plugin_manager
+        pm = new_plugin_manager()
+    backends = {}
+    for cluster in getattr(config, "clusters", None) or []:
+        kind = getattr(cluster, "kind", None)
+        if kinds is not None and kind not in kinds:
+            continue
+        backend = pm.hook.flotilla_cluster_backend(cluster_config=cluster, config=config, options=options)
+        if backend is None:
+            raise ValueError(f"cluster {cluster.name!r}: no plugin provides a backend of kind {kind!r}")
+        backends[cluster.name] = backend
+    return backends
 
 
 __all__ = ["ClusterBackend", "ClusterDecisions", "ClusterUnavailable", "JobEvent", "OverAllocation",
-           "SimulatedCluster", "simulated_backends"]
+           "SimulatedBackendPlugin", "SimulatedCluster", "make_backends"]

@@ -50,11 +50,21 @@ def flotilla_session_close(session, decisions):
 
 
 @hookspec(firstresult=True)
-def flotilla_cluster_backend(cluster_config, config):
+def flotilla_cluster_backend(cluster_config, config, options):
     """Return a cluster backend for ``cluster_config``, or ``None`` if its ``kind`` is not yours.
 
-    ``firstresult``: the first plugin that answers wins, so a package can add
-    a new kind of cluster without touching the scheduler.
+    ``cluster_config`` is one entry of the config's ``clusters`` list,
+    ``config`` the whole config, ``options`` what the caller's run needs of
+    every backend (a mapping; ``clock``: a function giving the time the
+    backend should act on, ``duration_of``: a job's run time on a
+    simulated cluster, or None); take what applies, ignore the rest.
+
+    ``firstresult``: the first plugin that answers wins. Plugins of the
+    config's ``plugins`` list are asked first, in config order, then the
+    built-in backends (``simulated``, ``kubernetes``), so a package can
+    replace a built-in kind, or serve a kind of its own, without touching
+    the scheduler. Called once per cluster when a run starts
+    (:func:`flotilla.core.backend.make_backends`), not per cycle.
     """
 
 

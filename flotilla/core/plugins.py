@@ -6,7 +6,10 @@ package replaces the fairness policy by one line of YAML. The object found
 is called with the plugin's ``args`` and the result registered with pluggy.
 
 Plugins are called in config order: pluggy calls the most recently
-registered implementation first, so they are registered in reverse.
+registered implementation first, so they are registered in reverse. Every
+plugin manager also holds the built-in cluster backends
+(:data:`BUILTIN_BACKENDS`), registered before the config's plugins so that
+those are asked first.
 """
 
 from __future__ import annotations
@@ -32,6 +35,13 @@ BUILTIN_PLUGINS: dict[str, str] = {
     "drf": "flotilla.contrib.drf:DominantResourceFairness",
     "decayedusage": "flotilla.contrib.decayedusage:DecayedUsage",
     "spread": "flotilla.contrib.spread:Spread",
+}
+
+
+#: The built-in answers to ``flotilla_cluster_backend``, one per cluster ``kind``, in every plugin manager.
+BUILTIN_BACKENDS: dict[str, str] = {
+    "simulated": "flotilla.core.backend:SimulatedBackendPlugin",
+    "kubernetes": "flotilla.kubernetes:KubernetesBackendPlugin",
 }
 
 
@@ -70,8 +80,12 @@ def find_plugin(name: str):
 
 
 def new_plugin_manager() -> pluggy.PluginManager:
+    """A plugin manager with Flotilla's hooks and the built-in cluster backends, and no decision plugins."""
     pm = pluggy.PluginManager(hookspecs.PROJECT)
     pm.add_hookspecs(hookspecs)
+    for kind, target in BUILTIN_BACKENDS.items():
+        module, _, attr = target.partition(":")
+        pm.register(getattr(importlib.import_module(module), attr)(), name=f"backend:{kind}")
     return pm
 
 

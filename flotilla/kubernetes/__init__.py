@@ -7,8 +7,10 @@
 * :mod:`flotilla.kubernetes.runner`: a scheduler loop with jobs in memory.
 
 ``kind: kubernetes`` entries of a config become backends through the
-``flotilla_cluster_backend`` hook (:class:`KubernetesBackendPlugin`), or
-directly through :func:`make_backends`.
+``flotilla_cluster_backend`` hook: :class:`KubernetesBackendPlugin` is one of
+the built-in backends every plugin manager holds
+(:data:`flotilla.core.plugins.BUILTIN_BACKENDS`), asked after the config's
+own plugins; :func:`flotilla.core.backend.make_backends` asks the hook.
 """
 
 from __future__ import annotations
@@ -19,9 +21,6 @@ from flotilla.core.hookspecs import hookimpl
 class KubernetesBackendPlugin:
     """Answers ``flotilla_cluster_backend`` for ``kind: kubernetes`` clusters."""
 
-    def __init__(self, args=None):
-        self.args = dict(args or {})
-
     @hookimpl
     def flotilla_cluster_backend(self, cluster_config, config):
         if getattr(cluster_config, "kind", None) != "kubernetes":
@@ -30,29 +29,4 @@ class KubernetesBackendPlugin:
         return backend_from_config(cluster_config, config)
 
 
-def make_backends(config, pm=None, kinds=("kubernetes",), **kwargs) -> dict:
-    """One backend per cluster of ``config`` whose kind is in ``kinds``, by name.
-
-    A plugin manager's ``flotilla_cluster_backend`` hook is asked first (so a
-    package can replace the built-in backends); ``kind: kubernetes`` falls back
-    to :class:`~flotilla.kubernetes.backend.KubernetesCluster`.
-    """
-    from flotilla.kubernetes.backend import backend_from_config
-
-    backends = {}
-    for cluster in getattr(config, "clusters", None) or []:
-        kind = getattr(cluster, "kind", None)
-        if kind not in kinds:
-            continue
-        backend = None
-        if pm is not None:
-            backend = pm.hook.flotilla_cluster_backend(cluster_config=cluster, config=config)
-        if backend is None and kind == "kubernetes":
-            backend = backend_from_config(cluster, config, **kwargs)
-        if backend is None:
-            raise ValueError(f"no backend for cluster {cluster.name!r} of kind {kind!r}")
-        backends[cluster.name] = backend
-    return backends
-
-
-__all__ = ["KubernetesBackendPlugin", "make_backends"]
+__all__ = ["KubernetesBackendPlugin"]

@@ -45,8 +45,8 @@ def play(config, workload, seed: int = 0, speed: float = 1.0, until: float | Non
     wall seconds without every job finished (default: the workload's last
     submission plus 10x its longest duration, in wall seconds, plus a minute).
     """
+    from flotilla.core.backend import make_backends
     from flotilla.core.cycle import Scheduler
-    from flotilla.kubernetes import make_backends
     from flotilla.kubernetes.runner import LEASED, QUEUED, RUNNING, Runner
     from flotilla.simulate.report import Recorder, share_weights
 
@@ -54,7 +54,8 @@ def play(config, workload, seed: int = 0, speed: float = 1.0, until: float | Non
         raise RealTimeError("--speed must be positive")
     owned = backends is None
     if backends is None:
-        backends = make_backends(config)
+        scheduler = scheduler or Scheduler(config)
+        backends = make_backends(config, scheduler.pm, kinds=("kubernetes",))
     if not backends:
         raise RealTimeError("the config has no kind: kubernetes cluster to play the workload on; start one with "
                             "`flotilla kwok up --name kwok-1 --nodes 100` and add it under clusters")

@@ -33,7 +33,7 @@ from typing import Callable, Mapping
 
 import structlog
 
-from flotilla.core.backend import ClusterDecisions, ClusterUnavailable, SimulatedCluster
+from flotilla.core.backend import ClusterDecisions, ClusterUnavailable, make_backends
 from flotilla.core.decisions import Placement
 from flotilla.core.model import ClusterSnapshot, Gang, Job, JobState, Queue, Snapshot, Toleration
 from flotilla.service.jobspec import duration_of_annotations
@@ -71,15 +71,14 @@ class CycleReport:
                 "timings": {k: round(v, 4) for k, v in self.timings.items()}}
 
 
-def simulated_backends(settings: ServiceSettings, clock: Callable[[], float] = time.time) -> dict[str, SimulatedCluster]:
-    """One :class:`SimulatedCluster` per ``simulated`` cluster of the config, on the wall clock.
+def service_backends(config, pm=None, clock: Callable[[], float] = time.time) -> dict:
+    """One backend per cluster of the config, through the ``flotilla_cluster_backend`` hook of ``pm``.
 
-    A job runs for the duration in its ``flotilla.io/simulated-duration``
+    Simulated clusters run on ``clock`` (the wall clock in ``serve``), each
+    job for the duration in its ``flotilla.io/simulated-duration``
     annotation, or until it is stopped.
     """
-    return {c.name: SimulatedCluster(c.name, list(c.nodes), clock=clock,
-                                     duration_of=lambda job: duration_of_annotations(job.annotations))
-            for c in settings.clusters if c.kind == "simulated"}
+    return make_backends(config, pm, clock=clock, duration_of=lambda job: duration_of_annotations(job.annotations))
 
 
 class _Converter:

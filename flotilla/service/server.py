@@ -21,7 +21,7 @@ import structlog
 import uvicorn
 
 from flotilla.service.api import create_app
-from flotilla.service.loop import ServiceLoop, simulated_backends
+from flotilla.service.loop import ServiceLoop, service_backends
 from flotilla.service.settings import ServiceSettings, from_config
 from flotilla.service.store import Store
 
@@ -55,11 +55,7 @@ def build_service(config, scheduler, *, store_url: str | None = None, admin_endp
     store = Store(store_url or settings.store_url)
     store.sync_queues(settings.queues)
     if backends is None:
-        backends = dict(simulated_backends(settings))
-        if any(c.kind == "kubernetes" for c in settings.clusters):
-            from flotilla.kubernetes import make_backends
-
-            backends.update(make_backends(config, kinds=("kubernetes",)))
+        backends = service_backends(config, scheduler.pm)
     loop = ServiceLoop(store, settings, scheduler, backends, seed=seed)
     shutting_down = threading.Event()
     app = create_app(store, settings, loop, admin_endpoints=admin_endpoints, shutting_down=shutting_down)
