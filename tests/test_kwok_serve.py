@@ -1,0 +1,109 @@
+"""``flotilla serve`` with Kubernetes clusters: the service's loop leasing jobs onto two KWOK fake clusters.
+
+A real ``flotilla serve`` process (store, API, loop) whose config names the
+session's two fake clusters as ``kind: kubernetes``; jobs are submitted
+through the CLI, their pods read back from the API servers, and their
+events from the service.
+"""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+from kwok_fixtures import kwok, kwok_clusters  # noqa: F401 - fixtures
+from serve_process import ORDER, Server, cli, wait_for, write_file
+
+from flotilla.service.store import rebuild_states
+from service_fixtures import job
+
+pytestmark = pytest.mark.kwok
+
+CONFIG = """
+priorityClasses:
+  - {name: armada-default, priority: 30000, preemptible: false}
+defaultPriorityClass: armada-default
+queues:
+  - {name: A, weight: 1, owners: [alice]}
+  - {name: B, weight: 1, owners: [bob]}
+evict: {probability: 0}
+lease: {timeout: 20s, maxRetries: 3}
+cycle: {period: 0.2s}
+server: {listen: "127.0.0.1:PORT"}
+store: {url: "sqlite:///DB"}
+auth:
+  tokens:
+    - {token: alice-token, user: alice}
+    - {token: bob-token, user: bob}
+clusters:
+"""
+
+
+def job_pods(cluster) -> dict[str, tuple[str, str]]:
+    """Flotilla job id -> (node, phase) of every Flotilla pod on ``cluster``, read from its API server."""
+    out = {}
+    for pod in cluster.pods():
+        job_id = (pod["metadata"].get("annotations") or {}).get("flotilla.io/job-id")
+        if job_id:
+            out[job_id] = (pod["spec"].get("nodeName"), pod["status"].get("phase"))
+    return out
+
+
+def test_serve_leases_onto_two_kwok_clusters_and_a_gang_fills_one(kwok, tmp_path):
+    clusters = "".join(
+        f"  - {{name: {key}, kind: kubernetes, kubeconfig: {c.kubeconfig}, context: {c.context}, "
+        f"namespace: flotilla-serve}}\n" for key, c in kwok.items())
+    srv = Server(tmp_path, CONFIG + clusters).start()
+    try:
+        # A gang of four 16-core jobs fills exactly one cluster's two 32-core nodes; it must not be split.
+        gang = write_file(tmp_path, "gang.yaml", {"queue": "A", "jobSetId": "gang", "jobs": [
+            job(f"g{i}", cpu="16", duration="20s", gang=("gang-1", 4)) for i in range(4)]})
+        small = write_file(tmp_path, "small.yaml", {"queue": "B", "jobSetId": "small", "jobs": [
+            job(f"s{i}", cpu="1", duration="1s") for i in range(6)]})
+        out_gang = cli(srv, "alice", "submit", str(gang), "--output", "json")
+        assert out_gang.returncode == 0, out_gang.stderr
+        gang_ids = sorted(j["id"] for j in json.loads(out_gang.stdout)["jobs"])
+
+        # All four gang pods Running on the API server of one cluster, two per node, none on the other.
+        def gang_running():
+            where = {key: {jid: pod for jid, pod in job_pods(c).items() if jid in gang_ids} for key, c in kwok.items()}
+            for key, pods in where.items():
+                if len(pods) == 4 and all(phase == "Running" for _, phase in pods.values()):
+                    return key, pods, where
+            return None
+        home, pods, where = wait_for(gang_running, timeout=60)
+        other = next(key for key in kwok if key != home)
+        assert where[other] == {}
+        per_node: dict[str, int] = {}
+        for node, _ in pods.values():
+            per_node[node] = per_node.get(node, 0) + 1
+        assert per_node == {"node-1": 2, "node-2": 2}
+
+        # The small jobs go to the other cluster (the gang's is full) and run to success.
+        out_small = cli(srv, "bob", "submit", str(small), "--output", "json")
+        assert out_small.returncode == 0, out_small.stderr
+        watched = cli(srv, "bob", "watch", "B", "small", "--until-done", "--output", "json", timeout=90)
+        assert watched.returncode == 0, watched.stderr
+        events = [json.loads(line) for line in watched.stdout.splitlines()]
+        per_job: dict[str, list[str]] = {}
+        for e in events:
+            per_job.setdefault(e["jobId"], []).append(e["kind"])
+        assert len(per_job) == 6 and all(kinds == ORDER for kinds in per_job.values()), per_job
+        assert {e["cluster"] for e in events if e["kind"] == "leased"} == {other}
+
+        # The gang finishes after its 20 s on the fake kubelets; every job's state rebuilds from its events.
+        watched = cli(srv, "alice", "watch", "A", "gang", "--until-done", "--output", "json", timeout=90)
+        assert watched.returncode == 0, watched.stderr
+        events = [json.loads(line) for line in watched.stdout.splitlines()]
+        assert sorted(e["jobId"] for e in events if e["kind"] == "succeeded") == gang_ids
+        leases = [e for e in events if e["kind"] == "leased"]
+        assert len({e["time"] for e in leases}) == 1 and {e["cluster"] for e in leases} == {home}
+    finally:
+        srv.kill()
+    store = srv.store()
+    try:
+        everything = store.all_events()
+        assert rebuild_states(everything) == store.job_states()
+        assert set(store.job_states().values()) == {"succeeded"}
+    finally:
+        store.close()
