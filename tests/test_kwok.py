@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 import yaml
 from click.testing import CliRunner
-from kwok_fixtures import flotilla_pods_by_node, kwok, kwok_clusters, natural  # noqa: F401 - fixtures
+from kwok_fixtures import flotilla_pods_by_node, natural
 
 from flotilla.core.backend import ClusterDecisions
 from flotilla.core.decisions import Placement

@@ -11,7 +11,6 @@ from __future__ import annotations
 import json
 
 import pytest
-from kwok_fixtures import kwok, kwok_clusters  # noqa: F401 - fixtures
 from serve_process import ORDER, Server, cli, wait_for, write_file
 
 from flotilla.service.store import rebuild_states
