@@ -206,3 +206,41 @@ def test_bulk_load_of_queued_jobs_shares_request_mappings(store):
     queued = store.load_queued()
     assert len(queued) == 300
     assert len({id(q.pods[0]["requests"]) for q in queued}) == 1
+
+
+def test_the_loops_copy_of_the_queue_follows_every_change_through_the_event_log(store):
+    """QueuedJobs after each change equals a fresh read of the queue, and only changed jobs are read again."""
+    from flotilla.service.loop import QueuedJobs
+
+    copy = QueuedJobs(store)
+
+    def fresh():
+        return {q.id: q for q in store.load_queued()}
+
+    def check(reread: int, expected_ids: list[str]):
+        assert copy.sync() == (reread, len(expected_ids))
+        assert list(copy.jobs) == expected_ids
+        assert {job_id: record for job_id, (record, _) in copy.jobs.items()} == fresh()
+        for record, pods in copy.jobs.values():
+            assert [(p.id, p.queue, p.priority, p.requests) for p in pods] == \
+                [(record.id, record.queue, record.priority, record.pods[0]["requests"])]
+
+    first = [s.id for s in submit(store, [job(f"a{i}") for i in range(4)])]
+    check(4, first)                                     # the first sync reads the whole queue
+    check(0, first)                                     # nothing happened: nothing read
+    more = [s.id for s in submit(store, [job(f"b{i}") for i in range(2)], queue="B", owner="bob", now=11.0)]
+    check(2, first + more)                              # new jobs at the end
+    store.reprioritize("A", 5, job_ids=[first[2]], now=12.0)
+    check(1, first + more)                              # changed in place
+    assert copy.jobs[first[2]][1][0].priority == 5
+    store.cancel("A", job_ids=[first[0]], now=13.0)
+    check(1, first[1:] + more)
+    store.record_cycle({first[1]: ("c1", ["n1"])}, {}, now=14.0)
+    check(1, first[2:] + more)                          # leased: out of the queue
+    # The lease expires (its cluster never reports it): back in the queue, at the end.
+    store.ingest({"c1": ClusterReport([], set())}, now=100.0, lease_timeout=10, max_retries=3)
+    check(1, first[2:] + more + [first[1]])
+    # A second copy starting now reads the same queue (order apart).
+    other = QueuedJobs(store)
+    other.sync()
+    assert set(other.jobs) == set(copy.jobs)

@@ -39,7 +39,7 @@ from flotilla.core.model import ClusterSnapshot, Gang, Job, JobState, Queue, Sna
 from flotilla.service.jobspec import duration_of_annotations
 from flotilla.service.leases import ClusterReport, job_of, pod_ids
 from flotilla.service.settings import ServiceSettings
-from flotilla.service.store import Store
+from flotilla.service.store import QueuedJob, Store
 
 log = structlog.get_logger("flotilla.service.loop")
 
@@ -87,9 +87,14 @@ class _Converter:
     def __init__(self):
         self._tolerations: dict[int, tuple] = {}
 
+    #: Cached toleration lists; the cache starts over past this many (it lives as long as the queued copy).
+    LIMIT = 10000
+
     def tolerations(self, items: list) -> tuple:
         if not items:
             return ()
+        if len(self._tolerations) > self.LIMIT:
+            self._tolerations.clear()
         key = id(items)
         hit = self._tolerations.get(key)
         if hit is None:
@@ -118,6 +123,50 @@ class _Converter:
         return out
 
 
+class QueuedJobs:
+    """The queued jobs as scheduler jobs, kept between cycles and brought up to date from the event log.
+
+    A cycle used to read and convert every queued job (1.4 s for 200,000 on
+    SQLite, growing with the queue); now the first cycle does, and each one
+    after reads only the jobs with an event since the last
+    (:meth:`Store.queued_changes`). Jobs keep the order they were first
+    read in; a job that comes back to the queue (a lease expired) goes to
+    the end, which matters only between jobs of equal priority and
+    submission time.
+    """
+
+    def __init__(self, store: Store):
+        self.store = store
+        self.cursor: int | None = None
+        self.jobs: dict[str, tuple[QueuedJob, list[Job]]] = {}
+        self._converter = _Converter()
+
+    def sync(self) -> tuple[int, int]:
+        """Bring the copy up to date; returns (jobs re-read, queued now)."""
+        if self.cursor is None:
+            cursor = self.store.last_event_id()  # first: a change after it is read again next time
+            records = self.store.load_queued()
+            self._converter = _Converter()
+            self.jobs = {r.id: (r, self._converter.pods(r)) for r in records}
+            self.cursor = cursor
+            return len(records), len(self.jobs)
+        cursor, ids, queued = self.store.queued_changes(self.cursor)
+        for job_id in ids:
+            record = queued.get(job_id)
+            if record is None:
+                self.jobs.pop(job_id, None)  # left the queue (leased, cancelled) or never reached it
+                continue
+            held = self.jobs.get(job_id)
+            if held is None or held[0] != record:  # new to the queue (appended), or changed in place
+                self.jobs[job_id] = (record, self._converter.pods(record))
+        self.cursor = cursor
+        return len(ids), len(self.jobs)
+
+    def reset(self) -> None:
+        """Read everything again at the next :meth:`sync`."""
+        self.cursor = None
+
+
 class ServiceLoop:
     """Cycles of the scheduler against the store and the cluster backends."""
 
@@ -136,6 +185,7 @@ class ServiceLoop:
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
         self.in_cycle = threading.Event()
+        self.queued = QueuedJobs(store)
 
     # -- one cycle ------------------------------------------------------------------
     def run_cycle(self) -> CycleReport:
@@ -196,15 +246,15 @@ class ServiceLoop:
                 log.info("cluster.unavailable", cluster=cluster, during="stop")
         t3 = time.perf_counter()
 
-        queued_records = self.store.load_queued()
+        self.queued.sync()
         queue_specs = self.store.list_queues()
         known_pcs = {pc.name for pc in self.scheduler.priority_classes()}
         known_queues = {q.name for q in queue_specs}
         queued: list[Job] = []
-        for record in queued_records:
+        for record, pods in self.queued.jobs.values():
             if record.priority_class not in known_pcs or record.queue not in known_queues:
                 continue
-            queued.extend(converter.pods(record))
+            queued.extend(pods)
         clusters: list[ClusterSnapshot] = []
         by_cluster: dict[str, list[Job]] = {name: [] for name in snaps}
         active_pods: dict[str, list[Job]] = {}
@@ -222,7 +272,7 @@ class ServiceLoop:
             clusters.append(ClusterSnapshot(name, snap.nodes, running, dict(snap.foreign)))
         snapshot = Snapshot(clusters, queued, [Queue(q.name, q.weight, dict(q.limits)) for q in queue_specs],
                             self.scheduler.priority_classes(), self.settings.default_priority_class, now)
-        report.queued = len(queued_records)
+        report.queued = len(self.queued.jobs)
         report.running = len(result.active)
         t4 = time.perf_counter()
 

@@ -558,16 +558,48 @@ class Store:
             return conn.execute(sa.select(sa.func.max(events.c.id))).scalar_one() or 0
 
     # -- the scheduling loop ----------------------------------------------------
-    def load_queued(self) -> list[QueuedJob]:
-        """Every queued job, in one query (no per-job round trips)."""
-        query = sa.select(jobs.c.id, jobs.c.queue, jobs.c.job_set, jobs.c.priority, jobs.c.priority_class,
-                          jobs.c.submitted, jobs.c.pods, jobs.c.npods, jobs.c.gang_id, jobs.c.gang_pods,
-                          jobs.c.annotations, jobs.c.grace_period, jobs.c.deadline).where(jobs.c.state == QUEUED)
+    _QUEUED_COLUMNS = (jobs.c.id, jobs.c.queue, jobs.c.job_set, jobs.c.priority, jobs.c.priority_class,
+                       jobs.c.submitted, jobs.c.pods, jobs.c.npods, jobs.c.gang_id, jobs.c.gang_pods,
+                       jobs.c.annotations, jobs.c.grace_period, jobs.c.deadline)
+
+    def _queued(self, rows) -> list[QueuedJob]:
         loads = self._loads
-        with self.read() as conn:
-            rows = conn.execute(query).all()
         return [QueuedJob(r[0], r[1], r[2], r[3], r[4], r[5], loads(r[6]), r[7], r[8], r[9], loads(r[10]), r[11], r[12])
                 for r in rows]
+
+    def load_queued(self) -> list[QueuedJob]:
+        """Every queued job, in one query (no per-job round trips)."""
+        with self.read() as conn:
+            rows = conn.execute(sa.select(*self._QUEUED_COLUMNS).where(jobs.c.state == QUEUED)).all()
+        return self._queued(rows)
+
+    def queued_changes(self, after: int) -> tuple[int, list[str], dict[str, QueuedJob]]:
+        """What changed since event ``after``: ``(cursor, ids, queued)``.
+
+        ``ids`` are the jobs with an event after ``after`` (in the order of
+        their first such event), ``queued`` those of them that are queued now,
+        ``cursor`` the last event id looked at. Every move into or out of
+        ``queued``, and every change to a queued job that scheduling reads,
+        writes an event, and writes are serialised, so applying this to the
+        queued jobs as of ``after`` gives the queued jobs as of ``cursor``
+        (a job changed again after ``cursor`` is read as it is now, and
+        again next time).
+        """
+        with self.read() as conn:
+            cursor = conn.execute(sa.select(sa.func.max(events.c.id))).scalar_one() or 0
+            if cursor <= after:
+                return after, [], {}
+            first = sa.func.min(events.c.id)
+            ids = list(conn.execute(sa.select(events.c.job_id).where(events.c.id > after, events.c.id <= cursor)
+                                    .group_by(events.c.job_id).order_by(first)).scalars())
+            rows = []
+            for part in chunks(ids):
+                # By id alone (the primary key), the state tested here: with "AND state = 'queued'" SQLite
+                # walks the state index, every queued job, once per chunk.
+                rows.extend(row[1:] for row in conn.execute(sa.select(jobs.c.state, *self._QUEUED_COLUMNS)
+                                                            .where(jobs.c.id.in_(part)))
+                            if row[0] == QUEUED)
+        return cursor, ids, {job.id: job for job in self._queued(rows)}
 
     def _load_active(self, conn) -> dict[str, ActiveJob]:
         query = (sa.select(jobs.c.id, jobs.c.queue, jobs.c.job_set, jobs.c.state, jobs.c.priority,
