@@ -133,7 +133,7 @@ def test_cancel_queued_now_and_running_through_the_loop(store):
     assert ids[0] not in result.active
     assert store.get_job(ids[0])["state"] == CANCELLED
     assert [e["kind"] for e in store.events("A", "s1") if e["jobId"] == ids[0]] == \
-        ["submitted", "queued", "leased", "cancelled"]
+        ["submitted", "queued", "leased", "cancelling", "cancelled"]
 
 
 def test_reprioritize_and_queue_lifecycle(store):
@@ -244,3 +244,45 @@ def test_the_loops_copy_of_the_queue_follows_every_change_through_the_event_log(
     other = QueuedJobs(store)
     other.sync()
     assert set(other.jobs) == set(copy.jobs)
+
+
+def test_the_loops_copy_of_active_jobs_equals_a_fresh_read_after_every_cycle(store, monkeypatch):
+    """ActiveCopy through ingest: leases, running, pending, cancel, reprioritize, expiry, with renewals kept."""
+    from flotilla.service.store import ActiveCopy
+
+    ids = [s.id for s in submit(store, [job(f"c{i}") for i in range(4)])]
+    store.record_cycle({ids[0]: ("c1", ["n1"]), ids[1]: ("c1", ["n2"]), ids[2]: ("c1", ["n1"])}, {}, now=20.0)
+    copy = ActiveCopy()
+
+    def cycle(now, running=(), events=()):
+        result = store.ingest({"c1": ClusterReport(list(events), set(running))}, now=now, lease_timeout=10,
+                              max_retries=0, copy=copy)
+        assert result.active is copy.jobs
+        assert copy.jobs == store.load_active()
+        return copy.jobs
+
+    active = cycle(21.0, {ids[0], ids[1], ids[2]}, [JobEvent(ids[0], "running", "c1", "n1", 21.0)])
+    assert {i: (j.state, j.renewed_at) for i, j in active.items()} == {
+        ids[0]: (RUNNING, 21.0), ids[1]: (LEASED, 21.0), ids[2]: (LEASED, 21.0)}
+    store.mark_pending([ids[1]], now=22.0)
+    store.reprioritize("A", 7, job_ids=[ids[0]], now=22.5)
+    active = cycle(23.0, {ids[0], ids[1], ids[2]})
+    assert (active[ids[1]].state, active[ids[0]].priority, active[ids[2]].renewed_at) == (PENDING, 7, 23.0)
+    store.cancel("A", job_ids=[ids[2]], now=24.0)
+    active = cycle(25.0, {ids[0], ids[1]})               # c1 no longer runs it: cancelled at once
+    assert set(active) == {ids[0], ids[1]} and store.get_job(ids[2])["state"] == CANCELLED
+    assert cycle(30.0, {ids[0]})[ids[1]].renewed_at == 25.0  # ids[1] missing: its lease is not renewed
+    active = cycle(36.0, {ids[0]})                        # 11 s after its last renewal: expired, failed
+    assert set(active) == {ids[0]} and store.get_job(ids[1])["state"] == FAILED
+    assert active[ids[0]].renewed_at == 36.0
+    # A transaction that fails after the rules changed the copy: the copy is dropped and read again whole.
+    def fail(*args, **kwargs):
+        raise RuntimeError("disk full")
+
+    with monkeypatch.context() as patch:
+        patch.setattr(store, "_write_changes", fail)
+        with pytest.raises(RuntimeError):
+            store.ingest({"c1": ClusterReport([], {ids[0]})}, now=37.0, lease_timeout=10, max_retries=0, copy=copy)
+    assert (copy.cursor, copy.jobs) == (None, {})
+    assert store.load_active()[ids[0]].renewed_at == 36.0   # nothing of it reached the store
+    assert cycle(38.0, {ids[0]})[ids[0]].renewed_at == 38.0

@@ -39,7 +39,7 @@ from flotilla.core.model import ClusterSnapshot, Gang, Job, JobState, Queue, Sna
 from flotilla.service.jobspec import duration_of_annotations
 from flotilla.service.leases import ClusterReport, job_of, pod_ids
 from flotilla.service.settings import ServiceSettings
-from flotilla.service.store import QueuedJob, Store
+from flotilla.service.store import ActiveCopy, QueuedJob, Store
 
 log = structlog.get_logger("flotilla.service.loop")
 
@@ -186,6 +186,7 @@ class ServiceLoop:
         self._thread: threading.Thread | None = None
         self.in_cycle = threading.Event()
         self.queued = QueuedJobs(store)
+        self.active = ActiveCopy()
 
     # -- one cycle ------------------------------------------------------------------
     def run_cycle(self) -> CycleReport:
@@ -220,7 +221,8 @@ class ServiceLoop:
         report.clusters = sorted(snaps)
         t1 = time.perf_counter()
 
-        result = self.store.ingest(reports, now, self.settings.lease_timeout, self.settings.lease_max_retries)
+        result = self.store.ingest(reports, now, self.settings.lease_timeout, self.settings.lease_max_retries,
+                                   copy=self.active)
         report.counts = dict(result.counts)
         t2 = time.perf_counter()
 

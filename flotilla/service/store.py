@@ -41,7 +41,7 @@ TERMINAL = (SUCCEEDED, FAILED, PREEMPTED, CANCELLED)
 NONTERMINAL = (QUEUED, *ACTIVE)
 
 EVENT_KINDS = ("submitted", "queued", "leased", "pending", "running", "succeeded", "failed", "preempted",
-               "cancelled", "lease-expired", "reprioritized")
+               "cancelled", "lease-expired", "reprioritized", "cancelling")
 #: The state an event puts its job in; events not listed leave the state as it is.
 EVENT_STATE = {"queued": QUEUED, "leased": LEASED, "pending": PENDING, "running": RUNNING,
                "succeeded": SUCCEEDED, "failed": FAILED, "preempted": PREEMPTED, "cancelled": CANCELLED}
@@ -185,6 +185,27 @@ class ActiveJob:
     renewed_at: float
     pods_running: int
     pods_done: int
+
+
+class ActiveCopy:
+    """The active jobs as of event ``cursor``, kept by the scheduling loop between cycles.
+
+    Reading every active job each cycle cost 2.8 s with 100,000 of them.
+    :meth:`Store.ingest` brings the copy up to date from the jobs with an
+    event since ``cursor`` (every change to an active job that the rules
+    read writes one: leased, pending, running, cancelling, reprioritized,
+    ...), then applies the cycle's reports to it and to the store in the
+    same transaction, so the lease renewals, which write no event, reach
+    both. A failed transaction resets the copy; the next cycle reads all.
+    """
+
+    def __init__(self):
+        self.cursor: int | None = None
+        self.jobs: dict[str, ActiveJob] = {}
+
+    def reset(self) -> None:
+        self.cursor = None
+        self.jobs = {}
 
 
 @dataclass(slots=True)
@@ -474,8 +495,11 @@ class Store:
             for part in chunks([r.id for r in active]):
                 conn.execute(jobs.update().where(jobs.c.id.in_(part))
                              .values(stop_requested=STOP_CANCEL, reason=reason, updated=now))
+            # A queued job is cancelled at once; an active one is "cancelling" until its cluster stops it.
             self._insert_events(conn, [self._event(r._mapping, "cancelled", now, reason=reason)
-                                       for r in rows if r.state == QUEUED])
+                                       for r in rows if r.state == QUEUED]
+                                + [self._event(r._mapping, "cancelling", now, r.cluster, r.node, reason)
+                                   for r in active])
         return {"cancelled": queued_ids, "cancelling": [r.id for r in rows if r.state in ACTIVE]}
 
     def reprioritize(self, queue: str, priority: int, job_set: str | None = None,
@@ -555,7 +579,11 @@ class Store:
 
     def last_event_id(self) -> int:
         with self.read() as conn:
-            return conn.execute(sa.select(sa.func.max(events.c.id))).scalar_one() or 0
+            return self._last_event_id(conn)
+
+    @staticmethod
+    def _last_event_id(conn) -> int:
+        return conn.execute(sa.select(sa.func.max(events.c.id))).scalar_one() or 0
 
     # -- the scheduling loop ----------------------------------------------------
     _QUEUED_COLUMNS = (jobs.c.id, jobs.c.queue, jobs.c.job_set, jobs.c.priority, jobs.c.priority_class,
@@ -586,12 +614,7 @@ class Store:
         again next time).
         """
         with self.read() as conn:
-            cursor = conn.execute(sa.select(sa.func.max(events.c.id))).scalar_one() or 0
-            if cursor <= after:
-                return after, [], {}
-            first = sa.func.min(events.c.id)
-            ids = list(conn.execute(sa.select(events.c.job_id).where(events.c.id > after, events.c.id <= cursor)
-                                    .group_by(events.c.job_id).order_by(first)).scalars())
+            cursor, ids = self._changed_since(conn, after)
             rows = []
             for part in chunks(ids):
                 # By id alone (the primary key), the state tested here: with "AND state = 'queued'" SQLite
@@ -601,27 +624,56 @@ class Store:
                             if row[0] == QUEUED)
         return cursor, ids, {job.id: job for job in self._queued(rows)}
 
-    def _load_active(self, conn) -> dict[str, ActiveJob]:
+    def _load_active(self, conn, ids: Sequence[str] | None = None) -> dict[str, ActiveJob]:
+        """Every active job (with its lease), or those of ``ids`` that are active."""
         query = (sa.select(jobs.c.id, jobs.c.queue, jobs.c.job_set, jobs.c.state, jobs.c.priority,
                            jobs.c.priority_class, jobs.c.submitted, jobs.c.pods, jobs.c.npods, jobs.c.gang_id,
                            jobs.c.gang_pods, jobs.c.annotations, jobs.c.grace_period, jobs.c.deadline, jobs.c.retries,
                            jobs.c.stop_requested, jobs.c.started, leases.c.cluster, leases.c.nodes,
                            leases.c.leased_at, leases.c.renewed_at, leases.c.pods_running, leases.c.pods_done)
                  .select_from(leases.join(jobs, jobs.c.id == leases.c.job_id)))
+        queries = [query] if ids is None else [query.where(leases.c.job_id.in_(part)) for part in chunks(ids)]
         loads = self._loads
         out = {}
-        for r in conn.execute(query):
-            out[r[0]] = ActiveJob(r[0], r[1], r[2], r[3], r[4], r[5], r[6], loads(r[7]), r[8], r[9], r[10],
-                                  loads(r[11]), r[12], r[13], r[14], r[15], r[16], r[17], json.loads(r[18]),
-                                  r[19], r[20], r[21], r[22])
+        for q in queries:
+            for r in conn.execute(q):
+                out[r[0]] = ActiveJob(r[0], r[1], r[2], r[3], r[4], r[5], r[6], loads(r[7]), r[8], r[9], r[10],
+                                      loads(r[11]), r[12], r[13], r[14], r[15], r[16], r[17], json.loads(r[18]),
+                                      r[19], r[20], r[21], r[22])
         return out
+
+    def _changed_since(self, conn, after: int) -> tuple[int, list[str]]:
+        """``(cursor, ids)``: the last event id, and the jobs with an event after ``after`` (first event first)."""
+        cursor = self._last_event_id(conn)
+        if cursor <= after:
+            return after, []
+        ids = list(conn.execute(sa.select(events.c.job_id).where(events.c.id > after, events.c.id <= cursor)
+                                .group_by(events.c.job_id).order_by(sa.func.min(events.c.id))).scalars())
+        return cursor, ids
+
+    def _refresh_active(self, conn, copy: "ActiveCopy") -> dict[str, ActiveJob]:
+        """Bring ``copy`` up to date inside a write transaction (no other writer can interleave)."""
+        if copy.cursor is None:
+            copy.cursor = self._last_event_id(conn)
+            copy.jobs = self._load_active(conn)
+            return copy.jobs
+        cursor, ids = self._changed_since(conn, copy.cursor)
+        fresh = self._load_active(conn, ids) if ids else {}
+        for job_id in ids:
+            job = fresh.get(job_id)
+            if job is None:
+                copy.jobs.pop(job_id, None)
+            else:
+                copy.jobs[job_id] = job
+        copy.cursor = cursor
+        return copy.jobs
 
     def load_active(self) -> dict[str, ActiveJob]:
         with self.read() as conn:
             return self._load_active(conn)
 
     def ingest(self, reports: Mapping[str, "ClusterReport"], now: float, lease_timeout: float,
-               max_retries: int) -> "IngestResult":
+               max_retries: int, copy: "ActiveCopy | None" = None) -> "IngestResult":
         """One transaction per cycle, before scheduling: what clusters reported, lease renewal and expiry.
 
         ``reports`` has one entry per cluster that answered this cycle
@@ -630,13 +682,22 @@ class Store:
         ``lease_timeout`` expire (the job is queued again, or failed after
         ``max_retries`` expiries). Returns the active jobs after all that and
         what to stop on each cluster.
+
+        ``copy``: the caller's :class:`ActiveCopy`, kept between calls; only
+        the jobs with an event since the last call are read (under the
+        write lock, so nothing interleaves), instead of every active job.
         """
         from flotilla.service.leases import apply_reports  # the rules live next to the loop
 
-        with self.write() as conn:
-            active = self._load_active(conn)
-            result = apply_reports(active, reports, now, lease_timeout, max_retries)
-            self._write_changes(conn, result.changes, now)
+        try:
+            with self.write() as conn:
+                active = self._load_active(conn) if copy is None else self._refresh_active(conn, copy)
+                result = apply_reports(active, reports, now, lease_timeout, max_retries)
+                self._write_changes(conn, result.changes, now)
+        except BaseException:
+            if copy is not None:
+                copy.reset()  # apply_reports changed the copy; the store did not take it
+            raise
         return result
 
     @staticmethod
