@@ -36,9 +36,20 @@ def make(tmp_path, cfg):
     return settings, store, loop, clock
 
 
+def assert_copies_current(loop, store):
+    """The loop's in-memory queue and active jobs agree with the store (up to what has an event pending)."""
+    loop.queued.sync()
+    assert {i: record for i, (record, _) in loop.queued.jobs.items()} == {q.id: q for q in store.load_queued()}
+    pending = {e["jobId"] for e in store.all_events(after=loop.active.cursor)}
+    fresh = store.load_active()
+    assert {i: j for i, j in loop.active.jobs.items() if i not in pending} == \
+        {i: j for i, j in fresh.items() if i not in pending}
+
+
 def run_until(loop, clock, done, step=1.0, cycles=500):
     for _ in range(cycles):
         loop.run_cycle()
+        assert_copies_current(loop, loop.store)
         if done():
             return
         clock.now += step

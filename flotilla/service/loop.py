@@ -187,6 +187,8 @@ class ServiceLoop:
         self.in_cycle = threading.Event()
         self.queued = QueuedJobs(store)
         self.active = ActiveCopy()
+        self._active_pods: dict[str, tuple[object, list[Job]]] = {}  # job id -> (ActiveJob, its pods)
+        self._active_converter = _Converter()
 
     # -- one cycle ------------------------------------------------------------------
     def run_cycle(self) -> CycleReport:
@@ -226,7 +228,6 @@ class ServiceLoop:
         report.counts = dict(result.counts)
         t2 = time.perf_counter()
 
-        converter = _Converter()
         for cluster, items in result.stops.items():
             backend = self.backends.get(cluster)
             if backend is None or cluster not in snaps:
@@ -260,12 +261,21 @@ class ServiceLoop:
         clusters: list[ClusterSnapshot] = []
         by_cluster: dict[str, list[Job]] = {name: [] for name in snaps}
         active_pods: dict[str, list[Job]] = {}
+        converted = self._active_pods
+        self._active_pods = {}
         for record in result.active.values():
+            # The copy keeps an ActiveJob object until the job's row is read again (an event), and
+            # nothing a pod is made of changes in place, so the same object gives the same pods.
+            held = converted.get(record.id)
+            if held is not None and held[0] is record:
+                pods = held[1]
+            else:
+                pods = self._active_converter.pods(record, JobState.RUNNING, record.cluster, record.nodes)
+            self._active_pods[record.id] = (record, pods)
             if record.cluster not in snaps:
                 continue
             if record.priority_class not in known_pcs or record.queue not in known_queues:
                 continue
-            pods = converter.pods(record, JobState.RUNNING, record.cluster, record.nodes)
             active_pods[record.id] = pods
             by_cluster[record.cluster].extend(pods)
         for name, snap in snaps.items():
