@@ -10,7 +10,9 @@ store unless ``--store`` is given) with ``--nodes`` simulated nodes, then:
    ``running``), counted from the end of the submissions;
 3. while that happens, a probe asks for one job's status and submits one
    small job in a loop; the latencies of the probes that overlapped a
-   scheduling cycle give the API's p50/p99 during a cycle.
+   scheduling cycle give the API's p50/p99 during a cycle;
+4. watches ``--idle-cycles`` more cycles with every job running and nothing
+   new, and prints what such an idle cycle costs (median, and per phase).
 
 Usage::
 
@@ -90,6 +92,8 @@ def main() -> int:
     ap.add_argument("--clusters", type=int, default=2)
     ap.add_argument("--queues", type=int, default=4)
     ap.add_argument("--period", default="1s", help="cycle.period")
+    ap.add_argument("--idle-cycles", type=int, default=5,
+                    help="cycles to watch after everything is leased (an idle cycle's cost with every job active)")
     ap.add_argument("--store", default=None, help="store URL (default: a temporary sqlite file)")
     ap.add_argument("--json", dest="json_out", default=None, help="write the figures here as JSON")
     ap.add_argument("--timeout", type=float, default=900.0)
@@ -197,6 +201,11 @@ def main() -> int:
         prober.join()
         print(f"leased {leased} jobs on {args.nodes} nodes {schedule_seconds:.2f}s after the last submission "
               f"({(submit_seconds + schedule_seconds):.2f}s after the first)", file=sys.stderr)
+        # 4. A few cycles with everything running and nothing new: what an idle cycle costs with this many jobs.
+        before = len(read_cycles(tmp / "serve.log"))
+        deadline = time.perf_counter() + 120
+        while len(read_cycles(tmp / "serve.log")) < before + args.idle_cycles + 1 and time.perf_counter() < deadline:
+            time.sleep(0.5)
     finally:
         proc.send_signal(signal.SIGTERM)
         try:
@@ -205,16 +214,10 @@ def main() -> int:
             proc.kill()
         log.close()
 
-    # Cycles from the server's log: which probes overlapped one.
-    cycles = []
-    for line in (tmp / "serve.log").read_text().splitlines():
-        try:
-            rec = json.loads(line)
-        except ValueError:
-            continue
-        if rec.get("event") == "service.cycle":
-            cycles.append(rec)
+    # Cycles from the server's log: which probes overlapped one; what the idle ones at the end cost.
+    cycles = read_cycles(tmp / "serve.log")
     busy = [c for c in cycles if c.get("leased", 0) > 0]
+    idle = [c for c in cycles[-args.idle_cycles:] if c.get("leased", 0) == 0 and c.get("running", 0) >= submitted]
     cycle_seconds = [sum(v for k, v in c.items() if k.endswith("_s")) for c in busy]
     # A probe overlapped a cycle if it ran while a busy cycle was running; the service logs a cycle when
     # it ends, so use the log's wall-clock timestamps when available, else all probes in the phase.
@@ -237,12 +240,29 @@ def main() -> int:
         "statusP99Ms": round(pct([s for _, s, k in probe_lat if k == "status"], 99) * 1000, 1),
         "submitOneP99Ms": round(pct([s for _, s, k in probe_lat if k == "submit"], 99) * 1000, 1),
         "probes": len(probe_lat),
+        "idleCycles": len(idle),
+        "idleCycleSecondsMedian": round(statistics.median(c["seconds"] for c in idle), 3) if idle else None,
+        "idleCyclePhasesMedian": {k: round(statistics.median(c[k] for c in idle), 3)
+                                  for k in sorted(idle[0]) if k.endswith("_s")} if idle else None,
         "store": "sqlite (embedded)" if store.startswith("sqlite") else store.split("://")[0],
     }
     print(json.dumps(figures, indent=2))
     if args.json_out:
         Path(args.json_out).write_text(json.dumps(figures, indent=2))
     return 0
+
+
+def read_cycles(path: Path) -> list[dict]:
+    """The ``service.cycle`` records of a serve log, in order."""
+    cycles = []
+    for line in path.read_text().splitlines():
+        try:
+            rec = json.loads(line)
+        except ValueError:
+            continue
+        if rec.get("event") == "service.cycle":
+            cycles.append(rec)
+    return cycles
 
 
 if __name__ == "__main__":

@@ -246,13 +246,15 @@ def test_the_loops_copy_of_the_queue_follows_every_change_through_the_event_log(
     assert set(other.jobs) == set(copy.jobs)
 
 
-def test_the_loops_copy_of_active_jobs_equals_a_fresh_read_after_every_cycle(store, monkeypatch):
+@pytest.mark.parametrize("reload_min", [1000, 0], ids=["by-id", "full-reads"])
+def test_the_loops_copy_of_active_jobs_equals_a_fresh_read_after_every_cycle(store, monkeypatch, reload_min):
     """ActiveCopy through ingest: leases, running, pending, cancel, reprioritize, expiry, with renewals kept."""
     from flotilla.service.store import ActiveCopy
 
     ids = [s.id for s in submit(store, [job(f"c{i}") for i in range(4)])]
     store.record_cycle({ids[0]: ("c1", ["n1"]), ids[1]: ("c1", ["n2"]), ids[2]: ("c1", ["n1"])}, {}, now=20.0)
     copy = ActiveCopy()
+    copy.RELOAD_MIN = reload_min
 
     def cycle(now, running=(), events=()):
         result = store.ingest({"c1": ClusterReport(list(events), set(running))}, now=now, lease_timeout=10,

@@ -199,6 +199,9 @@ class ActiveCopy:
     both. A failed transaction resets the copy; the next cycle reads all.
     """
 
+    #: Past this many changed jobs, and two thirds of the copy, one full read is cheaper than lookups by id.
+    RELOAD_MIN = 1000
+
     def __init__(self):
         self.cursor: int | None = None
         self.jobs: dict[str, ActiveJob] = {}
@@ -658,6 +661,11 @@ class Store:
             copy.jobs = self._load_active(conn)
             return copy.jobs
         cursor, ids = self._changed_since(conn, copy.cursor)
+        if len(ids) > copy.RELOAD_MIN and len(ids) > len(copy.jobs) * 2 // 3:
+            # Most of it changed (a burst of leases): one scan is cheaper than as many lookups by id.
+            copy.cursor = cursor
+            copy.jobs = self._load_active(conn)
+            return copy.jobs
         fresh = self._load_active(conn, ids) if ids else {}
         for job_id in ids:
             job = fresh.get(job_id)
