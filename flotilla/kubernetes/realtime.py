@@ -160,35 +160,8 @@ def play(config, workload, seed: int = 0, speed: float = 1.0, until: float | Non
                     close()
 
 
-def add_real_time_option(main) -> None:
-    """Give ``flotilla simulate`` its ``--real-time`` and ``--speed`` options (if it lacks them)."""
-    import click
-
-    command = main.commands.get("simulate") if hasattr(main, "commands") else None
-    if command is None or any(p.name == "real_time" for p in command.params):
-        return
-    original = command.callback
-    command.params.append(click.Option(
-        ["--real-time"], is_flag=True,
-        help="Play the workload on the config's Kubernetes (e.g. KWOK) clusters on the wall clock instead of "
-             "simulated clusters on a simulated clock; same report and plot."))
-    command.params.append(click.Option(
-        ["--speed"], type=float, default=1.0, show_default=True,
-        help="With --real-time: play the workload this many times faster than written (durations and "
-             "submission times divided by it; the report is in workload seconds)."))
-
-    def callback(real_time=False, speed=1.0, **kwargs):
-        if not real_time:
-            return original(**kwargs)
-        return _real_time_cli(speed=speed, **kwargs)
-
-    command.callback = callback
-    command.help = (command.help or "") + (
-        "\n\nWith --real-time the clusters are the config's `kind: kubernetes` clusters (e.g. from "
-        "`flotilla kwok up`) and time is the wall clock; see docs/kubernetes.md.")
-
-
-def _real_time_cli(config_path, workload_path, seed, json_path, plot_path, compare, until, quiet, speed, **_):
+def run_cli(config_path, workload_path, *, seed, json_path, plot_path, compare, until, quiet, speed) -> None:
+    """``flotilla simulate --real-time``: load, play, and write the report, table and plot as the simulator does."""
     import sys
 
     import click
@@ -232,4 +205,4 @@ def _real_time_cli(config_path, workload_path, seed, json_path, plot_path, compa
         plot_runs({None: report}, plot_path, title=f"flotilla simulate --real-time: {workload_path}")
 
 
-__all__ = ["RealTimeError", "add_real_time_option", "play"]
+__all__ = ["RealTimeError", "play", "run_cli"]

@@ -9,8 +9,6 @@ import click
 
 def register(main: click.Group) -> None:
     main.add_command(kwok)
-    from flotilla.kubernetes.realtime import add_real_time_option
-    add_real_time_option(main)
 
 
 def _fail(exc: Exception):
