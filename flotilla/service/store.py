@@ -159,13 +159,12 @@ class Submitted:
 
 
 @dataclass(slots=True)
-class ActiveJob:
-    """A job with a lease, as the scheduling loop sees it each cycle."""
+class QueuedJob:
+    """A job as the scheduling loop reads it: what scheduling needs of the row (no spec, no history)."""
 
     id: str
     queue: str
     job_set: str
-    state: str
     priority: int
     priority_class: str
     submitted: float
@@ -176,6 +175,13 @@ class ActiveJob:
     annotations: dict
     grace_period: float
     deadline: float
+
+
+@dataclass(slots=True)
+class ActiveJob(QueuedJob):
+    """A job with a lease: the queued job's fields, its state and retries, and the lease."""
+
+    state: str
     retries: int
     stop_requested: int
     started: float | None
@@ -209,23 +215,6 @@ class ActiveCopy:
     def reset(self) -> None:
         self.cursor = None
         self.jobs = {}
-
-
-@dataclass(slots=True)
-class QueuedJob:
-    id: str
-    queue: str
-    job_set: str
-    priority: int
-    priority_class: str
-    submitted: float
-    pods: list[dict]
-    npods: int
-    gang_id: str | None
-    gang_pods: int | None
-    annotations: dict
-    grace_period: float = 1.0
-    deadline: float = 0.0
 
 
 def _dump(value: Any) -> str:
@@ -629,19 +618,17 @@ class Store:
 
     def _load_active(self, conn, ids: Sequence[str] | None = None) -> dict[str, ActiveJob]:
         """Every active job (with its lease), or those of ``ids`` that are active."""
-        query = (sa.select(jobs.c.id, jobs.c.queue, jobs.c.job_set, jobs.c.state, jobs.c.priority,
-                           jobs.c.priority_class, jobs.c.submitted, jobs.c.pods, jobs.c.npods, jobs.c.gang_id,
-                           jobs.c.gang_pods, jobs.c.annotations, jobs.c.grace_period, jobs.c.deadline, jobs.c.retries,
-                           jobs.c.stop_requested, jobs.c.started, leases.c.cluster, leases.c.nodes,
-                           leases.c.leased_at, leases.c.renewed_at, leases.c.pods_running, leases.c.pods_done)
+        query = (sa.select(*self._QUEUED_COLUMNS, jobs.c.state, jobs.c.retries, jobs.c.stop_requested,
+                           jobs.c.started, leases.c.cluster, leases.c.nodes, leases.c.leased_at, leases.c.renewed_at,
+                           leases.c.pods_running, leases.c.pods_done)
                  .select_from(leases.join(jobs, jobs.c.id == leases.c.job_id)))
         queries = [query] if ids is None else [query.where(leases.c.job_id.in_(part)) for part in chunks(ids)]
         loads = self._loads
         out = {}
         for q in queries:
             for r in conn.execute(q):
-                out[r[0]] = ActiveJob(r[0], r[1], r[2], r[3], r[4], r[5], r[6], loads(r[7]), r[8], r[9], r[10],
-                                      loads(r[11]), r[12], r[13], r[14], r[15], r[16], r[17], json.loads(r[18]),
+                out[r[0]] = ActiveJob(r[0], r[1], r[2], r[3], r[4], r[5], loads(r[6]), r[7], r[8], r[9], loads(r[10]),
+                                      r[11], r[12], r[13], r[14], r[15], r[16], r[17], json.loads(r[18]),
                                       r[19], r[20], r[21], r[22])
         return out
 
