@@ -144,3 +144,23 @@ def test_node_template_short_form_and_manifest(tmp_path):
     node = render_node(load_node_template(manifest), 12)
     assert node["metadata"]["name"] == "big-12-x" and node["status"]["allocatable"] == {"cpu": "96"}
     assert node["metadata"]["annotations"]["kwok.x-k8s.io/node"] == "fake"
+
+
+def test_kubernetes_cluster_settings_from_the_config_reach_the_backend():
+    from kubernetes.client import Configuration
+
+    from flotilla.config.loader import parse_config
+    from flotilla.kubernetes.backend import backend_from_config
+    from flotilla.kubernetes.client import KubeClient
+
+    cfg = parse_config("""
+clusters:
+  - {name: a, kind: kubernetes, context: a, namespace: batch}
+  - {name: b, kind: kubernetes, context: b, workers: 4, bind: binding, nodeSelector: "pool=batch"}
+""", "k8s.yaml")
+    configuration = Configuration()
+    configuration.host = "http://127.0.0.1:9"  # never contacted: start=False
+    a, b = (backend_from_config(c, cfg, client=KubeClient(configuration), start=False) for c in cfg.clusters)
+    assert (a.bind, a._pool._max_workers, a.node_selector, a.settings.namespace) == ("node-name", 32, None, "batch")
+    assert (b.bind, b._pool._max_workers, b.node_selector, b.settings.namespace) == ("binding", 4, "pool=batch",
+                                                                                      "default")

@@ -186,6 +186,13 @@ class KubernetesClusterConfig(Model):
     kubeconfig: str = "~/.kube/config"
     context: str | None = None
     namespace: str = "default"
+    #: Pod writes in flight at once. 32 kept a 2-core KWOK cluster's API server busy (bench/kwok_throughput.py:
+    #: 392-412 pods bound/s against 310-320 with 16); a bigger API server takes more.
+    workers: int = Field(32, ge=1, le=1024)
+    #: "node-name": pods are created bound (one write); "binding": created pending, then bound (two writes).
+    bind: Literal["node-name", "binding"] = "node-name"
+    #: A label selector: only these nodes are Flotilla's to schedule onto.
+    node_selector: str | None = Field(None, alias="nodeSelector")
 
 
 ClusterConfig = Annotated[Union[SimulatedClusterConfig, KubernetesClusterConfig], Field(discriminator="kind")]

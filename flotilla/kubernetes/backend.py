@@ -94,7 +94,7 @@ class KubernetesCluster:
                  context: str | None = None, settings: PodSettings | None = None,
                  duration_of: Callable[[Job], float | None] | None = annotation_duration,
                  priority_classes: Iterable[tuple[str, int, bool]] = (), bind: str = "node-name",
-                 workers: int = 8, delete_finished: bool = True, node_selector: str | None = None,
+                 workers: int = 32, delete_finished: bool = True, node_selector: str | None = None,
                  watch_timeout: int = 60, clock: Callable[[], float] = time.time, start: bool = True):
         if bind not in ("node-name", "binding"):
             raise ValueError(f"bind must be 'node-name' or 'binding', not {bind!r}")
