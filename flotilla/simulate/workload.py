@@ -34,7 +34,7 @@ from pydantic import Field, ValidationError, model_validator
 
 from flotilla.config.errors import ConfigError
 from flotilla.config.models import Duration, FlotillaConfig, Model, Quantities, QueueConfig, TolerationConfig
-from flotilla.config.source import SourceMap, load_yaml
+from flotilla.config.source import SourceMap, load_yaml, read_yaml_file
 from flotilla.core.model import Gang, Job, Queue, Toleration
 
 
@@ -140,24 +140,20 @@ class Workload:
 
 def parse_workload(text: str, file: str | None, config: FlotillaConfig) -> Workload:
     """Validate workload text against ``config``; the first problem becomes a :class:`ConfigError`."""
-    data, source = load_yaml(text, file)
+    return _validate(*load_yaml(text, file), config)
+
+
+def load_workload(path: str | os.PathLike, config: FlotillaConfig) -> Workload:
+    """:func:`parse_workload` on a file; an unreadable file is a ConfigError naming it (as for configs)."""
+    return _validate(*read_yaml_file(path), config)
+
+
+def _validate(data, source: SourceMap, config: FlotillaConfig) -> Workload:
     try:
         parsed = WorkloadFile.model_validate(data)
     except ValidationError as exc:
         raise source.from_validation(exc) from None
     return _check(parsed, config, source)
-
-
-def load_workload(path: str | os.PathLike, config: FlotillaConfig) -> Workload:
-    name = os.fspath(path)
-    try:
-        with open(name, encoding="utf-8") as handle:
-            text = handle.read()
-    except FileNotFoundError:
-        raise ConfigError("no such file", name) from None
-    except OSError as exc:
-        raise ConfigError(f"cannot read workload: {exc.strerror}", name) from None
-    return parse_workload(text, name, config)
 
 
 def _check(parsed: WorkloadFile, config: FlotillaConfig, source: SourceMap) -> Workload:
