@@ -162,10 +162,6 @@ class QueuedJobs:
         self.cursor = cursor
         return len(ids), len(self.jobs)
 
-    def reset(self) -> None:
-        """Read everything again at the next :meth:`sync`."""
-        self.cursor = None
-
 
 class ServiceLoop:
     """Cycles of the scheduler against the store and the cluster backends."""

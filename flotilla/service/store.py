@@ -644,22 +644,21 @@ class Store:
     def _refresh_active(self, conn, copy: "ActiveCopy") -> dict[str, ActiveJob]:
         """Bring ``copy`` up to date inside a write transaction (no other writer can interleave)."""
         if copy.cursor is None:
-            copy.cursor = self._last_event_id(conn)
-            copy.jobs = self._load_active(conn)
-            return copy.jobs
-        cursor, ids = self._changed_since(conn, copy.cursor)
-        if len(ids) > copy.RELOAD_MIN and len(ids) > len(copy.jobs) * 2 // 3:
+            cursor, ids, whole = self._last_event_id(conn), [], True
+        else:
+            cursor, ids = self._changed_since(conn, copy.cursor)
             # Most of it changed (a burst of leases): one scan is cheaper than as many lookups by id.
-            copy.cursor = cursor
+            whole = len(ids) > copy.RELOAD_MIN and len(ids) > len(copy.jobs) * 2 // 3
+        if whole:
             copy.jobs = self._load_active(conn)
-            return copy.jobs
-        fresh = self._load_active(conn, ids) if ids else {}
-        for job_id in ids:
-            job = fresh.get(job_id)
-            if job is None:
-                copy.jobs.pop(job_id, None)
-            else:
-                copy.jobs[job_id] = job
+        elif ids:
+            fresh = self._load_active(conn, ids)
+            for job_id in ids:
+                job = fresh.get(job_id)
+                if job is None:
+                    copy.jobs.pop(job_id, None)
+                else:
+                    copy.jobs[job_id] = job
         copy.cursor = cursor
         return copy.jobs
 
