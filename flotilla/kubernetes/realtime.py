@@ -160,27 +160,18 @@ def play(config, workload, seed: int = 0, speed: float = 1.0, until: float | Non
                     close()
 
 
-def run_cli(config_path, workload_path, *, seed, json_path, plot_path, compare, until, quiet, speed) -> None:
-    """``flotilla simulate --real-time``: load, play, and write the report, table and plot as the simulator does."""
+def run_cli(config, workload, workload_path: str, *, seed, json_path, plot_path, until, quiet, speed) -> None:
+    """``flotilla simulate --real-time`` on a loaded config and workload: play, then write the report, table
+    and plot as the simulator does (exit 3 when the run did not finish)."""
     import sys
 
     import click
     from rich.console import Console
 
-    from flotilla.config import ConfigError
-    from flotilla.scheduler_main import UserError, build_scheduler, load_config_or_fail
-    from flotilla.simulate.cli import dumps_report
+    from flotilla.scheduler_main import UserError, build_scheduler
+    from flotilla.simulate.cli import write_json
     from flotilla.simulate.report import render_table
-    from flotilla.simulate.workload import load_workload
 
-    if compare:
-        raise click.BadParameter("--compare runs one policy after another; with --real-time run them one at a "
-                                 "time on fresh clusters", param_hint="--compare")
-    config = load_config_or_fail(config_path)
-    try:
-        workload = load_workload(workload_path, config)
-    except ConfigError as exc:
-        raise UserError(str(exc)) from None
     scheduler = build_scheduler(config)
     try:
         report = play(config, workload, seed=seed, speed=speed, until=until, scheduler=scheduler)
@@ -190,11 +181,7 @@ def run_cli(config_path, workload_path, *, seed, json_path, plot_path, compare, 
     except OSError as exc:
         raise UserError(f"cannot reach the clusters: {exc}") from None
     if report is not None:
-        if json_path == "-":
-            click.echo(dumps_report(report))
-        elif json_path:
-            with open(json_path, "w", encoding="utf-8") as handle:
-                handle.write(dumps_report(report) + "\n")
+        write_json(report, json_path)
     if failure is not None:
         click.echo(f"error: {failure}", err=True)
         sys.exit(3)

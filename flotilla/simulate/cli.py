@@ -34,6 +34,15 @@ def dumps_report(obj, level: int = 0) -> str:
     return json.dumps(obj, separators=(", ", ": "))
 
 
+def write_json(document, json_path: str | None) -> None:
+    """The JSON report to stdout (``-``), to a file, or nowhere (``None``)."""
+    if json_path == "-":
+        click.echo(dumps_report(document))
+    elif json_path:
+        with open(json_path, "w", encoding="utf-8") as handle:
+            handle.write(dumps_report(document) + "\n")
+
+
 class _Progress:
     """A rich progress bar on stderr: only on a terminal, and only once the run has taken a second."""
 
@@ -137,12 +146,10 @@ def simulate(config_path, workload_path, seed, json_path, plot_path, compare, un
       flotilla simulate --real-time --config examples/kwok-two-clusters.yaml \\
           --workload examples/kwok-workload.yaml --speed 10
     """
-    if real_time:
-        from flotilla.kubernetes.realtime import run_cli
-
-        return run_cli(config_path, workload_path, seed=seed, json_path=json_path, plot_path=plot_path,
-                       compare=compare, until=until, quiet=quiet, speed=speed)
-    if speed != 1.0:
+    if real_time and compare:
+        raise click.BadParameter("--compare runs one policy after another; with --real-time run them one at a "
+                                 "time on fresh clusters", param_hint="--compare")
+    if speed != 1.0 and not real_time:
         raise click.BadParameter("--speed applies to --real-time only (a simulated clock has no speed)",
                                  param_hint="--speed")
     from rich.console import Console
@@ -160,6 +167,11 @@ def simulate(config_path, workload_path, seed, json_path, plot_path, compare, un
         workload = load_workload(workload_path, config)
     except ConfigError as exc:
         raise UserError(str(exc)) from None
+    if real_time:
+        from flotilla.kubernetes.realtime import run_cli
+
+        return run_cli(config, workload, workload_path, seed=seed, json_path=json_path, plot_path=plot_path,
+                       until=until, quiet=quiet, speed=speed)
 
     policies: list[str | None] = [None]
     if compare is not None:
@@ -216,11 +228,7 @@ def simulate(config_path, workload_path, seed, json_path, plot_path, compare, un
 
     complete = {key: value for key, value in reports.items() if value.get("queues") is not None}
     document = reports[None] if policies == [None] else {"policies": complete}
-    if json_path == "-":
-        click.echo(dumps_report(document))
-    elif json_path:
-        with open(json_path, "w", encoding="utf-8") as handle:
-            handle.write(dumps_report(document) + "\n")
+    write_json(document, json_path)
     if failure is None:
         if not quiet:
             render_table(complete, out_console)
@@ -233,4 +241,4 @@ def simulate(config_path, workload_path, seed, json_path, plot_path, compare, un
         sys.exit(failure[0])
 
 
-__all__ = ["EXIT_NO_PROGRESS", "EXIT_SCHEDULER_BUG", "dumps_report", "simulate"]
+__all__ = ["EXIT_NO_PROGRESS", "EXIT_SCHEDULER_BUG", "dumps_report", "simulate", "write_json"]
