@@ -107,7 +107,7 @@ def build_service(config, scheduler, *, store_url: str | None = None, admin_endp
             metrics.set_leader(elector.identity, False, None)
         else:
             metrics.set_leader(identity or "all", True, None)
-        runner = SchedulerRunner(loop, elector, on_cycle=metrics.observe_cycle)
+        runner = SchedulerRunner(loop, elector, on_cycle=metrics.observe_cycle, on_fenced=metrics.fenced.inc)
     router = health_router(store, role, metrics, elector, shutting_down)
     if runs_api(role):
         app = create_app(store, settings, loop, admin_endpoints=admin_endpoints, shutting_down=shutting_down)

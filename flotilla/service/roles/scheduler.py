@@ -33,11 +33,12 @@ class SchedulerRunner:
 
     def __init__(self, loop, elector: LeaderElector | None = None,
                  on_cycle: Callable[[object, object], None] | None = None,
-                 before_cycle: Callable[[], None] | None = None):
+                 before_cycle: Callable[[], None] | None = None, on_fenced: Callable[[], None] | None = None):
         self.loop = loop
         self.elector = elector
         self.on_cycle = on_cycle
         self.before_cycle = before_cycle
+        self.on_fenced = on_fenced
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
         self._term: int | None = None
@@ -71,6 +72,8 @@ class SchedulerRunner:
             self.fenced_writes += 1
             self._term = None
             log.warning("scheduler.fenced", reason=str(exc))
+            if self.on_fenced is not None:
+                self.on_fenced()
             return False
         if self.on_cycle is not None:
             self.on_cycle(report, decisions)
