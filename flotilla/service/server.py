@@ -24,6 +24,7 @@ from flotilla.service.api import create_app
 from flotilla.service.health import health_router, ops_app
 from flotilla.service.loop import ServiceLoop, service_backends
 from flotilla.service.metrics import Metrics, instrument
+from flotilla.service.reload import ConfigReloader
 from flotilla.service.roles import check_role, runs_api, runs_scheduler
 from flotilla.service.roles.election import LeaderElector
 from flotilla.service.roles.events import EventPoller
@@ -48,7 +49,7 @@ class Service:
     elector: LeaderElector | None = None
     metrics: Metrics | None = None
     poller: EventPoller | None = None
-    reloader: object | None = None
+    reloader: ConfigReloader | None = None
 
     def start(self) -> None:
         if self.poller is not None:
@@ -117,6 +118,8 @@ def build_service(config, scheduler, *, store_url: str | None = None, admin_endp
     instrument(app, metrics)
     poller = EventPoller(store) if runs_api(role) and not store.sqlite else None
     service = Service(settings, store, loop, app, shutting_down, role, runner, elector, metrics, poller)
+    if config_path is not None:
+        service.reloader = ConfigReloader(config_path, service, config)
     return service
 
 
@@ -158,6 +161,8 @@ def run(service: Service, listen: str | None = None, *, access_log: bool = False
 
     for signum in (signal.SIGTERM, signal.SIGINT):
         signal.signal(signum, on_signal)
+    if service.reloader is not None:
+        signal.signal(signal.SIGHUP, lambda signum, frame: service.reloader.request())
     service.start()
     clusters = ", ".join(sorted(service.loop.backends)) or "none" if service.loop is not None else "none (api role)"
     print(f"flotilla serve: role {service.role}, listening on http://{host}:{port} "
