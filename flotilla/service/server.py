@@ -31,6 +31,7 @@ from flotilla.service.roles.events import EventPoller
 from flotilla.service.roles.scheduler import SchedulerRunner
 from flotilla.service.settings import ServiceSettings, from_config
 from flotilla.service.store import Store
+from flotilla.service.ui import mount_ui
 
 log = structlog.get_logger("flotilla.service")
 
@@ -113,6 +114,7 @@ def build_service(config, scheduler, *, store_url: str | None = None, admin_endp
     if runs_api(role):
         app = create_app(store, settings, loop, admin_endpoints=admin_endpoints, shutting_down=shutting_down)
         app.include_router(router)
+        mount_ui(app, store, settings, metrics.status)
     else:
         app = ops_app(router)
     instrument(app, metrics)
