@@ -98,7 +98,8 @@ class Allocate:
             self._offer(session, heap, run)
 
         session.preempt_evicted()
-        session.counters["considered"] += considered
+        # Known misfits passed over count as considered too; "skipped" says how many of them there were.
+        session.counters["considered"] += considered + self.skipped
         session.counters["skipped"] += self.skipped
         session.counters["scheduled"] = len(session.scheduled)
         session.timings[self.name] = time.perf_counter() - started
