@@ -13,6 +13,11 @@ rest; the least free space that fits within each): first without touching
 the room of evicted jobs, then taking it if it must. An evicted job may only
 return to its own node. Evicted jobs that do not return become preemptions
 when the action ends, which frees their room for ``preempt``.
+
+The room of an evicted job may be taken only by a job whose priority class
+has an equal or higher priority (armada-scheduler.txt: preemption to fair
+share happens only for jobs "of equal PC priority"); this holds for new jobs
+and for other evicted jobs returning alike.
 """
 
 from __future__ import annotations
@@ -36,6 +41,8 @@ class Allocate:
         lookahead = session.settings.lookahead
         levels = session.index.levels
         self.base_level = levels[1] if len(levels) > 1 else EVICTED
+        # Evicted jobs are preemptible, so their level is their class's priority.
+        self.evicted_top = max((session.running[job_id].level for job_id in session.evicted), default=EVICTED)
         evicted_by_queue: dict[str, list] = {}
         for job in session.evicted.values():
             evicted_by_queue.setdefault(job.queue, []).append(job)
@@ -131,14 +138,38 @@ class Allocate:
     def _find(self, session, queue, job, vec, types):
         node = session.find_node(job, vec, EVICTED, types, queue)
         if node is None and session.evicted:
-            node = session.find_node(job, vec, self.base_level, types, queue)
+            priority = session.priority_class(job).priority
+            if priority >= self.evicted_top:
+                node = session.find_node(job, vec, self.base_level, types, queue)
+            else:
+                node = self._find_over_evicted(session, queue, vec, priority, types)
         return node
+
+    def _find_over_evicted(self, session, queue, vec, priority, types):
+        """Smallest fit, tier by tier, in the room of evicted jobs of ``priority`` or lower only."""
+        for tier in session.node_tiers_fn(queue):
+            for i in session.index.iter_fitting(vec, self.base_level, types):
+                if (tier == "any" or session.in_tier(i, tier, queue.name)) and self._fits_over_evicted(session, i, vec, priority):
+                    return i
+        return None
+
+    def _fits_over_evicted(self, session, node, vec, priority) -> bool:
+        """Does ``vec`` fit on ``node`` if only evicted jobs of ``priority`` or lower made way?"""
+        index = session.index
+        if priority >= self.evicted_top:
+            return index.fits_on(node, vec, self.base_level)
+        free = list(index.free[node][index.level_of[self.base_level]])
+        for job_id, (_, held, level) in index.jobs[node].items():
+            if level == EVICTED and session.running[job_id].level > priority:
+                for r, amount in enumerate(held):
+                    free[r] -= amount
+        return all(amount <= room for amount, room in zip(vec, free))
 
     def _return_evicted(self, session, queue, job, vec) -> bool:
         if session.admit(queue, job, vec):
             return False
         running = session.running[job.id]
-        if not session.index.fits_on(running.node, vec, self.base_level):
+        if not self._fits_over_evicted(session, running.node, vec, running.level):
             return False
         stmt = session.statement()
         stmt.unevict(job)
@@ -169,7 +200,7 @@ class Allocate:
                 member_vec = session.vector(member)
                 if member.id in session.evicted:
                     running = session.running[member.id]
-                    if not session.index.fits_on(running.node, member_vec, self.base_level):
+                    if not self._fits_over_evicted(session, running.node, member_vec, running.level):
                         break
                     stmt.unevict(member)
                 else:

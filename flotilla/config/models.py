@@ -22,6 +22,8 @@ if TYPE_CHECKING:
     from flotilla.config.errors import FieldPath
     from flotilla.config.source import SourceMap
 
+#: The default cycle. Any action of :func:`flotilla.actions.available_actions` (built in, or from the
+#: ``flotilla.actions`` entry-point group) may be named in ``actions``.
 KNOWN_ACTIONS = ("evict", "allocate", "preempt", "lease")
 
 
@@ -312,10 +314,13 @@ class FlotillaConfig(Model):
 
     def check(self) -> list[tuple[FieldPath, str]]:
         """Cross-field problems as ``(path, message)``; the loader reports the earliest in the file."""
+        from flotilla.actions import available_actions
+
         problems: list[tuple[FieldPath, str]] = []
+        known = available_actions()
         for i, action in enumerate(self.actions):
-            if action not in KNOWN_ACTIONS:
-                problems.append((("actions", i), f"unknown action {action!r} (known: {', '.join(KNOWN_ACTIONS)})"))
+            if action not in known:
+                problems.append((("actions", i), f"unknown action {action!r} (known: {', '.join(known)})"))
             elif action in self.actions[:i]:
                 problems.append((("actions", i), f"duplicate action {action!r} (first at actions[{self.actions.index(action)}])"))
         problems += _duplicates("plugins", [p.name for p in self.plugins], "plugin")

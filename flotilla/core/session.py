@@ -312,7 +312,7 @@ class Session:
                 continue
             candidates = []
             for i in self.index.iter_fitting(vec, level, types):
-                if tier == "any" or self._in_tier(i, tier, queue.name):
+                if tier == "any" or self.in_tier(i, tier, queue.name):
                     candidates.append(i)
                     if len(candidates) >= self.settings.node_candidates:
                         break
@@ -321,7 +321,8 @@ class Session:
                                                       tuple(-x for x in self.index.free[i][self.index.level_of[level]]), -i))
         return None
 
-    def _in_tier(self, i: int, tier: str, queue: str) -> bool:
+    def in_tier(self, i: int, tier: str, queue: str) -> bool:
+        """Is node ``i`` in ``tier`` (``own``, ``unused``, ``used``) for ``queue``?"""
         bucket = self.index.bucket(i)
         if tier == "own":
             return bucket == queue
