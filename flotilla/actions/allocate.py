@@ -3,7 +3,8 @@
 Each queue offers its next unit (a job, or a whole gang), evicted jobs first,
 then by the job order (priority, then submission time). The unit served next
 is the one whose queue would have the smallest share over its fair share if
-it got it; ties go to the queue whose name sorts first. A unit that cannot
+it got it; ties go to the queue whose name sorts first. When queues form a
+tree, that choice is made level by level (:class:`~flotilla.core.queuetree.TreePicker`). A unit that cannot
 be placed is passed over (it blocks nothing behind it); a queue is given up
 on for this cycle after ``allocate.lookahead`` units were passed over.
 
@@ -28,6 +29,7 @@ import time
 import structlog
 
 from flotilla.core.nodeindex import EVICTED
+from flotilla.core.queuetree import TreePicker
 from flotilla.core.session import iter_units
 
 log = structlog.get_logger("flotilla.actions.allocate")
@@ -47,7 +49,7 @@ class Allocate:
         for job in session.evicted.values():
             evicted_by_queue.setdefault(job.queue, []).append(job)
 
-        heap: list[tuple[float, str, object, object]] = []
+        picker = TreePicker(session) if session.nested else FlatPicker(session)
         passed_over: dict[str, int] = {}
         failed: dict[str, dict[tuple, object]] = {}
         for queue in session.queues.values():
@@ -57,19 +59,13 @@ class Allocate:
             units = iter_units(session, queue, evicted)
             passed_over[queue.name] = 0
             failed[queue.name] = {}
-            self._offer(session, heap, queue, units)
+            self._offer(session, picker, queue, units)
 
         self.debug = session.debug
         considered = placed = 0
-        while heap:
-            fraction, name, unit, units = heapq.heappop(heap)
-            queue = session.queues[name]
-            vec = self._unit_vector(session, unit)
-            current = session.fair_share_fraction(queue, vec)
-            if current > fraction and heap and current > heap[0][0]:
-                # A plugin whose costs move with other queues' allocations: re-file and look again.
-                heapq.heappush(heap, (current, name, unit, units))
-                continue
+        while (chosen := picker.pop()) is not None:
+            queue, unit, units, vec = chosen
+            name = queue.name
             considered += 1
             if self._place(session, queue, unit, vec, failed[name]):
                 placed += 1
@@ -77,8 +73,9 @@ class Allocate:
                 passed_over[name] += 1
                 if passed_over[name] >= lookahead:
                     session.unexamined_reason[name] = f"lookahead {lookahead} reached in queue {name}"
+                    picker.drop(queue)
                     continue
-            self._offer(session, heap, queue, units)
+            self._offer(session, picker, queue, units)
 
         session.preempt_evicted()
         session.counters["considered"] += considered
@@ -96,13 +93,12 @@ class Allocate:
             return tuple(total)
         return session.vector(unit)
 
-    def _offer(self, session, heap, queue, units) -> None:
+    def _offer(self, session, picker, queue, units) -> None:
         unit = next(units, None)
         if unit is None:
-            return
-        fraction = session.fair_share_fraction(queue, self._unit_vector(session, unit))
-        # Queue names are unique, so the heap never compares units.
-        heapq.heappush(heap, (fraction, queue.name, unit, units))
+            picker.drop(queue)
+        else:
+            picker.offer(queue, unit, units, self._unit_vector(session, unit))
 
     def _place(self, session, queue, unit, vec, failed) -> bool:
         if isinstance(unit, list):
@@ -222,3 +218,34 @@ class Allocate:
                 session.failures[member.id] = reason
         return False
 
+
+class FlatPicker:
+    """Allocate's next unit when no queue has a parent: one heap of the queues' offers.
+
+    Same interface as :class:`~flotilla.core.queuetree.TreePicker`: after
+    ``pop`` the caller ``offer``s the queue's next unit or ``drop``s the queue.
+    """
+
+    def __init__(self, session):
+        self.session = session
+        self.heap: list[tuple[float, str, object, object, tuple]] = []
+
+    def offer(self, queue, unit, units, vec) -> None:
+        # Queue names are unique, so the heap never compares units.
+        heapq.heappush(self.heap, (self.session.fair_share_fraction(queue, vec), queue.name, unit, units, vec))
+
+    def drop(self, queue) -> None:
+        """Nothing to do: ``pop`` already took the queue's entry."""
+
+    def pop(self):
+        heap = self.heap
+        while heap:
+            fraction, name, unit, units, vec = heapq.heappop(heap)
+            queue = self.session.queues[name]
+            current = self.session.fair_share_fraction(queue, vec)
+            if current > fraction and heap and current > heap[0][0]:
+                # A plugin whose costs move with other queues' allocations: re-file and look again.
+                heapq.heappush(heap, (current, name, unit, units, vec))
+                continue
+            return queue, unit, units, vec
+        return None
