@@ -14,7 +14,9 @@ Each cycle:
    ``lease``) on the snapshot;
 5. one transaction (:meth:`Store.record_cycle`): leases and ``leased``
    events for placed jobs, ``preempted`` for preempted ones;
-6. the lease hand-over: ``apply`` per cluster; the jobs a cluster accepted
+6. the lease hand-over: the leased jobs' specs read by id for clusters
+   that create real pods (:mod:`flotilla.service.templates`), ``apply``
+   per cluster; the jobs a cluster accepted
    become ``pending`` (one more transaction). A cluster that fails here
    keeps its jobs ``leased`` until the lease expires and they run elsewhere.
 
@@ -40,6 +42,7 @@ from flotilla.service.jobspec import duration_of_annotations
 from flotilla.service.leases import ClusterReport, job_of, pod_ids
 from flotilla.service.settings import ServiceSettings
 from flotilla.service.store import ActiveCopy, QueuedJob, Store
+from flotilla.service.templates import templates_for
 
 log = structlog.get_logger("flotilla.service.loop")
 
@@ -316,13 +319,15 @@ class ServiceLoop:
         for job_id in done_preempted:
             for pod in active_pods.get(job_id, ()):
                 stops.setdefault(pod.cluster, []).append(pod)
+        templates = templates_for(self.store, self.backends, starts)
         pending: list[str] = []
         for cluster in sorted(set(starts) | set(stops)):
             backend = self.backends.get(cluster)
             if backend is None:
                 continue
             try:
-                backend.apply(ClusterDecisions(start=starts.get(cluster, []), preempt=stops.get(cluster, [])))
+                backend.apply(ClusterDecisions(start=starts.get(cluster, []), preempt=stops.get(cluster, []),
+                                               templates=templates))
             except ClusterUnavailable:
                 log.info("cluster.unavailable", cluster=cluster, during="lease")
                 continue
