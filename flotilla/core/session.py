@@ -24,6 +24,7 @@ from flotilla.core.decisions import Decisions, Placement, QueueReport
 from flotilla.core.logs import debug_enabled
 from flotilla.core.model import Gang, Job, Snapshot
 from flotilla.core.nodeindex import EVICTED, FOREIGN, FOREIGN_USER, NONPREEMPTIBLE, NodeIndex, NodeType
+from flotilla.core.queuetree import assign_fair_shares, charge, link
 from flotilla.core.resources import ResourceSpace, Vector
 from flotilla.core.statement import Statement
 
@@ -53,7 +54,11 @@ class SessionSettings:
 
 @dataclass(slots=True, eq=False)
 class QueueState:
-    """A queue during one cycle: its weight, fair share and what it holds now."""
+    """A queue during one cycle: its weight, fair share and what it holds now.
+
+    In a queue tree, an inner queue's ``allocated`` is the sum of its
+    leaves'; ``chain`` is the queue itself, then its ancestors up to the top.
+    """
 
     name: str
     weight: float
@@ -63,6 +68,9 @@ class QueueState:
     fair_share: float = 0.0
     queued: list[Job] = field(default_factory=list)
     running: int = 0
+    parent: str | None = None
+    children: list[QueueState] = field(default_factory=list)
+    chain: tuple[QueueState, ...] = ()
 
     @property
     def active(self) -> bool:
@@ -119,7 +127,9 @@ class Session:
                     for r, name in enumerate(self.space.names)
                 )
             self.queues[queue.name] = QueueState(queue.name, queue.weight, dict(queue.limits),
-                                                 [0] * len(self.space), limit_vector)
+                                                 [0] * len(self.space), limit_vector, parent=queue.parent)
+        #: True when some queue has a parent: allocate then fills level by level (queuetree.TreePicker).
+        self.nested = link(self.queues)
 
         # Running jobs, bound in bulk before the index builds its sorted lists.
         self.running: dict[str, RunningJob] = {}
@@ -135,17 +145,12 @@ class Session:
                 self.running[job.id] = RunningJob(job, i, vec, level)
                 queue = self.queues[job.queue]
                 queue.running += 1
-                row = queue.allocated
-                for r, amount in enumerate(vec):
-                    row[r] += amount
+                charge(queue, vec, 1)
         self.index.build()
         queues = self.queues
         for job in snapshot.queued:
             queues[job.queue].queued.append(job)
-        active = [q for q in self.queues.values() if q.active]
-        total_weight = sum(q.weight for q in active)
-        for queue in active:
-            queue.fair_share = queue.weight / total_weight
+        assign_fair_shares(self.queues)
 
         self.gangs: dict[str, list[Job]] = {}
         for job in filter(_GANG, every_job):
@@ -324,7 +329,7 @@ class Session:
                 continue
             candidates = []
             for i in self.index.iter_fitting(vec, level, types):
-                if tier == "any" or self._in_tier(i, tier, queue.name):
+                if tier == "any" or self.in_tier(i, tier, queue.name):
                     candidates.append(i)
                     if len(candidates) >= self.settings.node_candidates:
                         break
@@ -333,7 +338,8 @@ class Session:
                                                       tuple(-x for x in self.index.free[i][self.index.level_of[level]]), -i))
         return None
 
-    def _in_tier(self, i: int, tier: str, queue: str) -> bool:
+    def in_tier(self, i: int, tier: str, queue: str) -> bool:
+        """Is node ``i`` in ``tier`` (``own``, ``unused``, ``used``) for ``queue``?"""
         bucket = self.index.bucket(i)
         if tier == "own":
             return bucket == queue
@@ -393,7 +399,7 @@ class Session:
         for queue in self.queues.values():
             share = pool_cost(queue, None) if pool_cost else 0.0
             reports[queue.name] = QueueReport(queue.name, queue.weight, queue.fair_share, share,
-                                              self.space.formatted(queue.allocated))
+                                              self.space.formatted(queue.allocated), queue.parent)
         decisions = Decisions(
             scheduled=list(self.scheduled),
             preempted=sorted(self.preempted.values(), key=lambda j: j.id),
