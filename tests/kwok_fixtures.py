@@ -63,6 +63,15 @@ class TestCluster:
             time.sleep(0.1)
         assert not self.pods(), "pods left after reset"
 
+    def create_namespace(self, name: str) -> None:
+        """Make ``name`` exist (Flotilla creates no namespaces: a job's must be there already)."""
+        try:
+            self.client.post("/api/v1/namespaces", {"apiVersion": "v1", "kind": "Namespace",
+                                                    "metadata": {"name": name}})
+        except KubeError as exc:
+            if getattr(exc, "status", None) != 409:
+                raise
+
     def create_foreign_pod(self, name: str, node: str, cpu: str, namespace: str = "default") -> None:
         """Someone else's pod (no Flotilla label), bound to ``node``."""
         self.client.post(pod_path(namespace), {

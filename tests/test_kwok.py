@@ -290,6 +290,7 @@ def test_pod_lifecycle_events_duration_deadline_grace_and_binding(kwok):
     backends = {}
     try:
         for bind in ("node-name", "binding"):
+            kwok["a"].create_namespace(f"ns-{bind}")
             backends[bind] = KubernetesCluster(f"c-{bind}", kubeconfig=kwok["a"].kubeconfig, context=kwok["a"].context,
                                                settings=PodSettings(namespace=f"ns-{bind}",
                                                                     name_prefix=f"{bind[0]}-"),

@@ -52,6 +52,8 @@ def test_serve_leases_onto_two_kwok_clusters_and_a_gang_fills_one(kwok, tmp_path
     clusters = "".join(
         f"  - {{name: {key}, kind: kubernetes, kubeconfig: {c.kubeconfig}, context: {c.context}, "
         f"namespace: flotilla-serve}}\n" for key, c in kwok.items())
+    for c in kwok.values():
+        c.create_namespace("flotilla-serve")
     srv = Server(tmp_path, CONFIG + clusters).start()
     try:
         # A gang of four 16-core jobs fills exactly one cluster's two 32-core nodes; it must not be split.

@@ -6,6 +6,9 @@ is the one whose queue would have the smallest share over its fair share if
 it got it; ties go to the queue whose name sorts first. A unit that cannot
 be placed is passed over (it blocks nothing behind it); a queue is given up
 on for this cycle after ``allocate.lookahead`` units were passed over.
+Evicted jobs that cannot return to their node do not count as passed over
+(as in Armada, re-scheduled jobs do not count towards the limit): each has
+one node to try, and counting them cut queues off below their fair share.
 
 Placing a new job takes two passes over the node tiers the node-order plugin
 asks for (per-queue best fit: the queue's own nodes, unused nodes, then the
@@ -66,7 +69,7 @@ class Allocate:
             considered += 1
             if self._place(session, queue, unit, vec, failed[name]):
                 placed += 1
-            else:
+            elif not self._is_return(session, unit):
                 passed_over[name] += 1
                 if passed_over[name] >= lookahead:
                     session.unexamined_reason[name] = f"lookahead {lookahead} reached in queue {name}"
@@ -88,6 +91,20 @@ class Allocate:
                     total[r] += amount
             return tuple(total)
         return session.vector(unit)
+
+    @staticmethod
+    def _is_return(session, unit) -> bool:
+        """Whether ``unit`` is evicted jobs going back to their own nodes only.
+
+        Such a unit has one node per job to try, so a failure is cheap and
+        does not count towards the lookahead: counting it would let a queue
+        whose evicted jobs lost their room run out of lookahead before its
+        remaining evicted jobs (which may still fit) are offered, and the
+        queue would end below its fair share.
+        """
+        if isinstance(unit, list):
+            return all(member.id in session.evicted for member in unit)
+        return unit.id in session.evicted
 
     def _offer(self, session, heap, queue, units) -> None:
         unit = next(units, None)

@@ -217,6 +217,20 @@ class LeaseConfig(Model):
     max_retries: int = Field(3, ge=0, alias="maxRetries")
 
 
+class LeaderElectionConfig(Model):
+    """Schedulers' leader election (``serve --role scheduler``): see flotilla.service.roles.election."""
+
+    lease_duration: Duration = Field(15.0, alias="leaseDuration")
+    renew_period: Duration = Field(2.0, alias="renewPeriod")
+
+    @model_validator(mode="after")
+    def _renew_within_lease(self) -> LeaderElectionConfig:
+        if not 0 < self.renew_period < self.lease_duration:
+            raise ValueError(f"renewPeriod ({self.renew_period:g}s) must be above 0 and shorter than leaseDuration "
+                             f"({self.lease_duration:g}s)")
+        return self
+
+
 class GracePeriodConfig(Model):
     default: Duration = 1.0
     max: Duration = 300.0
@@ -300,6 +314,7 @@ class FlotillaConfig(Model):
     server: ServerConfig = Field(default_factory=ServerConfig)
     auth: AuthConfig = Field(default_factory=AuthConfig)
     node_index: NodeIndexConfig = Field(default_factory=NodeIndexConfig, alias="nodeIndex")
+    leader_election: LeaderElectionConfig = Field(default_factory=LeaderElectionConfig, alias="leaderElection")
 
     _source: Any = PrivateAttr(default=None)
 

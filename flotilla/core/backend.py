@@ -12,20 +12,43 @@ from __future__ import annotations
 
 import time
 from dataclasses import dataclass, field, replace
-from typing import Callable, Protocol, Sequence, runtime_checkable
+from typing import Any, Callable, Mapping, Protocol, Sequence, runtime_checkable
 
 from flotilla.core.decisions import Placement
 from flotilla.core.hookspecs import hookimpl
 from flotilla.core.model import ClusterSnapshot, Job, JobState, Node
 
 
+@dataclass(frozen=True, slots=True)
+class PodTemplate:
+    """What the user asked for one pod of a job, as submitted: its podSpec and where it goes.
+
+    Scheduling never reads these (a :class:`Job` keeps only what it
+    needs); the service reads them from the store at lease time, by id,
+    for backends that create real pods (``needs_templates``).
+    ``pod_number``: the pod's place among the job's podSpecs.
+    """
+
+    pod_spec: Mapping[str, Any]
+    namespace: str | None = None
+    labels: Mapping[str, str] = field(default_factory=dict)
+    annotations: Mapping[str, str] = field(default_factory=dict)
+    pod_number: int = 0
+
+
 @dataclass(slots=True)
 class ClusterDecisions:
-    """What one cluster must do after a cycle."""
+    """What one cluster must do after a cycle.
+
+    ``templates``: pod id (the placed job's id) -> its :class:`PodTemplate`,
+    given to backends whose ``needs_templates`` is true; a start without one
+    runs a stand-in pod of the job's requests.
+    """
 
     start: list[Placement] = field(default_factory=list)
     preempt: list[Job] = field(default_factory=list)
     cancel: list[Job] = field(default_factory=list)
+    templates: Mapping[str, PodTemplate] = field(default_factory=dict)
 
 
 @dataclass(frozen=True, slots=True)
@@ -188,5 +211,5 @@ def make_backends(config, pm=None, kinds: Sequence[str] | None = None, **options
     return backends
 
 
-__all__ = ["ClusterBackend", "ClusterDecisions", "ClusterUnavailable", "JobEvent", "OverAllocation",
+__all__ = ["ClusterBackend", "ClusterDecisions", "PodTemplate", "ClusterUnavailable", "JobEvent", "OverAllocation",
            "SimulatedBackendPlugin", "SimulatedCluster", "make_backends"]

@@ -43,7 +43,7 @@ from typing import Callable, Iterable, Mapping
 
 import structlog
 
-from flotilla.core.backend import ClusterDecisions, ClusterUnavailable, JobEvent
+from flotilla.core.backend import ClusterDecisions, ClusterUnavailable, JobEvent, PodTemplate
 from flotilla.core.model import ClusterSnapshot, Job, JobState, Node
 from flotilla.core.quantities import QuantityError, parse_duration
 from flotilla.kubernetes.client import ApiError, Gone, KubeClient, KubeError, Unreachable, WatchBroken, pod_path
@@ -78,6 +78,10 @@ class _Pod:
     reason: str = ""
 
 
+class NamespaceMissing(Exception):
+    """The job's namespace does not exist in the cluster: the job fails (Flotilla creates no namespaces)."""
+
+
 class KubernetesCluster:
     """A Kubernetes cluster as a Flotilla cluster backend (see the module docstring).
 
@@ -89,6 +93,9 @@ class KubernetesCluster:
     tuples created in the cluster if missing, so pods can name them.
     ``node_selector``: a label selector limiting the nodes Flotilla uses.
     """
+
+    #: Starts come with the user's podSpecs (``ClusterDecisions.templates``): the pods run the user's work.
+    needs_templates = True
 
     def __init__(self, name: str, client: KubeClient | None = None, *, kubeconfig: str | None = None,
                  context: str | None = None, settings: PodSettings | None = None,
@@ -216,7 +223,7 @@ class KubernetesCluster:
                 self._stopping.pop(job.id, None)
                 running = replace(job, state=JobState.RUNNING, cluster=self.name, node=placement.node)
                 self._inflight[job.id] = running
-                self._pool.submit(self._create, running, placement.node, attempt)
+                self._pool.submit(self._create, running, placement.node, attempt, decisions.templates.get(job.id))
 
     def poll_events(self) -> list[JobEvent]:
         with self._lock:
@@ -228,35 +235,31 @@ class KubernetesCluster:
     def _emit(self, job_id: str, kind: str, node: str | None, reason: str = "") -> None:
         self._events.append(JobEvent(job_id, kind, self.name, node, self.clock(), reason))
 
-    def _ensure_namespace(self, namespace: str) -> None:
+    def _check_namespace(self, namespace: str) -> None:
+        """Raise :class:`NamespaceMissing` unless ``namespace`` exists (remembered once seen)."""
         if namespace in self._namespaces:
             return
         try:
             self.client.get(f"/api/v1/namespaces/{namespace}")
         except ApiError as exc:
-            if exc.status != 404:
-                raise
-            try:
-                self.client.post("/api/v1/namespaces", {"apiVersion": "v1", "kind": "Namespace",
-                                                        "metadata": {"name": namespace}})
-            except ApiError as exc2:
-                if exc2.status != 409:
-                    raise
+            if exc.status == 404:
+                raise NamespaceMissing(f"namespace {namespace!r} does not exist on cluster {self.name}") from None
+            raise
         self._namespaces.add(namespace)
 
-    def _create(self, job: Job, node: str, attempt: int) -> None:
+    def _create(self, job: Job, node: str, attempt: int, template: PodTemplate | None = None) -> None:
         duration = self.duration_of(job) if self.duration_of else None
         if duration is not None:
             deadline = job_deadline(job, self.settings)
             if deadline is not None and duration > deadline:
                 duration = None  # let the deadline stage fail it, as the kubelet would
-        namespace = job_namespace(job, self.settings)
+        namespace = job_namespace(job, self.settings, template)
         for _ in range(3):
             body = pod_manifest(job, None if self.bind == "binding" else node, attempt, self.settings, duration,
-                                priority_class_known=job.priority_class in self._known_pcs)
+                                priority_class_known=job.priority_class in self._known_pcs, template=template)
             name = body["metadata"]["name"]
             try:
-                self._ensure_namespace(namespace)
+                self._check_namespace(namespace)
                 self.client.create_pod(namespace, body)
                 if self.bind == "binding":
                     self.client.post(pod_path(namespace, name) + "/binding", parse=False, body={
@@ -271,6 +274,9 @@ class KubernetesCluster:
                         self._attempts[job.id] = max(self._attempts.get(job.id, 0), attempt)
                     continue
                 self._create_failed(job, node, "failed", f"pod rejected: {exc}")
+                return
+            except NamespaceMissing as exc:
+                self._create_failed(job, node, "failed", str(exc))
                 return
             except Unreachable as exc:
                 self._create_failed(job, node, "lost", f"API server unreachable: {exc}")

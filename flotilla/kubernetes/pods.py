@@ -11,11 +11,13 @@ requests are taken off that node's free space.
 
 from __future__ import annotations
 
+import copy
 import hashlib
 import re
 from dataclasses import dataclass
 from typing import Any, Mapping
 
+from flotilla.core.backend import PodTemplate
 from flotilla.core.model import (GANG_CARDINALITY_ANNOTATION, GANG_ID_ANNOTATION, Gang, Job, JobState, Node,
                                  Taint, Toleration)
 from flotilla.core.quantities import QuantityError, format_quantity, parse_quantity
@@ -33,6 +35,8 @@ DEADLINE = PREFIX + "active-deadline"
 DURATION = PREFIX + "simulated-duration"
 NAMESPACE = PREFIX + "namespace"
 IMAGE = PREFIX + "image"
+#: The pod's place among its job's podSpecs (label and annotation), 0 for a job of one pod.
+POD_NUMBER = PREFIX + "pod-number"
 #: kwok's delay annotation read by our pod-complete Stage (flotilla/kwok/stages/pods.yaml).
 KWOK_COMPLETE_DELAY = "pod-complete.stage.kwok.x-k8s.io/delay"
 FAKE_NODE = "kwok.x-k8s.io/node"
@@ -77,8 +81,10 @@ def _seconds_int(value: float) -> int:
     return max(1, int(round(value)))
 
 
-def job_namespace(job: Job, settings: PodSettings) -> str:
-    return getattr(job, "namespace", None) or job.annotations.get(NAMESPACE) or settings.namespace
+def job_namespace(job: Job, settings: PodSettings, template: PodTemplate | None = None) -> str:
+    """The job's own namespace, else the cluster's ``namespace`` setting (``default`` unless set)."""
+    return ((template.namespace if template is not None else None) or getattr(job, "namespace", None)
+            or job.annotations.get(NAMESPACE) or settings.namespace)
 
 
 def job_grace_period(job: Job, settings: PodSettings) -> int:
@@ -105,24 +111,53 @@ def job_deadline(job: Job, settings: PodSettings) -> int | None:
 
 
 def pod_manifest(job: Job, node: str | None, attempt: int, settings: PodSettings,
-                 duration: float | None = None, priority_class_known: bool = True) -> dict[str, Any]:
-    """The pod for ``job``: bound to ``node`` (``spec.nodeName``) or, with ``node=None``, pending for a binding."""
-    labels = {
+                 duration: float | None = None, priority_class_known: bool = True,
+                 template: PodTemplate | None = None) -> dict[str, Any]:
+    """The pod for ``job``: bound to ``node`` (``spec.nodeName``) or, with ``node=None``, pending for a binding.
+
+    With a ``template`` (what the user submitted), the pod is the user's
+    podSpec with the fields the scheduler owns set on top (:func:`owned_fields`),
+    in the job's namespace, with the job's labels and annotations beside
+    Flotilla's own and its ``flotilla.io/pod-number``. Without one, a
+    stand-in pod of the job's requests (``simulate --real-time``, benchmarks).
+    """
+    labels = dict(template.labels) if template is not None else {}
+    labels.update({
         JOB_ID: label_value(job.id),
         QUEUE: label_value(job.queue),
         JOB_SET: label_value(job.job_set or "none"),
         PRIORITY_CLASS: label_value(job.priority_class or "none"),
-    }
-    annotations = dict(job.annotations)
+    })
+    annotations = dict(template.annotations) if template is not None else {}
+    annotations.update(job.annotations)
     annotations.update({
         JOB_ID: job.id, QUEUE: job.queue, JOB_SET: job.job_set, PRIORITY_CLASS: job.priority_class,
         PRIORITY: str(job.priority), SUBMITTED: repr(float(job.submitted)), ATTEMPT: str(attempt),
     })
+    if template is not None:
+        labels[POD_NUMBER] = annotations[POD_NUMBER] = str(template.pod_number)
     if job.gang is not None:
         annotations[GANG_ID_ANNOTATION] = job.gang.id
         annotations[GANG_CARDINALITY_ANNOTATION] = str(job.gang.cardinality)
     if duration is not None:
         annotations[KWOK_COMPLETE_DELAY] = f"{max(0, int(round(duration * 1000)))}ms"
+    spec = copy.deepcopy(dict(template.pod_spec)) if template is not None else _stand_in_spec(job, settings)
+    owned_fields(spec, job, node, settings, priority_class_known)
+    return {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {
+            "name": pod_name(settings.name_prefix, job.id, attempt),
+            "namespace": job_namespace(job, settings, template),
+            "labels": labels,
+            "annotations": annotations,
+        },
+        "spec": spec,
+    }
+
+
+def _stand_in_spec(job: Job, settings: PodSettings) -> dict[str, Any]:
+    """One pause container holding the job's requests, for jobs that come without a podSpec."""
     resources = {name: format_quantity(amount, name) for name, amount in job.requests.items()}
     spec: dict[str, Any] = {
         "containers": [{
@@ -130,34 +165,45 @@ def pod_manifest(job: Job, node: str | None, attempt: int, settings: PodSettings
             "image": job.annotations.get(IMAGE, settings.image),
             "resources": {"requests": resources, "limits": dict(resources)},
         }],
-        "restartPolicy": "Never",
-        "schedulerName": settings.scheduler_name,
-        "terminationGracePeriodSeconds": job_grace_period(job, settings),
         "automountServiceAccountToken": False,
         "enableServiceLinks": False,
-        # Flotilla placed the pod; it must not be evicted for the fake node's usual taints either.
         "tolerations": [_toleration_dict(t) for t in job.tolerations],
     }
+    if job.node_selector:
+        spec["nodeSelector"] = dict(job.node_selector)
+    return spec
+
+
+def owned_fields(spec: dict[str, Any], job: Job, node: str | None, settings: PodSettings,
+                 priority_class_known: bool = True) -> None:
+    """Set, in ``spec``, the fields the scheduler owns; everything else stays as the user gave it.
+
+    nodeName (unless bound later through the binding subresource),
+    schedulerName, priorityClassName (when the cluster has the class),
+    terminationGracePeriodSeconds and activeDeadlineSeconds (the job's,
+    in whole seconds), restartPolicy (Never unless the user chose
+    OnFailure), and every container's requests equal to its limits.
+    """
+    spec.setdefault("restartPolicy", "Never")
+    spec["schedulerName"] = settings.scheduler_name
+    spec["terminationGracePeriodSeconds"] = job_grace_period(job, settings)
     deadline = job_deadline(job, settings)
     if deadline is not None:
         spec["activeDeadlineSeconds"] = deadline
-    if job.node_selector:
-        spec["nodeSelector"] = dict(job.node_selector)
+    else:
+        spec.pop("activeDeadlineSeconds", None)
     if node is not None:
         spec["nodeName"] = node
     if settings.set_priority_class_name and priority_class_known and job.priority_class:
         spec["priorityClassName"] = job.priority_class
-    return {
-        "apiVersion": "v1",
-        "kind": "Pod",
-        "metadata": {
-            "name": pod_name(settings.name_prefix, job.id, attempt),
-            "namespace": job_namespace(job, settings),
-            "labels": labels,
-            "annotations": annotations,
-        },
-        "spec": spec,
-    }
+    else:
+        spec.pop("priorityClassName", None)
+    for group in ("containers", "initContainers"):
+        for container in spec.get(group) or ():
+            resources = container.get("resources")
+            if resources:
+                both = {**(resources.get("limits") or {}), **(resources.get("requests") or {})}
+                resources["requests"], resources["limits"] = both, dict(both)
 
 
 def _toleration_dict(t: Toleration) -> dict[str, str]:
@@ -306,5 +352,5 @@ def node_from_object(obj: Mapping[str, Any], cluster: str) -> Node:
 
 
 __all__ = ["ATTEMPT", "FAKE_NODE", "JOB_ID", "KWOK_COMPLETE_DELAY", "PodSettings", "QUEUE", "is_ours", "is_terminal",
-           "job_from_pod", "label_value", "node_from_object", "node_ready", "pod_manifest", "pod_name",
+           "job_from_pod", "label_value", "owned_fields", "POD_NUMBER", "node_from_object", "node_ready", "pod_manifest", "pod_name",
            "pod_phase", "pod_requests"]

@@ -250,8 +250,9 @@ def job_file_problems(file: Any) -> list:
         specs = [("podSpec", job.podSpec)] if job.podSpec is not None else \
             [(f"podSpecs[{k}]", spec) for k, spec in enumerate(job.podSpecs or [])]
         for path, spec in specs:
-            for name in ("terminationGracePeriodSeconds", "activeDeadlineSeconds"):
-                why = _seconds_problem(getattr(spec, name, None))
+            for name, attribute in (("terminationGracePeriodSeconds", "termination_grace_period_seconds"),
+                                    ("activeDeadlineSeconds", "active_deadline_seconds")):
+                why = _seconds_problem(getattr(spec, attribute, getattr(spec, name, None)))
                 if why:
                     add(f"{path}.{name}", why)
     return out

@@ -141,8 +141,15 @@ def _fmt_time(ts: float | None) -> str:
               help="Enable POST /v1/admin/clusters/NAME/stop|start (administrators; stops a simulated cluster, "
                    "for tests and demos).")
 @click.option("--seed", type=int, default=None, help="Seed for the evict action's draws.")
-def serve(config_path, listen, store_url, admin_endpoints, seed):
-    """Run the submission API and the scheduling loop in one process.
+@click.option("--role", type=click.Choice(["all", "api", "scheduler"]), default="all", show_default=True,
+              envvar="FLOTILLA_ROLE",
+              help="all: API and scheduling loop in one process (SQLite is fine). api: a stateless API replica. "
+                   "scheduler: a leader-elected scheduler replica. api and scheduler need PostgreSQL.")
+@click.option("--identity", default=None, envvar="FLOTILLA_IDENTITY",
+              help="This scheduler's name in leader election (default: $POD_NAME or the host name, the pid and "
+                   "a random suffix).")
+def serve(config_path, listen, store_url, admin_endpoints, seed, role, identity):
+    """Run the submission API and the scheduling loop (--role all), or one of them.
 
     Every `cycle.period`, the loop reads the store and the clusters, runs
     the configured actions, records decisions and events in one
@@ -158,10 +165,15 @@ def serve(config_path, listen, store_url, admin_endpoints, seed):
     from flotilla.scheduler_main import build_scheduler, load_config_or_fail
     from flotilla.service.server import build_service, run
 
+    from flotilla.service.roles import RoleError
+
     config = load_config_or_fail(config_path)
     scheduler = build_scheduler(config)
     try:
-        service = build_service(config, scheduler, store_url=store_url, admin_endpoints=admin_endpoints, seed=seed)
+        service = build_service(config, scheduler, store_url=store_url, admin_endpoints=admin_endpoints, seed=seed,
+                                role=role, identity=identity, config_path=config_path)
+    except RoleError as exc:
+        raise CommandError(str(exc), EXIT_USAGE) from None
     except Exception as exc:  # a store that cannot be opened, a backend that cannot start
         raise CommandError(f"cannot start: {exc}", EXIT_USAGE) from None
     try:

@@ -22,6 +22,7 @@ from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, ValidationEr
 
 from flotilla.core.model import GANG_CARDINALITY_ANNOTATION, GANG_ID_ANNOTATION
 from flotilla.core.quantities import QuantityError, format_quantity, parse_quantity
+from flotilla.kubernetes.podspec import PodSpec, stored_pod_spec
 from flotilla.service.bounds import BoundsError, check_value, job_file_problems
 from flotilla.service.settings import ServiceSettings
 from flotilla.service.store import NewJob, Pod, Rejection, SubmissionRejected
@@ -45,48 +46,19 @@ def _string_map(value: Any) -> Any:
 
 Str = Annotated[str, BeforeValidator(_stringify)]
 StrMap = Annotated[dict[str, str], BeforeValidator(_string_map)]
-Quantity = Annotated[str, BeforeValidator(_stringify)]
 
 
-class ResourceRequirements(BaseModel):
-    model_config = ConfigDict(extra="allow")
-    requests: dict[str, Quantity] | None = None
-    limits: dict[str, Quantity] | None = None
-
-
-class Container(BaseModel):
-    model_config = ConfigDict(extra="allow")
-    name: str | None = None
-    image: str | None = None
-    resources: ResourceRequirements | None = None
-
-
-class Toleration(BaseModel):
-    model_config = ConfigDict(extra="allow")
-    key: str = ""
-    operator: str = "Equal"
-    value: Str = ""
-    effect: str = ""
-    tolerationSeconds: int | None = None
-
-
-class PodSpec(BaseModel):
-    """A Kubernetes pod spec; the fields the scheduler reads are typed, the rest is kept as given."""
-
-    model_config = ConfigDict(extra="allow")
-    containers: list[Container] = Field(min_length=1)
-    initContainers: list[Container] = Field(default_factory=list)
-    priorityClassName: str | None = None
-    terminationGracePeriodSeconds: float | None = None
-    activeDeadlineSeconds: float | None = None
-    nodeSelector: StrMap = Field(default_factory=dict)
-    tolerations: list[Toleration] = Field(default_factory=list)
+#: A Kubernetes namespace name (a DNS-1123 label).
+NAMESPACE_PATTERN = r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$"
 
 
 class JobItem(BaseModel):
-    model_config = ConfigDict(extra="allow")
+    """One job of a file; an unknown field is an error that names it."""
+
+    model_config = ConfigDict(extra="forbid")
     priority: int = 0
-    namespace: str = "default"
+    #: Where its pods go; none: the cluster's ``namespace`` setting.
+    namespace: str | None = Field(None, max_length=63, pattern=NAMESPACE_PATTERN)
     clientId: Str | None = None
     labels: StrMap = Field(default_factory=dict)
     annotations: StrMap = Field(default_factory=dict)
@@ -192,7 +164,7 @@ def validate_jobs(file: JobFile, settings: ServiceSettings) -> list[NewJob]:
         specs = [("podSpec", job.podSpec)] if job.podSpec is not None else \
             [(f"podSpecs[{k}]", spec) for k, spec in enumerate(job.podSpecs)]
 
-        pcs = {spec.priorityClassName for _, spec in specs if spec.priorityClassName}
+        pcs = {spec.priority_class_name for _, spec in specs if spec.priority_class_name}
         priority_class = settings.default_priority_class
         if len(pcs) > 1:
             reject(f"{specs[0][0]}.priorityClassName",
@@ -200,7 +172,7 @@ def validate_jobs(file: JobFile, settings: ServiceSettings) -> list[NewJob]:
         elif pcs:
             priority_class = pcs.pop()
             if priority_class not in known_pcs:
-                reject(f"{next(p for p, s in specs if s.priorityClassName)}.priorityClassName",
+                reject(f"{next(p for p, s in specs if s.priority_class_name)}.priorityClassName",
                        f"priority class {priority_class!r} does not exist (known: {', '.join(sorted(known_pcs))})")
 
         pods: list[Pod] = []
@@ -210,12 +182,12 @@ def validate_jobs(file: JobFile, settings: ServiceSettings) -> list[NewJob]:
         for path, spec in specs:
             requests: dict[str, int] = {}
             init_max: dict[str, int] = {}
-            for group, containers in (("containers", spec.containers), ("initContainers", spec.initContainers)):
-                for c, container in enumerate(containers):
+            for group, containers in (("containers", spec.containers), ("initContainers", spec.init_containers)):
+                for c, container in enumerate(containers or ()):
                     cpath = f"{path}.{group}[{c}].resources"
-                    res = container.resources or ResourceRequirements()
-                    req = _parse_map(res.requests or {}, f"{cpath}.requests", reject)
-                    lim = _parse_map(res.limits or {}, f"{cpath}.limits", reject)
+                    res = container.resources
+                    req = _parse_map((res and res.requests) or {}, f"{cpath}.requests", reject)
+                    lim = _parse_map((res and res.limits) or {}, f"{cpath}.limits", reject)
                     if req is None or lim is None:
                         continue
                     for name in sorted(set(req) | set(lim)):
@@ -237,7 +209,7 @@ def validate_jobs(file: JobFile, settings: ServiceSettings) -> list[NewJob]:
             for name, amount in init_max.items():
                 requests[name] = max(requests.get(name, 0), amount)
 
-            tgps = spec.terminationGracePeriodSeconds
+            tgps = spec.termination_grace_period_seconds
             if tgps is None:
                 pod_grace = max(1.0, settings.grace_default)
             elif tgps < 0:
@@ -258,14 +230,14 @@ def validate_jobs(file: JobFile, settings: ServiceSettings) -> list[NewJob]:
                 pod_grace = float(tgps)
             grace = max(grace, pod_grace)
 
-            ads = spec.activeDeadlineSeconds
+            ads = spec.active_deadline_seconds
             if ads is not None and ads <= 0:
                 reject(f"{path}.activeDeadlineSeconds", f"must be positive, got {ads:g}")
             deadlines.append(ads)
 
-            tolerations = [t.model_dump(exclude_none=True) for t in spec.tolerations]
-            pods.append(Pod({k: v for k, v in requests.items() if v}, dict(spec.nodeSelector), tolerations))
-            stored_specs.append(spec.model_dump(mode="json", exclude_none=True))
+            tolerations = [t.model_dump(by_alias=True, exclude_none=True) for t in spec.tolerations or ()]
+            pods.append(Pod({k: v for k, v in requests.items() if v}, dict(spec.node_selector or {}), tolerations))
+            stored_specs.append(stored_pod_spec(spec))
 
         gpu = any(_is_gpu(name) and amount > 0 for pod in pods for name, amount in pod.requests.items())
         default_deadline = settings.deadline_gpu if gpu else settings.deadline_cpu

@@ -169,6 +169,8 @@ def apply_reports(active: dict, reports: Mapping[str, ClusterReport], now: float
                 job.renewed_at = now
             else:
                 missing.add(job.id)
+        if present:
+            counts["lease-renewed"] = counts.get("lease-renewed", 0) + len(present)
         if len(missing) <= _CHUNK:
             changes.renewals[cluster] = (missing, now)
         else:

@@ -1,4 +1,4 @@
-"""The scheduling loop of ``flotilla serve``: one cycle every ``cycle.period``, on its own thread.
+"""The scheduling loop of ``flotilla serve``: one cycle (run every ``cycle.period`` by roles.scheduler).
 
 Each cycle:
 
@@ -14,7 +14,9 @@ Each cycle:
    ``lease``) on the snapshot;
 5. one transaction (:meth:`Store.record_cycle`): leases and ``leased``
    events for placed jobs, ``preempted`` for preempted ones;
-6. the lease hand-over: ``apply`` per cluster; the jobs a cluster accepted
+6. the lease hand-over: the leased jobs' specs read by id for clusters
+   that create real pods (:mod:`flotilla.service.templates`), ``apply``
+   per cluster; the jobs a cluster accepted
    become ``pending`` (one more transaction). A cluster that fails here
    keeps its jobs ``leased`` until the lease expires and they run elsewhere.
 
@@ -40,6 +42,7 @@ from flotilla.service.jobspec import duration_of_annotations
 from flotilla.service.leases import ClusterReport, job_of, pod_ids
 from flotilla.service.settings import ServiceSettings
 from flotilla.service.store import ActiveCopy, QueuedJob, Store
+from flotilla.service.templates import templates_for
 
 log = structlog.get_logger("flotilla.service.loop")
 
@@ -177,9 +180,8 @@ class ServiceLoop:
         self.actions = [a for a in scheduler.actions if getattr(a, "name", "") != "lease"]
         self.cycles = 0
         self.last: CycleReport | None = None
+        self.last_decisions = None     # the last cycle's Decisions (published by the scheduler role)
         self.cycle_lock = threading.Lock()
-        self._stop = threading.Event()
-        self._thread: threading.Thread | None = None
         self.in_cycle = threading.Event()
         self.queued = QueuedJobs(store)
         self.active = ActiveCopy()
@@ -285,6 +287,7 @@ class ServiceLoop:
         t4 = time.perf_counter()
 
         decisions = self.scheduler.run_cycle(snapshot, self.rng, actions=self.actions)
+        self.last_decisions = decisions
         t5 = time.perf_counter()
 
         placed: dict[str, dict[int, tuple[str, str]]] = {}
@@ -316,13 +319,15 @@ class ServiceLoop:
         for job_id in done_preempted:
             for pod in active_pods.get(job_id, ()):
                 stops.setdefault(pod.cluster, []).append(pod)
+        templates = templates_for(self.store, self.backends, starts)
         pending: list[str] = []
         for cluster in sorted(set(starts) | set(stops)):
             backend = self.backends.get(cluster)
             if backend is None:
                 continue
             try:
-                backend.apply(ClusterDecisions(start=starts.get(cluster, []), preempt=stops.get(cluster, [])))
+                backend.apply(ClusterDecisions(start=starts.get(cluster, []), preempt=stops.get(cluster, []),
+                                               templates=templates))
             except ClusterUnavailable:
                 log.info("cluster.unavailable", cluster=cluster, during="lease")
                 continue
@@ -345,28 +350,19 @@ class ServiceLoop:
                  **{f"{k}_s": round(v, 4) for k, v in report.timings.items()})
         return report
 
-    # -- the thread -------------------------------------------------------------------
-    def run_forever(self, period: float | None = None) -> None:
-        period = self.settings.cycle_period if period is None else period
-        while not self._stop.is_set():
-            started = time.monotonic()
-            try:
-                self.run_cycle()
-            except Exception:
-                log.exception("service.cycle_failed")
-            self._stop.wait(max(0.0, period - (time.monotonic() - started)))
+    def forget(self) -> None:
+        """Drop the copies kept between cycles; the next cycle reads the store afresh (a new leader term)."""
+        with self.cycle_lock:
+            self.queued = QueuedJobs(self.store)
+            self.active = ActiveCopy()
+            self._active_pods = {}
 
-    def start(self, period: float | None = None) -> threading.Thread:
-        self._stop.clear()
-        self._thread = threading.Thread(target=self.run_forever, args=(period,), name="flotilla-loop", daemon=True)
-        self._thread.start()
-        return self._thread
-
-    def stop(self, timeout: float | None = None) -> None:
-        """Let the cycle in progress finish, then stop."""
-        self._stop.set()
-        if self._thread is not None:
-            self._thread.join(timeout)
+    def reconfigure(self, scheduler, settings: ServiceSettings) -> None:
+        """A reloaded config: the next cycle runs ``scheduler`` (plugins and their args) with ``settings``."""
+        with self.cycle_lock:
+            self.scheduler = scheduler
+            self.settings = settings
+            self.actions = [a for a in scheduler.actions if getattr(a, "name", "") != "lease"]
 
     def set_cluster_available(self, name: str, available: bool) -> bool:
         backend = self.backends.get(name)

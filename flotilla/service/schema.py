@@ -16,7 +16,12 @@ Tables:
 * ``leases`` - one row per job handed to a cluster: cluster, nodes, when
   leased and last renewed (deleted when the job leaves the cluster);
 * ``events`` - the append-only event log; ids increase in commit order,
-  so "events of a job set after id N" is a resumable stream.
+  so "events of a job set after id N" is a resumable stream;
+* ``scheduler_leader`` - one row: which scheduler leads, its term (bumped
+  at every change of leader) and until when its lease holds (the fence
+  every scheduling write checks, see :mod:`flotilla.service.roles.election`);
+* ``scheduler_status`` - one row: the leader's last cycle as JSON (shares,
+  reasons), which every replica's metrics and dashboard read.
 """
 
 from __future__ import annotations
@@ -117,14 +122,39 @@ sa.Index("ix_events_job_set", events.c.queue, events.c.job_set, events.c.id)
 sa.Index("ix_events_job", events.c.job_id)
 
 
+scheduler_leader = sa.Table(
+    "scheduler_leader", metadata,
+    sa.Column("id", sa.Integer, primary_key=True),
+    sa.Column("holder", sa.String(255), nullable=False),
+    sa.Column("term", sa.BigInteger, nullable=False),
+    sa.Column("acquired", sa.Float, nullable=False),
+    sa.Column("expires", sa.Float, nullable=False),
+)
+
+scheduler_status = sa.Table(
+    "scheduler_status", metadata,
+    sa.Column("id", sa.Integer, primary_key=True),
+    sa.Column("term", sa.BigInteger, nullable=False),
+    sa.Column("cycle", sa.BigInteger, nullable=False),
+    sa.Column("time", sa.Float, nullable=False),
+    sa.Column("body", sa.Text, nullable=False),
+)
+
+
 def _v1(conn: sa.Connection) -> None:
     """The first schema: every table above as it was first released."""
     metadata.create_all(conn, tables=[queues, job_sets, jobs, leases, events])
 
 
+def _v2(conn: sa.Connection) -> None:
+    """Leader election and the leader's published cycle status."""
+    metadata.create_all(conn, tables=[scheduler_leader, scheduler_status])
+
+
 #: (version, description, function). Append only.
 MIGRATIONS: list[tuple[int, str, Callable[[sa.Connection], None]]] = [
     (1, "queues, job sets, jobs, leases, events", _v1),
+    (2, "scheduler leader and status", _v2),
 ]
 
 LATEST = MIGRATIONS[-1][0]

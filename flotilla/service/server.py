@@ -1,4 +1,4 @@
-"""``flotilla serve``: the API (uvicorn) and the scheduling loop (a thread) in one process.
+"""``flotilla serve``: the API (uvicorn) and the scheduling loop (a thread), or one of them (``--role``).
 
 Shutdown (SIGTERM or SIGINT): the server stops accepting connections, open
 watch streams end, requests in flight finish, the cycle in progress
@@ -21,7 +21,13 @@ import structlog
 import uvicorn
 
 from flotilla.service.api import create_app
+from flotilla.service.health import health_router, ops_app
 from flotilla.service.loop import ServiceLoop, service_backends
+from flotilla.service.metrics import Metrics, instrument
+from flotilla.service.roles import check_role, runs_api, runs_scheduler
+from flotilla.service.roles.election import LeaderElector
+from flotilla.service.roles.events import EventPoller
+from flotilla.service.roles.scheduler import SchedulerRunner
 from flotilla.service.settings import ServiceSettings, from_config
 from flotilla.service.store import Store
 
@@ -30,36 +36,88 @@ log = structlog.get_logger("flotilla.service")
 
 @dataclass
 class Service:
+    """One ``serve`` process: its role's parts (``loop``/``runner`` only where it schedules)."""
+
     settings: ServiceSettings
     store: Store
-    loop: ServiceLoop
+    loop: ServiceLoop | None
     app: object
     shutting_down: threading.Event
+    role: str = "all"
+    runner: SchedulerRunner | None = None
+    elector: LeaderElector | None = None
+    metrics: Metrics | None = None
+    poller: EventPoller | None = None
+    reloader: object | None = None
+
+    def start(self) -> None:
+        if self.poller is not None:
+            self.poller.start()
+        if self.runner is not None:
+            self.runner.start()
+        if self.reloader is not None:
+            self.reloader.start()
+
+    def stop_soon(self) -> None:
+        """A signal arrived: finish the cycle in progress, start no other."""
+        self.shutting_down.set()
+        if self.runner is not None:
+            self.runner.stopping.set()
 
     def close(self) -> None:
-        self.loop.stop()
-        for backend in self.loop.backends.values():
-            close = getattr(backend, "close", None)
-            if callable(close):
-                try:
-                    close()
-                except Exception:  # pragma: no cover - best effort on the way out
-                    log.exception("backend.close_failed")
+        if self.reloader is not None:
+            self.reloader.stop()
+        if self.runner is not None:
+            self.runner.stop()
+        if self.poller is not None:
+            self.poller.stop()
+        if self.loop is not None:
+            for backend in self.loop.backends.values():
+                close = getattr(backend, "close", None)
+                if callable(close):
+                    try:
+                        close()
+                    except Exception:  # pragma: no cover - best effort on the way out
+                        log.exception("backend.close_failed")
         self.store.close()
 
 
 def build_service(config, scheduler, *, store_url: str | None = None, admin_endpoints: bool = False,
-                  backends: dict | None = None, seed: int | None = None) -> Service:
-    """Everything ``serve`` runs, built from a loaded config and a :class:`Scheduler` for it."""
+                  backends: dict | None = None, seed: int | None = None, role: str = "all",
+                  identity: str | None = None, config_path: str | None = None) -> Service:
+    """Everything ``serve --role ROLE`` runs, built from a loaded config and a :class:`Scheduler` for it.
+
+    Raises :class:`~flotilla.service.roles.RoleError` for ``api``/``scheduler`` on SQLite.
+    """
     settings = from_config(config)
-    store = Store(store_url or settings.store_url)
+    url = store_url or settings.store_url
+    check_role(role, url)
+    store = Store(url)
     store.sync_queues(settings.queues)
-    if backends is None:
-        backends = service_backends(config, scheduler.pm)
-    loop = ServiceLoop(store, settings, scheduler, backends, seed=seed)
+    metrics = Metrics(store, role)
     shutting_down = threading.Event()
-    app = create_app(store, settings, loop, admin_endpoints=admin_endpoints, shutting_down=shutting_down)
-    return Service(settings, store, loop, app, shutting_down)
+    loop = runner = elector = None
+    if runs_scheduler(role):
+        if backends is None:
+            backends = service_backends(config, scheduler.pm)
+        loop = ServiceLoop(store, settings, scheduler, backends, seed=seed)
+        if not store.sqlite:  # one file, one process: SQLite needs no election (and api/scheduler refuse it)
+            elector = LeaderElector(store, identity, settings.leader_lease, settings.leader_renew)
+            elector.on_change = lambda leading, term: metrics.set_leader(elector.identity, leading, term)
+            metrics.set_leader(elector.identity, False, None)
+        else:
+            metrics.set_leader(identity or "all", True, None)
+        runner = SchedulerRunner(loop, elector, on_cycle=metrics.observe_cycle, on_fenced=metrics.fenced.inc)
+    router = health_router(store, role, metrics, elector, shutting_down)
+    if runs_api(role):
+        app = create_app(store, settings, loop, admin_endpoints=admin_endpoints, shutting_down=shutting_down)
+        app.include_router(router)
+    else:
+        app = ops_app(router)
+    instrument(app, metrics)
+    poller = EventPoller(store) if runs_api(role) and not store.sqlite else None
+    service = Service(settings, store, loop, app, shutting_down, role, runner, elector, metrics, poller)
+    return service
 
 
 class _Server(uvicorn.Server):
@@ -70,8 +128,7 @@ class _Server(uvicorn.Server):
         self.service = service
 
     def handle_exit(self, sig, frame) -> None:
-        self.service.shutting_down.set()
-        self.service.loop._stop.set()          # finish the cycle in progress, start no other
+        self.service.stop_soon()
         super().handle_exit(sig, frame)
 
 
@@ -84,7 +141,7 @@ def split_listen(listen: str) -> tuple[str, int]:
 
 def run(service: Service, listen: str | None = None, *, access_log: bool = False) -> int:
     host, port = split_listen(listen or service.settings.listen)
-    if not service.settings.tokens:
+    if not service.settings.tokens and runs_api(service.role):
         if host not in ("127.0.0.1", "localhost", "::1"):
             raise ValueError(f"auth.tokens is empty: refusing to serve without authentication on {host}; "
                              f"add tokens or listen on 127.0.0.1")
@@ -97,14 +154,14 @@ def run(service: Service, listen: str | None = None, *, access_log: bool = False
     def on_signal(signum, frame) -> None:
         # uvicorn re-raises the signal it caught once it has shut down; this handler
         # receives it then, so that the loop and the store are closed before exiting.
-        service.shutting_down.set()
-        service.loop._stop.set()
+        service.stop_soon()
 
     for signum in (signal.SIGTERM, signal.SIGINT):
         signal.signal(signum, on_signal)
-    service.loop.start()
-    print(f"flotilla serve: listening on http://{host}:{port} (store {redact(service.store.url)}, "
-          f"clusters {', '.join(sorted(service.loop.backends)) or 'none'})", file=sys.stderr, flush=True)
+    service.start()
+    clusters = ", ".join(sorted(service.loop.backends)) or "none" if service.loop is not None else "none (api role)"
+    print(f"flotilla serve: role {service.role}, listening on http://{host}:{port} "
+          f"(store {redact(service.store.url)}, clusters {clusters})", file=sys.stderr, flush=True)
     started = time.monotonic()
     try:
         server.run()

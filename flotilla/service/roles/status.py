@@ -1,0 +1,95 @@
+"""The leader's last cycle, published in the store for every replica.
+
+API replicas run no loop, yet their ``/metrics`` and dashboard show fair
+shares, allocations, clusters and why jobs wait. After each cycle the
+leader writes one row (``scheduler_status``, fenced like its other
+writes); any replica reads it, cached for a second.
+
+Reasons: every queued job's reason is counted per queue (up to
+:data:`REASON_LIMIT` pods a cycle; past that the rest count as
+``not counted``), and the first :data:`JOB_REASON_LIMIT` jobs keep their
+own reason for the dashboard's job page.
+"""
+
+from __future__ import annotations
+
+import json
+import threading
+import time
+from typing import Any
+
+import sqlalchemy as sa
+
+from flotilla.core.quantities import parse_quantity
+from flotilla.service.leases import job_of
+from flotilla.service.schema import scheduler_status
+from flotilla.service.store import Store
+
+REASON_LIMIT = 100_000
+JOB_REASON_LIMIT = 10_000
+NOT_COUNTED = "not counted (past the per-cycle limit)"
+
+
+def allocated_numbers(allocated: dict[str, str]) -> dict[str, float]:
+    """``{"cpu": "1500m", "memory": "4Gi"}`` -> cores and base units, as Prometheus expects."""
+    out = {}
+    for name, text in allocated.items():
+        value = parse_quantity(text, name)
+        out[name] = value / 1000 if name == "cpu" else float(value)
+    return out
+
+
+def status_body(report, decisions, leader: str, term: int | None) -> dict[str, Any]:
+    """What the leader publishes about one cycle (``report``: the loop's CycleReport)."""
+    queues: dict[str, dict] = {}
+    reasons: dict[str, dict[str, int]] = {}
+    job_reasons: dict[str, str] = {}
+    if decisions is not None:
+        for name, q in sorted(decisions.queues.items()):
+            queues[name] = {"weight": q.weight, "fairShare": q.fair_share, "share": q.share,
+                            "allocated": allocated_numbers(q.allocated)}
+        seen: set[str] = set()
+        for k, pod in enumerate(decisions.queued):
+            job_id = job_of(pod.id)
+            if job_id in seen:            # a gang's other pods: the job counts once
+                continue
+            seen.add(job_id)
+            reason = decisions.explain(pod) if k < REASON_LIMIT else NOT_COUNTED
+            per_queue = reasons.setdefault(pod.queue, {})
+            per_queue[reason] = per_queue.get(reason, 0) + 1
+            if len(job_reasons) < JOB_REASON_LIMIT:
+                job_reasons[job_id] = reason
+    clusters = {name: True for name in report.clusters} | {name: False for name in report.unavailable}
+    return {"cycle": report.number, "time": report.started, "seconds": report.seconds, "leader": leader,
+            "term": term, "queues": queues, "reasons": reasons, "jobReasons": job_reasons,
+            "clusters": dict(sorted(clusters.items()))}
+
+
+def publish(store: Store, body: dict, term: int | None) -> None:
+    """Replace the status row (inside the caller's fence, when it has one)."""
+    row = {"term": term or 0, "cycle": body["cycle"], "time": body["time"],
+           "body": json.dumps(body, separators=(",", ":"))}
+    with store.write() as conn:
+        if conn.execute(scheduler_status.update().where(scheduler_status.c.id == 1).values(**row)).rowcount == 0:
+            conn.execute(scheduler_status.insert().values(id=1, **row))
+
+
+class StatusReader:
+    """The published status, read at most once per ``ttl`` seconds (scrapes and pages share it)."""
+
+    def __init__(self, store: Store, ttl: float = 1.0):
+        self.store = store
+        self.ttl = ttl
+        self._lock = threading.Lock()
+        self._read_at = -1e9
+        self._body: dict = {}
+
+    def get(self) -> dict:
+        with self._lock:
+            if time.monotonic() - self._read_at >= self.ttl:
+                with self.store.read() as conn:
+                    text = conn.execute(sa.select(scheduler_status.c.body)
+                                        .where(scheduler_status.c.id == 1)).scalar_one_or_none()
+                self._body = json.loads(text) if text else {}
+                self._read_at = time.monotonic()
+            return self._body
