@@ -3,8 +3,9 @@
 Each queue offers its next unit (a job, or a whole gang), evicted jobs first,
 then by the job order (priority, then submission time). The unit served next
 is the one whose queue would have the smallest share over its fair share if
-it got it; ties go to the queue whose name sorts first. A unit that cannot
-be placed is passed over (it blocks nothing behind it); a queue is given up
+it got it; ties go to the queue whose name sorts first. When queues form a
+tree, that choice is made level by level (:class:`~flotilla.core.queuetree.TreePicker`).
+A unit that cannot be placed is passed over (it blocks nothing behind it); a queue is given up
 on for this cycle after ``allocate.lookahead`` units were passed over.
 Evicted jobs that cannot return to their node do not count as passed over
 (as in Armada, re-scheduled jobs do not count towards the limit): each has
@@ -16,6 +17,11 @@ rest; the least free space that fits within each): first without touching
 the room of evicted jobs, then taking it if it must. An evicted job may only
 return to its own node. Evicted jobs that do not return become preemptions
 when the action ends, which frees their room for ``preempt``.
+
+The room of an evicted job may be taken only by a job whose priority class
+has an equal or higher priority (armada-scheduler.txt: preemption to fair
+share happens only for jobs "of equal PC priority"); this holds for new jobs
+and for other evicted jobs returning alike.
 """
 
 from __future__ import annotations
@@ -26,9 +32,35 @@ import time
 import structlog
 
 from flotilla.core.nodeindex import EVICTED
+from flotilla.core.queuetree import TreePicker
 from flotilla.core.session import iter_units
 
 log = structlog.get_logger("flotilla.actions.allocate")
+
+
+class _QueueRun:
+    """One queue's progress through allocate: its units, how many were passed over, what it knows fails."""
+
+    __slots__ = ("queue", "units", "passed", "known", "covers_all")
+
+    def __init__(self, queue, units, covers_all: bool):
+        self.queue = queue
+        self.units = units
+        self.passed = 0
+        #: (requests, priority class, node selector, tolerations) by identity -> the failure recorded.
+        self.known: dict[tuple, object] = {}
+        #: Whether the queue's node tiers cover every node, so "no node fits" is true for every queue.
+        self.covers_all = covers_all
+
+
+def requirements_key(job) -> tuple:
+    """What decides where a job may go, by object identity (bulk-loaded jobs share these objects).
+
+    Two jobs of one queue with the same key have the same vector and the same
+    node types, so the failure of one is the failure of the other.
+    """
+    selector = job.node_selector
+    return id(job.requests), job.priority_class, id(selector) if selector else 0, id(job.tolerations)
 
 
 class Allocate:
@@ -36,52 +68,55 @@ class Allocate:
 
     def execute(self, session) -> None:
         started = time.perf_counter()
-        lookahead = session.settings.lookahead
+        self.lookahead = session.settings.lookahead
         levels = session.index.levels
         self.base_level = levels[1] if len(levels) > 1 else EVICTED
+        # Evicted jobs are preemptible, so their level is their class's priority.
+        self.evicted_top = max((session.running[job_id].level for job_id in session.evicted), default=EVICTED)
+        self.debug = session.debug
+        self.skipped = 0
+        #: (vector, node types) that found no node at any level: free space only shrinks during allocate.
+        self.misfits: set[tuple] = set()
         evicted_by_queue: dict[str, list] = {}
         for job in session.evicted.values():
             evicted_by_queue.setdefault(job.queue, []).append(job)
 
-        heap: list[tuple[float, str, object, object]] = []
-        passed_over: dict[str, int] = {}
-        failed: dict[str, dict[tuple, object]] = {}
+        picker = TreePicker(session) if session.nested else FlatPicker(session)
         for queue in session.queues.values():
             evicted = evicted_by_queue.get(queue.name, ())
             if not queue.queued and not evicted:
                 continue
-            units = iter_units(session, queue, evicted)
-            passed_over[queue.name] = 0
-            failed[queue.name] = {}
-            self._offer(session, heap, queue, units)
+            tiers = set(session.node_tiers_fn(queue))
+            run = _QueueRun(queue, iter_units(session, queue, evicted), "any" in tiers or {"unused", "used"} <= tiers)
+            self._offer(session, picker, run)
 
-        self.debug = session.debug
-        considered = placed = 0
-        while heap:
-            fraction, name, unit, units = heapq.heappop(heap)
-            queue = session.queues[name]
-            vec = self._unit_vector(session, unit)
-            current = session.fair_share_fraction(queue, vec)
-            if current > fraction and heap and current > heap[0][0]:
-                # A plugin whose costs move with other queues' allocations: re-file and look again.
-                heapq.heappush(heap, (current, name, unit, units))
-                continue
+        considered = 0
+        while (chosen := picker.pop()) is not None:
+            queue, unit, run, vec = chosen
             considered += 1
-            if self._place(session, queue, unit, vec, failed[name]):
-                placed += 1
-            elif not self._is_return(session, unit):
-                passed_over[name] += 1
-                if passed_over[name] >= lookahead:
-                    session.unexamined_reason[name] = f"lookahead {lookahead} reached in queue {name}"
+            if not self._place(session, run, unit, vec) and not self._is_return(session, unit):
+                if self._pass_over(session, run):
+                    picker.drop(queue)
                     continue
-            self._offer(session, heap, queue, units)
+            self._offer(session, picker, run)
 
         session.preempt_evicted()
-        session.counters["considered"] += considered
+        # Known misfits passed over count as considered too; "skipped" says how many of them there were.
+        session.counters["considered"] += considered + self.skipped
+        session.counters["skipped"] += self.skipped
         session.counters["scheduled"] = len(session.scheduled)
         session.timings[self.name] = time.perf_counter() - started
 
     # -- helpers --------------------------------------------------------------
+    def _pass_over(self, session, run) -> bool:
+        """Count a unit passed over; True when the queue has used up its lookahead."""
+        run.passed += 1
+        if run.passed >= self.lookahead:
+            name = run.queue.name
+            session.unexamined_reason[name] = f"lookahead {self.lookahead} reached in queue {name}"
+            return True
+        return False
+
     @staticmethod
     def _unit_vector(session, unit):
         if isinstance(unit, list):
@@ -106,15 +141,32 @@ class Allocate:
             return all(member.id in session.evicted for member in unit)
         return unit.id in session.evicted
 
-    def _offer(self, session, heap, queue, units) -> None:
-        unit = next(units, None)
-        if unit is None:
-            return
-        fraction = session.fair_share_fraction(queue, self._unit_vector(session, unit))
-        # Queue names are unique, so the heap never compares units.
-        heapq.heappush(heap, (fraction, queue.name, unit, units))
+    def _offer(self, session, picker, run) -> None:
+        """Offer the queue's next unit to the picker, passing over known misfits on the way.
 
-    def _place(self, session, queue, unit, vec, failed) -> bool:
+        A queued job whose requirements already failed in this queue this
+        cycle cannot fit now either (free space only shrinks during allocate
+        and queue usage only grows), so it is recorded with the same failure
+        and passed over here, without a heap entry, a cost computation or a
+        node search.
+        """
+        units, known, evicted = run.units, run.known, session.evicted
+        check_valid = bool(session.job_valid_fns)
+        for unit in units:
+            if unit.__class__ is not list and known and unit.id not in evicted:
+                failure = known.get(requirements_key(unit))
+                if failure is not None and not (check_valid and session.job_valid(unit)):
+                    session.failures[unit.id] = failure
+                    self.skipped += 1
+                    if self._pass_over(session, run):
+                        break
+                    continue
+            picker.offer(run.queue, unit, run, self._unit_vector(session, unit))
+            return
+        picker.drop(run.queue)
+
+    def _place(self, session, run, unit, vec) -> bool:
+        queue = run.queue
         if isinstance(unit, list):
             return self._place_gang(session, queue, unit, vec)
         job = unit
@@ -125,18 +177,19 @@ class Allocate:
             session.failures[job.id] = reason
             return False
         types, why = session.allowed_types(job)
-        key = (vec, id(types))
-        hit = failed.get(key)
-        if hit is not None:
-            session.failures[job.id] = hit
-            return False
         reason = session.admit(queue, job, vec) or why
         if reason:
-            failed[key] = session.failures[job.id] = reason
+            run.known[requirements_key(job)] = session.failures[job.id] = reason
             return False
-        node = self._find(session, queue, job, vec, types)
+        shape = (vec, id(types))
+        if run.covers_all and shape in self.misfits:
+            node = None
+        else:
+            node = self._find(session, queue, job, vec, types)
         if node is None:
-            failed[key] = session.failures[job.id] = (vec, EVICTED, types)
+            run.known[requirements_key(job)] = session.failures[job.id] = (vec, EVICTED, types)
+            if run.covers_all:
+                self.misfits.add(shape)
             return False
         stmt = session.statement()
         stmt.allocate(job, node)
@@ -148,14 +201,38 @@ class Allocate:
     def _find(self, session, queue, job, vec, types):
         node = session.find_node(job, vec, EVICTED, types, queue)
         if node is None and session.evicted:
-            node = session.find_node(job, vec, self.base_level, types, queue)
+            priority = session.priority_class(job).priority
+            if priority >= self.evicted_top:
+                node = session.find_node(job, vec, self.base_level, types, queue)
+            else:
+                node = self._find_over_evicted(session, queue, vec, priority, types)
         return node
+
+    def _find_over_evicted(self, session, queue, vec, priority, types):
+        """Smallest fit, tier by tier, in the room of evicted jobs of ``priority`` or lower only."""
+        for tier in session.node_tiers_fn(queue):
+            for i in session.index.iter_fitting(vec, self.base_level, types):
+                if (tier == "any" or session.in_tier(i, tier, queue.name)) and self._fits_over_evicted(session, i, vec, priority):
+                    return i
+        return None
+
+    def _fits_over_evicted(self, session, node, vec, priority) -> bool:
+        """Does ``vec`` fit on ``node`` if only evicted jobs of ``priority`` or lower made way?"""
+        index = session.index
+        if priority >= self.evicted_top:
+            return index.fits_on(node, vec, self.base_level)
+        free = list(index.free[node][index.level_of[self.base_level]])
+        for job_id, (_, held, level) in index.jobs[node].items():
+            if level == EVICTED and session.running[job_id].level > priority:
+                for r, amount in enumerate(held):
+                    free[r] -= amount
+        return all(amount <= room for amount, room in zip(vec, free))
 
     def _return_evicted(self, session, queue, job, vec) -> bool:
         if session.admit(queue, job, vec):
             return False
         running = session.running[job.id]
-        if not session.index.fits_on(running.node, vec, self.base_level):
+        if not self._fits_over_evicted(session, running.node, vec, running.level):
             return False
         stmt = session.statement()
         stmt.unevict(job)
@@ -186,7 +263,7 @@ class Allocate:
                 member_vec = session.vector(member)
                 if member.id in session.evicted:
                     running = session.running[member.id]
-                    if not session.index.fits_on(running.node, member_vec, self.base_level):
+                    if not self._fits_over_evicted(session, running.node, member_vec, running.level):
                         break
                     stmt.unevict(member)
                 else:
@@ -208,3 +285,34 @@ class Allocate:
                 session.failures[member.id] = reason
         return False
 
+
+class FlatPicker:
+    """Allocate's next unit when no queue has a parent: one heap of the queues' offers.
+
+    Same interface as :class:`~flotilla.core.queuetree.TreePicker`: after
+    ``pop`` the caller ``offer``s the queue's next unit or ``drop``s the queue.
+    """
+
+    def __init__(self, session):
+        self.session = session
+        self.heap: list[tuple[float, str, object, object, tuple]] = []
+
+    def offer(self, queue, unit, run, vec) -> None:
+        # Queue names are unique, so the heap never compares units.
+        heapq.heappush(self.heap, (self.session.fair_share_fraction(queue, vec), queue.name, unit, run, vec))
+
+    def drop(self, queue) -> None:
+        """Nothing to do: ``pop`` already took the queue's entry."""
+
+    def pop(self):
+        heap = self.heap
+        while heap:
+            fraction, name, unit, run, vec = heapq.heappop(heap)
+            queue = self.session.queues[name]
+            current = self.session.fair_share_fraction(queue, vec)
+            if current > fraction and heap and current > heap[0][0]:
+                # A plugin whose costs move with other queues' allocations: re-file and look again.
+                heapq.heappush(heap, (current, name, unit, run, vec))
+                continue
+            return queue, unit, run, vec
+        return None

@@ -32,11 +32,16 @@ class PriorityClass:
 
 @dataclass(frozen=True, slots=True)
 class Queue:
-    """A queue: its weight sets its fair share; limits are fractions of the pool."""
+    """A queue: its weight sets its fair share; limits are fractions of the pool.
+
+    A queue with a ``parent`` shares out its parent's fair share with its
+    siblings (:mod:`flotilla.core.queuetree`); only leaf queues hold jobs.
+    """
 
     name: str
     weight: float = 1.0
     limits: Mapping[str, float] = field(default_factory=dict)
+    parent: str | None = None
 
 
 @dataclass(frozen=True, slots=True)

@@ -10,9 +10,12 @@ into :class:`~flotilla.core.decisions.Decisions`.
 
 from __future__ import annotations
 
+import heapq
 import random
 from collections import Counter
 from dataclasses import dataclass, field
+from itertools import compress
+from operator import attrgetter, not_
 from typing import Callable, Iterable, Sequence
 
 import structlog
@@ -21,10 +24,17 @@ from flotilla.core.decisions import Decisions, Placement, QueueReport
 from flotilla.core.logs import debug_enabled
 from flotilla.core.model import Gang, Job, Snapshot
 from flotilla.core.nodeindex import EVICTED, FOREIGN, FOREIGN_USER, NONPREEMPTIBLE, NodeIndex, NodeType
+from flotilla.core.queuetree import assign_fair_shares, charge, link
 from flotilla.core.resources import ResourceSpace, Vector
 from flotilla.core.statement import Statement
 
 log = structlog.get_logger("flotilla.session")
+
+# Field getters for the C-level passes over every job at open and close.
+_ID = attrgetter("id")
+_REQUESTS = attrgetter("requests")
+_SELECTOR = attrgetter("node_selector")
+_GANG = attrgetter("gang")
 
 
 class SessionError(Exception):
@@ -44,7 +54,11 @@ class SessionSettings:
 
 @dataclass(slots=True, eq=False)
 class QueueState:
-    """A queue during one cycle: its weight, fair share and what it holds now."""
+    """A queue during one cycle: its weight, fair share and what it holds now.
+
+    In a queue tree, an inner queue's ``allocated`` is the sum of its
+    leaves'; ``chain`` is the queue itself, then its ancestors up to the top.
+    """
 
     name: str
     weight: float
@@ -54,6 +68,9 @@ class QueueState:
     fair_share: float = 0.0
     queued: list[Job] = field(default_factory=list)
     running: int = 0
+    parent: str | None = None
+    children: list[QueueState] = field(default_factory=list)
+    chain: tuple[QueueState, ...] = ()
 
     @property
     def active(self) -> bool:
@@ -87,16 +104,15 @@ class Session:
         resource_names: set[str] = set()
         for node in nodes:
             resource_names.update(node.resources)
-        seen_requests: set[int] = set()
+        every_job = running_jobs + snapshot.queued
+        # Distinct request and selector mappings, gathered by identity in C loops (a million jobs share a few).
+        requests = list(map(_REQUESTS, every_job))
+        for mapping in dict(zip(map(id, requests), requests)).values():
+            resource_names.update(mapping)
+        selectors = list(filter(None, map(_SELECTOR, every_job)))
         selector_keys: set[str] = set()
-        seen_selectors: set[int] = set()
-        for job in (*running_jobs, *snapshot.queued):
-            if id(job.requests) not in seen_requests:
-                seen_requests.add(id(job.requests))
-                resource_names.update(job.requests)
-            if job.node_selector and id(job.node_selector) not in seen_selectors:
-                seen_selectors.add(id(job.node_selector))
-                selector_keys.update(job.node_selector)
+        for mapping in dict(zip(map(id, selectors), selectors)).values():
+            selector_keys.update(mapping)
         self.space = ResourceSpace(resource_names, self.settings.indexed_resources)
         levels = [pc.priority for pc in snapshot.priority_classes]
         self.index = NodeIndex(self.space, nodes, levels, selector_keys)
@@ -111,7 +127,9 @@ class Session:
                     for r, name in enumerate(self.space.names)
                 )
             self.queues[queue.name] = QueueState(queue.name, queue.weight, dict(queue.limits),
-                                                 [0] * len(self.space), limit_vector)
+                                                 [0] * len(self.space), limit_vector, parent=queue.parent)
+        #: True when some queue has a parent: allocate then fills level by level (queuetree.TreePicker).
+        self.nested = link(self.queues)
 
         # Running jobs, bound in bulk before the index builds its sorted lists.
         self.running: dict[str, RunningJob] = {}
@@ -127,21 +145,16 @@ class Session:
                 self.running[job.id] = RunningJob(job, i, vec, level)
                 queue = self.queues[job.queue]
                 queue.running += 1
-                row = queue.allocated
-                for r, amount in enumerate(vec):
-                    row[r] += amount
+                charge(queue, vec, 1)
         self.index.build()
+        queues = self.queues
         for job in snapshot.queued:
-            self.queues[job.queue].queued.append(job)
-        active = [q for q in self.queues.values() if q.active]
-        total_weight = sum(q.weight for q in active)
-        for queue in active:
-            queue.fair_share = queue.weight / total_weight
+            queues[job.queue].queued.append(job)
+        assign_fair_shares(self.queues)
 
         self.gangs: dict[str, list[Job]] = {}
-        for job in (*running_jobs, *snapshot.queued):
-            if job.gang is not None:
-                self.gangs.setdefault(job.gang.id, []).append(job)
+        for job in filter(_GANG, every_job):
+            self.gangs.setdefault(job.gang.id, []).append(job)
 
         # Extension points (see hookspecs.EXTENSION_POINTS).
         self.queue_cost_fns: list[Callable[[QueueState, Vector | None], float]] = []
@@ -167,6 +180,8 @@ class Session:
         self.timings: dict[str, float] = {}
         self.counters: Counter[str] = Counter()
         self._allowed_cache: dict[tuple, tuple[list[int], str | None]] = {}
+        self._interned_types: dict[tuple[int, ...], list[int]] = {}
+        self._orders: dict[str, QueueOrder] = {}
 
     # -- registration (called by plugins in flotilla_session_open) --------
     def add_queue_cost(self, fn: Callable[[QueueState, Vector | None], float]) -> None:
@@ -298,6 +313,8 @@ class Session:
             total = sum(refusals.values())
             detail = ", ".join(f"{count} {reason}" for reason, count in sorted(refusals.items(), key=lambda kv: (-kv[1], kv[0])))
             why = f"0/{total} nodes match: {detail}" if total else "no nodes"
+        # Equal lists are one object, so callers may key caches by id(types) across queues.
+        allowed = self._interned_types.setdefault(tuple(allowed), allowed)
         result = (allowed, why)
         self._allowed_cache[key] = result
         return result
@@ -312,7 +329,7 @@ class Session:
                 continue
             candidates = []
             for i in self.index.iter_fitting(vec, level, types):
-                if tier == "any" or self._in_tier(i, tier, queue.name):
+                if tier == "any" or self.in_tier(i, tier, queue.name):
                     candidates.append(i)
                     if len(candidates) >= self.settings.node_candidates:
                         break
@@ -321,13 +338,21 @@ class Session:
                                                       tuple(-x for x in self.index.free[i][self.index.level_of[level]]), -i))
         return None
 
-    def _in_tier(self, i: int, tier: str, queue: str) -> bool:
+    def in_tier(self, i: int, tier: str, queue: str) -> bool:
+        """Is node ``i`` in ``tier`` (``own``, ``unused``, ``used``) for ``queue``?"""
         bucket = self.index.bucket(i)
         if tier == "own":
             return bucket == queue
         if tier == "unused":
             return bucket is None
         return bucket is not None
+
+    def queue_order(self, queue: QueueState) -> QueueOrder:
+        """``queue``'s queued jobs in job order (one lazily built order per queue and cycle)."""
+        order = self._orders.get(queue.name)
+        if order is None:
+            order = self._orders[queue.name] = QueueOrder(self, queue.queued)
+        return order
 
     def statement(self) -> Statement:
         return Statement(self)
@@ -363,13 +388,18 @@ class Session:
     # -- closing ----------------------------------------------------------
     def close(self) -> Decisions:
         self.preempt_evicted()
-        queued = [job for job in self.snapshot.queued if job.id not in self.scheduled_ids]
+        queued = self.snapshot.queued
+        if self.scheduled_ids:
+            placed = self.scheduled_ids.__contains__
+            queued = list(compress(queued, map(not_, map(placed, map(_ID, queued)))))
+        else:
+            queued = list(queued)
         pool_cost = self.queue_cost_fns[0] if self.queue_cost_fns else None
         reports = {}
         for queue in self.queues.values():
             share = pool_cost(queue, None) if pool_cost else 0.0
             reports[queue.name] = QueueReport(queue.name, queue.weight, queue.fair_share, share,
-                                              self.space.formatted(queue.allocated))
+                                              self.space.formatted(queue.allocated), queue.parent)
         decisions = Decisions(
             scheduled=list(self.scheduled),
             preempted=sorted(self.preempted.values(), key=lambda j: j.id),
@@ -382,15 +412,57 @@ class Session:
         return decisions
 
 
+class QueueOrder:
+    """A queue's queued jobs in job order, produced lazily from a heap and remembered.
+
+    The heap is built the first time the queue is asked for its head, and
+    only the jobs actually reached are ever popped; they are kept in
+    ``prefix`` so a later action (``preempt`` after ``allocate``) walks the
+    same order again without another heap.
+    """
+
+    __slots__ = ("session", "jobs", "heap", "prefix")
+
+    def __init__(self, session: Session, jobs: list[Job]):
+        self.session = session
+        self.jobs = jobs
+        self.heap: list[tuple] | None = None
+        self.prefix: list[Job] = []
+
+    def __iter__(self):
+        prefix = self.prefix
+        position = 0
+        while True:
+            if position < len(prefix):
+                job = prefix[position]
+            else:
+                heap = self.heap if self.heap is not None else self._build()
+                if not heap:
+                    return
+                job = self.jobs[heapq.heappop(heap)[-1]]
+                prefix.append(job)
+            position += 1
+            yield job
+
+    def _build(self) -> list[tuple]:
+        session, jobs = self.session, self.jobs
+        if session.job_order_fns:
+            heap = [session.job_sort_key(job, position) for position, job in enumerate(jobs)]
+        else:
+            heap = [(job.priority, job.submitted, position) for position, job in enumerate(jobs)]
+        heapq.heapify(heap)
+        self.heap = heap
+        return heap
+
+
 def iter_units(session: Session, queue: QueueState, evicted: Iterable[Job]):
     """Yield a queue's scheduling units in order: evicted jobs first, then queued jobs.
 
     A unit is a single job or, for a gang, the list of its members not yet
-    running (yielded once, at its first member's place). Queued jobs are kept
-    in a heap so a queue of a million jobs costs only what is popped.
+    running (yielded once, at its first member's place). Queued jobs come
+    from the queue's :class:`QueueOrder`, so a queue of a million jobs costs
+    only what is reached.
     """
-    import heapq
-
     seen_gangs: set[str] = set()
 
     def unit(job: Job):
@@ -405,13 +477,10 @@ def iter_units(session: Session, queue: QueueState, evicted: Iterable[Job]):
         found = unit(job)
         if found is not None:
             yield found
-    jobs = queue.queued
-    if session.job_order_fns:
-        heap = [session.job_sort_key(job, position) for position, job in enumerate(jobs)]
-    else:
-        heap = [(job.priority, job.submitted, position) for position, job in enumerate(jobs)]
-    heapq.heapify(heap)
-    while heap:
-        found = unit(jobs[heapq.heappop(heap)[-1]])
+    for job in session.queue_order(queue):
+        if job.gang is None:
+            yield job
+            continue
+        found = unit(job)
         if found is not None:
             yield found
