@@ -200,8 +200,13 @@ def test_the_open_local_service_refuses_foreign_hosts_and_non_json_state_changes
     r = client.post("/v1/queues", content=b'{"name": "Z"}', headers={"Content-Type": "text/plain"})
     assert error(r, 415)["message"] == "state-changing requests must send Content-Type: application/json"
     assert error(client.delete("/v1/queues/A"), 415)["code"] == "unsupported_media_type"
+    r = client.post("/v1/queues", json={"name": "Z"}, headers={"Origin": "http://attacker.example"})
+    assert error(r, 403) == {"code": "cross_origin", "field": None, "errors": [],
+                             "message": "without auth.tokens only loopback pages may change state "
+                                        "(Origin 'http://attacker.example')"}
     assert store.list_queues() == []
-    assert client.post("/v1/queues", json={"name": "Z"}, headers={"Host": "localhost:8080"}).status_code == 200
+    assert client.post("/v1/queues", json={"name": "Z"}, headers={"Host": "localhost:8080",
+                                                                   "Origin": "http://localhost:8080"}).status_code == 200
     store.close()
 
 

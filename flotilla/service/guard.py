@@ -5,15 +5,18 @@ than it must:
 
 1. without tokens (a local, single-user service), only a loopback ``Host``
    header is served: a DNS-rebinding page names its own host (400
-   ``bad_host``); and a state-changing request must say
-   ``Content-Type: application/json``, which a page cannot send
-   cross-origin without the browser asking first (415);
-2. a request with a body must carry a valid bearer token *before* the body
-   is read (401), so that nobody unauthenticated makes the server buffer or
-   parse anything;
-3. a body over ``server.maxBodySize`` is refused with 413: at once when its
-   ``Content-Length`` says so, else as soon as the bytes read pass it;
-4. a body must be JSON (415 otherwise).
+   ``bad_host``); a state-changing request from a page of another origin
+   is refused (403 ``cross_origin``, the browser's ``Origin`` header); and
+   a state-changing API request must say ``Content-Type:
+   application/json``, which a page cannot send cross-origin without the
+   browser asking first (415);
+2. an API request with a body must carry a valid bearer token *before*
+   the body is read (401), so that nobody unauthenticated makes the server
+   buffer or parse anything;
+3. a body over ``server.maxBodySize`` is refused with 413 on every path: at
+   once when its ``Content-Length`` says so, else as soon as the bytes read
+   pass it;
+4. an API body must be JSON (415 otherwise).
 
 Then :class:`BoundedRoute` parses the JSON with :func:`bounds.load_json`
 (numbers, depth, NUL, jobs per submission) instead of FastAPI's lax
@@ -24,6 +27,7 @@ type and place only (:func:`errors.log_unexpected`).
 from __future__ import annotations
 
 import ipaddress
+from urllib.parse import urlsplit
 from typing import Any, Callable
 
 from fastapi import Request
@@ -36,6 +40,8 @@ from flotilla.service.bounds import BoundsError, load_json
 from flotilla.service.errors import ApiError, error_response, log_unexpected
 from flotilla.service.settings import Limits
 
+#: The JSON API; other paths (the web UI's forms) authenticate and parse their own bodies, within the size limit.
+API_PREFIX = "/v1/"
 STATE_CHANGING = frozenset({"POST", "PUT", "PATCH", "DELETE"})
 #: Paths served without a token whatever the method.
 PUBLIC_PATHS = frozenset({"/v1/health", "/openapi.json", "/docs", "/redoc", "/docs/oauth2-redirect"})
@@ -98,25 +104,31 @@ class Guard:
     async def _check(self, scope: Scope, receive: Receive) -> tuple[Any, Receive]:
         headers = Headers(scope=scope)
         method, path = scope["method"], scope["path"]
+        api = path.startswith(API_PREFIX)
         if self.open_access:
             if not is_loopback_host(headers.get("host")):
                 return error_response(400, "without auth.tokens only loopback Host headers are served "
                                            f"(got {headers.get('host', '')[:100]!r})", code="bad_host"), receive
-            if method in STATE_CHANGING and not is_json(headers.get("content-type")):
+            origin = headers.get("origin")
+            if method in STATE_CHANGING and origin is not None and not is_loopback_host(urlsplit(origin).netloc):
+                return error_response(403, f"without auth.tokens only loopback pages may change state "
+                                           f"(Origin {origin[:100]!r})", code="cross_origin"), receive
+            if api and method in STATE_CHANGING and not is_json(headers.get("content-type")):
                 return error_response(415, "state-changing requests must send Content-Type: application/json"),\
                     receive
         length_text = headers.get("content-length")
         has_body = bool(headers.get("transfer-encoding")) or (length_text not in (None, "", "0"))
         if not has_body:
             return None, receive
-        if not self.open_access and path not in PUBLIC_PATHS:
+        if api and not self.open_access and path not in PUBLIC_PATHS:
             who = self.auth.authenticate(headers.get("authorization"))
-            if who is None:
+            if who is None:   # the body stays unread: the connection closes after the answer
                 return error_response(401, "missing or invalid bearer token",
-                                      headers={"WWW-Authenticate": "Bearer"}), receive
+                                      headers={"WWW-Authenticate": "Bearer", "Connection": "close"}), receive
             scope.setdefault("state", {})["identity"] = who
-        if not is_json(headers.get("content-type")):
-            return error_response(415, "the body must be JSON (Content-Type: application/json)"), receive
+        if api and not is_json(headers.get("content-type")):
+            return error_response(415, "the body must be JSON (Content-Type: application/json)",
+                                  headers={"Connection": "close"}), receive
         limit = self.limits.max_body_bytes
         if length_text and length_text.isdigit() and int(length_text) > limit:
             return self._too_large(int(length_text)), receive
