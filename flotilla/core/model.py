@@ -14,6 +14,10 @@ from typing import Mapping
 
 GANG_ID_ANNOTATION = "armadaproject.io/gangId"
 GANG_CARDINALITY_ANNOTATION = "armadaproject.io/gangCardinality"
+#: Who submitted the job (stamped by the service on every job it accepts).
+OWNER_ANNOTATION = "flotilla.io/owner"
+#: The Kubernetes namespace the job's pods go to.
+NAMESPACE_ANNOTATION = "flotilla.io/namespace"
 
 
 class JobState(str, Enum):

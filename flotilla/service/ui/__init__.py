@@ -28,6 +28,7 @@ from fastapi.responses import HTMLResponse, RedirectResponse
 from fastapi.staticfiles import StaticFiles
 from jinja2 import Environment, PackageLoader, select_autoescape
 
+from flotilla.core.quantities import format_quantity
 from flotilla.service.auth import Authenticator, Identity, may_act
 from flotilla.service.roles.status import StatusReader
 from flotilla.service.settings import ServiceSettings
@@ -43,7 +44,26 @@ def _environment() -> Environment:
                       autoescape=select_autoescape(["html"]))
     env.filters["when"] = lambda t: time.strftime("%Y-%m-%d %H:%M:%S", time.gmtime(t)) if t else ""
     env.filters["pct"] = lambda x: f"{100 * (x or 0):.1f}%"
+    env.filters["quantity"] = lambda amount, resource: format_quantity(amount, resource)
     return env
+
+
+def tree_order(rows: list[dict]) -> list[dict]:
+    """Queues depth first under their parents (by name among siblings), each with its ``depth``."""
+    children: dict[str | None, list[dict]] = {}
+    names = {row["name"] for row in rows}
+    for row in rows:
+        parent = row.get("parent") if row.get("parent") in names else None
+        children.setdefault(parent, []).append(row)
+    out: list[dict] = []
+
+    def walk(parent: str | None, depth: int) -> None:
+        for row in sorted(children.get(parent, ()), key=lambda r: r["name"]):
+            out.append({**row, "depth": depth})
+            walk(row["name"], depth + 1)
+
+    walk(None, 0)
+    return out
 
 
 class _Refused(Exception):
@@ -129,8 +149,14 @@ def mount_ui(app, store: Store, settings: ServiceSettings, status: StatusReader,
                 counts = store.queue_counts(queue.name)
                 q = shares.get(queue.name, {})
                 rows.append({"name": queue.name, "weight": queue.weight, "fair": q.get("fairShare"),
-                             "share": q.get("share"), "queued": counts[QUEUED],
+                             "share": q.get("share"), "queued": counts[QUEUED], "parent": q.get("parent"),
                              "running": sum(counts[s] for s in ACTIVE), "mine": may_act(identity, queue)})
+            known = {row["name"] for row in rows}
+            for name, q in shares.items():     # inner queues of a tree hold no jobs of their own
+                if name not in known:
+                    rows.append({"name": name, "weight": q["weight"], "fair": q["fairShare"], "share": q["share"],
+                                 "queued": None, "running": None, "parent": q.get("parent"), "mine": False})
+            rows = tree_order(rows)
             return page("queues.html", request, identity, queues=rows, cycle=body.get("cycle"),
                         cycle_time=body.get("time"), clusters=body.get("clusters", {}))
         return await guarded(request, render)
