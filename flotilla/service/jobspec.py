@@ -24,6 +24,7 @@ from flotilla.core.model import (GANG_CARDINALITY_ANNOTATION, GANG_ID_ANNOTATION
                                  NAMESPACE_ANNOTATION, parse_min_available)
 from flotilla.core.quantities import QuantityError, format_quantity, parse_quantity
 from flotilla.kubernetes.podspec import PodSpec, stored_pod_spec
+from flotilla.service.bounds import BoundsError, check_value, job_file_problems
 from flotilla.service.settings import ServiceSettings
 from flotilla.service.store import NewJob, Pod, Rejection, SubmissionRejected
 
@@ -123,6 +124,10 @@ def parse_file(raw: Any) -> JobFile:
     if not isinstance(raw, dict):
         raise SubmissionRejected([Rejection(None, None, "file", "expected a mapping with queue, jobSetId and jobs")])
     try:
+        check_value(raw)   # what a JSON body meets in the API (bounds.load_json), for files read otherwise
+    except BoundsError as exc:
+        raise SubmissionRejected([Rejection(None, None, exc.field or "file", exc.message)]) from None
+    try:
         return JobFile.model_validate(raw)
     except ValidationError as exc:
         fixed = raw if "jobs" in raw else JobFile._single_job_form(raw)
@@ -141,7 +146,7 @@ def _fmt_seconds(value: float) -> str:
 
 def validate_jobs(file: JobFile, settings: ServiceSettings) -> list[NewJob]:
     """The rule stage: every job of the file checked, all problems reported together."""
-    problems: list[Rejection] = []
+    problems: list[Rejection] = job_file_problems(file)
     out: list[NewJob] = []
     known_pcs = settings.priority_class_names
     for index, job in enumerate(file.jobs):
