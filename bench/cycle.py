@@ -6,6 +6,7 @@ A benchmark, not a test: it prints figures and asserts nothing about time.
     python bench/cycle.py --uniform --nodes 100 --node-cpu 32 --node-memory 256 --queues 10 \\
         --jobs-per-queue 32000 --job-cpu 1 --job-memory 4 [--running 0.5]
     python bench/cycle.py --armada-shapes [--repeat 3]
+    python bench/cycle.py --tree 10 [--repeat 2]
 
 The default is the mixed cluster: 10,000 nodes (1,000 of them tainted GPU
 nodes), 100 queues of weights 1 to 4, 1,000,000 queued jobs of five shapes.
@@ -31,6 +32,12 @@ queue) and prints, per shape:
   second (returned and new).
 
 Each case is timed ``--repeat`` times and the best run is kept.
+
+``--tree N`` puts the mixed cluster's queues under ``N`` parent queues (10
+parents of 10 leaves at the default size) and times the same snapshot with
+flat and with hierarchical queues, alternating (flat, tree, tree, flat, ...)
+``--repeat`` times each, best kept, then prints the ratio of jobs placed
+per second.
 """
 
 from __future__ import annotations
@@ -145,6 +152,29 @@ def timed_cycle(scheduler: Scheduler, snapshot: Snapshot, evict_probability: flo
     return decisions, time.perf_counter() - started
 
 
+def tree_queues(queues: list[Queue], parents: int) -> list[Queue]:
+    """``queues`` spread round-robin under ``parents`` parent queues of weight 1 (leaves keep their weights)."""
+    tops = [Queue(f"org{p:02d}") for p in range(parents)]
+    return tops + [replace(q, parent=tops[i % parents].name) for i, q in enumerate(queues)]
+
+
+def compare_tree(scheduler: Scheduler, snapshot: Snapshot, parents: int, repeat: int, seed: int) -> None:
+    nested = replace(snapshot, queues=tree_queues(snapshot.queues, parents))
+    best = {"flat": 0.0, "tree": 0.0}
+    placed = {}
+    order = [("flat", snapshot), ("tree", nested)]
+    for r in range(repeat):
+        for name, snap in order if r % 2 == 0 else order[::-1]:
+            decisions, seconds = timed_cycle(scheduler, snap, scheduler.settings.evict_probability, seed)
+            placed[name] = len(decisions.scheduled)
+            rate = placed[name] / seconds
+            best[name] = max(best[name], rate)
+            print(f"  {name:<5} {seconds:6.2f} s  allocate {decisions.timings['allocate']:6.2f} s  "
+                  f"{placed[name]:7d} placed  {rate:8.0f} placed/s", flush=True)
+    print(f"best placed/s: flat {best['flat']:.0f}, tree ({parents} parents) {best['tree']:.0f}, "
+          f"tree/flat {best['tree'] / best['flat']:.3f}")
+
+
 def armada_shapes(repeat: int) -> None:
     shapes = [Shape(1, 1, 320), Shape(1, 10, 320), Shape(10, 1, 3200), Shape(10, 10, 3200),
               Shape(100, 1, 32000), Shape(100, 10, 32000), Shape(1000, 1, 320000)]
@@ -191,6 +221,8 @@ def main() -> None:
     parser.add_argument("--repeat", type=int, default=3, help="runs per --armada-shapes case (best kept)")
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--profile", action="store_true", help="print the top of a cProfile of the cycle")
+    parser.add_argument("--tree", type=int, default=0, metavar="PARENTS",
+                        help="time flat against hierarchical queues (the queues under PARENTS parents)")
     parser.add_argument("--second-cycle", action="store_true",
                         help="then run a second cycle with the first one's placements running (evict and return)")
     args = parser.parse_args()
@@ -209,6 +241,9 @@ def main() -> None:
         snapshot = build_snapshot(scheduler, args.nodes, args.queues, args.jobs, args.seed)
         print(f"nodes {args.nodes}, queues {args.queues}, queued jobs {args.jobs}")
     built = time.perf_counter() - started
+    if args.tree:
+        compare_tree(scheduler, snapshot, args.tree, args.repeat, args.seed)
+        return
     profiler = cProfile.Profile() if args.profile else None
     if profiler:
         profiler.enable()

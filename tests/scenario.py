@@ -61,3 +61,17 @@ def jobs(prefix: str, count: int, queue: str, *, start: int = 1, submitted: int 
         f"  - {{id: {prefix}-{i}, queue: {queue}, priorityClass: {pc}, requests: {{cpu: {cpu}}}, "
         f"submitted: {submitted + i}{', ' + extra if extra else ''}}}"
         for i in range(start, start + count))
+
+
+def install_distribution(site: Path, module: str, source: str, group: str, entry: str) -> None:
+    """Write a real (unpacked) distribution into ``site``: ``module.py`` and one entry point in ``group``.
+
+    ``entry`` is ``name = module:attr``. Prepend ``site`` to ``sys.path`` (monkeypatch.syspath_prepend)
+    and ``importlib.metadata`` finds it exactly as it finds an installed package.
+    """
+    site.mkdir(parents=True, exist_ok=True)
+    (site / f"{module}.py").write_text(source)
+    info = site / f"flotilla_{module}-0.1.dist-info"
+    info.mkdir()
+    (info / "METADATA").write_text(f"Metadata-Version: 2.1\nName: flotilla-{module.replace('_', '-')}\nVersion: 0.1\n")
+    (info / "entry_points.txt").write_text(f"[{group}]\n{entry}\n")

@@ -4,10 +4,10 @@ A small world of two clusters changes at random between cycles: placements
 start (or fail to), preemptions stop jobs that come back to the queue, jobs
 finish, new jobs arrive (gangs, GPU jobs with a selector, unshared request
 mappings), nodes are cordoned, relabelled, added or removed, foreign usage
-moves, queue weights and limits change and queues come and go. Each cycle,
-one scheduler keeps its state and another rebuilds from the snapshot; the
-synced state must fingerprint the same as a fresh one, and both schedulers
-must decide the same.
+moves, queue weights and limits change and queues (some under a parent)
+come and go. Each cycle, one scheduler keeps its state and another rebuilds
+from the snapshot; the synced state must fingerprint the same as a fresh
+one, and both schedulers must decide the same.
 """
 
 from __future__ import annotations
@@ -41,7 +41,8 @@ class World:
         self.running: dict[str, list[Job]] = {"c1": [], "c2": []}
         self.foreign: dict[str, dict[str, dict[str, int]]] = {"c1": {}, "c2": {}}
         self.queued: dict[str, Job] = {}
-        self.queues = [Queue("A", 1.0), Queue("B", 2.0), Queue("C", 1.0)]
+        # A at the top, B and C under P (a queue tree: P holds no jobs itself).
+        self.queues = [Queue("A", 1.0), Queue("P", 1.0), Queue("B", 2.0, parent="P"), Queue("C", 1.0, parent="P")]
         self.serial = 0
         for cluster in self.nodes:
             for _ in range(6):
@@ -61,7 +62,8 @@ class World:
 
     def submit(self) -> None:
         rng = self.rng
-        queue = rng.choice(self.queues).name
+        parents = {queue.parent for queue in self.queues}
+        queue = rng.choice([queue for queue in self.queues if queue.name not in parents]).name
         self.serial += 1
         pc = rng.choice(["armada-preemptible", "armada-preemptible", "armada-default"])
         submitted = float(rng.randrange(50))  # ties on purpose: the order first seen breaks them
@@ -149,13 +151,14 @@ class World:
         if roll < 0.1:
             k = rng.randrange(len(self.queues))
             self.queues[k] = Queue(self.queues[k].name, rng.choice([1.0, 2.0, 3.0]),
-                                   rng.choice([{}, {"cpu": 0.5}]))
+                                   rng.choice([{}, {"cpu": 0.5}]), self.queues[k].parent)
         elif roll < 0.13:
-            self.queues.append(Queue(f"Q{self.serial}", 1.0))
+            self.queues.append(Queue(f"Q{self.serial}", 1.0, parent=rng.choice([None, "P"])))
             self.serial += 1
         elif roll < 0.16:
             busy = {job.queue for job in self.queued.values()} | {job.queue for jobs in self.running.values()
                                                                   for job in jobs}
+            busy |= {queue.parent for queue in self.queues}
             idle = [queue for queue in self.queues if queue.name not in busy]
             if idle:
                 self.queues.remove(rng.choice(idle))

@@ -7,7 +7,7 @@ import textwrap
 
 import pytest
 
-from scenario import config, placements, run_once
+from scenario import config, install_distribution, placements, run_once
 
 # One node: 16 cpu, 8 gpus. A's jobs take 2 cpu + 1 gpu, B's 1 cpu.
 STATE = """
@@ -79,14 +79,9 @@ class StrictOrder:
 @pytest.fixture
 def installed_plugin(tmp_path, monkeypatch):
     """A real distribution on sys.path whose entry point registers ``strictorder``."""
-    site = tmp_path / "site"
-    (site / "strictorder_plugin.py").parent.mkdir()
-    (site / "strictorder_plugin.py").write_text(PLUGIN_MODULE)
-    info = site / "flotilla_strictorder-0.1.dist-info"
-    info.mkdir()
-    (info / "METADATA").write_text("Metadata-Version: 2.1\nName: flotilla-strictorder\nVersion: 0.1\n")
-    (info / "entry_points.txt").write_text("[flotilla.plugins]\nstrictorder = strictorder_plugin:StrictOrder\n")
-    monkeypatch.syspath_prepend(str(site))
+    install_distribution(tmp_path / "site", "strictorder_plugin", PLUGIN_MODULE, "flotilla.plugins",
+                         "strictorder = strictorder_plugin:StrictOrder")
+    monkeypatch.syspath_prepend(str(tmp_path / "site"))
     yield
     sys.modules.pop("strictorder_plugin", None)
 

@@ -138,3 +138,22 @@ def test_a_multi_pod_job_lands_on_one_cluster(tmp_path, pods):
     else:   # 3 x 6 cpu does not fit one 2 x 8-cpu cluster: it waits rather than spanning clusters
         assert record["state"] == "queued"
     store.close()
+
+
+def test_owner_fair_share_interleaves_submitting_users_in_one_queue(tmp_path):
+    """The service stamps each job's submitter; ownerfairshare gives carol's 10 jobs their share of queue A."""
+    from scenario import PLUGINS
+
+    cfg = service_config(PLUGINS + "  - name: ownerfairshare\n")
+    settings, store, loop, clock = make(tmp_path, cfg)
+    _, new = prepare(job_file("A", "big", [job(f"a{i}", duration="1h") for i in range(40)]), settings)
+    alice = [s.id for s in store.submit("A", "big", "alice", new, now=clock.now)]
+    clock.now += 1
+    _, new = prepare(job_file("A", "small", [job(f"c{i}", duration="1h") for i in range(10)]), settings)
+    carol = [s.id for s in store.submit("A", "small", "carol", new, now=clock.now)]
+    loop.run_cycle()
+    leased = {job_id for job_id in alice + carol if store.get_job(job_id)["state"] != "queued"}
+    # 32 cores: alice's and carol's jobs alternate (keys 1, 1, 2, 2, ...) until carol's 10 are placed.
+    assert leased == set(carol) | set(alice[:22])
+    assert store.get_job(carol[0])["annotations"]["flotilla.io/owner"] == "carol"
+    store.close()

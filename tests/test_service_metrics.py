@@ -107,3 +107,4 @@ def test_health_and_readiness(tmp_path):
     assert (response.status_code, response.json()["reason"]) == (503, "store unreachable: OperationalError")
     service.shutting_down.set()
     assert client.get("/healthz").status_code == 503
+

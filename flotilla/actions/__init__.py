@@ -25,13 +25,20 @@ class Action(Protocol):
 
 
 ACTIONS: dict[str, type] = {cls.name: cls for cls in (Evict, Allocate, Preempt, Lease)}
+ENTRY_POINT_GROUP = "flotilla.actions"
+
+
+def available_actions() -> list[str]:
+    """Every action name the config may use: the built-ins in cycle order, then installed ones by name."""
+    installed = sorted({ep.name for ep in entry_points(group=ENTRY_POINT_GROUP)} - set(ACTIONS))
+    return [*ACTIONS, *installed]
 
 
 def get_action(name: str):
     """The action registered under ``name``, built in or from an entry point; ``KeyError`` if none."""
     if name in ACTIONS:
         return ACTIONS[name]()
-    for ep in entry_points(group="flotilla.actions"):
+    for ep in entry_points(group=ENTRY_POINT_GROUP):
         if ep.name == name:
             return ep.load()()
     raise KeyError(name)

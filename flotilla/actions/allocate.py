@@ -3,8 +3,9 @@
 Each queue offers its next unit (a job, or a whole gang), evicted jobs first,
 then by the job order (priority, then submission time). The unit served next
 is the one whose queue would have the smallest share over its fair share if
-it got it; ties go to the queue whose name sorts first. A unit that cannot
-be placed is passed over (it blocks nothing behind it); a queue is given up
+it got it; ties go to the queue whose name sorts first. When queues form a
+tree, that choice is made level by level (:class:`~flotilla.core.queuetree.TreePicker`).
+A unit that cannot be placed is passed over (it blocks nothing behind it); a queue is given up
 on for this cycle after ``allocate.lookahead`` units were passed over.
 Evicted jobs that cannot return to their node do not count as passed over
 (as in Armada, re-scheduled jobs do not count towards the limit): each has
@@ -16,6 +17,11 @@ rest; the least free space that fits within each): first without touching
 the room of evicted jobs, then taking it if it must. An evicted job may only
 return to its own node. Evicted jobs that do not return become preemptions
 when the action ends, which frees their room for ``preempt``.
+
+The room of an evicted job may be taken only by a job whose priority class
+has an equal or higher priority (armada-scheduler.txt: preemption to fair
+share happens only for jobs "of equal PC priority"); this holds for new jobs
+and for other evicted jobs returning alike.
 """
 
 from __future__ import annotations
@@ -26,6 +32,7 @@ import time
 import structlog
 
 from flotilla.core.nodeindex import EVICTED
+from flotilla.core.queuetree import TreePicker
 from flotilla.core.session import iter_units
 
 log = structlog.get_logger("flotilla.actions.allocate")
@@ -64,6 +71,8 @@ class Allocate:
         self.lookahead = session.settings.lookahead
         levels = session.index.levels
         self.base_level = levels[1] if len(levels) > 1 else EVICTED
+        # Evicted jobs are preemptible, so their level is their class's priority.
+        self.evicted_top = max((session.running[job_id].level for job_id in session.evicted), default=EVICTED)
         self.debug = session.debug
         self.skipped = 0
         #: (vector, node types) that found no node at any level: free space only shrinks during allocate.
@@ -72,30 +81,24 @@ class Allocate:
         for job in session.evicted.values():
             evicted_by_queue.setdefault(job.queue, []).append(job)
 
-        heap: list[tuple[float, str, object, _QueueRun]] = []
+        picker = TreePicker(session) if session.nested else FlatPicker(session)
         for queue in session.queues.values():
             evicted = evicted_by_queue.get(queue.name, ())
             if not queue.queued and not evicted:
                 continue
             tiers = set(session.node_tiers_fn(queue))
             run = _QueueRun(queue, iter_units(session, queue, evicted), "any" in tiers or {"unused", "used"} <= tiers)
-            self._offer(session, heap, run)
+            self._offer(session, picker, run)
 
         considered = 0
-        while heap:
-            fraction, name, unit, run = heapq.heappop(heap)
-            queue = run.queue
-            vec = self._unit_vector(session, unit)
-            current = session.fair_share_fraction(queue, vec)
-            if current > fraction and heap and current > heap[0][0]:
-                # A plugin whose costs move with other queues' allocations: re-file and look again.
-                heapq.heappush(heap, (current, name, unit, run))
-                continue
+        while (chosen := picker.pop()) is not None:
+            queue, unit, run, vec = chosen
             considered += 1
             if not self._place(session, run, unit, vec) and not self._is_return(session, unit):
                 if self._pass_over(session, run):
+                    picker.drop(queue)
                     continue
-            self._offer(session, heap, run)
+            self._offer(session, picker, run)
 
         session.preempt_evicted()
         # Known misfits passed over count as considered too; "skipped" says how many of them there were.
@@ -138,8 +141,8 @@ class Allocate:
             return all(member.id in session.evicted for member in unit)
         return unit.id in session.evicted
 
-    def _offer(self, session, heap, run) -> None:
-        """Put the queue's next unit on the heap, passing over known misfits on the way.
+    def _offer(self, session, picker, run) -> None:
+        """Offer the queue's next unit to the picker, passing over known misfits on the way.
 
         A queued job whose requirements already failed in this queue this
         cycle cannot fit now either (free space only shrinks during allocate
@@ -156,12 +159,11 @@ class Allocate:
                     session.failures[unit.id] = failure
                     self.skipped += 1
                     if self._pass_over(session, run):
-                        return
+                        break
                     continue
-            fraction = session.fair_share_fraction(run.queue, self._unit_vector(session, unit))
-            # Queue names are unique, so the heap never compares units.
-            heapq.heappush(heap, (fraction, run.queue.name, unit, run))
+            picker.offer(run.queue, unit, run, self._unit_vector(session, unit))
             return
+        picker.drop(run.queue)
 
     def _place(self, session, run, unit, vec) -> bool:
         queue = run.queue
@@ -199,14 +201,38 @@ class Allocate:
     def _find(self, session, queue, job, vec, types):
         node = session.find_node(job, vec, EVICTED, types, queue)
         if node is None and session.evicted:
-            node = session.find_node(job, vec, self.base_level, types, queue)
+            priority = session.priority_class(job).priority
+            if priority >= self.evicted_top:
+                node = session.find_node(job, vec, self.base_level, types, queue)
+            else:
+                node = self._find_over_evicted(session, queue, vec, priority, types)
         return node
+
+    def _find_over_evicted(self, session, queue, vec, priority, types):
+        """Smallest fit, tier by tier, in the room of evicted jobs of ``priority`` or lower only."""
+        for tier in session.node_tiers_fn(queue):
+            for i in session.index.iter_fitting(vec, self.base_level, types):
+                if (tier == "any" or session.in_tier(i, tier, queue.name)) and self._fits_over_evicted(session, i, vec, priority):
+                    return i
+        return None
+
+    def _fits_over_evicted(self, session, node, vec, priority) -> bool:
+        """Does ``vec`` fit on ``node`` if only evicted jobs of ``priority`` or lower made way?"""
+        index = session.index
+        if priority >= self.evicted_top:
+            return index.fits_on(node, vec, self.base_level)
+        free = list(index.free[node][index.level_of[self.base_level]])
+        for job_id, (_, held, level) in index.jobs[node].items():
+            if level == EVICTED and session.running[job_id].level > priority:
+                for r, amount in enumerate(held):
+                    free[r] -= amount
+        return all(amount <= room for amount, room in zip(vec, free))
 
     def _return_evicted(self, session, queue, job, vec) -> bool:
         if session.admit(queue, job, vec):
             return False
         running = session.running[job.id]
-        if not session.index.fits_on(running.node, vec, self.base_level):
+        if not self._fits_over_evicted(session, running.node, vec, running.level):
             return False
         stmt = session.statement()
         stmt.unevict(job)
@@ -237,7 +263,7 @@ class Allocate:
                 member_vec = session.vector(member)
                 if member.id in session.evicted:
                     running = session.running[member.id]
-                    if not session.index.fits_on(running.node, member_vec, self.base_level):
+                    if not self._fits_over_evicted(session, running.node, member_vec, running.level):
                         break
                     stmt.unevict(member)
                 else:
@@ -259,3 +285,34 @@ class Allocate:
                 session.failures[member.id] = reason
         return False
 
+
+class FlatPicker:
+    """Allocate's next unit when no queue has a parent: one heap of the queues' offers.
+
+    Same interface as :class:`~flotilla.core.queuetree.TreePicker`: after
+    ``pop`` the caller ``offer``s the queue's next unit or ``drop``s the queue.
+    """
+
+    def __init__(self, session):
+        self.session = session
+        self.heap: list[tuple[float, str, object, object, tuple]] = []
+
+    def offer(self, queue, unit, run, vec) -> None:
+        # Queue names are unique, so the heap never compares units.
+        heapq.heappush(self.heap, (self.session.fair_share_fraction(queue, vec), queue.name, unit, run, vec))
+
+    def drop(self, queue) -> None:
+        """Nothing to do: ``pop`` already took the queue's entry."""
+
+    def pop(self):
+        heap = self.heap
+        while heap:
+            fraction, name, unit, run, vec = heapq.heappop(heap)
+            queue = self.session.queues[name]
+            current = self.session.fair_share_fraction(queue, vec)
+            if current > fraction and heap and current > heap[0][0]:
+                # A plugin whose costs move with other queues' allocations: re-file and look again.
+                heapq.heappush(heap, (current, name, unit, run, vec))
+                continue
+            return queue, unit, run, vec
+        return None

@@ -22,6 +22,8 @@ if TYPE_CHECKING:
     from flotilla.config.errors import FieldPath
     from flotilla.config.source import SourceMap
 
+#: The default cycle. Any action of :func:`flotilla.actions.available_actions` (built in, or from the
+#: ``flotilla.actions`` entry-point group) may be named in ``actions``.
 KNOWN_ACTIONS = ("evict", "allocate", "preempt", "lease")
 
 
@@ -90,6 +92,8 @@ class QueueConfig(Model):
     limits: dict[str, float] = Field(default_factory=dict)
     owners: list[str] = Field(default_factory=list)
     group_owners: list[str] = Field(default_factory=list, alias="groupOwners")
+    #: The queue this one shares out the fair share of (hierarchical queues); only leaf queues hold jobs.
+    parent: Name | None = None
 
     @field_validator("limits")
     @classmethod
@@ -100,7 +104,7 @@ class QueueConfig(Model):
         return limits
 
     def to_core(self) -> Queue:
-        return Queue(self.name, self.weight, dict(self.limits))
+        return Queue(self.name, self.weight, dict(self.limits), self.parent)
 
 
 class TaintConfig(Model):
@@ -327,10 +331,13 @@ class FlotillaConfig(Model):
 
     def check(self) -> list[tuple[FieldPath, str]]:
         """Cross-field problems as ``(path, message)``; the loader reports the earliest in the file."""
+        from flotilla.actions import available_actions
+
         problems: list[tuple[FieldPath, str]] = []
+        known = available_actions()
         for i, action in enumerate(self.actions):
-            if action not in KNOWN_ACTIONS:
-                problems.append((("actions", i), f"unknown action {action!r} (known: {', '.join(KNOWN_ACTIONS)})"))
+            if action not in known:
+                problems.append((("actions", i), f"unknown action {action!r} (known: {', '.join(known)})"))
             elif action in self.actions[:i]:
                 problems.append((("actions", i), f"duplicate action {action!r} (first at actions[{self.actions.index(action)}])"))
         problems += _duplicates("plugins", [p.name for p in self.plugins], "plugin")
@@ -340,6 +347,7 @@ class FlotillaConfig(Model):
             problems.append((("defaultPriorityClass",), f"unknown priority class {self.default_priority_class!r} "
                                                         f"(known: {', '.join(names) or 'none'})"))
         problems += _duplicates("queues", [q.name for q in self.queues], "queue")
+        problems += queue_tree_problems("queues", self.queues)
         problems += _duplicates("clusters", [c.name for c in self.clusters], "cluster")
         for c, cluster in enumerate(self.clusters):
             if isinstance(cluster, SimulatedClusterConfig):
@@ -370,6 +378,36 @@ class FlotillaConfig(Model):
 def expand_cluster(cluster: SimulatedClusterConfig) -> ClusterSnapshot:
     """A simulated cluster config as a core :class:`ClusterSnapshot` (its nodes, nothing running)."""
     return cluster.snapshot()
+
+
+def queue_tree_problems(section: str, queues: list[QueueConfig],
+                        others: list[QueueConfig] = ()) -> list[tuple[FieldPath, str]]:
+    """Every ``parent`` in ``queues`` that names no queue (of ``queues`` or ``others``) or makes a cycle.
+
+    ``others`` are queues defined elsewhere (the config's, for a state file's queues); a queue of
+    ``queues`` replaces one of ``others`` with its name.
+    """
+    parents = {q.name: q.parent for q in others} | {q.name: q.parent for q in queues}
+    problems: list[tuple[FieldPath, str]] = []
+    for i, queue in enumerate(queues):
+        if queue.parent is None:
+            continue
+        if queue.parent not in parents:
+            problems.append(((section, i, "parent"), f"unknown parent queue {queue.parent!r} "
+                                                     f"(known: {', '.join(sorted(parents))})"))
+            continue
+        seen, name = [queue.name], queue.parent
+        while name is not None and name not in seen:
+            seen.append(name)
+            name = parents.get(name)
+        if name is not None:
+            problems.append(((section, i, "parent"), f"queue parents form a cycle: {' -> '.join([*seen, name])}"))
+    return problems
+
+
+def inner_queues(queues) -> set[str]:
+    """Names of the queues some other queue names as its parent: they hold no jobs."""
+    return {q.parent for q in queues if q.parent is not None}
 
 
 def _duplicates(section: str, names: list[str], what: str) -> list[tuple[FieldPath, str]]:

@@ -17,7 +17,8 @@ from typing import Annotated, Any, Literal, Mapping
 from pydantic import BeforeValidator, Field, ValidationError
 
 from flotilla.config.errors import FieldPath
-from flotilla.config.models import FlotillaConfig, Model, Name, Quantities, QueueConfig, TaintConfig, TolerationConfig
+from flotilla.config.models import (FlotillaConfig, Model, Name, Quantities, QueueConfig, TaintConfig, TolerationConfig,
+                                    inner_queues, queue_tree_problems)
 from flotilla.config.source import SourceMap, load_yaml, read_yaml_file
 from flotilla.core.model import ClusterSnapshot, Gang, Job, JobState, Node, Queue, Snapshot
 
@@ -165,6 +166,7 @@ def _queues(state: StateFile, config: FlotillaConfig, problems: Problems) -> dic
             continue
         first[q.name] = i
         queues[q.name] = q.to_core()
+    problems += queue_tree_problems("queues", state.queues, others=config.queues)
     return queues
 
 
@@ -177,6 +179,7 @@ def _jobs(state: StateFile, config: FlotillaConfig, clusters: list[ClusterSnapsh
     interned: dict[tuple[tuple[str, int], ...], dict[str, int]] = {}
     first_id: dict[str, int] = {}
     queued: list[Job] = []
+    parents = inner_queues(queues.values())
     for j, spec in enumerate(state.jobs):
         if spec.id in first_id:
             problems.append((("jobs", j, "id"), f"duplicate job id {spec.id!r} (first at jobs[{first_id[spec.id]}])"))
@@ -185,6 +188,8 @@ def _jobs(state: StateFile, config: FlotillaConfig, clusters: list[ClusterSnapsh
         if spec.queue not in queues:
             problems.append((("jobs", j, "queue"),
                              f"unknown queue {spec.queue!r} (known: {', '.join(sorted(queues)) or 'none'})"))
+        elif spec.queue in parents:
+            problems.append((("jobs", j, "queue"), f"queue {spec.queue!r} has child queues; only leaf queues hold jobs"))
         priority_class = spec.priority_class if spec.priority_class is not None else config.default_priority_class
         if priority_class not in classes:
             problems.append((("jobs", j, "priorityClass"),

@@ -67,7 +67,7 @@ class Scheduler:
         return [PriorityClass(pc.name, pc.priority, pc.preemptible) for pc in self.config.priority_classes]
 
     def queues(self) -> list[Queue]:
-        return [Queue(q.name, q.weight, dict(q.limits)) for q in self.config.queues]
+        return [q.to_core() for q in self.config.queues]
 
     def _open(self, snapshot: Snapshot, rng: random.Random, backends: Mapping | None = None,
               state: CycleState | None = None) -> Session:

@@ -40,6 +40,7 @@ from typing import Sequence
 from flotilla.core.model import Job, PriorityClass, Snapshot
 from flotilla.core.nodeindex import EVICTED, FOREIGN, FOREIGN_USER, NONPREEMPTIBLE, NodeIndex
 from flotilla.core.queueorder import QueueOrder
+from flotilla.core.queuetree import assign_fair_shares, charge, link
 from flotilla.core.resources import ResourceSpace, Vector
 
 _ID = attrgetter("id")
@@ -52,7 +53,11 @@ _SUBMITTED = attrgetter("submitted")
 
 @dataclass(slots=True, eq=False)
 class QueueState:
-    """A queue as the session sees it: weight, fair share, what it holds, its queued jobs in order."""
+    """A queue as the session sees it: weight, fair share, what it holds, its queued jobs in order.
+
+    In a queue tree, an inner queue's ``allocated`` is the sum of its
+    leaves'; ``chain`` is the queue itself, then its ancestors up to the top.
+    """
 
     name: str
     weight: float
@@ -62,6 +67,9 @@ class QueueState:
     fair_share: float = 0.0
     queued: QueueOrder = field(default_factory=QueueOrder)
     running: int = 0
+    parent: str | None = None
+    children: list[QueueState] = field(default_factory=list)
+    chain: tuple[QueueState, ...] = ()
 
     @property
     def active(self) -> bool:
@@ -146,7 +154,9 @@ class CycleState:
 
         self.queues: dict[str, QueueState] = {}
         for queue in sorted(snapshot.queues, key=lambda q: q.name):
-            self.queues[queue.name] = QueueState(queue.name, queue.weight, dict(queue.limits), [0] * len(space))
+            self.queues[queue.name] = QueueState(queue.name, queue.weight, dict(queue.limits), [0] * len(space),
+                                                 parent=queue.parent)
+        self.nested = link(self.queues)
         self._set_limits(snapshot)
 
         # Running jobs, bound in bulk before the index builds its sorted lists.
@@ -268,18 +278,28 @@ class CycleState:
             self._gangs_stale = False
 
     def _sync_queue_names(self, snapshot: Snapshot) -> None:
-        """Queues added or removed: a removed queue must hold nothing (else the rebuild reports the job)."""
-        names = {queue.name for queue in snapshot.queues}
-        if names == self.queues.keys():
+        """Queues added or removed.
+
+        A removed queue must hold nothing, and the queues kept must keep
+        their parents; otherwise the state is rebuilt (which also reports a
+        job of an unknown queue as before).
+        """
+        parents = {queue.name: queue.parent for queue in snapshot.queues}
+        if parents.keys() == self.queues.keys() and all(q.parent == parents[q.name] for q in self.queues.values()):
             return
-        for name in self.queues.keys() - names:
-            queue = self.queues[name]
-            if queue.running or queue.queued:
+        for name, queue in self.queues.items():
+            if name in parents:
+                if parents[name] != queue.parent:
+                    raise Rebuild
+            elif queue.running or queue.queued or queue.children:
                 raise Rebuild
-        queues = {name: queue for name, queue in self.queues.items() if name in names}
-        for name in names - queues.keys():
-            queues[name] = QueueState(name, 1.0, {}, [0] * len(self.space))
+        queues = {name: queue for name, queue in self.queues.items() if name in parents}
+        for name in parents.keys() - queues.keys():
+            queues[name] = QueueState(name, 1.0, {}, [0] * len(self.space), parent=parents[name])
         self.queues = {name: queues[name] for name in sorted(queues)}
+        for queue in self.queues.values():
+            queue.children = []
+        self.nested = link(self.queues)
 
     def _check_nodes(self, snapshot: Snapshot) -> None:
         for k, cluster in enumerate(snapshot.clusters):
@@ -325,9 +345,7 @@ class CycleState:
         self.running_jobs[job.id] = job
         queue = self.queues[job.queue]
         queue.running += 1
-        row = queue.allocated
-        for r, amount in enumerate(vec):
-            row[r] += amount
+        charge(queue, vec, 1)
 
     def _unbind(self, job_id: str) -> bool:
         """Take a running job out; True if it was in a gang."""
@@ -336,9 +354,7 @@ class CycleState:
         self.index.unbind(held.node, job_id)
         queue = self.queues[held.job.queue]
         queue.running -= 1
-        row = queue.allocated
-        for r, amount in enumerate(held.vec):
-            row[r] -= amount
+        charge(queue, held.vec, -1)
         return held.job.gang is not None
 
     def _set_limits(self, snapshot: Snapshot) -> None:
@@ -353,10 +369,7 @@ class CycleState:
                     for r, name in enumerate(self.space.names))
 
     def _set_fair_shares(self) -> None:
-        active = [q for q in self.queues.values() if q.active]
-        total_weight = sum(q.weight for q in active)
-        for queue in self.queues.values():
-            queue.fair_share = queue.weight / total_weight if queue.active else 0.0
+        assign_fair_shares(self.queues)
 
     @staticmethod
     def _gangs(snapshot: Snapshot) -> dict[str, list[Job]]:
@@ -402,10 +415,12 @@ class CycleState:
             "buckets": [index.bucket(i) for i in range(len(index.nodes))],
             "lists": index.fingerprint(),
             "running": sorted((job_id, r.job.id, r.node, r.vec, r.level) for job_id, r in self.running.items()),
-            "queues": {name: (q.weight, q.limits, q.allocated, q.limit_vector, q.fair_share, q.running,
+            "queues": {name: (q.weight, q.limits, q.parent, [c.name for c in q.children], [c.name for c in q.chain],
+                              q.allocated, q.limit_vector, q.fair_share, q.running,
                               [entry[-1].id for entry in sorted(q.queued.live.values(), key=lambda e: e[:-1])])
                        for name, q in self.queues.items()},
             "gangs": {gang: [job.id for job in members] for gang, members in self.gangs.items()},
+            "nested": self.nested,
         }
 
 

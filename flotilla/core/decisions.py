@@ -30,6 +30,7 @@ class QueueReport:
     fair_share: float
     share: float
     allocated: dict[str, str]
+    parent: str | None = None
 
 
 def natural_key(text: str) -> tuple:
@@ -69,7 +70,8 @@ class Decisions:
             "queued": sorted((job.id for job in self.queued), key=natural_key),
             "reasons": {job_id: self.reasons[job_id] for job_id in sorted(self.reasons, key=natural_key)},
             "queues": {
-                name: {"fairShare": round(q.fair_share, 6), "share": round(q.share, 6), "allocated": q.allocated}
+                name: {"fairShare": round(q.fair_share, 6), "share": round(q.share, 6), "allocated": q.allocated,
+                       **({"parent": q.parent} if q.parent is not None else {})}
                 for name, q in sorted(self.queues.items())
             },
         }

@@ -14,6 +14,10 @@ from typing import Mapping
 
 GANG_ID_ANNOTATION = "armadaproject.io/gangId"
 GANG_CARDINALITY_ANNOTATION = "armadaproject.io/gangCardinality"
+#: Who submitted the job (stamped by the service on every job it accepts).
+OWNER_ANNOTATION = "flotilla.io/owner"
+#: The Kubernetes namespace the job's pods go to.
+NAMESPACE_ANNOTATION = "flotilla.io/namespace"
 
 
 class JobState(str, Enum):
@@ -32,11 +36,16 @@ class PriorityClass:
 
 @dataclass(frozen=True, slots=True)
 class Queue:
-    """A queue: its weight sets its fair share; limits are fractions of the pool."""
+    """A queue: its weight sets its fair share; limits are fractions of the pool.
+
+    A queue with a ``parent`` shares out its parent's fair share with its
+    siblings (:mod:`flotilla.core.queuetree`); only leaf queues hold jobs.
+    """
 
     name: str
     weight: float = 1.0
     limits: Mapping[str, float] = field(default_factory=dict)
+    parent: str | None = None
 
 
 @dataclass(frozen=True, slots=True)

@@ -32,6 +32,7 @@ BUILTIN_PLUGINS: dict[str, str] = {
     "gang": "flotilla.plugins.gang:Gang",
     "priorityclass": "flotilla.plugins.priorityclass:PriorityClassPlugin",
     "predicates": "flotilla.plugins.predicates:Predicates",
+    "ownerfairshare": "flotilla.plugins.ownerfairshare:OwnerFairShare",
     "drf": "flotilla.contrib.drf:DominantResourceFairness",
     "decayedusage": "flotilla.contrib.decayedusage:DecayedUsage",
     "spread": "flotilla.contrib.spread:Spread",

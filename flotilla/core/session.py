@@ -72,6 +72,8 @@ class Session:
         self.queues: dict[str, QueueState] = self.state.queues
         self.running: dict[str, RunningJob] = self.state.running
         self.gangs: dict[str, list[Job]] = self.state.gangs
+        #: True when some queue has a parent: allocate then fills level by level (queuetree.TreePicker).
+        self.nested: bool = self.state.nested
 
         # Extension points (see hookspecs.EXTENSION_POINTS).
         self.queue_cost_fns: list[Callable[[QueueState, Vector | None], float]] = []
@@ -246,7 +248,7 @@ class Session:
                 continue
             candidates = []
             for i in self.index.iter_fitting(vec, level, types):
-                if tier == "any" or self._in_tier(i, tier, queue.name):
+                if tier == "any" or self.in_tier(i, tier, queue.name):
                     candidates.append(i)
                     if len(candidates) >= self.settings.node_candidates:
                         break
@@ -255,7 +257,8 @@ class Session:
                                                       tuple(-x for x in self.index.free[i][self.index.level_of[level]]), -i))
         return None
 
-    def _in_tier(self, i: int, tier: str, queue: str) -> bool:
+    def in_tier(self, i: int, tier: str, queue: str) -> bool:
+        """Is node ``i`` in ``tier`` (``own``, ``unused``, ``used``) for ``queue``?"""
         bucket = self.index.bucket(i)
         if tier == "own":
             return bucket == queue
@@ -335,7 +338,7 @@ class Session:
         for queue in self.queues.values():
             share = pool_cost(queue, None) if pool_cost else 0.0
             reports[queue.name] = QueueReport(queue.name, queue.weight, queue.fair_share, share,
-                                              self.space.formatted(queue.allocated))
+                                              self.space.formatted(queue.allocated), queue.parent)
         decisions = Decisions(
             scheduled=list(self.scheduled),
             preempted=sorted(self.preempted.values(), key=lambda j: j.id),
@@ -364,13 +367,17 @@ def iter_units(session: Session, queue: QueueState, evicted: Iterable[Job]):
         if job.gang.id in seen_gangs:
             return None
         seen_gangs.add(job.gang.id)
-        return [m for m in session.gangs[job.gang.id] if m.id in session.evicted or m.id not in session.running]
+        return [m for m in session.gangs[job.gang.id]
+                if m.id in session.evicted or (m.id not in session.running and m.id not in session.scheduled_ids)]
 
     for job in sorted(evicted, key=lambda j: session.job_sort_key(j, 0) + (j.id,)):
         found = unit(job)
         if found is not None:
             yield found
+    placed = session.scheduled_ids  # by an earlier action of this cycle: not offered again
     for job in session.queue_order(queue):
+        if job.id in placed:
+            continue
         if job.gang is None:
             yield job
             continue

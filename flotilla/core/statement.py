@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING
 from flotilla.core.decisions import Placement
 from flotilla.core.model import Job
 from flotilla.core.nodeindex import EVICTED
+from flotilla.core.queuetree import charge
 
 if TYPE_CHECKING:
     from flotilla.core.session import Session
@@ -36,7 +37,7 @@ class Statement:
         s = self.session
         vec = s.vector(job)
         s.index.bind(node, job.id, job.queue, vec, s.job_level(job))
-        _add(s.queues[job.queue].allocated, vec, 1)
+        charge(s.queues[job.queue], vec, 1)
         self.ops.append(("allocate", job, node, 0))
 
     def unevict(self, job: Job) -> None:
@@ -45,7 +46,7 @@ class Statement:
         running = s.running[job.id]
         s.index.unbind(running.node, job.id)
         s.index.bind(running.node, job.id, job.queue, running.vec, running.level)
-        _add(s.queues[job.queue].allocated, running.vec, 1)
+        charge(s.queues[job.queue], running.vec, 1)
         self.ops.append(("unevict", job, running.node, 0))
 
     def evict(self, job: Job) -> None:
@@ -54,7 +55,7 @@ class Statement:
         running = s.running[job.id]
         s.index.unbind(running.node, job.id)
         s.index.bind(running.node, job.id, job.queue, running.vec, EVICTED)
-        _add(s.queues[job.queue].allocated, running.vec, -1)
+        charge(s.queues[job.queue], running.vec, -1)
         self.ops.append(("evict", job, running.node, 0))
 
     def preempt(self, job: Job) -> None:
@@ -63,7 +64,7 @@ class Statement:
         running = s.running[job.id]
         _, _, level = s.index.unbind(running.node, job.id)
         if level != EVICTED:
-            _add(s.queues[job.queue].allocated, running.vec, -1)
+            charge(s.queues[job.queue], running.vec, -1)
         self.ops.append(("preempt", job, running.node, level))
 
     # -- ending -------------------------------------------------------------
@@ -101,30 +102,25 @@ class Statement:
             if op == "allocate":
                 vec = s.vector(job)
                 s.index.unbind(node, job.id)
-                _add(s.queues[job.queue].allocated, vec, -1)
+                charge(s.queues[job.queue], vec, -1)
             elif op == "unevict":
                 running = s.running[job.id]
                 s.index.unbind(node, job.id)
                 s.index.bind(node, job.id, job.queue, running.vec, EVICTED)
-                _add(s.queues[job.queue].allocated, running.vec, -1)
+                charge(s.queues[job.queue], running.vec, -1)
             elif op == "evict":
                 running = s.running[job.id]
                 s.index.unbind(node, job.id)
                 s.index.bind(node, job.id, job.queue, running.vec, running.level)
-                _add(s.queues[job.queue].allocated, running.vec, 1)
+                charge(s.queues[job.queue], running.vec, 1)
             else:  # preempt: back at the level it was taken from
                 running = s.running[job.id]
                 s.index.bind(node, job.id, job.queue, running.vec, level)
                 if level != EVICTED:
-                    _add(s.queues[job.queue].allocated, running.vec, 1)
+                    charge(s.queues[job.queue], running.vec, 1)
         self.ops.clear()
 
     def _close(self) -> None:
         if self._closed:
             raise RuntimeError("statement already committed or discarded")
         self._closed = True
-
-
-def _add(row: list[int], vec, sign: int) -> None:
-    for r, amount in enumerate(vec):
-        row[r] += sign * amount

@@ -20,7 +20,7 @@ from typing import Annotated, Any, Sequence
 
 from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, ValidationError, model_validator
 
-from flotilla.core.model import GANG_CARDINALITY_ANNOTATION, GANG_ID_ANNOTATION
+from flotilla.core.model import GANG_CARDINALITY_ANNOTATION, GANG_ID_ANNOTATION, NAMESPACE_ANNOTATION
 from flotilla.core.quantities import QuantityError, format_quantity, parse_quantity
 from flotilla.kubernetes.podspec import PodSpec, stored_pod_spec
 from flotilla.service.settings import ServiceSettings
@@ -266,7 +266,8 @@ def validate_jobs(file: JobFile, settings: ServiceSettings) -> list[NewJob]:
             stored_specs[0] if job.podSpec is not None else stored_specs
         out.append(NewJob(index=index, client_id=cid, priority=job.priority, priority_class=priority_class,
                           pods=pods, grace_period=grace, deadline=float(deadline),
-                          annotations=dict(job.annotations), spec=spec_out,
+                          annotations={**job.annotations, **({NAMESPACE_ANNOTATION: job.namespace} if job.namespace else {})},
+                          spec=spec_out,
                           gang_id=gang_id or None, gang_cardinality=cardinality))
 
     # Gangs: every member in this submission, with one cardinality.

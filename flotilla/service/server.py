@@ -24,12 +24,14 @@ from flotilla.service.api import create_app
 from flotilla.service.health import health_router, ops_app
 from flotilla.service.loop import ServiceLoop, service_backends
 from flotilla.service.metrics import Metrics, instrument
+from flotilla.service.reload import ConfigReloader
 from flotilla.service.roles import check_role, runs_api, runs_scheduler
 from flotilla.service.roles.election import LeaderElector
 from flotilla.service.roles.events import EventPoller
 from flotilla.service.roles.scheduler import SchedulerRunner
 from flotilla.service.settings import ServiceSettings, from_config
 from flotilla.service.store import Store
+from flotilla.service.ui import mount_ui
 
 log = structlog.get_logger("flotilla.service")
 
@@ -48,7 +50,7 @@ class Service:
     elector: LeaderElector | None = None
     metrics: Metrics | None = None
     poller: EventPoller | None = None
-    reloader: object | None = None
+    reloader: ConfigReloader | None = None
 
     def start(self) -> None:
         if self.poller is not None:
@@ -112,11 +114,14 @@ def build_service(config, scheduler, *, store_url: str | None = None, admin_endp
     if runs_api(role):
         app = create_app(store, settings, loop, admin_endpoints=admin_endpoints, shutting_down=shutting_down)
         app.include_router(router)
+        mount_ui(app, store, settings, metrics.status)
     else:
         app = ops_app(router)
     instrument(app, metrics)
     poller = EventPoller(store) if runs_api(role) and not store.sqlite else None
     service = Service(settings, store, loop, app, shutting_down, role, runner, elector, metrics, poller)
+    if config_path is not None:
+        service.reloader = ConfigReloader(config_path, service, config)
     return service
 
 
@@ -158,6 +163,8 @@ def run(service: Service, listen: str | None = None, *, access_log: bool = False
 
     for signum in (signal.SIGTERM, signal.SIGINT):
         signal.signal(signum, on_signal)
+    if service.reloader is not None:
+        signal.signal(signal.SIGHUP, lambda signum, frame: service.reloader.request())
     service.start()
     clusters = ", ".join(sorted(service.loop.backends)) or "none" if service.loop is not None else "none (api role)"
     print(f"flotilla serve: role {service.role}, listening on http://{host}:{port} "

@@ -29,6 +29,7 @@ from typing import Any, Callable, Iterable, Iterator, Mapping, Sequence
 import sqlalchemy as sa
 from sqlalchemy import event as sa_event
 
+from flotilla.core.model import OWNER_ANNOTATION
 from flotilla.service import schema
 from flotilla.service.schema import events, job_sets, jobs, leases, queues
 from flotilla.service.settings import QueueSpec
@@ -467,7 +468,7 @@ class Store:
                     "pods": _dump([pod.to_dict() for pod in job.pods]), "npods": len(job.pods),
                     "gang_id": job.gang_id, "gang_cardinality": job.gang_cardinality, "gang_pods": job.gang_pods,
                     "grace_period": job.grace_period, "deadline": job.deadline,
-                    "annotations": _dump(job.annotations), "spec": _dump(job.spec), "retries": 0,
+                    "annotations": _dump({**job.annotations, OWNER_ANNOTATION: owner}), "spec": _dump(job.spec), "retries": 0,
                     "stop_requested": STOP_NONE, "reason": "", "started": None, "finished": None, "updated": now,
                 })
                 ev = {"queue": queue, "job_set": job_set, "job_id": job_id, "time": now, "cluster": None,

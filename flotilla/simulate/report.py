@@ -14,7 +14,10 @@ How each figure is measured:
   consecutive equal values dropped).
 * **fairShare**: the queue's weight over the weights of the queues active
   after that cycle (jobs queued or running); reported as its time-weighted
-  mean over the time the queue was active, like **meanShare**.
+  mean over the time the queue was active, like **meanShare**. In a queue
+  tree, over its active siblings' weights, times its parent's fair share;
+  a parent's figures are the sums over the queues below it, and each child
+  names its ``parent``.
 * **waitMean**, **waitP95**: submission to *first* start, over the jobs that
   started (p95 by nearest rank); a preempted job's restart is counted under
   **preemptions**, not as a second wait.
@@ -33,6 +36,7 @@ from typing import Mapping, Sequence
 
 from flotilla.core.model import Job, Queue
 from flotilla.core.quantities import MILLI_RESOURCES
+from flotilla.core.queuetree import fair_shares
 
 DEFAULT_SHARE_WEIGHTS = {"cpu": 1.0, "nvidia.com/gpu": 1.0, "memory": 0.0}
 SHARE_PLUGINS = ("assetfairness", "decayedusage")
@@ -53,6 +57,7 @@ def _unit_weight(weights: Mapping[str, float], name: str) -> float:
 @dataclass(slots=True)
 class _QueueStats:
     weight: float
+    parent: str | None = None
     submitted: int = 0
     queued: int = 0
     running: int = 0
@@ -85,7 +90,12 @@ class Recorder:
     def __init__(self, queues: Sequence[Queue], pool: Mapping[str, int], weights: Mapping[str, float] | None = None):
         self.weights = dict(DEFAULT_SHARE_WEIGHTS if weights is None else weights)
         self.pool_cost = sum(_unit_weight(self.weights, name) * amount for name, amount in pool.items()) or 1.0
-        self.queues: dict[str, _QueueStats] = {q.name: _QueueStats(q.weight) for q in sorted(queues, key=lambda q: q.name)}
+        ordered = sorted(queues, key=lambda q: q.name)
+        self.queues: dict[str, _QueueStats] = {q.name: _QueueStats(q.weight, q.parent) for q in ordered}
+        self.weights_by_queue = {q.name: q.weight for q in ordered}
+        self.parents = {q.name: q.parent for q in ordered}
+        #: Per queue, its stats and its ancestors': every event counts at every level of the tree.
+        self.chains: dict[str, tuple[_QueueStats, ...]] = {name: self._chain(name) for name in self.queues}
         self._cost_cache: dict[int, tuple[Mapping, float]] = {}
         self._started: dict[str, tuple[float, float]] = {}   # job id -> (start, cost), runs in progress
         self._first_start: set[str] = set()
@@ -94,6 +104,13 @@ class Recorder:
         self.cycles = 0
         self.utilisation_series: list[list[float]] = []
         self.last_time = 0.0
+
+    def _chain(self, name: str) -> tuple[_QueueStats, ...]:
+        chain = []
+        while name is not None:
+            chain.append(self.queues[name])
+            name = self.parents[name]
+        return tuple(chain)
 
     # -- events ---------------------------------------------------------------
     def cost(self, job: Job) -> float:
@@ -106,51 +123,55 @@ class Recorder:
         return value
 
     def submitted(self, job: Job, t: float) -> None:
-        stats = self.queues[job.queue]
-        stats.submitted += 1
-        stats.queued += 1
+        for stats in self.chains[job.queue]:
+            stats.submitted += 1
+            stats.queued += 1
 
     def started(self, job: Job, t: float) -> None:
-        stats = self.queues[job.queue]
-        stats.queued -= 1
-        stats.running += 1
         cost = self.cost(job)
-        stats.cost += cost
         self._started[job.id] = (t, cost)
-        if job.id not in self._first_start:
+        first = job.id not in self._first_start
+        if first:
             self._first_start.add(job.id)
-            stats.waits.append(t - job.submitted)
+        for stats in self.chains[job.queue]:
+            stats.queued -= 1
+            stats.running += 1
+            stats.cost += cost
+            if first:
+                stats.waits.append(t - job.submitted)
 
     def stopped(self, job: Job, t: float, preempted: bool) -> None:
         """A run ended: preempted (the job is queued again) or finished."""
-        stats = self.queues[job.queue]
         start, cost = self._started.pop(job.id)
         self.busy += cost * (t - start)
         if not preempted:
             self.useful += cost * (t - start)
-        stats.running -= 1
-        stats.cost -= cost
-        if preempted:
-            stats.preemptions += 1
-            stats.queued += 1
-        else:
-            stats.finished += 1
-            stats.turnaround_sum += t - job.submitted
             self._first_start.discard(job.id)
-        if stats.running == 0:
-            stats.cost = 0.0  # no float residue once a queue is empty
+        for stats in self.chains[job.queue]:
+            stats.running -= 1
+            stats.cost -= cost
+            if preempted:
+                stats.preemptions += 1
+                stats.queued += 1
+            else:
+                stats.finished += 1
+                stats.turnaround_sum += t - job.submitted
+            if stats.running == 0:
+                stats.cost = 0.0  # no float residue once a queue is empty
 
     def cycle(self, t: float) -> None:
         """A cycle ended at ``t``: record every queue's share and fair share from now on."""
         self.cycles += 1
         self._advance(t)
-        active_weight = sum(s.weight for s in self.queues.values() if s.queued or s.running)
+        fair_by_queue = fair_shares(self.weights_by_queue, self.parents,
+                                    [name for name, s in self.queues.items() if s.queued or s.running])
         total = 0.0
         for name, stats in self.queues.items():
             share = stats.cost / self.pool_cost
-            total += share
+            if stats.parent is None:
+                total += share
             active = bool(stats.queued or stats.running)
-            fair = stats.weight / active_weight if active else 0.0
+            fair = fair_by_queue[name]
             stats.last_share, stats.last_fair, stats.last_active = share, fair, active
             if stats.submitted:
                 _append(stats.share, t, share)
@@ -196,6 +217,8 @@ class Recorder:
                 "turnaroundMean": _num(stats.turnaround_sum / stats.finished) if stats.finished else 0,
                 "fairShareSeries": _series(stats.fair, simulated),
             }
+            if stats.parent is not None:
+                queues[name]["parent"] = stats.parent
         out = {
             "queues": queues,
             "utilisation": _num(self.busy / (self.pool_cost * simulated)) if simulated > 0 else 0,
@@ -270,7 +293,7 @@ def render_table(reports: Mapping[str, Mapping], console) -> None:
     for p, (policy, report) in enumerate(reports.items()):
         rows = list(report["queues"].items())
         for i, (queue, q) in enumerate(rows):
-            cells = [queue, f"{q['weight']:g}", f"{q['fairShare']:.3f}", f"{q['meanShare']:.3f}",
+            cells = [f"{q['parent']}/{queue}" if "parent" in q else queue, f"{q['weight']:g}", f"{q['fairShare']:.3f}", f"{q['meanShare']:.3f}",
                      f"{q['finished']}/{q['submitted']}", fmt_seconds(q["waitMean"]), fmt_seconds(q["waitP95"]),
                      str(q["preemptions"])]
             if several:

@@ -33,7 +33,8 @@ from typing import Iterator
 from pydantic import Field, ValidationError, model_validator
 
 from flotilla.config.errors import ConfigError
-from flotilla.config.models import Duration, FlotillaConfig, Model, Quantities, QueueConfig, TolerationConfig
+from flotilla.config.models import (Duration, FlotillaConfig, Model, Quantities, QueueConfig, TolerationConfig,
+                                    inner_queues, queue_tree_problems)
 from flotilla.config.source import SourceMap, load_yaml, read_yaml_file
 from flotilla.core.model import Gang, Job, Queue, Toleration
 
@@ -157,13 +158,17 @@ def _validate(data, source: SourceMap, config: FlotillaConfig) -> Workload:
 
 
 def _check(parsed: WorkloadFile, config: FlotillaConfig, source: SourceMap) -> Workload:
-    queues: dict[str, Queue] = {q.name: Queue(q.name, q.weight, dict(q.limits)) for q in config.queues}
+    queues: dict[str, Queue] = {q.name: q.to_core() for q in config.queues}
     seen: dict[str, int] = {}
     for i, q in enumerate(parsed.queues):
         if q.name in seen:
             raise source.error(("queues", i, "name"), f"duplicate queue {q.name!r} (first at queues[{seen[q.name]}])")
         seen[q.name] = i
-        queues[q.name] = Queue(q.name, q.weight, dict(q.limits))
+        queues[q.name] = q.to_core()
+    problem = next(iter(queue_tree_problems("queues", parsed.queues, others=config.queues)), None)
+    if problem is not None:
+        raise source.error(*problem)
+    parents = inner_queues(queues.values())
     classes = [pc.name for pc in config.priority_classes]
     interned: dict[tuple, dict[str, int]] = {}
     entries: list[_Prepared] = []
@@ -173,6 +178,9 @@ def _check(parsed: WorkloadFile, config: FlotillaConfig, source: SourceMap) -> W
             raise source.error(("submissions", i, "queue"),
                                f"unknown queue {spec.queue!r}: expected one of the config's queues "
                                f"({', '.join(sorted(queues)) or 'none'}) or one added under queues:")
+        if spec.queue in parents:
+            raise source.error(("submissions", i, "queue"),
+                               f"queue {spec.queue!r} has child queues; only leaf queues hold jobs")
         pc = spec.priority_class or config.default_priority_class
         if pc not in classes:
             raise source.error(("submissions", i, "priorityClass"),

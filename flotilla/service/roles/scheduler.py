@@ -80,14 +80,13 @@ class SchedulerRunner:
         return True
 
     def run_forever(self, period: float | None = None) -> None:
-        period = self.loop.settings.cycle_period if period is None else period
         while not self._stop.is_set():
             started = time.monotonic()
             try:
                 self.cycle()
             except Exception:
                 log.exception("service.cycle_failed")
-            wait = period
+            wait = self.loop.settings.cycle_period if period is None else period  # a reload may change it
             if self.elector is not None and not self.elector.leading:
                 wait = min(period, self.elector.renew_period)
             self._stop.wait(max(0.0, wait - (time.monotonic() - started)))

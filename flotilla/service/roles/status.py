@@ -47,7 +47,7 @@ def status_body(report, decisions, leader: str, term: int | None) -> dict[str, A
     if decisions is not None:
         for name, q in sorted(decisions.queues.items()):
             queues[name] = {"weight": q.weight, "fairShare": q.fair_share, "share": q.share,
-                            "allocated": allocated_numbers(q.allocated)}
+                            "allocated": allocated_numbers(q.allocated), "parent": getattr(q, "parent", None)}
         seen: set[str] = set()
         for k, pod in enumerate(decisions.queued):
             job_id = job_of(pod.id)

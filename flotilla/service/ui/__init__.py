@@ -1,0 +1,223 @@
+"""The web dashboard at ``/ui``: queues, jobs, a job's page, cancel and reprioritize.
+
+Why Jinja2 templates and plain HTML forms (no NiceGUI, no JS framework):
+every page is rendered on the server from the same store queries the API
+uses, so lists are sorted and paged by the database and a page costs the
+same with 100,000 jobs; there is nothing to fetch at run time (one CSS file
+ships in the package, in ``static/``); and the pages work in any browser,
+a text one included. Jinja2 is already a dependency of FastAPI's ecosystem;
+NiceGUI would add a websocket per open page and a large bundle.
+
+Authentication: with ``auth.tokens`` set, the login page asks for a token
+and keeps it in an HttpOnly, SameSite=Strict cookie; every page and button
+acts as that user, with the API's rules: queues are listed for everyone,
+a queue's jobs only to those who may act in it (a job of another queue is
+"not found", as in the API), and cancel/reprioritize are refused with 403
+otherwise. Without tokens (a local, single-user service) there is no login.
+"""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+from urllib.parse import urlencode
+
+from fastapi import APIRouter, Form, Request
+from fastapi.concurrency import run_in_threadpool
+from fastapi.responses import HTMLResponse, RedirectResponse
+from fastapi.staticfiles import StaticFiles
+from jinja2 import Environment, PackageLoader, select_autoescape
+
+from flotilla.core.quantities import format_quantity
+from flotilla.service.auth import Authenticator, Identity, may_act
+from flotilla.service.roles.status import StatusReader
+from flotilla.service.settings import ServiceSettings
+from flotilla.service.store import ACTIVE, NONTERMINAL, QUEUED, STATES, Store
+from flotilla.service.ui.queries import PAGE_SIZE, SORTS, JobFilter, job_events, job_page, job_sets
+
+COOKIE = "flotilla_token"
+STATIC = Path(__file__).resolve().parent / "static"
+
+
+def _environment() -> Environment:
+    env = Environment(loader=PackageLoader("flotilla.service.ui", "templates"),
+                      autoescape=select_autoescape(["html"]))
+    env.filters["when"] = lambda t: time.strftime("%Y-%m-%d %H:%M:%S", time.gmtime(t)) if t else ""
+    env.filters["pct"] = lambda x: f"{100 * (x or 0):.1f}%"
+    env.filters["quantity"] = lambda amount, resource: format_quantity(amount, resource)
+    return env
+
+
+def tree_order(rows: list[dict]) -> list[dict]:
+    """Queues depth first under their parents (by name among siblings), each with its ``depth``."""
+    children: dict[str | None, list[dict]] = {}
+    names = {row["name"] for row in rows}
+    for row in rows:
+        parent = row.get("parent") if row.get("parent") in names else None
+        children.setdefault(parent, []).append(row)
+    out: list[dict] = []
+
+    def walk(parent: str | None, depth: int) -> None:
+        for row in sorted(children.get(parent, ()), key=lambda r: r["name"]):
+            out.append({**row, "depth": depth})
+            walk(row["name"], depth + 1)
+
+    walk(None, 0)
+    return out
+
+
+class _Refused(Exception):
+    def __init__(self, status: int, message: str):
+        self.status = status
+        self.message = message
+
+
+def mount_ui(app, store: Store, settings: ServiceSettings, status: StatusReader,
+             authenticator: Authenticator | None = None) -> None:
+    """Add ``/ui`` (pages) and ``/ui/static`` (the stylesheet) to ``app``."""
+    auth = authenticator or Authenticator(settings.tokens, settings.admin_groups)
+    env = _environment()
+    router = APIRouter(prefix="/ui", include_in_schema=False)
+    open_access = not settings.tokens
+
+    def who(request: Request) -> Identity | None:
+        if open_access:
+            return Identity("anonymous", frozenset(), admin=True)
+        token = request.cookies.get(COOKIE)
+        return auth.authenticate(f"Bearer {token}") if token else None
+
+    def page(template: str, request: Request, identity: Identity | None, status_code: int = 200, **values):
+        html = env.get_template(template).render(request=request, user=identity, open_access=open_access,
+                                                 **values)
+        return HTMLResponse(html, status_code=status_code)
+
+    def login_redirect(request: Request) -> RedirectResponse:
+        return RedirectResponse(f"/ui/login?{urlencode({'next': str(request.url.path)})}", status_code=303)
+
+    def queue_or_refuse(name: str, identity: Identity, act: bool = True):
+        queue = store.get_queue(name)
+        if queue is None:
+            raise _Refused(404, f"queue {name!r} does not exist")
+        if act and not may_act(identity, queue):
+            raise _Refused(403, f"user {identity.user!r} may not see or act on the jobs of queue {name!r}")
+        return queue
+
+    def visible_job(job_id: str, identity: Identity) -> dict:
+        job = store.get_job(job_id)
+        queue = store.get_queue(job["queue"]) if job else None
+        if job is None or queue is None or not may_act(identity, queue):
+            raise _Refused(404, f"job {job_id!r} not found")
+        return job
+
+    async def guarded(request: Request, render):
+        identity = who(request)
+        if identity is None:
+            return login_redirect(request)
+        try:
+            return await run_in_threadpool(render, identity)
+        except _Refused as exc:
+            return page("error.html", request, identity, exc.status, message=exc.message, status=exc.status)
+
+    # -- login -------------------------------------------------------------------------
+    @router.get("/login")
+    def login_form(request: Request, next: str = "/ui"):
+        return page("login.html", request, None, next=next if next.startswith("/ui") else "/ui", error=None)
+
+    @router.post("/login")
+    def login(request: Request, token: str = Form(""), next: str = Form("/ui")):
+        target = next if next.startswith("/ui") else "/ui"
+        if auth.authenticate(f"Bearer {token.strip()}") is None:
+            return page("login.html", request, None, 401, next=target, error="unknown token")
+        response = RedirectResponse(target, status_code=303)
+        response.set_cookie(COOKIE, token.strip(), httponly=True, samesite="strict", path="/ui")
+        return response
+
+    @router.post("/logout")
+    def logout():
+        response = RedirectResponse("/ui/login", status_code=303)
+        response.delete_cookie(COOKIE, path="/ui")
+        return response
+
+    # -- pages -------------------------------------------------------------------------
+    @router.get("")
+    async def queues_page(request: Request):
+        def render(identity):
+            body = status.get()
+            shares = body.get("queues", {})
+            rows = []
+            for queue in store.list_queues():
+                counts = store.queue_counts(queue.name)
+                q = shares.get(queue.name, {})
+                rows.append({"name": queue.name, "weight": queue.weight, "fair": q.get("fairShare"),
+                             "share": q.get("share"), "queued": counts[QUEUED], "parent": q.get("parent"),
+                             "running": sum(counts[s] for s in ACTIVE), "mine": may_act(identity, queue)})
+            known = {row["name"] for row in rows}
+            for name, q in shares.items():     # inner queues of a tree hold no jobs of their own
+                if name not in known:
+                    rows.append({"name": name, "weight": q["weight"], "fair": q["fairShare"], "share": q["share"],
+                                 "queued": None, "running": None, "parent": q.get("parent"), "mine": False})
+            rows = tree_order(rows)
+            return page("queues.html", request, identity, queues=rows, cycle=body.get("cycle"),
+                        cycle_time=body.get("time"), clusters=body.get("clusters", {}))
+        return await guarded(request, render)
+
+    @router.get("/queues/{name}")
+    async def queue_page(request: Request, name: str):
+        def render(identity):
+            queue = queue_or_refuse(name, identity, act=False)
+            counts = store.queue_counts(name)
+            mine = may_act(identity, queue)
+            body = status.get()
+            return page("queue.html", request, identity, queue=queue, counts=counts, states=STATES, mine=mine,
+                        job_sets=job_sets(store, name) if mine else [], share=body.get("queues", {}).get(name, {}),
+                        reasons=body.get("reasons", {}).get(name, {}))
+        return await guarded(request, render)
+
+    @router.get("/jobs")
+    async def jobs_page(request: Request, queue: str, jobSet: str = "", state: str = "", owner: str = "",
+                        sort: str = "submitted", order: str = "desc", page_number: int = 1):
+        def render(identity):
+            queue_or_refuse(queue, identity)
+            if sort not in SORTS or order not in ("asc", "desc") or (state and state not in STATES) \
+                    or page_number < 1:
+                raise _Refused(422, f"sort must be one of {', '.join(SORTS)}, order asc or desc, state one of "
+                                    f"{', '.join(STATES)}, page_number 1 or more")
+            filt = JobFilter(queue, jobSet or None, state or None, owner or None)
+            total, rows = job_page(store, filt, sort, order == "desc", page_number)
+            params = {"queue": queue, "jobSet": jobSet, "state": state, "owner": owner, "sort": sort, "order": order}
+            return page("jobs.html", request, identity, filt=filt, total=total, rows=rows, states=STATES,
+                        sort=sort, order=order, page_number=page_number, pages=max(1, -(-total // PAGE_SIZE)),
+                        sorts=list(SORTS), query=lambda **kw: urlencode({**params, **kw}))
+        return await guarded(request, render)
+
+    @router.get("/jobs/{job_id}")
+    async def job_page_(request: Request, job_id: str):
+        def render(identity):
+            job = visible_job(job_id, identity)
+            waiting = None
+            if job["state"] == QUEUED:
+                waiting = status.get().get("jobReasons", {}).get(job_id) or "not examined in the last cycle"
+            return page("job.html", request, identity, job=job, events=job_events(store, job_id), waiting=waiting,
+                        can_stop=job["state"] in NONTERMINAL, message=request.query_params.get("done"))
+        return await guarded(request, render)
+
+    @router.post("/jobs/{job_id}/cancel")
+    async def cancel(request: Request, job_id: str):
+        def act(identity):
+            job = visible_job(job_id, identity)
+            queue_or_refuse(job["queue"], identity)
+            store.cancel(job["queue"], None, [job_id], None, by=identity.user)
+            return RedirectResponse(f"/ui/jobs/{job_id}?done=cancel+requested", status_code=303)
+        return await guarded(request, act)
+
+    @router.post("/jobs/{job_id}/reprioritize")
+    async def reprioritize(request: Request, job_id: str, priority: int = Form(...)):
+        def act(identity):
+            job = visible_job(job_id, identity)
+            queue_or_refuse(job["queue"], identity)
+            store.reprioritize(job["queue"], priority, None, [job_id], by=identity.user)
+            return RedirectResponse(f"/ui/jobs/{job_id}?done=priority+set+to+{priority}", status_code=303)
+        return await guarded(request, act)
+
+    app.include_router(router)
+    app.mount("/ui/static", StaticFiles(directory=STATIC), name="ui-static")

@@ -1,0 +1,123 @@
+"""The two correctness fixes of the seeds' rules: equal priority for preemption to fair share, third-party actions."""
+
+from __future__ import annotations
+
+import sys
+
+import pytest
+
+from scenario import config, install_distribution, placements, run_once
+
+THREE_CLASSES = """
+priorityClasses:
+  - {name: armada-default, priority: 30000, preemptible: false}
+  - {name: armada-high, priority: 25000, preemptible: true}
+  - {name: armada-preemptible, priority: 20000, preemptible: true}
+defaultPriorityClass: armada-default
+"""
+
+# One 8-core node full of A's jobs: four 20000-priority ones (submitted first) and four 25000-priority ones.
+# B queues eight 20000-priority jobs. Every preemptible job is evicted.
+EQUAL_PRIORITY_STATE = """
+clusters:
+  - name: c1
+    nodes:
+      - {name: node-1, resources: {cpu: 8}}
+jobs:
+""" + "\n".join(
+    [f"  - {{id: a-{i}, queue: A, priorityClass: armada-preemptible, requests: {{cpu: 1}}, submitted: {i}, "
+     f"state: running, node: node-1}}" for i in range(1, 5)]
+    + [f"  - {{id: a-{i}, queue: A, priorityClass: armada-high, requests: {{cpu: 1}}, submitted: {i}, "
+       f"state: running, node: node-1}}" for i in range(5, 9)]
+    + [f"  - {{id: b-{i}, queue: B, priorityClass: armada-preemptible, requests: {{cpu: 1}}, submitted: {10 + i}}}"
+       for i in range(1, 9)]) + "\n"
+
+
+def with_classes(extra: str = "") -> str:
+    return config(extra=extra).replace(
+        "priorityClasses:\n  - {name: armada-default, priority: 30000, preemptible: false}\n"
+        "  - {name: armada-preemptible, priority: 20000, preemptible: true}\ndefaultPriorityClass: armada-default\n",
+        THREE_CLASSES)
+
+
+def test_fair_share_takes_back_only_the_room_of_equal_or_lower_priority_jobs(tmp_path):
+    """armada-scheduler.txt: preemption to fair share only for jobs of equal priority-class priority.
+
+    B's 20000 jobs may take only the room of A's evicted 20000 jobs (4 cores), which A's own 20000 jobs
+    want back too; they alternate: a-1, b-1, a-2, b-2, then a-3 finds the rest of that room taken.
+    A's four 25000 jobs all stay; before the fix they were the ones preempted (a-5..a-8, B took 4).
+    """
+    cfg = with_classes()
+    assert "armada-high" in cfg
+    out = run_once(tmp_path, cfg, EQUAL_PRIORITY_STATE)
+    assert placements(out) == {"b-1": "node-1", "b-2": "node-1"}
+    assert out["preempted"] == ["a-3", "a-4"]
+    assert out["queued"] == [f"b-{i}" for i in range(3, 9)]
+
+
+def test_higher_priority_jobs_take_back_the_room_of_lower_priority_ones(tmp_path):
+    """B's 25000 jobs may take any evicted room; A's own returning 20000 jobs only that of its 20000 jobs.
+
+    Alternating: a-1, b-1, a-2, b-2, then a-3 and a-4 would need the room of A's 25000 jobs, which B
+    takes (b-3, b-4) beside a-5 and a-6. Urgency preemption is off so only fair share acts.
+    """
+    state = EQUAL_PRIORITY_STATE.replace("queue: B, priorityClass: armada-preemptible", "queue: B, priorityClass: armada-high")
+    out = run_once(tmp_path, with_classes("preempt: {enabled: false}"), state)
+    assert placements(out) == {f"b-{i}": "node-1" for i in range(1, 5)}
+    assert out["preempted"] == ["a-3", "a-4", "a-7", "a-8"]
+
+
+ACTION_MODULE = '''
+"""A third-party action: places every queued job of queue B on the first node, whatever fairness says."""
+
+
+class FirstNode:
+    name = "firstnode"
+
+    def execute(self, session):
+        stmt = session.statement()
+        for job in session.queues["B"].queued:
+            stmt.allocate(job, 0)
+        stmt.commit()
+'''
+
+
+@pytest.fixture
+def installed_action(tmp_path, monkeypatch):
+    """A real distribution on sys.path whose entry point registers the action ``firstnode``."""
+    install_distribution(tmp_path / "site", "firstnode_action", ACTION_MODULE, "flotilla.actions",
+                         "firstnode = firstnode_action:FirstNode")
+    monkeypatch.syspath_prepend(str(tmp_path / "site"))
+    yield
+    sys.modules.pop("firstnode_action", None)
+
+
+ACTION_STATE = """
+clusters:
+  - name: c1
+    nodes:
+      - {name: node-1, resources: {cpu: 4}}
+      - {name: node-2, resources: {cpu: 4}}
+jobs:
+  - {id: a-1, queue: A, requests: {cpu: 1}, submitted: 1}
+  - {id: b-1, queue: B, requests: {cpu: 1}, submitted: 2}
+  - {id: b-2, queue: B, requests: {cpu: 1}, submitted: 3}
+"""
+
+
+def test_third_party_action_from_an_entry_point_runs_in_the_cycle(tmp_path, installed_action):
+    # The action runs first and puts B's jobs on node-1; allocate then places a-1 where bestfit says
+    # (node-2: unused beats used).
+    out = run_once(tmp_path, config(extra="actions: [firstnode, allocate]"), ACTION_STATE)
+    assert placements(out) == {"b-1": "node-1", "b-2": "node-1", "a-1": "node-2"}
+    from flotilla.actions import available_actions
+    assert available_actions() == ["evict", "allocate", "preempt", "lease", "firstnode"]
+
+
+def test_an_action_nobody_installed_is_still_refused(tmp_path):
+    from scenario import invoke
+
+    result = invoke(tmp_path, config(extra="actions: [backfil, allocate]"), ACTION_STATE)
+    assert result.exit_code == 2
+    assert "actions[0]: unknown action 'backfil' (known: evict, allocate, preempt, lease)" in result.stderr
+

@@ -1,0 +1,49 @@
+"""The dashboard's server side, in-process: queues as a tree, jobs filtered, sorted and paged by the database,
+bad query parameters answered 422 on a page (the browser test is test_ui_browser.py)."""
+
+from __future__ import annotations
+
+import re
+
+from fastapi.testclient import TestClient
+
+from flotilla.core.cycle import Scheduler
+from flotilla.service.jobspec import prepare
+from flotilla.service.server import build_service
+from flotilla.service.ui import tree_order
+from service_fixtures import config, job, job_file
+
+
+def test_queues_are_listed_as_a_tree():
+    rows = [{"name": n, "parent": p} for n, p in [("b1", "b"), ("a", None), ("b", None), ("a2", "a"), ("a1", "a"),
+                                                  ("orphan", "gone")]]
+    assert [(r["name"], r["depth"]) for r in tree_order(rows)] == [
+        ("a", 0), ("a1", 1), ("a2", 1), ("b", 0), ("b1", 1), ("orphan", 0)]
+
+
+def test_jobs_are_filtered_sorted_and_paged_by_the_database(tmp_path):
+    cfg = config()
+    service = build_service(cfg, Scheduler(cfg), store_url=f"sqlite:///{tmp_path}/ui.db")
+    for job_set, n in (("big", 120), ("small", 3)):
+        body = job_file("A", job_set, [{**job(f"{job_set}-{i}"), "priority": i % 7} for i in range(n)])
+        service.store.submit("A", job_set, "alice" if job_set == "big" else "carol", prepare(body, service.settings)[1])
+    client = TestClient(service.app)
+    client.cookies.set("flotilla_token", "alice-token")
+
+    def listing(query: str) -> tuple[str, list[str]]:
+        response = client.get(f"/ui/jobs?queue=A&{query}")
+        assert response.status_code == 200
+        total = re.search(r'<p id="total">([^<]*)</p>', response.text).group(1)
+        return total, re.findall(r'<td class="num">(\d+)</td>', response.text)
+
+    total, priorities = listing("jobSet=big&sort=priority&order=asc&page_number=3")
+    assert total == "120 jobs · page 3 of 3"
+    assert priorities == ["5"] * 3 + ["6"] * 17    # priority i % 7: 18 of 0, 17 each of 1..6; page 3 is rows 101-120
+    assert listing("owner=carol")[0] == "3 jobs · page 1 of 1"
+    assert listing("state=running")[0] == "0 jobs · page 1 of 1"
+    response = client.get("/ui/jobs?queue=A&sort=nope")
+    assert response.status_code == 422
+    assert "sort must be one of submitted, priority, state, id, owner, jobSet, updated" in response.text
+    client.cookies.set("flotilla_token", "bob-token")
+    assert client.get("/ui/jobs?queue=A").status_code == 403
+    service.close()
