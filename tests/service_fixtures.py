@@ -87,6 +87,20 @@ def make_store(kind: str, tmp_path) -> Store:
     return Store(POSTGRES_URL)
 
 
+@pytest.fixture(name="env")
+def api_env(tmp_path):
+    """The API in-process on a fresh SQLite store with the test config's queues: (TestClient, Store)."""
+    from fastapi.testclient import TestClient
+
+    from flotilla.service.api import create_app
+
+    s = settings()
+    store = Store(f"sqlite:///{tmp_path}/api.db")
+    store.sync_queues(s.queues)
+    yield TestClient(create_app(store, s)), store
+    store.close()
+
+
 def job(client_id=None, cpu="1", memory=None, duration=None, gang=None, pc=None, **pod) -> dict:
     """One entry of a job file's ``jobs`` list."""
     resources = {"cpu": cpu}

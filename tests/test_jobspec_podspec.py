@@ -28,7 +28,7 @@ def refused(env, body) -> list[str]:
     r = client.post("/v1/submit", json=body, headers=headers("alice"))
     assert r.status_code == 422, r.text
     assert store.count_jobs() == 0
-    return [e["text"] for e in r.json()["errors"]]
+    return [e["text"] for e in r.json()["error"]["errors"]]
 
 
 def test_a_typo_in_a_pod_spec_field_is_refused_with_its_path(env):

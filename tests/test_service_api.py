@@ -10,17 +10,10 @@ from fastapi.testclient import TestClient
 from flotilla.service.api import create_app
 from flotilla.service.settings import QueueSpec
 from flotilla.service.store import Store
-from service_fixtures import TOKENS, headers, job, job_file, settings
+from service_fixtures import api_env, TOKENS, headers, job, job_file, settings
 
 
-@pytest.fixture
-def env(tmp_path):
-    s = settings()
-    store = Store(f"sqlite:///{tmp_path}/api.db")
-    store.sync_queues(s.queues)
-    client = TestClient(create_app(store, s))
-    yield client, store
-    store.close()
+env = api_env
 
 
 # -- permissions ------------------------------------------------------------------------
@@ -103,9 +96,10 @@ def test_a_job_of_another_users_queue_is_indistinguishable_from_a_missing_one(en
         forbidden = client.get(f"/v1/jobs/{job_id}", headers=headers(user))
         missing = client.get("/v1/jobs/01xxxxxxxxxxxxxxxxxxxxxxxx", headers=headers(user))
         assert forbidden.status_code == missing.status_code == 404
-        assert job_id in forbidden.json()["detail"] and "01xxx" in missing.json()["detail"]
-        assert forbidden.json()["detail"].replace(job_id, "X") == missing.json()["detail"].replace(
-            "01xxxxxxxxxxxxxxxxxxxxxxxx", "X")
+        assert forbidden.json() == {"error": {"code": "not_found", "message": f"job {job_id!r} not found",
+                                              "field": None, "errors": []}}
+        assert missing.json() == {"error": {"code": "not_found", "message": "job '01xxxxxxxxxxxxxxxxxxxxxxxx' not found",
+                                            "field": None, "errors": []}}
     # Cancelling another queue's job by id: 403 on the queue before anything about the job.
     r = client.post("/v1/cancel", json={"queue": "A", "jobIds": [job_id]}, headers=headers("bob"))
     assert r.status_code == 403 and job_id not in r.text
@@ -135,16 +129,18 @@ def test_openapi_is_published(env):
 def test_malformed_requests_get_422_with_the_field_path(env):
     client, _ = env
     r = client.post("/v1/queues", json={"name": "Q", "weight": -1}, headers=headers("root"))
-    assert r.status_code == 422 and r.json()["detail"][0]["field"] == "weight"
+    assert r.status_code == 422 and r.json()["error"]["field"] == "weight"
     r = client.post("/v1/cancel", json={"queue": "A", "jobIds": "x"}, headers=headers("alice"))
-    assert r.status_code == 422 and r.json()["detail"][0]["field"] == "jobIds"
+    assert r.status_code == 422 and r.json()["error"]["field"] == "jobIds"
 
 
 def test_queue_delete_refuses_a_queue_with_active_jobs(env):
     client, store = env
     client.post("/v1/submit", json=job_file("B", "s", [job("x")]), headers=headers("bob"))
     r = client.delete("/v1/queues/B", headers=headers("root"))
-    assert r.status_code == 409 and "active jobs" in r.json()["detail"]
+    assert r.status_code == 409 and r.json()["error"] == {
+        "code": "conflict", "field": None, "errors": [],
+        "message": "queue 'B' has 1 active jobs; cancel them first, or delete with force=true"}
     client.post("/v1/cancel", json={"queue": "B", "states": ["queued"]}, headers=headers("bob"))
     assert client.delete("/v1/queues/B", headers=headers("root")).status_code == 200
 
@@ -173,20 +169,20 @@ def rejected(client, store, body, user="alice"):
 
 def texts(r) -> list[str]:
     assert r.status_code == 422, r.text
-    return [e["text"] for e in r.json()["errors"]]
+    return [e["text"] for e in r.json()["error"]["errors"]]
 
 
 def test_rule_queue_must_exist(env):
     client, store = env
     r = rejected(client, store, job_file("nope", "s", [job("a"), job("b")]))
-    assert texts(r) == ["job 0 (clientId 'a'): queue: queue 'nope' does not exist",
-                        "job 1 (clientId 'b'): queue: queue 'nope' does not exist"]
+    assert r.status_code == 404 and r.json() == {"error": {"code": "not_found", "field": "queue", "errors": [],
+                                                           "message": "queue 'nope' does not exist"}}
 
 
 def test_rule_user_may_submit_to_the_queue(env):
     client, store = env
     r = rejected(client, store, job_file("B", "s", [job("a")]), user="alice")
-    assert r.status_code == 403 and r.json()["detail"] == "user 'alice' may not submit to queue 'B'"
+    assert r.status_code == 403 and r.json()["error"]["message"] == "user 'alice' may not submit to queue 'B'"
 
 
 def test_rule_priority_class_exists(env):
@@ -325,9 +321,10 @@ def test_shape_errors_name_the_job_and_field(env):
     bad = job("x")
     bad["podSpec"]["containers"] = []
     r = rejected(client, store, job_file("A", "s", [job("ok"), bad]))
-    assert r.json()["errors"][0]["text"].startswith("job 1 (clientId 'x'): podSpec.containers: List should have "
-                                                    "at least 1 item")
-    assert r.json()["detail"][0]["loc"] == ["body", "jobs", 1, "podSpec", "containers"]
+    first = r.json()["error"]["errors"][0]
+    assert first["text"].startswith("job 1 (clientId 'x'): podSpec.containers: List should have at least 1 item")
+    assert (first["field"], first["index"], first["clientId"]) == ("jobs[1].podSpec.containers", 1, "x")
+    assert r.json()["error"]["field"] == "jobs[1].podSpec.containers"
 
 
 def test_one_bad_job_rejects_the_whole_file(env):
@@ -345,7 +342,7 @@ def test_without_tokens_the_local_service_is_open(tmp_path):
     s = settings().__class__(**{**{f: getattr(settings(), f) for f in settings().__slots__}, "tokens": ()})
     store = Store(f"sqlite:///{tmp_path}/open.db")
     store.sync_queues(s.queues)
-    client = TestClient(create_app(store, s))
+    client = TestClient(create_app(store, s), base_url="http://127.0.0.1:8080")
     assert client.post("/v1/submit", json=job_file("B", "s", [job("x")])).status_code == 200
     assert client.post("/v1/queues", json={"name": "Z"}).status_code == 200
     store.close()

@@ -69,7 +69,7 @@ Name = Annotated[str, Field(min_length=1)]
 class Model(BaseModel):
     """Base of every config model: unknown keys are errors; camelCase aliases or snake_case names both load."""
 
-    model_config = ConfigDict(extra="forbid", populate_by_name=True)
+    model_config = ConfigDict(extra="forbid", populate_by_name=True, allow_inf_nan=False)
 
 
 class PluginConfig(Model):
@@ -255,6 +255,11 @@ class StoreConfig(Model):
 
 class ServerConfig(Model):
     listen: str = "127.0.0.1:8080"
+    #: Largest request body, in bytes (``16Mi``); larger ones are answered 413 before they are read.
+    max_body_size: Annotated[int, BeforeValidator(lambda v: parse_quantity(v, "memory"))] = Field(
+        16 * 1024 * 1024, ge=1024, le=1024**3, alias="maxBodySize")
+    #: Most jobs in one submission; more are answered 413.
+    max_jobs_per_submission: int = Field(10_000, ge=1, le=1_000_000, alias="maxJobsPerSubmission")
 
 
 class TokenConfig(Model):

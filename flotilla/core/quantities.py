@@ -9,8 +9,9 @@ that unit is an error, not a rounding.
 
 from __future__ import annotations
 
+import math
 import re
-from decimal import Decimal, InvalidOperation
+from decimal import Context, Decimal, InvalidOperation
 
 #: Resources counted in thousandths; everything else is counted in base units.
 MILLI_RESOURCES = frozenset({"cpu"})
@@ -19,6 +20,11 @@ _BINARY = {"Ki": 2**10, "Mi": 2**20, "Gi": 2**30, "Ti": 2**40, "Pi": 2**50, "Ei"
 _DECIMAL = {"n": Decimal("1e-9"), "u": Decimal("1e-6"), "m": Decimal("1e-3"), "": Decimal(1),
             "k": Decimal(10**3), "M": Decimal(10**6), "G": Decimal(10**9), "T": Decimal(10**12),
             "P": Decimal(10**15), "E": Decimal(10**18)}
+#: The largest quantity in its counting unit (a 64-bit integer), and the longest text looked at.
+MAX_QUANTITY = 2**63 - 1
+MAX_QUANTITY_TEXT = 64
+#: Exact for every text that passes the checks above: at most 64 digits, times at most 2**60 * 1000.
+_EXACT = Context(prec=200, Emax=400, Emin=-400)
 _QUANTITY = re.compile(r"^([+-]?(?:\d+\.?\d*|\.\d+)(?:[eE][+-]?\d+)?)(Ki|Mi|Gi|Ti|Pi|Ei|n|u|m|k|M|G|T|P|E)?$")
 
 
@@ -36,20 +42,38 @@ def parse_quantity(value: str | int | float, resource: str = "") -> int:
     """
     if isinstance(value, bool):
         raise QuantityError(f"expected a quantity such as 500m, 2 or 64Mi, got {value!r}")
+    if isinstance(value, float) and not math.isfinite(value):
+        raise QuantityError(f"expected a finite quantity, got {value!r}")
+    if isinstance(value, int) and not -MAX_QUANTITY <= value <= MAX_QUANTITY:   # no 4,300-digit str()
+        raise QuantityError(f"quantity is above the maximum ({MAX_QUANTITY})")
     text = str(value).strip()
+    if len(text) > MAX_QUANTITY_TEXT:
+        raise QuantityError(f"expected a quantity of at most {MAX_QUANTITY_TEXT} characters, got {len(text)}")
     match = _QUANTITY.match(text)
     if not match:
         raise QuantityError(f"expected a quantity such as 500m, 2 or 64Mi, got {text!r}")
     number, suffix = match.group(1), match.group(2) or ""
+    # Bound the exponent before any Decimal arithmetic: 1e99999 must cost nothing and 1e1000000 not overflow.
+    mantissa, _, exponent = number.lower().partition("e")
+    whole, _, fraction = mantissa.lstrip("+-").partition(".")
+    digits = (whole + fraction).strip("0")
+    leading = len(whole.lstrip("0")) - 1 if whole.strip("0") else -(len(fraction) - len(fraction.lstrip("0"))) - 1
+    magnitude = (int(exponent) if exponent else 0) + leading    # the power of ten of the first digit
+    if digits and magnitude > 30:
+        raise QuantityError(f"{text!r} is above the maximum quantity ({MAX_QUANTITY})")
+    if digits and magnitude < -40:
+        raise QuantityError(f"{text!r} is not a whole number of units for {resource or 'this resource'}")
     try:
         amount = Decimal(number)
     except InvalidOperation as exc:  # pragma: no cover - the regex already guards this
         raise QuantityError(f"expected a quantity, got {text!r}") from exc
-    amount *= _BINARY[suffix] if suffix in _BINARY else _DECIMAL[suffix]
+    amount = _EXACT.multiply(amount, _BINARY[suffix] if suffix in _BINARY else _DECIMAL[suffix])
     if amount < 0:
         raise QuantityError(f"expected a non-negative quantity, got {text!r}")
     if resource in MILLI_RESOURCES:
-        amount *= 1000
+        amount = _EXACT.multiply(amount, 1000)
+    if amount > MAX_QUANTITY:
+        raise QuantityError(f"{text!r} is above the maximum quantity ({MAX_QUANTITY} in its unit)")
     if amount != amount.to_integral_value():
         unit = "millicores" if resource in MILLI_RESOURCES else "bytes" if resource == "memory" else "units"
         raise QuantityError(f"{text!r} is not a whole number of {unit} for {resource or 'this resource'}")
@@ -69,6 +93,8 @@ def format_quantity(amount: int, resource: str = "") -> str:
     return str(amount)
 
 
+#: The longest duration: about 292 years, what a 64-bit count of nanoseconds (Kubernetes' durations) holds.
+MAX_DURATION = float(2**63 // 10**9)
 _DURATION = re.compile(r"^(\d+(?:\.\d+)?)(ms|s|m|h|d)?$")
 _DURATION_UNITS = {"ms": 0.001, "s": 1, "m": 60, "h": 3600, "d": 86400, None: 1}
 
@@ -78,13 +104,21 @@ def parse_duration(value: str | int | float) -> float:
     if isinstance(value, bool):
         raise QuantityError(f"expected a duration such as 30s, 5m, 2h, 3d or seconds, got {value!r}")
     if isinstance(value, (int, float)):
+        if isinstance(value, float) and not math.isfinite(value):
+            raise QuantityError(f"expected a finite duration, got {value!r}")
         if value < 0:
             raise QuantityError(f"expected a non-negative duration, got {value!r}")
+        if value > MAX_DURATION:
+            raise QuantityError(f"expected a duration of at most {MAX_DURATION:g} seconds, got {value:g}")
         return float(value)
-    match = _DURATION.match(str(value).strip())
+    text = str(value).strip()
+    match = _DURATION.match(text) if len(text) <= MAX_QUANTITY_TEXT else None
     if not match:
-        raise QuantityError(f"expected a duration such as 30s, 5m, 2h, 3d or seconds, got {value!r}")
-    return float(match.group(1)) * _DURATION_UNITS[match.group(2)]
+        raise QuantityError(f"expected a duration such as 30s, 5m, 2h, 3d or seconds, got {text[:80]!r}")
+    seconds = float(match.group(1)) * _DURATION_UNITS[match.group(2)]
+    if not seconds <= MAX_DURATION:
+        raise QuantityError(f"expected a duration of at most {MAX_DURATION:g} seconds, got {text!r}")
+    return seconds
 
 
 def format_duration(seconds: float) -> str:

@@ -455,23 +455,53 @@ class QueueOrder:
         return heap
 
 
+def elastic_core(session: Session, gang) -> list[Job]:
+    """The members an elastic gang still needs placed together: its minimum less those running.
+
+    Empty once the gang has started (its minimum runs); evicted members come
+    first, since they can go back to their own nodes.
+    """
+    members = session.gangs[gang.id]
+    running = sum(1 for m in members if m.id in session.running and m.id not in session.evicted)
+    need = gang.min_available - running
+    if need <= 0:
+        return []
+    pending = [m for m in members if m.id in session.evicted or m.id not in session.running]
+    pending.sort(key=lambda m: m.id not in session.evicted)
+    return pending[:need]
+
+
 def iter_units(session: Session, queue: QueueState, evicted: Iterable[Job]):
     """Yield a queue's scheduling units in order: evicted jobs first, then queued jobs.
 
     A unit is a single job or, for a gang, the list of its members not yet
-    running (yielded once, at its first member's place). Queued jobs come
+    running (yielded once, at its first member's place). An elastic gang
+    yields its core (:func:`elastic_core`) as one unit, and its other members
+    one by one at their own places. Queued jobs come
     from the queue's :class:`QueueOrder`, so a queue of a million jobs costs
     only what is reached.
     """
     seen_gangs: set[str] = set()
+    cores: dict[str, set[str]] = {}
 
     def unit(job: Job):
-        if job.gang is None:
+        gang = job.gang
+        if gang is None:
             return job
-        if job.gang.id in seen_gangs:
+        if gang.min_available:
+            core = cores.get(gang.id)
+            if core is None:
+                members = elastic_core(session, gang)
+                cores[gang.id] = {m.id for m in members}
+                if members:
+                    return members
+            elif job.id in core:
+                return None
+            return job
+        if gang.id in seen_gangs:
             return None
-        seen_gangs.add(job.gang.id)
-        return [m for m in session.gangs[job.gang.id] if m.id in session.evicted or m.id not in session.running]
+        seen_gangs.add(gang.id)
+        return [m for m in session.gangs[gang.id] if m.id in session.evicted or m.id not in session.running]
 
     for job in sorted(evicted, key=lambda j: session.job_sort_key(j, 0) + (j.id,)):
         found = unit(job)

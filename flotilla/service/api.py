@@ -33,120 +33,120 @@ import json
 import time
 from typing import Any, Literal
 
-from fastapi import Depends, FastAPI, Header, HTTPException, Query, Request
+from fastapi import Depends, FastAPI, Header, Query, Request
 from fastapi.concurrency import run_in_threadpool
 from fastapi.exceptions import RequestValidationError
-from fastapi.responses import JSONResponse, StreamingResponse
+from fastapi.responses import StreamingResponse
 from pydantic import BaseModel, ConfigDict, Field
 
 from flotilla import __version__
 from flotilla.config.models import QueueConfig
+from flotilla.service import errors
 from flotilla.service.auth import Authenticator, Identity, may_act, may_admin
+from flotilla.service.bounds import ID_PATTERN, INT64_MAX, INT64_MIN
+from flotilla.service.errors import ApiError, ErrorItem
+from flotilla.service.guard import BoundedRoute, Guard
 from flotilla.service.jobspec import JobFile, field_path, rejections_from_errors, validate_jobs
-from flotilla.service.settings import QueueSpec, ServiceSettings
-from flotilla.service.store import Rejection, Store, StoreError, SubmissionRejected
+from flotilla.service.settings import DEFAULT_LIMITS, QueueSpec, ServiceSettings
+from flotilla.service.store import Store
+
+JobState = Literal["queued", "leased", "pending", "running", "succeeded", "failed", "preempted", "cancelled"]
+ActiveState = Literal["queued", "leased", "pending", "running"]
+Id = Field(pattern=ID_PATTERN, max_length=255)
 
 
 class QueueBody(QueueConfig):
     """A queue as the API takes it: the config's queue, with a name safe for URLs."""
 
-    name: str = Field(min_length=1, max_length=255, pattern=r"^[A-Za-z0-9][A-Za-z0-9._-]*$")
+    name: str = Field(min_length=1, max_length=255, pattern=ID_PATTERN)
 
     def spec(self) -> QueueSpec:
         return QueueSpec(self.name, self.weight, dict(self.limits), tuple(self.owners), tuple(self.group_owners))
 
 
 class CancelBody(BaseModel):
+    """Which jobs to cancel: at least one of jobSetId, jobIds, states; an empty list is refused, not "all"."""
+
     model_config = ConfigDict(extra="forbid")
-    queue: str = Field(min_length=1)
-    jobSetId: str | None = None
-    jobIds: list[str] | None = None
-    states: list[Literal["queued", "leased", "pending", "running"]] | None = None
+    queue: str = Field(min_length=1, max_length=255)
+    jobSetId: str | None = Field(None, min_length=1, max_length=255)
+    jobIds: list[str] | None = Field(None, min_length=1, max_length=DEFAULT_LIMITS.max_jobs)
+    states: list[ActiveState] | None = Field(None, min_length=1)
 
 
 class ReprioritizeBody(BaseModel):
     model_config = ConfigDict(extra="forbid")
-    queue: str = Field(min_length=1)
-    jobSetId: str | None = None
-    jobIds: list[str] | None = None
-    priority: int
+    queue: str = Field(min_length=1, max_length=255)
+    jobSetId: str | None = Field(None, min_length=1, max_length=255)
+    jobIds: list[str] | None = Field(None, min_length=1, max_length=DEFAULT_LIMITS.max_jobs)
+    priority: int = Field(ge=INT64_MIN, le=INT64_MAX)
 
 
-def _clean_errors(errors) -> list[dict]:
-    out = []
-    for err in errors:
-        out.append({"loc": list(err.get("loc", ())), "field": field_path([p for p in err.get("loc", ()) if p != "body"]),
-                    "msg": err.get("msg", ""), "type": err.get("type", "")})
-    return out
+def _validation_errors(request: Request, exc: RequestValidationError) -> tuple[str, str, str | None, list[ErrorItem]]:
+    """A request that does not fit its model, as (code, message, first field, every problem)."""
+    if request.url.path.endswith("/submit"):
+        raw = exc.body if isinstance(exc.body, dict) else {}
+        fixed = raw if "jobs" in raw else JobFile._single_job_form(raw)
+        items = errors.rejection_items(rejections_from_errors(exc.errors(), fixed))
+        head, code = "submission rejected, nothing was submitted: ", "rejected"
+    else:
+        items = []
+        for err in exc.errors():
+            loc = [p for p in err.get("loc", ()) if p not in ("body", "query", "path", "header")]
+            where = field_path(loc) or None
+            items.append(ErrorItem(field=where, message=err.get("msg", ""),
+                                   text=f"{where or 'body'}: {err.get('msg', '')}"))
+        head, code = "", "invalid"
+    message = head + "; ".join(i.text for i in items[:20]) + (f"; and {len(items) - 20} more" if len(items) > 20 else "")
+    return code, message, items[0].field if items else None, items
 
 
 def create_app(store: Store, settings: ServiceSettings, loop=None, *, admin_endpoints: bool = False,
                authenticator: Authenticator | None = None, shutting_down=None) -> FastAPI:
     """The API on ``store``; ``loop`` (a :class:`ServiceLoop`) is optional (status and admin endpoints)."""
     auth = authenticator or Authenticator(settings.tokens, settings.admin_groups)
-    app = FastAPI(title="Flotilla", version=__version__,
-                  description="Submit, cancel and watch batch jobs in Flotilla's queues.")
+    open_access = not settings.tokens
+    app = FastAPI(title="Flotilla", version=__version__, responses=errors.ERROR_RESPONSES,
+                  description="Submit, cancel and watch batch jobs in Flotilla's queues. Every error answer is "
+                              "an ErrorResponse: {\"error\": {\"code\", \"message\", \"field\", \"errors\"}}.")
+    app.router.route_class = BoundedRoute
     app.state.store = store
     app.state.loop = loop
+    app.state.limits = settings.limits
+    app.add_middleware(Guard, authenticator=auth, open_access=open_access, limits=settings.limits)
+    errors.install(app, _validation_errors)
 
     def stopping() -> bool:
         return bool(shutting_down is not None and shutting_down.is_set())
 
-    @app.exception_handler(RequestValidationError)
-    async def _validation(request: Request, exc: RequestValidationError):
-        errors = _clean_errors(exc.errors())
-        body: dict[str, Any] = {"detail": errors}
-        if request.url.path.endswith("/submit"):
-            raw = exc.body if isinstance(exc.body, dict) else {}
-            fixed = raw if "jobs" in raw else JobFile._single_job_form(raw)
-            rejections = rejections_from_errors(exc.errors(), fixed)
-            body["errors"] = [r.to_dict() for r in rejections[:200]]
-            body["message"] = str(SubmissionRejected(rejections))
-        else:
-            body["message"] = "; ".join(f"{e['field'] or 'body'}: {e['msg']}" for e in errors)
-        return JSONResponse(body, status_code=422)
-
-    @app.exception_handler(StoreError)
-    async def _store_error(request: Request, exc: StoreError):
-        body: dict[str, Any] = {"detail": str(exc), "message": str(exc)}
-        if isinstance(exc, SubmissionRejected):
-            body["errors"] = [r.to_dict() for r in exc.rejections[:200]]
-            body["detail"] = [{"loc": ["body", *(["jobs", r.index] if r.index is not None else [])],
-                               "field": (f"jobs[{r.index}]." if r.index is not None else "") + r.field,
-                               "msg": r.message, "type": "rejected"} for r in exc.rejections[:200]]
-        return JSONResponse(body, status_code=exc.status)
-
-    open_access = not settings.tokens
-
-    def identity(authorization: str | None = Header(default=None)) -> Identity:
+    def identity(request: Request, authorization: str | None = Header(default=None)) -> Identity:
         if open_access:   # no tokens configured: a local, single-user service (serve allows it on loopback only)
             return Identity("anonymous", frozenset(), admin=True)
-        who = auth.authenticate(authorization)
+        who = getattr(request.state, "identity", None) or auth.authenticate(authorization)
         if who is None:
-            raise HTTPException(401, "missing or invalid bearer token", headers={"WWW-Authenticate": "Bearer"})
+            raise ApiError(401, "missing or invalid bearer token", headers={"WWW-Authenticate": "Bearer"})
         return who
 
     def queue_for(name: str, who: Identity, act: bool = True) -> QueueSpec:
         queue = store.get_queue(name)
         if queue is None:
-            raise HTTPException(404, f"queue {name!r} does not exist")
+            raise ApiError(404, f"queue {name!r} does not exist")
         if act and not may_act(who, queue):
-            raise HTTPException(403, f"user {who.user!r} may not act in queue {name!r}")
+            raise ApiError(403, f"user {who.user!r} may not act in queue {name!r}")
         return queue
 
     def admin(who: Identity) -> None:
         if not may_admin(who):
-            raise HTTPException(403, f"user {who.user!r} is not an administrator")
+            raise ApiError(403, f"user {who.user!r} is not an administrator")
 
     # -- jobs ------------------------------------------------------------------------
     @app.post("/v1/submit", tags=["jobs"], summary="Submit a job file (all or nothing)")
     def submit(body: JobFile, who: Identity = Depends(identity)) -> dict:
         queue = store.get_queue(body.queue)
         if queue is None:
-            raise SubmissionRejected([Rejection(i, job.clientId, "queue", f"queue {body.queue!r} does not exist")
-                                      for i, job in enumerate(body.jobs)])
+            raise ApiError(404, f"queue {body.queue!r} does not exist", field="queue")
         if not may_act(who, queue):
-            raise HTTPException(403, f"user {who.user!r} may not submit to queue {body.queue!r}")
+            raise ApiError(403, f"user {who.user!r} may not submit to queue {body.queue!r}")
         new_jobs = validate_jobs(body, settings)
         done = store.submit(body.queue, body.jobSetId, who.user, new_jobs)
         return {"jobs": [{"id": s.id, "clientId": s.client_id, "existing": s.existing} for s in done]}
@@ -155,22 +155,24 @@ def create_app(store: Store, settings: ServiceSettings, loop=None, *, admin_endp
     def cancel(body: CancelBody, who: Identity = Depends(identity)) -> dict:
         queue_for(body.queue, who)
         if body.jobSetId is None and body.jobIds is None and body.states is None:
-            raise HTTPException(422, "give jobSetId, jobIds or states (to cancel all of a queue's jobs in those states)")
+            raise ApiError(422, "give jobSetId, jobIds or states (to cancel all of a queue's jobs in those states)")
         if body.jobIds:
             missing = store.missing_jobs(body.queue, body.jobSetId, body.jobIds)
             if missing:
-                raise HTTPException(404, f"no such job in queue {body.queue!r}: {', '.join(missing[:20])}")
+                raise ApiError(404, f"no such job in queue {body.queue!r}: {', '.join(missing[:20])}",
+                               field="jobIds")
         return store.cancel(body.queue, body.jobSetId, body.jobIds, body.states, by=who.user)
 
     @app.post("/v1/reprioritize", tags=["jobs"], summary="Change the priority of a job or a job set")
     def reprioritize(body: ReprioritizeBody, who: Identity = Depends(identity)) -> dict:
         queue_for(body.queue, who)
         if body.jobSetId is None and body.jobIds is None:
-            raise HTTPException(422, "give jobSetId or jobIds")
+            raise ApiError(422, "give jobSetId or jobIds")
         if body.jobIds:
             missing = store.missing_jobs(body.queue, body.jobSetId, body.jobIds)
             if missing:
-                raise HTTPException(404, f"no such job in queue {body.queue!r}: {', '.join(missing[:20])}")
+                raise ApiError(404, f"no such job in queue {body.queue!r}: {', '.join(missing[:20])}",
+                               field="jobIds")
         return {"reprioritized": store.reprioritize(body.queue, body.priority, body.jobSetId, body.jobIds,
                                                     by=who.user)}
 
@@ -179,24 +181,38 @@ def create_app(store: Store, settings: ServiceSettings, loop=None, *, admin_endp
         job = store.get_job(job_id)
         queue = store.get_queue(job["queue"]) if job else None
         if job is None or (not who.admin and (queue is None or not may_act(who, queue))):
-            raise HTTPException(404, f"job {job_id!r} not found")
+            raise ApiError(404, f"job {job_id!r} not found")
         return job
 
     @app.get("/v1/queues/{queue}/jobsets/{job_set}/jobs", tags=["jobs"], summary="The jobs of a job set")
-    def job_set_jobs(queue: str, job_set: str, state: list[str] | None = Query(default=None),
+    def job_set_jobs(queue: str, job_set: str, state: list[JobState] | None = Query(default=None),
                      who: Identity = Depends(identity)) -> dict:
         queue_for(queue, who)
         return {"jobs": store.list_jobs(queue, job_set, state)}
 
     @app.get("/v1/queues/{queue}/jobsets/{job_set}/events", tags=["events"],
              summary="The job set's events, oldest first; resumable from an event id")
-    async def watch(queue: str, job_set: str, after: int = Query(0, ge=0), follow: bool = True,
+    async def watch(queue: str, job_set: str, after: int = Query(0, ge=0, le=INT64_MAX), follow: bool = True,
                     format: Literal["jsonl", "sse"] = "jsonl", last_event_id: str | None = Header(default=None),
                     who: Identity = Depends(identity)):
         await run_in_threadpool(queue_for, queue, who)
         start = after
-        if last_event_id and last_event_id.isdigit():
-            start = max(start, int(last_event_id))
+        if last_event_id and last_event_id.isdigit() and len(last_event_id) <= 19:
+            start = max(start, min(int(last_event_id), INT64_MAX))
+
+        def still_allowed() -> str | None:
+            """Why the stream must end now (queue deleted, access revoked), or None: checked on every batch."""
+            spec = store.get_queue(queue)
+            if spec is None:
+                return f"queue {queue!r} was deleted"
+            if not may_act(who, spec):
+                return f"user {who.user!r} may no longer watch queue {queue!r}"
+            return None
+
+        def render(ev: dict) -> str:
+            if format == "sse":
+                return f"id: {ev['id']}\nevent: {ev['kind']}\ndata: {json.dumps(ev)}\n\n"
+            return json.dumps(ev) + "\n"
 
         async def stream():
             position = start
@@ -207,14 +223,16 @@ def create_app(store: Store, settings: ServiceSettings, loop=None, *, admin_endp
                 if store.writes != seen_writes or now - checked > 2.0:  # other processes may write too
                     seen_writes = store.writes
                     checked = now
+                    ended = await run_in_threadpool(still_allowed)
+                    if ended is not None:
+                        yield render({"id": position, "kind": "end", "queue": queue, "jobSet": job_set,
+                                      "reason": ended})
+                        return
                     batch = await run_in_threadpool(store.events, queue, job_set, position, 1000)
                     for ev in batch:
                         position = ev["id"]
                         last_sent = now
-                        if format == "sse":
-                            yield f"id: {ev['id']}\nevent: {ev['kind']}\ndata: {json.dumps(ev)}\n\n"
-                        else:
-                            yield json.dumps(ev) + "\n"
+                        yield render(ev)
                     if len(batch) == 1000:
                         continue
                     if not follow:
@@ -249,14 +267,14 @@ def create_app(store: Store, settings: ServiceSettings, loop=None, *, admin_endp
     def update_queue(name: str, body: QueueBody, who: Identity = Depends(identity)) -> dict:
         admin(who)
         if body.name != name:
-            raise HTTPException(422, f"body names queue {body.name!r}, path names {name!r}")
+            raise ApiError(422, f"body names queue {body.name!r}, path names {name!r}", field="name")
         return store.update_queue(body.spec()).to_dict()
 
-    @app.delete("/v1/queues/{name}", tags=["queues"], summary="Delete a queue without active jobs (administrators)")
-    def delete_queue(name: str, who: Identity = Depends(identity)) -> dict:
+    @app.delete("/v1/queues/{name}", tags=["queues"],
+                summary="Delete a queue and its history (administrators); ?force=true cancels its jobs first")
+    def delete_queue(name: str, force: bool = False, who: Identity = Depends(identity)) -> dict:
         admin(who)
-        store.delete_queue(name)
-        return {"deleted": name}
+        return store.delete_queue(name, force=force, by=who.user)
 
     # -- service -------------------------------------------------------------------------
     @app.get("/v1/health", tags=["service"], summary="Liveness (no token needed)")
@@ -265,7 +283,7 @@ def create_app(store: Store, settings: ServiceSettings, loop=None, *, admin_endp
 
     @app.get("/v1/status", tags=["service"], summary="The last scheduling cycle and the clusters")
     def status(who: Identity = Depends(identity)) -> dict:
-        out: dict[str, Any] = {"version": __version__, "jobs": {}}
+        out: dict[str, Any] = {"version": __version__, "jobs": store.job_counts()}
         if loop is not None:
             out["cycle"] = loop.last.to_dict() if loop.last else None
             out["clusters"] = {name: {"available": bool(getattr(b, "available", True))}
@@ -278,7 +296,7 @@ def create_app(store: Store, settings: ServiceSettings, loop=None, *, admin_endp
         def cluster_control(name: str, action: Literal["stop", "start"], who: Identity = Depends(identity)) -> dict:
             admin(who)
             if loop is None or not loop.set_cluster_available(name, action == "start"):
-                raise HTTPException(404, f"no simulated cluster {name!r}")
+                raise ApiError(404, f"no simulated cluster {name!r}")
             return {"cluster": name, "available": action == "start"}
 
     return app

@@ -47,8 +47,9 @@ def _from_client_error(exc) -> CommandError:
         return CommandError(exc.message, EXIT_UNREACHABLE)
     code = EXIT_AUTH if exc.status in (401, 403) else EXIT_REFUSED
     details: list[str] = []
-    if isinstance(exc.body, dict) and exc.body.get("errors"):
-        details = [e.get("text", "") for e in exc.body["errors"]]
+    error = exc.body.get("error") if isinstance(exc.body, dict) else None
+    if isinstance(error, dict) and error.get("code") == "rejected" and error.get("errors"):
+        details = [e.get("text", "") for e in error["errors"]]
         return CommandError(f"{exc.status}: submission rejected, nothing was submitted", code, details)
     return CommandError(f"{exc.status}: {exc.message}", code)
 

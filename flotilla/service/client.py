@@ -49,19 +49,14 @@ def resolve(url: str | None = None, token: str | None = None) -> tuple[str, str 
 
 
 def _message(response: httpx.Response) -> tuple[str, Any]:
+    """The server's one-line message (``{"error": {"message": ...}}``) and the whole body."""
     try:
         body = response.json()
     except ValueError:
         return response.text.strip() or response.reason_phrase, None
-    if isinstance(body, dict):
-        if body.get("message"):
-            return str(body["message"]), body
-        detail = body.get("detail")
-        if isinstance(detail, str):
-            return detail, body
-        if isinstance(detail, list):
-            return "; ".join(f"{d.get('field') or '.'.join(map(str, d.get('loc', [])))}: {d.get('msg')}"
-                             for d in detail if isinstance(d, dict)), body
+    error = body.get("error") if isinstance(body, dict) else None
+    if isinstance(error, dict) and error.get("message"):
+        return str(error["message"]), body
     return json.dumps(body), body
 
 
@@ -69,7 +64,10 @@ class Client:
     def __init__(self, url: str | None = None, token: str | None = None, timeout: float = 60.0,
                  transport: httpx.BaseTransport | None = None):
         self.url, self.token = resolve(url, token)
-        headers = {"Authorization": f"Bearer {self.token}"} if self.token else {}
+        # JSON on every request: a local service without tokens refuses state changes that do not say so.
+        headers = {"Content-Type": "application/json"}
+        if self.token:
+            headers["Authorization"] = f"Bearer {self.token}"
         self.http = httpx.Client(base_url=self.url, headers=headers, timeout=timeout, transport=transport)
 
     def close(self) -> None:

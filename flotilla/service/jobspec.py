@@ -20,9 +20,11 @@ from typing import Annotated, Any, Sequence
 
 from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, ValidationError, model_validator
 
-from flotilla.core.model import GANG_CARDINALITY_ANNOTATION, GANG_ID_ANNOTATION, NAMESPACE_ANNOTATION
+from flotilla.core.model import (GANG_CARDINALITY_ANNOTATION, GANG_ID_ANNOTATION, GANG_MIN_AVAILABLE_ANNOTATION,
+                                 NAMESPACE_ANNOTATION, parse_min_available)
 from flotilla.core.quantities import QuantityError, format_quantity, parse_quantity
 from flotilla.kubernetes.podspec import PodSpec, stored_pod_spec
+from flotilla.service.bounds import BoundsError, check_value, job_file_problems
 from flotilla.service.settings import ServiceSettings
 from flotilla.service.store import NewJob, Pod, Rejection, SubmissionRejected
 
@@ -122,6 +124,10 @@ def parse_file(raw: Any) -> JobFile:
     if not isinstance(raw, dict):
         raise SubmissionRejected([Rejection(None, None, "file", "expected a mapping with queue, jobSetId and jobs")])
     try:
+        check_value(raw)   # what a JSON body meets in the API (bounds.load_json), for files read otherwise
+    except BoundsError as exc:
+        raise SubmissionRejected([Rejection(None, None, exc.field or "file", exc.message)]) from None
+    try:
         return JobFile.model_validate(raw)
     except ValidationError as exc:
         fixed = raw if "jobs" in raw else JobFile._single_job_form(raw)
@@ -140,7 +146,7 @@ def _fmt_seconds(value: float) -> str:
 
 def validate_jobs(file: JobFile, settings: ServiceSettings) -> list[NewJob]:
     """The rule stage: every job of the file checked, all problems reported together."""
-    problems: list[Rejection] = []
+    problems: list[Rejection] = job_file_problems(file)
     out: list[NewJob] = []
     known_pcs = settings.priority_class_names
     for index, job in enumerate(file.jobs):
@@ -256,6 +262,15 @@ def validate_jobs(file: JobFile, settings: ServiceSettings) -> list[NewJob]:
                 reject(f"annotations.{GANG_CARDINALITY_ANNOTATION}",
                        f"gang cardinality must be a whole number of jobs, at least 1; got {cardinality_text!r}")
                 cardinality = None
+
+        minimum = job.annotations.get(GANG_MIN_AVAILABLE_ANNOTATION)
+        if minimum is not None:
+            size = cardinality or len(pods)
+            if gang_id is None and len(pods) < 2:
+                reject(f"annotations.{GANG_MIN_AVAILABLE_ANNOTATION}",
+                       f"only a gang or a job of several pods has a minimum; set {GANG_ID_ANNOTATION} too")
+            elif isinstance(message := parse_min_available(minimum, size), str):
+                reject(f"annotations.{GANG_MIN_AVAILABLE_ANNOTATION}", message)
 
         if len(problems) > before:
             continue

@@ -48,6 +48,17 @@ class ClusterSpec:
 
 
 @dataclass(frozen=True, slots=True)
+class Limits:
+    """What one request may carry (``server.maxBodySize``, ``server.maxJobsPerSubmission``); 413 past them."""
+
+    max_body_bytes: int = 16 * 1024 * 1024
+    max_jobs: int = 10_000
+
+
+DEFAULT_LIMITS = Limits()
+
+
+@dataclass(frozen=True, slots=True)
 class ServiceSettings:
     queues: tuple[QueueSpec, ...] = ()
     tokens: tuple[TokenSpec, ...] = ()
@@ -67,6 +78,7 @@ class ServiceSettings:
     default_priority_class: str = "armada-default"
     clusters: tuple[ClusterSpec, ...] = ()
     admin_endpoints: bool = False
+    limits: Limits = DEFAULT_LIMITS
 
     @property
     def priority_class_names(self) -> frozenset[str]:
@@ -179,4 +191,6 @@ def from_config(config: Any) -> ServiceSettings:
         clusters=tuple(clusters),
         admin_endpoints=bool(_get(server, "admin_endpoints", default=None)
                              or _get(server, "adminEndpoints", default=False)),
+        limits=Limits(int(_get(server, "max_body_size", default=DEFAULT_LIMITS.max_body_bytes)),
+                      int(_get(server, "max_jobs_per_submission", default=DEFAULT_LIMITS.max_jobs))),
     )

@@ -1,0 +1,263 @@
+"""Bounds on everything a client sends, checked before any arithmetic, storage or model building.
+
+Why here and not in each model: a request body is hostile until proven
+otherwise, and the expensive or crashing steps (Decimal work on ``1e99999``,
+pydantic recursion on 500-deep arrays, a 64-bit column given ``2**63``, a
+PostgreSQL text column given a NUL) come before any model sees a field.
+
+* a body is read only up to :attr:`Limits.max_body_bytes` (413 past it);
+* JSON is parsed strictly (:func:`load_json`): no ``NaN``/``Infinity``, no
+  number that overflows a double, integers within 64 bits, at most
+  :data:`MAX_DEPTH` levels of nesting and :data:`MAX_CONTAINERS` objects
+  and arrays, no NUL in any string, at most :attr:`Limits.max_jobs` jobs;
+* ids (queue, jobSetId, clientId, gangId) match :data:`ID_PATTERN`;
+* a job's labels and annotations total at most :data:`MAX_METADATA_BYTES`
+  (Kubernetes' own limit for annotations).
+
+The same checks serve job files read from disk (:func:`check_value` on the
+parsed YAML or JSON), so every path into the store is bounded alike.
+"""
+
+from __future__ import annotations
+
+import itertools
+import json
+import math
+import re
+from typing import Any, Iterator
+
+from flotilla.service.settings import Limits
+
+INT64_MIN, INT64_MAX = -(2**63), 2**63 - 1
+#: Queue names, job set ids, clientIds and gangIds: what URLs and the store's columns (255) can carry.
+ID_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9._-]{0,254}$"
+ID_RE = re.compile(ID_PATTERN)
+ID_RULE = "1-255 characters: letters, digits, '.', '_' and '-', starting with a letter or digit"
+#: Deepest nesting of objects and arrays in a body (a pod spec with affinity rules needs about 12).
+MAX_DEPTH = 64
+#: Most objects and arrays in one body: bounds what parsing can allocate whatever the body holds.
+MAX_CONTAINERS = 1_000_000
+#: Labels and annotations of one job, keys and values together (Kubernetes' TotalAnnotationSizeLimit).
+MAX_METADATA_BYTES = 256 * 1024
+
+
+class BoundsError(ValueError):
+    """Input out of bounds: ``status`` (413 for size, 422 otherwise), what, and the field path where known."""
+
+    def __init__(self, message: str, field: str | None = None, status: int = 422):
+        super().__init__(message)
+        self.message = message
+        self.field = field
+        self.status = status
+
+
+def id_problem(value: Any) -> str | None:
+    """Why ``value`` is not a valid id, or None."""
+    if not isinstance(value, str) or not ID_RE.match(value):
+        shown = value if not isinstance(value, str) or len(value) <= 40 else value[:40] + "..."
+        return f"{shown!r} is not a valid id: {ID_RULE}"
+    return None
+
+
+def field_path(parts) -> str:
+    out = ""
+    for part in parts:
+        out += f"[{part}]" if isinstance(part, int) else ("." if out else "") + str(part)
+    return out
+
+
+# -- any value: what JSON or YAML produced --------------------------------------------------------
+
+def _problem(value: Any) -> str | None:
+    if isinstance(value, bool) or value is None:
+        return None
+    if isinstance(value, int):
+        return None if INT64_MIN <= value <= INT64_MAX else "integer out of the 64-bit range"
+    if isinstance(value, float):
+        return None if math.isfinite(value) else f"{value!r} is not a finite number"
+    if isinstance(value, str):
+        return "NUL characters are not allowed" if "\x00" in value else None
+    if isinstance(value, _Refused):
+        return value.why
+    return None
+
+
+def _walk(value: Any, path: tuple = ()) -> Iterator[tuple[tuple, Any, int]]:
+    """(path, value, depth) of every value, iteratively (a deep value must not exhaust the stack)."""
+    stack = [(path, value, 1)]
+    while stack:
+        where, item, depth = stack.pop()
+        yield where, item, depth
+        if depth > MAX_DEPTH:
+            continue
+        if isinstance(item, dict):
+            for key, sub in reversed(list(item.items())):
+                if isinstance(key, str) and "\x00" in key:
+                    yield (*where, key), key, depth + 1
+                stack.append(((*where, key), sub, depth + 1))
+        elif isinstance(item, list):
+            for index in range(len(item) - 1, -1, -1):
+                stack.append(((*where, index), item[index], depth + 1))
+
+
+def check_value(value: Any, limits: Limits | None = None) -> None:
+    """Raise :class:`BoundsError` naming the first value out of bounds (depth, numbers, NUL, jobs)."""
+    containers = 0
+    for where, item, depth in _walk(value):
+        if depth > MAX_DEPTH:
+            raise BoundsError(f"nested more than {MAX_DEPTH} levels deep", field_path(where))
+        if isinstance(item, (dict, list)):
+            containers += 1
+            if containers > MAX_CONTAINERS:
+                raise BoundsError(f"more than {MAX_CONTAINERS} objects and arrays", None, 413)
+            continue
+        why = _problem(item)
+        if why:
+            raise BoundsError(why, field_path(where) or None)
+    _check_job_count(value, limits or Limits())
+
+
+def _check_job_count(value: Any, limits: Limits) -> None:
+    if isinstance(value, dict) and isinstance(value.get("jobs"), list) and len(value["jobs"]) > limits.max_jobs:
+        raise BoundsError(f"{len(value['jobs'])} jobs in one submission; at most {limits.max_jobs} "
+                          f"(server.maxJobsPerSubmission)", "jobs", 413)
+
+
+# -- JSON bodies --------------------------------------------------------------------------------------
+
+class _Refused:
+    """What a number that cannot be taken parses to; :func:`check_value` then names its path."""
+
+    __slots__ = ("why",)
+
+    def __init__(self, why: str):
+        self.why = why
+
+
+class _Parser:
+    """json.loads hooks that turn numbers out of bounds into :class:`_Refused` and remember that they did."""
+
+    def __init__(self):
+        self.refused = False
+
+    def _refuse(self, why: str) -> _Refused:
+        self.refused = True
+        return _Refused(why)
+
+    def parse_int(self, text: str) -> Any:
+        value = int(text) if len(text) <= 20 else None  # never convert a huge digit string
+        if value is None or not INT64_MIN <= value <= INT64_MAX:
+            return self._refuse("integer out of the 64-bit range")
+        return value
+
+    def parse_float(self, text: str) -> Any:
+        value = float(text)
+        return value if math.isfinite(value) else self._refuse(f"{text[:40]} is too large for a number")
+
+    def parse_constant(self, text: str) -> Any:
+        return self._refuse(f"{text} is not allowed: numbers must be finite")
+
+
+_STRING = re.compile(rb'"(?:[^"\\]|\\.)*"', re.DOTALL)
+_BRACKETS = bytes(range(256)).translate(None, b"[]{}")
+_STEP = {ord("["): 1, ord("{"): 1, ord("]"): -1, ord("}"): -1}
+
+
+def _structure(body: bytes) -> tuple[int, int]:
+    """(containers, deepest nesting) of a JSON text, counted in C-speed passes outside its strings."""
+    brackets = _STRING.sub(b"", body).translate(None, _BRACKETS)
+    containers = brackets.count(b"[") + brackets.count(b"{")
+    if containers > MAX_CONTAINERS:
+        return containers, 0
+    depth = max(itertools.accumulate(map(_STEP.__getitem__, brackets)), default=0)
+    return containers, depth
+
+
+def load_json(body: bytes, limits: Limits | None = None) -> Any:
+    """Parse a request body within every bound; :class:`BoundsError` names the first problem."""
+    limits = limits or Limits()
+    if len(body) > limits.max_body_bytes:
+        raise BoundsError(f"body of {len(body)} bytes; at most {limits.max_body_bytes} (server.maxBodySize)",
+                          None, 413)
+    containers, depth = _structure(body)
+    if containers > MAX_CONTAINERS:
+        raise BoundsError(f"more than {MAX_CONTAINERS} objects and arrays in one body", None, 413)
+    if depth > MAX_DEPTH:
+        raise BoundsError(f"nested {depth} levels deep; at most {MAX_DEPTH}")
+    try:
+        text = body.decode("utf-8")
+        parser = _Parser()
+        value = json.loads(text, parse_int=parser.parse_int, parse_float=parser.parse_float,
+                           parse_constant=parser.parse_constant)
+    except UnicodeDecodeError as exc:
+        raise BoundsError(f"the body is not UTF-8 (byte {exc.start})") from None
+    except json.JSONDecodeError as exc:
+        raise BoundsError(f"the body is not JSON: {exc.msg} at line {exc.lineno} column {exc.colno}") from None
+    except (RecursionError, ValueError) as exc:
+        raise BoundsError(f"the body cannot be parsed: {type(exc).__name__}") from None
+    if parser.refused or "\\u0000" in text:
+        check_value(value, limits)
+    _check_job_count(value, limits)
+    return value
+
+
+# -- job files ---------------------------------------------------------------------------------------
+
+def metadata_size(labels: dict, annotations: dict) -> int:
+    return sum(len(str(k).encode()) + len(str(v).encode()) for m in (labels, annotations) for k, v in m.items())
+
+
+def _seconds_problem(value: Any) -> str | None:
+    if value is None:
+        return None
+    if not math.isfinite(value):
+        return f"{value!r} is not a finite number of seconds"
+    if abs(value) > INT64_MAX:
+        return f"{value:g} is out of the 64-bit range"
+    return None
+
+
+def job_file_problems(file: Any) -> list:
+    """What a parsed job file (:class:`jobspec.JobFile`) carries out of bounds, as rejections naming each job.
+
+    Ids (queue, jobSetId, clientId, gangId) against :data:`ID_PATTERN`,
+    priorities within 64 bits, labels and annotations within
+    :data:`MAX_METADATA_BYTES`, and seconds that are finite.
+    """
+    from flotilla.core.model import GANG_ID_ANNOTATION
+    from flotilla.service.store import Rejection
+
+    out = []
+    for name in ("queue", "jobSetId"):
+        why = id_problem(getattr(file, name))
+        if why:
+            out.append(Rejection(None, None, name, why))
+    for index, job in enumerate(file.jobs):
+        def add(field: str, message: str) -> None:
+            out.append(Rejection(index, job.clientId, field, message))
+
+        if job.clientId is not None and (why := id_problem(job.clientId)):
+            add("clientId", why)
+        if not INT64_MIN <= job.priority <= INT64_MAX:
+            add("priority", f"{job.priority} is out of the 64-bit range")
+        gang = job.annotations.get(GANG_ID_ANNOTATION)
+        if gang and (why := id_problem(gang)):
+            add(f"annotations.{GANG_ID_ANNOTATION}", why)
+        size = metadata_size(job.labels, job.annotations)
+        if size > MAX_METADATA_BYTES:
+            add("annotations", f"labels and annotations total {size} bytes; at most {MAX_METADATA_BYTES} "
+                               f"(Kubernetes' limit)")
+        specs = [("podSpec", job.podSpec)] if job.podSpec is not None else \
+            [(f"podSpecs[{k}]", spec) for k, spec in enumerate(job.podSpecs or [])]
+        for path, spec in specs:
+            for name, attribute in (("terminationGracePeriodSeconds", "termination_grace_period_seconds"),
+                                    ("activeDeadlineSeconds", "active_deadline_seconds")):
+                why = _seconds_problem(getattr(spec, attribute, getattr(spec, name, None)))
+                if why:
+                    add(f"{path}.{name}", why)
+    return out
+
+
+__all__ = ["Limits", "BoundsError", "ID_PATTERN", "ID_RULE", "INT64_MIN", "INT64_MAX", "MAX_DEPTH",
+           "MAX_CONTAINERS", "MAX_METADATA_BYTES", "check_value", "id_problem", "job_file_problems", "load_json",
+           "metadata_size"]

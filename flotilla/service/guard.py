@@ -1,0 +1,192 @@
+"""What every request passes before any route sees it (an ASGI middleware), and the bounded JSON route.
+
+In this order, each answered in the one error model without reading more
+than it must:
+
+1. without tokens (a local, single-user service), only a loopback ``Host``
+   header is served: a DNS-rebinding page names its own host (400
+   ``bad_host``); a state-changing request from a page of another origin
+   is refused (403 ``cross_origin``, the browser's ``Origin`` header); and
+   a state-changing API request must say ``Content-Type:
+   application/json``, which a page cannot send cross-origin without the
+   browser asking first (415);
+2. an API request with a body must carry a valid bearer token *before*
+   the body is read (401), so that nobody unauthenticated makes the server
+   buffer or parse anything;
+3. a body over ``server.maxBodySize`` is refused with 413 on every path: at
+   once when its ``Content-Length`` says so, else as soon as the bytes read
+   pass it;
+4. an API body must be JSON (415 otherwise).
+
+Then :class:`BoundedRoute` parses the JSON with :func:`bounds.load_json`
+(numbers, depth, NUL, jobs per submission) instead of FastAPI's lax
+``json.loads``. An unexpected exception is answered 500 here and logged by
+type and place only (:func:`errors.log_unexpected`).
+"""
+
+from __future__ import annotations
+
+import ipaddress
+from urllib.parse import urlsplit
+from typing import Any, Callable
+
+from fastapi import Request
+from fastapi.routing import APIRoute
+from starlette.datastructures import Headers
+from starlette.types import ASGIApp, Message, Receive, Scope, Send
+
+from flotilla.service.auth import Authenticator
+from flotilla.service.bounds import BoundsError, load_json
+from flotilla.service.errors import ApiError, error_response, log_unexpected
+from flotilla.service.settings import Limits
+
+#: The JSON API; other paths (the web UI's forms) authenticate and parse their own bodies, within the size limit.
+API_PREFIX = "/v1/"
+STATE_CHANGING = frozenset({"POST", "PUT", "PATCH", "DELETE"})
+#: Paths served without a token whatever the method.
+PUBLIC_PATHS = frozenset({"/v1/health", "/openapi.json", "/docs", "/redoc", "/docs/oauth2-redirect"})
+
+
+def is_loopback_host(host: str | None) -> bool:
+    """``localhost``, ``127.x.x.x`` or ``[::1]``, with or without a port."""
+    if not host:
+        return False
+    if host.startswith("["):              # [::1] or [::1]:8080
+        name = host[1:host.find("]")] if "]" in host else host
+    else:                                  # name, name:port, or a bare IPv6 address
+        name = host.split(":")[0] if host.count(":") == 1 else host
+    name = name.lower()
+    if name == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(name).is_loopback
+    except ValueError:
+        return False
+
+
+def is_json(content_type: str | None) -> bool:
+    media = (content_type or "").split(";", 1)[0].strip().lower()
+    return media == "application/json" or (media.startswith("application/") and media.endswith("+json"))
+
+
+class Guard:
+    """The ASGI middleware of the module docstring; sets ``scope["state"]["identity"]`` when it authenticated."""
+
+    def __init__(self, app: ASGIApp, *, authenticator: Authenticator, open_access: bool, limits: Limits):
+        self.app = app
+        self.auth = authenticator
+        self.open_access = open_access
+        self.limits = limits
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        started = False
+
+        async def tracked_send(message: Message) -> None:
+            nonlocal started
+            started = started or message["type"] == "http.response.start"
+            await send(message)
+
+        try:
+            refusal, receive = await self._check(scope, receive)
+            if refusal is not None:
+                await refusal(scope, receive, send)
+                return
+            await self.app(scope, receive, tracked_send)
+        except Exception as exc:   # anything the routes did not answer: 500, logged without its content
+            log_unexpected(exc, scope.get("method", ""), scope.get("path", ""))
+            if not started:
+                await error_response(500, "internal error (logged by type, without the request's content)")(
+                    scope, receive, send)
+
+    async def _check(self, scope: Scope, receive: Receive) -> tuple[Any, Receive]:
+        headers = Headers(scope=scope)
+        method, path = scope["method"], scope["path"]
+        api = path.startswith(API_PREFIX)
+        if self.open_access:
+            if not is_loopback_host(headers.get("host")):
+                return error_response(400, "without auth.tokens only loopback Host headers are served "
+                                           f"(got {headers.get('host', '')[:100]!r})", code="bad_host"), receive
+            origin = headers.get("origin")
+            if method in STATE_CHANGING and origin is not None and not is_loopback_host(urlsplit(origin).netloc):
+                return error_response(403, f"without auth.tokens only loopback pages may change state "
+                                           f"(Origin {origin[:100]!r})", code="cross_origin"), receive
+            if api and method in STATE_CHANGING and not is_json(headers.get("content-type")):
+                return error_response(415, "state-changing requests must send Content-Type: application/json"),\
+                    receive
+        length_text = headers.get("content-length")
+        has_body = bool(headers.get("transfer-encoding")) or (length_text not in (None, "", "0"))
+        if not has_body:
+            return None, receive
+        if api and not self.open_access and path not in PUBLIC_PATHS:
+            who = self.auth.authenticate(headers.get("authorization"))
+            if who is None:   # the body stays unread: the connection closes after the answer
+                return error_response(401, "missing or invalid bearer token",
+                                      headers={"WWW-Authenticate": "Bearer", "Connection": "close"}), receive
+            scope.setdefault("state", {})["identity"] = who
+        if api and not is_json(headers.get("content-type")):
+            return error_response(415, "the body must be JSON (Content-Type: application/json)",
+                                  headers={"Connection": "close"}), receive
+        limit = self.limits.max_body_bytes
+        if length_text and length_text.isdigit() and int(length_text) > limit:
+            return self._too_large(int(length_text)), receive
+        body = bytearray()
+        while True:
+            message = await receive()
+            if message["type"] == "http.disconnect":
+                return None, _replay(b"", message)
+            body += message.get("body", b"")
+            if len(body) > limit:
+                return self._too_large(None), receive
+            if not message.get("more_body", False):
+                break
+        return None, _replay(bytes(body), None)
+
+    def _too_large(self, length: int | None) -> Any:
+        size = f"{length} bytes" if length is not None else "more"
+        return error_response(413, f"body of {size}; at most {self.limits.max_body_bytes} bytes "
+                                   f"(server.maxBodySize)", headers={"Connection": "close"})
+
+
+def _replay(body: bytes, disconnect: Message | None) -> Receive:
+    """A ``receive`` that gives the buffered body once, then waits as the server's would."""
+    sent = False
+
+    async def receive() -> Message:
+        nonlocal sent
+        if disconnect is not None:
+            return disconnect
+        if not sent:
+            sent = True
+            return {"type": "http.request", "body": body, "more_body": False}
+        return {"type": "http.disconnect"}
+
+    return receive
+
+
+class _BoundedRequest(Request):
+    async def json(self) -> Any:
+        if not hasattr(self, "_json"):
+            limits: Limits = self.app.state.limits
+            try:
+                self._json = load_json(await self.body(), limits)
+            except BoundsError as exc:
+                raise ApiError(exc.status, exc.message, field=exc.field) from None
+        return self._json
+
+
+class BoundedRoute(APIRoute):
+    """A route whose JSON body is parsed by :func:`bounds.load_json` (the app's ``state.limits``)."""
+
+    def get_route_handler(self) -> Callable:
+        handler = super().get_route_handler()
+
+        async def bounded(request: Request) -> Any:
+            return await handler(_BoundedRequest(request.scope, request.receive))
+
+        return bounded
+
+
+__all__ = ["Guard", "BoundedRoute", "PUBLIC_PATHS", "is_loopback_host", "is_json"]
