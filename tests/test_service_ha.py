@@ -115,6 +115,8 @@ class PodRecorder:
         self.lock = threading.Lock()
         self.watches = []
         self.threads = []
+        self.breaks = 0
+        self.stopped = threading.Event()
         for key, cluster in kwok.items():
             api = k8s_config.new_client_from_config(config_file=cluster.kubeconfig, context=cluster.context)
             thread = threading.Thread(target=self._run, args=(key, api), daemon=True)
@@ -122,29 +124,38 @@ class PodRecorder:
             thread.start()
 
     def _run(self, key, api) -> None:
+        """Watch from the last resource version seen, again after every break (a loaded machine cuts streams)."""
         from kubernetes import client as k8s, watch
 
-        w = watch.Watch()
-        self.watches.append(w)
-        try:
-            self._follow(key, w.stream(k8s.CoreV1Api(api).list_namespaced_pod, "flotilla-ha", timeout_seconds=600))
-        except Exception:  # the stream is cut when the test stops it
-            pass
+        core = k8s.CoreV1Api(api)
+        version = None
+        while not self.stopped.is_set():
+            w = watch.Watch()
+            self.watches.append(w)
+            try:
+                kwargs = {"resource_version": version} if version else {}
+                for item in w.stream(core.list_namespaced_pod, "flotilla-ha", timeout_seconds=30, **kwargs):
+                    version = item["object"].metadata.resource_version
+                    self._record(key, item["object"])
+            except Exception as exc:  # a cut stream (or the test stopping it): resume from `version`
+                self.breaks += 1
+                if getattr(exc, "status", None) == 410:    # too old: list again
+                    version = None
+                time.sleep(0.05)
 
-    def _follow(self, key, stream) -> None:
-        for item in stream:
-            pod = item["object"]
-            notes = pod.metadata.annotations or {}
-            if "flotilla.io/job-id" not in notes:
-                continue
-            with self.lock:
-                entry = self.seen.setdefault((key, pod.metadata.name), {
-                    "job": notes["flotilla.io/job-id"], "attempt": int(notes.get("flotilla.io/attempt", "0")),
-                    "phases": []})
-                if pod.status.phase and (not entry["phases"] or entry["phases"][-1] != pod.status.phase):
-                    entry["phases"].append(pod.status.phase)
+    def _record(self, key, pod) -> None:
+        notes = pod.metadata.annotations or {}
+        if "flotilla.io/job-id" not in notes:
+            return
+        with self.lock:
+            entry = self.seen.setdefault((key, pod.metadata.name), {
+                "job": notes["flotilla.io/job-id"], "attempt": int(notes.get("flotilla.io/attempt", "0")),
+                "phases": []})
+            if pod.status.phase and (not entry["phases"] or entry["phases"][-1] != pod.status.phase):
+                entry["phases"].append(pod.status.phase)
 
     def stop(self) -> None:
+        self.stopped.set()
         for w in self.watches:
             w.stop()
 
@@ -245,7 +256,9 @@ def test_two_apis_and_two_schedulers_survive_kill_and_pause(kwok, tmp_path):
             attempts.setdefault(pod["job"], []).append(pod["attempt"])
             succeeded[pod["job"]] = succeeded.get(pod["job"], 0) + ("Succeeded" in pod["phases"])
         assert all(len(a) == len(set(a)) for a in attempts.values()), attempts   # one pod per attempt
-        assert succeeded == {job_id: 1 for job_id in acknowledged}               # exactly one ran to the end
+        odd = {job_id: [p for p in pods if p["job"] == job_id] for job_id in acknowledged
+               if succeeded.get(job_id) != 1}
+        assert odd == {}, f"{len(odd)} jobs without exactly one succeeded pod ({recorder.breaks} watch breaks)"
         requeued = sorted({e["jobId"] for e in events if e["kind"] == "lease-expired"})
 
         # A watch on the API replica that took no part in most writes saw every event, in order.
@@ -256,7 +269,7 @@ def test_two_apis_and_two_schedulers_survive_kill_and_pause(kwok, tmp_path):
             [e["id"] for e in events if e["jobSet"] == "burst"]
         fenced = follower.metric("flotilla_scheduler_fenced_writes_total")
         print(f"\nha: takeover after kill -9 in {takeover:.2f}s; {len(requeued)} jobs requeued by lease expiry; "
-              f"{len(pods)} pods; the paused leader's refused cycles: {fenced:g} (1 when it was paused mid-cycle)")
+              f"{len(pods)} pods ({recorder.breaks} watch reconnections); the paused leader's refused cycles: {fenced:g} (1 when it was paused mid-cycle)")
         store.close()
     finally:
         recorder.stop()
