@@ -157,3 +157,36 @@ def test_owner_fair_share_interleaves_submitting_users_in_one_queue(tmp_path):
     assert leased == set(carol) | set(alice[:22])
     assert store.get_job(carol[0])["annotations"]["flotilla.io/owner"] == "carol"
     store.close()
+
+
+def test_an_elastic_gang_starts_with_its_minimum_in_the_service(tmp_path):
+    """flotilla.io/gang-min-available on a submitted gang: 4 of 6 start on c1 (room for 4 there)."""
+    settings, store, loop, clock = make(tmp_path, service_config())
+    # c2 (16 cores) is full of bob's long jobs; c1 has 16 cores, 12 of them taken.
+    _, fill = prepare(job_file("B", "fill", [job(f"f{i}", cpu="4", duration="1h") for i in range(7)]), settings)
+    store.submit("B", "fill", "bob", fill, now=clock.now)
+    loop.run_cycle()
+    members = []
+    for i in range(6):
+        spec = job(f"g{i}", cpu="1", duration="1h", gang=("g", 6))
+        spec["annotations"]["flotilla.io/gang-min-available"] = "4"
+        members.append(spec)
+    _, new = prepare(job_file("A", "gang", members), settings)
+    ids = [s.id for s in store.submit("A", "gang", "alice", new, now=clock.now)]
+    clock.now += 1
+    loop.run_cycle()
+    started = [store.get_job(i) for i in ids if store.get_job(i)["state"] != "queued"]
+    assert len(started) == 4 and {j["cluster"] for j in started} == {"c1"}
+
+
+def test_a_minimum_above_the_gang_size_is_refused(tmp_path):
+    from flotilla.service.jobspec import SubmissionRejected
+
+    settings = from_config(service_config())
+    spec = job("g0", gang=("g", 1))
+    spec["annotations"]["flotilla.io/gang-min-available"] = "3"
+    with pytest.raises(SubmissionRejected) as caught:
+        prepare(job_file("A", "gang", [spec]), settings)
+    assert [(r.field, r.message) for r in caught.value.rejections] == [
+        ("annotations.flotilla.io/gang-min-available",
+         "expected a whole number from 1 to the gang's cardinality 1, got '3'")]

@@ -13,6 +13,7 @@ from importlib.metadata import entry_points
 from typing import Protocol
 
 from flotilla.actions.allocate import Allocate
+from flotilla.actions.enqueue import Enqueue
 from flotilla.actions.evict import Evict
 from flotilla.actions.lease import Lease
 from flotilla.actions.preempt import Preempt
@@ -24,7 +25,7 @@ class Action(Protocol):
     def execute(self, session) -> None: ...
 
 
-ACTIONS: dict[str, type] = {cls.name: cls for cls in (Evict, Allocate, Preempt, Lease)}
+ACTIONS: dict[str, type] = {cls.name: cls for cls in (Enqueue, Evict, Allocate, Preempt, Lease)}
 ENTRY_POINT_GROUP = "flotilla.actions"
 
 

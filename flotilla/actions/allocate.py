@@ -77,6 +77,8 @@ class Allocate:
         self.skipped = 0
         #: (vector, node types) that found no node at any level: free space only shrinks during allocate.
         self.misfits: set[tuple] = set()
+        #: Elastic gangs whose core was placed this cycle -> its cluster.
+        self.gang_clusters: dict[str, str] = {}
         evicted_by_queue: dict[str, list] = {}
         for job in session.evicted.values():
             evicted_by_queue.setdefault(job.queue, []).append(job)
@@ -170,6 +172,8 @@ class Allocate:
         if isinstance(unit, list):
             return self._place_gang(session, queue, unit, vec)
         job = unit
+        if job.gang is not None:
+            return self._place_elastic_member(session, queue, job, vec)
         if job.id in session.evicted:
             return self._return_evicted(session, queue, job, vec)
         reason = session.job_valid(job)
@@ -228,6 +232,40 @@ class Allocate:
                     free[r] -= amount
         return all(amount <= room for amount, room in zip(vec, free))
 
+    def _elastic_cluster(self, session, gang) -> tuple[str | None, str | None]:
+        """The cluster an elastic gang runs on, or why its other members cannot go yet."""
+        cluster = self.gang_clusters.get(gang.id)
+        if cluster is None:
+            for member in session.gangs[gang.id]:
+                if member.id in session.running and member.id not in session.evicted:
+                    cluster = session.node_name(session.running[member.id].node)[0]
+                    break
+        if cluster is None:
+            return None, f"gang {gang.id}: waiting for its minimum of {gang.min_available} to start"
+        return cluster, None
+
+    def _place_elastic_member(self, session, queue, job, vec) -> bool:
+        """One member of an elastic gang beyond its minimum: on the gang's cluster, when there is room."""
+        cluster, why = self._elastic_cluster(session, job.gang)
+        if why is None and job.id in session.evicted:
+            return self._return_evicted(session, queue, job, vec)
+        reason = why or session.job_valid(job) or session.admit(queue, job, vec)
+        types = ()
+        if not reason:
+            types, reason = session.allowed_types(job, cluster)
+        if reason:
+            if job.id not in session.evicted:
+                session.failures[job.id] = reason
+            return False
+        node = self._find(session, queue, job, vec, types)
+        if node is None:
+            session.failures[job.id] = (vec, EVICTED, types)
+            return False
+        stmt = session.statement()
+        stmt.allocate(job, node)
+        stmt.commit()
+        return True
+
     def _return_evicted(self, session, queue, job, vec) -> bool:
         if session.admit(queue, job, vec):
             return False
@@ -255,6 +293,10 @@ class Allocate:
         evicted = [m for m in members if m.id in session.evicted]
         clusters = sorted({session.node_name(session.running[m.id].node)[0] for m in evicted}) if evicted else \
             sorted({node_type.cluster for node_type in session.index.types})
+        if gang.min_available:
+            running_cluster, _ = self._elastic_cluster(session, gang)
+            if running_cluster is not None:
+                clusters = [running_cluster]
         best = 0
         for cluster in clusters:
             stmt = session.statement()
@@ -275,6 +317,8 @@ class Allocate:
                 placed += 1
             if placed == len(members):
                 stmt.commit()
+                if gang.min_available:
+                    self.gang_clusters[gang.id] = cluster
                 log.debug("allocate.gang", gang=gang.id, queue=queue.name, cluster=cluster, members=placed)
                 return True
             stmt.discard()

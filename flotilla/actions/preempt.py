@@ -43,6 +43,8 @@ class Preempt:
             if not queue.queued:
                 continue
             for position, unit in enumerate(islice(iter_units(session, queue, ()), session.settings.lookahead)):
+                if not isinstance(unit, list) and unit.gang is not None:
+                    continue  # an elastic gang's member beyond its minimum: only on its gang's cluster, by allocate
                 members = unit if isinstance(unit, list) else [unit]
                 if any(m.id in session.scheduled_ids for m in members):
                     continue

@@ -20,7 +20,8 @@ from flotilla.config.errors import FieldPath
 from flotilla.config.models import (FlotillaConfig, Model, Name, Quantities, QueueConfig, TaintConfig, TolerationConfig,
                                     inner_queues, queue_tree_problems)
 from flotilla.config.source import SourceMap, load_yaml, read_yaml_file
-from flotilla.core.model import ClusterSnapshot, Gang, Job, JobState, Node, Queue, Snapshot
+from flotilla.core.model import (GANG_MIN_AVAILABLE_ANNOTATION, ClusterSnapshot, Gang, Job, JobState, Node, Queue,
+                                 Snapshot, parse_min_available)
 
 
 def _seconds(value: Any) -> float:
@@ -206,7 +207,7 @@ def _jobs(state: StateFile, config: FlotillaConfig, clusters: list[ClusterSnapsh
             shared = interned[key] = dict(requests)
         job = Job(spec.id, spec.queue, spec.job_set, spec.priority, priority_class, spec.submitted, shared,
                   dict(spec.node_selector), tuple(t.to_core() for t in spec.tolerations),
-                  Gang(spec.gang.id, spec.gang.cardinality) if spec.gang is not None else None,
+                  _gang(j, spec, problems),
                   JobState.RUNNING if running else JobState.QUEUED,
                   cluster, spec.node if running else None, dict(spec.annotations))
         if not running:
@@ -214,6 +215,20 @@ def _jobs(state: StateFile, config: FlotillaConfig, clusters: list[ClusterSnapsh
         elif cluster is not None:
             by_name[cluster].running.append(job)
     return queued
+
+
+def _gang(j: int, spec: StateJob, problems: Problems) -> Gang | None:
+    """The job's gang, elastic when the ``flotilla.io/gang-min-available`` annotation gives its minimum."""
+    if spec.gang is None:
+        return None
+    text = spec.annotations.get(GANG_MIN_AVAILABLE_ANNOTATION)
+    if text is None:
+        return Gang(spec.gang.id, spec.gang.cardinality)
+    minimum = parse_min_available(text, spec.gang.cardinality)
+    if isinstance(minimum, str):
+        problems.append((("jobs", j, "annotations", GANG_MIN_AVAILABLE_ANNOTATION), minimum))
+        return Gang(spec.gang.id, spec.gang.cardinality)
+    return Gang(spec.gang.id, spec.gang.cardinality, minimum)
 
 
 def _placement(j: int, spec: StateJob, clusters: list[ClusterSnapshot], node_names: Mapping[str, set[str]],

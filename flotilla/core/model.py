@@ -14,6 +14,8 @@ from typing import Mapping
 
 GANG_ID_ANNOTATION = "armadaproject.io/gangId"
 GANG_CARDINALITY_ANNOTATION = "armadaproject.io/gangCardinality"
+#: An elastic gang's minimum (Volcano's minAvailable): it starts once this many fit on one cluster.
+GANG_MIN_AVAILABLE_ANNOTATION = "flotilla.io/gang-min-available"
 #: Who submitted the job (stamped by the service on every job it accepts).
 OWNER_ANNOTATION = "flotilla.io/owner"
 #: The Kubernetes namespace the job's pods go to.
@@ -77,10 +79,27 @@ class Toleration:
 
 @dataclass(frozen=True, slots=True)
 class Gang:
-    """Jobs sharing ``id`` are placed all together on one cluster, or not at all."""
+    """Jobs sharing ``id`` are placed all together on one cluster, or not at all.
+
+    An *elastic* gang (``min_available`` set, below ``cardinality``) starts
+    once its first ``min_available`` members fit together on one cluster; the
+    others then run one by one as room appears, on that cluster.
+    """
 
     id: str
     cardinality: int
+    min_available: int = 0
+
+
+def parse_min_available(text: str, cardinality: int) -> int | str:
+    """An elastic gang's minimum from its annotation, or the error message (0 when it equals the cardinality)."""
+    try:
+        minimum = int(str(text).strip())
+    except ValueError:
+        minimum = 0
+    if not 1 <= minimum <= cardinality:
+        return f"expected a whole number from 1 to the gang's cardinality {cardinality}, got {text!r}"
+    return 0 if minimum == cardinality else minimum
 
 
 @dataclass(slots=True, eq=False)

@@ -1,7 +1,10 @@
 """``gang``: all or nothing (``armadaproject.io/gangId`` / ``gangCardinality``).
 
 A gang is placed only when all of its ``cardinality`` members are queued
-together (or evicted together), all at once, on one cluster. A gang that
+together (or evicted together), all at once, on one cluster. An elastic gang
+(annotation ``flotilla.io/gang-min-available``) needs all its members known;
+its minimum is placed all at once on one cluster, the rest one by one on that
+cluster as room appears (allocate). A gang that
 cannot be placed is passed over like any job that does not fit, so it never
 blocks a smaller job behind it.
 """
@@ -21,6 +24,11 @@ class Gang:
     @hookimpl
     def flotilla_session_open(self, session):
         def complete(gang, members):
+            if gang.min_available:
+                known = len(session.gangs[gang.id])
+                if known != gang.cardinality:
+                    return f"gang {gang.id}: {known} of {gang.cardinality} members queued"
+                return None
             if len(members) != gang.cardinality:
                 return f"gang {gang.id}: {len(members)} of {gang.cardinality} members queued"
             return None

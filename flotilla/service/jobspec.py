@@ -20,7 +20,8 @@ from typing import Annotated, Any, Sequence
 
 from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, ValidationError, model_validator
 
-from flotilla.core.model import GANG_CARDINALITY_ANNOTATION, GANG_ID_ANNOTATION, NAMESPACE_ANNOTATION
+from flotilla.core.model import (GANG_CARDINALITY_ANNOTATION, GANG_ID_ANNOTATION, GANG_MIN_AVAILABLE_ANNOTATION,
+                                 NAMESPACE_ANNOTATION, parse_min_available)
 from flotilla.core.quantities import QuantityError, format_quantity, parse_quantity
 from flotilla.kubernetes.podspec import PodSpec, stored_pod_spec
 from flotilla.service.bounds import BoundsError, check_value, job_file_problems
@@ -261,6 +262,15 @@ def validate_jobs(file: JobFile, settings: ServiceSettings) -> list[NewJob]:
                 reject(f"annotations.{GANG_CARDINALITY_ANNOTATION}",
                        f"gang cardinality must be a whole number of jobs, at least 1; got {cardinality_text!r}")
                 cardinality = None
+
+        minimum = job.annotations.get(GANG_MIN_AVAILABLE_ANNOTATION)
+        if minimum is not None:
+            size = cardinality or len(pods)
+            if gang_id is None and len(pods) < 2:
+                reject(f"annotations.{GANG_MIN_AVAILABLE_ANNOTATION}",
+                       f"only a gang or a job of several pods has a minimum; set {GANG_ID_ANNOTATION} too")
+            elif isinstance(message := parse_min_available(minimum, size), str):
+                reject(f"annotations.{GANG_MIN_AVAILABLE_ANNOTATION}", message)
 
         if len(problems) > before:
             continue

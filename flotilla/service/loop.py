@@ -37,7 +37,8 @@ import structlog
 
 from flotilla.core.backend import ClusterDecisions, ClusterUnavailable, make_backends
 from flotilla.core.decisions import Placement
-from flotilla.core.model import ClusterSnapshot, Gang, Job, JobState, Queue, Snapshot, Toleration
+from flotilla.core.model import (GANG_MIN_AVAILABLE_ANNOTATION, ClusterSnapshot, Gang, Job, JobState, Queue, Snapshot,
+                                 Toleration, parse_min_available)
 from flotilla.service.jobspec import duration_of_annotations
 from flotilla.service.leases import ClusterReport, job_of, pod_ids
 from flotilla.service.settings import ServiceSettings
@@ -114,6 +115,9 @@ class _Converter:
             gang = Gang(f"job:{record.id}", record.npods)
         else:
             gang = None
+        minimum = record.annotations.get(GANG_MIN_AVAILABLE_ANNOTATION) if gang is not None else None
+        if minimum is not None and isinstance(parsed := parse_min_available(minimum, gang.cardinality), int):
+            gang = Gang(gang.id, gang.cardinality, parsed)  # checked at submission; a stored bad value is ignored
         ids = pod_ids(record.id, record.npods)
         annotations = {**record.annotations, GRACE_ANNOTATION: f"{record.grace_period:g}",
                        DEADLINE_ANNOTATION: f"{record.deadline:g}"}
