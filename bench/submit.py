@@ -231,7 +231,7 @@ def main() -> int:
             time.sleep(0.5)
         stop.set()
         prober.join()
-        memory = read_memory(proc.pid)
+        memory = read_memory(procs[0].pid)   # the process that schedules (role all or scheduler)
     finally:
         for proc in procs:
             proc.send_signal(signal.SIGTERM)
