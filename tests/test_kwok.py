@@ -314,7 +314,8 @@ def test_pod_lifecycle_events_duration_deadline_grace_and_binding(kwok):
             time.sleep(0.1)
         kinds = {(e.job_id, e.kind): e for e in events}
         assert ("short", "running") in kinds and ("short", "succeeded") in kinds
-        assert kinds[("doomed", "failed")].reason == "DeadlineExceeded"
+        assert kinds[("doomed", "failed")].reason == ("DeadlineExceeded: Pod was active on the node longer than the "
+                                                     "specified deadline; container job exited 137 (Error)")
         assert ("victim", "running") in kinds
 
         pods = {p["metadata"]["annotations"]["flotilla.io/job-id"]: p for p in kwok["a"].pods()

@@ -117,8 +117,9 @@ def test_stages_cover_ready_complete_deadline_delete_without_jitter():
         for doc in yaml.safe_load_all(path.read_text()):
             if doc["kind"] == "Stage":
                 stages[doc["metadata"]["name"]] = doc["spec"]
-    assert set(stages) == {"flotilla-node-initialize", "flotilla-pod-ready", "flotilla-pod-complete",
-                           "flotilla-pod-deadline", "flotilla-pod-delete"}
+    assert set(stages) == {"flotilla-node-initialize", "flotilla-node-not-ready", "flotilla-pod-ready",
+                           "flotilla-pod-complete", "flotilla-pod-deadline", "flotilla-pod-delete", "flotilla-pod-exit",
+                           "flotilla-pod-image-pull-error"}
     for name, spec in stages.items():
         delay = spec.get("delay") or {}
         assert "jitterDurationMilliseconds" not in delay and "jitterDurationFrom" not in delay, name

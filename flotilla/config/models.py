@@ -211,6 +211,10 @@ class KubernetesClusterConfig(Model):
     bind: Literal["node-name", "binding"] = "node-name"
     #: A label selector: only these nodes are Flotilla's to schedule onto.
     node_selector: str | None = Field(None, alias="nodeSelector")
+    #: A pod not started this long after its creation (ErrImagePull, Pending, ...) stops its job, which is retried.
+    stuck_pod_expiry: Duration = Field(300.0, alias="stuckPodExpiry")
+    #: A node NotReady or deleted this long has its Flotilla pods removed; their jobs are retried elsewhere.
+    node_lost_timeout: Duration = Field(300.0, alias="nodeLostTimeout")
 
 
 ClusterConfig = Annotated[Union[SimulatedClusterConfig, KubernetesClusterConfig], Field(discriminator="kind")]

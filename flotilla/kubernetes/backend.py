@@ -47,9 +47,9 @@ from flotilla.core.backend import ClusterDecisions, ClusterUnavailable, JobEvent
 from flotilla.core.model import ClusterSnapshot, Job, JobState, Node
 from flotilla.core.quantities import QuantityError, parse_duration
 from flotilla.kubernetes.client import ApiError, Gone, KubeClient, KubeError, Unreachable, WatchBroken, pod_path
-from flotilla.kubernetes.pods import (ATTEMPT, DURATION, JOB_ID, PodSettings, is_ours, job_deadline, job_from_pod,
-                                      job_namespace, node_from_object, pod_manifest, pod_name, pod_phase,
-                                      pod_requests)
+from flotilla.kubernetes.pods import (ATTEMPT, DURATION, JOB_ID, PodSettings, failure_reason, is_ours, job_deadline,
+                                      job_from_pod, job_grace_period, job_namespace, node_from_object, node_ready,
+                                      pod_manifest, pod_name, pod_phase, pod_requests, waiting_reason)
 
 log = structlog.get_logger("flotilla.kubernetes")
 
@@ -75,7 +75,15 @@ class _Pod:
     deleting: bool
     job: Job | None = None            # ours
     requests: Mapping[str, int] | None = None  # someone else's
-    reason: str = ""
+    reason: str = ""                  # why it failed
+    waiting: str = ""                 # why it has not started
+
+
+#: What was reported of a pod that ends its story (nothing more is said about it).
+_FINAL = ("succeeded", "failed", "preempted", "cancelled", "lost")
+#: Pod failure reasons that are the platform's, not the job's: the job is retried, not failed.
+PLATFORM_FAILURES = frozenset({"Evicted", "NodeLost", "Shutdown", "NodeShutdown", "Terminated",
+                               "UnexpectedAdmissionError"})
 
 
 class NamespaceMissing(Exception):
@@ -102,7 +110,9 @@ class KubernetesCluster:
                  duration_of: Callable[[Job], float | None] | None = annotation_duration,
                  priority_classes: Iterable[tuple[str, int, bool]] = (), bind: str = "node-name",
                  workers: int = 32, delete_finished: bool = True, node_selector: str | None = None,
-                 watch_timeout: int = 60, clock: Callable[[], float] = time.time, start: bool = True):
+                 watch_timeout: int = 60, stuck_pod_expiry: float | None = 300.0,
+                 node_lost_timeout: float | None = 300.0, clock: Callable[[], float] = time.time,
+                 start: bool = True):
         if bind not in ("node-name", "binding"):
             raise ValueError(f"bind must be 'node-name' or 'binding', not {bind!r}")
         self.name = name
@@ -114,6 +124,8 @@ class KubernetesCluster:
         self.delete_finished = delete_finished
         self.node_selector = node_selector
         self.watch_timeout = watch_timeout
+        self.stuck_pod_expiry = stuck_pod_expiry
+        self.node_lost_timeout = node_lost_timeout
         self.clock = clock
 
         self._lock = threading.RLock()
@@ -127,7 +139,10 @@ class KubernetesCluster:
         self._kill_on_create: dict[str, str] = {}        # stopped before its pod was created
         self._ignore_delete: set[tuple[str, str]] = set()
         self._reported: dict[tuple[str, str], str] = {}
-        self._events: deque[JobEvent] = deque()
+        self._starts: dict[str, int] = {}                # job id -> times started: tells a stale delete
+        self._starting: dict[tuple[str, str], float] = {}  # our pods not started yet -> first seen
+        self._nodes_down: dict[str, list] = {}           # node -> [since, deleted, handled]
+        self._events: deque[tuple[JobEvent, int | None]] = deque()   # (event, the run it is about)
         self._synced = {"nodes": False, "pods": False}
         self._error: str = "not synced yet"
         self._known_pcs: set[str] = set()
@@ -193,7 +208,8 @@ class KubernetesCluster:
                     continue
                 if pod.job is not None:
                     job_id = pod.job.id
-                    if pod.deleting or job_id in self._stopping or self._job_pod.get(job_id) != pod.key:
+                    if pod.deleting or job_id in self._stopping or self._job_pod.get(job_id) != pod.key \
+                            or self._reported.get(pod.key) == "lost":
                         continue
                     running.append(pod.job)
                     seen.add(job_id)
@@ -215,11 +231,12 @@ class KubernetesCluster:
                     if key is None and job.id in self._inflight:
                         self._kill_on_create[job.id] = kind
                         continue
-                    self._pool.submit(self._delete, job, key, kind)
+                    self._pool.submit(self._delete, job, key, kind, self._starts.get(job.id, 0))
             for placement in decisions.start:
                 job = placement.job
                 attempt = self._attempts.get(job.id, -1) + 1
                 self._attempts[job.id] = attempt
+                self._starts[job.id] = self._starts.get(job.id, 0) + 1
                 self._stopping.pop(job.id, None)
                 running = replace(job, state=JobState.RUNNING, cluster=self.name, node=placement.node)
                 self._inflight[job.id] = running
@@ -227,13 +244,16 @@ class KubernetesCluster:
 
     def poll_events(self) -> list[JobEvent]:
         with self._lock:
-            events = list(self._events)
+            self._give_up_stuck_and_lost(self.clock())
+            # An event about an earlier run of a job started again since (a delete that finished late) is
+            # dropped: the service would take it for news about the new run.
+            events = [ev for ev, run in self._events if run is None or run == self._starts.get(ev.job_id, 0)]
             self._events.clear()
         return events
 
     # -- writes (pool threads) ----------------------------------------------------------------
-    def _emit(self, job_id: str, kind: str, node: str | None, reason: str = "") -> None:
-        self._events.append(JobEvent(job_id, kind, self.name, node, self.clock(), reason))
+    def _emit(self, job_id: str, kind: str, node: str | None, reason: str = "", run: int | None = None) -> None:
+        self._events.append((JobEvent(job_id, kind, self.name, node, self.clock(), reason), run))
 
     def _check_namespace(self, namespace: str) -> None:
         """Raise :class:`NamespaceMissing` unless ``namespace`` exists (remembered once seen)."""
@@ -289,7 +309,7 @@ class KubernetesCluster:
             self._job_pod[job.id] = (namespace, name)
             kill = self._kill_on_create.pop(job.id, None)
         if kill is not None:
-            self._delete(job, (namespace, name), kill)
+            self._delete(job, (namespace, name), kill, self._starts.get(job.id, 0))
 
     def _create_failed(self, job: Job, node: str, kind: str, reason: str) -> None:
         log.warning("kubernetes.create_failed", cluster=self.name, job=job.id, reason=reason)
@@ -300,7 +320,9 @@ class KubernetesCluster:
             if self._stopping.pop(job.id, None) is None:
                 self._emit(job.id, kind, node, reason)
 
-    def _delete(self, job: Job, key: tuple[str, str] | None, kind: str) -> None:
+    def _delete(self, job: Job, key: tuple[str, str] | None, kind: str, started: int = 0) -> None:
+        """Delete the job's pod ``key``; report ``kind`` unless the job has been started again since
+        (``started``: its start count when the delete was asked for) or its pod was already given up."""
         if key is None:
             with self._lock:
                 self._stopping.pop(job.id, None)
@@ -325,20 +347,60 @@ class KubernetesCluster:
         with self._lock:
             self.counters["deleted"] += 1
             self._ignore_delete.add(key)
+            if self._reported.get(key) == "lost" or self._starts.get(job.id, 0) != started:
+                return  # already reported, or about an earlier run of a job that runs again
             self._reported[key] = kind
             pod = self._pods.get(key)
             node = pod.node if pod is not None else job.node
-            self._emit(job.id, kind, node, "preempted by the scheduler" if kind == "preempted" else "cancelled")
+            self._emit(job.id, kind, node, "preempted by the scheduler" if kind == "preempted" else "cancelled",
+                       run=started)
 
     def _grace_of(self, key: tuple[str, str], job: Job) -> int:
         from flotilla.kubernetes.pods import job_grace_period
         return job_grace_period(job, self.settings)
 
-    def _delete_finished(self, key: tuple[str, str]) -> None:
+    def _delete_finished(self, key: tuple[str, str], grace: int = 0) -> None:
         try:
-            self.client.delete(pod_path(*key), {"apiVersion": "v1", "kind": "DeleteOptions", "gracePeriodSeconds": 0})
+            self.client.delete(pod_path(*key), {"apiVersion": "v1", "kind": "DeleteOptions",
+                                                "gracePeriodSeconds": grace})
         except KubeError:
             pass
+
+    # -- the platform's failures: stuck pods, lost nodes (checked at every poll) -------------------
+    def _give_up(self, pod: _Pod, reason: str, grace: int = 0) -> None:
+        """Report ``pod``'s job ``lost`` (the service retries it elsewhere) and remove the pod."""
+        self._reported[pod.key] = "lost"
+        self._starting.pop(pod.key, None)
+        self._ignore_delete.add(pod.key)
+        self._emit(pod.job.id, "lost", pod.node, reason)
+        log.warning("kubernetes.pod_given_up", cluster=self.name, job=pod.job.id, reason=reason)
+        self._pool.submit(self._delete_finished, pod.key, grace)
+
+    def _give_up_stuck_and_lost(self, now: float) -> None:
+        if self.stuck_pod_expiry is not None:
+            horizon = now - self.stuck_pod_expiry
+            for key in [key for key, since in self._starting.items() if since <= horizon]:
+                pod = self._pods.get(key)
+                if pod is None or pod.job is None or self._reported.get(key) in _FINAL:
+                    self._starting.pop(key, None)
+                    continue
+                why = f" ({pod.waiting})" if pod.waiting else ""
+                self._give_up(pod, f"pod stuck: not started within stuckPodExpiry "
+                                   f"{self.stuck_pod_expiry:g}s{why}")
+        if self.node_lost_timeout is not None:
+            for name, down in self._nodes_down.items():
+                since, deleted, handled = down
+                if handled or now - since < self.node_lost_timeout:
+                    continue
+                down[2] = True
+                what = "deleted" if deleted else "NotReady"
+                for pod in list(self._pods.values()):
+                    if pod.node == name and pod.job is not None and not pod.deleting \
+                            and pod.phase not in ("Succeeded", "Failed") and self._reported.get(pod.key) not in _FINAL:
+                        # Force (no grace) when the node is gone: no kubelet is left to confirm.
+                        grace = 0 if deleted else job_grace_period(pod.job, self.settings)
+                        self._give_up(pod, f"node {name} lost: {what} for {now - since:.0f}s "
+                                           f"(nodeLostTimeout {self.node_lost_timeout:g}s)", grace)
 
     # -- priority classes ------------------------------------------------------------------
     def _setup_priority_classes(self) -> bool:
@@ -430,15 +492,24 @@ class KubernetesCluster:
             log.warning("kubernetes.unavailable", cluster=self.name, error=str(exc))
 
     def _replace_nodes(self, items: list[dict]) -> None:
+        before = set(self._nodes)
         self._nodes = {}
         for obj in items:
             self._on_node("ADDED", obj)
+        for name in before - set(self._nodes):
+            self._on_node("DELETED", {"metadata": {"name": name}})
 
     def _on_node(self, kind: str, obj: dict) -> None:
         name = obj["metadata"]["name"]
         if kind == "DELETED":
             self._nodes.pop(name, None)
+            down = self._nodes_down.setdefault(name, [self.clock(), True, False])
+            down[1] = True
         else:
+            if node_ready(obj):
+                self._nodes_down.pop(name, None)
+            else:
+                self._nodes_down.setdefault(name, [self.clock(), False, False])
             try:
                 self._nodes[name] = node_from_object(obj, self.name)
             except (KeyError, ValueError) as exc:
@@ -468,10 +539,11 @@ class KubernetesCluster:
                 self._ignore_delete.discard(key)
                 if self._stopping.get(job_id) and self._reported.get(key) == self._stopping[job_id]:
                     self._stopping.pop(job_id, None)
-            elif self._reported.get(key) not in ("succeeded", "failed", "preempted", "cancelled"):
+            elif self._reported.get(key) not in _FINAL:
                 self._inflight.pop(job_id, None)
-                self._emit(job_id, "failed", old.node, "pod deleted outside Flotilla")
+                self._emit(job_id, "lost", old.node, "pod deleted outside Flotilla")
             self._reported.pop(key, None)
+            self._starting.pop(key, None)
             return
         spec = obj.get("spec") or {}
         phase = pod_phase(obj)
@@ -482,9 +554,14 @@ class KubernetesCluster:
             job = old.job if old is not None and old.job is not None and old.node == node else None
             if job is None:
                 job = job_from_pod(obj, self.name, self._requests_cache)
-            status = obj.get("status") or {}
-            pod = _Pod(key, node, phase, deleting, job=job, reason=status.get("reason") or status.get("message") or "")
+            pod = _Pod(key, node, phase, deleting, job=job,
+                       reason=failure_reason(obj) if phase == "Failed" else "",
+                       waiting=waiting_reason(obj) if phase == "Pending" else "")
             self._pods[key] = pod
+            if phase == "Pending" and not deleting and key not in self._reported:
+                self._starting.setdefault(key, self.clock())
+            else:
+                self._starting.pop(key, None)
             job_id = job.id
             try:
                 attempt = int((meta.get("annotations") or {}).get(ATTEMPT, "0"))
@@ -504,17 +581,19 @@ class KubernetesCluster:
 
     def _pod_events(self, pod: _Pod, job_id: str) -> None:
         reported = self._reported.get(pod.key)
-        if reported in ("succeeded", "failed", "preempted", "cancelled"):
+        if reported in _FINAL:
             return
         if pod.phase == "Running" and reported is None and not pod.deleting:
             self._reported[pod.key] = "running"
             self._emit(job_id, "running", pod.node)
         elif pod.phase in ("Succeeded", "Failed"):
             kind = "succeeded" if pod.phase == "Succeeded" else "failed"
+            if kind == "failed" and pod.reason.split(":", 1)[0] in PLATFORM_FAILURES:
+                kind = "lost"   # the platform's doing, not the job's: retried
             if reported is None and pod.phase == "Succeeded":
                 self._emit(job_id, "running", pod.node)
             self._reported[pod.key] = kind
-            self._emit(job_id, kind, pod.node, pod.reason if kind == "failed" else "")
+            self._emit(job_id, kind, pod.node, pod.reason if kind != "succeeded" else "")
             if self.delete_finished and not pod.deleting:
                 self._ignore_delete.add(pod.key)
                 self._pool.submit(self._delete_finished, pod.key)
@@ -543,7 +622,8 @@ def backend_from_config(cluster_config, config=None, **kwargs) -> KubernetesClus
         priority_classes=pcs,
     )
     for attr, key in (("bind", "bind"), ("workers", "workers"), ("node_selector", "node_selector"),
-                      ("delete_finished", "delete_finished")):
+                      ("delete_finished", "delete_finished"), ("stuck_pod_expiry", "stuck_pod_expiry"),
+                      ("node_lost_timeout", "node_lost_timeout")):
         value = getattr(cluster_config, attr, None)
         if value is not None:
             options[key] = value

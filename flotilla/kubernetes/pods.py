@@ -268,6 +268,51 @@ def is_terminal(pod: Mapping[str, Any]) -> bool:
     return pod_phase(pod) in ("Succeeded", "Failed")
 
 
+def container_outcomes(pod: Mapping[str, Any]) -> list[str]:
+    """What went wrong in the pod's containers: ``container train exited 137 (OOMKilled)``, init containers first."""
+    status = pod.get("status") or {}
+    out = []
+    for group, kind in (("initContainerStatuses", "init container"), ("containerStatuses", "container")):
+        for container in status.get(group) or ():
+            terminated = (container.get("state") or {}).get("terminated") or \
+                (container.get("lastState") or {}).get("terminated")
+            if terminated and terminated.get("exitCode", 0) != 0:
+                text = f"{kind} {container.get('name', '?')} exited {terminated['exitCode']}"
+                if terminated.get("reason"):
+                    text += f" ({terminated['reason']})"
+                if terminated.get("message"):
+                    text += f": {terminated['message']}"
+                out.append(text)
+    return out
+
+
+def failure_reason(pod: Mapping[str, Any]) -> str:
+    """Why a pod failed, for the job's events: the pod's reason and message, then each container's exit."""
+    status = pod.get("status") or {}
+    parts = []
+    if status.get("reason"):
+        parts.append(status["reason"] + (f": {status['message']}" if status.get("message") else ""))
+    elif status.get("message"):
+        parts.append(status["message"])
+    parts.extend(container_outcomes(pod))
+    return "; ".join(parts) or "pod failed"
+
+
+def waiting_reason(pod: Mapping[str, Any]) -> str:
+    """Why a pod that has not started is waiting (``ErrImagePull: ...``), or ``""``."""
+    status = pod.get("status") or {}
+    for group in ("initContainerStatuses", "containerStatuses"):
+        for container in status.get(group) or ():
+            waiting = (container.get("state") or {}).get("waiting")
+            if waiting and waiting.get("reason") and waiting["reason"] not in ("ContainerCreating", "PodInitializing"):
+                text = f"container {container.get('name', '?')}: {waiting['reason']}"
+                return text + (f": {waiting['message']}" if waiting.get("message") else "")
+    for condition in status.get("conditions") or ():
+        if condition.get("status") == "False" and condition.get("reason"):
+            return f"{condition.get('type')}: {condition['reason']}"
+    return ""
+
+
 def job_from_pod(pod: Mapping[str, Any], cluster: str, requests_cache: dict | None = None) -> Job:
     """The running job a Flotilla pod stands for, rebuilt from its labels, annotations and spec."""
     meta = pod["metadata"]
@@ -352,5 +397,6 @@ def node_from_object(obj: Mapping[str, Any], cluster: str) -> Node:
 
 
 __all__ = ["ATTEMPT", "FAKE_NODE", "JOB_ID", "KWOK_COMPLETE_DELAY", "PodSettings", "QUEUE", "is_ours", "is_terminal",
-           "job_from_pod", "label_value", "owned_fields", "POD_NUMBER", "node_from_object", "node_ready", "pod_manifest", "pod_name",
+           "container_outcomes", "failure_reason", "job_from_pod", "label_value", "owned_fields", "POD_NUMBER",
+           "waiting_reason", "node_from_object", "node_ready", "pod_manifest", "pod_name",
            "pod_phase", "pod_requests"]

@@ -126,6 +126,9 @@ def apply_reports(active: dict, reports: Mapping[str, ClusterReport], now: float
                 continue          # about a job that is no longer here: a stale report
             when = ev.time or now
             kind = ev.kind
+            if "#" in ev.job_id and kind in ("failed", "lost"):   # which pod of a multi-pod job
+                ev = JobEvent(ev.job_id, kind, ev.cluster, ev.node, ev.time,
+                              f"pod {ev.job_id.split('#', 1)[1]}: {ev.reason or kind}")
             if kind == "running":
                 job.pods_running += 1
                 changes.lease_updates.setdefault(job.id, {})["pods_running"] = job.pods_running

@@ -1,0 +1,161 @@
+"""Failed, stuck and lost pods on a KWOK cluster, through ``flotilla serve``: what the job's events and status say.
+
+The fake kubelets are driven by Flotilla's KWOK stages
+(``flotilla/kwok/stages``): a job's annotation ``kwok.flotilla.io/exit-code``
+makes its first container exit with that code, ``kwok.flotilla.io/image-pull-error``
+keeps the pod of that number waiting with ErrImagePull, and a node annotated
+``kwok.flotilla.io/not-ready`` goes NotReady.
+"""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+from serve_process import Server, cli, wait_for, write_file
+from test_kwok_serve import CONFIG as SERVE_CONFIG
+
+pytestmark = pytest.mark.kwok
+
+#: test_kwok_serve's config, with one retry: a job stuck twice fails.
+CONFIG = SERVE_CONFIG.replace("maxRetries: 3", "maxRetries: 1")
+assert CONFIG != SERVE_CONFIG
+
+
+def cluster_entry(name, c, **extra) -> str:
+    more = "".join(f", {k}: {v}" for k, v in extra.items())
+    return f"  - {{name: {name}, kind: kubernetes, kubeconfig: {c.kubeconfig}, context: {c.context}{more}}}\n"
+
+
+def pod_spec(name="train", cpu="1"):
+    return {"containers": [{"name": name, "image": "busybox", "resources": {"limits": {"cpu": cpu}}}]}
+
+
+def submit(srv, tmp_path, job_set, jobs) -> list[str]:
+    path = write_file(tmp_path, f"{job_set}.yaml", {"queue": "A", "jobSetId": job_set, "jobs": jobs})
+    out = cli(srv, "alice", "submit", str(path), "--output", "json")
+    assert out.returncode == 0, out.stderr
+    return [j["id"] for j in json.loads(out.stdout)["jobs"]]
+
+
+def watch(srv, job_set) -> list[dict]:
+    out = cli(srv, "alice", "watch", "A", job_set, "--until-done", "--output", "json", timeout=120)
+    assert out.returncode in (0, 5), out.stderr
+    return [json.loads(line) for line in out.stdout.splitlines()]
+
+
+def status(srv, job_id) -> dict:
+    out = cli(srv, "alice", "status", job_id, "--output", "json")
+    assert out.returncode == 0, out.stderr
+    return json.loads(out.stdout)
+
+
+def test_exit_codes_and_oom_kills_fail_the_job_with_the_container_reason(kwok, tmp_path):
+    srv = Server(tmp_path, CONFIG + cluster_entry("a", kwok["a"])).start()
+    try:
+        exits, oom = submit(srv, tmp_path, "exits", [
+            {"annotations": {"kwok.flotilla.io/exit-code": "3", "flotilla.io/simulated-duration": "1s"},
+             "podSpec": pod_spec("train")},
+            {"annotations": {"kwok.flotilla.io/exit-code": "137", "kwok.flotilla.io/exit-reason": "OOMKilled",
+                             "flotilla.io/simulated-duration": "1s"},
+             "podSpec": pod_spec("train")}])
+        events = watch(srv, "exits")
+        failed = {e["jobId"]: e["reason"] for e in events if e["kind"] == "failed"}
+        assert failed == {exits: "container train exited 3 (Error)", oom: "container train exited 137 (OOMKilled)"}
+        assert [e["kind"] for e in events if e["jobId"] == exits] == \
+            ["submitted", "queued", "leased", "pending", "running", "failed"]
+        assert (status(srv, exits)["state"], status(srv, exits)["reason"]) == \
+            ("failed", "container train exited 3 (Error)")
+        table = cli(srv, "alice", "status", oom)
+        assert "container train exited 137 (OOMKilled)" in table.stdout
+    finally:
+        srv.kill()
+
+
+def test_a_three_pod_job_runs_on_one_cluster_and_a_stuck_pod_fails_it_after_its_retries(kwok, tmp_path):
+    entries = cluster_entry("a", kwok["a"], stuckPodExpiry="2s") + cluster_entry("b", kwok["b"], stuckPodExpiry="2s")
+    srv = Server(tmp_path, CONFIG + entries).start()
+    try:
+        [three] = submit(srv, tmp_path, "three", [
+            {"annotations": {"flotilla.io/simulated-duration": "2s"}, "labels": {"team": "ml"},
+             "podSpecs": [pod_spec("launcher"), pod_spec("worker", "10"), pod_spec("worker", "10")]}])
+
+        def pods_of(job_id):
+            out = {}
+            for key, c in kwok.items():
+                for p in c.pods():
+                    ann = p["metadata"].get("annotations") or {}
+                    if ann.get("flotilla.io/job-id", "").split("#")[0] == job_id:
+                        out[ann["flotilla.io/pod-number"]] = (key, p["metadata"]["labels"]["flotilla.io/pod-number"],
+                                                              p["metadata"]["labels"]["team"])
+            return out if len(out) == 3 else None
+        pods = wait_for(lambda: pods_of(three), timeout=60)
+        home = pods["0"][0]
+        assert pods == {str(k): (home, str(k), "ml") for k in range(3)}
+        events = watch(srv, "three")
+        assert [e["kind"] for e in events] == ["submitted", "queued", "leased", "pending", "running", "succeeded"]
+
+        # Pod 2 of this one never starts (ErrImagePull): the job is stopped and retried once, then failed.
+        [stuck] = submit(srv, tmp_path, "stuck", [
+            {"annotations": {"kwok.flotilla.io/image-pull-error": "2", "flotilla.io/simulated-duration": "60s"},
+             "podSpecs": [pod_spec("launcher"), pod_spec("worker"), pod_spec("worker")]}])
+        events = watch(srv, "stuck")
+        why = ("pod 2: pod stuck: not started within stuckPodExpiry 2s (container worker: ErrImagePull: "
+               "failed to pull image busybox (kwok.flotilla.io/image-pull-error))")
+        assert [(e["kind"], e["reason"]) for e in events if e["kind"] not in ("submitted", "leased", "pending")] == [
+            ("queued", ""),
+            ("lease-expired", f"lost on cluster {events[2]['cluster']}: {why}"),
+            ("queued", "retry 1 of 1"),
+            ("lease-expired", f"lost on cluster {events[-2]['cluster']}: {why}"),
+            ("failed", f"lost on cluster {events[-2]['cluster']}: {why}; gave up after 1 retries"),
+        ]
+        assert status(srv, stuck)["state"] == "failed"
+        # Every pod of it is removed, on both clusters.
+        wait_for(lambda: not any(p["metadata"].get("annotations", {}).get("flotilla.io/job-id", "").startswith(stuck)
+                                 for c in kwok.values() for p in c.pods()), timeout=30)
+    finally:
+        srv.kill()
+
+
+def test_a_node_not_ready_past_node_lost_timeout_has_its_jobs_requeued_elsewhere(kwok, tmp_path):
+    cluster = kwok["a"]
+    srv = Server(tmp_path, SERVE_CONFIG
+                 + cluster_entry("a", cluster, nodeLostTimeout="2s")).start()
+    lost_node = None
+    try:
+        ids = submit(srv, tmp_path, "long", [
+            {"annotations": {"flotilla.io/simulated-duration": "600s"}, "podSpec": pod_spec("main", "8")}
+            for _ in range(4)])
+
+        def placed():
+            where = {}
+            for p in cluster.pods():
+                ann = p["metadata"].get("annotations") or {}
+                if ann.get("flotilla.io/job-id") in ids and p["status"].get("phase") == "Running" \
+                        and not p["metadata"].get("deletionTimestamp"):
+                    where[ann["flotilla.io/job-id"]] = p["spec"]["nodeName"]
+            return where if len(where) == 4 else None
+        before = wait_for(placed, timeout=60)
+        lost_node = before[ids[0]]
+        moved = sorted(j for j, node in before.items() if node == lost_node)
+        cluster.client.patch(f"/api/v1/nodes/{lost_node}",
+                             {"metadata": {"annotations": {"kwok.flotilla.io/not-ready": "true"}}})
+        after = wait_for(lambda: (lambda w: w if w and set(w.values()) == {other(lost_node)} else None)(placed()),
+                         timeout=60)
+        assert sorted(after) == sorted(ids)
+        events = cli(srv, "alice", "watch", "A", "long", "--no-follow", "--output", "json").stdout.splitlines()
+        events = [json.loads(line) for line in events]
+        expired = sorted(e["jobId"] for e in events if e["kind"] == "lease-expired")
+        assert expired == moved
+        assert all(e["reason"].startswith(f"lost on cluster a: node {lost_node} lost: NotReady for ")
+                   for e in events if e["kind"] == "lease-expired")
+        assert {status(srv, j)["state"] for j in ids} == {"running"}
+    finally:
+        srv.kill()
+        if lost_node is not None:
+            cluster.client.patch(f"/api/v1/nodes/{lost_node}",
+                                 {"metadata": {"annotations": {"kwok.flotilla.io/not-ready": None}}})
+
+
+def other(node: str) -> str:
+    return "node-2" if node == "node-1" else "node-1"
