@@ -11,6 +11,8 @@ import random
 from flotilla.config import load_config
 from flotilla.core.cycle import Scheduler
 from flotilla.core.model import ClusterSnapshot, Job, JobState, Node, Queue, Snapshot
+from scenario import config, run_once
+from test_policy_fixes import ACTION_STATE, installed_action  # noqa: F401 (a fixture)
 
 GIB = 2**30
 
@@ -42,3 +44,10 @@ def test_full_node_examines_one_job_per_queue_and_shape():
     assert {job_id: reasons[job_id] for job_id in (f"a-{i}" for i in range(1, 100))} == {
         f"a-{i}": short if i <= 50 else "lookahead 50 reached in queue A" for i in range(1, 100)}
     assert {reasons[f"b-{i}"] for i in range(30)} == {short}
+
+
+def test_jobs_an_earlier_action_placed_are_not_placed_again(tmp_path, installed_action):  # noqa: F811
+    """A third-party action places B's jobs first; allocate offers only what is still queued."""
+    out = run_once(tmp_path, config(extra="actions: [firstnode, allocate]"), ACTION_STATE)
+    assert [(p["job"], p["node"]) for p in out["scheduled"]] == [("b-1", "node-1"), ("b-2", "node-1"),
+                                                                ("a-1", "node-2")]

@@ -6,7 +6,8 @@ node has in total (bigger than the largest node), cannot run however long it
 waits. This action finds such jobs when they first appear, records why
 (``fits no node: cpu 64 > largest 32``), and takes them out of the cycle's
 queues before ``allocate`` and ``preempt`` look at them; later cycles skip
-them with one lookup, without examining them again. A gang with such a
+them with one lookup, without examining them again (``session.set_aside``:
+``allocate`` and ``preempt`` pass over them). A gang with such a
 member is set aside whole. When the nodes change (a node added, removed,
 relabelled, resized), everything set aside is looked at again.
 
@@ -72,7 +73,7 @@ class Enqueue:
         verdicts: dict[tuple, str | None] = {}
         fresh = 0
         for queue in session.queues.values():
-            for job in queue.queued:
+            for job in queue.queued.jobs():
                 if job.id in set_aside:
                     continue
                 key = (id(job.requests), job.priority_class, tuple(sorted(job.node_selector.items())), job.tolerations)
@@ -85,17 +86,15 @@ class Enqueue:
                     for member in session.gangs.get(job.gang.id, ()) if job.gang is not None else ():
                         if member.id != job.id:
                             set_aside.setdefault(member.id, f"gang {job.gang.id}: {job.id}: {reason}")
-        kept = 0
-        for queue in session.queues.values():
-            if not queue.queued:
-                continue
-            queue.queued = [job for job in queue.queued if job.id not in set_aside]
-            kept += len(queue.queued)
+        # The queues' orders live across cycles: the jobs set aside stay in them and are passed over.
+        session.set_aside = set_aside
+        withheld = 0
         for job in session.snapshot.queued:
             reason = set_aside.get(job.id)
             if reason is not None:
                 session.failures[job.id] = reason
+                withheld += 1
         if fresh:
             log.info("enqueue.unschedulable", jobs=fresh)
-        session.counters["set_aside"] = len(session.snapshot.queued) - kept
+        session.counters["set_aside"] = withheld
         session.timings[self.name] = time.perf_counter() - started

@@ -6,6 +6,7 @@ only where the snapshot comes from and what receives the decisions differ.
 
 from __future__ import annotations
 
+import gc
 import random
 import time
 from typing import Mapping, Sequence
@@ -17,6 +18,7 @@ from flotilla.core.decisions import Decisions
 from flotilla.core.logs import ensure_configured
 from flotilla.core.model import PriorityClass, Queue, Snapshot
 from flotilla.core.plugins import PluginError, load_plugins
+from flotilla.core.cyclestate import CycleState
 from flotilla.core.session import Session, SessionError, SessionSettings
 
 log = structlog.get_logger("flotilla.cycle")
@@ -41,8 +43,11 @@ class Scheduler:
     construction, before any state is touched.
     """
 
-    def __init__(self, config, actions: Sequence[str] | None = None):
+    def __init__(self, config, actions: Sequence[str] | None = None, keep_state: bool = True):
         ensure_configured()
+        #: What lives between cycles (node index, running jobs, queue orders); None: rebuilt every cycle.
+        self.keep_state = keep_state
+        self.state: CycleState | None = None
         self.config = config
         self.settings = settings_from_config(config)
         self.pm = load_plugins([(p.name, p.args) for p in config.plugins])
@@ -68,23 +73,47 @@ class Scheduler:
         """A session on ``snapshot`` with the plugins' callables registered, for questions outside a cycle."""
         return self._open(snapshot, random.Random(0))
 
-    def _open(self, snapshot: Snapshot, rng: random.Random, backends: Mapping | None = None) -> Session:
-        session = Session(snapshot, self.settings, rng, self.pm.get_plugins())
+    def _open(self, snapshot: Snapshot, rng: random.Random, backends: Mapping | None = None,
+              state: CycleState | None = None) -> Session:
+        session = Session(snapshot, self.settings, rng, self.pm.get_plugins(), state)
         session.backends = dict(backends or {})
         self.pm.hook.flotilla_session_open(session=session)
         return session
 
     def run_cycle(self, snapshot: Snapshot, rng: random.Random | None = None,
                   backends: Mapping | None = None, actions: Sequence | None = None) -> Decisions:
-        """Run the actions on ``snapshot``; ``backends`` (by cluster name) receive the lease."""
+        """Run the actions on ``snapshot``; ``backends`` (by cluster name) receive the lease.
+
+        Python's cyclic garbage collector is paused for the cycle: a cycle
+        allocates hundreds of thousands of small tuples (heap entries, index
+        keys) and makes almost no reference cycles, and with a million jobs
+        alive each full collection walks them all; measured, the pauses took
+        two thirds of building a 320,000-job queue. Plain reference counting
+        still frees everything as usual; collection resumes after the cycle.
+        """
+        paused = gc.isenabled()
+        gc.disable()
+        try:
+            return self._run_cycle(snapshot, rng, backends, actions)
+        finally:
+            if paused:
+                gc.enable()
+
+    def _run_cycle(self, snapshot: Snapshot, rng: random.Random | None, backends: Mapping | None,
+                   actions: Sequence | None) -> Decisions:
         started = time.perf_counter()
-        session = self._open(snapshot, rng or random.Random(0), backends)
+        state = self.state if self.state is not None else CycleState()
+        self.state = None  # until the cycle ends well: a failure part-way leaves no half-changed state
+        session = self._open(snapshot, rng or random.Random(0), backends, state)
         session.check_registrations()
         opened = time.perf_counter()
         for action in actions if actions is not None else self.actions:
             action.execute(session)
         decisions = session.close()
         self.pm.hook.flotilla_session_close(session=session, decisions=decisions)
+        if self.keep_state:
+            state.commit_cycle(session)
+            self.state = state
         decisions.timings["open"] = opened - started
         decisions.timings["total"] = time.perf_counter() - started
         log.info("cycle", queued=len(snapshot.queued), running=len(session.running),

@@ -226,6 +226,14 @@ class NodeIndex:
             for sorted_list in self._lists(i, k, new_bucket):
                 sorted_list.add(key)
 
+    def fingerprint(self) -> tuple:
+        """The sorted lists' contents (empty ones left out), to compare two indexes."""
+        def keys(sorted_list: SortedList) -> list[tuple]:
+            return list(sorted_list)
+        return ([[keys(sl) for sl in per_level] for per_level in self._unused],
+                [[keys(sl) for sl in per_level] for per_level in self._used],
+                [[{queue: keys(sl) for queue, sl in own.items() if sl} for own in per_level] for per_level in self._own])
+
     # -- asking ---------------------------------------------------------
     def fits_on(self, i: int, vec: Vector, level: int) -> bool:
         row = self.free[i][self.level_of[level]]

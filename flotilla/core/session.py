@@ -10,10 +10,9 @@ into :class:`~flotilla.core.decisions.Decisions`.
 
 from __future__ import annotations
 
-import heapq
 import random
 from collections import Counter
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from itertools import compress
 from operator import attrgetter, not_
 from typing import Callable, Iterable, Sequence
@@ -23,8 +22,9 @@ import structlog
 from flotilla.core.decisions import Decisions, Placement, QueueReport
 from flotilla.core.logs import debug_enabled
 from flotilla.core.model import Gang, Job, Snapshot
-from flotilla.core.nodeindex import EVICTED, FOREIGN, FOREIGN_USER, NONPREEMPTIBLE, NodeIndex, NodeType
-from flotilla.core.queuetree import assign_fair_shares, charge, link
+from flotilla.core.cyclestate import CycleState, QueueState, RunningJob, job_level
+from flotilla.core.queueorder import QueueOrder
+from flotilla.core.nodeindex import EVICTED, NodeIndex, NodeType
 from flotilla.core.resources import ResourceSpace, Vector
 from flotilla.core.statement import Statement
 
@@ -32,9 +32,6 @@ log = structlog.get_logger("flotilla.session")
 
 # Field getters for the C-level passes over every job at open and close.
 _ID = attrgetter("id")
-_REQUESTS = attrgetter("requests")
-_SELECTOR = attrgetter("node_selector")
-_GANG = attrgetter("gang")
 
 
 class SessionError(Exception):
@@ -52,44 +49,11 @@ class SessionSettings:
     indexed_resources: tuple[str, ...] = ("nvidia.com/gpu", "cpu", "memory")
 
 
-@dataclass(slots=True, eq=False)
-class QueueState:
-    """A queue during one cycle: its weight, fair share and what it holds now.
-
-    In a queue tree, an inner queue's ``allocated`` is the sum of its
-    leaves'; ``chain`` is the queue itself, then its ancestors up to the top.
-    """
-
-    name: str
-    weight: float
-    limits: dict[str, float]
-    allocated: list[int]
-    limit_vector: Vector | None = None
-    fair_share: float = 0.0
-    queued: list[Job] = field(default_factory=list)
-    running: int = 0
-    parent: str | None = None
-    children: list[QueueState] = field(default_factory=list)
-    chain: tuple[QueueState, ...] = ()
-
-    @property
-    def active(self) -> bool:
-        return bool(self.queued) or self.running > 0
-
-
-@dataclass(slots=True, eq=False)
-class RunningJob:
-    job: Job
-    node: int
-    vec: Vector
-    level: int
-
-
 class Session:
     """The state one cycle works on; see the module docstring."""
 
     def __init__(self, snapshot: Snapshot, settings: SessionSettings | None = None,
-                 rng: random.Random | None = None, plugins: Sequence[object] = ()):
+                 rng: random.Random | None = None, plugins: Sequence[object] = (), state: CycleState | None = None):
         self.snapshot = snapshot
         self.settings = settings or SessionSettings()
         self.rng = rng or random.Random(0)
@@ -99,62 +63,17 @@ class Session:
         self.priority_classes = {pc.name: pc for pc in snapshot.priority_classes}
         self.default_priority_class = snapshot.default_priority_class
 
-        nodes = [node for cluster in snapshot.clusters for node in cluster.nodes]
-        running_jobs = snapshot.running()
-        resource_names: set[str] = set()
-        for node in nodes:
-            resource_names.update(node.resources)
-        every_job = running_jobs + snapshot.queued
-        # Distinct request and selector mappings, gathered by identity in C loops (a million jobs share a few).
-        requests = list(map(_REQUESTS, every_job))
-        for mapping in dict(zip(map(id, requests), requests)).values():
-            resource_names.update(mapping)
-        selectors = list(filter(None, map(_SELECTOR, every_job)))
-        selector_keys: set[str] = set()
-        for mapping in dict(zip(map(id, selectors), selectors)).values():
-            selector_keys.update(mapping)
-        self.space = ResourceSpace(resource_names, self.settings.indexed_resources)
-        levels = [pc.priority for pc in snapshot.priority_classes]
-        self.index = NodeIndex(self.space, nodes, levels, selector_keys)
-        self.pool: Vector = tuple(sum(col) for col in zip(*self.index.allocatable)) if nodes else self.space.zero
-
-        self.queues: dict[str, QueueState] = {}
-        for queue in sorted(snapshot.queues, key=lambda q: q.name):
-            limit_vector = None
-            if queue.limits:
-                limit_vector = tuple(
-                    int(self.pool[r] * queue.limits[name]) if name in queue.limits else 1 << 62
-                    for r, name in enumerate(self.space.names)
-                )
-            self.queues[queue.name] = QueueState(queue.name, queue.weight, dict(queue.limits),
-                                                 [0] * len(self.space), limit_vector, parent=queue.parent)
+        # The state kept between cycles, brought up to date from the snapshot; without one, built afresh.
+        self.state = state if state is not None else CycleState()
+        self.state.sync(snapshot, self.settings.indexed_resources)
+        self.space: ResourceSpace = self.state.space
+        self.index: NodeIndex = self.state.index
+        self.pool: Vector = self.state.pool
+        self.queues: dict[str, QueueState] = self.state.queues
+        self.running: dict[str, RunningJob] = self.state.running
+        self.gangs: dict[str, list[Job]] = self.state.gangs
         #: True when some queue has a parent: allocate then fills level by level (queuetree.TreePicker).
-        self.nested = link(self.queues)
-
-        # Running jobs, bound in bulk before the index builds its sorted lists.
-        self.running: dict[str, RunningJob] = {}
-        for cluster in snapshot.clusters:
-            for node_name, requests in cluster.foreign.items():
-                i = self.index.position[(cluster.name, node_name)]
-                self.index.preload(i, f"{FOREIGN_USER}/{node_name}", FOREIGN_USER, self.space.vector(requests), FOREIGN)
-            for job in cluster.running:
-                i = self.index.position[(cluster.name, job.node)]
-                vec = self.space.vector(job.requests)
-                level = self.job_level(job)
-                self.index.preload(i, job.id, job.queue, vec, level)
-                self.running[job.id] = RunningJob(job, i, vec, level)
-                queue = self.queues[job.queue]
-                queue.running += 1
-                charge(queue, vec, 1)
-        self.index.build()
-        queues = self.queues
-        for job in snapshot.queued:
-            queues[job.queue].queued.append(job)
-        assign_fair_shares(self.queues)
-
-        self.gangs: dict[str, list[Job]] = {}
-        for job in filter(_GANG, every_job):
-            self.gangs.setdefault(job.gang.id, []).append(job)
+        self.nested: bool = self.state.nested
 
         # Extension points (see hookspecs.EXTENSION_POINTS).
         self.queue_cost_fns: list[Callable[[QueueState, Vector | None], float]] = []
@@ -173,6 +92,8 @@ class Session:
         # What the cycle has decided so far.
         self.scheduled: list[Placement] = []
         self.scheduled_ids: set[str] = set()
+        #: Queued jobs an action withheld from this cycle (``enqueue``: they can never run), with why.
+        self.set_aside: dict[str, str] = {}
         self.evicted: dict[str, Job] = {}
         self.preempted: dict[str, Job] = {}
         self.failures: dict[str, str | tuple] = {}
@@ -182,6 +103,7 @@ class Session:
         self._allowed_cache: dict[tuple, tuple[list[int], str | None]] = {}
         self._interned_types: dict[tuple[int, ...], list[int]] = {}
         self._orders: dict[str, QueueOrder] = {}
+        self._shortfalls: dict[tuple, str] = {}
 
     # -- registration (called by plugins in flotilla_session_open) --------
     def add_queue_cost(self, fn: Callable[[QueueState, Vector | None], float]) -> None:
@@ -233,8 +155,7 @@ class Session:
         return self.priority_classes[job.priority_class or self.default_priority_class]
 
     def job_level(self, job: Job) -> int:
-        pc = self.priority_class(job)
-        return pc.priority if pc.preemptible else NONPREEMPTIBLE
+        return job_level(self.priority_classes, self.default_priority_class, job)
 
     def vector(self, job: Job) -> Vector:
         return self.space.vector(job.requests)
@@ -348,10 +269,17 @@ class Session:
         return bucket is not None
 
     def queue_order(self, queue: QueueState) -> QueueOrder:
-        """``queue``'s queued jobs in job order (one lazily built order per queue and cycle)."""
+        """``queue``'s queued jobs in job order, read lazily.
+
+        The order kept between cycles, unless a plugin orders jobs: then one
+        built for this cycle from the plugins' keys (they may change with time).
+        """
+        if not self.job_order_fns:
+            return queue.queued
         order = self._orders.get(queue.name)
         if order is None:
-            order = self._orders[queue.name] = QueueOrder(self, queue.queued)
+            entries = [(*self.job_sort_key(entry[-1], entry[2]), entry[-1]) for entry in queue.queued.live.values()]
+            order = self._orders[queue.name] = QueueOrder(entries)
         return order
 
     def statement(self) -> Statement:
@@ -381,13 +309,26 @@ class Session:
         if isinstance(failure, str):
             return failure
         vec, level, types = failure
+        text = self._shortfalls.get((vec, level, id(types)))
+        return text if text is not None else self._shortfall(vec, level, types)
+
+    def _shortfall(self, vec: Vector, level: int, types: Sequence[int]) -> str:
         total, fitting, counts = self.index.shortfall(vec, level, types)
         short = [f"{count} insufficient {name}" for name, count in zip(self.space.names, counts) if count]
         return f"{fitting}/{total} nodes fit: {', '.join(short) or 'room taken by other jobs this cycle'}"
 
+    def _freeze_explanations(self) -> None:
+        """Word the node shortfalls now: the index lives on and changes in the next cycle."""
+        for failure in self.failures.values():
+            if isinstance(failure, tuple):
+                key = (failure[0], failure[1], id(failure[2]))
+                if key not in self._shortfalls:
+                    self._shortfalls[key] = self._shortfall(*failure)
+
     # -- closing ----------------------------------------------------------
     def close(self) -> Decisions:
         self.preempt_evicted()
+        self._freeze_explanations()
         queued = self.snapshot.queued
         if self.scheduled_ids:
             placed = self.scheduled_ids.__contains__
@@ -410,49 +351,6 @@ class Session:
             counters=dict(self.counters),
         )
         return decisions
-
-
-class QueueOrder:
-    """A queue's queued jobs in job order, produced lazily from a heap and remembered.
-
-    The heap is built the first time the queue is asked for its head, and
-    only the jobs actually reached are ever popped; they are kept in
-    ``prefix`` so a later action (``preempt`` after ``allocate``) walks the
-    same order again without another heap.
-    """
-
-    __slots__ = ("session", "jobs", "heap", "prefix")
-
-    def __init__(self, session: Session, jobs: list[Job]):
-        self.session = session
-        self.jobs = jobs
-        self.heap: list[tuple] | None = None
-        self.prefix: list[Job] = []
-
-    def __iter__(self):
-        prefix = self.prefix
-        position = 0
-        while True:
-            if position < len(prefix):
-                job = prefix[position]
-            else:
-                heap = self.heap if self.heap is not None else self._build()
-                if not heap:
-                    return
-                job = self.jobs[heapq.heappop(heap)[-1]]
-                prefix.append(job)
-            position += 1
-            yield job
-
-    def _build(self) -> list[tuple]:
-        session, jobs = self.session, self.jobs
-        if session.job_order_fns:
-            heap = [session.job_sort_key(job, position) for position, job in enumerate(jobs)]
-        else:
-            heap = [(job.priority, job.submitted, position) for position, job in enumerate(jobs)]
-        heapq.heapify(heap)
-        self.heap = heap
-        return heap
 
 
 def elastic_core(session: Session, gang) -> list[Job]:
@@ -501,13 +399,18 @@ def iter_units(session: Session, queue: QueueState, evicted: Iterable[Job]):
         if gang.id in seen_gangs:
             return None
         seen_gangs.add(gang.id)
-        return [m for m in session.gangs[gang.id] if m.id in session.evicted or m.id not in session.running]
+        return [m for m in session.gangs[gang.id]
+                if m.id in session.evicted or (m.id not in session.running and m.id not in session.scheduled_ids)]
 
     for job in sorted(evicted, key=lambda j: session.job_sort_key(j, 0) + (j.id,)):
         found = unit(job)
         if found is not None:
             yield found
+    placed = session.scheduled_ids  # by an earlier action of this cycle: not offered again
+    withheld = session.set_aside
     for job in session.queue_order(queue):
+        if job.id in placed or job.id in withheld:
+            continue
         if job.gang is None:
             yield job
             continue

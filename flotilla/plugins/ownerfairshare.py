@@ -55,13 +55,13 @@ class OwnerFairShare:
         keys: dict[str, float] = {}
         for queue in session.queues.values():
             by_owner: dict[str, list[tuple]] = {}
-            for position, job in enumerate(queue.queued):
-                by_owner.setdefault(owner(job), []).append((job.priority, job.submitted, position, job.id))
+            for job in queue.queued.jobs():
+                by_owner.setdefault(owner(job), []).append((job.priority, job.submitted, job.id))
             for name, entries in by_owner.items():
                 entries.sort()
                 weight = self.weights.get(name, 1.0)
                 base = running[(queue.name, name)]
                 for rank, entry in enumerate(entries, start=1):
-                    keys[entry[3]] = (base + rank) / weight
+                    keys[entry[2]] = (base + rank) / weight
         get = keys.get
         session.add_job_order(lambda job: (get(job.id, 0.0),))

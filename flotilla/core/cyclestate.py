@@ -1,0 +1,427 @@
+"""What a scheduler keeps between cycles, brought up to date from each snapshot.
+
+Opening a session used to rebuild everything from the snapshot: the node
+index (sorted lists per level, type and owner), every running job bound into
+it, every queue's order. On a long simulation that was most of the run. A
+:class:`CycleState` keeps all of it and, at each :meth:`CycleState.sync`,
+applies only what differs from the snapshot:
+
+* running jobs started, finished, preempted, moved or changed (found by
+  identity first, in C-level passes, then by id);
+* queued jobs added or gone (each queue's :class:`QueueOrder` takes them);
+* foreign usage per node; queue weights and limits;
+* anything structural (a node added, removed or changed, a new resource
+  name, a new label key some job selects on, other priority classes or
+  queues) rebuilds from scratch, which is also how the first cycle starts.
+
+A session is an overlay on this state: its statements change the index
+directly and are committed or discarded as before. When the cycle ends,
+:meth:`CycleState.commit_cycle` records what it decided (placements become
+running jobs, preemptions leave), so the state predicts the next snapshot and
+the next sync has nothing to do when the clusters did what was decided.
+
+Contract with snapshot producers: nodes and jobs are not changed in place; a
+changed node or job is a new object (the backends and the store copies
+already work that way). Ties in job order (same priority and submission
+time) go to the job first seen, which is the snapshot order when the
+producer appends new jobs at the end.
+
+``tests/test_cycle_state.py`` runs cycles with random changes and compares,
+after every one, this state and its decisions with a fresh rebuild.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from itertools import compress, count
+from operator import attrgetter, is_, not_
+from typing import Sequence
+
+from flotilla.core.model import Job, PriorityClass, Snapshot
+from flotilla.core.nodeindex import EVICTED, FOREIGN, FOREIGN_USER, NONPREEMPTIBLE, NodeIndex
+from flotilla.core.queueorder import QueueOrder
+from flotilla.core.queuetree import assign_fair_shares, charge, link
+from flotilla.core.resources import ResourceSpace, Vector
+
+_ID = attrgetter("id")
+_REQUESTS = attrgetter("requests")
+_SELECTOR = attrgetter("node_selector")
+_GANG = attrgetter("gang")
+_PRIORITY = attrgetter("priority")
+_SUBMITTED = attrgetter("submitted")
+
+
+@dataclass(slots=True, eq=False)
+class QueueState:
+    """A queue as the session sees it: weight, fair share, what it holds, its queued jobs in order.
+
+    In a queue tree, an inner queue's ``allocated`` is the sum of its
+    leaves'; ``chain`` is the queue itself, then its ancestors up to the top.
+    """
+
+    name: str
+    weight: float
+    limits: dict[str, float]
+    allocated: list[int]
+    limit_vector: Vector | None = None
+    fair_share: float = 0.0
+    queued: QueueOrder = field(default_factory=QueueOrder)
+    running: int = 0
+    parent: str | None = None
+    children: list[QueueState] = field(default_factory=list)
+    chain: tuple[QueueState, ...] = ()
+
+    @property
+    def active(self) -> bool:
+        return bool(self.queued) or self.running > 0
+
+
+@dataclass(slots=True, eq=False)
+class RunningJob:
+    job: Job
+    node: int
+    vec: Vector
+    level: int
+
+
+class Rebuild(Exception):
+    """The snapshot differs in structure: the state is rebuilt from scratch."""
+
+
+def job_level(classes: dict[str, PriorityClass], default: str, job: Job) -> int:
+    pc = classes[job.priority_class or default]
+    return pc.priority if pc.preemptible else NONPREEMPTIBLE
+
+
+def node_signature(node) -> tuple:
+    return (node.name, node.cluster, tuple(sorted(node.resources.items())), tuple(sorted(node.labels.items())),
+            node.taints, node.unschedulable)
+
+
+class CycleState:
+    """The node index, running jobs, queues and their orders, kept between cycles (see the module docstring)."""
+
+    def __init__(self) -> None:
+        self.index: NodeIndex | None = None
+        self.rebuilds = 0
+        self.syncs = 0
+
+    # -- bringing up to date ----------------------------------------------------------
+    def sync(self, snapshot: Snapshot, indexed_resources: Sequence[str]) -> None:
+        """Make the state describe ``snapshot``: incrementally when only jobs and usage changed."""
+        self.syncs += 1
+        self.classes = {pc.name: pc for pc in snapshot.priority_classes}
+        self.default_class = snapshot.default_priority_class
+        if self.index is not None:
+            try:
+                self._update(snapshot, tuple(indexed_resources))
+                return
+            except Rebuild:
+                pass
+        self._rebuild(snapshot, tuple(indexed_resources))
+
+    def _structure(self, snapshot: Snapshot, indexed_resources: tuple) -> tuple:
+        return (indexed_resources, tuple(sorted((pc.name, pc.priority, pc.preemptible)
+                                                for pc in snapshot.priority_classes)),
+                snapshot.default_priority_class, tuple(cluster.name for cluster in snapshot.clusters))
+
+    def _rebuild(self, snapshot: Snapshot, indexed_resources: tuple) -> None:
+        self.rebuilds += 1
+        self.index = None  # a failure below leaves no half-built state behind
+        self.structure = self._structure(snapshot, indexed_resources)
+        nodes = [node for cluster in snapshot.clusters for node in cluster.nodes]
+        running_jobs = snapshot.running()
+        resource_names: set[str] = set()
+        for node in nodes:
+            resource_names.update(node.resources)
+        every_job = running_jobs + snapshot.queued
+        # Distinct request and selector mappings, gathered by identity in C loops (a million jobs share a few).
+        requests = list(map(_REQUESTS, every_job))
+        for mapping in dict(zip(map(id, requests), requests)).values():
+            resource_names.update(mapping)
+        selectors = list(filter(None, map(_SELECTOR, every_job)))
+        selector_keys: set[str] = set()
+        for mapping in dict(zip(map(id, selectors), selectors)).values():
+            selector_keys.update(mapping)
+        space = ResourceSpace(resource_names, indexed_resources)
+        levels = [pc.priority for pc in snapshot.priority_classes]
+        index = NodeIndex(space, nodes, levels, selector_keys)
+        self.space = space
+        self.selector_keys = selector_keys
+        self.pool: Vector = tuple(sum(col) for col in zip(*index.allocatable)) if nodes else space.zero
+        self.nodes = [list(cluster.nodes) for cluster in snapshot.clusters]
+        self.foreign = [dict(cluster.foreign) for cluster in snapshot.clusters]
+
+        self.queues: dict[str, QueueState] = {}
+        for queue in sorted(snapshot.queues, key=lambda q: q.name):
+            self.queues[queue.name] = QueueState(queue.name, queue.weight, dict(queue.limits), [0] * len(space),
+                                                 parent=queue.parent)
+        self.nested = link(self.queues)
+        self._set_limits(snapshot)
+
+        # Running jobs, bound in bulk before the index builds its sorted lists.
+        self.running: dict[str, RunningJob] = {}
+        self.running_jobs: dict[str, Job] = {}
+        for cluster in snapshot.clusters:
+            for node_name, requests in cluster.foreign.items():
+                i = index.position[(cluster.name, node_name)]
+                index.preload(i, f"{FOREIGN_USER}/{node_name}", FOREIGN_USER, space.vector(requests), FOREIGN)
+            for job in cluster.running:
+                i = index.position[(cluster.name, job.node)]
+                vec = space.vector(job.requests)
+                level = job_level(self.classes, self.default_class, job)
+                index.preload(i, job.id, job.queue, vec, level)
+                self._hold(job, i, vec, level)
+        index.build()
+
+        queued = snapshot.queued
+        self.queued: dict[str, Job] = dict(zip(map(_ID, queued), queued))
+        # Heap entries (priority, submitted, seq, job) built in C; seq is the position in the snapshot.
+        entries = list(zip(map(_PRIORITY, queued), map(_SUBMITTED, queued), count(), queued))
+        self.seq = len(entries)
+        per_queue: dict[str, list] = {name: [] for name in self.queues}
+        for entry in entries:
+            per_queue[entry[-1].queue].append(entry)
+        for name, queue_entries in per_queue.items():
+            self.queues[name].queued = QueueOrder(queue_entries)
+        self._set_fair_shares()
+        self.gangs = self._gangs(snapshot)
+        self._gangs_stale = False
+        self.placed_entries: dict[str, tuple] = {}
+        self.index = index
+
+    def _update(self, snapshot: Snapshot, indexed_resources: tuple) -> None:
+        if self._structure(snapshot, indexed_resources) != self.structure:
+            raise Rebuild
+        self._check_nodes(snapshot)
+        self._sync_queue_names(snapshot)
+        index, space = self.index, self.space
+        position = index.position
+
+        # What changed, found before anything is touched (a new resource name or label key rebuilds).
+        running_get = self.running_jobs.get
+        changed_running: list[tuple[str, Job]] = []
+        seen = 0
+        for cluster in snapshot.clusters:
+            jobs = cluster.running
+            same = list(map(is_, map(running_get, map(_ID, jobs)), jobs))
+            if all(same):
+                seen += len(jobs)
+                continue
+            seen += sum(same)
+            changed_running.extend((cluster.name, job) for job in compress(jobs, map(not_, same)))
+        gone_running: list[str] = []
+        if seen + sum(1 for _, job in changed_running if job.id in self.running) != len(self.running) or \
+                len({job.id for _, job in changed_running}) != len(changed_running):
+            present = {job.id for cluster in snapshot.clusters for job in cluster.running}
+            gone_running = [job_id for job_id in self.running if job_id not in present]
+
+        queued = snapshot.queued
+        queued_get = self.queued.get
+        same = list(map(is_, map(queued_get, map(_ID, queued)), queued))
+        added: list[Job] = [] if all(same) else list(compress(queued, map(not_, same)))
+        gone_queued: list[str] = []
+        if sum(same) != len(self.queued):
+            present = set(map(_ID, queued))
+            gone_queued = [job_id for job_id in self.queued if job_id not in present]
+        new_jobs = [job for _, job in changed_running] + added
+        for job in new_jobs:
+            if job.queue not in self.queues:
+                raise Rebuild
+            if not self.space.position.keys() >= job.requests.keys():
+                raise Rebuild
+            if job.node_selector and not self.selector_keys.issuperset(job.node_selector):
+                raise Rebuild
+        for cluster in snapshot.clusters:
+            for job in cluster.running:
+                if (cluster.name, job.node) not in position:
+                    raise Rebuild  # a job on a node the index does not know: let the rebuild say so
+
+        # Apply: running jobs first (their room), then foreign usage, then queues.
+        gangs_changed = self._gangs_stale or any(job.gang is not None for job in new_jobs)
+        for job_id in gone_running:
+            gangs_changed |= self._unbind(job_id)
+        for cluster_name, job in changed_running:
+            i = position[(cluster_name, job.node)]
+            vec = space.vector(job.requests)
+            level = job_level(self.classes, self.default_class, job)
+            held = self.running.get(job.id)
+            if held is not None:
+                if held.node == i and held.vec == vec and held.level == level and held.job.queue == job.queue:
+                    held.job = job
+                    self.running_jobs[job.id] = job
+                    continue
+                self._unbind(job.id)
+            self._bind(job, i, vec, level)
+        self._sync_foreign(snapshot)
+
+        for job_id in gone_queued:
+            job = self.queued.pop(job_id)
+            gangs_changed |= job.gang is not None
+            self.queues[job.queue].queued.discard(job_id)
+        placed_entries, self.placed_entries = self.placed_entries, {}
+        for job in added:
+            old = self.queued.get(job.id)
+            if old is not None and old.queue != job.queue:
+                self.queues[old.queue].queued.discard(job.id)
+            self.queued[job.id] = job
+            entry = placed_entries.get(job.id)
+            if entry is not None and entry[-1] is job:
+                self.queues[job.queue].queued.restore(entry)
+            else:
+                self.queues[job.queue].queued.add(job, self.seq)
+                self.seq += 1
+        self._set_limits(snapshot)
+        self._set_fair_shares()
+        if gangs_changed or (changed_running and self.gangs):
+            self.gangs = self._gangs(snapshot)
+            self._gangs_stale = False
+
+    def _sync_queue_names(self, snapshot: Snapshot) -> None:
+        """Queues added or removed.
+
+        A removed queue must hold nothing, and the queues kept must keep
+        their parents; otherwise the state is rebuilt (which also reports a
+        job of an unknown queue as before).
+        """
+        parents = {queue.name: queue.parent for queue in snapshot.queues}
+        if parents.keys() == self.queues.keys() and all(q.parent == parents[q.name] for q in self.queues.values()):
+            return
+        for name, queue in self.queues.items():
+            if name in parents:
+                if parents[name] != queue.parent:
+                    raise Rebuild
+            elif queue.running or queue.queued or queue.children:
+                raise Rebuild
+        queues = {name: queue for name, queue in self.queues.items() if name in parents}
+        for name in parents.keys() - queues.keys():
+            queues[name] = QueueState(name, 1.0, {}, [0] * len(self.space), parent=parents[name])
+        self.queues = {name: queues[name] for name in sorted(queues)}
+        for queue in self.queues.values():
+            queue.children = []
+        self.nested = link(self.queues)
+
+    def _check_nodes(self, snapshot: Snapshot) -> None:
+        for k, cluster in enumerate(snapshot.clusters):
+            old = self.nodes[k]
+            new = cluster.nodes
+            if len(old) == len(new) and all(map(is_, old, new)):
+                continue
+            if len(old) != len(new):
+                raise Rebuild
+            for a, b in zip(old, new):
+                if a is not b and node_signature(a) != node_signature(b):
+                    raise Rebuild
+            # The same nodes as new objects: keep the index, hold the new objects.
+            base = self.index.position[(cluster.name, new[0].name)] if new else 0
+            for offset, node in enumerate(new):
+                self.index.nodes[base + offset] = node
+            self.nodes[k] = list(new)
+
+    def _sync_foreign(self, snapshot: Snapshot) -> None:
+        index, space = self.index, self.space
+        for k, cluster in enumerate(snapshot.clusters):
+            old = self.foreign[k]
+            if old == cluster.foreign:
+                continue
+            for node_name in set(old) | set(cluster.foreign):
+                if old.get(node_name) == cluster.foreign.get(node_name):
+                    continue
+                i = index.position[(cluster.name, node_name)]
+                key = f"{FOREIGN_USER}/{node_name}"
+                if key in index.jobs[i]:
+                    index.unbind(i, key)
+                if node_name in cluster.foreign:
+                    index.bind(i, key, FOREIGN_USER, space.vector(cluster.foreign[node_name]), FOREIGN)
+            self.foreign[k] = dict(cluster.foreign)
+
+    def _bind(self, job: Job, i: int, vec: Vector, level: int) -> None:
+        self.index.bind(i, job.id, job.queue, vec, level)
+        self._hold(job, i, vec, level)
+
+    def _hold(self, job: Job, i: int, vec: Vector, level: int) -> None:
+        """Count a job bound on node ``i`` as running, for its queue too."""
+        self.running[job.id] = RunningJob(job, i, vec, level)
+        self.running_jobs[job.id] = job
+        queue = self.queues[job.queue]
+        queue.running += 1
+        charge(queue, vec, 1)
+
+    def _unbind(self, job_id: str) -> bool:
+        """Take a running job out; True if it was in a gang."""
+        held = self.running.pop(job_id)
+        del self.running_jobs[job_id]
+        self.index.unbind(held.node, job_id)
+        queue = self.queues[held.job.queue]
+        queue.running -= 1
+        charge(queue, held.vec, -1)
+        return held.job.gang is not None
+
+    def _set_limits(self, snapshot: Snapshot) -> None:
+        for queue in snapshot.queues:
+            state = self.queues[queue.name]
+            state.weight = queue.weight
+            state.limits = dict(queue.limits)
+            state.limit_vector = None
+            if queue.limits:
+                state.limit_vector = tuple(
+                    int(self.pool[r] * queue.limits[name]) if name in queue.limits else 1 << 62
+                    for r, name in enumerate(self.space.names))
+
+    def _set_fair_shares(self) -> None:
+        assign_fair_shares(self.queues)
+
+    @staticmethod
+    def _gangs(snapshot: Snapshot) -> dict[str, list[Job]]:
+        """Gang members by gang id: running ones first, then queued, in snapshot order."""
+        gangs: dict[str, list[Job]] = {}
+        for job in filter(_GANG, snapshot.running() + snapshot.queued):
+            gangs.setdefault(job.gang.id, []).append(job)
+        return gangs
+
+    # -- after a cycle ---------------------------------------------------------------
+    def commit_cycle(self, session) -> None:
+        """Record what the cycle decided: the state now predicts the next snapshot."""
+        placed = session.scheduled_ids
+        for placement in session.scheduled:
+            job = placement.job
+            i = self.index.position[(placement.cluster, placement.node)]
+            _, vec, level = self.index.jobs[i][job.id]
+            self.running[job.id] = RunningJob(job, i, vec, level)
+            self.running_jobs[job.id] = job
+            self.queues[job.queue].running += 1
+            del self.queued[job.id]
+        for job_id, job in session.preempted.items():
+            del self.running[job_id]
+            del self.running_jobs[job_id]
+            self._gangs_stale |= job.gang is not None
+        self._gangs_stale |= any(placement.job.gang is not None for placement in session.scheduled)
+        # A placement that does not start leaves its job queued: it gets its place in the order back.
+        self.placed_entries = {}
+        for queue in self.queues.values():
+            queue.queued.settle(placed, self.placed_entries)
+
+    # -- for the equality test -----------------------------------------------------------
+    def fingerprint(self) -> dict:
+        """Everything decisions depend on, as plain comparable values."""
+        index = self.index
+        return {
+            "space": self.space.names,
+            "levels": index.levels,
+            "types": [(t.cluster, sorted(t.labels.items()), t.taints, t.unschedulable, t.nodes) for t in index.types],
+            "free": index.free,
+            "users": index.users,
+            "jobs": [sorted(jobs.items()) for jobs in index.jobs],
+            "buckets": [index.bucket(i) for i in range(len(index.nodes))],
+            "lists": index.fingerprint(),
+            "running": sorted((job_id, r.job.id, r.node, r.vec, r.level) for job_id, r in self.running.items()),
+            "queues": {name: (q.weight, q.limits, q.parent, [c.name for c in q.children], [c.name for c in q.chain],
+                              q.allocated, q.limit_vector, q.fair_share, q.running,
+                              [entry[-1].id for entry in sorted(q.queued.live.values(), key=lambda e: e[:-1])])
+                       for name, q in self.queues.items()},
+            "gangs": {gang: [job.id for job in members] for gang, members in self.gangs.items()},
+            "nested": self.nested,
+        }
+
+
+__all__ = ["CycleState", "QueueState", "RunningJob", "EVICTED"]
