@@ -55,13 +55,14 @@ class OwnerFairShare:
         keys: dict[str, float] = {}
         for queue in session.queues.values():
             by_owner: dict[str, list[tuple]] = {}
-            for job in queue.queued.jobs():
-                by_owner.setdefault(owner(job), []).append((job.priority, job.submitted, job.id))
+            for entry in queue.queued.live.values():   # (priority, submitted, seq, job): the queue's own order
+                job = entry[-1]
+                by_owner.setdefault(owner(job), []).append((entry[0], entry[1], entry[2], job.id))
             for name, entries in by_owner.items():
                 entries.sort()
                 weight = self.weights.get(name, 1.0)
                 base = running[(queue.name, name)]
                 for rank, entry in enumerate(entries, start=1):
-                    keys[entry[2]] = (base + rank) / weight
+                    keys[entry[3]] = (base + rank) / weight
         get = keys.get
         session.add_job_order(lambda job: (get(job.id, 0.0),))
