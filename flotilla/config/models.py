@@ -215,6 +215,8 @@ class KubernetesClusterConfig(Model):
     stuck_pod_expiry: Duration = Field(300.0, alias="stuckPodExpiry")
     #: A node NotReady or deleted this long has its Flotilla pods removed; their jobs are retried elsewhere.
     node_lost_timeout: Duration = Field(300.0, alias="nodeLostTimeout")
+    #: A job's ingress hosts are <pod>-<port>.<ingressDomain>; none: its ingress routes by path.
+    ingress_domain: str | None = Field(None, alias="ingressDomain")
 
 
 ClusterConfig = Annotated[Union[SimulatedClusterConfig, KubernetesClusterConfig], Field(discriminator="kind")]
