@@ -66,8 +66,9 @@ class SchedulerRunner:
             with self.loop.store.fenced(fence) if fence else contextlib.nullcontext():
                 report = self.loop.run_cycle()
                 decisions = getattr(self.loop, "last_decisions", None)
-                publish(self.loop.store, status_body(report, decisions, identity, fence.term if fence else None),
-                        fence.term if fence else None)
+                body = status_body(report, decisions, identity, fence.term if fence else None,
+                                   getattr(self.loop, "last_wishlist", None))
+                publish(self.loop.store, body, fence.term if fence else None)
         except Fenced as exc:
             self._fenced(str(exc))
             return False
