@@ -150,6 +150,20 @@ class NodeGroupConfig(Model):
         return [f"{self.name_prefix}-{i}" for i in range(start, start + self.count)]
 
 
+class NodeTemplateConfig(Model):
+    """A node shape an autoscaler could add to ``cluster`` (the wishlist counts what it would unblock)."""
+
+    name: Name
+    cluster: Name
+    resources: Quantities
+    labels: dict[str, str] = Field(default_factory=dict)
+    taints: list[TaintConfig] = Field(default_factory=list)
+
+    def to_core(self) -> Node:
+        return Node(self.name, self.cluster, dict(self.resources), dict(self.labels),
+                    tuple(t.to_core() for t in self.taints))
+
+
 class SimulatedClusterConfig(Model):
     name: Name
     kind: Literal["simulated"]
@@ -322,6 +336,7 @@ class FlotillaConfig(Model):
     deadlines: DeadlinesConfig = Field(default_factory=DeadlinesConfig)
     cycle: CycleConfig = Field(default_factory=CycleConfig)
     clusters: list[ClusterConfig] = Field(default_factory=list)
+    node_templates: list[NodeTemplateConfig] = Field(default_factory=list, alias="nodeTemplates")
     store: StoreConfig = Field(default_factory=StoreConfig)
     server: ServerConfig = Field(default_factory=ServerConfig)
     auth: AuthConfig = Field(default_factory=AuthConfig)
@@ -362,6 +377,7 @@ class FlotillaConfig(Model):
         problems += _duplicates("queues", [q.name for q in self.queues], "queue")
         problems += queue_tree_problems("queues", self.queues)
         problems += _duplicates("clusters", [c.name for c in self.clusters], "cluster")
+        problems += _duplicates("nodeTemplates", [t.name for t in self.node_templates], "node template")
         for c, cluster in enumerate(self.clusters):
             if isinstance(cluster, SimulatedClusterConfig):
                 first: dict[str, int] = {}

@@ -69,6 +69,10 @@ class Scheduler:
     def queues(self) -> list[Queue]:
         return [q.to_core() for q in self.config.queues]
 
+    def open_session(self, snapshot: Snapshot) -> Session:
+        """A session on ``snapshot`` with the plugins' callables registered, for questions outside a cycle."""
+        return self._open(snapshot, random.Random(0))
+
     def _open(self, snapshot: Snapshot, rng: random.Random, backends: Mapping | None = None,
               state: CycleState | None = None) -> Session:
         session = Session(snapshot, self.settings, rng, self.pm.get_plugins(), state)
