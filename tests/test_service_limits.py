@@ -11,7 +11,7 @@ import sqlalchemy as sa
 
 from flotilla.service.schema import queues
 from flotilla.service.store import Store
-from serve_process import Server
+from serve_process import Server, cli
 from service_fixtures import job, job_file
 from test_service_e2e import CONFIG
 
@@ -121,4 +121,17 @@ def test_sql_errors_do_not_carry_their_parameters(tmp_path):
             conn.execute(queues.insert().values(**row))
     assert SECRET not in str(exc.value) and "[SQL parameters hidden due to hide_parameters=True]" in str(exc.value)
     assert store.list_queues() == []
+    store.close()
+
+
+def test_queue_delete_from_the_cli_is_refused_with_unfinished_jobs_and_forced_with_force(srv):
+    with srv.http("bob") as bob:   # a job no node can hold stays queued
+        assert bob.post("/v1/submit", json=job_file("B", "s", [job("huge", cpu="1000")])).status_code == 200
+    refused = cli(srv, "admin", "queue", "delete", "B")
+    assert (refused.returncode, refused.stderr.strip()) == (
+        1, "error: 409: queue 'B' has 1 active jobs; cancel them first, or delete with force=true")
+    forced = cli(srv, "admin", "queue", "delete", "B", "--force")
+    assert (forced.returncode, forced.stdout.strip()) == (0, "deleted queue B and its 1 jobs")
+    store = srv.store()
+    assert store.get_queue("B") is None and store.count_jobs() == 0
     store.close()
