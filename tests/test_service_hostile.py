@@ -261,3 +261,13 @@ def test_on_each_store_hostile_ids_store_nothing_and_a_deleted_queue_is_forgotte
     assert new["existing"] is False and new["id"] != old
     assert [j["id"] for j in store.list_jobs("A")] == [new["id"]]
     store.close()
+
+
+def test_labels_and_annotations_are_capped_at_kubernetes_limit(env):
+    client, store = env
+    heavy = job("heavy")
+    heavy["annotations"]["team/notes"] = "n" * (256 * 1024 - len("team/notes") + 1)
+    r = client.post("/v1/submit", json=job_file("A", "s", [heavy]), headers=headers("alice"))
+    assert rejected_texts(r) == ["job 0 (clientId 'heavy'): annotations: labels and annotations total 262145 bytes; "
+                                 "at most 262144 (Kubernetes' limit)"]
+    assert store.count_jobs() == 0
