@@ -203,6 +203,8 @@ class KubernetesClusterConfig(Model):
     kind: Literal["kubernetes"]
     kubeconfig: str = "~/.kube/config"
     context: str | None = None
+    #: Inside the cluster: the pod's service-account token and CA instead of a kubeconfig (deploy/rbac.yaml).
+    in_cluster: bool = Field(False, alias="inCluster")
     namespace: str = "default"
     #: Pod writes in flight at once. 32 kept a 2-core KWOK cluster's API server busy (bench/kwok_throughput.py:
     #: 392-412 pods bound/s against 310-320 with 16); a bigger API server takes more.
