@@ -17,10 +17,16 @@ store unless ``--store`` is given) with ``--nodes`` simulated nodes, then:
    new, and prints what such an idle cycle costs (median, and per phase);
 5. reads the server's peak resident memory (``VmHWM``) before stopping it.
 
+With ``--api-replicas N`` (a PostgreSQL ``--store``), it starts N
+``serve --role api`` processes and one ``serve --role scheduler`` instead of
+one ``serve``, and the clients spread over the replicas (client k talks to
+replica k mod N).
+
 Usage::
 
     python bench/submit.py                      # 100,000 jobs, 8 clients, 1,000 nodes
     python bench/submit.py --jobs 20000 --nodes 200 --json out.json
+    python bench/submit.py --store postgresql+psycopg://... --api-replicas 2
 
 It is a benchmark, not a test: it prints figures and asserts nothing.
 """
@@ -98,40 +104,50 @@ def main() -> int:
     ap.add_argument("--idle-cycles", type=int, default=5,
                     help="cycles to watch after everything is leased (an idle cycle's cost with every job active)")
     ap.add_argument("--store", default=None, help="store URL (default: a temporary sqlite file)")
+    ap.add_argument("--api-replicas", type=int, default=0,
+                    help="0: one `serve` (role all); N: N `serve --role api` and one `serve --role scheduler` "
+                         "(needs a PostgreSQL --store)")
     ap.add_argument("--json", dest="json_out", default=None, help="write the figures here as JSON")
     ap.add_argument("--timeout", type=float, default=900.0)
     args = ap.parse_args()
 
     tmp = Path(tempfile.mkdtemp(prefix="flotilla-bench-"))
     store = args.store or f"sqlite:///{tmp}/bench.db"
-    port = free_port()
-    url = f"http://127.0.0.1:{port}"
+    roles = ["all"] if args.api_replicas == 0 else ["scheduler"] + ["api"] * args.api_replicas
+    ports = [free_port() for _ in roles]
     per_cluster = args.nodes // args.clusters
     clusters = "\n".join(
         f"  - {{name: sim-{c}, kind: simulated, nodes: [{{count: {per_cluster}, namePrefix: n{c}, "
         f"resources: {{cpu: 32, memory: 128Gi}}}}]}}" for c in range(args.clusters))
     queues = "\n".join(f"  - {{name: q{q}, weight: 1, owners: [bench]}}" for q in range(args.queues))
     config = tmp / "serve.yaml"
-    config.write_text(CONFIG.format(queues=queues, period=args.period, port=port, store=store, clusters=clusters))
+    config.write_text(CONFIG.format(queues=queues, period=args.period, port=ports[0], store=store, clusters=clusters))
     env = dict(os.environ, PYTHONPATH=str(REPO) + os.pathsep + os.environ.get("PYTHONPATH", ""))
-    log = open(tmp / "serve.log", "wb")
-    proc = subprocess.Popen([sys.executable, "-m", "flotilla.scheduler_main", "--log-level", "info", "--log-json",
-                             "serve", "--config", str(config)], cwd=REPO, env=env, stdout=subprocess.DEVNULL,
-                            stderr=log)
+    log = open(tmp / "serve.log", "wb")     # the scheduling process's log (cycles are read from it)
+    procs = []
+    for k, (role, port) in enumerate(zip(roles, ports)):
+        procs.append(subprocess.Popen(
+            [sys.executable, "-m", "flotilla.scheduler_main", "--log-level", "info", "--log-json", "serve", "--config",
+             str(config), "--role", role, "--listen", f"127.0.0.1:{port}"], cwd=REPO, env=env,
+            stdout=subprocess.DEVNULL, stderr=log if k == 0 else open(tmp / f"api-{k}.log", "wb")))
+    urls = [f"http://127.0.0.1:{port}" for role, port in zip(roles, ports) if role != "scheduler"]
+    url = urls[0]
     try:
         deadline = time.monotonic() + 60
-        while True:
-            try:
-                if httpx.get(f"{url}/v1/health", timeout=1).status_code == 200:
-                    break
-            except httpx.HTTPError:
-                pass
-            if time.monotonic() > deadline or proc.poll() is not None:
-                print("serve did not start; see", tmp / "serve.log", file=sys.stderr)
-                return 1
-            time.sleep(0.2)
+        for port, proc in zip(ports, procs):
+            while True:
+                try:
+                    if httpx.get(f"http://127.0.0.1:{port}/readyz", timeout=1).status_code == 200:
+                        break
+                except httpx.HTTPError:
+                    pass
+                if time.monotonic() > deadline or proc.poll() is not None:
+                    print("serve did not start; see the logs in", tmp, file=sys.stderr)
+                    return 1
+                time.sleep(0.2)
         headers = {"Authorization": "Bearer bench-token"}
-        print(f"serve up on {url}: {args.nodes} nodes in {args.clusters} clusters, store {store}", file=sys.stderr)
+        print(f"serve up on {', '.join(urls)} ({' + '.join(roles)}): {args.nodes} nodes in {args.clusters} clusters, "
+              f"store {store}", file=sys.stderr)
 
         # 3. The probe runs from the first submission to the end, labelled with the phase it ran in.
         probe_lat: list[tuple[str, str, float]] = []      # (phase, kind, seconds)
@@ -165,7 +181,7 @@ def main() -> int:
         errors: list[str] = []
 
         def client(n: int) -> None:
-            with httpx.Client(base_url=url, headers=headers, timeout=120) as http:
+            with httpx.Client(base_url=urls[n % len(urls)], headers=headers, timeout=120) as http:
                 for start in range(0, per_client, args.batch):
                     body = {"queue": f"q{n % args.queues}", "jobSetId": f"bench-{n}",
                             "jobs": [job(i, n) for i in range(start, min(per_client, start + args.batch))]}
@@ -215,13 +231,15 @@ def main() -> int:
             time.sleep(0.5)
         stop.set()
         prober.join()
-        memory = read_memory(proc.pid)
+        memory = read_memory(procs[0].pid)   # the process that schedules (role all or scheduler)
     finally:
-        proc.send_signal(signal.SIGTERM)
-        try:
-            proc.wait(60)
-        except subprocess.TimeoutExpired:
-            proc.kill()
+        for proc in procs:
+            proc.send_signal(signal.SIGTERM)
+        for proc in procs:
+            try:
+                proc.wait(60)
+            except subprocess.TimeoutExpired:
+                proc.kill()
         log.close()
 
     # Cycles from the server's log: which probes overlapped one; what the idle ones at the end cost.
@@ -234,6 +252,7 @@ def main() -> int:
         "clients": args.clients,
         "batch": args.batch,
         "nodes": args.nodes,
+        "apiReplicas": args.api_replicas,
         "submitSeconds": round(submit_seconds, 3),
         "submissionsPerSecond": round(submitted / submit_seconds, 1),
         "batchLatency": latency(latencies),

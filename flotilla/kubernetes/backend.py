@@ -46,7 +46,8 @@ import structlog
 from flotilla.core.backend import ClusterDecisions, ClusterUnavailable, JobEvent, PodTemplate
 from flotilla.core.model import ClusterSnapshot, Job, JobState, Node
 from flotilla.core.quantities import QuantityError, parse_duration
-from flotilla.kubernetes.client import ApiError, Gone, KubeClient, KubeError, Unreachable, WatchBroken, pod_path
+from flotilla.kubernetes.client import (ApiError, Gone, KubeClient, KubeError, Unreachable, WatchBroken,
+                                        forbidden_message, pod_path)
 from flotilla.kubernetes.services import OWNED, exposure_manifests, object_path, owner_reference
 from flotilla.kubernetes.pods import (ATTEMPT, DURATION, JOB_ID, PodSettings, failure_reason, is_ours, job_deadline,
                                       job_from_pod, job_grace_period, job_namespace, node_from_object, node_ready,
@@ -299,7 +300,10 @@ class KubernetesCluster:
                     with self._lock:
                         self._attempts[job.id] = max(self._attempts.get(job.id, 0), attempt)
                     continue
-                self._create_failed(job, node, "failed", f"pod rejected: {exc}")
+                if exc.status == 403:   # the platform's doing: retried, and said once, naming verb and resource
+                    self._create_failed(job, node, "lost", forbidden_message(exc))
+                else:
+                    self._create_failed(job, node, "failed", f"pod rejected: {exc}")
                 return
             except NamespaceMissing as exc:
                 self._create_failed(job, node, "failed", str(exc))
@@ -339,8 +343,12 @@ class KubernetesCluster:
                 self._delete_finished(key)
                 for item in done:
                     self._delete_object(namespace, item)
-                kind = "lost" if isinstance(exc, Unreachable) else "failed"
-                self._create_failed(job, node, kind, f"{obj['kind']} {obj['metadata']['name']} rejected: {exc}")
+                if isinstance(exc, Unreachable) or exc.status == 403:
+                    why = forbidden_message(exc) if isinstance(exc, ApiError) else str(exc)
+                    self._create_failed(job, node, "lost", f"{obj['kind']} {obj['metadata']['name']}: {why}")
+                else:
+                    self._create_failed(job, node, "failed", f"{obj['kind']} {obj['metadata']['name']} rejected: "
+                                                             f"{exc}")
                 return False
         return True
 
@@ -528,12 +536,14 @@ class KubernetesCluster:
                 backoff = min(backoff * 2, 2.0)
 
     def _informer_failed(self, kind: str, exc: Exception) -> None:
+        text = forbidden_message(exc) if isinstance(exc, ApiError) and exc.status == 403 else str(exc)
         with self._lock:
             was = self.available
+            changed = self._error != f"{kind}: {text}"
             self._synced[kind] = False
-            self._error = f"{kind}: {exc}"
-        if was:
-            log.warning("kubernetes.unavailable", cluster=self.name, error=str(exc))
+            self._error = f"{kind}: {text}"
+        if was or changed:   # once per distinct error, not once per retry
+            log.warning("kubernetes.unavailable", cluster=self.name, error=text)
 
     def _replace_nodes(self, items: list[dict]) -> None:
         before = set(self._nodes)
@@ -669,6 +679,9 @@ def backend_from_config(cluster_config, config=None, **kwargs) -> KubernetesClus
         settings=settings,
         priority_classes=pcs,
     )
+    if getattr(cluster_config, "in_cluster", False):
+        workers = getattr(cluster_config, "workers", None) or 32
+        options["client"] = KubeClient.from_in_cluster(pool_size=max(8, workers + 4))
     for attr, key in (("bind", "bind"), ("workers", "workers"), ("node_selector", "node_selector"),
                       ("delete_finished", "delete_finished"), ("stuck_pod_expiry", "stuck_pod_expiry"),
                       ("node_lost_timeout", "node_lost_timeout")):

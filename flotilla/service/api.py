@@ -49,6 +49,7 @@ from flotilla.service.errors import ApiError, ErrorItem
 from flotilla.service.guard import BoundedRoute, Guard
 from flotilla.service.jobspec import JobFile, field_path, rejections_from_errors, validate_jobs
 from flotilla.service.settings import DEFAULT_LIMITS, QueueSpec, ServiceSettings
+from flotilla.service.roles.status import StatusReader
 from flotilla.service.store import Store
 
 JobState = Literal["queued", "leased", "pending", "running", "succeeded", "failed", "preempted", "cancelled"]
@@ -298,6 +299,15 @@ def create_app(store: Store, settings: ServiceSettings, loop=None, *, admin_endp
     @app.get("/v1/health", tags=["service"], summary="Liveness (no token needed)")
     def health() -> dict:
         return {"ok": not stopping(), "version": __version__}
+
+    published = StatusReader(store)
+
+    @app.get("/v1/wishlist", tags=["service"], summary="Node templates: the waiting jobs each would unblock")
+    def wishlist(who: Identity = Depends(identity)) -> dict:
+        body = published.get().get("wishlist")
+        if body is None:
+            raise ApiError(404, "no wishlist: the config lists no nodeTemplates, or no cycle has run yet")
+        return body
 
     @app.get("/v1/status", tags=["service"], summary="The last scheduling cycle and the clusters")
     def status(who: Identity = Depends(identity)) -> dict:
