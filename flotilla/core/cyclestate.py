@@ -48,6 +48,7 @@ _REQUESTS = attrgetter("requests")
 _SELECTOR = attrgetter("node_selector")
 _GANG = attrgetter("gang")
 _PRIORITY = attrgetter("priority")
+_QUEUE = attrgetter("queue")
 _JOB = itemgetter(-1)
 _MISSING = (None,)  # what a job id not queued maps to: its "job" is None
 _SUBMITTED = attrgetter("submitted")
@@ -183,8 +184,12 @@ class CycleState:
         self.entries: dict[str, tuple] = dict(zip(map(_ID, queued), entries))
         self.seq = len(entries)
         per_queue: dict[str, list] = {name: [] for name in self.queues}
-        for entry in entries:
-            per_queue[entry[-1].queue].append(entry)
+        names = set(map(_QUEUE, queued))
+        if len(names) == 1 and names <= per_queue.keys():
+            per_queue[names.pop()] = entries
+        else:
+            for entry in entries:
+                per_queue[entry[-1].queue].append(entry)
         for name, queue_entries in per_queue.items():
             self.queues[name].queued = QueueOrder(self.entries, queue_entries)
         self._set_fair_shares()
@@ -214,7 +219,9 @@ class CycleState:
             seen += sum(same)
             changed_running.extend((cluster.name, job) for job in compress(jobs, map(not_, same)))
         gone_running: list[str] = []
-        if seen + sum(1 for _, job in changed_running if job.id in self.running) != len(self.running) or \
+        # Jobs already held (typically the last cycle's placements, now running as new objects) are cheap.
+        held_before = sum(1 for _, job in changed_running if job.id in self.running)
+        if seen + held_before != len(self.running) or \
                 len({job.id for _, job in changed_running}) != len(changed_running):
             present = {job.id for cluster in snapshot.clusters for job in cluster.running}
             gone_running = [job_id for job_id in self.running if job_id not in present]
@@ -227,6 +234,10 @@ class CycleState:
         if sum(same) != len(self.entries):
             present = set(map(_ID, queued))
             gone_queued = [job_id for job_id in self.entries if job_id not in present]
+        # When most of it changed (another workload on the same nodes), building afresh is cheaper.
+        if 2 * (len(gone_running) + len(changed_running) - held_before) > len(self.running) + 64 or \
+                2 * (len(gone_queued) + len(added)) > len(self.entries) + 64:
+            raise Rebuild
         new_jobs = [job for _, job in changed_running] + added
         for job in new_jobs:
             if job.queue not in self.queues:
