@@ -235,8 +235,9 @@ class CycleState:
             present = set(map(_ID, queued))
             gone_queued = [job_id for job_id in self.entries if job_id not in present]
         # When most of it changed (another workload on the same nodes), building afresh is cheaper.
-        if 2 * (len(gone_running) + len(changed_running) - held_before) > len(self.running) + 64 or \
-                2 * (len(gone_queued) + len(added)) > len(self.entries) + 64:
+        slack = len(index.nodes) + 64
+        if 2 * (len(gone_running) + len(changed_running) - held_before) > len(self.running) + slack or \
+                2 * (len(gone_queued) + len(added)) > len(self.entries) + slack:
             raise Rebuild
         new_jobs = [job for _, job in changed_running] + added
         for job in new_jobs:
