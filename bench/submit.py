@@ -1,4 +1,4 @@
-"""Benchmark the service: submissions per second, time to schedule, API latency during cycles.
+"""Benchmark the service: submissions per second, time to schedule, API latency, peak memory.
 
 Starts a real ``flotilla serve`` (subprocess, loopback, a temporary embedded
 store unless ``--store`` is given) with ``--nodes`` simulated nodes, then:
@@ -8,16 +8,25 @@ store unless ``--store`` is given) with ``--nodes`` simulated nodes, then:
    100,000 of them fit on 1,000 32-core nodes);
 2. measures how long ``serve`` takes to lease every job (all ``pending`` or
    ``running``), counted from the end of the submissions;
-3. while that happens, a probe asks for one job's status and submits one
-   small job in a loop; the latencies of the probes that overlapped a
-   scheduling cycle give the API's p50/p99 during a cycle;
+3. from the first submission to the end, a probe submits one small job and
+   asks for its status in a loop (in the idle phase, the status only); each probe is labelled with the phase it
+   ran in (``submitting``, ``scheduling``, ``idle``), and every latency
+   figure is printed with its sample count ``n`` (a p99 of a few samples is
+   their maximum, and says so by its ``n``);
 4. watches ``--idle-cycles`` more cycles with every job running and nothing
-   new, and prints what such an idle cycle costs (median, and per phase).
+   new, and prints what such an idle cycle costs (median, and per phase);
+5. reads the server's peak resident memory (``VmHWM``) before stopping it.
+
+With ``--api-replicas N`` (a PostgreSQL ``--store``), it starts N
+``serve --role api`` processes and one ``serve --role scheduler`` instead of
+one ``serve``, and the clients spread over the replicas (client k talks to
+replica k mod N).
 
 Usage::
 
     python bench/submit.py                      # 100,000 jobs, 8 clients, 1,000 nodes
     python bench/submit.py --jobs 20000 --nodes 200 --json out.json
+    python bench/submit.py --store postgresql+psycopg://... --api-replicas 2
 
 It is a benchmark, not a test: it prints figures and asserts nothing.
 """
@@ -95,50 +104,84 @@ def main() -> int:
     ap.add_argument("--idle-cycles", type=int, default=5,
                     help="cycles to watch after everything is leased (an idle cycle's cost with every job active)")
     ap.add_argument("--store", default=None, help="store URL (default: a temporary sqlite file)")
+    ap.add_argument("--api-replicas", type=int, default=0,
+                    help="0: one `serve` (role all); N: N `serve --role api` and one `serve --role scheduler` "
+                         "(needs a PostgreSQL --store)")
     ap.add_argument("--json", dest="json_out", default=None, help="write the figures here as JSON")
     ap.add_argument("--timeout", type=float, default=900.0)
     args = ap.parse_args()
 
     tmp = Path(tempfile.mkdtemp(prefix="flotilla-bench-"))
     store = args.store or f"sqlite:///{tmp}/bench.db"
-    port = free_port()
-    url = f"http://127.0.0.1:{port}"
+    roles = ["all"] if args.api_replicas == 0 else ["scheduler"] + ["api"] * args.api_replicas
+    ports = [free_port() for _ in roles]
     per_cluster = args.nodes // args.clusters
     clusters = "\n".join(
         f"  - {{name: sim-{c}, kind: simulated, nodes: [{{count: {per_cluster}, namePrefix: n{c}, "
         f"resources: {{cpu: 32, memory: 128Gi}}}}]}}" for c in range(args.clusters))
     queues = "\n".join(f"  - {{name: q{q}, weight: 1, owners: [bench]}}" for q in range(args.queues))
     config = tmp / "serve.yaml"
-    config.write_text(CONFIG.format(queues=queues, period=args.period, port=port, store=store, clusters=clusters))
+    config.write_text(CONFIG.format(queues=queues, period=args.period, port=ports[0], store=store, clusters=clusters))
     env = dict(os.environ, PYTHONPATH=str(REPO) + os.pathsep + os.environ.get("PYTHONPATH", ""))
-    log = open(tmp / "serve.log", "wb")
-    proc = subprocess.Popen([sys.executable, "-m", "flotilla.scheduler_main", "--log-level", "info", "--log-json",
-                             "serve", "--config", str(config)], cwd=REPO, env=env, stdout=subprocess.DEVNULL,
-                            stderr=log)
+    log = open(tmp / "serve.log", "wb")     # the scheduling process's log (cycles are read from it)
+    procs = []
+    for k, (role, port) in enumerate(zip(roles, ports)):
+        procs.append(subprocess.Popen(
+            [sys.executable, "-m", "flotilla.scheduler_main", "--log-level", "info", "--log-json", "serve", "--config",
+             str(config), "--role", role, "--listen", f"127.0.0.1:{port}"], cwd=REPO, env=env,
+            stdout=subprocess.DEVNULL, stderr=log if k == 0 else open(tmp / f"api-{k}.log", "wb")))
+    urls = [f"http://127.0.0.1:{port}" for role, port in zip(roles, ports) if role != "scheduler"]
+    url = urls[0]
     try:
         deadline = time.monotonic() + 60
-        while True:
-            try:
-                if httpx.get(f"{url}/v1/health", timeout=1).status_code == 200:
-                    break
-            except httpx.HTTPError:
-                pass
-            if time.monotonic() > deadline or proc.poll() is not None:
-                print("serve did not start; see", tmp / "serve.log", file=sys.stderr)
-                return 1
-            time.sleep(0.2)
+        for port, proc in zip(ports, procs):
+            while True:
+                try:
+                    if httpx.get(f"http://127.0.0.1:{port}/readyz", timeout=1).status_code == 200:
+                        break
+                except httpx.HTTPError:
+                    pass
+                if time.monotonic() > deadline or proc.poll() is not None:
+                    print("serve did not start; see the logs in", tmp, file=sys.stderr)
+                    return 1
+                time.sleep(0.2)
         headers = {"Authorization": "Bearer bench-token"}
-        print(f"serve up on {url}: {args.nodes} nodes in {args.clusters} clusters, store {store}", file=sys.stderr)
+        print(f"serve up on {', '.join(urls)} ({' + '.join(roles)}): {args.nodes} nodes in {args.clusters} clusters, "
+              f"store {store}", file=sys.stderr)
+
+        # 3. The probe runs from the first submission to the end, labelled with the phase it ran in.
+        probe_lat: list[tuple[str, str, float]] = []      # (phase, kind, seconds)
+        phase = ["submitting"]
+        stop = threading.Event()
+
+        def probe() -> None:
+            with httpx.Client(base_url=url, headers=headers, timeout=60) as http:
+                k, last = 0, None
+                while not stop.is_set():
+                    now = phase[0]
+                    if now != "idle" or last is None:   # idle cycles stay idle: status probes only
+                        t = time.perf_counter()
+                        r = http.post("/v1/submit", json={"queue": "q0", "jobSetId": "probe", "jobs": [job(k, 999)]})
+                        probe_lat.append((now, "submit", time.perf_counter() - t))
+                        last = r.json()["jobs"][0]["id"] if r.status_code == 200 else last
+                        k += 1
+                    if last is not None:
+                        t = time.perf_counter()
+                        http.get(f"/v1/jobs/{last}")
+                        probe_lat.append((now, "status", time.perf_counter() - t))
+                    time.sleep(0.01)
+
+        prober = threading.Thread(target=probe, daemon=True)  # dies with an early return
+        prober.start()
 
         # 1. Submissions.
         per_client = args.jobs // args.clients
         latencies: list[float] = []
         lock = threading.Lock()
-        first_id: list[str] = []
         errors: list[str] = []
 
         def client(n: int) -> None:
-            with httpx.Client(base_url=url, headers=headers, timeout=120) as http:
+            with httpx.Client(base_url=urls[n % len(urls)], headers=headers, timeout=120) as http:
                 for start in range(0, per_client, args.batch):
                     body = {"queue": f"q{n % args.queues}", "jobSetId": f"bench-{n}",
                             "jobs": [job(i, n) for i in range(start, min(per_client, start + args.batch))]}
@@ -150,8 +193,6 @@ def main() -> int:
                         return
                     with lock:
                         latencies.append(dt)
-                        if not first_id:
-                            first_id.append(r.json()["jobs"][0]["id"])
 
         t0 = time.perf_counter()
         threads = [threading.Thread(target=client, args=(n,)) for n in range(args.clients)]
@@ -165,28 +206,11 @@ def main() -> int:
             print("submission errors:", errors[:3], file=sys.stderr)
             return 1
         print(f"submitted {submitted} jobs in {submit_seconds:.2f}s: {submitted / submit_seconds:.0f} jobs/s "
-              f"(batch p50 {pct(latencies, 50) * 1000:.0f} ms, p99 {pct(latencies, 99) * 1000:.0f} ms)",
-              file=sys.stderr)
+              f"(batch p50 {pct(latencies, 50) * 1000:.0f} ms, p99 {pct(latencies, 99) * 1000:.0f} ms, "
+              f"n={len(latencies)})", file=sys.stderr)
 
-        # 2 and 3. Time to lease everything; probe latencies meanwhile.
-        probe_lat: list[tuple[float, float, str]] = []      # (start, seconds, kind)
-        stop = threading.Event()
-
-        def probe() -> None:
-            with httpx.Client(base_url=url, headers=headers, timeout=60) as http:
-                k = 0
-                while not stop.is_set():
-                    t = time.perf_counter()
-                    http.get(f"/v1/jobs/{first_id[0]}")
-                    probe_lat.append((t, time.perf_counter() - t, "status"))
-                    t = time.perf_counter()
-                    http.post("/v1/submit", json={"queue": "q0", "jobSetId": "probe", "jobs": [job(k, 999)]})
-                    probe_lat.append((t, time.perf_counter() - t, "submit"))
-                    k += 1
-                    time.sleep(0.01)
-
-        prober = threading.Thread(target=probe)
-        prober.start()
+        # 2. Time to lease everything.
+        phase[0] = "scheduling"
         t1 = time.perf_counter()
         leased = 0
         with httpx.Client(base_url=url, headers={"Authorization": "Bearer admin-token"}, timeout=60) as admin:
@@ -197,8 +221,7 @@ def main() -> int:
                     break
                 time.sleep(0.25)
         schedule_seconds = time.perf_counter() - t1
-        stop.set()
-        prober.join()
+        phase[0] = "idle"
         print(f"leased {leased} jobs on {args.nodes} nodes {schedule_seconds:.2f}s after the last submission "
               f"({(submit_seconds + schedule_seconds):.2f}s after the first)", file=sys.stderr)
         # 4. A few cycles with everything running and nothing new: what an idle cycle costs with this many jobs.
@@ -206,12 +229,17 @@ def main() -> int:
         deadline = time.perf_counter() + 120
         while len(read_cycles(tmp / "serve.log")) < before + args.idle_cycles + 1 and time.perf_counter() < deadline:
             time.sleep(0.5)
+        stop.set()
+        prober.join()
+        memory = read_memory(procs[0].pid)   # the process that schedules (role all or scheduler)
     finally:
-        proc.send_signal(signal.SIGTERM)
-        try:
-            proc.wait(60)
-        except subprocess.TimeoutExpired:
-            proc.kill()
+        for proc in procs:
+            proc.send_signal(signal.SIGTERM)
+        for proc in procs:
+            try:
+                proc.wait(60)
+            except subprocess.TimeoutExpired:
+                proc.kill()
         log.close()
 
     # Cycles from the server's log: which probes overlapped one; what the idle ones at the end cost.
@@ -219,27 +247,23 @@ def main() -> int:
     busy = [c for c in cycles if c.get("leased", 0) > 0]
     idle = [c for c in cycles[-args.idle_cycles:] if c.get("leased", 0) == 0 and c.get("running", 0) >= submitted]
     cycle_seconds = [sum(v for k, v in c.items() if k.endswith("_s")) for c in busy]
-    # A probe overlapped a cycle if it ran while a busy cycle was running; the service logs a cycle when
-    # it ends, so use the log's wall-clock timestamps when available, else all probes in the phase.
-    during = [s for _, s, _ in probe_lat]
     figures = {
         "jobs": submitted,
         "clients": args.clients,
         "batch": args.batch,
         "nodes": args.nodes,
+        "apiReplicas": args.api_replicas,
         "submitSeconds": round(submit_seconds, 3),
         "submissionsPerSecond": round(submitted / submit_seconds, 1),
-        "batchLatencyP50Ms": round(pct(latencies, 50) * 1000, 1),
-        "batchLatencyP99Ms": round(pct(latencies, 99) * 1000, 1),
+        "batchLatency": latency(latencies),
         "scheduleSeconds": round(schedule_seconds, 3),
         "leased": leased,
         "busyCycles": len(busy),
         "busyCycleSecondsMax": round(max(cycle_seconds), 3) if cycle_seconds else None,
-        "apiP50MsDuringCycles": round(pct(during, 50) * 1000, 1),
-        "apiP99MsDuringCycles": round(pct(during, 99) * 1000, 1),
-        "statusP99Ms": round(pct([s for _, s, k in probe_lat if k == "status"], 99) * 1000, 1),
-        "submitOneP99Ms": round(pct([s for _, s, k in probe_lat if k == "submit"], 99) * 1000, 1),
-        "probes": len(probe_lat),
+        "probes": {p: {k: latency([s for p2, k2, s in probe_lat if (p2, k2) == (p, k)]) for k in ("submit", "status")}
+                   for p in ("submitting", "scheduling", "idle")},
+        "peakRssMiB": memory.get("VmHWM"),
+        "rssMiBAtEnd": memory.get("VmRSS"),
         "idleCycles": len(idle),
         "idleCycleSecondsMedian": round(statistics.median(c["seconds"] for c in idle), 3) if idle else None,
         "idleCyclePhasesMedian": {k: round(statistics.median(c[k] for c in idle), 3)
@@ -250,6 +274,25 @@ def main() -> int:
     if args.json_out:
         Path(args.json_out).write_text(json.dumps(figures, indent=2))
     return 0
+
+
+def latency(seconds: list[float]) -> dict:
+    """p50 and p99 in milliseconds, with the sample count they rest on."""
+    return {"n": len(seconds), "p50Ms": round(pct(seconds, 50) * 1000, 1) if seconds else None,
+            "p99Ms": round(pct(seconds, 99) * 1000, 1) if seconds else None}
+
+
+def read_memory(pid: int) -> dict[str, float]:
+    """The process's peak (VmHWM) and current (VmRSS) resident memory, in MiB, from /proc."""
+    out = {}
+    try:
+        for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+            name, _, value = line.partition(":")
+            if name in ("VmHWM", "VmRSS"):
+                out[name] = round(int(value.split()[0]) / 1024, 1)
+    except OSError:
+        pass
+    return out
 
 
 def read_cycles(path: Path) -> list[dict]:

@@ -101,6 +101,44 @@ def schedule_once(config_path, state_path, seed, indent):
       flotilla schedule-once --state examples/two-queues.yaml
       flotilla schedule-once --config examples/flotilla.yaml --state S.yaml --seed 7
     """
+    _, scheduler, snapshot = _load_for_cycle(config_path, state_path)
+    actions = [action for action in scheduler.actions if action.name != "lease"]
+    decisions = scheduler.run_cycle(snapshot, random.Random(seed), actions=actions)
+    click.echo(json.dumps(decisions.to_dict(), indent=indent or None))
+
+
+@main.command("wishlist")
+@click.option("--config", "config_path", type=click.Path(dir_okay=False), default=None,
+              help="Scheduler config (YAML) with nodeTemplates.")
+@click.option("--state", "state_path", type=click.Path(dir_okay=False), required=True,
+              help="State file, as for schedule-once.")
+@click.option("--seed", type=int, default=0, show_default=True, help="Seed for the evict action's draws.")
+@click.option("--indent", type=int, default=2, show_default=True, help="JSON indentation (0: one line).")
+def wishlist(config_path, state_path, seed, indent):
+    """Run one cycle on a state file, then say which node templates would run the jobs still waiting.
+
+    Output (JSON): `templates` (per template: its cluster, how many waiting
+    jobs it would unblock, how many such nodes would run them all; queue
+    order, gangs whole, first fit decreasing) and `unfit` (jobs no template
+    could run, with the reason).
+
+    
+    Example:
+      flotilla wishlist --config examples/wishlist.yaml --state examples/wishlist-state.yaml
+    """
+    from flotilla.core.wishlist import compute_wishlist
+
+    config, scheduler, snapshot = _load_for_cycle(config_path, state_path)
+    if not config.node_templates:
+        raise UserError("the config lists no nodeTemplates: nothing to wish for")
+    actions = [action for action in scheduler.actions if action.name != "lease"]
+    decisions = scheduler.run_cycle(snapshot, random.Random(seed), actions=actions)
+    result = compute_wishlist(scheduler, snapshot, decisions.queued, [t.to_core() for t in config.node_templates])
+    click.echo(json.dumps(result.to_dict(), indent=indent or None))
+
+
+def _load_for_cycle(config_path, state_path):
+    """The config, its scheduler and the state file's snapshot, or a one-line error."""
     from flotilla.config import ConfigError, load_state
 
     config = load_config_or_fail(config_path)
@@ -111,9 +149,7 @@ def schedule_once(config_path, state_path, seed, indent):
         raise UserError(str(exc)) from None
     except OSError as exc:
         raise UserError(f"{state_path}: cannot read state: {exc.strerror}") from None
-    actions = [action for action in scheduler.actions if action.name != "lease"]
-    decisions = scheduler.run_cycle(snapshot, random.Random(seed), actions=actions)
-    click.echo(json.dumps(decisions.to_dict(), indent=indent or None))
+    return config, scheduler, snapshot
 
 
 def _register_commands() -> None:

@@ -100,3 +100,22 @@ def test_the_whole_pod_spec_is_stored_with_the_api_field_names(env):
         "securityContext": {"runAsUser": 1000},
         "terminationGracePeriodSeconds": 1.0, "activeDeadlineSeconds": 259200.0,
     }
+
+
+def test_service_and_ingress_ports_must_be_container_ports_and_fields_known(env):
+    bad = job("a", containers=[{"name": "web", "image": "nginx", "ports": [{"containerPort": 8080}]}])
+    bad.update(services=[{"type": "NodePort", "ports": [8080, 9090]}],
+               ingress=[{"ports": [7070], "useClusterIP": True}])
+    other = job("b")
+    other["services"] = [{"type": "LoadBalancer", "ports": [80]}]
+    assert refused(env, job_file("A", "s", [bad, other])) == [
+        "job 0 (clientId 'a'): ingress[0].useClusterIP: Extra inputs are not permitted",
+        "job 1 (clientId 'b'): services[0].type: Input should be 'NodePort' or 'Headless'",
+    ]
+    bad["ingress"][0].pop("useClusterIP")
+    assert refused(env, job_file("A", "s", [bad])) == [
+        "job 0 (clientId 'a'): services[0].ports[1]: port 9090 is not a containerPort of the job's first pod "
+        "(exposed: 8080)",
+        "job 0 (clientId 'a'): ingress[0].ports[0]: port 7070 is not a containerPort of the job's first pod "
+        "(exposed: 8080)",
+    ]

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import pytest
 import yaml
 
 from flotilla.core.model import Gang, Job, JobState, Toleration
@@ -165,3 +166,28 @@ clusters:
     assert (a.bind, a._pool._max_workers, a.node_selector, a.settings.namespace) == ("node-name", 32, None, "batch")
     assert (b.bind, b._pool._max_workers, b.node_selector, b.settings.namespace) == ("binding", 4, "pool=batch",
                                                                                       "default")
+
+
+def test_in_cluster_true_uses_the_pods_service_account_through_the_official_loader(tmp_path, monkeypatch):
+    from kubernetes.config import incluster_config
+
+    from flotilla.config.loader import parse_config
+    from flotilla.kubernetes.backend import backend_from_config
+
+    (tmp_path / "token").write_text("the-pods-token")
+    (tmp_path / "ca.crt").write_text("-----BEGIN CERTIFICATE-----\n")
+    monkeypatch.setattr(incluster_config, "SERVICE_TOKEN_FILENAME", str(tmp_path / "token"))
+    monkeypatch.setattr(incluster_config, "SERVICE_CERT_FILENAME", str(tmp_path / "ca.crt"))
+    monkeypatch.setenv("KUBERNETES_SERVICE_HOST", "10.96.0.1")
+    monkeypatch.setenv("KUBERNETES_SERVICE_PORT", "443")
+    cfg = parse_config("clusters:\n  - {name: here, kind: kubernetes, inCluster: true, stuckPodExpiry: 90s, "
+                       "nodeLostTimeout: 2m, ingressDomain: jobs.example.com}\n", "k8s.yaml")
+    backend = backend_from_config(cfg.clusters[0], cfg, start=False)
+    assert backend.client.host == "https://10.96.0.1:443"
+    assert backend.client.configuration.ssl_ca_cert == str(tmp_path / "ca.crt")
+    assert backend.client._headers()["authorization"] == "bearer the-pods-token"
+    assert (backend.stuck_pod_expiry, backend.node_lost_timeout, backend.settings.ingress_domain) == \
+        (90.0, 120.0, "jobs.example.com")
+    monkeypatch.delenv("KUBERNETES_SERVICE_HOST")
+    with pytest.raises(incluster_config.ConfigException, match="Service host/port is not set"):
+        backend_from_config(cfg.clusters[0], cfg, start=False)

@@ -126,3 +126,56 @@ def test_a_job_in_a_namespace_that_does_not_exist_fails_with_that_reason(kwok, t
     finally:
         srv.kill()
     assert our_pods(cluster) == {}
+
+
+def test_a_jobs_service_and_ingress_exist_while_it_runs_and_go_with_it(kwok, tmp_path):
+    cluster = kwok["a"]
+    cluster.create_namespace("team-a")
+    srv = Server(tmp_path, CONFIG + one_cluster(cluster).replace("}\n", ", ingressDomain: jobs.example.com}\n")).start()
+    try:
+        body = {"queue": "A", "jobSetId": "web", "jobs": [{
+            "namespace": "team-a", "annotations": {"flotilla.io/simulated-duration": "4s"},
+            "services": [{"type": "NodePort", "ports": [8080]}, {"type": "Headless", "ports": [9090]}],
+            "ingress": [{"ports": [8080], "tlsEnabled": True, "certName": "web-cert",
+                         "annotations": {"nginx.ingress.kubernetes.io/rewrite-target": "/"}}],
+            "podSpec": {"containers": [{
+                "name": "web", "image": "nginx", "resources": {"limits": {"cpu": "1"}},
+                "ports": [{"containerPort": 8080}, {"containerPort": 9090}]}]}}]}
+        out = cli(srv, "alice", "submit", str(write_file(tmp_path, "web.yaml", body)), "--output", "json")
+        assert out.returncode == 0, out.stderr
+        job_id = json.loads(out.stdout)["jobs"][0]["id"]
+        pod_name = f"flotilla-{job_id.lower()}-0"
+
+        def objects():
+            services = cluster.client.get("/api/v1/namespaces/team-a/services")["items"]
+            ingresses = cluster.client.get("/apis/networking.k8s.io/v1/namespaces/team-a/ingresses")["items"]
+            return {**{("Service", o["metadata"]["name"]): o for o in services},
+                    **{("Ingress", o["metadata"]["name"]): o for o in ingresses}}
+        found = wait_for(lambda: (lambda o: o if len(o) == 4 else None)(objects()), timeout=60)
+        pod = wait_for(lambda: our_pods(cluster).get(pod_name), timeout=30)
+        assert pod["metadata"]["annotations"]["flotilla.io/owned"] == (
+            f"services/{pod_name}-svc-0,services/{pod_name}-svc-1,services/{pod_name}-ing-0,"
+            f"ingresses/{pod_name}-ing-0")
+        selector = {"flotilla.io/job-id": job_id, "flotilla.io/pod-number": "0"}
+        owner = [{"apiVersion": "v1", "kind": "Pod", "name": pod_name, "uid": pod["metadata"]["uid"]}]
+        assert {key: (o["spec"].get("type"), o["spec"].get("clusterIP") == "None",
+                      [p["port"] for p in o["spec"].get("ports", [])], o["spec"].get("selector"),
+                      o["metadata"]["ownerReferences"]) for key, o in found.items()} == {
+            ("Service", f"{pod_name}-svc-0"): ("NodePort", False, [8080], selector, owner),
+            ("Service", f"{pod_name}-svc-1"): ("ClusterIP", True, [9090], selector, owner),
+            ("Service", f"{pod_name}-ing-0"): ("ClusterIP", False, [8080], selector, owner),
+            ("Ingress", f"{pod_name}-ing-0"): (None, False, [], None, owner),
+        }
+        ingress = found[("Ingress", f"{pod_name}-ing-0")]
+        host = f"{pod_name}-8080.jobs.example.com"
+        assert ingress["spec"] == {
+            "rules": [{"host": host, "http": {"paths": [{"path": "/", "pathType": "Prefix", "backend": {
+                "service": {"name": f"{pod_name}-ing-0", "port": {"number": 8080}}}}]}}],
+            "tls": [{"hosts": [host], "secretName": "web-cert"}]}
+        assert ingress["metadata"]["annotations"] == {"nginx.ingress.kubernetes.io/rewrite-target": "/"}
+
+        watched = cli(srv, "alice", "watch", "A", "web", "--until-done", "--output", "json", timeout=60)
+        assert watched.returncode == 0, watched.stderr
+        wait_for(lambda: objects() == {}, timeout=30)
+    finally:
+        srv.kill()

@@ -91,7 +91,7 @@ def answer(raw) -> None:
         assert exc.rejections and str(exc)
         return
     assert all(isinstance(j, NewJob) and math.isfinite(j.deadline) and math.isfinite(j.grace_period)
-               and -(2**63) <= j.priority < 2**63 for j in jobs)
+               and abs(j.priority) < 2**53 for j in jobs)
 
 
 @FAST

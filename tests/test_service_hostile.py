@@ -108,7 +108,7 @@ def test_nan_given_as_a_string_and_huge_priorities_given_as_strings_are_rejected
                     headers=headers("alice"))
     assert rejected_texts(r) == [
         "job 0 (clientId 'x'): podSpec.terminationGracePeriodSeconds: nan is not a finite number of seconds",
-        "job 1 (clientId 'y'): priority: 99999999999999999999 is out of the 64-bit range"]
+        "job 1 (clientId 'y'): priority: 99999999999999999999 is out of range: priorities are within ±(2^53 - 1)"]
     assert store.count_jobs() == 0
 
 

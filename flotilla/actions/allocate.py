@@ -218,14 +218,15 @@ class Allocate:
             if priority >= self.evicted_top:
                 node = session.find_node(job, vec, self.base_level, types, queue)
             else:
-                node = self._find_over_evicted(session, queue, vec, priority, types)
+                node = self._find_over_evicted(session, queue, job, vec, priority, types)
         return node
 
-    def _find_over_evicted(self, session, queue, vec, priority, types):
+    def _find_over_evicted(self, session, queue, job, vec, priority, types):
         """Smallest fit, tier by tier, in the room of evicted jobs of ``priority`` or lower only."""
         for tier in session.node_tiers_fn(queue):
             for i in session.index.iter_fitting(vec, self.base_level, types):
-                if (tier == "any" or session.in_tier(i, tier, queue.name)) and self._fits_over_evicted(session, i, vec, priority):
+                if (tier == "any" or session.in_tier(i, tier, queue.name)) and session.node_allowed(job, i) \
+                        and self._fits_over_evicted(session, i, vec, priority):
                     return i
         return None
 

@@ -101,6 +101,8 @@ class Preempt:
         best = None
         fitting = session.index.iter_fitting(vec, priority, types)
         for i in list(islice(fitting, session.settings.preempt_max_candidates)):
+            if session.node_filter_fns and not session.node_allowed(job, i):
+                continue
             victims = self._victims(session, job, priority, vec, i)
             if victims is None:
                 continue

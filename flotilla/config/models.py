@@ -150,6 +150,20 @@ class NodeGroupConfig(Model):
         return [f"{self.name_prefix}-{i}" for i in range(start, start + self.count)]
 
 
+class NodeTemplateConfig(Model):
+    """A node shape an autoscaler could add to ``cluster`` (the wishlist counts what it would unblock)."""
+
+    name: Name
+    cluster: Name
+    resources: Quantities
+    labels: dict[str, str] = Field(default_factory=dict)
+    taints: list[TaintConfig] = Field(default_factory=list)
+
+    def to_core(self) -> Node:
+        return Node(self.name, self.cluster, dict(self.resources), dict(self.labels),
+                    tuple(t.to_core() for t in self.taints))
+
+
 class SimulatedClusterConfig(Model):
     name: Name
     kind: Literal["simulated"]
@@ -189,6 +203,8 @@ class KubernetesClusterConfig(Model):
     kind: Literal["kubernetes"]
     kubeconfig: str = "~/.kube/config"
     context: str | None = None
+    #: Inside the cluster: the pod's service-account token and CA instead of a kubeconfig (deploy/rbac.yaml).
+    in_cluster: bool = Field(False, alias="inCluster")
     namespace: str = "default"
     #: Pod writes in flight at once. 32 kept a 2-core KWOK cluster's API server busy (bench/kwok_throughput.py:
     #: 392-412 pods bound/s against 310-320 with 16); a bigger API server takes more.
@@ -201,6 +217,8 @@ class KubernetesClusterConfig(Model):
     stuck_pod_expiry: Duration = Field(300.0, alias="stuckPodExpiry")
     #: A node NotReady or deleted this long has its Flotilla pods removed; their jobs are retried elsewhere.
     node_lost_timeout: Duration = Field(300.0, alias="nodeLostTimeout")
+    #: A job's ingress hosts are <pod>-<port>.<ingressDomain>; none: its ingress routes by path.
+    ingress_domain: str | None = Field(None, alias="ingressDomain")
 
 
 ClusterConfig = Annotated[Union[SimulatedClusterConfig, KubernetesClusterConfig], Field(discriminator="kind")]
@@ -218,6 +236,13 @@ class AllocateConfig(Model):
 class PreemptConfig(Model):
     enabled: bool = True
     max_candidates: int = Field(1000, ge=1, alias="maxCandidates")
+
+
+class ReservationConfig(Model):
+    """The ``reserve`` action: a queue's head unit waiting longer than ``after`` reserves nodes."""
+
+    after: Duration | None = None
+    max_units: int = Field(1, ge=1, alias="maxUnits")
 
 
 class LeaseConfig(Model):
@@ -314,10 +339,12 @@ class FlotillaConfig(Model):
     allocate: AllocateConfig = Field(default_factory=AllocateConfig)
     preempt: PreemptConfig = Field(default_factory=PreemptConfig)
     lease: LeaseConfig = Field(default_factory=LeaseConfig)
+    reservation: ReservationConfig = Field(default_factory=ReservationConfig)
     grace_period: GracePeriodConfig = Field(default_factory=GracePeriodConfig, alias="gracePeriod")
     deadlines: DeadlinesConfig = Field(default_factory=DeadlinesConfig)
     cycle: CycleConfig = Field(default_factory=CycleConfig)
     clusters: list[ClusterConfig] = Field(default_factory=list)
+    node_templates: list[NodeTemplateConfig] = Field(default_factory=list, alias="nodeTemplates")
     store: StoreConfig = Field(default_factory=StoreConfig)
     server: ServerConfig = Field(default_factory=ServerConfig)
     auth: AuthConfig = Field(default_factory=AuthConfig)
@@ -349,6 +376,9 @@ class FlotillaConfig(Model):
                 problems.append((("actions", i), f"unknown action {action!r} (known: {', '.join(known)})"))
             elif action in self.actions[:i]:
                 problems.append((("actions", i), f"duplicate action {action!r} (first at actions[{self.actions.index(action)}])"))
+        if "reserve" in self.actions and self.reservation.after is None:
+            problems.append((("actions", self.actions.index("reserve")),
+                             "the reserve action needs reservation.after (how long a unit waits before it reserves)"))
         problems += _duplicates("plugins", [p.name for p in self.plugins], "plugin")
         problems += _duplicates("priorityClasses", [p.name for p in self.priority_classes], "priority class")
         names = [p.name for p in self.priority_classes]
@@ -358,6 +388,7 @@ class FlotillaConfig(Model):
         problems += _duplicates("queues", [q.name for q in self.queues], "queue")
         problems += queue_tree_problems("queues", self.queues)
         problems += _duplicates("clusters", [c.name for c in self.clusters], "cluster")
+        problems += _duplicates("nodeTemplates", [t.name for t in self.node_templates], "node template")
         for c, cluster in enumerate(self.clusters):
             if isinstance(cluster, SimulatedClusterConfig):
                 first: dict[str, int] = {}

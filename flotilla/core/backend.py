@@ -34,6 +34,9 @@ class PodTemplate:
     labels: Mapping[str, str] = field(default_factory=dict)
     annotations: Mapping[str, str] = field(default_factory=dict)
     pod_number: int = 0
+    #: The job's ``services`` and ``ingress`` entries, on its first pod's template only.
+    services: tuple[Mapping[str, Any], ...] = ()
+    ingresses: tuple[Mapping[str, Any], ...] = ()
 
 
 @dataclass(slots=True)

@@ -31,6 +31,8 @@ def settings_from_config(config) -> SessionSettings:
         node_candidates=getattr(config.allocate, "node_candidates", 16),
         preempt_max_candidates=config.preempt.max_candidates,
         indexed_resources=tuple(config.node_index.indexed_resources),
+        reservation_after=config.reservation.after,
+        reservation_max_units=config.reservation.max_units,
     )
 
 
@@ -68,6 +70,10 @@ class Scheduler:
 
     def queues(self) -> list[Queue]:
         return [q.to_core() for q in self.config.queues]
+
+    def open_session(self, snapshot: Snapshot) -> Session:
+        """A session on ``snapshot`` with the plugins' callables registered, for questions outside a cycle."""
+        return self._open(snapshot, random.Random(0))
 
     def _open(self, snapshot: Snapshot, rng: random.Random, backends: Mapping | None = None,
               state: CycleState | None = None) -> Session:

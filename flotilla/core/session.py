@@ -47,6 +47,8 @@ class SessionSettings:
     node_candidates: int = 16
     preempt_max_candidates: int = 1000
     indexed_resources: tuple[str, ...] = ("nvidia.com/gpu", "cpu", "memory")
+    reservation_after: float | None = None
+    reservation_max_units: int = 1
 
 
 class Session:
@@ -94,6 +96,8 @@ class Session:
         self.scheduled_ids: set[str] = set()
         #: Queued jobs an action withheld from this cycle (``enqueue``: they can never run), with why.
         self.set_aside: dict[str, str] = {}
+        #: Node filters actions set for this cycle (``reserve``: reserved nodes take only preemptible jobs).
+        self.node_filter_fns: list[Callable[[Job, int], bool]] = []
         self.evicted: dict[str, Job] = {}
         self.preempted: dict[str, Job] = {}
         self.failures: dict[str, str | tuple] = {}
@@ -240,9 +244,24 @@ class Session:
         self._allowed_cache[key] = result
         return result
 
+    def add_node_filter(self, fn: Callable[[Job, int], bool]) -> None:
+        """May ``job`` start on node ``i``? (Reservations; all filters must agree.) Set by actions, per cycle."""
+        self.node_filter_fns.append(fn)
+
+    def node_allowed(self, job: Job, i: int) -> bool:
+        return all(fn(job, i) for fn in self.node_filter_fns)
+
     def find_node(self, job: Job, vec: Vector, level: int, types: Sequence[int], queue: QueueState) -> int | None:
         """Best node for ``job`` at ``level``: tier by tier, smallest fit, or best score when scorers exist."""
+        filtered = bool(self.node_filter_fns)
         for tier in self.node_tiers_fn(queue):
+            if filtered:   # nodes some filter refuses are skipped: walk the fitting nodes, smallest first per type
+                found = next((i for i in self.index.iter_fitting(vec, level, types)
+                              if (tier == "any" or self.in_tier(i, tier, queue.name)) and self.node_allowed(job, i)),
+                             None)
+                if found is not None:
+                    return found
+                continue
             if not self.node_score_fns:
                 found = self.index.find(vec, level, types, tier, queue.name)
                 if found is not None:

@@ -46,7 +46,9 @@ import structlog
 from flotilla.core.backend import ClusterDecisions, ClusterUnavailable, JobEvent, PodTemplate
 from flotilla.core.model import ClusterSnapshot, Job, JobState, Node
 from flotilla.core.quantities import QuantityError, parse_duration
-from flotilla.kubernetes.client import ApiError, Gone, KubeClient, KubeError, Unreachable, WatchBroken, pod_path
+from flotilla.kubernetes.client import (ApiError, Gone, KubeClient, KubeError, Unreachable, WatchBroken,
+                                        forbidden_message, pod_path)
+from flotilla.kubernetes.services import OWNED, exposure_manifests, object_path, owner_reference
 from flotilla.kubernetes.pods import (ATTEMPT, DURATION, JOB_ID, PodSettings, failure_reason, is_ours, job_deadline,
                                       job_from_pod, job_grace_period, job_namespace, node_from_object, node_ready,
                                       pod_manifest, pod_name, pod_phase, pod_requests, waiting_reason)
@@ -77,6 +79,7 @@ class _Pod:
     requests: Mapping[str, int] | None = None  # someone else's
     reason: str = ""                  # why it failed
     waiting: str = ""                 # why it has not started
+    owned: tuple[str, ...] = ()       # its services and ingresses ("services/NAME")
 
 
 #: What was reported of a pod that ends its story (nothing more is said about it).
@@ -274,13 +277,17 @@ class KubernetesCluster:
             if deadline is not None and duration > deadline:
                 duration = None  # let the deadline stage fail it, as the kubelet would
         namespace = job_namespace(job, self.settings, template)
+        exposed = template is not None and bool(template.services or template.ingresses)
         for _ in range(3):
             body = pod_manifest(job, None if self.bind == "binding" else node, attempt, self.settings, duration,
                                 priority_class_known=job.priority_class in self._known_pcs, template=template)
             name = body["metadata"]["name"]
             try:
                 self._check_namespace(namespace)
-                self.client.create_pod(namespace, body)
+                if exposed:   # its services and ingresses need its uid
+                    created = self.client.post(pod_path(namespace), body)
+                else:
+                    self.client.create_pod(namespace, body)
                 if self.bind == "binding":
                     self.client.post(pod_path(namespace, name) + "/binding", parse=False, body={
                         "apiVersion": "v1", "kind": "Binding", "metadata": {"name": name, "namespace": namespace},
@@ -293,7 +300,10 @@ class KubernetesCluster:
                     with self._lock:
                         self._attempts[job.id] = max(self._attempts.get(job.id, 0), attempt)
                     continue
-                self._create_failed(job, node, "failed", f"pod rejected: {exc}")
+                if exc.status == 403:   # the platform's doing: retried, and said once, naming verb and resource
+                    self._create_failed(job, node, "lost", forbidden_message(exc))
+                else:
+                    self._create_failed(job, node, "failed", f"pod rejected: {exc}")
                 return
             except NamespaceMissing as exc:
                 self._create_failed(job, node, "failed", str(exc))
@@ -304,12 +314,54 @@ class KubernetesCluster:
         else:
             self._create_failed(job, node, "failed", "pod name taken by earlier attempts")
             return
+        if exposed and not self._expose(job, node, created, template):
+            return
         with self._lock:
             self.counters["created"] += 1
             self._job_pod[job.id] = (namespace, name)
             kill = self._kill_on_create.pop(job.id, None)
         if kill is not None:
             self._delete(job, (namespace, name), kill, self._starts.get(job.id, 0))
+
+    def _expose(self, job: Job, node: str, pod: dict, template: PodTemplate) -> bool:
+        """Create the job's services and ingresses, owned by its first pod; on a refusal, remove the pod again."""
+        namespace = pod["metadata"]["namespace"]
+        done = []
+        for resource, obj in exposure_manifests(pod, template.services, template.ingresses,
+                                                self.settings.ingress_domain):
+            obj["metadata"]["ownerReferences"] = [owner_reference(pod)]
+            try:
+                self.client.post(object_path(namespace, resource), obj, parse=False)
+                done.append(f"{resource}/{obj['metadata']['name']}")
+            except (ApiError, Unreachable) as exc:
+                if isinstance(exc, ApiError) and exc.status == 409:
+                    continue   # left by an earlier attempt: owned by the old pod, replaced below by the GC
+                key = (namespace, pod["metadata"]["name"])
+                with self._lock:
+                    self._reported[key] = "failed"
+                    self._ignore_delete.add(key)
+                self._delete_finished(key)
+                for item in done:
+                    self._delete_object(namespace, item)
+                if isinstance(exc, Unreachable) or exc.status == 403:
+                    why = forbidden_message(exc) if isinstance(exc, ApiError) else str(exc)
+                    self._create_failed(job, node, "lost", f"{obj['kind']} {obj['metadata']['name']}: {why}")
+                else:
+                    self._create_failed(job, node, "failed", f"{obj['kind']} {obj['metadata']['name']} rejected: "
+                                                             f"{exc}")
+                return False
+        return True
+
+    def _delete_object(self, namespace: str, item: str) -> None:
+        """Delete ``resource/name`` (a job's service or ingress); gone already is fine."""
+        resource, name = item.split("/", 1)
+        try:
+            self.client.delete(object_path(namespace, resource, name))
+        except ApiError as exc:
+            if exc.status != 404:
+                log.warning("kubernetes.delete_failed", cluster=self.name, object=item, error=str(exc))
+        except KubeError as exc:
+            log.warning("kubernetes.delete_failed", cluster=self.name, object=item, error=str(exc))
 
     def _create_failed(self, job: Job, node: str, kind: str, reason: str) -> None:
         log.warning("kubernetes.create_failed", cluster=self.name, job=job.id, reason=reason)
@@ -484,12 +536,14 @@ class KubernetesCluster:
                 backoff = min(backoff * 2, 2.0)
 
     def _informer_failed(self, kind: str, exc: Exception) -> None:
+        text = forbidden_message(exc) if isinstance(exc, ApiError) and exc.status == 403 else str(exc)
         with self._lock:
             was = self.available
+            changed = self._error != f"{kind}: {text}"
             self._synced[kind] = False
-            self._error = f"{kind}: {exc}"
-        if was:
-            log.warning("kubernetes.unavailable", cluster=self.name, error=str(exc))
+            self._error = f"{kind}: {text}"
+        if was or changed:   # once per distinct error, not once per retry
+            log.warning("kubernetes.unavailable", cluster=self.name, error=text)
 
     def _replace_nodes(self, items: list[dict]) -> None:
         before = set(self._nodes)
@@ -532,6 +586,8 @@ class KubernetesCluster:
             old = self._pods.pop(key, None)
             if old is None or old.job is None:
                 return
+            for item in old.owned:   # its services and ingresses go with it (no garbage collector needed)
+                self._pool.submit(self._delete_object, key[0], item)
             job_id = old.job.id
             if self._job_pod.get(job_id) == key:
                 del self._job_pod[job_id]
@@ -554,9 +610,11 @@ class KubernetesCluster:
             job = old.job if old is not None and old.job is not None and old.node == node else None
             if job is None:
                 job = job_from_pod(obj, self.name, self._requests_cache)
+            owned = old.owned if old is not None else \
+                tuple(item for item in (meta.get("annotations") or {}).get(OWNED, "").split(",") if item)
             pod = _Pod(key, node, phase, deleting, job=job,
                        reason=failure_reason(obj) if phase == "Failed" else "",
-                       waiting=waiting_reason(obj) if phase == "Pending" else "")
+                       waiting=waiting_reason(obj) if phase == "Pending" else "", owned=owned)
             self._pods[key] = pod
             if phase == "Pending" and not deleting and key not in self._reported:
                 self._starting.setdefault(key, self.clock())
@@ -621,6 +679,9 @@ def backend_from_config(cluster_config, config=None, **kwargs) -> KubernetesClus
         settings=settings,
         priority_classes=pcs,
     )
+    if getattr(cluster_config, "in_cluster", False):
+        workers = getattr(cluster_config, "workers", None) or 32
+        options["client"] = KubeClient.from_in_cluster(pool_size=max(8, workers + 4))
     for attr, key in (("bind", "bind"), ("workers", "workers"), ("node_selector", "node_selector"),
                       ("delete_finished", "delete_finished"), ("stuck_pod_expiry", "stuck_pod_expiry"),
                       ("node_lost_timeout", "node_lost_timeout")):
@@ -666,6 +727,7 @@ def settings_from_config(cluster_config=None, config=None) -> PodSettings:
         grace_default=_seconds(pick(grace, "default"), defaults.grace_default),
         deadline_cpu=_seconds(pick(deadlines, "cpu"), defaults.deadline_cpu),
         deadline_gpu=_seconds(pick(deadlines, "gpu"), defaults.deadline_gpu),
+        ingress_domain=getattr(cluster_config, "ingress_domain", None),
     )
 
 

@@ -61,6 +61,30 @@ def load_configuration(kubeconfig: str | None = None, context: str | None = None
     return cfg
 
 
+def load_in_cluster_configuration(token_file: str | None = None, ca_file: str | None = None,
+                                  environ: dict | None = None) -> Configuration:
+    """The pod's own credentials: its service-account token and CA, through the official in-cluster loader.
+
+    Defaults are the loader's (``/var/run/secrets/kubernetes.io/serviceaccount``
+    and ``KUBERNETES_SERVICE_HOST``/``_PORT``); the token is read again when it
+    is rotated. Raises ``kubernetes.config.ConfigException`` outside a pod.
+    """
+    from kubernetes.config import incluster_config
+
+    cfg = Configuration()
+    incluster_config.InClusterConfigLoader(
+        token_filename=token_file or incluster_config.SERVICE_TOKEN_FILENAME,
+        cert_filename=ca_file or incluster_config.SERVICE_CERT_FILENAME,
+        environ=os.environ if environ is None else environ).load_and_set(cfg)
+    return cfg
+
+
+def forbidden_message(exc: "ApiError") -> str:
+    """A 403 as one line naming the verb and resource that is missing (the API server's own words)."""
+    detail = exc.body.get("message", "") if isinstance(exc.body, dict) else str(exc.body)[:300]
+    return f"permission missing: {detail or exc} (grant it in the ClusterRole, see deploy/rbac.yaml)"
+
+
 class KubeClient:
     """JSON over the official client's connection pool; thread-safe.
 
@@ -82,6 +106,11 @@ class KubeClient:
     @classmethod
     def from_kubeconfig(cls, kubeconfig: str | None = None, context: str | None = None, **kwargs) -> "KubeClient":
         return cls(load_configuration(kubeconfig, context), **kwargs)
+
+    @classmethod
+    def from_in_cluster(cls, token_file: str | None = None, ca_file: str | None = None, environ: dict | None = None,
+                        **kwargs) -> "KubeClient":
+        return cls(load_in_cluster_configuration(token_file, ca_file, environ), **kwargs)
 
     def _headers(self, content_type: str | None = None, accept: str = "application/json") -> dict[str, str]:
         headers = {"Accept": accept, "User-Agent": "flotilla"}
@@ -215,5 +244,5 @@ def pod_path(namespace: str, name: str = "") -> str:
     return f"{base}/{quote(name)}" if name else base
 
 
-__all__ = ["ApiError", "Gone", "KubeClient", "KubeError", "Unreachable", "WatchBroken", "load_configuration",
-           "pod_path"]
+__all__ = ["ApiError", "Gone", "KubeClient", "KubeError", "Unreachable", "WatchBroken", "forbidden_message",
+           "load_configuration", "load_in_cluster_configuration", "pod_path"]

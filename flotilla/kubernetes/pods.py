@@ -21,6 +21,7 @@ from flotilla.core.backend import PodTemplate
 from flotilla.core.model import (GANG_CARDINALITY_ANNOTATION, GANG_ID_ANNOTATION, Gang, Job, JobState, Node,
                                  Taint, Toleration)
 from flotilla.core.quantities import QuantityError, format_quantity, parse_quantity
+from flotilla.kubernetes.services import OWNED, exposure_manifests
 
 PREFIX = "flotilla.io/"
 JOB_ID = PREFIX + "job-id"
@@ -75,6 +76,8 @@ class PodSettings:
     deadline_cpu: float | None = 3 * 86400
     deadline_gpu: float | None = 14 * 86400
     set_priority_class_name: bool = True
+    #: Ingress hosts are ``<pod>-<port>.<ingress_domain>``; none: rules by path (flotilla/kubernetes/services.py).
+    ingress_domain: str | None = None
 
 
 def _seconds_int(value: float) -> int:
@@ -143,7 +146,7 @@ def pod_manifest(job: Job, node: str | None, attempt: int, settings: PodSettings
         annotations[KWOK_COMPLETE_DELAY] = f"{max(0, int(round(duration * 1000)))}ms"
     spec = copy.deepcopy(dict(template.pod_spec)) if template is not None else _stand_in_spec(job, settings)
     owned_fields(spec, job, node, settings, priority_class_known)
-    return {
+    pod = {
         "apiVersion": "v1",
         "kind": "Pod",
         "metadata": {
@@ -154,6 +157,10 @@ def pod_manifest(job: Job, node: str | None, attempt: int, settings: PodSettings
         },
         "spec": spec,
     }
+    if template is not None and (template.services or template.ingresses):
+        annotations[OWNED] = ",".join(f"{resource}/{obj['metadata']['name']}" for resource, obj in
+                                      exposure_manifests(pod, template.services, template.ingresses))
+    return pod
 
 
 def _stand_in_spec(job: Job, settings: PodSettings) -> dict[str, Any]:

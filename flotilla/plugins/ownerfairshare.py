@@ -55,8 +55,9 @@ class OwnerFairShare:
         keys: dict[str, float] = {}
         for queue in session.queues.values():
             by_owner: dict[str, list[tuple]] = {}
-            for position, job in enumerate(queue.queued):
-                by_owner.setdefault(owner(job), []).append((job.priority, job.submitted, position, job.id))
+            for entry in queue.queued.live.values():   # (priority, submitted, seq, job): the queue's own order
+                job = entry[-1]
+                by_owner.setdefault(owner(job), []).append((entry[0], entry[1], entry[2], job.id))
             for name, entries in by_owner.items():
                 entries.sort()
                 weight = self.weights.get(name, 1.0)

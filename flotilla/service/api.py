@@ -31,23 +31,25 @@ from __future__ import annotations
 import asyncio
 import json
 import time
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 
 from fastapi import Depends, FastAPI, Header, Query, Request
 from fastapi.concurrency import run_in_threadpool
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import StreamingResponse
+from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
 from pydantic import BaseModel, ConfigDict, Field
 
 from flotilla import __version__
 from flotilla.config.models import QueueConfig
 from flotilla.service import errors
 from flotilla.service.auth import Authenticator, Identity, may_act, may_admin
-from flotilla.service.bounds import ID_PATTERN, INT64_MAX, INT64_MIN
+from flotilla.service.bounds import ID_PATTERN, INT64_MAX, PRIORITY_MAX, PRIORITY_MIN
 from flotilla.service.errors import ApiError, ErrorItem
 from flotilla.service.guard import BoundedRoute, Guard
 from flotilla.service.jobspec import JobFile, field_path, rejections_from_errors, validate_jobs
 from flotilla.service.settings import DEFAULT_LIMITS, QueueSpec, ServiceSettings
+from flotilla.service.roles.status import StatusReader
 from flotilla.service.store import Store
 
 JobState = Literal["queued", "leased", "pending", "running", "succeeded", "failed", "preempted", "cancelled"]
@@ -59,27 +61,37 @@ class QueueBody(QueueConfig):
     """A queue as the API takes it: the config's queue, with a name safe for URLs."""
 
     name: str = Field(min_length=1, max_length=255, pattern=ID_PATTERN)
+    #: Fractions of the pool, stated in the schema as the config's validator checks them.
+    limits: dict[str, Annotated[float, Field(gt=0, le=1)]] = Field(default_factory=dict)
+    #: Hierarchies come from the config file; a queue made through the API is top-level (a parent is refused).
+    parent: None = Field(None, description="always null: parent queues are set in the config file")
 
     def spec(self) -> QueueSpec:
         return QueueSpec(self.name, self.weight, dict(self.limits), tuple(self.owners), tuple(self.group_owners))
 
 
+def _one_of_required(*names: str) -> dict:
+    """JSON Schema for "at least one of these fields", so the document states what the handler requires."""
+    return {"anyOf": [{"required": [name]} for name in names]}
+
+
 class CancelBody(BaseModel):
     """Which jobs to cancel: at least one of jobSetId, jobIds, states; an empty list is refused, not "all"."""
 
-    model_config = ConfigDict(extra="forbid")
+    model_config = ConfigDict(extra="forbid", json_schema_extra=_one_of_required("jobSetId", "jobIds", "states"))
     queue: str = Field(min_length=1, max_length=255)
-    jobSetId: str | None = Field(None, min_length=1, max_length=255)
-    jobIds: list[str] | None = Field(None, min_length=1, max_length=DEFAULT_LIMITS.max_jobs)
-    states: list[ActiveState] | None = Field(None, min_length=1)
+    # Absent means "not a filter"; null is refused (the schema says string), so anyOf-required means what it says.
+    jobSetId: str = Field(None, min_length=1, max_length=255)
+    jobIds: list[str] = Field(None, min_length=1, max_length=DEFAULT_LIMITS.max_jobs)
+    states: list[ActiveState] = Field(None, min_length=1)
 
 
 class ReprioritizeBody(BaseModel):
-    model_config = ConfigDict(extra="forbid")
+    model_config = ConfigDict(extra="forbid", json_schema_extra=_one_of_required("jobSetId", "jobIds"))
     queue: str = Field(min_length=1, max_length=255)
-    jobSetId: str | None = Field(None, min_length=1, max_length=255)
-    jobIds: list[str] | None = Field(None, min_length=1, max_length=DEFAULT_LIMITS.max_jobs)
-    priority: int = Field(ge=INT64_MIN, le=INT64_MAX)
+    jobSetId: str = Field(None, min_length=1, max_length=255)
+    jobIds: list[str] = Field(None, min_length=1, max_length=DEFAULT_LIMITS.max_jobs)
+    priority: int = Field(ge=PRIORITY_MIN, le=PRIORITY_MAX)
 
 
 def _validation_errors(request: Request, exc: RequestValidationError) -> tuple[str, str, str | None, list[ErrorItem]]:
@@ -119,10 +131,13 @@ def create_app(store: Store, settings: ServiceSettings, loop=None, *, admin_endp
     def stopping() -> bool:
         return bool(shutting_down is not None and shutting_down.is_set())
 
-    def identity(request: Request, authorization: str | None = Header(default=None)) -> Identity:
+    bearer = HTTPBearer(auto_error=False, description="a token of auth.tokens")
+
+    def identity(request: Request, credentials: HTTPAuthorizationCredentials | None = Depends(bearer)) -> Identity:
         if open_access:   # no tokens configured: a local, single-user service (serve allows it on loopback only)
             return Identity("anonymous", frozenset(), admin=True)
-        who = getattr(request.state, "identity", None) or auth.authenticate(authorization)
+        who = getattr(request.state, "identity", None) or (
+            auth.authenticate(f"Bearer {credentials.credentials}") if credentials else None)
         if who is None:
             raise ApiError(401, "missing or invalid bearer token", headers={"WWW-Authenticate": "Bearer"})
         return who
@@ -190,8 +205,12 @@ def create_app(store: Store, settings: ServiceSettings, loop=None, *, admin_endp
         queue_for(queue, who)
         return {"jobs": store.list_jobs(queue, job_set, state)}
 
-    @app.get("/v1/queues/{queue}/jobsets/{job_set}/events", tags=["events"],
-             summary="The job set's events, oldest first; resumable from an event id")
+    @app.get("/v1/queues/{queue}/jobsets/{job_set}/events", tags=["events"], response_class=StreamingResponse,
+             summary="The job set's events, oldest first; resumable from an event id",
+             responses={200: {"description": "One event per line (jsonl), or server-sent events (sse); a stream "
+                                             "ends with an event of kind 'end' when the queue is deleted or the "
+                                             "user may no longer watch it",
+                              "content": {"application/x-ndjson": {}, "text/event-stream": {}}}})
     async def watch(queue: str, job_set: str, after: int = Query(0, ge=0, le=INT64_MAX), follow: bool = True,
                     format: Literal["jsonl", "sse"] = "jsonl", last_event_id: str | None = Header(default=None),
                     who: Identity = Depends(identity)):
@@ -280,6 +299,15 @@ def create_app(store: Store, settings: ServiceSettings, loop=None, *, admin_endp
     @app.get("/v1/health", tags=["service"], summary="Liveness (no token needed)")
     def health() -> dict:
         return {"ok": not stopping(), "version": __version__}
+
+    published = StatusReader(store)
+
+    @app.get("/v1/wishlist", tags=["service"], summary="Node templates: the waiting jobs each would unblock")
+    def wishlist(who: Identity = Depends(identity)) -> dict:
+        body = published.get().get("wishlist")
+        if body is None:
+            raise ApiError(404, "no wishlist: the config lists no nodeTemplates, or no cycle has run yet")
+        return body
 
     @app.get("/v1/status", tags=["service"], summary="The last scheduling cycle and the clusters")
     def status(who: Identity = Depends(identity)) -> dict:

@@ -11,6 +11,7 @@ PostgreSQL text column given a NUL) come before any model sees a field.
   :data:`MAX_DEPTH` levels of nesting and :data:`MAX_CONTAINERS` objects
   and arrays, no NUL in any string, at most :attr:`Limits.max_jobs` jobs;
 * ids (queue, jobSetId, clientId, gangId) match :data:`ID_PATTERN`;
+* priorities are within ±(2^53 - 1) (:data:`PRIORITY_MAX`), exact in any JSON reader;
 * a job's labels and annotations total at most :data:`MAX_METADATA_BYTES`
   (Kubernetes' own limit for annotations).
 
@@ -29,6 +30,8 @@ from typing import Any, Iterator
 from flotilla.service.settings import Limits
 
 INT64_MIN, INT64_MAX = -(2**63), 2**63 - 1
+#: Job priorities: integers every JSON reader holds exactly (a double's 53 bits), well inside the 64-bit column.
+PRIORITY_MIN, PRIORITY_MAX = -(2**53 - 1), 2**53 - 1
 #: Queue names, job set ids, clientIds and gangIds: what URLs and the store's columns (255) can carry.
 ID_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9._-]{0,254}$"
 ID_RE = re.compile(ID_PATTERN)
@@ -238,8 +241,8 @@ def job_file_problems(file: Any) -> list:
 
         if job.clientId is not None and (why := id_problem(job.clientId)):
             add("clientId", why)
-        if not INT64_MIN <= job.priority <= INT64_MAX:
-            add("priority", f"{job.priority} is out of the 64-bit range")
+        if not PRIORITY_MIN <= job.priority <= PRIORITY_MAX:
+            add("priority", f"{job.priority} is out of range: priorities are within ±(2^53 - 1)")
         gang = job.annotations.get(GANG_ID_ANNOTATION)
         if gang and (why := id_problem(gang)):
             add(f"annotations.{GANG_ID_ANNOTATION}", why)
@@ -258,6 +261,7 @@ def job_file_problems(file: Any) -> list:
     return out
 
 
-__all__ = ["Limits", "BoundsError", "ID_PATTERN", "ID_RULE", "INT64_MIN", "INT64_MAX", "MAX_DEPTH",
+__all__ = ["Limits", "BoundsError", "ID_PATTERN", "ID_RULE", "INT64_MIN", "INT64_MAX", "PRIORITY_MIN", "PRIORITY_MAX",
+           "MAX_DEPTH",
            "MAX_CONTAINERS", "MAX_METADATA_BYTES", "check_value", "id_problem", "job_file_problems", "load_json",
            "metadata_size"]

@@ -24,6 +24,7 @@ from flotilla.core.model import (GANG_CARDINALITY_ANNOTATION, GANG_ID_ANNOTATION
                                  NAMESPACE_ANNOTATION, parse_min_available)
 from flotilla.core.quantities import QuantityError, format_quantity, parse_quantity
 from flotilla.kubernetes.podspec import PodSpec, stored_pod_spec
+from flotilla.kubernetes.services import IngressSpec, ServiceSpec, exposed_ports
 from flotilla.service.bounds import BoundsError, check_value, job_file_problems
 from flotilla.service.settings import ServiceSettings
 from flotilla.service.store import NewJob, Pod, Rejection, SubmissionRejected
@@ -65,6 +66,9 @@ class JobItem(BaseModel):
     annotations: StrMap = Field(default_factory=dict)
     podSpec: PodSpec | None = None
     podSpecs: list[PodSpec] | None = None
+    #: Exposing the first pod: created with it, in its namespace, gone with it (flotilla/kubernetes/services.py).
+    services: list[ServiceSpec] = Field(default_factory=list)
+    ingress: list[IngressSpec] = Field(default_factory=list)
 
 
 class JobFile(BaseModel):
@@ -239,6 +243,15 @@ def validate_jobs(file: JobFile, settings: ServiceSettings) -> list[NewJob]:
             tolerations = [t.model_dump(by_alias=True, exclude_none=True) for t in spec.tolerations or ()]
             pods.append(Pod({k: v for k, v in requests.items() if v}, dict(spec.node_selector or {}), tolerations))
             stored_specs.append(stored_pod_spec(spec))
+
+        exposed = exposed_ports(stored_specs[0]) if stored_specs else set()
+        for field, entries in (("services", job.services), ("ingress", job.ingress)):
+            for e, entry in enumerate(entries):
+                for p, port in enumerate(entry.ports):
+                    if port not in exposed:
+                        reject(f"{field}[{e}].ports[{p}]",
+                               f"port {port} is not a containerPort of the job's first pod (exposed: "
+                               f"{', '.join(map(str, sorted(exposed))) or 'none'})")
 
         gpu = any(_is_gpu(name) and amount > 0 for pod in pods for name, amount in pod.requests.items())
         default_deadline = settings.deadline_gpu if gpu else settings.deadline_cpu

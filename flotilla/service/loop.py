@@ -37,6 +37,7 @@ import structlog
 
 from flotilla.core.backend import ClusterDecisions, ClusterUnavailable, make_backends
 from flotilla.core.decisions import Placement
+from flotilla.core.wishlist import compute_wishlist
 from flotilla.core.model import (GANG_MIN_AVAILABLE_ANNOTATION, ClusterSnapshot, Gang, Job, JobState, Queue, Snapshot,
                                  Toleration, parse_min_available)
 from flotilla.service.jobspec import duration_of_annotations
@@ -185,6 +186,7 @@ class ServiceLoop:
         self.cycles = 0
         self.last: CycleReport | None = None
         self.last_decisions = None     # the last cycle's Decisions (published by the scheduler role)
+        self.last_wishlist = None      # the node wishlist after the last cycle, when the config has nodeTemplates
         self.cycle_lock = threading.Lock()
         self.in_cycle = threading.Event()
         self.queued = QueuedJobs(store)
@@ -292,6 +294,10 @@ class ServiceLoop:
 
         decisions = self.scheduler.run_cycle(snapshot, self.rng, actions=self.actions)
         self.last_decisions = decisions
+        templates = self.scheduler.config.node_templates
+        if templates:   # published with the cycle's status: GET /v1/wishlist and the wishlist metrics
+            self.last_wishlist = compute_wishlist(self.scheduler, snapshot, decisions.queued,
+                                                  [t.to_core() for t in templates]).to_dict()
         t5 = time.perf_counter()
 
         placed: dict[str, dict[int, tuple[str, str]]] = {}

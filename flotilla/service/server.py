@@ -25,7 +25,7 @@ from flotilla.service.health import health_router, ops_app
 from flotilla.service.loop import ServiceLoop, service_backends
 from flotilla.service.metrics import Metrics, instrument
 from flotilla.service.reload import ConfigReloader
-from flotilla.service.roles import check_role, runs_api, runs_scheduler
+from flotilla.service.roles import bound_idle_transactions, check_role, runs_api, runs_scheduler
 from flotilla.service.roles.election import LeaderElector
 from flotilla.service.roles.events import EventPoller
 from flotilla.service.roles.scheduler import SchedulerRunner
@@ -95,6 +95,7 @@ def build_service(config, scheduler, *, store_url: str | None = None, admin_endp
     url = store_url or settings.store_url
     check_role(role, url)
     store = Store(url)
+    bound_idle_transactions(store, settings.leader_lease * 2 / 3)
     store.sync_queues(settings.queues)
     metrics = Metrics(store, role)
     shutting_down = threading.Event()

@@ -22,7 +22,9 @@ def pod_templates(job_id: str, spec: Mapping) -> dict[str, PodTemplate]:
     pod_specs = [spec["podSpec"]] if spec.get("podSpec") is not None else list(spec.get("podSpecs") or ())
     labels = dict(spec.get("labels") or {})
     annotations = dict(spec.get("annotations") or {})
-    return {pod_id: PodTemplate(pod_spec, spec.get("namespace"), labels, annotations, number)
+    services, ingresses = tuple(spec.get("services") or ()), tuple(spec.get("ingress") or ())
+    return {pod_id: PodTemplate(pod_spec, spec.get("namespace"), labels, annotations, number,
+                                *((services, ingresses) if number == 0 else ()))
             for number, (pod_id, pod_spec) in enumerate(zip(pod_ids(job_id, len(pod_specs)), pod_specs))}
 
 

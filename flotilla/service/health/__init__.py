@@ -29,7 +29,8 @@ def health_router(store: Store, role: str, metrics: Metrics, elector=None,
     def stopping() -> bool:
         return bool(shutting_down is not None and shutting_down.is_set())
 
-    @router.get("/healthz", summary="Liveness: the process runs (no token needed)")
+    @router.get("/healthz", summary="Liveness: the process runs (no token needed)",
+                responses={503: {"description": "Shutting down"}})
     def healthz():
         if stopping():
             return JSONResponse({"ok": False, "reason": "shutting down"}, status_code=503)
@@ -43,7 +44,8 @@ def health_router(store: Store, role: str, metrics: Metrics, elector=None,
             return f"store unreachable: {type(exc).__name__}"
         return None
 
-    @router.get("/readyz", summary="Readiness: the store answers; a scheduler knows whether it leads")
+    @router.get("/readyz", summary="Readiness: the store answers; a scheduler knows whether it leads",
+                responses={503: {"description": "Not ready: the store does not answer, or no election round yet"}})
     async def readyz():
         problem = "shutting down" if stopping() else await run_in_threadpool(store_reachable)
         body: dict = {"role": role}
@@ -56,7 +58,9 @@ def health_router(store: Store, role: str, metrics: Metrics, elector=None,
             return JSONResponse({"ready": False, "reason": problem, **body}, status_code=503)
         return {"ready": True, **body}
 
-    @router.get("/metrics", summary="Prometheus metrics (text exposition format)")
+    @router.get("/metrics", summary="Prometheus metrics (text exposition format)", response_class=Response,
+                responses={200: {"description": "Prometheus text exposition format",
+                                 "content": {"text/plain": {"schema": {"type": "string"}}}}})
     async def metrics_endpoint():
         return Response(await run_in_threadpool(metrics.render), media_type=CONTENT_TYPE)
 

@@ -82,7 +82,14 @@ class StoreCollector(Collector):
         for queue in sorted({q for q, _ in found} | set(body.get("queues", {}))):
             for state in COUNTED_STATES:
                 counts.add_metric([queue, state], found.get((queue, state), 0))
-        yield from (fair, share, weight, allocated, reasons, up, last, counts)
+        wished_jobs = GaugeMetricFamily("flotilla_wishlist_jobs", "Waiting jobs a node template would unblock "
+                                        "(after the last cycle)", labels=["template", "cluster"])
+        wished_nodes = GaugeMetricFamily("flotilla_wishlist_nodes", "Nodes of the template that would run all of "
+                                         "those jobs", labels=["template", "cluster"])
+        for name, wish in sorted(body.get("wishlist", {}).get("templates", {}).items()):
+            wished_jobs.add_metric([name, wish["cluster"]], wish["jobs"])
+            wished_nodes.add_metric([name, wish["cluster"]], wish["nodes"])
+        yield from (fair, share, weight, allocated, reasons, up, last, counts, wished_jobs, wished_nodes)
 
 
 class Metrics:

@@ -31,3 +31,32 @@ def runs_api(role: str) -> bool:
 
 def runs_scheduler(role: str) -> bool:
     return role in ("all", "scheduler")
+
+
+def bound_idle_transactions(store, seconds: float) -> None:
+    """Have PostgreSQL end any of ``store``'s sessions left idle inside a transaction for ``seconds``.
+
+    Writes are serialised by a lock held for the whole transaction. A
+    process paused inside one (SIGSTOP, a frozen VM) would hold it, and
+    every other writer - the other schedulers' election rounds, the API's
+    submissions - would wait for as long as the pause lasts. With this
+    timeout the server ends the paused session, rolls its transaction back
+    and frees the lock; the paused process finds its connection gone when
+    it wakes, and nothing of that transaction was stored. ``seconds`` must
+    exceed the longest work the process does between two statements of a
+    transaction (the cycle's ingest), and stay below the leader lease so
+    that a successor can take over within it.
+    """
+    if store.sqlite:
+        return
+    from sqlalchemy import event
+
+    millis = max(1, int(seconds * 1000))
+
+    def _on_connect(dbapi_conn, _record) -> None:
+        with dbapi_conn.cursor() as cur:
+            cur.execute(f"SET idle_in_transaction_session_timeout = {millis}")
+        dbapi_conn.commit()
+
+    event.listen(store.engine, "connect", _on_connect)
+    store.engine.dispose()      # connections opened before (migrations) get it too when reopened

@@ -66,18 +66,29 @@ class SchedulerRunner:
             with self.loop.store.fenced(fence) if fence else contextlib.nullcontext():
                 report = self.loop.run_cycle()
                 decisions = getattr(self.loop, "last_decisions", None)
-                publish(self.loop.store, status_body(report, decisions, identity, fence.term if fence else None),
-                        fence.term if fence else None)
+                body = status_body(report, decisions, identity, fence.term if fence else None,
+                                   getattr(self.loop, "last_wishlist", None))
+                publish(self.loop.store, body, fence.term if fence else None)
         except Fenced as exc:
-            self.fenced_writes += 1
-            self._term = None
-            log.warning("scheduler.fenced", reason=str(exc))
-            if self.on_fenced is not None:
-                self.on_fenced()
+            self._fenced(str(exc))
             return False
+        except Exception as exc:
+            # Paused inside a transaction past the store's idle limit, the session was ended by the database
+            # and the transaction rolled back: if the lead has passed meanwhile, that was a deposed leader's write.
+            if self.elector is not None and not self.elector.round():
+                self._fenced(f"lost the lead during the cycle ({type(exc).__name__}: {str(exc).splitlines()[0]})")
+                return False
+            raise
         if self.on_cycle is not None:
             self.on_cycle(report, decisions)
         return True
+
+    def _fenced(self, reason: str) -> None:
+        self.fenced_writes += 1
+        self._term = None
+        log.warning("scheduler.fenced", reason=reason)
+        if self.on_fenced is not None:
+            self.on_fenced()
 
     def run_forever(self, period: float | None = None) -> None:
         while not self._stop.is_set():
@@ -88,7 +99,7 @@ class SchedulerRunner:
                 log.exception("service.cycle_failed")
             wait = self.loop.settings.cycle_period if period is None else period  # a reload may change it
             if self.elector is not None and not self.elector.leading:
-                wait = min(period, self.elector.renew_period)
+                wait = min(wait, self.elector.renew_period)
             self._stop.wait(max(0.0, wait - (time.monotonic() - started)))
 
     def start(self, period: float | None = None) -> threading.Thread:

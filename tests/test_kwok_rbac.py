@@ -1,0 +1,156 @@
+"""Least privilege: Flotilla as the ServiceAccount of ``deploy/rbac.yaml`` on a KWOK API server with RBAC on.
+
+The fake clusters' API servers authorize with RBAC (kwokctl's default); the
+tests' own client is a cluster admin. The ServiceAccount's token comes from
+the TokenRequest API and reaches Flotilla through the official client's
+in-cluster loader (a token file, a CA file, ``KUBERNETES_SERVICE_HOST``
+and ``_PORT``), as in a pod, and through a kubeconfig for ``flotilla serve``.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from urllib.parse import urlparse
+
+import pytest
+import yaml
+from serve_process import Server, cli, wait_for, write_file
+from test_kwok_serve import CONFIG
+
+from flotilla.core.backend import ClusterDecisions, PodTemplate
+from flotilla.core.decisions import Placement
+from flotilla.core.model import Job
+from flotilla.kubernetes.backend import KubernetesCluster
+from flotilla.kubernetes.client import ApiError, KubeClient
+
+pytestmark = pytest.mark.kwok
+
+RBAC = Path(__file__).resolve().parent.parent / "deploy" / "rbac.yaml"
+PATHS = {"ServiceAccount": "/api/v1/namespaces/{ns}/serviceaccounts",
+         "ClusterRole": "/apis/rbac.authorization.k8s.io/v1/clusterroles",
+         "ClusterRoleBinding": "/apis/rbac.authorization.k8s.io/v1/clusterrolebindings"}
+
+
+def apply_rbac(cluster, without: tuple[str, str] | None = None) -> None:
+    """Create or replace deploy/rbac.yaml's objects; ``without``: (resource, verb) taken out of the ClusterRole."""
+    cluster.create_namespace("flotilla")
+    for doc in yaml.safe_load_all(RBAC.read_text()):
+        if doc["kind"] == "ClusterRole" and without is not None:
+            for rule in doc["rules"]:
+                if without[0] in rule["resources"]:
+                    rule["verbs"] = [v for v in rule["verbs"] if v != without[1]]
+        path = PATHS[doc["kind"]].format(ns=doc["metadata"].get("namespace", ""))
+        try:
+            cluster.client.post(path, doc)
+        except ApiError as exc:
+            assert exc.status == 409, exc
+            current = cluster.client.get(f"{path}/{doc['metadata']['name']}")
+            doc["metadata"]["resourceVersion"] = current["metadata"]["resourceVersion"]
+            cluster.client.request("PUT", f"{path}/{doc['metadata']['name']}", doc)
+
+
+def service_account_token(cluster) -> str:
+    answer = cluster.client.post("/api/v1/namespaces/flotilla/serviceaccounts/flotilla/token", {
+        "apiVersion": "authentication.k8s.io/v1", "kind": "TokenRequest", "spec": {"expirationSeconds": 3600}})
+    return answer["status"]["token"]
+
+
+def in_cluster_files(cluster, tmp_path) -> tuple[str, str, dict]:
+    """What a pod of the ServiceAccount would have: token and CA files, and the service host and port."""
+    token = tmp_path / "token"
+    token.write_text(service_account_token(cluster))
+    url = urlparse(cluster.client.configuration.host)
+    return str(token), cluster.client.configuration.ssl_ca_cert, \
+        {"KUBERNETES_SERVICE_HOST": url.hostname, "KUBERNETES_SERVICE_PORT": str(url.port)}
+
+
+def template(**extra) -> PodTemplate:
+    spec = {"containers": [{"name": "web", "image": "nginx", "ports": [{"containerPort": 8080}],
+                            "resources": {"limits": {"cpu": "1"}}}]}
+    return PodTemplate(spec, "team-a", {"team": "ml"}, {}, 0, **extra)
+
+
+def test_the_service_account_of_deploy_rbac_runs_the_workloads_in_cluster(kwok, tmp_path):
+    cluster = kwok["b"]
+    cluster.create_namespace("team-a")
+    apply_rbac(cluster)
+    token, ca, environ = in_cluster_files(cluster, tmp_path)
+    backends = [KubernetesCluster(f"rbac-{bind}", KubeClient.from_in_cluster(token, ca, environ), bind=bind,
+                                  priority_classes=[("rbac-test", 1000, True)]) for bind in ("node-name", "binding")]
+    try:
+        for b in backends:
+            assert b.wait_synced(30), b._error
+        plain, binding = backends
+        short = Job("short", "A", priority_class="rbac-test", requests={"cpu": 1000},
+                    annotations={"flotilla.io/simulated-duration": "1s"})
+        web = Job("web", "A", requests={"cpu": 1000}, annotations={"flotilla.io/simulated-duration": "600s"})
+        bound = Job("bound", "A", requests={"cpu": 1000}, annotations={"flotilla.io/simulated-duration": "600s"})
+        plain.apply(ClusterDecisions(start=[Placement(short, plain.name, "node-1"), Placement(web, plain.name, "node-2")],
+                                     templates={"short": template(),
+                                                "web": template(services=({"type": "NodePort", "ports": [8080]},),
+                                                                ingresses=({"ports": [8080]},))}))
+        binding.apply(ClusterDecisions(start=[Placement(bound, binding.name, "node-1")],
+                                       templates={"bound": template()}))
+        events: list = []
+        wait_for(lambda: events.extend(plain.poll_events()) or {("short", "succeeded"), ("web", "running")} <=
+                 {(e.job_id, e.kind) for e in events}, timeout=30)
+        wait_for(lambda: ("bound", "running") in {(e.job_id, e.kind) for e in binding.poll_events()}, timeout=30)
+        services = cluster.client.get("/api/v1/namespaces/team-a/services")["items"]
+        ingresses = cluster.client.get("/apis/networking.k8s.io/v1/namespaces/team-a/ingresses")["items"]
+        assert sorted(o["metadata"]["name"] for o in services + ingresses) == \
+            ["flotilla-web-0-ing-0", "flotilla-web-0-ing-0", "flotilla-web-0-svc-0"]
+        assert cluster.client.get("/apis/scheduling.k8s.io/v1/priorityclasses/rbac-test")["value"] == 1000
+
+        plain.apply(ClusterDecisions(preempt=[web]))
+        binding.apply(ClusterDecisions(cancel=[bound]))
+        wait_for(lambda: events.extend(plain.poll_events()) or ("web", "preempted") in
+                 {(e.job_id, e.kind) for e in events}, timeout=30)
+        wait_for(lambda: not cluster.client.get("/api/v1/namespaces/team-a/services")["items"], timeout=30)
+        assert [e.kind for e in events if e.job_id == "web"] == ["running", "preempted"]
+        assert all(e.kind != "lost" for e in events)
+    finally:
+        for b in backends:
+            b.close()
+
+
+def test_a_missing_verb_is_one_error_naming_it_and_the_job_is_kept(kwok, tmp_path):
+    cluster = kwok["b"]
+    cluster.create_namespace("team-a")
+    apply_rbac(cluster, without=("pods", "create"))
+    kubeconfig = tmp_path / "sa.kubeconfig"
+    kubeconfig.write_text(yaml.safe_dump({
+        "apiVersion": "v1", "kind": "Config", "current-context": "sa",
+        "clusters": [{"name": "kwok", "cluster": {"server": cluster.client.configuration.host,
+                                                  "certificate-authority": cluster.client.configuration.ssl_ca_cert}}],
+        "users": [{"name": "flotilla", "user": {"token": service_account_token(cluster)}}],
+        "contexts": [{"name": "sa", "context": {"cluster": "kwok", "user": "flotilla"}}]}))
+    srv = Server(tmp_path, CONFIG.replace("maxRetries: 3", "maxRetries: 100")
+                 + f"  - {{name: b, kind: kubernetes, kubeconfig: {kubeconfig}}}\n").start()
+    try:
+        body = {"queue": "A", "jobSetId": "denied", "jobs": [{"namespace": "team-a", "podSpec": {
+            "containers": [{"name": "main", "image": "busybox", "resources": {"limits": {"cpu": "1"}}}]}}]}
+        out = cli(srv, "alice", "submit", str(write_file(tmp_path, "denied.yaml", body)), "--output", "json")
+        assert out.returncode == 0, out.stderr
+        job_id = json.loads(out.stdout)["jobs"][0]["id"]
+
+        def events():
+            lines = cli(srv, "alice", "watch", "A", "denied", "--no-follow", "--output", "json").stdout
+            return [json.loads(line) for line in lines.splitlines()]
+        seen = wait_for(lambda: (lambda evs: evs if any(e["kind"] == "lease-expired" for e in evs) else None)(
+            events()), timeout=60)
+        expired = next(e for e in seen if e["kind"] == "lease-expired")
+        assert expired["reason"] == (
+            'lost on cluster b: permission missing: pods is forbidden: User "system:serviceaccount:flotilla:flotilla" '
+            'cannot create resource "pods" in API group "" in the namespace "team-a" '
+            "(grant it in the ClusterRole, see deploy/rbac.yaml)")
+        assert seen[seen.index(expired) + 1]["kind"] == "queued"
+        # Kept: never failed; once the verb is granted, it runs.
+        apply_rbac(cluster)
+        status = wait_for(lambda: (lambda s: s if s["state"] == "running" else None)(
+            json.loads(cli(srv, "alice", "status", job_id, "--output", "json").stdout)), timeout=60)
+        assert status["retries"] >= 1
+        assert "failed" not in [e["kind"] for e in events()]
+    finally:
+        srv.kill()
+        apply_rbac(cluster)
