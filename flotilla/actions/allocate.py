@@ -89,7 +89,10 @@ class Allocate:
             if not queue.queued and not evicted:
                 continue
             tiers = set(session.node_tiers_fn(queue))
-            run = _QueueRun(queue, iter_units(session, queue, evicted), "any" in tiers or {"unused", "used"} <= tiers)
+            # A shape with no node is none for every queue when the tiers cover all nodes and no node filter
+            # (they answer per job) applies.
+            shared = ("any" in tiers or {"unused", "used"} <= tiers) and not session.node_filter_fns
+            run = _QueueRun(queue, iter_units(session, queue, evicted), shared)
             self._offer(session, picker, run)
 
         considered = 0
