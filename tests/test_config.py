@@ -173,7 +173,7 @@ CLUSTER = "clusters:\n  - name: c\n    kind: simulated\n    nodes:\n"
     (CLUSTER + "      - {count: 2, namePrefx: n, resources: {cpu: 1}}\n",
      "c.yaml:5: clusters[0].nodes[0].namePrefx: unknown field 'namePrefx' (did you mean 'namePrefix'?)"),
     ("store: {url: x}\nzz: 1\n", "c.yaml:2: zz: unknown field 'zz' (expected one of: actions, plugins, priorityClasses, "
-                                 "defaultPriorityClass, queues, evict, allocate, preempt, lease, gracePeriod, deadlines, "
+                                 "defaultPriorityClass, queues, evict, allocate, preempt, lease, reservation, gracePeriod, deadlines, "
                                  "cycle, clusters, nodeTemplates, store, server, auth, nodeIndex, leaderElection)"),
     # quantities: malformed, negative, not whole in the base unit
     (CLUSTER + "      - count: 1\n        resources:\n          cpu: 1x\n",
@@ -215,7 +215,7 @@ CLUSTER = "clusters:\n  - name: c\n    kind: simulated\n    nodes:\n"
      "c.yaml:3: priorityClasses[1].name: duplicate priority class 'a' (first at priorityClasses[0])"),
     ("queues: [{name: A}, {name: A}]\n", "c.yaml:1: queues[1].name: duplicate queue 'A' (first at queues[0])"),
     ("plugins:\n  - name: gang\n  - name: gang\n", "c.yaml:3: plugins[1].name: duplicate plugin 'gang' (first at plugins[0])"),
-    ("actions: [evict, allocat]\n", "c.yaml:1: actions[1]: unknown action 'allocat' (known: enqueue, evict, allocate, preempt, lease)"),
+    ("actions: [evict, allocat]\n", "c.yaml:1: actions[1]: unknown action 'allocat' (known: enqueue, evict, reserve, allocate, preempt, lease)"),
     ("actions:\n  - allocate\n  - allocate\n", "c.yaml:3: actions[1]: duplicate action 'allocate' (first at actions[0])"),
     # the earliest problem in the file wins, whatever the check order
     ("queues: [{name: A}, {name: A}]\ndefaultPriorityClass: nope\n",

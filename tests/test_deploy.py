@@ -25,17 +25,20 @@ def test_the_manifests_are_the_documented_ones():
     kinds = {(doc["kind"], doc["metadata"]["name"]) for doc in manifests()}
     assert {("Namespace", "flotilla"), ("ConfigMap", "flotilla-config"), ("Deployment", "flotilla-api"),
             ("Service", "flotilla-api"), ("PodDisruptionBudget", "flotilla-api"),
-            ("Deployment", "flotilla-scheduler"), ("PodDisruptionBudget", "flotilla-scheduler")} <= kinds
+            ("Deployment", "flotilla-scheduler"), ("PodDisruptionBudget", "flotilla-scheduler"),
+            ("ServiceAccount", "flotilla"), ("ClusterRole", "flotilla"), ("ClusterRoleBinding", "flotilla")} <= kinds
     by_name = {(doc["kind"], doc["metadata"]["name"]): doc for doc in manifests()}
     for name, role in (("flotilla-api", "api"), ("flotilla-scheduler", "scheduler")):
         deployment = by_name[("Deployment", name)]
         container = deployment["spec"]["template"]["spec"]["containers"][0]
         assert deployment["spec"]["replicas"] == 2
+        assert ("ServiceAccount", deployment["spec"]["template"]["spec"]["serviceAccountName"]) in kinds
         assert container["args"][:3] == ["serve", "--role", role]
         assert (container["livenessProbe"]["httpGet"]["path"], container["readinessProbe"]["httpGet"]["path"]) == \
             ("/healthz", "/readyz")
     config = parse_config(by_name[("ConfigMap", "flotilla-config")]["data"]["config.yaml"], "config.yaml")
     assert [q.name for q in config.queues] == ["research", "production"]
+    assert [(c.name, c.in_cluster) for c in config.clusters] == [("home", True)]
     assert (config.leader_election.lease_duration, config.lease.timeout) == (15.0, 60.0)
     containerfile = (DEPLOY / "Containerfile").read_text()
     assert "pip install" in containerfile and 'ENTRYPOINT ["flotilla"]' in containerfile

@@ -111,7 +111,7 @@ def test_third_party_action_from_an_entry_point_runs_in_the_cycle(tmp_path, inst
     out = run_once(tmp_path, config(extra="actions: [firstnode, allocate]"), ACTION_STATE)
     assert placements(out) == {"b-1": "node-1", "b-2": "node-1", "a-1": "node-2"}
     from flotilla.actions import available_actions
-    assert available_actions() == ["enqueue", "evict", "allocate", "preempt", "lease", "firstnode"]
+    assert available_actions() == ["enqueue", "evict", "reserve", "allocate", "preempt", "lease", "firstnode"]
 
 
 def test_an_action_nobody_installed_is_still_refused(tmp_path):
@@ -119,4 +119,4 @@ def test_an_action_nobody_installed_is_still_refused(tmp_path):
 
     result = invoke(tmp_path, config(extra="actions: [backfil, allocate]"), ACTION_STATE)
     assert result.exit_code == 2
-    assert "actions[0]: unknown action 'backfil' (known: enqueue, evict, allocate, preempt, lease)" in result.stderr
+    assert "actions[0]: unknown action 'backfil' (known: enqueue, evict, reserve, allocate, preempt, lease)" in result.stderr

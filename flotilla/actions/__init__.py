@@ -17,6 +17,7 @@ from flotilla.actions.enqueue import Enqueue
 from flotilla.actions.evict import Evict
 from flotilla.actions.lease import Lease
 from flotilla.actions.preempt import Preempt
+from flotilla.actions.reserve import Reserve
 
 
 class Action(Protocol):
@@ -25,7 +26,7 @@ class Action(Protocol):
     def execute(self, session) -> None: ...
 
 
-ACTIONS: dict[str, type] = {cls.name: cls for cls in (Enqueue, Evict, Allocate, Preempt, Lease)}
+ACTIONS: dict[str, type] = {cls.name: cls for cls in (Enqueue, Evict, Reserve, Allocate, Preempt, Lease)}
 ENTRY_POINT_GROUP = "flotilla.actions"
 
 

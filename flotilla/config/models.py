@@ -238,6 +238,13 @@ class PreemptConfig(Model):
     max_candidates: int = Field(1000, ge=1, alias="maxCandidates")
 
 
+class ReservationConfig(Model):
+    """The ``reserve`` action: a queue's head unit waiting longer than ``after`` reserves nodes."""
+
+    after: Duration | None = None
+    max_units: int = Field(1, ge=1, alias="maxUnits")
+
+
 class LeaseConfig(Model):
     timeout: Duration = 60.0
     max_retries: int = Field(3, ge=0, alias="maxRetries")
@@ -332,6 +339,7 @@ class FlotillaConfig(Model):
     allocate: AllocateConfig = Field(default_factory=AllocateConfig)
     preempt: PreemptConfig = Field(default_factory=PreemptConfig)
     lease: LeaseConfig = Field(default_factory=LeaseConfig)
+    reservation: ReservationConfig = Field(default_factory=ReservationConfig)
     grace_period: GracePeriodConfig = Field(default_factory=GracePeriodConfig, alias="gracePeriod")
     deadlines: DeadlinesConfig = Field(default_factory=DeadlinesConfig)
     cycle: CycleConfig = Field(default_factory=CycleConfig)
@@ -368,6 +376,9 @@ class FlotillaConfig(Model):
                 problems.append((("actions", i), f"unknown action {action!r} (known: {', '.join(known)})"))
             elif action in self.actions[:i]:
                 problems.append((("actions", i), f"duplicate action {action!r} (first at actions[{self.actions.index(action)}])"))
+        if "reserve" in self.actions and self.reservation.after is None:
+            problems.append((("actions", self.actions.index("reserve")),
+                             "the reserve action needs reservation.after (how long a unit waits before it reserves)"))
         problems += _duplicates("plugins", [p.name for p in self.plugins], "plugin")
         problems += _duplicates("priorityClasses", [p.name for p in self.priority_classes], "priority class")
         names = [p.name for p in self.priority_classes]

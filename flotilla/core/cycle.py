@@ -31,6 +31,8 @@ def settings_from_config(config) -> SessionSettings:
         node_candidates=getattr(config.allocate, "node_candidates", 16),
         preempt_max_candidates=config.preempt.max_candidates,
         indexed_resources=tuple(config.node_index.indexed_resources),
+        reservation_after=config.reservation.after,
+        reservation_max_units=config.reservation.max_units,
     )
 
 

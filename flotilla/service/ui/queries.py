@@ -2,8 +2,8 @@
 
 Every list is one ``ORDER BY ... LIMIT ... OFFSET`` query plus one
 ``COUNT``, on the jobs table's ``(queue, job_set)`` and ``(state, queue)``
-indexes, so a page of 50 costs the same with 100 or 100,000 jobs in the
-queue (figures in docs/operations.md).
+indexes: with 100,000 jobs in a queue a page takes 10-150 ms (``bench/ui.py``,
+figures in docs/operations.md).
 """
 
 from __future__ import annotations

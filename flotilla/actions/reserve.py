@@ -1,0 +1,184 @@
+"""``reserve``: reservation and backfill, so that big units never starve (volcano-scheduler.txt).
+
+A unit (job or gang) that heads its queue, cannot fit, and has waited longer
+than ``reservation.after`` reserves the nodes that would fit it soonest:
+those of one cluster with the least running on them (the least to evict or
+finish), as many as hold the unit once emptied. At most
+``reservation.maxUnits`` units hold reservations at once (the longest
+waiting first).
+
+While the reservation holds, no new job starts on a reserved node unless it
+is preemptible (backfill): a node filter refuses the others, so the node
+drains as its jobs finish. Each cycle, before ``allocate``, the unit is
+tried on its reserved nodes as if their preemptible jobs were gone; when it
+fits, those backfilled jobs are preempted (as few as it needs, in victim
+order) and the unit is placed. Until then its jobs wait with the reason
+``waiting for N reserved nodes (node-3, ...)``, passed over by ``allocate``
+and ``preempt``. A reservation ends when its unit starts or leaves the head
+of its queue.
+
+Put it after ``evict`` and before ``allocate``: ``actions: [evict, reserve,
+allocate, preempt, lease]`` with ``reservation: {after: 10m}``. The action
+object lives as long as the scheduler: that is what keeps reservations
+across cycles.
+"""
+
+from __future__ import annotations
+
+import time
+
+import structlog
+
+from flotilla.core.nodeindex import EVICTED, NONPREEMPTIBLE
+from flotilla.core.session import iter_units
+
+log = structlog.get_logger("flotilla.actions.reserve")
+
+
+class Reserve:
+    name = "reserve"
+
+    def __init__(self):
+        #: Unit key (gang id or job id) -> reserved (cluster, node) names, kept across cycles.
+        self.reservations: dict[str, list[tuple[str, str]]] = {}
+
+    def execute(self, session) -> None:
+        started = time.perf_counter()
+        after = session.settings.reservation_after
+        if after is None:
+            session.timings[self.name] = time.perf_counter() - started
+            return
+        heads: dict[str, tuple] = {}
+        for queue in session.queues.values():
+            if queue.queued:
+                for unit in iter_units(session, queue, ()):
+                    members = unit if isinstance(unit, list) else [unit]
+                    key = members[0].gang.id if members[0].gang is not None else members[0].id
+                    heads[key] = (queue, members)
+                    break
+        self.reservations = {key: nodes for key, nodes in self.reservations.items() if key in heads}
+        waiting = sorted(heads.items(), key=lambda kv: (min(m.submitted for m in kv[1][1]), kv[0]))
+        for key, (queue, members) in waiting:
+            if key in self.reservations or len(self.reservations) >= session.settings.reservation_max_units:
+                continue
+            if session.now - min(m.submitted for m in members) < after or self._fits_now(session, queue, members):
+                continue
+            nodes = self._choose_nodes(session, members)
+            if nodes:
+                self.reservations[key] = nodes
+                log.info("reserve", unit=key, nodes=[name for _, name in nodes])
+
+        reserved: dict[int, str] = {}
+        withheld: dict[str, str] = {}
+        position = session.index.position
+        for key, names in list(self.reservations.items()):
+            queue, members = heads[key]
+            nodes = [position[n] for n in names if n in position]
+            if len(nodes) == len(names) and self._place_over_backfill(session, queue, members, nodes):
+                del self.reservations[key]
+                continue
+            shown = ", ".join(name for _, name in names[:3]) + (", ..." if len(names) > 3 else "")
+            reason = f"waiting for {len(names)} reserved node{'s' * (len(names) != 1)} ({shown})"
+            for member in members:
+                withheld[member.id] = reason
+            for i in nodes:
+                reserved[i] = key
+        if withheld:
+            session.set_aside = {**session.set_aside, **withheld}
+            session.failures.update(withheld)
+        if reserved:
+            level_of = session.job_level
+
+            def backfill_only(job, i):
+                return i not in reserved or level_of(job) != NONPREEMPTIBLE
+
+            session.add_node_filter(backfill_only)
+        session.counters["reserved_units"] = len(self.reservations)
+        session.timings[self.name] = time.perf_counter() - started
+
+    # -- helpers ------------------------------------------------------------
+    @staticmethod
+    def _fits_now(session, queue, members) -> bool:
+        """Would the unit fit in free space right now, on one cluster (tried, then undone)?"""
+        for cluster in sorted({t.cluster for t in session.index.types}):
+            stmt = session.statement()
+            for member in members:
+                types, _ = session.allowed_types(member, cluster)
+                node = session.find_node(member, session.vector(member), EVICTED, types, queue) if types else None
+                if node is None:
+                    break
+                stmt.allocate(member, node)
+            else:
+                stmt.discard()
+                return True
+            stmt.discard()
+        return False
+
+    @staticmethod
+    def _choose_nodes(session, members) -> list[tuple[str, str]]:
+        """The nodes of one cluster with the least running on them that would hold the unit once emptied."""
+        index = session.index
+        best = None
+        for cluster in sorted({t.cluster for t in index.types}):
+            allowed = [set(session.allowed_types(m, cluster)[0]) for m in members]
+            nodes = [i for i, node in enumerate(index.nodes)
+                     if node.cluster == cluster and any(index.type_of[i] in a for a in allowed)]
+            # Least to evict or finish: what runs there, in resource order, then the node's position.
+            load = {i: tuple(a - f for a, f in zip(index.allocatable[i], index.free[i][0])) for i in nodes}
+            nodes.sort(key=lambda i: (load[i], i))
+            chosen: list[int] = []
+            for i in nodes:
+                chosen.append(i)
+                if _first_fit(session, members, chosen, allowed, {j: list(index.allocatable[j]) for j in chosen}):
+                    cost = tuple(map(sum, zip(*(load[j] for j in chosen))))
+                    if best is None or (len(chosen), cost) < best[0]:
+                        best = ((len(chosen), cost), [index.nodes[j] for j in chosen])
+                    break
+        return [(node.cluster, node.name) for node in best[1]] if best else []
+
+    @staticmethod
+    def _place_over_backfill(session, queue, members, nodes) -> bool:
+        """Place the unit on its nodes if preempting their preemptible jobs makes room; True when placed."""
+        index = session.index
+        allowed = [set(session.allowed_types(m, index.nodes[nodes[0]].cluster)[0]) for m in members]
+        removable = {i: [r for r in session.jobs_on(i) if r.level != NONPREEMPTIBLE] for i in nodes}
+        room = {}
+        for i in nodes:
+            free = list(index.free[i][0])
+            for running in removable[i]:
+                for r, amount in enumerate(running.vec):
+                    free[r] += amount
+            room[i] = free
+        assignment = _first_fit(session, members, nodes, allowed, room)
+        if assignment is None:
+            return False
+        stmt = session.statement()
+        for member, i in assignment:
+            vec = session.vector(member)
+            victims = sorted(removable[i], key=session.victim_key)
+            while not index.fits_on(i, vec, EVICTED) and victims:
+                victim = victims.pop(0)
+                if victim.job.id not in session.preempted:
+                    stmt.preempt(victim.job)
+            stmt.allocate(member, i)
+        stmt.commit()
+        log.info("reserve.placed", unit=members[0].gang.id if members[0].gang else members[0].id,
+                 preempted=sum(1 for op in stmt.ops if op[0] == "preempt"))
+        return True
+
+
+def _first_fit(session, members, nodes, allowed, room):
+    """Members onto ``nodes`` (each with ``room``, changed in place), first fit; ``[(member, node)]`` or None."""
+    out = []
+    for member, types in zip(members, allowed):
+        vec = session.vector(member)
+        for i in nodes:
+            free = room[i]
+            if session.index.type_of[i] in types and all(a <= f for a, f in zip(vec, free)):
+                for r, amount in enumerate(vec):
+                    free[r] -= amount
+                out.append((member, i))
+                break
+        else:
+            return None
+    return out

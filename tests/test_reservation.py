@@ -1,0 +1,117 @@
+"""Reservation and backfill: a 64-core gang behind a steady stream of 1-core jobs, a simulated day."""
+
+from __future__ import annotations
+
+import pytest
+
+from test_simulate import config_yaml, setup, simulate
+
+NODES = "- {count: 4, namePrefix: node, resources: {cpu: 32, memory: 128Gi}}"
+QUEUES = "[{name: stream, weight: 1}, {name: fill, weight: 1}, {name: big, weight: 1}]"
+# The stream: 13 one-core jobs every 2 minutes, 20 minutes each (130 cores wanted, 128 there), all day.
+# Backfill: preemptible one-core jobs of an hour, 4 every 10 minutes. The gang: two 32-core jobs at 30 minutes,
+# when the stream has filled the pool.
+WORKLOAD = """
+submissions:
+  - {at: 0s, queue: stream, count: 13, requests: {cpu: 1}, duration: 20m, every: 2m, times: 720}
+  - {at: 0s, queue: fill, count: 4, priorityClass: armada-preemptible, requests: {cpu: 1}, duration: 1h,
+     every: 10m, times: 144}
+  - {at: 30m, queue: big, count: 2, requests: {cpu: 32}, duration: 30m, gang: {cardinality: 2}}
+"""
+ARRIVAL = 30 * 60
+# Only reservation and backfill at work: no preemption to fair share, no urgency preemption (the stream's
+# jobs would displace the backfill jobs, and that is another policy).
+FIXED = "evict: {probability: 0}\npreempt: {enabled: false}\n"
+
+
+def run(tmp_path, extra: str, actions: str = "[evict, allocate, preempt, lease]"):
+    text = config_yaml(queues=QUEUES, nodes=NODES, extra=extra).replace(
+        "actions: [evict, allocate, preempt, lease]", f"actions: {actions}")
+    config, workload = setup(tmp_path, text, WORKLOAD)
+    return simulate(config, workload)
+
+
+def gang_start(watch):
+    for t, decisions, _, _ in watch.cycles:
+        started = [p for p in decisions.scheduled if p.job.queue == "big"]
+        if started:
+            return t, started, decisions
+    return None, [], None
+
+
+def test_without_reservation_the_gang_never_starts(tmp_path):
+    _, report, watch = run(tmp_path, FIXED)
+    # Not all day: only when the stream has stopped (its last jobs arrive at 23:58 and end 20 minutes later).
+    t, started, _ = gang_start(watch)
+    assert t > 86400
+
+
+def test_with_reservation_it_starts_within_thirty_minutes_and_backfill_is_preempted(tmp_path):
+    _, report, watch = run(tmp_path, FIXED + "reservation: {after: 10m}\n",
+                           "[evict, reserve, allocate, preempt, lease]")
+    t, started, decisions = gang_start(watch)
+    assert t is not None and t - ARRIVAL <= 35 * 60   # reserved 10m after it arrived; its nodes drain in 20m
+    nodes = {p.node for p in started}
+    assert len(nodes) == 2
+    preempted = decisions.preempted
+    assert preempted and all(job.queue == "fill" and job.node in nodes for job in preempted)
+    assert report["queues"]["big"]["finished"] == 2
+
+
+STATE = """
+now: 3600
+clusters:
+  - name: c1
+    nodes:
+      - {name: node-1, resources: {cpu: 32}}
+      - {name: node-2, resources: {cpu: 32}}
+      - {name: node-3, resources: {cpu: 32}}
+jobs:
+  - {id: d-1, queue: S, requests: {cpu: 8}, state: running, node: node-1}
+  - {id: d-2, queue: S, requests: {cpu: 4}, state: running, node: node-2}
+  - {id: d-3, queue: S, requests: {cpu: 30}, state: running, node: node-3}
+  - {id: g-1, queue: G, requests: {cpu: 32}, gang: {id: g, cardinality: 2}, submitted: 0}
+  - {id: g-2, queue: G, requests: {cpu: 32}, gang: {id: g, cardinality: 2}, submitted: 0}
+  - {id: s-1, queue: S, requests: {cpu: 2}, submitted: 3500}
+  - {id: s-2, queue: S, requests: {cpu: 2}, submitted: 3501}
+  - {id: f-1, queue: F, priorityClass: armada-preemptible, requests: {cpu: 16}, submitted: 3502}
+"""
+
+
+def test_reserved_nodes_take_only_backfill_and_the_reason_names_them(tmp_path):
+    import textwrap
+    from dataclasses import replace
+
+    from flotilla.config import parse_config, parse_state
+    from flotilla.core.cycle import Scheduler
+    from flotilla.core.model import JobState
+    from scenario import config
+
+    cfg = parse_config(config(queues="queues: [{name: G}, {name: S}, {name: F}]", extra=textwrap.dedent("""
+        actions: [evict, reserve, allocate, preempt, lease]
+        evict: {probability: 0}
+        reservation: {after: 10m}
+        """)), "c.yaml")
+    scheduler = Scheduler(cfg)
+    snapshot = parse_state(textwrap.dedent(STATE), "s.yaml", cfg)
+    first = scheduler.run_cycle(snapshot)
+    # The two nodes with the least running (node-2: 4 cores, node-1: 8) are reserved for the gang. s-2 does
+    # not fit beside s-1 on node-3 and may not start on a reserved node; f-1 is preemptible: it backfills.
+    assert {p.job.id: p.node for p in first.scheduled} == {"s-1": "node-3", "f-1": "node-1"}
+    assert first.reasons["g-1"] == first.reasons["g-2"] == "waiting for 2 reserved nodes (node-2, node-1)"
+    assert "s-2" in first.reasons
+    # d-1 and d-2 finish: the gang fits once the backfilled f-1 goes; it is preempted for it.
+    running = [replace(p.job, state=JobState.RUNNING, cluster=p.cluster, node=p.node) for p in first.scheduled]
+    snapshot.clusters[0].running = [j for j in snapshot.clusters[0].running if j.id == "d-3"] + running
+    snapshot.queued = [j for j in snapshot.queued if j.id in ("g-1", "g-2", "s-2")]
+    second = scheduler.run_cycle(snapshot)
+    assert {p.job.id: p.node for p in second.scheduled} == {"g-1": "node-2", "g-2": "node-1"}
+    assert [j.id for j in second.preempted] == ["f-1"]
+
+
+def test_reserve_without_after_is_a_config_error(tmp_path):
+    from scenario import config, invoke
+
+    result = invoke(tmp_path, config(extra="actions: [evict, reserve, allocate]"), STATE)
+    assert result.exit_code == 2
+    assert "actions[1]: the reserve action needs reservation.after" in result.stderr
