@@ -49,6 +49,7 @@ def test_every_extension_point_is_called_in_a_cycle(tmp_path):
             session.add_queue_admit(mark("queue_admit", None))
             session.set_node_tiers(mark("node_tiers", ("own", "unused", "used")))
             session.add_node_score(mark("node_score", 0.0))
+            session.add_node_filter(mark("node_filter", True))
             session.add_gang_ready(mark("gang_ready", None))
             session.add_preemptable(mark("preemptable", True))
             session.add_victim_order(mark("victim_order", ()))

@@ -2,11 +2,14 @@
 
 A queued job that did not fit may displace running jobs whose priority class
 has a lower priority, when every preemptable plugin agrees the victim may go
-(built in: the victim's class is preemptible and of lower priority). Among
-the nodes where the job would fit once those jobs were gone, the one that
-displaces the fewest jobs, then the lowest-priority ones, wins; victims are
-taken in victim order (lowest priority, then largest) until the job fits. A
-victim in a gang takes its whole gang with it. If the job would not fit even
+(built in: the victim's class is preemptible and of lower priority).
+Victims are whole jobs (volcano-scheduler.txt: "preempt a whole job/PodGroup
+with a lower priority instead of several pods from different jobs"): a gang,
+or a job's pods, go together. On each node the eligible jobs are taken
+lowest priority class first, the largest first within a class (then victim
+order), until the job fits. Among the nodes where it would then fit, the one
+whose victims' highest class is lowest wins, then the one with the fewest
+whole jobs, then the fewest pods. If the job would not fit even
 with every eligible victim gone, nothing is preempted.
 
 Jobs are tried from the highest priority class down; within one, queues in
@@ -38,9 +41,14 @@ class Preempt:
             session.timings[self.name] = time.perf_counter() - started
             return
         lowest = preemptible[0]
+        # Only jobs above the lowest preemptible priority may displace anything; a queue's order counts
+        # its jobs per priority class, so queues without such jobs are passed over without a look.
+        urgent = {name for name, pc in session.priority_classes.items() if pc.priority > lowest}
+        if session.default_priority_class in urgent:
+            urgent.add("")
         candidates = []
         for queue in session.queues.values():
-            if not queue.queued:
+            if not queue.queued.has_class(urgent):
                 continue
             for position, unit in enumerate(islice(iter_units(session, queue, ()), session.settings.lookahead)):
                 if not isinstance(unit, list) and unit.gang is not None:
@@ -98,10 +106,12 @@ class Preempt:
         for i in list(islice(fitting, session.settings.preempt_max_candidates)):
             if session.node_filter_fns and not session.node_allowed(job, i):
                 continue
-            victims = self._victims(session, job, priority, vec, i)
-            if victims is None:
+            found = self._victims(session, job, priority, vec, i)
+            if found is None:
                 continue
-            score = (len(victims), max(session.priority_class(v.job).priority for v in victims) if victims else 0)
+            victims, units = found
+            top = max(session.priority_class(v.job).priority for v in victims) if victims else 0
+            score = (top, units, len(victims))
             if best is None or score < best[0]:
                 best = (score, i, victims)
         if best is None:
@@ -115,16 +125,32 @@ class Preempt:
 
     @staticmethod
     def _victims(session, job, priority, vec, node):
-        """Fewest eligible victims on ``node``, in victim order, that let ``job`` fit; None if none do."""
+        """Whole eligible jobs on ``node`` that let ``job`` fit, and how many; None if none do.
+
+        Jobs (a gang's or a job's pods together) are taken lowest class first, largest (on this node)
+        first within a class, then in victim order.
+        """
         eligible = [r for r in session.jobs_on(node) if r.level < priority and session.may_preempt(job, r.job)]
-        eligible.sort(key=session.victim_key)
+        units: dict[str, list] = {}
+        for running in eligible:
+            gang = running.job.gang
+            units.setdefault(gang.id if gang is not None else running.job.id, []).append(running)
+
+        def unit_order(members):
+            freed = [sum(col) for col in zip(*(m.vec for m in members))]
+            top = max(session.priority_class(m.job).priority for m in members)
+            return (top, [-x for x in freed], min(session.victim_key(m) for m in members))
+
         free = list(session.index.free[node][0])
         chosen = []
-        for running in eligible:
+        taken = 0
+        for members in sorted(units.values(), key=unit_order):
             if all(a <= f for a, f in zip(vec, free)):
                 break
-            chosen.append(running)
-            free = [f + a for f, a in zip(free, running.vec)]
+            taken += 1
+            for running in members:
+                chosen.append(running)
+                free = [f + a for f, a in zip(free, running.vec)]
         if not all(a <= f for a, f in zip(vec, free)):
             return None
         expanded = {}
@@ -134,4 +160,4 @@ class Preempt:
             for member in members:
                 if member.id in session.running and member.id not in session.preempted:
                     expanded[member.id] = session.running[member.id]
-        return list(expanded.values())
+        return list(expanded.values()), taken

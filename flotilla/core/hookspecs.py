@@ -117,6 +117,12 @@ EXTENSION_POINTS: tuple[ExtensionPoint, ...] = (
         "nodes of the first tier that has any instead of taking the smallest.",
     ),
     ExtensionPoint(
+        "node_filter", "add_node_filter", "(job: Job, node: int) -> bool",
+        "all must agree; a node any filter refuses is skipped (searches then walk the fitting nodes)",
+        "May this job start on this node? For per-node rules predicates cannot express (they see node "
+        "types); the reserve action sets one per cycle so that reserved nodes take only preemptible jobs.",
+    ),
+    ExtensionPoint(
         "gang_ready", "add_gang_ready", "(gang: Gang, members: Sequence[Job]) -> str | None",
         "all must agree; the first refusal, with its reason, wins",
         "Is this gang complete enough to place? Placement itself is all or nothing on one cluster.",

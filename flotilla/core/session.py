@@ -254,25 +254,22 @@ class Session:
     def find_node(self, job: Job, vec: Vector, level: int, types: Sequence[int], queue: QueueState) -> int | None:
         """Best node for ``job`` at ``level``: tier by tier, smallest fit, or best score when scorers exist."""
         filtered = bool(self.node_filter_fns)
+        scored = bool(self.node_score_fns)
         for tier in self.node_tiers_fn(queue):
-            if filtered:   # nodes some filter refuses are skipped: walk the fitting nodes, smallest first per type
-                found = next((i for i in self.index.iter_fitting(vec, level, types)
-                              if (tier == "any" or self.in_tier(i, tier, queue.name)) and self.node_allowed(job, i)),
-                             None)
-                if found is not None:
-                    return found
-                continue
-            if not self.node_score_fns:
+            if not scored and not filtered:
                 found = self.index.find(vec, level, types, tier, queue.name)
                 if found is not None:
                     return found
                 continue
+            # Scorers or filters: walk the fitting nodes (smallest first per type), skipping refused ones.
             candidates = []
             for i in self.index.iter_fitting(vec, level, types):
-                if tier == "any" or self.in_tier(i, tier, queue.name):
+                if (tier == "any" or self.in_tier(i, tier, queue.name)) and (not filtered or self.node_allowed(job, i)):
                     candidates.append(i)
-                    if len(candidates) >= self.settings.node_candidates:
+                    if not scored or len(candidates) >= self.settings.node_candidates:
                         break
+            if candidates and not scored:
+                return candidates[0]
             if candidates:
                 return max(candidates, key=lambda i: (sum(fn(job, i) for fn in self.node_score_fns),
                                                       tuple(-x for x in self.index.free[i][self.index.level_of[level]]), -i))
@@ -297,8 +294,8 @@ class Session:
             return queue.queued
         order = self._orders.get(queue.name)
         if order is None:
-            entries = [(*self.job_sort_key(entry[-1], entry[2]), entry[-1]) for entry in queue.queued.live.values()]
-            order = self._orders[queue.name] = QueueOrder(entries)
+            entries = [(*self.job_sort_key(entry[-1], entry[2]), entry[-1]) for entry in queue.queued.live_entries()]
+            order = self._orders[queue.name] = QueueOrder(None, entries)
         return order
 
     def statement(self) -> Statement:

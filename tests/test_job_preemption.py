@@ -1,0 +1,53 @@
+"""Job-level urgency preemption: whole jobs of the lowest class, as few as possible (volcano-scheduler.txt)."""
+
+from __future__ import annotations
+
+from scenario import placements, run_once
+from test_policy_fixes import with_classes
+
+LOW = with_classes("evict: {probability: 0}").replace(
+    "  - {name: armada-preemptible, priority: 20000, preemptible: true}\n",
+    "  - {name: armada-preemptible, priority: 20000, preemptible: true}\n"
+    "  - {name: armada-low, priority: 10000, preemptible: true}\n")
+
+HEAD = """
+clusters:
+  - name: c1
+    nodes:
+      - {name: node-1, resources: {cpu: 32}}
+      - {name: node-2, resources: {cpu: 32}}
+      - {name: node-3, resources: {cpu: 32}}
+jobs:
+  - {id: d-1, queue: A, requests: {cpu: 16}, state: running, node: node-1}
+  - {id: d-2, queue: A, requests: {cpu: 16}, state: running, node: node-2}
+  - {id: d-3, queue: A, requests: {cpu: 16}, state: running, node: node-3}
+  - {id: g-1, queue: A, priorityClass: armada-preemptible, requests: {cpu: 8}, gang: {id: g, cardinality: 2},
+     state: running, node: node-3}
+  - {id: g-2, queue: A, priorityClass: armada-preemptible, requests: {cpu: 8}, gang: {id: g, cardinality: 2},
+     state: running, node: node-3}
+  - {id: u-1, queue: B, requests: {cpu: 16}, submitted: 9}
+"""
+
+
+def test_the_lowest_class_goes_first_even_if_it_takes_more_jobs(tmp_path):
+    # node-1: one 20000 job; node-2: two 10000 jobs; node-3: a 20000 gang. The 10000 jobs go.
+    state = HEAD + """
+  - {id: p-1, queue: A, priorityClass: armada-preemptible, requests: {cpu: 16}, state: running, node: node-1}
+  - {id: l-1, queue: A, priorityClass: armada-low, requests: {cpu: 8}, state: running, node: node-2}
+  - {id: l-2, queue: A, priorityClass: armada-low, requests: {cpu: 8}, state: running, node: node-2}
+"""
+    out = run_once(tmp_path, LOW, state)
+    assert placements(out) == {"u-1": "node-2"}
+    assert out["preempted"] == ["l-1", "l-2"]
+
+
+def test_one_whole_job_rather_than_pods_of_several_jobs(tmp_path):
+    # node-1 is full of a non-preemptible job; node-2 holds two single 8-core jobs, node-3 one gang of two
+    # 8-core pods. Same class, same pod count: the one whole job (the gang) goes.
+    state = HEAD.replace("{id: d-1, queue: A, requests: {cpu: 16}", "{id: d-1, queue: A, requests: {cpu: 32}") + """
+  - {id: s-1, queue: A, priorityClass: armada-preemptible, requests: {cpu: 8}, state: running, node: node-2}
+  - {id: s-2, queue: A, priorityClass: armada-preemptible, requests: {cpu: 8}, state: running, node: node-2}
+"""
+    out = run_once(tmp_path, LOW, state)
+    assert placements(out) == {"u-1": "node-3"}
+    assert out["preempted"] == ["g-1", "g-2"]
