@@ -331,6 +331,8 @@ def watch(ctx, queue, job_set, after, until_done, no_follow, output, url, token)
 
 QUEUE_COLUMNS = [("name", "name"), ("weight", "weight"), ("limits", "limits"), ("owners", "owners"),
                  ("groupOwners", "groupOwners")]
+#: ``queue list`` also says which queues are cordoned.
+QUEUE_LIST_COLUMNS = [*QUEUE_COLUMNS, ("cordoned", "cordoned")]
 
 
 @click.group("queue")
@@ -393,7 +395,7 @@ def queue_list(ctx, output, url, token):
     """Every queue (any authenticated user)."""
     _remember(ctx, url, token)
     rows = _call(ctx, lambda c: c.queues())
-    emit({"queues": rows}, output, QUEUE_COLUMNS, rows)
+    emit({"queues": rows}, output, QUEUE_LIST_COLUMNS, rows)
 
 
 @queue_group.command("describe")
@@ -424,7 +426,79 @@ def queue_delete(ctx, name, url, token):
     click.echo(f"deleted queue {name}")
 
 
-COMMANDS = [serve, submit, cancel, reprioritize, status, watch, queue_group]
+@queue_group.command("cordon")
+@click.argument("name")
+@connection_options
+@click.pass_context
+def queue_cordon(ctx, name, url, token):
+    """Cordon a queue: it keeps accepting jobs but schedules nothing new (administrators)."""
+    _remember(ctx, url, token)
+    _call(ctx, lambda c: c.cordon_queue(name, True))
+    click.echo(f"cordoned queue {name}")
+
+
+@queue_group.command("uncordon")
+@click.argument("name")
+@connection_options
+@click.pass_context
+def queue_uncordon(ctx, name, url, token):
+    """Uncordon a queue: its jobs are scheduled again (administrators)."""
+    _remember(ctx, url, token)
+    _call(ctx, lambda c: c.cordon_queue(name, False))
+    click.echo(f"uncordoned queue {name}")
+
+
+# -- nodes -------------------------------------------------------------------------------------
+
+@click.group("node")
+def node_group():
+    """Drain and uncordon nodes (administrators); list the draining ones."""
+
+
+def _node_name(text: str) -> tuple[str, str]:
+    cluster, sep, node = text.partition("/")
+    if not sep or not cluster or not node:
+        raise CommandError(f"expected CLUSTER/NODE, e.g. c1/node-3; got {text!r}", EXIT_USAGE)
+    return cluster, node
+
+
+@node_group.command("drain")
+@click.argument("node")
+@connection_options
+@click.pass_context
+def node_drain(ctx, node, url, token):
+    """No new jobs go to CLUSTER/NODE; its running jobs finish (on Kubernetes: spec.unschedulable)."""
+    _remember(ctx, url, token)
+    cluster, name = _node_name(node)
+    _call(ctx, lambda c: c.drain_node(cluster, name, True))
+    click.echo(f"draining {cluster}/{name}")
+
+
+@node_group.command("uncordon")
+@click.argument("node")
+@connection_options
+@click.pass_context
+def node_uncordon(ctx, node, url, token):
+    """CLUSTER/NODE takes new jobs again."""
+    _remember(ctx, url, token)
+    cluster, name = _node_name(node)
+    _call(ctx, lambda c: c.drain_node(cluster, name, False))
+    click.echo(f"uncordoned {cluster}/{name}")
+
+
+@node_group.command("list")
+@output_option
+@connection_options
+@click.pass_context
+def node_list(ctx, output, url, token):
+    """The draining nodes: `draining` while jobs run on them, `drained` once empty."""
+    _remember(ctx, url, token)
+    nodes = _call(ctx, lambda c: c.nodes())
+    rows = [{"node": key, "state": state} for key, state in nodes.items()]
+    emit({"nodes": nodes}, output, [("node", "node"), ("state", "state")], rows)
+
+
+COMMANDS = [serve, submit, cancel, reprioritize, status, watch, queue_group, node_group]
 
 
 def register(main: click.Group) -> None:
