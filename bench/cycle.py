@@ -5,7 +5,8 @@ A benchmark, not a test: it prints figures and asserts nothing about time.
     python bench/cycle.py [--nodes 10000] [--queues 100] [--jobs 1000000] [--profile] [--second-cycle]
     python bench/cycle.py --uniform --nodes 100 --node-cpu 32 --node-memory 256 --queues 10 \\
         --jobs-per-queue 32000 --job-cpu 1 --job-memory 4 [--running 0.5]
-    python bench/cycle.py --armada-shapes [--repeat 3]
+    python bench/cycle.py --armada-shapes [--repeat 3] [--clock cpu]
+    python bench/cycle.py --idle-cycle
     python bench/cycle.py --tree 10 [--repeat 2]
 
 The default is the mixed cluster: 10,000 nodes (1,000 of them tainted GPU
@@ -144,12 +145,17 @@ def after(snapshot: Snapshot, decisions, new_jobs: list[Job] = ()) -> Snapshot:
     return replace(snapshot, clusters=clusters, queued=queued)
 
 
+#: What cycles are timed with: wall time, or the process's CPU time (steadier on a shared machine).
+CLOCK = {"wall": time.perf_counter, "cpu": time.process_time}
+clock = time.perf_counter
+
+
 def timed_cycle(scheduler: Scheduler, snapshot: Snapshot, evict_probability: float, seed: int = 0):
     scheduler.settings.evict_probability = evict_probability
-    started = time.perf_counter()
+    started = clock()
     decisions = scheduler.run_cycle(snapshot, random.Random(seed),
                                     actions=[a for a in scheduler.actions if a.name != "lease"])
-    return decisions, time.perf_counter() - started
+    return decisions, clock() - started
 
 
 def tree_queues(queues: list[Queue], parents: int) -> list[Queue]:
@@ -178,7 +184,8 @@ def compare_tree(scheduler: Scheduler, snapshot: Snapshot, parents: int, repeat:
 def armada_shapes(repeat: int) -> None:
     shapes = [Shape(1, 1, 320), Shape(1, 10, 320), Shape(10, 1, 3200), Shape(10, 10, 3200),
               Shape(100, 1, 32000), Shape(100, 10, 32000), Shape(1000, 1, 320000)]
-    print("32-core/256Gi nodes, 1-core/4Gi preemptible jobs, equal-weight queues; best of", repeat)
+    print("32-core/256Gi nodes, 1-core/4Gi preemptible jobs, equal-weight queues; best of", repeat,
+          "by", "CPU time" if clock is time.process_time else "wall time")
     print(f"{'shape':<28} {'round one':>14} {'full':>10} {'evict all':>14} {'new queue':>14}")
     print(f"{'':<28} {'placed/s':>14} {'ms':>10} {'returned/s':>14} {'placed/s':>14}")
     for shape in shapes:
@@ -220,13 +227,20 @@ def main() -> None:
     parser.add_argument("--armada-shapes", action="store_true", help="run the preset comparison shapes")
     parser.add_argument("--repeat", type=int, default=3, help="runs per --armada-shapes case (best kept)")
     parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--clock", choices=sorted(CLOCK), default="wall",
+                        help="time cycles by wall time or by this process's CPU time")
     parser.add_argument("--profile", action="store_true", help="print the top of a cProfile of the cycle")
     parser.add_argument("--tree", type=int, default=0, metavar="PARENTS",
                         help="time flat against hierarchical queues (the queues under PARENTS parents)")
     parser.add_argument("--second-cycle", action="store_true",
                         help="then run a second cycle with the first one's placements running (evict and return)")
+    parser.add_argument("--idle-cycle", action="store_true",
+                        help="then run cycles with the first one's placements running and nothing evicted: the "
+                             "first brings the kept state up to date, the next has nothing new at all")
     args = parser.parse_args()
     configure_logging("warning")
+    global clock
+    clock = CLOCK[args.clock]
     if args.armada_shapes:
         armada_shapes(args.repeat)
         return
@@ -253,6 +267,14 @@ def main() -> None:
     print_cycle(decisions, cycle, built)
     if profiler:
         pstats.Stats(profiler).sort_stats("cumulative").print_stats(25)
+    if args.idle_cycle:
+        idle = after(snapshot, decisions)
+        for label in ("next cycle (placements now running)", "idle cycle (nothing changed)"):
+            idle_decisions, cycle = timed_cycle(scheduler, idle, 0.0, args.seed)
+            print(f"{label}: {cycle * 1000:.0f} ms, {len(idle_decisions.scheduled)} placed, "
+                  f"{idle_decisions.counters.get('considered', 0)} considered, "
+                  f"open {idle_decisions.timings['open'] * 1000:.0f} ms, "
+                  f"allocate {idle_decisions.timings['allocate'] * 1000:.0f} ms")
     if args.second_cycle:
         second = after(snapshot, decisions)
         decisions, cycle = timed_cycle(scheduler, second, scheduler.settings.evict_probability, args.seed)
@@ -269,7 +291,7 @@ def print_cycle(decisions, cycle: float, built: float | None = None) -> None:
     for name in ("open", "evict", "allocate", "preempt"):
         if name in decisions.timings:
             print(f"  {name:<17} {decisions.timings[name]:8.2f} s")
-    print(f"cycle total         {cycle:8.2f} s")
+    print(f"cycle total         {cycle:8.2f} s ({'CPU' if clock is time.process_time else 'wall'})")
     print(f"jobs placed         {placed:8d}")
     print(f"jobs placed / s     {placed / cycle:8.0f}")
     print(f"jobs considered     {decisions.counters.get('considered', 0):8d}")

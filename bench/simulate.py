@@ -61,7 +61,7 @@ def main() -> None:
     workload = load_workload(args.workload, config)
     loaded = time.perf_counter() - started
 
-    in_cycle = 0.0
+    in_cycle = cycle_cpu = 0.0
     timings: dict[str, float] = {}
     load = {"queued": 0, "queued_max": 0, "running": 0, "running_max": 0}
 
@@ -77,10 +77,11 @@ def main() -> None:
     run_cycle = sim.scheduler.run_cycle
 
     def timed(*a, **kw):
-        nonlocal in_cycle
-        t0 = time.perf_counter()
+        nonlocal in_cycle, cycle_cpu
+        t0, c0 = time.perf_counter(), time.process_time()
         decisions = run_cycle(*a, **kw)
         in_cycle += time.perf_counter() - t0
+        cycle_cpu += time.process_time() - c0
         for name, seconds in decisions.timings.items():
             timings[name] = timings.get(name, 0.0) + seconds
         return decisions
@@ -89,9 +90,10 @@ def main() -> None:
     profiler = cProfile.Profile() if args.profile else None
     if profiler:
         profiler.enable()
-    t0 = time.perf_counter()
+    t0, c0 = time.perf_counter(), time.process_time()
     report = sim.run()
     wall = time.perf_counter() - t0
+    cpu = time.process_time() - c0
     if profiler:
         profiler.disable()
     peak_rss = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
@@ -104,6 +106,7 @@ def main() -> None:
     print(f"wall                {wall:8.1f} s")
     print(f"  in run_cycle      {in_cycle:8.1f} s  ({', '.join(f'{k} {v:.1f}' for k, v in timings.items() if k != 'total')})")
     print(f"  simulator         {wall - in_cycle:8.1f} s  (snapshots, events, figures)")
+    print(f"CPU                 {cpu:8.1f} s  (in run_cycle {cycle_cpu:.1f} s; steadier than wall on a shared machine)")
     print(f"cycles              {report['cycles']:8d}  ({report['cycles'] / wall:.0f} per second)")
     print(f"jobs finished       {finished:8d}  ({finished / wall:.0f} per second of wall time)")
     print(f"preemptions         {preemptions:8d}")

@@ -89,7 +89,10 @@ class Allocate:
             if not queue.queued and not evicted:
                 continue
             tiers = set(session.node_tiers_fn(queue))
-            run = _QueueRun(queue, iter_units(session, queue, evicted), "any" in tiers or {"unused", "used"} <= tiers)
+            # A shape with no node is none for every queue when the tiers cover all nodes and no node filter
+            # (they answer per job) applies.
+            shared = ("any" in tiers or {"unused", "used"} <= tiers) and not session.node_filter_fns
+            run = _QueueRun(queue, iter_units(session, queue, evicted), shared)
             self._offer(session, picker, run)
 
         considered = 0
@@ -152,20 +155,29 @@ class Allocate:
         and passed over here, without a heap entry, a cost computation or a
         node search.
         """
-        units, known, evicted = run.units, run.known, session.evicted
-        check_valid = bool(session.job_valid_fns)
+        units, known, evicted, failures = run.units, run.known, session.evicted, session.failures
+        job_valid = session.job_valid if session.job_valid_fns else None
+        lookahead = self.lookahead
+        skipped = 0
+        offered = None
         for unit in units:
-            if unit.__class__ is not list and known and unit.id not in evicted:
+            if known and unit.__class__ is not list and unit.id not in evicted:
                 failure = known.get(requirements_key(unit))
-                if failure is not None and not (check_valid and session.job_valid(unit)):
-                    session.failures[unit.id] = failure
-                    self.skipped += 1
-                    if self._pass_over(session, run):
-                        break
-                    continue
-            picker.offer(run.queue, unit, run, self._unit_vector(session, unit))
-            return
-        picker.drop(run.queue)
+                if failure is not None and (job_valid is None or not job_valid(unit)):
+                    failures[unit.id] = failure
+                    skipped += 1
+                    if run.passed + 1 < lookahead:
+                        run.passed += 1
+                        continue
+                    self._pass_over(session, run)
+                    break
+            offered = unit
+            break
+        self.skipped += skipped
+        if offered is None:
+            picker.drop(run.queue)
+        else:
+            picker.offer(run.queue, offered, run, self._unit_vector(session, offered))
 
     def _place(self, session, run, unit, vec) -> bool:
         queue = run.queue

@@ -41,9 +41,14 @@ class Preempt:
             session.timings[self.name] = time.perf_counter() - started
             return
         lowest = preemptible[0]
+        # Only jobs above the lowest preemptible priority may displace anything; a queue's order counts
+        # its jobs per priority class, so queues without such jobs are passed over without a look.
+        urgent = {name for name, pc in session.priority_classes.items() if pc.priority > lowest}
+        if session.default_priority_class in urgent:
+            urgent.add("")
         candidates = []
         for queue in session.queues.values():
-            if not queue.queued:
+            if not queue.queued.has_class(urgent):
                 continue
             for position, unit in enumerate(islice(iter_units(session, queue, ()), session.settings.lookahead)):
                 if not isinstance(unit, list) and unit.gang is not None:

@@ -33,8 +33,8 @@ after every one, this state and its decisions with a fresh rebuild.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from itertools import compress, count
-from operator import attrgetter, is_, not_
+from itertools import compress, count, repeat
+from operator import attrgetter, is_, itemgetter, not_
 from typing import Sequence
 
 from flotilla.core.model import Job, PriorityClass, Snapshot
@@ -48,6 +48,9 @@ _REQUESTS = attrgetter("requests")
 _SELECTOR = attrgetter("node_selector")
 _GANG = attrgetter("gang")
 _PRIORITY = attrgetter("priority")
+_QUEUE = attrgetter("queue")
+_JOB = itemgetter(-1)
+_MISSING = (None,)  # what a job id not queued maps to: its "job" is None
 _SUBMITTED = attrgetter("submitted")
 
 
@@ -175,15 +178,20 @@ class CycleState:
         index.build()
 
         queued = snapshot.queued
-        self.queued: dict[str, Job] = dict(zip(map(_ID, queued), queued))
         # Heap entries (priority, submitted, seq, job) built in C; seq is the position in the snapshot.
         entries = list(zip(map(_PRIORITY, queued), map(_SUBMITTED, queued), count(), queued))
+        #: job id -> its entry, for every queued job (the queues' orders share it).
+        self.entries: dict[str, tuple] = dict(zip(map(_ID, queued), entries))
         self.seq = len(entries)
         per_queue: dict[str, list] = {name: [] for name in self.queues}
-        for entry in entries:
-            per_queue[entry[-1].queue].append(entry)
+        names = set(map(_QUEUE, queued))
+        if len(names) == 1 and names <= per_queue.keys():
+            per_queue[names.pop()] = entries
+        else:
+            for entry in entries:
+                per_queue[entry[-1].queue].append(entry)
         for name, queue_entries in per_queue.items():
-            self.queues[name].queued = QueueOrder(queue_entries)
+            self.queues[name].queued = QueueOrder(self.entries, queue_entries)
         self._set_fair_shares()
         self.gangs = self._gangs(snapshot)
         self._gangs_stale = False
@@ -211,19 +219,26 @@ class CycleState:
             seen += sum(same)
             changed_running.extend((cluster.name, job) for job in compress(jobs, map(not_, same)))
         gone_running: list[str] = []
-        if seen + sum(1 for _, job in changed_running if job.id in self.running) != len(self.running) or \
+        # Jobs already held (typically the last cycle's placements, now running as new objects) are cheap.
+        held_before = sum(1 for _, job in changed_running if job.id in self.running)
+        if seen + held_before != len(self.running) or \
                 len({job.id for _, job in changed_running}) != len(changed_running):
             present = {job.id for cluster in snapshot.clusters for job in cluster.running}
             gone_running = [job_id for job_id in self.running if job_id not in present]
 
         queued = snapshot.queued
-        queued_get = self.queued.get
-        same = list(map(is_, map(queued_get, map(_ID, queued)), queued))
+        held = map(_JOB, map(self.entries.get, map(_ID, queued), repeat(_MISSING)))
+        same = list(map(is_, held, queued))
         added: list[Job] = [] if all(same) else list(compress(queued, map(not_, same)))
         gone_queued: list[str] = []
-        if sum(same) != len(self.queued):
+        if sum(same) != len(self.entries):
             present = set(map(_ID, queued))
-            gone_queued = [job_id for job_id in self.queued if job_id not in present]
+            gone_queued = [job_id for job_id in self.entries if job_id not in present]
+        # When most of it changed (another workload on the same nodes), building afresh is cheaper.
+        slack = len(index.nodes) + 64
+        if 2 * (len(gone_running) + len(changed_running) - held_before) > len(self.running) + slack or \
+                2 * (len(gone_queued) + len(added)) > len(self.entries) + slack:
+            raise Rebuild
         new_jobs = [job for _, job in changed_running] + added
         for job in new_jobs:
             if job.queue not in self.queues:
@@ -255,22 +270,22 @@ class CycleState:
             self._bind(job, i, vec, level)
         self._sync_foreign(snapshot)
 
+        entries = self.entries
         for job_id in gone_queued:
-            job = self.queued.pop(job_id)
-            gangs_changed |= job.gang is not None
-            self.queues[job.queue].queued.discard(job_id)
+            entry = entries.pop(job_id)
+            gangs_changed |= entry[-1].gang is not None
+            self.queues[entry[-1].queue].queued.remove(entry)
         placed_entries, self.placed_entries = self.placed_entries, {}
         for job in added:
-            old = self.queued.get(job.id)
-            if old is not None and old.queue != job.queue:
-                self.queues[old.queue].queued.discard(job.id)
-            self.queued[job.id] = job
+            old = entries.pop(job.id, None)
+            if old is not None:
+                self.queues[old[-1].queue].queued.remove(old)
             entry = placed_entries.get(job.id)
-            if entry is not None and entry[-1] is job:
-                self.queues[job.queue].queued.restore(entry)
-            else:
-                self.queues[job.queue].queued.add(job, self.seq)
+            if entry is None or entry[-1] is not job:
+                entry = (job.priority, job.submitted, self.seq, job)
                 self.seq += 1
+            entries[job.id] = entry
+            self.queues[job.queue].queued.add(entry)
         self._set_limits(snapshot)
         self._set_fair_shares()
         if gangs_changed or (changed_running and self.gangs):
@@ -295,7 +310,8 @@ class CycleState:
                 raise Rebuild
         queues = {name: queue for name, queue in self.queues.items() if name in parents}
         for name in parents.keys() - queues.keys():
-            queues[name] = QueueState(name, 1.0, {}, [0] * len(self.space), parent=parents[name])
+            queues[name] = QueueState(name, 1.0, {}, [0] * len(self.space), queued=QueueOrder(self.entries),
+                                      parent=parents[name])
         self.queues = {name: queues[name] for name in sorted(queues)}
         for queue in self.queues.values():
             queue.children = []
@@ -390,13 +406,12 @@ class CycleState:
             self.running[job.id] = RunningJob(job, i, vec, level)
             self.running_jobs[job.id] = job
             self.queues[job.queue].running += 1
-            del self.queued[job.id]
         for job_id, job in session.preempted.items():
             del self.running[job_id]
             del self.running_jobs[job_id]
             self._gangs_stale |= job.gang is not None
         self._gangs_stale |= any(placement.job.gang is not None for placement in session.scheduled)
-        # A placement that does not start leaves its job queued: it gets its place in the order back.
+        # Placed jobs leave the queues; one that does not start after all gets its place back.
         self.placed_entries = {}
         for queue in self.queues.values():
             queue.queued.settle(placed, self.placed_entries)
@@ -417,7 +432,8 @@ class CycleState:
             "running": sorted((job_id, r.job.id, r.node, r.vec, r.level) for job_id, r in self.running.items()),
             "queues": {name: (q.weight, q.limits, q.parent, [c.name for c in q.children], [c.name for c in q.chain],
                               q.allocated, q.limit_vector, q.fair_share, q.running,
-                              [entry[-1].id for entry in sorted(q.queued.live.values(), key=lambda e: e[:-1])])
+                              [entry[-1].id for entry in sorted(q.queued.live_entries(), key=lambda e: e[:-1])],
+                              sorted(+q.queued.classes))
                        for name, q in self.queues.items()},
             "gangs": {gang: [job.id for job in members] for gang, members in self.gangs.items()},
             "nested": self.nested,

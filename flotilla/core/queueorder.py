@@ -2,27 +2,34 @@
 
 Allocate only ever needs a queue's head: the next job in order (priority,
 then submission time, then the order the jobs were first seen). A
-:class:`QueueOrder` keeps the queue as a heap of ``(priority, submitted,
-seq, job)`` entries that lives across cycles:
+:class:`QueueOrder` keeps the queue between cycles as two parts: ``head``,
+a sorted list of the entries earlier cycles reached, and ``heap``, the
+rest. Entries are ``(priority, submitted, seq, job)``.
 
-* a cycle reads it through :meth:`QueueOrder.__iter__`, which pops entries
-  only as far as the cycle goes and remembers them in ``prefix`` so that a
-  later action (``preempt`` after ``allocate``) walks the same order again;
-* :meth:`settle` ends the cycle: the entries reached go back on the heap,
-  except those of the jobs the cycle placed;
-* jobs that leave the queue between cycles are deleted lazily (their entry is
-  dropped when it comes up), and the heap is compacted when dead entries
-  outnumber live ones.
+* A cycle reads the queue through :meth:`QueueOrder.__iter__`, a merge of
+  ``head`` and ``heap`` that goes only as far as the cycle goes and records
+  what it produced in ``prefix``, so a later action (``preempt`` after
+  ``allocate``) walks the same order again for free.
+* :meth:`settle` ends the cycle: the prefix, less the jobs the cycle placed,
+  becomes the front of the next head (a list slice, not a heap push per
+  entry).
+* Which entries are live is one dict shared by the state's queues (job id
+  -> entry); a job that leaves between cycles is removed from it and its
+  entry is dropped when the merge comes to it; the queue is compacted when
+  dead entries outnumber live ones.
 
 So a queue of a million jobs costs, per cycle, what the cycle reaches plus
-what changed, not a million.
+what changed, not a million. Per priority class counts tell ``preempt``
+without a look at any job whether a queue holds anything urgent.
 """
 
 from __future__ import annotations
 
 import heapq
+from collections import Counter
+from itertools import chain
 from operator import attrgetter, itemgetter
-from typing import Iterable, Iterator
+from typing import Iterator
 
 from flotilla.core.model import Job
 
@@ -31,77 +38,100 @@ from flotilla.core.model import Job
 Entry = tuple
 
 _ID = attrgetter("id")
+_CLASS = attrgetter("priority_class")
 _JOB = itemgetter(-1)
 
 
 class QueueOrder:
-    __slots__ = ("heap", "live", "prefix", "dead")
+    __slots__ = ("entries", "heap", "head", "hpos", "prefix", "count", "classes", "dead")
 
-    def __init__(self, entries: list[Entry] | None = None):
-        self.heap: list[Entry] = entries or []
+    def __init__(self, entries: dict[str, Entry] | None = None, initial: list[Entry] | None = None):
+        initial = initial or []
+        #: job id -> its live entry, shared by all the queues of one state.
+        self.entries: dict[str, Entry] = entries if entries is not None else dict(zip(map(_ID, map(_JOB, initial)),
+                                                                                       initial))
+        self.heap: list[Entry] = initial
         heapq.heapify(self.heap)
-        #: job id -> its live entry; also what tells a queue with jobs from an empty one.
-        self.live: dict[str, Entry] = dict(zip(map(_ID, map(_JOB, self.heap)), self.heap))
+        self.head: list[Entry] = []
+        self.hpos = 0
         self.prefix: list[Entry] = []
+        self.count = len(initial)
+        self.classes: Counter[str] = Counter(map(_CLASS, map(_JOB, initial)))
         self.dead = 0
 
     def __len__(self) -> int:
-        return len(self.live)
+        return self.count
 
     def __bool__(self) -> bool:
-        return bool(self.live)
+        return self.count > 0
 
-    def add(self, job: Job, seq: int) -> None:
-        self.restore((job.priority, job.submitted, seq, job))
-
-    def restore(self, entry: Entry) -> None:
-        """Put an entry (new, or one :meth:`settle` took out) in the queue."""
-        job = entry[-1]
-        if self.live.get(job.id) is not None:
-            self.dead += 1
-        self.live[job.id] = entry
+    # -- changes between cycles (the caller keeps ``entries`` up to date) -----------------
+    def add(self, entry: Entry) -> None:
         heapq.heappush(self.heap, entry)
+        self.count += 1
+        self.classes[entry[-1].priority_class] += 1
 
-    def discard(self, job_id: str) -> None:
-        if self.live.pop(job_id, None) is not None:
-            self.dead += 1
+    def remove(self, entry: Entry) -> None:
+        """``entry`` left ``entries``: forget it here (its slot is dropped lazily)."""
+        self.count -= 1
+        self.classes[entry[-1].priority_class] -= 1
+        self.dead += 1
 
-    def jobs(self) -> Iterable[Job]:
+    def has_class(self, names) -> bool:
+        """Whether a queued job's priority class is one of ``names``."""
+        classes = self.classes
+        return any(classes.get(name) for name in names)
+
+    # -- reading --------------------------------------------------------------------------
+    def live_entries(self) -> list[Entry]:
+        """The live entries, in no particular order."""
+        entries = self.entries
+        return [e for e in chain(self.prefix, self.head[self.hpos:], self.heap) if entries.get(e[-1].id) is e]
+
+    def jobs(self) -> list[Job]:
         """The queued jobs, in no particular order."""
-        return (entry[-1] for entry in self.live.values())
+        return list(map(_JOB, self.live_entries()))
 
     def __iter__(self) -> Iterator[Job]:
-        prefix, heap, live = self.prefix, self.heap, self.live
+        prefix, heap, head, entries = self.prefix, self.heap, self.head, self.entries
         position = 0
         while True:
             if position < len(prefix):
                 entry = prefix[position]
             else:
-                while heap:
-                    entry = heapq.heappop(heap)
-                    if live.get(entry[-1].id) is entry:
+                # The smaller of the head's next entry and the heap's top; dead ones are dropped.
+                while True:
+                    hpos = self.hpos
+                    if hpos < len(head) and (not heap or head[hpos] < heap[0]):
+                        entry = head[hpos]
+                        self.hpos = hpos + 1
+                    elif heap:
+                        entry = heapq.heappop(heap)
+                    else:
+                        return
+                    if entries.get(entry[-1].id) is entry:
                         break
                     self.dead -= 1
-                else:
-                    return
                 prefix.append(entry)
             position += 1
             yield entry[-1]
 
     def settle(self, placed: set[str], taken: dict[str, Entry]) -> None:
-        """End of a cycle: entries reached go back, placed jobs leave the queue (their entries into ``taken``)."""
-        live, heap = self.live, self.heap
+        """End of a cycle: what was reached leads the next head; placed jobs leave (their entries into ``taken``)."""
+        entries = self.entries
+        kept = []
         for entry in self.prefix:
-            job_id = entry[-1].id
-            if live.get(job_id) is not entry:
-                continue
-            if job_id in placed:
-                del live[job_id]
-                taken[job_id] = entry
+            job = entry[-1]
+            if job.id in placed and entries.get(job.id) is entry:
+                del entries[job.id]
+                taken[job.id] = entry
+                self.count -= 1
+                self.classes[job.priority_class] -= 1
             else:
-                heapq.heappush(heap, entry)
-        self.prefix = []
-        if self.dead > 64 and self.dead > len(live):
-            self.heap = list(live.values())
+                kept.append(entry)
+        kept.extend(self.head[self.hpos:])
+        self.head, self.hpos, self.prefix = kept, 0, []
+        if self.dead > 64 and self.dead > self.count:
+            self.heap = self.live_entries()
             heapq.heapify(self.heap)
-            self.dead = 0
+            self.head, self.dead = [], 0

@@ -296,8 +296,8 @@ class Session:
             return queue.queued
         order = self._orders.get(queue.name)
         if order is None:
-            entries = [(*self.job_sort_key(entry[-1], entry[2]), entry[-1]) for entry in queue.queued.live.values()]
-            order = self._orders[queue.name] = QueueOrder(entries)
+            entries = [(*self.job_sort_key(entry[-1], entry[2]), entry[-1]) for entry in queue.queued.live_entries()]
+            order = self._orders[queue.name] = QueueOrder(None, entries)
         return order
 
     def statement(self) -> Statement:

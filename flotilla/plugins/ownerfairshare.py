@@ -55,7 +55,7 @@ class OwnerFairShare:
         keys: dict[str, float] = {}
         for queue in session.queues.values():
             by_owner: dict[str, list[tuple]] = {}
-            for entry in queue.queued.live.values():   # (priority, submitted, seq, job): the queue's own order
+            for entry in queue.queued.live_entries():   # (priority, submitted, seq, job): the queue's own order
                 job = entry[-1]
                 by_owner.setdefault(owner(job), []).append((entry[0], entry[1], entry[2], job.id))
             for name, entries in by_owner.items():

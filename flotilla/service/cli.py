@@ -417,13 +417,15 @@ def queue_describe(ctx, name, output, url, token):
 
 @queue_group.command("delete")
 @click.argument("name")
+@click.option("--force", is_flag=True,
+              help="cancel the queue's unfinished jobs first (running ones must stop before the queue goes)")
 @connection_options
 @click.pass_context
-def queue_delete(ctx, name, url, token):
-    """Delete a queue; refused while it has jobs that have not finished."""
+def queue_delete(ctx, name, force, url, token):
+    """Delete a queue and its whole history; refused while it has jobs that have not finished."""
     _remember(ctx, url, token)
-    _call(ctx, lambda c: c.delete_queue(name))
-    click.echo(f"deleted queue {name}")
+    result = _call(ctx, lambda c: c.delete_queue(name, force=force))
+    click.echo(f"deleted queue {name} and its {result['jobs']} jobs")
 
 
 @queue_group.command("cordon")
