@@ -428,26 +428,28 @@ def queue_delete(ctx, name, force, url, token):
     click.echo(f"deleted queue {name} and its {result['jobs']} jobs")
 
 
-@queue_group.command("cordon")
-@click.argument("name")
-@connection_options
-@click.pass_context
-def queue_cordon(ctx, name, url, token):
-    """Cordon a queue: it keeps accepting jobs but schedules nothing new (administrators)."""
-    _remember(ctx, url, token)
-    _call(ctx, lambda c: c.cordon_queue(name, True))
-    click.echo(f"cordoned queue {name}")
+def _switch_command(group, name: str, argument: str, doc: str, call, done: str):
+    """One of the on/off admin commands (cordon/uncordon, drain/uncordon): ``call(client, argument)``."""
+
+    @group.command(name, help=doc)
+    @click.argument(argument)
+    @connection_options
+    @click.pass_context
+    def command(ctx, url, token, **args):
+        _remember(ctx, url, token)
+        value = args[argument]
+        _call(ctx, lambda c: call(c, value))
+        click.echo(f"{done} {value}")
+
+    return command
 
 
-@queue_group.command("uncordon")
-@click.argument("name")
-@connection_options
-@click.pass_context
-def queue_uncordon(ctx, name, url, token):
-    """Uncordon a queue: its jobs are scheduled again (administrators)."""
-    _remember(ctx, url, token)
-    _call(ctx, lambda c: c.cordon_queue(name, False))
-    click.echo(f"uncordoned queue {name}")
+queue_cordon = _switch_command(queue_group, "cordon", "name",
+                               "Cordon a queue: it keeps accepting jobs but schedules nothing new (administrators).",
+                               lambda c, name: c.cordon_queue(name, True), "cordoned queue")
+queue_uncordon = _switch_command(queue_group, "uncordon", "name",
+                                 "Uncordon a queue: its jobs are scheduled again (administrators).",
+                                 lambda c, name: c.cordon_queue(name, False), "uncordoned queue")
 
 
 # -- nodes -------------------------------------------------------------------------------------
@@ -464,28 +466,12 @@ def _node_name(text: str) -> tuple[str, str]:
     return cluster, node
 
 
-@node_group.command("drain")
-@click.argument("node")
-@connection_options
-@click.pass_context
-def node_drain(ctx, node, url, token):
-    """No new jobs go to CLUSTER/NODE; its running jobs finish (on Kubernetes: spec.unschedulable)."""
-    _remember(ctx, url, token)
-    cluster, name = _node_name(node)
-    _call(ctx, lambda c: c.drain_node(cluster, name, True))
-    click.echo(f"draining {cluster}/{name}")
-
-
-@node_group.command("uncordon")
-@click.argument("node")
-@connection_options
-@click.pass_context
-def node_uncordon(ctx, node, url, token):
-    """CLUSTER/NODE takes new jobs again."""
-    _remember(ctx, url, token)
-    cluster, name = _node_name(node)
-    _call(ctx, lambda c: c.drain_node(cluster, name, False))
-    click.echo(f"uncordoned {cluster}/{name}")
+node_drain = _switch_command(node_group, "drain", "node",
+                             "No new jobs go to CLUSTER/NODE; its running jobs finish (on Kubernetes: "
+                             "spec.unschedulable). Administrators.",
+                             lambda c, node: c.drain_node(*_node_name(node), True), "draining")
+node_uncordon = _switch_command(node_group, "uncordon", "node", "CLUSTER/NODE takes new jobs again (administrators).",
+                                lambda c, node: c.drain_node(*_node_name(node), False), "uncordoned")
 
 
 @node_group.command("list")
