@@ -155,6 +155,16 @@ def test_a_queue_weight_of_infinity_is_refused_in_the_api_and_in_the_config(env)
     with pytest.raises(ConfigError) as exc:
         parse_config(CONFIG.replace("{name: B, weight: 1,", "{name: B, weight: .inf,"), "test.yaml")
     assert str(exc.value) == "test.yaml:8: queues[1].weight: Input should be a finite number (got inf)"
+    for old, new, message in (
+            ("lease: {timeout: 2s,", "lease: {timeout: .nan,", "test.yaml:10: lease.timeout: expected a finite "
+                                                               "duration, got nan"),
+            ("cycle: {period: 0.2s}", "cycle: {period: .inf}", "test.yaml:13: cycle.period: expected a finite "
+                                                               "duration, got inf"),
+            ("evict: {probability: 0}", "evict: {probability: .nan}", "test.yaml:9: evict.probability: Input should "
+                                                                      "be a finite number (got nan)")):
+        with pytest.raises(ConfigError) as exc:
+            parse_config(CONFIG.replace(old, new), "test.yaml")
+        assert str(exc.value) == message
 
 
 def test_job_files_read_from_disk_meet_the_same_bounds():
@@ -260,6 +270,10 @@ def test_on_each_store_hostile_ids_store_nothing_and_a_deleted_queue_is_forgotte
     new = client.post("/v1/submit", json=job_file("A", "s", [job("c1")]), headers=headers("dave")).json()["jobs"][0]
     assert new["existing"] is False and new["id"] != old
     assert [j["id"] for j in store.list_jobs("A")] == [new["id"]]
+    for path in ("/v1/jobs/a%00b", "/v1/queues/A%00", "/v1/queues/A/jobsets/s%00/jobs",
+                 "/v1/queues/A/jobsets/s/jobs?state=queued%00"):
+        assert error(client.get(path, headers=headers("dave")), 400)["message"] == \
+            "NUL characters are not allowed in the path or the query"
     store.close()
 
 
