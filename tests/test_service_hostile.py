@@ -42,6 +42,7 @@ def test_a_deleted_queue_leaves_no_jobs_events_or_client_ids_to_its_successor(en
     old = client.post("/v1/submit", json=job_file("X", "s", [job("c1")]), headers=headers("alice")).json()
     old_id = old["jobs"][0]["id"]
     assert client.post("/v1/cancel", json={"queue": "X", "jobSetId": "s"}, headers=headers("alice")).status_code == 200
+    assert client.post("/v1/queues/X/cordon", headers=root).status_code == 200
     r = client.delete("/v1/queues/X", headers=root)
     assert r.json() == {"deleted": "X", "jobs": 1, "cancelled": [], "cancelling": []}
     assert client.post("/v1/queues", json={"name": "X", "owners": ["dave"]}, headers=root).status_code == 200
@@ -50,6 +51,8 @@ def test_a_deleted_queue_leaves_no_jobs_events_or_client_ids_to_its_successor(en
     assert error(client.get(f"/v1/jobs/{old_id}", headers=dave), 404)["message"] == f"job {old_id!r} not found"
     assert client.get("/v1/queues/X/jobsets/s/events?follow=false", headers=dave).text == ""
     assert client.get("/v1/queues/X/jobsets/s/jobs", headers=dave).json() == {"jobs": []}
+    assert [q["cordoned"] for q in client.get("/v1/queues", headers=dave).json()["queues"] if q["name"] == "X"] == \
+        [False]
     again = client.post("/v1/submit", json=job_file("X", "s", [job("c1")]), headers=dave).json()["jobs"][0]
     assert again["existing"] is False and again["id"] != old_id
     # What is left of the old queue: one "deleted" event outside every job set, for the loop's copies.
