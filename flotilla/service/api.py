@@ -164,6 +164,8 @@ def create_app(store: Store, settings: ServiceSettings, loop=None, *, admin_endp
             raise ApiError(404, f"queue {body.queue!r} does not exist", field="queue")
         if not may_act(who, queue):
             raise ApiError(403, f"user {who.user!r} may not submit to queue {body.queue!r}")
+        if any(q.parent == body.queue for q in settings.queues):
+            raise ApiError(422, f"queue {body.queue!r} has child queues; only leaf queues hold jobs", field="queue")
         new_jobs = validate_jobs(body, settings)
         done = store.submit(body.queue, body.jobSetId, who.user, new_jobs)
         return {"jobs": [{"id": s.id, "clientId": s.client_id, "existing": s.existing} for s in done]}
@@ -273,7 +275,9 @@ def create_app(store: Store, settings: ServiceSettings, loop=None, *, admin_endp
     @app.get("/v1/queues", tags=["queues"], summary="Every queue")
     def list_queues(who: Identity = Depends(identity)) -> dict:
         cordoned = store.cordoned("queue")
-        return {"queues": [{**q.to_dict(), "cordoned": q.name in cordoned} for q in store.list_queues()]}
+        parents = {q.name: q.parent for q in settings.queues}
+        return {"queues": [{**q.to_dict(), "parent": parents.get(q.name), "cordoned": q.name in cordoned}
+                           for q in store.list_queues()]}
 
     @app.post("/v1/queues/{name}/{action}", tags=["queues"],
               summary="Cordon a queue (it accepts jobs, schedules nothing new) or uncordon it (administrators)")

@@ -332,7 +332,7 @@ def watch(ctx, queue, job_set, after, until_done, no_follow, output, url, token)
 QUEUE_COLUMNS = [("name", "name"), ("weight", "weight"), ("limits", "limits"), ("owners", "owners"),
                  ("groupOwners", "groupOwners")]
 #: ``queue list`` also says which queues are cordoned.
-QUEUE_LIST_COLUMNS = [*QUEUE_COLUMNS, ("cordoned", "cordoned")]
+QUEUE_LIST_COLUMNS = [*QUEUE_COLUMNS, ("parent", "parent"), ("cordoned", "cordoned")]
 
 
 @click.group("queue")

@@ -319,8 +319,9 @@ class ServiceLoop:
             running = [job for job in by_cluster[name] if job.node in node_names]
             clusters.append(ClusterSnapshot(name, snap.nodes, running, dict(snap.foreign)))
         cordoned = self.store.cordoned("queue")
-        snapshot = Snapshot(clusters, queued, [Queue(q.name, q.weight, dict(q.limits), cordoned=q.name in cordoned)
-                                               for q in queue_specs],
+        parents = {q.name: q.parent for q in self.settings.queues}   # hierarchies come from the config file
+        snapshot = Snapshot(clusters, queued, [Queue(q.name, q.weight, dict(q.limits), parents.get(q.name),
+                                                     cordoned=q.name in cordoned) for q in queue_specs],
                             self.scheduler.priority_classes(), self.settings.default_priority_class, now)
         report.queued = len(self.queued.jobs)
         report.running = len(result.active)
