@@ -72,14 +72,10 @@ def test_without_tokens_there_is_no_login_and_every_queue_is_open(tmp_path):
 
 
 def test_the_queues_page_shows_the_tree_of_queues(tmp_path):
-    from flotilla.config import parse_config
     from flotilla.service.loop import service_backends
-    from service_fixtures import CONFIG
+    from service_fixtures import tree_config
 
-    cfg = parse_config(CONFIG.replace(
-        "  - {name: B, weight: 1, owners: [bob]}\n",
-        "  - {name: B, weight: 1, owners: [bob]}\n  - {name: A1, weight: 1, parent: A, owners: [alice]}\n"
-        "  - {name: A2, weight: 3, parent: A, owners: [alice]}\n"), "tree.yaml")
+    cfg = tree_config()
     service = build_service(cfg, Scheduler(cfg), store_url=f"sqlite:///{tmp_path}/tree.db",
                             backends=service_backends(cfg), seed=0)
     for queue in ("A1", "A2", "B"):
