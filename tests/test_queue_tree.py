@@ -123,3 +123,39 @@ def test_simulate_converges_to_the_tree_shares(tmp_path):
     assert report["queues"]["org-a"]["submitted"] == 900 and "parent" not in report["queues"]["org-a"]
     assert report["queues"]["team-1"]["parent"] == "org-a"
     assert all(q["finished"] == q["submitted"] for q in report["queues"].values())
+
+
+def test_the_service_schedules_and_lists_the_tree(tmp_path):
+    """Config-file parents reach the service: the tree's shares, the queue list, jobs refused on a parent."""
+    from fastapi.testclient import TestClient
+
+    from flotilla.core.cycle import Scheduler
+    from flotilla.service.loop import service_backends
+    from flotilla.service.server import build_service
+    from flotilla.config import parse_config
+    from service_fixtures import CONFIG, headers, job, job_file
+    from test_service_metrics import Clock
+
+    cfg = parse_config(CONFIG.replace(
+        "  - {name: B, weight: 1, owners: [bob]}\n",
+        "  - {name: B, weight: 1, owners: [bob]}\n  - {name: A1, weight: 1, parent: A, owners: [alice]}\n"
+        "  - {name: A2, weight: 3, parent: A, owners: [alice]}\n"), "test.yaml")
+    service = build_service(cfg, Scheduler(cfg), store_url=f"sqlite:///{tmp_path}/t.db",
+                            backends=service_backends(cfg, clock=Clock()), seed=0)
+    client = TestClient(service.app)
+    listed = {q["name"]: q["parent"] for q in client.get("/v1/queues", headers=headers("alice")).json()["queues"]}
+    assert listed == {"A": None, "B": None, "A1": "A", "A2": "A"}
+    refused = client.post("/v1/submit", json=job_file("A", "s", [job("x")]), headers=headers("alice"))
+    assert refused.status_code == 422
+    assert refused.json()["error"]["message"] == "queue 'A' has child queues; only leaf queues hold jobs"
+    # 32 cores; everyone backlogged with 1-core jobs: B 16, A1 4, A2 12.
+    for queue, user in (("A1", "alice"), ("A2", "alice"), ("B", "bob")):
+        client.post("/v1/submit", json=job_file(queue, "s", [job(f"{queue}-{i}") for i in range(40)]),
+                    headers=headers(user))
+    assert service.runner.cycle()
+    queues = service.loop.last_decisions.queues
+    assert {name: (q.fair_share, q.parent) for name, q in queues.items()} == {
+        "A": (0.5, None), "B": (0.5, None), "A1": (0.125, "A"), "A2": (0.375, "A")}
+    assert {name: q.allocated for name, q in queues.items()} == {
+        "A": {"cpu": "16"}, "B": {"cpu": "16"}, "A1": {"cpu": "4"}, "A2": {"cpu": "12"}}
+    service.close()

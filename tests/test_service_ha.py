@@ -198,6 +198,21 @@ def test_two_apis_and_two_schedulers_survive_kill_and_pause(kwok, tmp_path):
                     ids += [j["id"] for j in response.json()["jobs"]]
             return ids
 
+        # A follow watch on the second API replica, started before anything is submitted: it sees events
+        # another process committed (the first replica's submissions, the leader's leases) as they happen.
+        arrivals: list[tuple[float, dict]] = []
+
+        def follow() -> None:
+            with httpx.stream("GET", f"{apis[1].url}/v1/queues/A/jobsets/burst/events",
+                              headers={"Authorization": "Bearer alice-token"}, timeout=120) as stream:
+                for line in stream.iter_lines():
+                    if line.strip():
+                        arrivals.append((time.time(), json.loads(line)))
+                    if sum(e["kind"] == "succeeded" for _, e in arrivals) == 160:
+                        return
+        follower_thread = threading.Thread(target=follow, daemon=True)
+        follower_thread.start()
+
         # The burst: 160 one-core jobs (128 cores in all), in 8 submissions alternating between the APIs.
         acknowledged = burst("burst", 8)
         assert len(set(acknowledged)) == 160
@@ -267,9 +282,15 @@ def test_two_apis_and_two_schedulers_survive_kill_and_pause(kwok, tmp_path):
         assert watched.returncode == 0, watched.stderr
         assert [json.loads(line)["id"] for line in watched.stdout.splitlines()] == \
             [e["id"] for e in events if e["jobSet"] == "burst"]
+        follower_thread.join(30)
+        assert [e["id"] for _, e in arrivals] == [e["id"] for e in events if e["jobSet"] == "burst"]
+        lag = {kind: sorted(arrived - e["time"] for arrived, e in arrivals if e["kind"] == kind)
+               for kind in ("submitted", "leased")}
         fenced = follower.metric("flotilla_scheduler_fenced_writes_total")
         print(f"\nha: takeover after kill -9 in {takeover:.2f}s; {len(requeued)} jobs requeued by lease expiry; "
-              f"{len(pods)} pods ({recorder.breaks} watch reconnections); the paused leader's refused cycles: {fenced:g} (1 when it was paused mid-cycle)")
+              f"{len(pods)} pods ({recorder.breaks} watch reconnections); the paused leader's refused cycles: {fenced:g} "
+              f"(1 when it was paused mid-cycle); events seen on the other API replica after their event time, median/max: "
+              + ", ".join(f"{k} {v[len(v) // 2]:.2f}/{v[-1]:.2f}s" for k, v in lag.items()))
         store.close()
     finally:
         recorder.stop()

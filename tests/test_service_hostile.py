@@ -16,7 +16,7 @@ from flotilla.config import ConfigError, parse_config
 from flotilla.service.api import create_app
 from flotilla.service.jobspec import prepare
 from flotilla.service.store import Store, SubmissionRejected
-from service_fixtures import api_env, CONFIG, headers, job, job_file, settings
+from service_fixtures import STORE_PARAMS, CONFIG, api_env, headers, job, job_file, make_store, settings
 
 ID_RULE = "1-255 characters: letters, digits, '.', '_' and '-', starting with a letter or digit"
 
@@ -237,3 +237,37 @@ def test_job_state_filters_are_checked_and_status_counts_jobs(env):
     assert client.get("/v1/status", headers=headers("alice")).json()["jobs"] == {
         "queued": 1, "leased": 0, "pending": 0, "running": 0, "succeeded": 0, "failed": 0, "preempted": 0,
         "cancelled": 0}
+
+
+# -- the same on PostgreSQL, where a NUL or an over-long id used to be a 500 ---------------------------
+
+@pytest.mark.parametrize("kind", STORE_PARAMS)
+def test_on_each_store_hostile_ids_store_nothing_and_a_deleted_queue_is_forgotten(kind, tmp_path):
+    s = settings()
+    store = make_store(kind, tmp_path)
+    store.sync_queues(s.queues)
+    client = TestClient(create_app(store, s))
+    alice, root = headers("alice"), headers("root")
+    for cid, job_set, field in (("a\x00b", "s", "jobs[0].clientId"), ("c" * 256, "s", "jobs[0].clientId"),
+                                ("ok", "s\x00", "jobSetId"), ("ok", "s" * 256, "jobSetId")):
+        r = client.post("/v1/submit", json=job_file("A", job_set, [job(cid)]), headers=alice)
+        assert error(r, 422)["field"] == field
+    assert store.count_jobs() == 0
+    old = client.post("/v1/submit", json=job_file("A", "s", [job("c1")]), headers=alice).json()["jobs"][0]["id"]
+    assert client.delete("/v1/queues/A?force=true", headers=root).json() == {
+        "deleted": "A", "jobs": 1, "cancelled": [old], "cancelling": []}
+    assert client.post("/v1/queues", json={"name": "A", "owners": ["dave"]}, headers=root).status_code == 200
+    new = client.post("/v1/submit", json=job_file("A", "s", [job("c1")]), headers=headers("dave")).json()["jobs"][0]
+    assert new["existing"] is False and new["id"] != old
+    assert [j["id"] for j in store.list_jobs("A")] == [new["id"]]
+    store.close()
+
+
+def test_labels_and_annotations_are_capped_at_kubernetes_limit(env):
+    client, store = env
+    heavy = job("heavy")
+    heavy["annotations"]["team/notes"] = "n" * (256 * 1024 - len("team/notes") + 1)
+    r = client.post("/v1/submit", json=job_file("A", "s", [heavy]), headers=headers("alice"))
+    assert rejected_texts(r) == ["job 0 (clientId 'heavy'): annotations: labels and annotations total 262145 bytes; "
+                                 "at most 262144 (Kubernetes' limit)"]
+    assert store.count_jobs() == 0

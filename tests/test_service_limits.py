@@ -10,8 +10,8 @@ import pytest
 import sqlalchemy as sa
 
 from flotilla.service.schema import queues
-from flotilla.service.store import Store
-from serve_process import Server
+from flotilla.service.store import Store, _JsonCache
+from serve_process import Server, cli
 from service_fixtures import job, job_file
 from test_service_e2e import CONFIG
 
@@ -122,3 +122,27 @@ def test_sql_errors_do_not_carry_their_parameters(tmp_path):
     assert SECRET not in str(exc.value) and "[SQL parameters hidden due to hide_parameters=True]" in str(exc.value)
     assert store.list_queues() == []
     store.close()
+
+
+def test_queue_delete_from_the_cli_is_refused_with_unfinished_jobs_and_forced_with_force(srv):
+    with srv.http("bob") as bob:   # a job no node can hold stays queued
+        assert bob.post("/v1/submit", json=job_file("B", "s", [job("huge", cpu="1000")])).status_code == 200
+    refused = cli(srv, "admin", "queue", "delete", "B")
+    assert (refused.returncode, refused.stderr.strip()) == (
+        1, "error: 409: queue 'B' has 1 active jobs; cancel them first, or delete with force=true")
+    forced = cli(srv, "admin", "queue", "delete", "B", "--force")
+    assert (forced.returncode, forced.stdout.strip()) == (0, "deleted queue B and its 1 jobs")
+    store = srv.store()
+    assert store.get_queue("B") is None and store.count_jobs() == 0
+    store.close()
+
+
+def test_the_json_parse_cache_is_bounded_by_bytes():
+    cache = _JsonCache(limit=10_000, max_bytes=10_000, max_text=1_000)
+    big = json.dumps({"a": "x" * 5_000})
+    assert cache(big) == {"a": "x" * 5_000} and cache.bytes == 0   # too big to keep
+    texts = [json.dumps({"k": i, "pad": "y" * 200}) for i in range(100)]
+    for text in texts:
+        cache(text)
+        assert cache.bytes <= 10_000
+    assert cache(texts[-1]) is cache(texts[-1])   # what it keeps, it shares

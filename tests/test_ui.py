@@ -47,3 +47,25 @@ def test_jobs_are_filtered_sorted_and_paged_by_the_database(tmp_path):
     client.cookies.set("flotilla_token", "bob-token")
     assert client.get("/ui/jobs?queue=A").status_code == 403
     service.close()
+
+
+def test_without_tokens_there_is_no_login_and_every_queue_is_open(tmp_path):
+    from flotilla.config import parse_config
+    from service_fixtures import CONFIG
+
+    text = CONFIG[:CONFIG.index("auth:")] + CONFIG[CONFIG.index("clusters:"):]
+    cfg = parse_config(text, "open.yaml")
+    service = build_service(cfg, Scheduler(cfg), store_url=f"sqlite:///{tmp_path}/open.db")
+    body = job_file("B", "s", [job("x", cpu="100")])
+    job_id = service.store.submit("B", "s", "anonymous", prepare(body, service.settings)[1])[0].id
+    client = TestClient(service.app, base_url="http://127.0.0.1")   # without tokens, loopback Hosts only
+    page = client.get("/ui", follow_redirects=False)
+    assert page.status_code == 200 and "local, no authentication" in page.text
+    response = client.post(f"/ui/jobs/{job_id}/cancel", follow_redirects=False)
+    assert (response.status_code, response.headers["location"]) == (303, f"/ui/jobs/{job_id}?done=cancel+requested")
+    assert service.store.get_job(job_id)["state"] == "cancelled"
+    # A page of another site cannot press the button for the local user.
+    response = client.post(f"/ui/jobs/{job_id}/reprioritize", data={"priority": "3"},
+                           headers={"Origin": "https://attacker.example"})
+    assert response.status_code == 403
+    service.close()

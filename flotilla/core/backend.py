@@ -140,6 +140,10 @@ class SimulatedCluster:
         return events
 
     # -- simulation helpers -------------------------------------------------------
+    def set_unschedulable(self, node: str, flag: bool) -> None:
+        """Drain (``True``) or uncordon a node: it takes no new jobs while unschedulable; running ones finish."""
+        self.nodes[node] = replace(self.nodes[node], unschedulable=flag)
+
     def next_completion(self) -> float | None:
         """When the next running job finishes, for a clock that jumps from event to event."""
         ends = [run.ends for run in self._runs.values() if run.ends is not None]

@@ -48,6 +48,8 @@ class Queue:
     weight: float = 1.0
     limits: Mapping[str, float] = field(default_factory=dict)
     parent: str | None = None
+    #: A cordoned queue keeps its jobs (and accepts more) but schedules nothing new.
+    cordoned: bool = False
 
 
 @dataclass(frozen=True, slots=True)

@@ -96,6 +96,8 @@ class Session:
         self.scheduled_ids: set[str] = set()
         #: Queued jobs an action withheld from this cycle (``enqueue``: they can never run), with why.
         self.set_aside: dict[str, str] = {}
+        #: Cordoned queues: their evicted jobs may return, nothing new of theirs starts.
+        self.cordoned: set[str] = {queue.name for queue in snapshot.queues if queue.cordoned}
         #: Node filters actions set for this cycle (``reserve``: reserved nodes take only preemptible jobs).
         self.node_filter_fns: list[Callable[[Job, int], bool]] = []
         self.evicted: dict[str, Job] = {}
@@ -422,6 +424,9 @@ def iter_units(session: Session, queue: QueueState, evicted: Iterable[Job]):
         found = unit(job)
         if found is not None:
             yield found
+    if queue.name in session.cordoned:
+        session.unexamined_reason[queue.name] = f"queue {queue.name} is cordoned: it schedules nothing new"
+        return
     placed = session.scheduled_ids  # by an earlier action of this cycle: not offered again
     withheld = session.set_aside
     for job in session.queue_order(queue):

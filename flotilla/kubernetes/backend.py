@@ -169,6 +169,13 @@ class KubernetesCluster:
             thread.start()
             self._threads.append(thread)
 
+    def set_unschedulable(self, node: str, flag: bool) -> None:
+        """Drain (``True``) or uncordon a node: ``spec.unschedulable``, as ``kubectl cordon`` sets it.
+
+        The node watch brings the change into the next snapshot.
+        """
+        self.client.patch(f"/api/v1/nodes/{node}", {"spec": {"unschedulable": flag}})
+
     def close(self) -> None:
         self._stop.set()
         self._pool.shutdown(wait=True, cancel_futures=False)

@@ -150,6 +150,8 @@ def create_app(store: Store, settings: ServiceSettings, loop=None, *, admin_endp
             raise ApiError(403, f"user {who.user!r} may not act in queue {name!r}")
         return queue
 
+    status_reader = StatusReader(store)
+
     def admin(who: Identity) -> None:
         if not may_admin(who):
             raise ApiError(403, f"user {who.user!r} is not an administrator")
@@ -162,6 +164,8 @@ def create_app(store: Store, settings: ServiceSettings, loop=None, *, admin_endp
             raise ApiError(404, f"queue {body.queue!r} does not exist", field="queue")
         if not may_act(who, queue):
             raise ApiError(403, f"user {who.user!r} may not submit to queue {body.queue!r}")
+        if any(q.parent == body.queue for q in settings.queues):
+            raise ApiError(422, f"queue {body.queue!r} has child queues; only leaf queues hold jobs", field="queue")
         new_jobs = validate_jobs(body, settings)
         done = store.submit(body.queue, body.jobSetId, who.user, new_jobs)
         return {"jobs": [{"id": s.id, "clientId": s.client_id, "existing": s.existing} for s in done]}
@@ -270,7 +274,38 @@ def create_app(store: Store, settings: ServiceSettings, loop=None, *, admin_endp
     # -- queues ------------------------------------------------------------------------
     @app.get("/v1/queues", tags=["queues"], summary="Every queue")
     def list_queues(who: Identity = Depends(identity)) -> dict:
-        return {"queues": [q.to_dict() for q in store.list_queues()]}
+        cordoned = store.cordoned("queue")
+        parents = {q.name: q.parent for q in settings.queues}
+        return {"queues": [{**q.to_dict(), "parent": parents.get(q.name), "cordoned": q.name in cordoned}
+                           for q in store.list_queues()]}
+
+    @app.post("/v1/queues/{name}/{action}", tags=["queues"],
+              summary="Cordon a queue (it accepts jobs, schedules nothing new) or uncordon it (administrators)")
+    def cordon_queue(name: str, action: Literal["cordon", "uncordon"], who: Identity = Depends(identity)) -> dict:
+        admin(who)
+        if store.get_queue(name) is None:
+            raise ApiError(404, f"queue {name!r} does not exist")
+        store.set_cordon("queue", name, action == "cordon")
+        return {"queue": name, "cordoned": action == "cordon"}
+
+    # -- nodes -------------------------------------------------------------------------
+    @app.get("/v1/nodes", tags=["nodes"], summary="Draining nodes: draining while jobs run, drained once empty")
+    def list_nodes(who: Identity = Depends(identity)) -> dict:
+        published = status_reader.get().get("nodes", {})
+        return {"nodes": {key: published.get(key, "draining") for key in sorted(store.cordoned("node"))}}
+
+    @app.post("/v1/nodes/{cluster}/{node}/{action}", tags=["nodes"],
+              summary="Drain a node (no new jobs; running ones finish) or uncordon it (administrators)")
+    def drain_node(cluster: str, node: str, action: Literal["drain", "uncordon"],
+                   who: Identity = Depends(identity)) -> dict:
+        admin(who)
+        spec = next((c for c in settings.clusters if c.name == cluster), None)
+        if spec is None:
+            raise ApiError(404, f"cluster {cluster!r} does not exist")
+        if spec.nodes and node not in {n.name for n in spec.nodes}:
+            raise ApiError(404, f"node {node!r} does not exist in cluster {cluster!r}")
+        store.set_cordon("node", f"{cluster}/{node}", action == "drain")
+        return {"node": f"{cluster}/{node}", "draining": action == "drain"}
 
     @app.post("/v1/queues", tags=["queues"], summary="Create a queue (administrators)")
     def create_queue(body: QueueBody, who: Identity = Depends(identity)) -> dict:
@@ -300,11 +335,9 @@ def create_app(store: Store, settings: ServiceSettings, loop=None, *, admin_endp
     def health() -> dict:
         return {"ok": not stopping(), "version": __version__}
 
-    published = StatusReader(store)
-
     @app.get("/v1/wishlist", tags=["service"], summary="Node templates: the waiting jobs each would unblock")
     def wishlist(who: Identity = Depends(identity)) -> dict:
-        body = published.get().get("wishlist")
+        body = status_reader.get().get("wishlist")
         if body is None:
             raise ApiError(404, "no wishlist: the config lists no nodeTemplates, or no cycle has run yet")
         return body

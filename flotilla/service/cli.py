@@ -331,6 +331,8 @@ def watch(ctx, queue, job_set, after, until_done, no_follow, output, url, token)
 
 QUEUE_COLUMNS = [("name", "name"), ("weight", "weight"), ("limits", "limits"), ("owners", "owners"),
                  ("groupOwners", "groupOwners")]
+#: ``queue list`` also says which queues are cordoned.
+QUEUE_LIST_COLUMNS = [*QUEUE_COLUMNS, ("parent", "parent"), ("cordoned", "cordoned")]
 
 
 @click.group("queue")
@@ -393,7 +395,7 @@ def queue_list(ctx, output, url, token):
     """Every queue (any authenticated user)."""
     _remember(ctx, url, token)
     rows = _call(ctx, lambda c: c.queues())
-    emit({"queues": rows}, output, QUEUE_COLUMNS, rows)
+    emit({"queues": rows}, output, QUEUE_LIST_COLUMNS, rows)
 
 
 @queue_group.command("describe")
@@ -415,16 +417,76 @@ def queue_describe(ctx, name, output, url, token):
 
 @queue_group.command("delete")
 @click.argument("name")
+@click.option("--force", is_flag=True,
+              help="cancel the queue's unfinished jobs first (running ones must stop before the queue goes)")
 @connection_options
 @click.pass_context
-def queue_delete(ctx, name, url, token):
-    """Delete a queue; refused while it has jobs that have not finished."""
+def queue_delete(ctx, name, force, url, token):
+    """Delete a queue and its whole history; refused while it has jobs that have not finished."""
     _remember(ctx, url, token)
-    _call(ctx, lambda c: c.delete_queue(name))
-    click.echo(f"deleted queue {name}")
+    result = _call(ctx, lambda c: c.delete_queue(name, force=force))
+    click.echo(f"deleted queue {name} and its {result['jobs']} jobs")
 
 
-COMMANDS = [serve, submit, cancel, reprioritize, status, watch, queue_group]
+def _switch_command(group, name: str, argument: str, doc: str, call, done: str):
+    """One of the on/off admin commands (cordon/uncordon, drain/uncordon): ``call(client, argument)``."""
+
+    @group.command(name, help=doc)
+    @click.argument(argument)
+    @connection_options
+    @click.pass_context
+    def command(ctx, url, token, **args):
+        _remember(ctx, url, token)
+        value = args[argument]
+        _call(ctx, lambda c: call(c, value))
+        click.echo(f"{done} {value}")
+
+    return command
+
+
+queue_cordon = _switch_command(queue_group, "cordon", "name",
+                               "Cordon a queue: it keeps accepting jobs but schedules nothing new (administrators).",
+                               lambda c, name: c.cordon_queue(name, True), "cordoned queue")
+queue_uncordon = _switch_command(queue_group, "uncordon", "name",
+                                 "Uncordon a queue: its jobs are scheduled again (administrators).",
+                                 lambda c, name: c.cordon_queue(name, False), "uncordoned queue")
+
+
+# -- nodes -------------------------------------------------------------------------------------
+
+@click.group("node")
+def node_group():
+    """Drain and uncordon nodes (administrators); list the draining ones."""
+
+
+def _node_name(text: str) -> tuple[str, str]:
+    cluster, sep, node = text.partition("/")
+    if not sep or not cluster or not node:
+        raise CommandError(f"expected CLUSTER/NODE, e.g. c1/node-3; got {text!r}", EXIT_USAGE)
+    return cluster, node
+
+
+node_drain = _switch_command(node_group, "drain", "node",
+                             "No new jobs go to CLUSTER/NODE; its running jobs finish (on Kubernetes: "
+                             "spec.unschedulable). Administrators.",
+                             lambda c, node: c.drain_node(*_node_name(node), True), "draining")
+node_uncordon = _switch_command(node_group, "uncordon", "node", "CLUSTER/NODE takes new jobs again (administrators).",
+                                lambda c, node: c.drain_node(*_node_name(node), False), "uncordoned")
+
+
+@node_group.command("list")
+@output_option
+@connection_options
+@click.pass_context
+def node_list(ctx, output, url, token):
+    """The draining nodes: `draining` while jobs run on them, `drained` once empty."""
+    _remember(ctx, url, token)
+    nodes = _call(ctx, lambda c: c.nodes())
+    rows = [{"node": key, "state": state} for key, state in nodes.items()]
+    emit({"nodes": nodes}, output, [("node", "node"), ("state", "state")], rows)
+
+
+COMMANDS = [serve, submit, cancel, reprioritize, status, watch, queue_group, node_group]
 
 
 def register(main: click.Group) -> None:

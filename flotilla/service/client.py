@@ -165,8 +165,18 @@ class Client:
     def update_queue(self, name: str, body: dict) -> dict:
         return self.request("PUT", f"/v1/queues/{name}", json=body)
 
-    def delete_queue(self, name: str) -> dict:
-        return self.request("DELETE", f"/v1/queues/{name}")
+    def delete_queue(self, name: str, force: bool = False) -> dict:
+        return self.request("DELETE", f"/v1/queues/{name}", params={"force": "true"} if force else None)
+
+    def cordon_queue(self, name: str, cordon: bool) -> dict:
+        return self.request("POST", f"/v1/queues/{name}/{'cordon' if cordon else 'uncordon'}")
+
+    # -- nodes -----------------------------------------------------------------
+    def nodes(self) -> dict:
+        return self.request("GET", "/v1/nodes")["nodes"]
+
+    def drain_node(self, cluster: str, node: str, drain: bool) -> dict:
+        return self.request("POST", f"/v1/nodes/{cluster}/{node}/{'drain' if drain else 'uncordon'}")
 
     def health(self) -> dict:
         return self.request("GET", "/v1/health")

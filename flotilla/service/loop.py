@@ -187,6 +187,8 @@ class ServiceLoop:
         self.last: CycleReport | None = None
         self.last_decisions = None     # the last cycle's Decisions (published by the scheduler role)
         self.last_wishlist = None      # the node wishlist after the last cycle, when the config has nodeTemplates
+        self._drained: set[str] = set()  # cluster/node names this loop has drained on their backends
+        self.last_nodes: dict[str, str] = {}   # draining nodes after the last cycle: draining or drained
         self.cycle_lock = threading.Lock()
         self.in_cycle = threading.Event()
         self.queued = QueuedJobs(store)
@@ -203,6 +205,34 @@ class ServiceLoop:
             finally:
                 self.in_cycle.clear()
 
+    def _apply_drains(self) -> None:
+        """Hand the store's draining nodes (``cluster/node``) to their backends: set, or cleared when uncordoned."""
+        wanted = self.store.cordoned("node")
+        for key in sorted(wanted ^ self._drained):
+            cluster, _, node = key.partition("/")
+            backend = self.backends.get(cluster)
+            if backend is None or not hasattr(backend, "set_unschedulable"):
+                continue
+            try:
+                backend.set_unschedulable(node, key in wanted)
+            except Exception:  # an unreachable cluster: tried again next cycle
+                log.exception("node.drain_failed", node=key)
+                continue
+            if key in wanted:
+                self._drained.add(key)
+            else:
+                self._drained.discard(key)
+
+    def node_states(self, snaps) -> dict[str, str]:
+        """Every draining node: ``draining`` while jobs run on it, ``drained`` once empty."""
+        states = {}
+        for key in sorted(self._drained):
+            cluster, _, node = key.partition("/")
+            snap = snaps.get(cluster)
+            if snap is not None:
+                states[key] = "draining" if any(job.node == node for job in snap.running) else "drained"
+        return states
+
     def _cycle(self) -> CycleReport:
         t0 = time.perf_counter()
         now = self.clock()
@@ -210,6 +240,7 @@ class ServiceLoop:
         report = CycleReport(self.cycles, now)
         reports: dict[str, ClusterReport] = {}
         snaps: dict[str, ClusterSnapshot] = {}
+        self._apply_drains()
         for name, backend in sorted(self.backends.items()):
             try:
                 snap = backend.snapshot()
@@ -225,6 +256,7 @@ class ServiceLoop:
             snaps[name] = snap
             reports[name] = ClusterReport(events, {job.id for job in snap.running})
         report.clusters = sorted(snaps)
+        self.last_nodes = self.node_states(snaps)
         t1 = time.perf_counter()
 
         result = self.store.ingest(reports, now, self.settings.lease_timeout, self.settings.lease_max_retries,
@@ -286,7 +318,10 @@ class ServiceLoop:
             node_names = {node.name for node in snap.nodes}
             running = [job for job in by_cluster[name] if job.node in node_names]
             clusters.append(ClusterSnapshot(name, snap.nodes, running, dict(snap.foreign)))
-        snapshot = Snapshot(clusters, queued, [Queue(q.name, q.weight, dict(q.limits)) for q in queue_specs],
+        cordoned = self.store.cordoned("queue")
+        parents = {q.name: q.parent for q in self.settings.queues}   # hierarchies come from the config file
+        snapshot = Snapshot(clusters, queued, [Queue(q.name, q.weight, dict(q.limits), parents.get(q.name),
+                                                     cordoned=q.name in cordoned) for q in queue_specs],
                             self.scheduler.priority_classes(), self.settings.default_priority_class, now)
         report.queued = len(self.queued.jobs)
         report.running = len(result.active)

@@ -21,7 +21,10 @@ Tables:
   at every change of leader) and until when its lease holds (the fence
   every scheduling write checks, see :mod:`flotilla.service.roles.election`);
 * ``scheduler_status`` - one row: the leader's last cycle as JSON (shares,
-  reasons), which every replica's metrics and dashboard read.
+  reasons), which every replica's metrics and dashboard read;
+* ``cordons`` - cordoned queues (``kind`` ``queue``: they accept jobs but
+  schedule nothing new) and draining nodes (``kind`` ``node``, name
+  ``cluster/node``: no new jobs; the leader applies it to the cluster).
 """
 
 from __future__ import annotations
@@ -141,6 +144,14 @@ scheduler_status = sa.Table(
 )
 
 
+cordons = sa.Table(
+    "cordons", metadata,
+    sa.Column("kind", sa.String(16), primary_key=True),
+    sa.Column("name", sa.String(512), primary_key=True),
+    sa.Column("since", sa.Float, nullable=False),
+)
+
+
 def _v1(conn: sa.Connection) -> None:
     """The first schema: every table above as it was first released."""
     metadata.create_all(conn, tables=[queues, job_sets, jobs, leases, events])
@@ -152,9 +163,15 @@ def _v2(conn: sa.Connection) -> None:
 
 
 #: (version, description, function). Append only.
+def _v3(conn: sa.Connection) -> None:
+    """Queue cordons and draining nodes."""
+    metadata.create_all(conn, tables=[cordons])
+
+
 MIGRATIONS: list[tuple[int, str, Callable[[sa.Connection], None]]] = [
     (1, "queues, job sets, jobs, leases, events", _v1),
     (2, "scheduler leader and status", _v2),
+    (3, "queue cordons and draining nodes", _v3),
 ]
 
 LATEST = MIGRATIONS[-1][0]

@@ -25,6 +25,8 @@ class QueueSpec:
     limits: Mapping[str, float] = field(default_factory=dict)
     owners: tuple[str, ...] = ()
     group_owners: tuple[str, ...] = ()
+    #: From the config file only (the API makes top-level queues); the store does not keep it.
+    parent: str | None = None
 
     def to_dict(self) -> dict:
         return {"name": self.name, "weight": self.weight, "limits": dict(self.limits),
@@ -147,6 +149,7 @@ def from_config(config: Any) -> ServiceSettings:
             limits={k: float(v) for k, v in dict(_get(q, "limits", default={}) or {}).items()},
             owners=tuple(_get(q, "owners", default=()) or ()),
             group_owners=tuple(_get(q, "group_owners", default=None) or _get(q, "groupOwners", default=()) or ()),
+            parent=_get(q, "parent", default=None),
         )
         for q in _get(config, "queues", default=[]) or []
     )

@@ -31,7 +31,7 @@ from sqlalchemy import event as sa_event
 
 from flotilla.core.model import OWNER_ANNOTATION
 from flotilla.service import schema
-from flotilla.service.schema import events, job_sets, jobs, leases, queues
+from flotilla.service.schema import cordons, events, job_sets, jobs, leases, queues
 from flotilla.service.settings import QueueSpec
 
 QUEUED, LEASED, PENDING, RUNNING = "queued", "leased", "pending", "running"
@@ -435,6 +435,22 @@ class Store:
         with self.read() as conn:
             row = conn.execute(sa.select(queues).where(queues.c.name == name)).first()
         return self._queue_spec(row) if row else None
+
+    # -- cordons: queues that schedule nothing new, nodes that take no new jobs ----------
+    def set_cordon(self, kind: str, name: str, on: bool, now: float | None = None) -> bool:
+        """Cordon (``on``) or uncordon ``name`` of ``kind`` (``queue`` or ``node``); True when it changed."""
+        with self.write() as conn:
+            present = conn.execute(sa.select(cordons.c.name).where(cordons.c.kind == kind,
+                                                                   cordons.c.name == name)).first() is not None
+            if on and not present:
+                conn.execute(cordons.insert().values(kind=kind, name=name, since=time.time() if now is None else now))
+            elif present and not on:
+                conn.execute(cordons.delete().where(cordons.c.kind == kind, cordons.c.name == name))
+            return present != on
+
+    def cordoned(self, kind: str) -> set[str]:
+        with self.read() as conn:
+            return {name for (name,) in conn.execute(sa.select(cordons.c.name).where(cordons.c.kind == kind))}
 
     def list_queues(self) -> list[QueueSpec]:
         with self.read() as conn:

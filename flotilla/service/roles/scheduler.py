@@ -67,7 +67,7 @@ class SchedulerRunner:
                 report = self.loop.run_cycle()
                 decisions = getattr(self.loop, "last_decisions", None)
                 body = status_body(report, decisions, identity, fence.term if fence else None,
-                                   getattr(self.loop, "last_wishlist", None))
+                                   getattr(self.loop, "last_wishlist", None), getattr(self.loop, "last_nodes", None))
                 publish(self.loop.store, body, fence.term if fence else None)
         except Fenced as exc:
             self._fenced(str(exc))

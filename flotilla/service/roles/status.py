@@ -39,8 +39,10 @@ def allocated_numbers(allocated: dict[str, str]) -> dict[str, float]:
     return out
 
 
-def status_body(report, decisions, leader: str, term: int | None, wishlist: dict | None = None) -> dict[str, Any]:
-    """What the leader publishes about one cycle (``report``: the loop's CycleReport; ``wishlist``: the loop's)."""
+def status_body(report, decisions, leader: str, term: int | None, wishlist: dict | None = None,
+                nodes: dict | None = None) -> dict[str, Any]:
+    """What the leader publishes about one cycle (``report``: the loop's CycleReport; ``wishlist``, ``nodes``:
+    the loop's node wishlist and draining nodes)."""
     queues: dict[str, dict] = {}
     reasons: dict[str, dict[str, int]] = {}
     job_reasons: dict[str, str] = {}
@@ -62,7 +64,8 @@ def status_body(report, decisions, leader: str, term: int | None, wishlist: dict
     clusters = {name: True for name in report.clusters} | {name: False for name in report.unavailable}
     return {"cycle": report.number, "time": report.started, "seconds": report.seconds, "leader": leader,
             "term": term, "queues": queues, "reasons": reasons, "jobReasons": job_reasons,
-            "clusters": dict(sorted(clusters.items())), **({"wishlist": wishlist} if wishlist is not None else {})}
+            "clusters": dict(sorted(clusters.items())), **({"wishlist": wishlist} if wishlist is not None else {}),
+            "nodes": dict(nodes or {})}
 
 
 def publish(store: Store, body: dict, term: int | None) -> None:
