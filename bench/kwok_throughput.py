@@ -35,6 +35,14 @@ figure, and Flotilla's ratio to each baseline, in one run.
 
     python bench/kwok_throughput.py                       # 1,000 nodes, 10,000 jobs
     python bench/kwok_throughput.py --nodes 100 --jobs 1000 --json out.json
+    python bench/kwok_throughput.py --pod-spec examples/jobs/train.yaml   # every run's pods: that podSpec
+
+With ``--pod-spec`` (a job file; its first job), every run creates that
+job's pod instead of a one-container stand-in: its podSpec checked as at
+submission, its labels and annotations, the scheduler's fields set on top
+(Flotilla's lease gets it as the service hands it over, the baselines'
+writers build the same pod); each job requests what that podSpec requests.
+Such pods go as JSON (the protobuf encoder covers only stand-in pods).
 """
 
 from __future__ import annotations
@@ -221,8 +229,30 @@ class CpuMeter:
         return out
 
 
+#: The pod every run creates (``--pod-spec``); None: the one-container stand-in.
+TEMPLATE = None
+
+
+def load_template(path: str):
+    """The first job of a job file as a :class:`PodTemplate`, its podSpec validated as at submission."""
+    import yaml
+
+    from flotilla.core.backend import PodTemplate
+    from flotilla.kubernetes.podspec import stored_pod_spec
+    from flotilla.service.jobspec import parse_file
+
+    item = parse_file(yaml.safe_load(Path(path).read_text())).jobs[0]
+    return PodTemplate(stored_pod_spec(item.podSpec if item.podSpec is not None else item.podSpecs[0]), None,
+                       dict(item.labels), dict(item.annotations), 0)
+
+
+def manifest(job: Job, node: str | None, settings: PodSettings) -> dict:
+    return pod_manifest(job, node, 0, settings, template=TEMPLATE)
+
+
 def jobs_for(count: int, queues: int) -> list[Job]:
-    requests = {"cpu": 1000}
+    from flotilla.kubernetes.pods import pod_requests
+    requests = {"cpu": 1000} if TEMPLATE is None else pod_requests({"spec": TEMPLATE.pod_spec})
     return [Job(f"job-{i:05d}", f"q{i % queues}", job_set=f"set-{i % queues}", priority_class="armada-default",
                 submitted=float(i), requests=requests) for i in range(count)]
 
@@ -260,7 +290,7 @@ def run_kube_scheduler(cluster: kwok.FakeCluster, bin_dir: Path, client: KubeCli
     def create_all() -> float:
         started = time.monotonic()
         with ThreadPoolExecutor(workers) as pool:
-            list(pool.map(lambda job: client.create_pod(NAMESPACE, pod_manifest(job, None, 0, settings)), jobs))
+            list(pool.map(lambda job: client.create_pod(NAMESPACE, manifest(job, None, settings)), jobs))
         return time.monotonic() - started
 
     workdir = Path(tempfile.mkdtemp(prefix="flotilla-bench-"))
@@ -328,7 +358,15 @@ clusters:
 """)
     config = load_config(config_path)
     scheduler = Scheduler(config)
-    backend = KubernetesCluster(
+    class Templated(KubernetesCluster):
+        """Starts come with the --pod-spec template, as the service hands a lease over."""
+
+        def apply(self, decisions):
+            if TEMPLATE is not None:
+                decisions.templates = {p.job.id: TEMPLATE for p in decisions.start}
+            super().apply(decisions)
+
+    backend = Templated(
         "bench", cluster.client(pool_size=workers + 8), settings=PodSettings(namespace=NAMESPACE),
         priority_classes=[(pc.name, pc.priority, pc.preemptible) for pc in config.priority_classes],
         workers=workers, delete_finished=False)
@@ -360,9 +398,10 @@ clusters:
 
 
 def _write_bound(kubeconfig: str, context: str, count: int, queues: int, part: int, parts: int, nodes: int,
-                 threads: int) -> float:
+                 threads: int, pod_spec: str | None) -> float:
     """One ceiling writer process: create every ``parts``-th pod from ``part`` on, bound round-robin; its CPU seconds."""
-    from flotilla.kubernetes.pods import PodSettings, pod_manifest
+    global TEMPLATE
+    TEMPLATE = load_template(pod_spec) if pod_spec else None
 
     client = KubeClient.from_kubeconfig(kubeconfig, context, pool_size=threads + 4)
     settings = PodSettings(namespace=NAMESPACE, name_prefix="ceiling-", set_priority_class_name=False)
@@ -370,13 +409,14 @@ def _write_bound(kubeconfig: str, context: str, count: int, queues: int, part: i
     mine = [(i, job) for i, job in enumerate(jobs_for(count, queues)) if i % parts == part]
     with ThreadPoolExecutor(threads) as pool:
         list(pool.map(lambda item: client.create_pod(
-            NAMESPACE, pod_manifest(item[1], f"node-{1 + item[0] % nodes}", 0, settings)), mine))
+            NAMESPACE, manifest(item[1], f"node-{1 + item[0] % nodes}", settings)), mine))
     client.close()
     return time.process_time() - started
 
 
 def run_ceiling(cluster: kwok.FakeCluster, recorder: RecorderProcess, count: int, queues: int, nodes: int,
-                processes: int, threads: int, timeout: float, kwok_running: bool = True) -> dict:
+                processes: int, threads: int, timeout: float, kwok_running: bool = True,
+                pod_spec: str | None = None) -> dict:
     """No scheduler: writers create the pods already bound, as fast as the API server takes them.
 
     With ``kwok_running=False`` kwok-controller is stopped for the run (nothing marks the pods Running, so
@@ -395,7 +435,8 @@ def run_ceiling(cluster: kwok.FakeCluster, recorder: RecorderProcess, count: int
             meter = CpuMeter(cluster)
             t0 = time.time()
             cpus = list(pool.map(_write_bound, *zip(*[(cluster.kubeconfig, cluster.context, count, queues, part,
-                                                       processes, nodes, threads) for part in range(processes)])))
+                                                       processes, nodes, threads, pod_spec)
+                                                      for part in range(processes)])))
         recorder.wait("running" if kwok_running else "bound", count, timeout)
         stats = recorder.stats(t0, count)
         stats["cpuSeconds"] = meter.stop(writers=sum(cpus))
@@ -425,8 +466,11 @@ def main(argv=None) -> int:
                         help="skip the second baseline (pods created while kube-scheduler runs)")
     parser.add_argument("--skip-ceiling", action="store_true",
                         help="skip the two no-scheduler runs (bound pods written as fast as the API server takes them)")
+    parser.add_argument("--pod-spec", help="a job file: every run creates its first job's pod (default: a stand-in)")
     parser.add_argument("--json", help="write the figures here too")
     args = parser.parse_args(argv)
+    global TEMPLATE
+    TEMPLATE = load_template(args.pod_spec) if args.pod_spec else None
 
     bin_dir = kwok.find_bin_dir()
     template = Path(tempfile.mkdtemp(prefix="flotilla-bench-")) / "node.yaml"
@@ -446,7 +490,8 @@ def main(argv=None) -> int:
                 raise
         recorder = RecorderProcess(cluster, NAMESPACE)
         jobs = jobs_for(args.jobs, args.queues)
-        results = {"nodes": args.nodes, "jobs": args.jobs, "queues": args.queues, "cpus": os.cpu_count()}
+        results = {"nodes": args.nodes, "jobs": args.jobs, "queues": args.queues, "cpus": os.cpu_count(),
+                   "podSpec": args.pod_spec}
         if not args.skip_kube_scheduler:
             results["kubeScheduler"] = run_kube_scheduler(cluster, bin_dir, client, recorder, jobs, args.workers,
                                                           args.timeout)
@@ -468,7 +513,8 @@ def main(argv=None) -> int:
                 print(f"no scheduler: {processes}x{threads} writers creating {len(jobs)} bound pods"
                       f"{'' if running else ', kwok-controller stopped'} ...", file=sys.stderr)
                 results[key] = run_ceiling(cluster, recorder, args.jobs, args.queues, args.nodes, processes,
-                                           threads, args.timeout, kwok_running=running)
+                                           threads, args.timeout, kwok_running=running,
+                                           pod_spec=args.pod_spec)
                 print(json.dumps(results[key]), file=sys.stderr)
         recorder.close()
     finally:
@@ -502,7 +548,8 @@ def main(argv=None) -> int:
                 return spent[k]
         return None
 
-    print(f"\n{args.jobs} one-core jobs in {args.queues} queues on {args.nodes} KWOK nodes "
+    what = f"jobs of {args.pod_spec}'s podSpec" if args.pod_spec else "one-core jobs"
+    print(f"\n{args.jobs} {what} in {args.queues} queues on {args.nodes} KWOK nodes "
           f"({os.cpu_count()} cores, one API server)")
     print("  A: pods pending before kube-scheduler starts (t0 = its start)")
     print("  B: pods created from t0 on while kube-scheduler runs (t0 = first creation)")

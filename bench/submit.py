@@ -27,6 +27,12 @@ Usage::
     python bench/submit.py                      # 100,000 jobs, 8 clients, 1,000 nodes
     python bench/submit.py --jobs 20000 --nodes 200 --json out.json
     python bench/submit.py --store postgresql+psycopg://... --api-replicas 2
+    python bench/submit.py --pod-spec examples/jobs/train.yaml   # every job: that file's first job
+
+With ``--pod-spec`` every job submitted is the first job of that file
+(podSpec or podSpecs, labels, annotations, namespace, services, ingress),
+with its own clientId and priority: the realistic submission, checked
+against the Kubernetes schema like any other.
 
 It is a benchmark, not a test: it prints figures and asserts nothing.
 """
@@ -85,11 +91,14 @@ def pct(values: list[float], q: float) -> float:
     return values[min(len(values) - 1, int(round(q / 100 * (len(values) - 1))))]
 
 
+#: The job every submission repeats (``--pod-spec``); the default is one small container.
+TEMPLATE: dict = {"podSpec": {"containers": [{"name": "main", "image": "busybox",
+                                              "resources": {"requests": {"cpu": "250m", "memory": "256Mi"},
+                                                            "limits": {"cpu": "250m", "memory": "256Mi"}}}]}}
+
+
 def job(i: int, client: int) -> dict:
-    return {"clientId": f"c{client}-{i}", "priority": i % 10,
-            "podSpec": {"containers": [{"name": "main", "image": "busybox",
-                                        "resources": {"requests": {"cpu": "250m", "memory": "256Mi"},
-                                                      "limits": {"cpu": "250m", "memory": "256Mi"}}}]}}
+    return {**TEMPLATE, "clientId": f"c{client}-{i}", "priority": i % 10}
 
 
 def main() -> int:
@@ -109,7 +118,16 @@ def main() -> int:
                          "(needs a PostgreSQL --store)")
     ap.add_argument("--json", dest="json_out", default=None, help="write the figures here as JSON")
     ap.add_argument("--timeout", type=float, default=900.0)
+    ap.add_argument("--pod-spec", default=None, help="a job file: every job is its first job (default: 250m cpu)")
     args = ap.parse_args()
+    if args.pod_spec:
+        import yaml
+        global TEMPLATE
+        TEMPLATE = {k: v for k, v in yaml.safe_load(Path(args.pod_spec).read_text())["jobs"][0].items()
+                    if k not in ("clientId", "priority")}
+        # Running until cancelled, like the default job: the idle cycles are measured with every job running.
+        TEMPLATE["annotations"] = {k: v for k, v in (TEMPLATE.get("annotations") or {}).items()
+                                   if k != "flotilla.io/simulated-duration"}
 
     tmp = Path(tempfile.mkdtemp(prefix="flotilla-bench-"))
     store = args.store or f"sqlite:///{tmp}/bench.db"

@@ -108,3 +108,20 @@ def test_health_and_readiness(tmp_path):
     service.shutting_down.set()
     assert client.get("/healthz").status_code == 503
 
+
+
+def test_reasons_past_the_per_cycle_limit_are_counted_per_queue(monkeypatch):
+    from types import SimpleNamespace
+
+    from flotilla.service.roles import status
+
+    monkeypatch.setattr(status, "REASON_LIMIT", 3)
+    pods = [SimpleNamespace(id=i, queue=q) for i, q in [("g#0", "A"), ("g#1", "A"), ("b", "B"), ("c", "A"),
+                                                        ("d", "B"), ("e", "B")]]
+    decisions = SimpleNamespace(queues={}, queued=pods, explain=lambda pod: f"why {pod.id}")
+    report = SimpleNamespace(number=1, started=0.0, seconds=0.0, clusters=[], unavailable=[])
+    body = status.status_body(report, decisions, "x", 1)
+    # The first three pods: job g (two pods, counted once) and b, with their reasons; the rest per pod.
+    assert body["reasons"] == {"A": {"why g#0": 1, status.NOT_COUNTED: 1},
+                               "B": {"why b": 1, status.NOT_COUNTED: 2}}
+    assert body["jobReasons"] == {"g": "why g#0", "b": "why b"}

@@ -447,11 +447,13 @@ class KubernetesCluster:
                 self._give_up(pod, f"pod stuck: not started within stuckPodExpiry "
                                    f"{self.stuck_pod_expiry:g}s{why}")
         if self.node_lost_timeout is not None:
-            for name, down in self._nodes_down.items():
+            for name, down in list(self._nodes_down.items()):
                 since, deleted, handled = down
                 if handled or now - since < self.node_lost_timeout:
                     continue
                 down[2] = True
+                if deleted:   # handled once; a node of that name that comes back starts afresh
+                    del self._nodes_down[name]
                 what = "deleted" if deleted else "NotReady"
                 for pod in list(self._pods.values()):
                     if pod.node == name and pod.job is not None and not pod.deleting \

@@ -5,10 +5,12 @@ shares, allocations, clusters and why jobs wait. After each cycle the
 leader writes one row (``scheduler_status``, fenced like its other
 writes); any replica reads it, cached for a second.
 
-Reasons: every queued job's reason is counted per queue (up to
-:data:`REASON_LIMIT` pods a cycle; past that the rest count as
-``not counted``), and the first :data:`JOB_REASON_LIMIT` jobs keep their
-own reason for the dashboard's job page.
+Reasons: every queued job's reason is counted per queue, for the first
+:data:`REASON_LIMIT` pods of the cycle's queue; the pods past that are
+counted per queue under :data:`NOT_COUNTED` (one pass at C speed: a cycle
+with a million queued jobs does not build a million reasons). The first
+:data:`JOB_REASON_LIMIT` jobs keep their own reason for the dashboard's job
+page.
 """
 
 from __future__ import annotations
@@ -16,6 +18,9 @@ from __future__ import annotations
 import json
 import threading
 import time
+from collections import Counter
+from itertools import islice
+from operator import attrgetter
 from typing import Any
 
 import sqlalchemy as sa
@@ -51,16 +56,20 @@ def status_body(report, decisions, leader: str, term: int | None, wishlist: dict
             queues[name] = {"weight": q.weight, "fairShare": q.fair_share, "share": q.share,
                             "allocated": allocated_numbers(q.allocated), "parent": getattr(q, "parent", None)}
         seen: set[str] = set()
-        for k, pod in enumerate(decisions.queued):
+        queued = decisions.queued
+        for pod in islice(queued, REASON_LIMIT):
             job_id = job_of(pod.id)
             if job_id in seen:            # a gang's other pods: the job counts once
                 continue
             seen.add(job_id)
-            reason = decisions.explain(pod) if k < REASON_LIMIT else NOT_COUNTED
+            reason = decisions.explain(pod)
             per_queue = reasons.setdefault(pod.queue, {})
             per_queue[reason] = per_queue.get(reason, 0) + 1
             if len(job_reasons) < JOB_REASON_LIMIT:
                 job_reasons[job_id] = reason
+        if len(queued) > REASON_LIMIT:    # the rest, counted per pod and queue in one pass at C speed
+            for queue, count in Counter(map(attrgetter("queue"), islice(queued, REASON_LIMIT, None))).items():
+                reasons.setdefault(queue, {})[NOT_COUNTED] = count
     clusters = {name: True for name in report.clusters} | {name: False for name in report.unavailable}
     return {"cycle": report.number, "time": report.started, "seconds": report.seconds, "leader": leader,
             "term": term, "queues": queues, "reasons": reasons, "jobReasons": job_reasons,
