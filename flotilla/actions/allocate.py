@@ -156,23 +156,34 @@ class Allocate:
         node search.
         """
         units, known, evicted, failures = run.units, run.known, session.evicted, session.failures
-        job_valid = session.job_valid if session.job_valid_fns else None
-        lookahead = self.lookahead
+        valid_fns = session.job_valid_fns
+        # One validity check (the usual case) is called directly: same answer, one call less per job.
+        job_valid = (valid_fns[0] if len(valid_fns) == 1 else session.job_valid) if valid_fns else None
+        # ``passed`` is kept in a local while skipping (the loop runs once per known misfit); the last
+        # skip that reaches the lookahead goes through _pass_over, which records why the queue stopped.
+        last = self.lookahead - 1
+        passed = run.passed
         skipped = 0
         offered = None
         for unit in units:
             if known and unit.__class__ is not list and unit.id not in evicted:
-                failure = known.get(requirements_key(unit))
+                selector = unit.node_selector  # requirements_key(unit), inlined: this loop is per job
+                failure = known.get((id(unit.requests), unit.priority_class, id(selector) if selector else 0,
+                                     id(unit.tolerations)))
                 if failure is not None and (job_valid is None or not job_valid(unit)):
                     failures[unit.id] = failure
                     skipped += 1
-                    if run.passed + 1 < lookahead:
-                        run.passed += 1
+                    if passed < last:
+                        passed += 1
                         continue
+                    run.passed = passed
                     self._pass_over(session, run)
                     break
+            run.passed = passed
             offered = unit
             break
+        else:
+            run.passed = passed
         self.skipped += skipped
         if offered is None:
             picker.drop(run.queue)
