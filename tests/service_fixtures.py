@@ -56,6 +56,14 @@ def config(extra: str = ""):
     return parse_config(CONFIG + textwrap.dedent(extra), "test.yaml")
 
 
+def tree_config():
+    """The fixture's config with queue A split into A1 (weight 1) and A2 (weight 3)."""
+    return parse_config(CONFIG.replace(
+        "  - {name: B, weight: 1, owners: [bob]}\n",
+        "  - {name: B, weight: 1, owners: [bob]}\n  - {name: A1, weight: 1, parent: A, owners: [alice]}\n"
+        "  - {name: A2, weight: 3, parent: A, owners: [alice]}\n"), "tree.yaml")
+
+
 def settings(extra: str = ""):
     return from_config(config(extra))
 

@@ -132,14 +132,10 @@ def test_the_service_schedules_and_lists_the_tree(tmp_path):
     from flotilla.core.cycle import Scheduler
     from flotilla.service.loop import service_backends
     from flotilla.service.server import build_service
-    from flotilla.config import parse_config
-    from service_fixtures import CONFIG, headers, job, job_file
+    from service_fixtures import headers, job, job_file, tree_config
     from test_service_metrics import Clock
 
-    cfg = parse_config(CONFIG.replace(
-        "  - {name: B, weight: 1, owners: [bob]}\n",
-        "  - {name: B, weight: 1, owners: [bob]}\n  - {name: A1, weight: 1, parent: A, owners: [alice]}\n"
-        "  - {name: A2, weight: 3, parent: A, owners: [alice]}\n"), "test.yaml")
+    cfg = tree_config()
     service = build_service(cfg, Scheduler(cfg), store_url=f"sqlite:///{tmp_path}/t.db",
                             backends=service_backends(cfg, clock=Clock()), seed=0)
     client = TestClient(service.app)

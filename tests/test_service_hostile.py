@@ -42,6 +42,7 @@ def test_a_deleted_queue_leaves_no_jobs_events_or_client_ids_to_its_successor(en
     old = client.post("/v1/submit", json=job_file("X", "s", [job("c1")]), headers=headers("alice")).json()
     old_id = old["jobs"][0]["id"]
     assert client.post("/v1/cancel", json={"queue": "X", "jobSetId": "s"}, headers=headers("alice")).status_code == 200
+    assert client.post("/v1/queues/X/cordon", headers=root).status_code == 200
     r = client.delete("/v1/queues/X", headers=root)
     assert r.json() == {"deleted": "X", "jobs": 1, "cancelled": [], "cancelling": []}
     assert client.post("/v1/queues", json={"name": "X", "owners": ["dave"]}, headers=root).status_code == 200
@@ -50,6 +51,8 @@ def test_a_deleted_queue_leaves_no_jobs_events_or_client_ids_to_its_successor(en
     assert error(client.get(f"/v1/jobs/{old_id}", headers=dave), 404)["message"] == f"job {old_id!r} not found"
     assert client.get("/v1/queues/X/jobsets/s/events?follow=false", headers=dave).text == ""
     assert client.get("/v1/queues/X/jobsets/s/jobs", headers=dave).json() == {"jobs": []}
+    assert [q["cordoned"] for q in client.get("/v1/queues", headers=dave).json()["queues"] if q["name"] == "X"] == \
+        [False]
     again = client.post("/v1/submit", json=job_file("X", "s", [job("c1")]), headers=dave).json()["jobs"][0]
     assert again["existing"] is False and again["id"] != old_id
     # What is left of the old queue: one "deleted" event outside every job set, for the loop's copies.
@@ -155,6 +158,16 @@ def test_a_queue_weight_of_infinity_is_refused_in_the_api_and_in_the_config(env)
     with pytest.raises(ConfigError) as exc:
         parse_config(CONFIG.replace("{name: B, weight: 1,", "{name: B, weight: .inf,"), "test.yaml")
     assert str(exc.value) == "test.yaml:8: queues[1].weight: Input should be a finite number (got inf)"
+    for old, new, message in (
+            ("lease: {timeout: 2s,", "lease: {timeout: .nan,", "test.yaml:10: lease.timeout: expected a finite "
+                                                               "duration, got nan"),
+            ("cycle: {period: 0.2s}", "cycle: {period: .inf}", "test.yaml:13: cycle.period: expected a finite "
+                                                               "duration, got inf"),
+            ("evict: {probability: 0}", "evict: {probability: .nan}", "test.yaml:9: evict.probability: Input should "
+                                                                      "be a finite number (got nan)")):
+        with pytest.raises(ConfigError) as exc:
+            parse_config(CONFIG.replace(old, new), "test.yaml")
+        assert str(exc.value) == message
 
 
 def test_job_files_read_from_disk_meet_the_same_bounds():
@@ -260,6 +273,10 @@ def test_on_each_store_hostile_ids_store_nothing_and_a_deleted_queue_is_forgotte
     new = client.post("/v1/submit", json=job_file("A", "s", [job("c1")]), headers=headers("dave")).json()["jobs"][0]
     assert new["existing"] is False and new["id"] != old
     assert [j["id"] for j in store.list_jobs("A")] == [new["id"]]
+    for path in ("/v1/jobs/a%00b", "/v1/queues/A%00", "/v1/queues/A/jobsets/s%00/jobs",
+                 "/v1/queues/A/jobsets/s/jobs?state=queued%00"):
+        assert error(client.get(path, headers=headers("dave")), 400)["message"] == \
+            "NUL characters are not allowed in the path or the query"
     store.close()
 
 

@@ -69,3 +69,24 @@ def test_without_tokens_there_is_no_login_and_every_queue_is_open(tmp_path):
                            headers={"Origin": "https://attacker.example"})
     assert response.status_code == 403
     service.close()
+
+
+def test_the_queues_page_shows_the_tree_of_queues(tmp_path):
+    from flotilla.service.loop import service_backends
+    from service_fixtures import tree_config
+
+    cfg = tree_config()
+    service = build_service(cfg, Scheduler(cfg), store_url=f"sqlite:///{tmp_path}/tree.db",
+                            backends=service_backends(cfg), seed=0)
+    for queue in ("A1", "A2", "B"):
+        body = job_file(queue, "s", [job(f"{queue}-{i}") for i in range(40)])
+        service.store.submit(queue, "s", "alice", prepare(body, service.settings)[1])
+    assert service.runner.cycle()
+    client = TestClient(service.app)
+    client.cookies.set("flotilla_token", "alice-token")
+    html = client.get("/ui").text
+    rows = re.findall(r'<tr data-queue="([^"]+)">\s*<td style="padding-left: ([0-9.]+)rem">', html)
+    assert rows == [("A", "0.7"), ("A1", "1.9"), ("A2", "1.9"), ("B", "0.7")]     # children indented under A
+    fair = dict(re.findall(r'<tr data-queue="([^"]+)">.*?<td class="num fair">([^<]+)</td>', html, re.S))
+    assert fair == {"A": "50.0%", "A1": "12.5%", "A2": "37.5%", "B": "50.0%"}
+    service.close()

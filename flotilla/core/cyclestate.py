@@ -32,9 +32,10 @@ after every one, this state and its decisions with a fresh rebuild.
 
 from __future__ import annotations
 
+from collections import Counter, deque
 from dataclasses import dataclass, field
-from itertools import compress, count, repeat
-from operator import attrgetter, is_, itemgetter, not_
+from itertools import compress, count
+from operator import attrgetter, is_, not_
 from typing import Sequence
 
 from flotilla.core.model import Job, PriorityClass, Snapshot
@@ -49,8 +50,7 @@ _SELECTOR = attrgetter("node_selector")
 _GANG = attrgetter("gang")
 _PRIORITY = attrgetter("priority")
 _QUEUE = attrgetter("queue")
-_JOB = itemgetter(-1)
-_MISSING = (None,)  # what a job id not queued maps to: its "job" is None
+_CLASS = attrgetter("priority_class")
 _SUBMITTED = attrgetter("submitted")
 
 
@@ -181,17 +181,20 @@ class CycleState:
         # Heap entries (priority, submitted, seq, job) built in C; seq is the position in the snapshot.
         entries = list(zip(map(_PRIORITY, queued), map(_SUBMITTED, queued), count(), queued))
         #: job id -> its entry, for every queued job (the queues' orders share it).
-        self.entries: dict[str, tuple] = dict(zip(map(_ID, queued), entries))
+        # Keyed by the job object's identity (an int: no string hashing for a million ids), which is also
+        # what the next sync compares; the entry keeps its job alive, so the key cannot be reused meanwhile.
+        self.entries: dict[int, tuple] = dict(zip(map(id, queued), entries))
         self.seq = len(entries)
         per_queue: dict[str, list] = {name: [] for name in self.queues}
-        names = set(map(_QUEUE, queued))
-        if len(names) == 1 and names <= per_queue.keys():
-            per_queue[names.pop()] = entries
-        else:
-            for entry in entries:
-                per_queue[entry[-1].queue].append(entry)
+        queue_names = list(map(_QUEUE, queued))
+        # Grouped by queue in C: list.append(per_queue[name], entry) for every job, consumed by a zero-length deque.
+        deque(map(list.append, map(per_queue.__getitem__, queue_names), entries), maxlen=0)
+        classes = Counter(zip(queue_names, map(_CLASS, queued)))
+        per_class: dict[str, Counter] = {name: Counter() for name in per_queue}
+        for (name, class_name), number in classes.items():
+            per_class[name][class_name] = number
         for name, queue_entries in per_queue.items():
-            self.queues[name].queued = QueueOrder(self.entries, queue_entries)
+            self.queues[name].queued = QueueOrder(self.entries, queue_entries, per_class[name])
         self._set_fair_shares()
         self.gangs = self._gangs(snapshot)
         self._gangs_stale = False
@@ -227,13 +230,12 @@ class CycleState:
             gone_running = [job_id for job_id in self.running if job_id not in present]
 
         queued = snapshot.queued
-        held = map(_JOB, map(self.entries.get, map(_ID, queued), repeat(_MISSING)))
-        same = list(map(is_, held, queued))
+        same = list(map(self.entries.__contains__, map(id, queued)))
         added: list[Job] = [] if all(same) else list(compress(queued, map(not_, same)))
-        gone_queued: list[str] = []
-        if sum(same) != len(self.entries):
-            present = set(map(_ID, queued))
-            gone_queued = [job_id for job_id in self.entries if job_id not in present]
+        gone_queued: list[int] = []
+        if sum(same) != len(self.entries):  # a job replaced by a new object is gone, and its new object added
+            present = set(map(id, queued))
+            gone_queued = [key for key in self.entries if key not in present]
         # When most of it changed (another workload on the same nodes), building afresh is cheaper.
         slack = len(index.nodes) + 64
         if 2 * (len(gone_running) + len(changed_running) - held_before) > len(self.running) + slack or \
@@ -271,20 +273,17 @@ class CycleState:
         self._sync_foreign(snapshot)
 
         entries = self.entries
-        for job_id in gone_queued:
-            entry = entries.pop(job_id)
+        for key in gone_queued:
+            entry = entries.pop(key)
             gangs_changed |= entry[-1].gang is not None
             self.queues[entry[-1].queue].queued.remove(entry)
         placed_entries, self.placed_entries = self.placed_entries, {}
         for job in added:
-            old = entries.pop(job.id, None)
-            if old is not None:
-                self.queues[old[-1].queue].queued.remove(old)
             entry = placed_entries.get(job.id)
             if entry is None or entry[-1] is not job:
                 entry = (job.priority, job.submitted, self.seq, job)
                 self.seq += 1
-            entries[job.id] = entry
+            entries[id(job)] = entry
             self.queues[job.queue].queued.add(entry)
         self._set_limits(snapshot)
         self._set_fair_shares()

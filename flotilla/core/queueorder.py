@@ -13,8 +13,8 @@ rest. Entries are ``(priority, submitted, seq, job)``.
 * :meth:`settle` ends the cycle: the prefix, less the jobs the cycle placed,
   becomes the front of the next head (a list slice, not a heap push per
   entry).
-* Which entries are live is one dict shared by the state's queues (job id
-  -> entry); a job that leaves between cycles is removed from it and its
+* Which entries are live is one dict shared by the state's queues
+  (``id(job)`` -> entry); a job that leaves between cycles is removed from it and its
   entry is dropped when the merge comes to it; the queue is compacted when
   dead entries outnumber live ones.
 
@@ -37,7 +37,6 @@ from flotilla.core.model import Job
 #: cycle from a plugin's job order have entries (*sort key, job), the key ending with seq.
 Entry = tuple
 
-_ID = attrgetter("id")
 _CLASS = attrgetter("priority_class")
 _JOB = itemgetter(-1)
 
@@ -45,10 +44,11 @@ _JOB = itemgetter(-1)
 class QueueOrder:
     __slots__ = ("entries", "heap", "head", "hpos", "prefix", "count", "classes", "dead")
 
-    def __init__(self, entries: dict[str, Entry] | None = None, initial: list[Entry] | None = None):
+    def __init__(self, entries: dict[str, Entry] | None = None, initial: list[Entry] | None = None,
+                 classes: Counter[str] | None = None):
         initial = initial or []
-        #: job id -> its live entry, shared by all the queues of one state.
-        self.entries: dict[str, Entry] = entries if entries is not None else dict(zip(map(_ID, map(_JOB, initial)),
+        #: id(job) -> its live entry, shared by all the queues of one state.
+        self.entries: dict[int, Entry] = entries if entries is not None else dict(zip(map(id, map(_JOB, initial)),
                                                                                        initial))
         self.heap: list[Entry] = initial
         heapq.heapify(self.heap)
@@ -56,7 +56,8 @@ class QueueOrder:
         self.hpos = 0
         self.prefix: list[Entry] = []
         self.count = len(initial)
-        self.classes: Counter[str] = Counter(map(_CLASS, map(_JOB, initial)))
+        #: queued jobs per priority class (given when the caller counted them already)
+        self.classes: Counter[str] = classes if classes is not None else Counter(map(_CLASS, map(_JOB, initial)))
         self.dead = 0
 
     def __len__(self) -> int:
@@ -86,7 +87,7 @@ class QueueOrder:
     def live_entries(self) -> list[Entry]:
         """The live entries, in no particular order."""
         entries = self.entries
-        return [e for e in chain(self.prefix, self.head[self.hpos:], self.heap) if entries.get(e[-1].id) is e]
+        return [e for e in chain(self.prefix, self.head[self.hpos:], self.heap) if entries.get(id(e[-1])) is e]
 
     def jobs(self) -> list[Job]:
         """The queued jobs, in no particular order."""
@@ -109,7 +110,7 @@ class QueueOrder:
                         entry = heapq.heappop(heap)
                     else:
                         return
-                    if entries.get(entry[-1].id) is entry:
+                    if entries.get(id(entry[-1])) is entry:
                         break
                     self.dead -= 1
                 prefix.append(entry)
@@ -122,8 +123,8 @@ class QueueOrder:
         kept = []
         for entry in self.prefix:
             job = entry[-1]
-            if job.id in placed and entries.get(job.id) is entry:
-                del entries[job.id]
+            if job.id in placed and entries.get(id(job)) is entry:
+                del entries[id(job)]
                 taken[job.id] = entry
                 self.count -= 1
                 self.classes[job.priority_class] -= 1

@@ -3,6 +3,8 @@
 In this order, each answered in the one error model without reading more
 than it must:
 
+0. a NUL in the path or the query string is refused (400): no store column
+   can hold one, and PostgreSQL refuses it with an error;
 1. without tokens (a local, single-user service), only a loopback ``Host``
    header is served: a DNS-rebinding page names its own host (400
    ``bad_host``); a state-changing request from a page of another origin
@@ -104,6 +106,8 @@ class Guard:
     async def _check(self, scope: Scope, receive: Receive) -> tuple[Any, Receive]:
         headers = Headers(scope=scope)
         method, path = scope["method"], scope["path"]
+        if "\x00" in path or b"%00" in scope.get("query_string", b""):   # no store column can hold a NUL
+            return error_response(400, "NUL characters are not allowed in the path or the query"), receive
         api = path.startswith(API_PREFIX)
         if self.open_access:
             if not is_loopback_host(headers.get("host")):

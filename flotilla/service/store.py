@@ -396,7 +396,7 @@ class Store:
         return spec
 
     def delete_queue(self, name: str, *, force: bool = False, by: str = "", now: float | None = None) -> dict:
-        """Delete a queue and its whole history: jobs, job sets, events, clientIds, gang ids.
+        """Delete a queue and its whole history: jobs, job sets, events, clientIds, gang ids, its cordon.
 
         Refused (:class:`Conflict`) while the queue has jobs that are not
         finished; ``force`` cancels them first (queued ones at once; leased
@@ -426,6 +426,7 @@ class Store:
             conn.execute(events.delete().where(events.c.queue == name))
             conn.execute(jobs.delete().where(jobs.c.queue == name))
             conn.execute(job_sets.delete().where(job_sets.c.queue == name))
+            conn.execute(cordons.delete().where(cordons.c.kind == "queue", cordons.c.name == name))
             conn.execute(queues.delete().where(queues.c.name == name))
             self._insert_events(conn, [{"queue": "", "job_set": "", "job_id": job_id, "kind": "deleted", "time": now,
                                         "cluster": None, "node": None, "reason": ""} for job_id in ids])
