@@ -93,7 +93,11 @@ def test_a_three_pod_job_runs_on_one_cluster_and_a_stuck_pod_fails_it_after_its_
         home = pods["0"][0]
         assert pods == {str(k): (home, str(k), "ml") for k in range(3)}
         events = watch(srv, "three")
-        assert [e["kind"] for e in events] == ["submitted", "queued", "leased", "pending", "running", "succeeded"]
+        # Each pod's start and end, with its podNumber, before the job's own running and succeeded.
+        assert [e["kind"] for e in events] == ["submitted", "queued", "leased", "pending", *["pod-running"] * 3,
+                                               "running", *["pod-succeeded"] * 3, "succeeded"]
+        assert sorted(e["podNumber"] for e in events[4:7]) == sorted(e["podNumber"] for e in events[8:11]) == [0, 1, 2]
+        assert all("podNumber" not in e for e in events[:4] + [events[7], events[11]])
 
         # Pod 2 of this one never starts (ErrImagePull): the job is stopped and retried once, then failed.
         [stuck] = submit(srv, tmp_path, "stuck", [
@@ -102,13 +106,17 @@ def test_a_three_pod_job_runs_on_one_cluster_and_a_stuck_pod_fails_it_after_its_
         events = watch(srv, "stuck")
         why = ("pod 2: pod stuck: not started within stuckPodExpiry 2s (container worker: ErrImagePull: "
                "failed to pull image busybox (kwok.flotilla.io/image-pull-error))")
-        assert [(e["kind"], e["reason"]) for e in events if e["kind"] not in ("submitted", "leased", "pending")] == [
-            ("queued", ""),
-            ("lease-expired", f"lost on cluster {events[2]['cluster']}: {why}"),
-            ("queued", "retry 1 of 1"),
-            ("lease-expired", f"lost on cluster {events[-2]['cluster']}: {why}"),
-            ("failed", f"lost on cluster {events[-2]['cluster']}: {why}; gave up after 1 retries"),
+        first, last = [e["cluster"] for e in events if e["kind"] == "leased"]
+        assert [(e["kind"], e["reason"], e.get("podNumber")) for e in events
+                if e["kind"] not in ("submitted", "leased", "pending", "pod-running")] == [
+            ("queued", "", None),
+            ("lease-expired", f"lost on cluster {first}: {why}", 2),
+            ("queued", "retry 1 of 1", None),
+            ("lease-expired", f"lost on cluster {last}: {why}", 2),
+            ("failed", f"lost on cluster {last}: {why}; gave up after 1 retries", None),
         ]
+        # Pods 0 and 1 start each time; pod 2 never does.
+        assert sorted(e["podNumber"] for e in events if e["kind"] == "pod-running") == [0, 0, 1, 1]
         assert status(srv, stuck)["state"] == "failed"
         # Every pod of it is removed, on both clusters.
         wait_for(lambda: not any(p["metadata"].get("annotations", {}).get("flotilla.io/job-id", "").startswith(stuck)

@@ -314,6 +314,8 @@ def watch(ctx, queue, job_set, after, until_done, no_follow, output, url, token)
                     click.echo(yaml.safe_dump([ev], sort_keys=False).rstrip())
                 else:
                     where = "/".join(x for x in (ev.get("cluster"), ev.get("node")) if x)
+                    if ev.get("podNumber") is not None:
+                        where += f" pod {ev['podNumber']}"
                     click.echo(f"{ev['id']:>8}  {_fmt_time(ev['time'])}  {ev['jobId']}  {ev['kind']:<14} "
                                f"{where}{('  ' + ev['reason']) if ev.get('reason') else ''}".rstrip())
                 sys.stdout.flush()

@@ -72,9 +72,9 @@ def apply_reports(active: dict, reports: Mapping[str, ClusterReport], now: float
     def count(name: str) -> None:
         counts[name] = counts.get(name, 0) + 1
 
-    def event(job, kind: str, when: float, reason: str = "", cluster=None, node=None) -> None:
+    def event(job, kind: str, when: float, reason: str = "", cluster=None, node=None, pod: int | None = None) -> None:
         changes.events.append({"queue": job.queue, "job_set": job.job_set, "job_id": job.id, "kind": kind,
-                               "time": when, "cluster": cluster, "node": node, "reason": reason})
+                               "time": when, "cluster": cluster, "node": node, "reason": reason, "pod": pod})
         count(kind)
 
     def update(job, **values) -> None:
@@ -88,18 +88,19 @@ def apply_reports(active: dict, reports: Mapping[str, ClusterReport], now: float
             if pod != skip:
                 stops.setdefault(job.cluster, []).append((pod, job))
 
-    def finish(job, state: str, reason: str, when: float, stop_rest: bool = False, skip: str | None = None) -> None:
+    def finish(job, state: str, reason: str, when: float, stop_rest: bool = False, skip: str | None = None,
+               pod: int | None = None) -> None:
         update(job, state=state, reason=reason, finished=when)
-        event(job, state, when, reason, job.cluster, node_text(job))
+        event(job, state, when, reason, job.cluster, node_text(job), pod)
         changes.lease_deletes.add(job.id)
         changes.lease_updates.pop(job.id, None)
         active.pop(job.id, None)
         if stop_rest and job.npods > 1:
             stop_pods(job, skip)
 
-    def requeue_or_fail(job, kind: str, reason: str, when: float) -> None:
+    def requeue_or_fail(job, kind: str, reason: str, when: float, pod: int | None = None) -> None:
         retries = job.retries + 1
-        event(job, kind, when, reason, job.cluster, node_text(job))
+        event(job, kind, when, reason, job.cluster, node_text(job), pod)
         changes.lease_deletes.add(job.id)
         changes.lease_updates.pop(job.id, None)
         active.pop(job.id, None)
@@ -126,9 +127,12 @@ def apply_reports(active: dict, reports: Mapping[str, ClusterReport], now: float
                 continue          # about a job that is no longer here: a stale report
             when = ev.time or now
             kind = ev.kind
-            if "#" in ev.job_id and kind in ("failed", "lost"):   # which pod of a multi-pod job
-                ev = JobEvent(ev.job_id, kind, ev.cluster, ev.node, ev.time,
-                              f"pod {ev.job_id.split('#', 1)[1]}: {ev.reason or kind}")
+            # A pod of a multi-pod job: its own events (pod-running, pod-succeeded) and the job's say which.
+            pod = int(ev.job_id.split("#", 1)[1]) if "#" in ev.job_id else None
+            if pod is not None and kind in ("failed", "lost"):
+                ev = JobEvent(ev.job_id, kind, ev.cluster, ev.node, ev.time, f"pod {pod}: {ev.reason or kind}")
+            if pod is not None and kind in ("running", "succeeded"):
+                event(job, f"pod-{kind}", when, "", cluster, ev.node, pod)
             if kind == "running":
                 job.pods_running += 1
                 changes.lease_updates.setdefault(job.id, {})["pods_running"] = job.pods_running
@@ -143,7 +147,8 @@ def apply_reports(active: dict, reports: Mapping[str, ClusterReport], now: float
                 if job.pods_done >= job.npods:
                     finish(job, SUCCEEDED, ev.reason, when)
             elif kind == "failed":
-                finish(job, FAILED, ev.reason or f"failed on {cluster}", when, stop_rest=True, skip=ev.job_id)
+                finish(job, FAILED, ev.reason or f"failed on {cluster}", when, stop_rest=True, skip=ev.job_id,
+                       pod=pod)
             elif kind == "preempted":
                 finish(job, PREEMPTED, ev.reason or f"preempted on {cluster}", when, stop_rest=True, skip=ev.job_id)
             elif kind == "cancelled":
@@ -157,7 +162,7 @@ def apply_reports(active: dict, reports: Mapping[str, ClusterReport], now: float
             elif kind == "lost":
                 stop_pods(job)
                 requeue_or_fail(job, "lease-expired", f"lost on cluster {cluster}: {ev.reason or 'no reason given'}",
-                                when)
+                                when, pod)
 
     # 2. Heartbeats: renew the leases of what each cluster runs; stop what it should not run.
     on_cluster: dict[str, list] = {}

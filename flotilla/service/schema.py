@@ -120,6 +120,7 @@ events = sa.Table(
     sa.Column("cluster", sa.String(255), nullable=True),
     sa.Column("node", sa.Text, nullable=True),
     sa.Column("reason", sa.Text, nullable=False, server_default=""),
+    sa.Column("pod", sa.Integer, nullable=True),           # v4: the pod of a multi-pod job it is about
 )
 sa.Index("ix_events_job_set", events.c.queue, events.c.job_set, events.c.id)
 sa.Index("ix_events_job", events.c.job_id)
@@ -153,7 +154,7 @@ cordons = sa.Table(
 
 
 def _v1(conn: sa.Connection) -> None:
-    """The first schema: every table above as it was first released."""
+    """The first schema: every table above as it was first released (``events.pod`` since: see v4)."""
     metadata.create_all(conn, tables=[queues, job_sets, jobs, leases, events])
 
 
@@ -168,10 +169,21 @@ def _v3(conn: sa.Connection) -> None:
     metadata.create_all(conn, tables=[cordons])
 
 
+def _v4(conn: sa.Connection) -> None:
+    """Events about one pod of a multi-pod job name it (``pod``: its podNumber).
+
+    A database created by this code's v1 has the column already (v1 creates
+    the tables as defined now); one created earlier gets it here.
+    """
+    if "pod" not in {column["name"] for column in sa.inspect(conn).get_columns("events")}:
+        conn.execute(sa.text("ALTER TABLE events ADD COLUMN pod INTEGER"))
+
+
 MIGRATIONS: list[tuple[int, str, Callable[[sa.Connection], None]]] = [
     (1, "queues, job sets, jobs, leases, events", _v1),
     (2, "scheduler leader and status", _v2),
     (3, "queue cordons and draining nodes", _v3),
+    (4, "events.pod: the pod of a multi-pod job an event is about", _v4),
 ]
 
 LATEST = MIGRATIONS[-1][0]

@@ -42,7 +42,8 @@ TERMINAL = (SUCCEEDED, FAILED, PREEMPTED, CANCELLED)
 NONTERMINAL = (QUEUED, *ACTIVE)
 
 EVENT_KINDS = ("submitted", "queued", "leased", "pending", "running", "succeeded", "failed", "preempted",
-               "cancelled", "lease-expired", "reprioritized", "cancelling", "deleted")
+               "cancelled", "lease-expired", "reprioritized", "cancelling", "deleted",
+               "pod-running", "pod-succeeded")   # the last two: one pod of a multi-pod job, with its podNumber
 #: The state an event puts its job in; events not listed leave the state as it is.
 EVENT_STATE = {"queued": QUEUED, "leased": LEASED, "pending": PENDING, "running": RUNNING,
                "succeeded": SUCCEEDED, "failed": FAILED, "preempted": PREEMPTED, "cancelled": CANCELLED}
@@ -353,7 +354,8 @@ class Store:
     @staticmethod
     def _insert_events(conn: sa.Connection, rows: list[dict]) -> None:
         if rows:
-            conn.execute(events.insert(), rows)
+            # One shape for the whole batch: only events about one pod of a multi-pod job carry "pod".
+            conn.execute(events.insert(), [row if "pod" in row else {**row, "pod": None} for row in rows])
 
     # -- queues -------------------------------------------------------------
     @staticmethod
@@ -913,8 +915,11 @@ class Store:
 
 
 def event_dict(row) -> dict:
-    return {"id": row.id, "queue": row.queue, "jobSet": row.job_set, "jobId": row.job_id, "kind": row.kind,
-            "time": row.time, "cluster": row.cluster, "node": row.node, "reason": row.reason}
+    out = {"id": row.id, "queue": row.queue, "jobSet": row.job_set, "jobId": row.job_id, "kind": row.kind,
+           "time": row.time, "cluster": row.cluster, "node": row.node, "reason": row.reason}
+    if row.pod is not None:   # about one pod of a multi-pod job
+        out["podNumber"] = row.pod
+    return out
 
 
 def rebuild_states(event_list: Iterable[Mapping]) -> dict[str, str]:
