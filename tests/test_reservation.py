@@ -115,3 +115,32 @@ def test_reserve_without_after_is_a_config_error(tmp_path):
     result = invoke(tmp_path, config(extra="actions: [evict, reserve, allocate]"), STATE)
     assert result.exit_code == 2
     assert "actions[1]: the reserve action needs reservation.after" in result.stderr
+
+
+TWO_GANGS = """
+now: 3600
+clusters:
+  - name: c1
+    nodes:
+""" + "".join(f"      - {{name: node-{i}, resources: {{cpu: 32}}}}\n" for i in range(1, 5)) + """jobs:
+""" + "".join(f"  - {{id: d-{i}, queue: S, requests: {{cpu: {i}}}, state: running, node: node-{i}}}\n"
+              for i in range(1, 5)) + "".join(
+    f"  - {{id: {g}-{m}, queue: {g.upper()}, requests: {{cpu: 32}}, gang: {{id: {g}, cardinality: 2}}, "
+    f"submitted: {t}}}\n" for g, t in (("g", 0), ("h", 10)) for m in (1, 2))
+
+
+@pytest.mark.parametrize("units, expected", [
+    # One unit at a time: the longest waiting gang, g, holds the two least loaded nodes; h waits as any job.
+    (1, {"g-1": "waiting for 2 reserved nodes (node-1, node-2)", "h-1": "gang h: 0 of 2 members fit"}),
+    # Two: h gets the other two nodes; reserved nodes are never shared.
+    (2, {"g-1": "waiting for 2 reserved nodes (node-1, node-2)",
+         "h-1": "waiting for 2 reserved nodes (node-3, node-4)"}),
+])
+def test_max_units_limits_the_reservations_and_nodes_are_not_shared(tmp_path, units, expected):
+    from scenario import config, run_once
+
+    cfg = config(queues="queues: [{name: G}, {name: H}, {name: S}]",
+                 extra=f"actions: [evict, reserve, allocate, lease]\nreservation: {{after: 10m, maxUnits: {units}}}\n")
+    out = run_once(tmp_path, cfg, TWO_GANGS)
+    assert out["scheduled"] == []
+    assert {job: out["reasons"][job] for job in expected} == expected

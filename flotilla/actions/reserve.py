@@ -63,7 +63,8 @@ class Reserve:
                 continue
             if session.now - min(m.submitted for m in members) < after or self._fits_now(session, queue, members):
                 continue
-            nodes = self._choose_nodes(session, members)
+            taken = {name for names in self.reservations.values() for name in names}
+            nodes = self._choose_nodes(session, members, taken)
             if nodes:
                 self.reservations[key] = nodes
                 log.info("reserve", unit=key, nodes=[name for _, name in nodes])
@@ -115,14 +116,18 @@ class Reserve:
         return False
 
     @staticmethod
-    def _choose_nodes(session, members) -> list[tuple[str, str]]:
-        """The nodes of one cluster with the least running on them that would hold the unit once emptied."""
+    def _choose_nodes(session, members, taken) -> list[tuple[str, str]]:
+        """The nodes of one cluster with the least running on them that would hold the unit once emptied.
+
+        Nodes another unit has reserved (``taken``, by cluster and name) are not shared.
+        """
         index = session.index
         best = None
         for cluster in sorted({t.cluster for t in index.types}):
             allowed = [set(session.allowed_types(m, cluster)[0]) for m in members]
             nodes = [i for i, node in enumerate(index.nodes)
-                     if node.cluster == cluster and any(index.type_of[i] in a for a in allowed)]
+                     if node.cluster == cluster and (node.cluster, node.name) not in taken
+                     and any(index.type_of[i] in a for a in allowed)]
             # Least to evict or finish: what runs there, in resource order, then the node's position.
             load = {i: tuple(a - f for a, f in zip(index.allocatable[i], index.free[i][0])) for i in nodes}
             nodes.sort(key=lambda i: (load[i], i))
