@@ -108,7 +108,9 @@ def test_the_service_account_of_deploy_rbac_runs_the_workloads_in_cluster(kwok, 
                  {(e.job_id, e.kind) for e in events}, timeout=30)
         wait_for(lambda: not cluster.client.get("/api/v1/namespaces/team-a/services")["items"], timeout=30)
         assert [e.kind for e in events if e.job_id == "web"] == ["running", "preempted"]
-        assert all(e.kind != "lost" for e in events)
+        # Both backends watch the same cluster, so `plain` also sees `bound`, which `binding` leased and
+        # cancelled: from plain's side that pod was deleted by someone else. Only plain's own jobs count here.
+        assert [(e.job_id, e.kind) for e in events if e.job_id in ("short", "web") and e.kind == "lost"] == []
     finally:
         for b in backends:
             b.close()
