@@ -42,7 +42,7 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from flotilla import __version__
 from flotilla.config.models import QueueConfig
-from flotilla.service import errors
+from flotilla.service import access, errors
 from flotilla.service.auth import Authenticator, Identity, may_act, may_admin
 from flotilla.service.bounds import ID_PATTERN, INT64_MAX, PRIORITY_MAX, PRIORITY_MIN
 from flotilla.service.errors import ApiError, ErrorItem
@@ -143,12 +143,7 @@ def create_app(store: Store, settings: ServiceSettings, loop=None, *, admin_endp
         return who
 
     def queue_for(name: str, who: Identity, act: bool = True) -> QueueSpec:
-        queue = store.get_queue(name)
-        if queue is None:
-            raise ApiError(404, f"queue {name!r} does not exist")
-        if act and not may_act(who, queue):
-            raise ApiError(403, f"user {who.user!r} may not act in queue {name!r}")
-        return queue
+        return access.queue_for(store, name, who, act)
 
     status_reader = StatusReader(store)
 
@@ -197,11 +192,7 @@ def create_app(store: Store, settings: ServiceSettings, loop=None, *, admin_endp
 
     @app.get("/v1/jobs/{job_id}", tags=["jobs"], summary="A job's state and record")
     def job_status(job_id: str, who: Identity = Depends(identity)) -> dict:
-        job = store.get_job(job_id)
-        queue = store.get_queue(job["queue"]) if job else None
-        if job is None or (not who.admin and (queue is None or not may_act(who, queue))):
-            raise ApiError(404, f"job {job_id!r} not found")
-        return job
+        return access.visible_job(store, job_id, who)
 
     @app.get("/v1/queues/{queue}/jobsets/{job_set}/jobs", tags=["jobs"], summary="The jobs of a job set")
     def job_set_jobs(queue: str, job_set: str, state: list[JobState] | None = Query(default=None),

@@ -29,7 +29,9 @@ from fastapi.staticfiles import StaticFiles
 from jinja2 import Environment, PackageLoader, select_autoescape
 
 from flotilla.core.quantities import format_quantity
+from flotilla.service import access
 from flotilla.service.auth import Authenticator, Identity, may_act
+from flotilla.service.errors import ApiError
 from flotilla.service.roles.status import StatusReader
 from flotilla.service.settings import ServiceSettings
 from flotilla.service.store import ACTIVE, NONTERMINAL, QUEUED, STATES, Store
@@ -66,12 +68,6 @@ def tree_order(rows: list[dict]) -> list[dict]:
     return out
 
 
-class _Refused(Exception):
-    def __init__(self, status: int, message: str):
-        self.status = status
-        self.message = message
-
-
 def mount_ui(app, store: Store, settings: ServiceSettings, status: StatusReader,
              authenticator: Authenticator | None = None) -> None:
     """Add ``/ui`` (pages) and ``/ui/static`` (the stylesheet) to ``app``."""
@@ -95,19 +91,10 @@ def mount_ui(app, store: Store, settings: ServiceSettings, status: StatusReader,
         return RedirectResponse(f"/ui/login?{urlencode({'next': str(request.url.path)})}", status_code=303)
 
     def queue_or_refuse(name: str, identity: Identity, act: bool = True):
-        queue = store.get_queue(name)
-        if queue is None:
-            raise _Refused(404, f"queue {name!r} does not exist")
-        if act and not may_act(identity, queue):
-            raise _Refused(403, f"user {identity.user!r} may not see or act on the jobs of queue {name!r}")
-        return queue
+        return access.queue_for(store, name, identity, act)
 
     def visible_job(job_id: str, identity: Identity) -> dict:
-        job = store.get_job(job_id)
-        queue = store.get_queue(job["queue"]) if job else None
-        if job is None or queue is None or not may_act(identity, queue):
-            raise _Refused(404, f"job {job_id!r} not found")
-        return job
+        return access.visible_job(store, job_id, identity)
 
     async def guarded(request: Request, render):
         identity = who(request)
@@ -115,8 +102,8 @@ def mount_ui(app, store: Store, settings: ServiceSettings, status: StatusReader,
             return login_redirect(request)
         try:
             return await run_in_threadpool(render, identity)
-        except _Refused as exc:
-            return page("error.html", request, identity, exc.status, message=exc.message, status=exc.status)
+        except ApiError as exc:
+            return page("error.html", request, identity, exc.status, message=exc.detail, status=exc.status)
 
     # -- login -------------------------------------------------------------------------
     @router.get("/login")
@@ -180,7 +167,7 @@ def mount_ui(app, store: Store, settings: ServiceSettings, status: StatusReader,
             queue_or_refuse(queue, identity)
             if sort not in SORTS or order not in ("asc", "desc") or (state and state not in STATES) \
                     or page_number < 1:
-                raise _Refused(422, f"sort must be one of {', '.join(SORTS)}, order asc or desc, state one of "
+                raise ApiError(422, f"sort must be one of {', '.join(SORTS)}, order asc or desc, state one of "
                                     f"{', '.join(STATES)}, page_number 1 or more")
             filt = JobFilter(queue, jobSet or None, state or None, owner or None)
             total, rows = job_page(store, filt, sort, order == "desc", page_number)
