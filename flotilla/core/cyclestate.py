@@ -34,8 +34,8 @@ from __future__ import annotations
 
 from collections import Counter, deque
 from dataclasses import dataclass, field
-from itertools import compress, count
-from operator import attrgetter, is_, not_
+from itertools import chain, compress, count, islice
+from operator import attrgetter, is_, itemgetter, le, not_
 from typing import Sequence
 
 from flotilla.core.model import Job, PriorityClass, Snapshot
@@ -52,6 +52,7 @@ _PRIORITY = attrgetter("priority")
 _QUEUE = attrgetter("queue")
 _CLASS = attrgetter("priority_class")
 _SUBMITTED = attrgetter("submitted")
+_LAST = itemgetter(-1)
 
 
 @dataclass(slots=True, eq=False)
@@ -179,7 +180,14 @@ class CycleState:
 
         queued = snapshot.queued
         # Heap entries (priority, submitted, seq, job) built in C; seq is the position in the snapshot.
-        entries = list(zip(map(_PRIORITY, queued), map(_SUBMITTED, queued), count(), queued))
+        priorities = list(map(_PRIORITY, queued))
+        submitted = list(map(_SUBMITTED, queued))
+        entries = list(zip(priorities, submitted, count(), queued))
+        # One priority and submission times in snapshot order (the usual case): every queue's entries are in
+        # order, found by comparing floats here rather than entry tuples queue by queue.
+        ordered = bool(priorities) and priorities.count(priorities[0]) == len(priorities) and \
+            all(map(le, submitted, islice(submitted, 1, None)))
+        del priorities, submitted
         #: job id -> its entry, for every queued job (the queues' orders share it).
         # Keyed by the job object's identity (an int: no string hashing for a million ids), which is also
         # what the next sync compares; the entry keeps its job alive, so the key cannot be reused meanwhile.
@@ -189,12 +197,19 @@ class CycleState:
         queue_names = list(map(_QUEUE, queued))
         # Grouped by queue in C: list.append(per_queue[name], entry) for every job, consumed by a zero-length deque.
         deque(map(list.append, map(per_queue.__getitem__, queue_names), entries), maxlen=0)
-        classes = Counter(zip(queue_names, map(_CLASS, queued)))
-        per_class: dict[str, Counter] = {name: Counter() for name in per_queue}
-        for (name, class_name), number in classes.items():
-            per_class[name][class_name] = number
+        # Jobs per priority class and queue: when all jobs have one class (the usual case), each queue's count
+        # is its length, found without a (queue, class) pair per job.
+        class_names = set(map(_CLASS, queued))
+        if len(class_names) == 1:
+            only = class_names.pop()
+            per_class = {name: Counter({only: len(queue_entries)} if queue_entries else {})
+                         for name, queue_entries in per_queue.items()}
+        else:
+            per_class = {name: Counter() for name in per_queue}
+            for (name, class_name), number in Counter(zip(queue_names, map(_CLASS, queued))).items():
+                per_class[name][class_name] = number
         for name, queue_entries in per_queue.items():
-            self.queues[name].queued = QueueOrder(self.entries, queue_entries, per_class[name])
+            self.queues[name].queued = QueueOrder(self.entries, queue_entries, per_class[name], ordered=ordered)
         self._set_fair_shares()
         self.gangs = self._gangs(snapshot)
         self._gangs_stale = False
@@ -202,6 +217,8 @@ class CycleState:
         #: The queued jobs as of the last sync, while ``entries`` holds exactly them (a cycle that places
         #: jobs takes their entries out and clears this).
         self.queued_as_synced: list[Job] | None = list(queued)
+        #: id() of the job objects the last cycle placed, taken out of the queues (None: none).
+        self.queued_placed: set[int] | None = None
         self.index = index
 
     def _update(self, snapshot: Snapshot, indexed_resources: tuple) -> None:
@@ -236,15 +253,24 @@ class CycleState:
         added: list[Job] = []
         gone_queued: list[int] = []
         last = self.queued_as_synced
-        # Nothing queued changed since the last sync (an idle cycle): the same objects in the same order,
-        # found in one C-level identity pass instead of a lookup per queued job.
-        if last is None or len(last) != len(queued) or not all(map(is_, last, queued)):
+        if last is not None and self.queued_placed:
+            # The last cycle's placements left the queues: the snapshot should list the rest, as before.
+            placed = self.queued_placed
+            last = list(compress(last, map(not_, map(placed.__contains__, map(id, last)))))
+        self.queued_placed = None
+        # Nothing queued changed since the last sync (an idle cycle, or only the last placements gone): the same
+        # objects in the same order, found in one C-level identity pass instead of a lookup per queued job.
+        if last is not None and len(last) == len(queued) and all(map(is_, last, queued)):
+            synced = last
+        else:
+            synced = list(queued)
             same = list(map(self.entries.__contains__, map(id, queued)))
             if not all(same):
                 added = list(compress(queued, map(not_, same)))
             if sum(same) != len(self.entries):  # a job replaced by a new object is gone, its new object added
                 present = set(map(id, queued))
                 gone_queued = [key for key in self.entries if key not in present]
+        del last
         # When most of it changed (another workload on the same nodes), building afresh is cheaper.
         slack = len(index.nodes) + 64
         if 2 * (len(gone_running) + len(changed_running) - held_before) > len(self.running) + slack or \
@@ -296,7 +322,7 @@ class CycleState:
             self.queues[job.queue].queued.add(entry)
         self._set_limits(snapshot)
         self._set_fair_shares()
-        self.queued_as_synced = list(queued)
+        self.queued_as_synced = synced
         if gangs_changed or (changed_running and self.gangs):
             self.gangs = self._gangs(snapshot)
             self._gangs_stale = False
@@ -400,7 +426,7 @@ class CycleState:
     def _gangs(snapshot: Snapshot) -> dict[str, list[Job]]:
         """Gang members by gang id: running ones first, then queued, in snapshot order."""
         gangs: dict[str, list[Job]] = {}
-        for job in filter(_GANG, snapshot.running() + snapshot.queued):
+        for job in filter(_GANG, chain(snapshot.running(), snapshot.queued)):
             gangs.setdefault(job.gang.id, []).append(job)
         return gangs
 
@@ -425,7 +451,8 @@ class CycleState:
         for queue in self.queues.values():
             queue.queued.settle(placed, self.placed_entries)
         if self.placed_entries:
-            self.queued_as_synced = None
+            # Job objects placed: the next sync expects the queued list less these (see _update).
+            self.queued_placed = set(map(id, map(_LAST, self.placed_entries.values())))
 
     # -- for the equality test -----------------------------------------------------------
     def fingerprint(self) -> dict:

@@ -32,7 +32,7 @@ import heapq
 from collections import Counter
 from bisect import bisect_left
 from itertools import chain, compress, islice
-from operator import attrgetter, is_, itemgetter, le
+from operator import attrgetter, is_, itemgetter, le, not_
 from typing import Iterator
 
 from flotilla.core.model import Job
@@ -47,17 +47,18 @@ _ID = attrgetter("id")
 
 
 class QueueOrder:
-    __slots__ = ("entries", "heap", "head", "hpos", "prefix", "count", "classes", "dead")
+    __slots__ = ("entries", "heap", "head", "hpos", "prefix", "count", "_classes", "dead")
 
     def __init__(self, entries: dict[str, Entry] | None = None, initial: list[Entry] | None = None,
-                 classes: Counter[str] | None = None):
+                 classes: Counter[str] | None = None, ordered: bool = False):
         initial = initial or []
         #: id(job) -> its live entry, shared by all the queues of one state.
         self.entries: dict[int, Entry] = entries if entries is not None else dict(zip(map(id, map(_JOB, initial)),
                                                                                        initial))
         # Entries already in order (jobs listed as submitted, the usual case) become the head as they
-        # are: one C-level pass of comparisons instead of a heapify and a heap pop per job read.
-        if all(map(le, initial, islice(initial, 1, None))):
+        # are: one C-level pass of comparisons instead of a heapify and a heap pop per job read. The
+        # caller may know it already (``ordered``: the whole snapshot is in order).
+        if ordered or all(map(le, initial, islice(initial, 1, None))):
             self.heap: list[Entry] = []
             self.head: list[Entry] = initial
         else:
@@ -67,8 +68,8 @@ class QueueOrder:
         self.hpos = 0
         self.prefix: list[Entry] = []
         self.count = len(initial)
-        #: queued jobs per priority class (given when the caller counted them already)
-        self.classes: Counter[str] = classes if classes is not None else Counter(map(_CLASS, map(_JOB, initial)))
+        #: queued jobs per priority class, counted when first asked (given when the caller counted them)
+        self._classes: Counter[str] | None = classes
         self.dead = 0
 
     def __len__(self) -> int:
@@ -77,16 +78,27 @@ class QueueOrder:
     def __bool__(self) -> bool:
         return self.count > 0
 
+    @property
+    def classes(self) -> Counter[str]:
+        """Queued jobs per priority class: counted at first use (``preempt`` asks; a first cycle with
+        nothing running never does), then kept up to date."""
+        if self._classes is None:
+            live = chain(self.prefix, self.head[self.hpos:], self.heap) if not self.dead else self.live_entries()
+            self._classes = Counter(map(_CLASS, map(_JOB, live)))
+        return self._classes
+
     # -- changes between cycles (the caller keeps ``entries`` up to date) -----------------
     def add(self, entry: Entry) -> None:
         heapq.heappush(self.heap, entry)
         self.count += 1
-        self.classes[entry[-1].priority_class] += 1
+        if self._classes is not None:
+            self._classes[entry[-1].priority_class] += 1
 
     def remove(self, entry: Entry) -> None:
         """``entry`` left ``entries``: forget it here (its slot is dropped lazily)."""
         self.count -= 1
-        self.classes[entry[-1].priority_class] -= 1
+        if self._classes is not None:
+            self._classes[entry[-1].priority_class] -= 1
         self.dead += 1
 
     def has_class(self, names) -> bool:
@@ -192,7 +204,17 @@ class QueueOrder:
         prefix = self.prefix
         # Which of the read entries were placed, in C-level passes (most cycles place few of them).
         hits = list(map(placed.__contains__, map(_ID, map(_JOB, prefix)))) if placed else ()
-        if True in hits:
+        if True in hits and all(entries.get(id(entry[-1])) is entry for entry in compress(prefix, hits)):
+            # Placed entries are live (read this cycle): the rest is kept in a C-level pass.
+            kept = list(compress(prefix, map(not_, hits)))
+            for entry in compress(prefix, hits):
+                job = entry[-1]
+                del entries[id(job)]
+                taken[job.id] = entry
+                self.count -= 1
+                if self._classes is not None:
+                    self._classes[job.priority_class] -= 1
+        elif True in hits:
             kept = []
             for entry, hit in zip(prefix, hits):
                 job = entry[-1]
@@ -200,7 +222,8 @@ class QueueOrder:
                     del entries[id(job)]
                     taken[job.id] = entry
                     self.count -= 1
-                    self.classes[job.priority_class] -= 1
+                    if self._classes is not None:
+                        self._classes[job.priority_class] -= 1
                 else:
                     kept.append(entry)
         else:
