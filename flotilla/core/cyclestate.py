@@ -179,37 +179,44 @@ class CycleState:
         index.build()
 
         queued = snapshot.queued
-        # Heap entries (priority, submitted, seq, job) built in C; seq is the position in the snapshot.
-        priorities = list(map(_PRIORITY, queued))
-        submitted = list(map(_SUBMITTED, queued))
-        entries = list(zip(priorities, submitted, count(), queued))
-        # One priority and submission times in snapshot order (the usual case): every queue's entries are in
-        # order, found by comparing floats here rather than entry tuples queue by queue.
-        ordered = bool(priorities) and priorities.count(priorities[0]) == len(priorities) and \
-            all(map(le, submitted, islice(submitted, 1, None)))
-        del priorities, submitted
-        #: job id -> its entry, for every queued job (the queues' orders share it).
-        # Keyed by the job object's identity (an int: no string hashing for a million ids), which is also
-        # what the next sync compares; the entry keeps its job alive, so the key cannot be reused meanwhile.
-        self.entries: dict[int, tuple] = dict(zip(map(id, queued), entries))
-        self.seq = len(entries)
+        #: id(job) -> the job's live entry, or the job itself until its entry is made (the queues' orders
+        #: share it). Keyed by the job object's identity (an int: no string hashing for a million ids), which
+        #: is also what the next sync compares; the value keeps its job alive, so the key cannot be reused.
+        self.entries: dict[int, object] = dict(zip(map(id, queued), queued))
+        self.seq = len(queued)
         per_queue: dict[str, list] = {name: [] for name in self.queues}
         queue_names = list(map(_QUEUE, queued))
-        # Grouped by queue in C: list.append(per_queue[name], entry) for every job, consumed by a zero-length deque.
-        deque(map(list.append, map(per_queue.__getitem__, queue_names), entries), maxlen=0)
+        # Grouped by queue in C: list.append(per_queue[name], job) for every job, consumed by a zero-length deque.
+        deque(map(list.append, map(per_queue.__getitem__, queue_names), queued), maxlen=0)
+        # Jobs listed as submitted (the usual case): a queue's order is its jobs by priority, a stable sort that
+        # keeps submission order within one priority (none at all when every job has the same priority). Such
+        # a queue keeps its jobs as they are and makes an entry only for what a cycle reads (QueueOrder.lazy).
+        submitted = list(map(_SUBMITTED, queued))
+        in_order = all(map(le, submitted, islice(submitted, 1, None)))
+        del submitted
+        priorities = set(map(_PRIORITY, queued)) if in_order else ()
         # Jobs per priority class and queue: when all jobs have one class (the usual case), each queue's count
         # is its length, found without a (queue, class) pair per job.
         class_names = set(map(_CLASS, queued))
         if len(class_names) == 1:
             only = class_names.pop()
-            per_class = {name: Counter({only: len(queue_entries)} if queue_entries else {})
-                         for name, queue_entries in per_queue.items()}
+            per_class = {name: Counter({only: len(jobs)} if jobs else {}) for name, jobs in per_queue.items()}
         else:
             per_class = {name: Counter() for name in per_queue}
             for (name, class_name), number in Counter(zip(queue_names, map(_CLASS, queued))).items():
                 per_class[name][class_name] = number
-        for name, queue_entries in per_queue.items():
-            self.queues[name].queued = QueueOrder(self.entries, queue_entries, per_class[name], ordered=ordered)
+        del queue_names
+        for name, jobs in per_queue.items():
+            if in_order:
+                if len(priorities) > 1:
+                    jobs.sort(key=_PRIORITY)
+                order = QueueOrder(self.entries, None, per_class[name], lazy=jobs)
+            else:
+                # Entries (priority, submitted, seq, job), seq the position in the queue: a heap, built in C.
+                order = QueueOrder(self.entries, list(zip(map(_PRIORITY, jobs), map(_SUBMITTED, jobs), count(),
+                                                          jobs)), per_class[name])
+            self.queues[name].queued = order
+        del per_queue
         self._set_fair_shares()
         self.gangs = self._gangs(snapshot)
         self._gangs_stale = False
@@ -309,9 +316,10 @@ class CycleState:
 
         entries = self.entries
         for key in gone_queued:
-            entry = entries.pop(key)
-            gangs_changed |= entry[-1].gang is not None
-            self.queues[entry[-1].queue].queued.remove(entry)
+            value = entries.pop(key)
+            job = value[-1] if value.__class__ is tuple else value
+            gangs_changed |= job.gang is not None
+            self.queues[job.queue].queued.remove(job)
         placed_entries, self.placed_entries = self.placed_entries, {}
         for job in added:
             entry = placed_entries.get(job.id)
