@@ -2,12 +2,14 @@
 
 Allocate only ever needs a queue's head: the next job in order (priority,
 then submission time, then the order the jobs were first seen). A
-:class:`QueueOrder` keeps the queue between cycles as two parts: ``head``,
-a sorted list of the entries earlier cycles reached, and ``heap``, the
+:class:`QueueOrder` keeps the queue between cycles as three parts: ``head``,
+a sorted list of the entries earlier cycles reached, ``lazy``, jobs in order
+after it that have no entry yet (a queue whose jobs were listed as submitted
+starts as that alone: no tuple per job it never reaches), and ``heap``, the
 rest. Entries are ``(priority, submitted, seq, job)``.
 
-* A cycle reads the queue through :meth:`QueueOrder.__iter__`, a merge of
-  ``head`` and ``heap`` that goes only as far as the cycle goes and records
+* A cycle reads the queue through :meth:`QueueOrder.at` (or ``__iter__``), a merge of
+  ``head``, ``lazy`` and ``heap`` that goes only as far as the cycle goes and records
   what it produced in ``prefix``, so a later action (``preempt`` after
   ``allocate``) walks the same order again for free.
 * :meth:`settle` ends the cycle: the prefix, less the jobs the cycle placed,
@@ -17,7 +19,7 @@ rest. Entries are ``(priority, submitted, seq, job)``.
   they were submitted) starts as all head and no heap: reading it is a list
   walk, not a heap pop per job.
 * Which entries are live is one dict shared by the state's queues
-  (``id(job)`` -> entry); a job that leaves between cycles is removed from it and its
+  (``id(job)`` -> entry, or the job while it has none); a job that leaves between cycles is removed from it and its
   entry is dropped when the merge comes to it; the queue is compacted when
   dead entries outnumber live ones.
 
