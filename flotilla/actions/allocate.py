@@ -33,7 +33,7 @@ import structlog
 
 from flotilla.core.nodeindex import EVICTED
 from flotilla.core.queuetree import TreePicker
-from flotilla.core.session import iter_units
+from flotilla.core.session import KnownMisfits, QueueUnits
 
 log = structlog.get_logger("flotilla.actions.allocate")
 
@@ -43,12 +43,12 @@ class _QueueRun:
 
     __slots__ = ("queue", "units", "passed", "known", "covers_all")
 
-    def __init__(self, queue, units, covers_all: bool):
+    def __init__(self, queue, units, covers_all: bool, ahead: set[str]):
         self.queue = queue
         self.units = units
         self.passed = 0
         #: (requests, priority class, node selector, tolerations) by identity -> the failure recorded.
-        self.known: dict[tuple, object] = {}
+        self.known = KnownMisfits(ahead)
         #: Whether the queue's node tiers cover every node, so "no node fits" is true for every queue.
         self.covers_all = covers_all
 
@@ -83,6 +83,11 @@ class Allocate:
         for job in session.evicted.values():
             evicted_by_queue.setdefault(job.queue, []).append(job)
 
+        # Skips recorded by an earlier allocate of this cycle go into the failures before this one writes any.
+        session.flush_passed_over()
+        had_failures = bool(session.failures)
+        #: Jobs placed this cycle that may lie ahead in their queue: by earlier actions, and gang members.
+        self.ahead = ahead = set(session.scheduled_ids)
         picker = TreePicker(session) if session.nested else FlatPicker(session)
         for queue in session.queues.values():
             evicted = evicted_by_queue.get(queue.name, ())
@@ -92,7 +97,7 @@ class Allocate:
             # A shape with no node is none for every queue when the tiers cover all nodes and no node filter
             # (they answer per job) applies.
             shared = ("any" in tiers or {"unused", "used"} <= tiers) and not session.node_filter_fns
-            run = _QueueRun(queue, iter_units(session, queue, evicted), shared)
+            run = _QueueRun(queue, QueueUnits(session, queue, evicted), shared, ahead)
             self._offer(session, picker, run)
 
         considered = 0
@@ -105,6 +110,9 @@ class Allocate:
                     continue
             self._offer(session, picker, run)
 
+        if had_failures:
+            # A failure an earlier action recorded for a job passed over here must read as the pass-over's.
+            session.flush_passed_over()
         session.preempt_evicted()
         # Known misfits passed over count as considered too; "skipped" says how many of them there were.
         session.counters["considered"] += considered + self.skipped
@@ -153,19 +161,39 @@ class Allocate:
         cycle cannot fit now either (free space only shrinks during allocate
         and queue usage only grows), so it is recorded with the same failure
         and passed over here, without a heap entry, a cost computation or a
-        node search.
+        node search. Runs of them are passed over in bulk
+        (:meth:`~flotilla.core.session.QueueUnits.skip_known`); what does not
+        fit a run (a gang, an evicted job, a job an earlier action placed) is
+        read one unit at a time, as before.
         """
-        units, known, evicted, failures = run.units, run.known, session.evicted, session.failures
+        units, misfits, evicted, failures = run.units, run.known, session.evicted, session.failures
+        known = misfits.known
         valid_fns = session.job_valid_fns
         # One validity check (the usual case) is called directly: same answer, one call less per job.
         job_valid = (valid_fns[0] if len(valid_fns) == 1 else session.job_valid) if valid_fns else None
-        # ``passed`` is kept in a local while skipping (the loop runs once per known misfit); the last
-        # skip that reaches the lookahead goes through _pass_over, which records why the queue stopped.
-        last = self.lookahead - 1
+        # In a run of known misfits, a check that answers by priority class alone (part of the key) needs no
+        # call: the key's first job passed it.
+        bulk_valid = None if all(getattr(fn, "by_priority_class", False) for fn in valid_fns) else job_valid
+        lookahead = self.lookahead
         passed = run.passed
         skipped = 0
         offered = None
-        for unit in units:
+        while True:
+            if known and units.queued_phase():
+                bulk = units.skip_known(misfits, lookahead - passed, bulk_valid)
+                if bulk:
+                    session.pass_over(bulk, misfits)
+                    skipped += len(bulk)
+                    passed += len(bulk)
+                    if passed >= lookahead:
+                        # The last one passed over used up the lookahead: _pass_over records why the queue stops.
+                        run.passed = passed - 1
+                        self._pass_over(session, run)
+                        break
+            unit = units.next()
+            if unit is None:
+                run.passed = passed
+                break
             if known and unit.__class__ is not list and unit.id not in evicted:
                 selector = unit.node_selector  # requirements_key(unit), inlined: this loop is per job
                 failure = known.get((id(unit.requests), unit.priority_class, id(selector) if selector else 0,
@@ -173,17 +201,15 @@ class Allocate:
                 if failure is not None and (job_valid is None or not job_valid(unit)):
                     failures[unit.id] = failure
                     skipped += 1
-                    if passed < last:
-                        passed += 1
+                    passed += 1
+                    if passed < lookahead:
                         continue
-                    run.passed = passed
+                    run.passed = passed - 1
                     self._pass_over(session, run)
                     break
             run.passed = passed
             offered = unit
             break
-        else:
-            run.passed = passed
         self.skipped += skipped
         if offered is None:
             picker.drop(run.queue)
@@ -206,7 +232,7 @@ class Allocate:
         types, why = session.allowed_types(job)
         reason = session.admit(queue, job, vec) or why
         if reason:
-            run.known[requirements_key(job)] = session.failures[job.id] = reason
+            run.known.known[requirements_key(job)] = session.failures[job.id] = reason
             return False
         shape = (vec, id(types))
         if run.covers_all and shape in self.misfits:
@@ -214,7 +240,7 @@ class Allocate:
         else:
             node = self._find(session, queue, job, vec, types)
         if node is None:
-            run.known[requirements_key(job)] = session.failures[job.id] = (vec, EVICTED, types)
+            run.known.known[requirements_key(job)] = session.failures[job.id] = (vec, EVICTED, types)
             if run.covers_all:
                 self.misfits.add(shape)
             return False
@@ -341,6 +367,7 @@ class Allocate:
                 placed += 1
             if placed == len(members):
                 stmt.commit()
+                self.ahead.update(member.id for member in members)
                 if gang.min_available:
                     self.gang_clusters[gang.id] = cluster
                 log.debug("allocate.gang", gang=gang.id, queue=queue.name, cluster=cluster, members=placed)
