@@ -182,7 +182,10 @@ class CycleState:
         #: id(job) -> the job's live entry, or the job itself until its entry is made (the queues' orders
         #: share it). Keyed by the job object's identity (an int: no string hashing for a million ids), which
         #: is also what the next sync compares; the value keeps its job alive, so the key cannot be reused.
-        self.entries: dict[int, object] = dict(zip(map(id, queued), queued))
+        #: Filled when a sync first needs it (:meth:`_fill_entries`): until jobs are added or gone, every
+        #: job in the queues' orders is live, and cycles that only place jobs or change nothing never ask.
+        self.entries: dict[int, object] = {}
+        self.entries_filled = False
         self.seq = len(queued)
         per_queue: dict[str, list] = {name: [] for name in self.queues}
         queue_names = list(map(_QUEUE, queued))
@@ -271,6 +274,7 @@ class CycleState:
             synced = last
         else:
             synced = list(queued)
+            self._fill_entries()
             same = list(map(self.entries.__contains__, map(id, queued)))
             if not all(same):
                 added = list(compress(queued, map(not_, same)))
@@ -334,6 +338,15 @@ class CycleState:
         if gangs_changed or (changed_running and self.gangs):
             self.gangs = self._gangs(snapshot)
             self._gangs_stale = False
+
+    def _fill_entries(self) -> None:
+        """Fill ``entries`` from the queues' orders (each job as its own value: no entry tuple made)."""
+        if self.entries_filled:
+            return
+        for queue in self.queues.values():
+            jobs = queue.queued.live_jobs()
+            self.entries.update(zip(map(id, jobs), jobs))
+        self.entries_filled = True
 
     def _sync_queue_names(self, snapshot: Snapshot) -> None:
         """Queues added or removed.

@@ -141,6 +141,12 @@ class QueueOrder:
             return list(every)
         return [e for e in every if _live(entries, e)]
 
+    def live_jobs(self) -> list[Job]:
+        """The queued jobs, in no particular order, without making entries for ``lazy``."""
+        if self.dead:
+            return self.jobs()
+        return list(chain(map(_JOB, chain(self.prefix, self.head[self.hpos:], self.heap)), self.lazy[self.lpos:]))
+
     def jobs(self) -> list[Job]:
         """The queued jobs, in no particular order."""
         return list(map(_JOB, self.live_entries()))
@@ -240,12 +246,14 @@ class QueueOrder:
         prefix = self.prefix
         # Which of the read entries were placed, in C-level passes (most cycles place few of them).
         hits = list(map(placed.__contains__, map(_ID, map(_JOB, prefix)))) if placed else ()
-        if True in hits and all(_live(entries, entry) for entry in compress(prefix, hits)):
+        # ``entries`` not filled yet (empty; see CycleState.entries): every entry is live, none to take out.
+        if True in hits and (not entries or all(_live(entries, entry) for entry in compress(prefix, hits))):
             # Placed entries are live (read this cycle): the rest is kept in a C-level pass.
             kept = list(compress(prefix, map(not_, hits)))
             for entry in compress(prefix, hits):
                 job = entry[-1]
-                del entries[id(job)]
+                if entries:
+                    del entries[id(job)]
                 taken[job.id] = entry
                 self.count -= 1
                 if self._classes is not None:
