@@ -66,8 +66,8 @@ class _QueueStats:
     cost: float = 0.0                      # asset cost of running jobs now
     waits: list[float] = field(default_factory=list)
     turnaround_sum: float = 0.0
-    share: list[list[float]] = field(default_factory=list)
-    fair: list[list[float]] = field(default_factory=list)
+    share: list[tuple[float, float]] = field(default_factory=list)
+    fair: list[tuple[float, float]] = field(default_factory=list)
     # time-weighted means over active time
     last_t: float = 0.0
     last_share: float = 0.0
@@ -105,7 +105,7 @@ class Recorder:
         self.busy = 0.0                                        # cost x seconds
         self.useful = 0.0                                      # cost x seconds of runs that finished
         self.cycles = 0
-        self.utilisation_series: list[list[float]] = []
+        self.utilisation_series: list[tuple[float, float]] = []
         self.last_time = 0.0
         self._active: list[str] | None = None   # the active queues at the last cycle, and their fair shares
         self._fair: dict[str, float] = {}
@@ -262,15 +262,21 @@ class Recorder:
 
 
 def _append(series: list, t: float, value: float) -> None:
+    """Add ``(t, value)`` to a step series: an equal value is dropped, a second value at ``t`` replaces the first.
+
+    Points are tuples, not lists: a week's run holds hundreds of thousands of
+    them, and tuples of floats are dropped from the garbage collector's
+    tracking, so its full collections no longer walk them all.
+    """
     value = round(value, 6)
     if series and series[-1][1] == value:
         return
     if series and series[-1][0] == t:
-        series[-1][1] = value
+        series[-1] = (t, value)
         if len(series) > 1 and series[-2][1] == value:
             series.pop()
         return
-    series.append([t, value])
+    series.append((t, value))
 
 
 def _series(series: list, end: float) -> list:
