@@ -8,6 +8,8 @@ from __future__ import annotations
 
 import random
 
+import pytest
+
 from flotilla.config import load_config
 from flotilla.core.cycle import Scheduler
 from flotilla.core.model import ClusterSnapshot, Job, JobState, Node, Queue, Snapshot
@@ -51,3 +53,119 @@ def test_jobs_an_earlier_action_placed_are_not_placed_again(tmp_path, installed_
     out = run_once(tmp_path, config(extra="actions: [firstnode, allocate]"), ACTION_STATE)
     assert [(p["job"], p["node"]) for p in out["scheduled"]] == [("b-1", "node-1"), ("b-2", "node-1"),
                                                                 ("a-1", "node-2")]
+
+
+# -- passing over runs of known misfits in bulk changes no decision, reason or count ------------------------
+
+def _one_by_one(monkeypatch):
+    """Allocate passing over known misfits one job at a time, as it did before runs were passed in bulk."""
+    from flotilla.core.session import QueueUnits
+
+    monkeypatch.setattr(QueueUnits, "skip_known", lambda self, misfits, limit, job_valid: [])
+
+
+def _mixed_snapshot(scheduler, rng, nodes, queues, jobs, first=0):
+    shapes = [{"cpu": 1000, "memory": 4 * GIB}, {"cpu": 2000, "memory": 8 * GIB}, {"cpu": 8000, "memory": 32 * GIB},
+              {"cpu": 500, "memory": GIB}]
+    gpu = {"cpu": 4000, "memory": 32 * GIB, "nvidia.com/gpu": 1}
+    from flotilla.core.model import Gang, Taint, Toleration
+    taint = (Taint("nvidia.com/gpu", "present", "NoSchedule"),)
+    toleration = (Toleration("nvidia.com/gpu", "Exists", "", "NoSchedule"),)
+    selector = {"kind": "gpu"}
+    cluster_nodes = [Node(f"gpu-{i}", "c1", {"cpu": 16000, "memory": 128 * GIB, "nvidia.com/gpu": 2}, {"kind": "gpu"},
+                          taint) if i % 5 == 0 else
+                     Node(f"cpu-{i}", "c1", {"cpu": rng.choice([4000, 8000, 16000]), "memory": 64 * GIB}, {"kind": "cpu"})
+                     for i in range(nodes)]
+    names = [f"q{q}" for q in range(queues)]
+    queued = []
+    gang_members = 0
+    for j in range(first, first + jobs):
+        queue = names[j % queues]
+        if j % 97 == 0:  # a gang of 3, its members next to each other
+            gang = Gang(f"g{j}", 3)
+            gang_members = 3
+        if gang_members:
+            gang_members -= 1
+            queued.append(Job(f"j{j}", queue, "s", rng.randrange(3), "armada-preemptible", float(j), shapes[1],
+                              gang=gang))
+        elif j % 41 == 0:
+            queued.append(Job(f"j{j}", queue, "s", rng.randrange(3), "armada-default", float(j), gpu, selector,
+                              toleration))
+        elif j % 53 == 0:
+            queued.append(Job(f"j{j}", queue, "s", 0, "no-such-class", float(j), shapes[0]))
+        else:
+            queued.append(Job(f"j{j}", queue, "s", rng.randrange(3), "armada-preemptible", float(j),
+                              shapes[rng.randrange(len(shapes))]))
+    queue_objs = [Queue(name, weight=1.0 + k % 3, limits={"cpu": 0.15} if k == 1 else {}) for k, name in enumerate(names)]
+    return Snapshot([ClusterSnapshot("c1", cluster_nodes)], queued, queue_objs, scheduler.priority_classes(),
+                    "armada-default")
+
+
+def _uniform_snapshot(scheduler, nodes, queues, per_queue):
+    requests = {"cpu": 1000, "memory": 4 * GIB}
+    node_objs = [Node(f"n{i}", "c1", {"cpu": 32000, "memory": 256 * GIB}) for i in range(nodes)]
+    queued = [Job(f"q{q}-{j}", f"q{q}", "s", 0, "armada-preemptible", float(j * queues + q), requests)
+              for j in range(per_queue) for q in range(queues)]
+    return Snapshot([ClusterSnapshot("c1", node_objs)], queued, [Queue(f"q{q}") for q in range(queues)],
+                    scheduler.priority_classes(), "armada-default")
+
+
+def _cycles(snapshots_of, lookahead):
+    """Three cycles (placements running, new jobs arriving), each one's decisions as plain values."""
+    from dataclasses import replace
+
+    scheduler = Scheduler(load_config(None))
+    scheduler.settings.lookahead = lookahead
+    scheduler.settings.evict_probability = 0.0
+    # Without preempt: it does not read an unknown priority class (a job_valid refusal here) yet.
+    actions = [a for a in scheduler.actions if a.name not in ("lease", "preempt")]
+    snapshot = snapshots_of(scheduler, 0)
+    out = []
+    for cycle in range(3):
+        decisions = scheduler.run_cycle(snapshot, random.Random(cycle), actions=actions)
+        out.append(([(p.job.id, p.node) for p in decisions.scheduled], [j.id for j in decisions.preempted],
+                    decisions.reasons, decisions.counters.get("considered", 0), decisions.counters.get("skipped", 0)))
+        placed = {p.job.id for p in decisions.scheduled}
+        cluster = snapshot.clusters[0]
+        running = list(cluster.running) + [replace(p.job, state=JobState.RUNNING, cluster="c1", node=p.node)
+                                           for p in decisions.scheduled]
+        arriving = snapshots_of(scheduler, cycle + 1).queued
+        snapshot = replace(snapshot, clusters=[ClusterSnapshot("c1", cluster.nodes, running)],
+                           queued=[job for job in snapshot.queued if job.id not in placed] + arriving)
+    return out
+
+
+SHAPES = {
+    "1 node x 10 queues": (lambda s, k: _uniform_snapshot(s, 1, 10, 320) if k == 0 else
+                           replace_ids(_uniform_snapshot(s, 1, 10, 40), k)),
+    "mixed": lambda s, k: _mixed_snapshot(s, random.Random(k), 30 if k == 0 else 0, 6, 3000 if k == 0 else 400,
+                                          first=10_000 * k),
+}
+
+
+def replace_ids(snapshot, k):
+    from dataclasses import replace
+    return replace(snapshot, queued=[replace(job, id=f"{job.id}-{k}", submitted=job.submitted - k) for job in
+                                     snapshot.queued])
+
+
+@pytest.mark.parametrize("lookahead", [1000, 50, 7])
+@pytest.mark.parametrize("shape", sorted(SHAPES))
+def test_bulk_skip_gives_the_decisions_and_reasons_of_one_by_one(monkeypatch, shape, lookahead):
+    snapshots_of = SHAPES[shape]
+    if shape == "mixed":
+        # New cycles add no nodes: the mixed snapshot of later cycles has only its queued jobs.
+        def snapshots_of(scheduler, k, build=SHAPES[shape]):  # noqa: F811
+            return build(scheduler, k)
+    fast = _cycles(snapshots_of, lookahead)
+    with monkeypatch.context() as patch:
+        _one_by_one(patch)
+        reference = _cycles(snapshots_of, lookahead)
+    for cycle, (mine, theirs) in enumerate(zip(fast, reference)):
+        scheduled, preempted, reasons, considered, skipped = mine
+        assert (scheduled, preempted) == theirs[:2], cycle
+        assert reasons == theirs[2], cycle
+        assert (considered, skipped) == theirs[3:], cycle
+    assert sum(cycle[4] for cycle in fast) > 0
+    if lookahead == 7:
+        assert any("lookahead 7 reached" in reason for cycle in fast for reason in cycle[2].values())

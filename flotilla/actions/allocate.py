@@ -33,7 +33,8 @@ import structlog
 
 from flotilla.core.nodeindex import EVICTED
 from flotilla.core.queuetree import TreePicker
-from flotilla.core.session import iter_units
+from flotilla.core.session import KnownMisfits, QueueUnits
+from flotilla.core.statement import place
 
 log = structlog.get_logger("flotilla.actions.allocate")
 
@@ -43,12 +44,12 @@ class _QueueRun:
 
     __slots__ = ("queue", "units", "passed", "known", "covers_all")
 
-    def __init__(self, queue, units, covers_all: bool):
+    def __init__(self, queue, units, covers_all: bool, ahead: set[str]):
         self.queue = queue
         self.units = units
         self.passed = 0
         #: (requests, priority class, node selector, tolerations) by identity -> the failure recorded.
-        self.known: dict[tuple, object] = {}
+        self.known = KnownMisfits(ahead)
         #: Whether the queue's node tiers cover every node, so "no node fits" is true for every queue.
         self.covers_all = covers_all
 
@@ -75,6 +76,9 @@ class Allocate:
         self.evicted_top = max((session.running[job_id].level for job_id in session.evicted), default=EVICTED)
         self.debug = session.debug
         self.skipped = 0
+        valid_fns = session.job_valid_fns
+        # One validity check (the usual case) is called directly: same answer, one call less per job.
+        self.job_valid = (valid_fns[0] if len(valid_fns) == 1 else session.job_valid) if valid_fns else None
         #: (vector, node types) that found no node at any level: free space only shrinks during allocate.
         self.misfits: set[tuple] = set()
         #: Elastic gangs whose core was placed this cycle -> its cluster.
@@ -83,7 +87,12 @@ class Allocate:
         for job in session.evicted.values():
             evicted_by_queue.setdefault(job.queue, []).append(job)
 
-        picker = TreePicker(session) if session.nested else FlatPicker(session)
+        # Skips recorded by an earlier allocate of this cycle go into the failures before this one writes any.
+        session.flush_passed_over()
+        had_failures = bool(session.failures)
+        #: Jobs placed this cycle that may lie ahead in their queue: by earlier actions, and gang members.
+        self.ahead = ahead = set(session.scheduled_ids)
+        self.picker = picker = TreePicker(session) if session.nested else FlatPicker(session)
         for queue in session.queues.values():
             evicted = evicted_by_queue.get(queue.name, ())
             if not queue.queued and not evicted:
@@ -92,7 +101,7 @@ class Allocate:
             # A shape with no node is none for every queue when the tiers cover all nodes and no node filter
             # (they answer per job) applies.
             shared = ("any" in tiers or {"unused", "used"} <= tiers) and not session.node_filter_fns
-            run = _QueueRun(queue, iter_units(session, queue, evicted), shared)
+            run = _QueueRun(queue, QueueUnits(session, queue, evicted), shared, ahead)
             self._offer(session, picker, run)
 
         considered = 0
@@ -105,6 +114,9 @@ class Allocate:
                     continue
             self._offer(session, picker, run)
 
+        if had_failures:
+            # A failure an earlier action recorded for a job passed over here must read as the pass-over's.
+            session.flush_passed_over()
         session.preempt_evicted()
         # Known misfits passed over count as considered too; "skipped" says how many of them there were.
         session.counters["considered"] += considered + self.skipped
@@ -124,6 +136,8 @@ class Allocate:
 
     @staticmethod
     def _unit_vector(session, unit):
+        if unit.__class__ is not list:
+            return session.space.vector(unit.requests)
         if isinstance(unit, list):
             total = [0] * len(session.space)
             for job in unit:
@@ -153,19 +167,38 @@ class Allocate:
         cycle cannot fit now either (free space only shrinks during allocate
         and queue usage only grows), so it is recorded with the same failure
         and passed over here, without a heap entry, a cost computation or a
-        node search.
+        node search. Runs of them are passed over in bulk
+        (:meth:`~flotilla.core.session.QueueUnits.skip_known`); what does not
+        fit a run (a gang, an evicted job, a job an earlier action placed) is
+        read one unit at a time, as before.
         """
-        units, known, evicted, failures = run.units, run.known, session.evicted, session.failures
+        units, misfits, evicted, failures = run.units, run.known, session.evicted, session.failures
+        known = misfits.known
+        job_valid = self.job_valid
         valid_fns = session.job_valid_fns
-        # One validity check (the usual case) is called directly: same answer, one call less per job.
-        job_valid = (valid_fns[0] if len(valid_fns) == 1 else session.job_valid) if valid_fns else None
-        # ``passed`` is kept in a local while skipping (the loop runs once per known misfit); the last
-        # skip that reaches the lookahead goes through _pass_over, which records why the queue stopped.
-        last = self.lookahead - 1
+        # In a run of known misfits, a check that answers by priority class alone (part of the key) needs no
+        # call: the key's first job passed it.
+        bulk_valid = None if all(getattr(fn, "by_priority_class", False) for fn in valid_fns) else job_valid
+        lookahead = self.lookahead
         passed = run.passed
         skipped = 0
         offered = None
-        for unit in units:
+        while True:
+            if known and units.queued_phase():
+                bulk = units.skip_known(misfits, lookahead - passed, bulk_valid)
+                if bulk:
+                    session.pass_over(bulk, misfits)
+                    skipped += len(bulk)
+                    passed += len(bulk)
+                    if passed >= lookahead:
+                        # The last one passed over used up the lookahead: _pass_over records why the queue stops.
+                        run.passed = passed - 1
+                        self._pass_over(session, run)
+                        break
+            unit = units.next()
+            if unit is None:
+                run.passed = passed
+                break
             if known and unit.__class__ is not list and unit.id not in evicted:
                 selector = unit.node_selector  # requirements_key(unit), inlined: this loop is per job
                 failure = known.get((id(unit.requests), unit.priority_class, id(selector) if selector else 0,
@@ -173,17 +206,15 @@ class Allocate:
                 if failure is not None and (job_valid is None or not job_valid(unit)):
                     failures[unit.id] = failure
                     skipped += 1
-                    if passed < last:
-                        passed += 1
+                    passed += 1
+                    if passed < lookahead:
                         continue
-                    run.passed = passed
+                    run.passed = passed - 1
                     self._pass_over(session, run)
                     break
             run.passed = passed
             offered = unit
             break
-        else:
-            run.passed = passed
         self.skipped += skipped
         if offered is None:
             picker.drop(run.queue)
@@ -199,14 +230,14 @@ class Allocate:
             return self._place_elastic_member(session, queue, job, vec)
         if job.id in session.evicted:
             return self._return_evicted(session, queue, job, vec)
-        reason = session.job_valid(job)
+        reason = self.job_valid(job) if self.job_valid is not None else None
         if reason:
             session.failures[job.id] = reason
             return False
         types, why = session.allowed_types(job)
-        reason = session.admit(queue, job, vec) or why
+        reason = (session.admit(queue, job, vec) if session.queue_admit_fns else None) or why
         if reason:
-            run.known[requirements_key(job)] = session.failures[job.id] = reason
+            run.known.known[requirements_key(job)] = session.failures[job.id] = reason
             return False
         shape = (vec, id(types))
         if run.covers_all and shape in self.misfits:
@@ -214,13 +245,11 @@ class Allocate:
         else:
             node = self._find(session, queue, job, vec, types)
         if node is None:
-            run.known[requirements_key(job)] = session.failures[job.id] = (vec, EVICTED, types)
+            run.known.known[requirements_key(job)] = session.failures[job.id] = (vec, EVICTED, types)
             if run.covers_all:
                 self.misfits.add(shape)
             return False
-        stmt = session.statement()
-        stmt.allocate(job, node)
-        stmt.commit()
+        place(session, job, node, vec)
         if self.debug:
             log.debug("allocate", job=job.id, queue=queue.name, node=session.node_name(node))
         return True
@@ -341,6 +370,10 @@ class Allocate:
                 placed += 1
             if placed == len(members):
                 stmt.commit()
+                self.ahead.update(member.id for member in members)
+                if any(member.queue != queue.name for member in members):
+                    # Members of other queues changed those queues' allocations: their offers are recomputed.
+                    self.picker.steady = False
                 if gang.min_available:
                     self.gang_clusters[gang.id] = cluster
                 log.debug("allocate.gang", gang=gang.id, queue=queue.name, cluster=cluster, members=placed)
@@ -363,11 +396,20 @@ class FlatPicker:
 
     def __init__(self, session):
         self.session = session
-        self.heap: list[tuple[float, str, object, object, tuple]] = []
+        self.heap: list[tuple[float, str, object, object, object, tuple]] = []
+        self.cost = session.queue_cost_fns[0] if session.queue_cost_fns else session.queue_cost
+        #: The cost plugin says a queue's cost moves with its own allocation only (asset fairness): a waiting
+        #: offer's fraction stays exact, since only the queue's own placements change its allocation.
+        self.steady = getattr(self.cost, "own_usage_only", False)
+
+    def _fraction(self, queue, vec) -> float:
+        """``session.fair_share_fraction``, with the cost function bound."""
+        fair = queue.fair_share
+        return self.cost(queue, vec) / fair if fair > 0 else float("inf")
 
     def offer(self, queue, unit, run, vec) -> None:
-        # Queue names are unique, so the heap never compares units.
-        heapq.heappush(self.heap, (self.session.fair_share_fraction(queue, vec), queue.name, unit, run, vec))
+        # Queue names are unique, so the heap never compares what follows them.
+        heapq.heappush(self.heap, (self._fraction(queue, vec), queue.name, queue, unit, run, vec))
 
     def drop(self, queue) -> None:
         """Nothing to do: ``pop`` already took the queue's entry."""
@@ -375,12 +417,13 @@ class FlatPicker:
     def pop(self):
         heap = self.heap
         while heap:
-            fraction, name, unit, run, vec = heapq.heappop(heap)
-            queue = self.session.queues[name]
-            current = self.session.fair_share_fraction(queue, vec)
-            if current > fraction and heap and current > heap[0][0]:
-                # A plugin whose costs move with other queues' allocations: re-file and look again.
-                heapq.heappush(heap, (current, name, unit, run, vec))
-                continue
+            fraction, name, queue, unit, run, vec = heapq.heappop(heap)
+            # Alone in the heap, or with a cost that cannot have moved, the offer stands as filed.
+            if heap and not self.steady:
+                current = self._fraction(queue, vec)
+                if current > fraction and current > heap[0][0]:
+                    # A plugin whose costs move with other queues' allocations: re-file and look again.
+                    heapq.heappush(heap, (current, name, queue, unit, run, vec))
+                    continue
             return queue, unit, run, vec
         return None

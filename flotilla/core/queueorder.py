@@ -30,8 +30,9 @@ from __future__ import annotations
 
 import heapq
 from collections import Counter
-from itertools import chain, islice
-from operator import attrgetter, itemgetter, le
+from bisect import bisect_left
+from itertools import chain, compress, islice
+from operator import attrgetter, is_, itemgetter, le
 from typing import Iterator
 
 from flotilla.core.model import Job
@@ -42,6 +43,7 @@ Entry = tuple
 
 _CLASS = attrgetter("priority_class")
 _JOB = itemgetter(-1)
+_ID = attrgetter("id")
 
 
 class QueueOrder:
@@ -126,19 +128,83 @@ class QueueOrder:
             position += 1
             yield entry[-1]
 
+    def at(self, position: int) -> Entry | None:
+        """The entry at ``position`` of this cycle's reading (what :meth:`__iter__` yields there), or None at the end.
+
+        Readers walk positions in order; reading a new position takes the
+        next live entry of the merge into ``prefix``.
+        """
+        prefix = self.prefix
+        if position < len(prefix):
+            return prefix[position]
+        heap, head, entries = self.heap, self.head, self.entries
+        while True:
+            hpos = self.hpos
+            if hpos < len(head) and (not heap or head[hpos] < heap[0]):
+                entry = head[hpos]
+                self.hpos = hpos + 1
+            elif heap:
+                entry = heapq.heappop(heap)
+            else:
+                return None
+            if entries.get(id(entry[-1])) is entry:
+                prefix.append(entry)
+                return entry
+            self.dead -= 1
+
+    def peek(self, position: int, n: int) -> list[Entry]:
+        """Up to ``n`` entries from ``position`` on, read ahead in bulk where the head allows.
+
+        A run of the sorted head that sorts before the heap's top moves into
+        ``prefix`` in one slice (dead entries dropped by C-level passes), so
+        passing over a long run of known misfits costs no Python step per
+        entry. Reading ahead changes nothing: the prefix is the merge order,
+        and :meth:`settle` puts what was read back at the head's front.
+        """
+        prefix = self.prefix
+        want = position + n
+        head, heap = self.head, self.heap
+        while len(prefix) < want:
+            hpos = self.hpos
+            if hpos < len(head) and (not heap or head[hpos] < heap[0]):
+                end = min(len(head), hpos + want - len(prefix))
+                if heap:
+                    end = bisect_left(head, heap[0], hpos, end)
+                chunk = head[hpos:end]
+                self.hpos = end
+                if not self.dead:  # no job of this queue left since its entries were filed: all live
+                    prefix += chunk
+                    continue
+                entries = self.entries
+                live = list(map(is_, map(entries.get, map(id, map(_JOB, chunk))), chunk))
+                if all(live):
+                    prefix += chunk
+                else:
+                    prefix.extend(compress(chunk, live))
+                    self.dead -= live.count(False)
+            elif self.at(len(prefix)) is None:
+                break
+        return prefix[position:want]
+
     def settle(self, placed: set[str], taken: dict[str, Entry]) -> None:
         """End of a cycle: what was reached leads the next head; placed jobs leave (their entries into ``taken``)."""
         entries = self.entries
-        kept = []
-        for entry in self.prefix:
-            job = entry[-1]
-            if job.id in placed and entries.get(id(job)) is entry:
-                del entries[id(job)]
-                taken[job.id] = entry
-                self.count -= 1
-                self.classes[job.priority_class] -= 1
-            else:
-                kept.append(entry)
+        prefix = self.prefix
+        # Which of the read entries were placed, in C-level passes (most cycles place few of them).
+        hits = list(map(placed.__contains__, map(_ID, map(_JOB, prefix)))) if placed else ()
+        if True in hits:
+            kept = []
+            for entry, hit in zip(prefix, hits):
+                job = entry[-1]
+                if hit and entries.get(id(job)) is entry:
+                    del entries[id(job)]
+                    taken[job.id] = entry
+                    self.count -= 1
+                    self.classes[job.priority_class] -= 1
+                else:
+                    kept.append(entry)
+        else:
+            kept = prefix
         # The head's unread part stays where it is (one pointer move, no copy): the kept prefix
         # replaces what was read, and every entry in it sorts before every unread one.
         self.head[:self.hpos] = kept

@@ -13,8 +13,8 @@ from __future__ import annotations
 import random
 from collections import Counter
 from dataclasses import dataclass
-from itertools import compress
-from operator import attrgetter, not_
+from itertools import compress, repeat
+from operator import attrgetter, is_, itemgetter, mul, not_, or_, truth
 from typing import Callable, Iterable, Sequence
 
 import structlog
@@ -32,6 +32,12 @@ log = structlog.get_logger("flotilla.session")
 
 # Field getters for the C-level passes over every job at open and close.
 _ID = attrgetter("id")
+_JOB = itemgetter(-1)
+_REQUESTS = attrgetter("requests")
+_CLASS = attrgetter("priority_class")
+_SELECTOR = attrgetter("node_selector")
+_TOLERATIONS = attrgetter("tolerations")
+_GANG = attrgetter("gang")
 
 
 class SessionError(Exception):
@@ -103,10 +109,16 @@ class Session:
         self.evicted: dict[str, Job] = {}
         self.preempted: dict[str, Job] = {}
         self.failures: dict[str, str | tuple] = {}
+        #: Runs of known misfits allocate passed over: (jobs, their KnownMisfits). Their failures are
+        #: looked up when first asked (:meth:`explain`), not stored per job while scheduling.
+        self.passed_over: list[tuple[list[Job], KnownMisfits]] = []
+        self._passed_over_failures: dict[str, str | tuple] = {}
+        self._passed_over_read = 0
         self.unexamined_reason: dict[str, str] = {}
         self.timings: dict[str, float] = {}
         self.counters: Counter[str] = Counter()
         self._allowed_cache: dict[tuple, tuple[list[int], str | None]] = {}
+        self._allowed_by_identity: dict[tuple, tuple] = {}
         self._interned_types: dict[tuple[int, ...], list[int]] = {}
         self._orders: dict[str, QueueOrder] = {}
         self._shortfalls: dict[tuple, str] = {}
@@ -218,10 +230,18 @@ class Session:
         Cached per job requirements for the whole cycle: predicates see
         node types, never nodes.
         """
-        key = (job.queue, job.priority_class, tuple(sorted(job.node_selector.items())) if job.node_selector else (),
-               job.tolerations, cluster)
+        selector, tolerations = job.node_selector, job.tolerations
+        # First by identity (jobs loaded in bulk share these objects; the snapshot keeps them alive for the
+        # session), then by value.
+        fast = (job.queue, job.priority_class, id(selector) if selector else 0, id(tolerations), cluster)
+        hit = self._allowed_by_identity.get(fast)
+        if hit is not None:
+            return hit[0]
+        key = (job.queue, job.priority_class, tuple(sorted(selector.items())) if selector else (), tolerations,
+               cluster)
         hit = self._allowed_cache.get(key)
         if hit is not None:
+            self._allowed_by_identity[fast] = (hit, selector, tolerations)
             return hit
         allowed: list[int] = []
         refusals: Counter[str] = Counter()
@@ -244,6 +264,7 @@ class Session:
         allowed = self._interned_types.setdefault(tuple(allowed), allowed)
         result = (allowed, why)
         self._allowed_cache[key] = result
+        self._allowed_by_identity[fast] = (result, selector, tolerations)
         return result
 
     def add_node_filter(self, fn: Callable[[Job, int], bool]) -> None:
@@ -319,9 +340,35 @@ class Session:
             stmt.preempt(job)
         stmt.commit()
 
+    def pass_over(self, jobs: list[Job], misfits: KnownMisfits) -> None:
+        """Record that allocate passed over ``jobs``, known misfits of one queue, with their keys' failures."""
+        self.passed_over.append((jobs, misfits))
+
+    def flush_passed_over(self) -> None:
+        """Write the passed-over jobs' failures into ``failures`` now, over what is there."""
+        self._read_passed_over()
+        if self._passed_over_failures:
+            self.failures.update(self._passed_over_failures)
+        self.passed_over, self._passed_over_failures, self._passed_over_read = [], {}, 0
+
+    def _read_passed_over(self) -> dict[str, str | tuple]:
+        found = self._passed_over_failures
+        for jobs, misfits in self.passed_over[self._passed_over_read:]:
+            failures = misfits.failures_of(jobs)
+            found.update(zip(map(_ID, jobs), failures if isinstance(failures, list) else repeat(failures)))
+        self._passed_over_read = len(self.passed_over)
+        return found
+
     def explain(self, job: Job) -> str:
         """One short reason why ``job`` is still queued."""
         failure = self.failures.get(job.id)
+        # A job passed over as a known misfit reads as its key's failure, unless something was recorded for
+        # it since (an action after allocate) or a later action placed it (its failure went then too).
+        if failure is None and self.passed_over and job.id not in self.scheduled_ids:
+            found = self._passed_over_failures
+            if self._passed_over_read != len(self.passed_over):
+                found = self._read_passed_over()
+            failure = found.get(job.id)
         if failure is None:
             return self.unexamined_reason.get(job.queue, "not reached this cycle")
         if isinstance(failure, str):
@@ -336,8 +383,16 @@ class Session:
         return f"{fitting}/{total} nodes fit: {', '.join(short) or 'room taken by other jobs this cycle'}"
 
     def _freeze_explanations(self) -> None:
-        """Word the node shortfalls now: the index lives on and changes in the next cycle."""
-        for failure in self.failures.values():
+        """Word the node shortfalls now: the index lives on and changes in the next cycle.
+
+        Each distinct failure once: jobs of one shape share their failure object, so they are
+        told apart by identity in a C-level pass, not walked one by one.
+        """
+        values = list(self.failures.values())
+        distinct = dict(zip(map(id, values), values))
+        for _, misfits in self.passed_over:
+            distinct.update((id(failure), failure) for failure in misfits.known.values())
+        for failure in distinct.values():
             if isinstance(failure, tuple):
                 key = (failure[0], failure[1], id(failure[2]))
                 if key not in self._shortfalls:
@@ -387,54 +442,227 @@ def elastic_core(session: Session, gang) -> list[Job]:
     return pending[:need]
 
 
-def iter_units(session: Session, queue: QueueState, evicted: Iterable[Job]):
-    """Yield a queue's scheduling units in order: evicted jobs first, then queued jobs.
+class QueueUnits:
+    """A queue's scheduling units in order, read one at a time: evicted jobs first, then queued jobs.
 
     A unit is a single job or, for a gang, the list of its members not yet
-    running (yielded once, at its first member's place). An elastic gang
-    yields its core (:func:`elastic_core`) as one unit, and its other members
-    one by one at their own places. Queued jobs come
-    from the queue's :class:`QueueOrder`, so a queue of a million jobs costs
-    only what is reached.
+    running (given once, at its first member's place). An elastic gang gives
+    its core (:func:`elastic_core`) as one unit, and its other members one by
+    one at their own places. Queued jobs come from the queue's
+    :class:`QueueOrder` through a position, so a queue of a million jobs
+    costs only what is reached, and :meth:`skip_known` can pass over a run of
+    known misfits in bulk (allocate) where a generator could only step.
     """
-    seen_gangs: set[str] = set()
-    cores: dict[str, set[str]] = {}
 
-    def unit(job: Job):
+    __slots__ = ("session", "queue", "evicted", "epos", "order", "position", "finished", "seen_gangs", "cores")
+
+    def __init__(self, session: Session, queue: QueueState, evicted: Iterable[Job]):
+        self.session = session
+        self.queue = queue
+        self.evicted = sorted(evicted, key=lambda j: session.job_sort_key(j, 0) + (j.id,)) if evicted else []
+        self.epos = 0
+        self.order: QueueOrder | None = None
+        self.position = 0
+        self.finished = False
+        self.seen_gangs: set[str] = set()
+        self.cores: dict[str, set[str]] = {}
+
+    def _unit(self, job: Job):
         gang = job.gang
         if gang is None:
             return job
+        session = self.session
         if gang.min_available:
-            core = cores.get(gang.id)
+            core = self.cores.get(gang.id)
             if core is None:
                 members = elastic_core(session, gang)
-                cores[gang.id] = {m.id for m in members}
+                self.cores[gang.id] = {m.id for m in members}
                 if members:
                     return members
             elif job.id in core:
                 return None
             return job
-        if gang.id in seen_gangs:
+        if gang.id in self.seen_gangs:
             return None
-        seen_gangs.add(gang.id)
+        self.seen_gangs.add(gang.id)
         return [m for m in session.gangs[gang.id]
                 if m.id in session.evicted or (m.id not in session.running and m.id not in session.scheduled_ids)]
 
-    for job in sorted(evicted, key=lambda j: session.job_sort_key(j, 0) + (j.id,)):
-        found = unit(job)
-        if found is not None:
-            yield found
-    if queue.name in session.cordoned:
-        session.unexamined_reason[queue.name] = f"queue {queue.name} is cordoned: it schedules nothing new"
-        return
-    placed = session.scheduled_ids  # by an earlier action of this cycle: not offered again
-    withheld = session.set_aside
-    for job in session.queue_order(queue):
-        if job.id in placed or job.id in withheld:
-            continue
-        if job.gang is None:
-            yield job
-            continue
-        found = unit(job)
-        if found is not None:
-            yield found
+    def queued_phase(self) -> bool:
+        """Whether the evicted jobs are all given and queued jobs come next (the order is open)."""
+        if self.order is not None:
+            return True
+        if self.epos < len(self.evicted) or self.finished:
+            return False
+        queue, session = self.queue, self.session
+        if queue.name in session.cordoned:
+            session.unexamined_reason[queue.name] = f"queue {queue.name} is cordoned: it schedules nothing new"
+            self.finished = True
+            return False
+        self.order = session.queue_order(queue)
+        return True
+
+    def next(self):
+        """The next unit, or None when the queue has no more."""
+        evicted = self.evicted
+        while self.epos < len(evicted):
+            job = evicted[self.epos]
+            self.epos += 1
+            found = self._unit(job)
+            if found is not None:
+                return found
+        if self.order is None and not self.queued_phase():
+            return None
+        order = self.order
+        placed = self.session.scheduled_ids  # by an earlier action of this cycle: not offered again
+        withheld = self.session.set_aside
+        while (entry := order.at(self.position)) is not None:
+            self.position += 1
+            job = entry[-1]
+            if job.id in placed or job.id in withheld:
+                continue
+            if job.gang is None:
+                return job
+            found = self._unit(job)
+            if found is not None:
+                return found
+        return None
+
+    def skip_known(self, misfits: KnownMisfits, limit: int, job_valid) -> list[Job]:
+        """Pass over the queued jobs ahead that are known misfits, at most ``limit``; return them.
+
+        The run stops before the first job that is not a plain known misfit:
+        another requirements key, a gang member, a job placed by an earlier
+        action or set aside (:meth:`next` handles those one by one), or a job
+        ``job_valid`` refuses (it is offered and gets its own reason). The
+        run is read in chunks that double while they are all misfits, with
+        C-level passes over each chunk; the caller records the failures.
+        """
+        order, session = self.order, self.session
+        ahead, withheld = misfits.ahead, session.set_aside
+        gangs = bool(session.gangs)
+        passed: list[Job] = []
+        chunk = 16
+        while len(passed) < limit:
+            n = min(chunk, limit - len(passed))
+            jobs = list(map(_JOB, order.peek(self.position, n)))
+            if not jobs:
+                break
+            run = misfits.run(jobs)
+            if run and gangs:
+                members = list(map(_GANG, jobs[:run]))
+                if members.count(None) != run:
+                    run = members.index(next(filter(None, members)))
+            if run and (ahead or withheld):
+                ids = list(map(_ID, jobs[:run]))
+                stops = list(map(or_, map(ahead.__contains__, ids), map(withheld.__contains__, ids)))
+                if True in stops:
+                    run = stops.index(True)
+            if run and job_valid is not None:
+                refused = list(map(job_valid, jobs[:run]))
+                if any(refused):
+                    run = next(k for k, why in enumerate(refused) if why)
+            if run:
+                self.position += run
+                passed += jobs[:run] if run < len(jobs) else jobs
+            if run < n or len(jobs) < n:
+                break
+            chunk *= 4
+        return passed
+
+
+class KnownMisfits:
+    """One queue's known misfits in allocate: requirements key -> the failure its first job met.
+
+    :meth:`run` finds how many jobs at the front of a list have a known key,
+    by C-level passes field by field (request mapping, priority class,
+    tolerations, node selector by identity, as :func:`requirements_key`)
+    rather than a key tuple per job; when the known keys are not all
+    combinations of their fields' values (rare: one queue's shapes would
+    have to differ in two fields at once), by key tuples.
+    """
+
+    __slots__ = ("known", "ahead", "_size", "_requests", "_classes", "_tolerations", "_selectors", "_cross",
+                 "_failure")
+
+    def __init__(self, ahead: set[str]):
+        self.known: dict[tuple, object] = {}
+        #: Jobs placed this cycle that may still lie ahead in a queue (earlier actions, gang members).
+        self.ahead = ahead
+        self._size = -1
+
+    def __bool__(self) -> bool:
+        return bool(self.known)
+
+    def _prepare(self) -> None:
+        known = self.known
+        self._size = len(known)
+        self._requests = {key[0] for key in known}
+        self._classes = {key[1] for key in known}
+        self._selectors = {key[2] for key in known}
+        self._tolerations = {key[3] for key in known}
+        self._cross = len(known) == len(self._requests) * len(self._classes) * len(self._selectors) * \
+            len(self._tolerations)
+        failures = list(known.values())
+        #: The failure of every known key when they share one (one shape, or one reason), else None.
+        self._failure = failures[0] if all(map(is_, failures, repeat(failures[0]))) else None
+
+    def run(self, jobs: list[Job]) -> int:
+        """How many of ``jobs``, from the first, have a known requirements key."""
+        if self._size != len(self.known):
+            self._prepare()
+        n = len(jobs)
+        if not self._cross:
+            ok = list(map(self.known.__contains__, _keys(jobs)))
+            return ok.index(False) if False in ok else n
+        run = n
+        ok = list(map(self._requests.__contains__, map(id, map(_REQUESTS, jobs))))
+        if False in ok:
+            run = ok.index(False)
+            if not run:
+                return 0
+            jobs = jobs[:run]
+        ok = list(map(self._classes.__contains__, map(_CLASS, jobs)))
+        if False in ok:
+            run = ok.index(False)
+            if not run:
+                return 0
+            jobs = jobs[:run]
+        ok = list(map(self._tolerations.__contains__, map(id, map(_TOLERATIONS, jobs))))
+        if False in ok:
+            run = ok.index(False)
+            if not run:
+                return 0
+            jobs = jobs[:run]
+        selectors = self._selectors
+        if selectors == {0}:
+            if any(map(_SELECTOR, jobs)):
+                run = list(map(truth, map(_SELECTOR, jobs))).index(True)
+        else:
+            chosen = list(map(_SELECTOR, jobs))
+            ok = list(map(selectors.__contains__, map(mul, map(truth, chosen), map(id, chosen))))
+            if False in ok:
+                run = ok.index(False)
+        return run
+
+    def failures_of(self, jobs: list[Job]):
+        """The failure of every job in ``jobs`` (all known misfits): one shared, or one per job."""
+        if self._size != len(self.known):
+            self._prepare()
+        if self._failure is not None:
+            return self._failure
+        return list(map(self.known.__getitem__, _keys(jobs)))
+
+
+def _keys(jobs: list[Job]):
+    """:func:`requirements_key` of each job, in C-level passes."""
+    selectors = list(map(_SELECTOR, jobs))
+    return zip(map(id, map(_REQUESTS, jobs)), map(_CLASS, jobs), map(mul, map(truth, selectors), map(id, selectors)),
+               map(id, map(_TOLERATIONS, jobs)))
+
+
+def iter_units(session: Session, queue: QueueState, evicted: Iterable[Job]):
+    """Yield a queue's scheduling units in order (see :class:`QueueUnits`)."""
+    units = QueueUnits(session, queue, evicted)
+    while (unit := units.next()) is not None:
+        yield unit

@@ -33,5 +33,8 @@ class PriorityClassPlugin:
             theirs = classes[victim.priority_class or default]
             return theirs.preemptible and theirs.priority < mine.priority
 
+        # Its answer depends on the priority class alone: allocate need not ask again for a job whose
+        # requirements (the class among them) already passed it this cycle.
+        known.by_priority_class = True
         session.add_job_valid(known)
         session.add_preemptable(may_displace)

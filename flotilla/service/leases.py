@@ -9,16 +9,26 @@ expires gives the job a ``lease-expired`` event and sends it back to its
 queue (``queued``), at most ``lease.maxRetries`` times; the next expiry fails
 it with the reason.
 
-:func:`apply_reports` is pure: it takes the active jobs and the reports and
-returns the changes to write (one transaction, see
+:func:`apply_reports` takes the active jobs (the loop's
+:class:`~flotilla.service.store.ActiveCopy`, which it updates) and the reports,
+and returns the changes to write (one transaction, see
 :meth:`Store.ingest <flotilla.service.store.Store.ingest>`) and the pods to
-stop on each cluster. Pods: a job of one pod is known to clusters by its id;
+stop on each cluster. Its work follows what changed, not how many jobs are
+active: a cluster's report is compared with the pods the copy expects there
+(two set differences at C speed), a lease is written only when the report
+starts or stops listing its job, every other lease of the cluster is renewed
+by the cluster's one ``cluster_reports`` row, and expiry, stops and deadlines
+look at the copy's indexes (jobs not listed, jobs asked to stop, a heap of
+deadlines), except for a cluster silent past the timeout, whose jobs are all
+looked at. Pods: a job of one pod is known to clusters by its id;
 a job of several pods (``podSpecs``) by ``ID#0``, ``ID#1``, ...
 """
 
 from __future__ import annotations
 
+import heapq
 from dataclasses import dataclass, field
+from operator import attrgetter
 from typing import Mapping, Sequence
 
 from flotilla.core.backend import JobEvent
@@ -26,7 +36,7 @@ from flotilla.core.backend import JobEvent
 QUEUED, LEASED, PENDING, RUNNING = "queued", "leased", "pending", "running"
 SUCCEEDED, FAILED, PREEMPTED, CANCELLED = "succeeded", "failed", "preempted", "cancelled"
 STOP_NONE, STOP_CANCEL, STOP_DEADLINE = 0, 1, 2
-_CHUNK = 500
+_ID = attrgetter("id")
 
 
 def pod_ids(job_id: str, npods: int) -> list[str]:
@@ -50,8 +60,7 @@ class Changes:
     job_updates: dict[str, dict] = field(default_factory=dict)
     lease_updates: dict[str, dict] = field(default_factory=dict)
     lease_deletes: set[str] = field(default_factory=set)
-    renewals: dict[str, tuple[set[str], float]] = field(default_factory=dict)
-    renew_ids: list[tuple[set[str], float]] = field(default_factory=list)
+    beats: dict[str, float] = field(default_factory=dict)   # cluster -> when it answered (renews its seen leases)
     events: list[dict] = field(default_factory=list)
 
 
@@ -63,8 +72,9 @@ class IngestResult:
     counts: dict[str, int] = field(default_factory=dict)
 
 
-def apply_reports(active: dict, reports: Mapping[str, ClusterReport], now: float, lease_timeout: float,
+def apply_reports(copy, reports: Mapping[str, ClusterReport], now: float, lease_timeout: float,
                   max_retries: int) -> IngestResult:
+    active = copy.jobs
     changes = Changes()
     stops: dict[str, list[tuple[str, object]]] = {}
     counts: dict[str, int] = {}
@@ -94,7 +104,7 @@ def apply_reports(active: dict, reports: Mapping[str, ClusterReport], now: float
         event(job, state, when, reason, job.cluster, node_text(job), pod)
         changes.lease_deletes.add(job.id)
         changes.lease_updates.pop(job.id, None)
-        active.pop(job.id, None)
+        copy.drop(job.id)
         if stop_rest and job.npods > 1:
             stop_pods(job, skip)
 
@@ -103,7 +113,7 @@ def apply_reports(active: dict, reports: Mapping[str, ClusterReport], now: float
         event(job, kind, when, reason, job.cluster, node_text(job), pod)
         changes.lease_deletes.add(job.id)
         changes.lease_updates.pop(job.id, None)
-        active.pop(job.id, None)
+        copy.drop(job.id)
         if job.stop_requested == STOP_CANCEL:
             update(job, state=CANCELLED, retries=retries, finished=when)
             event(job, "cancelled", when, "cancelled while its cluster was unreachable")
@@ -139,6 +149,7 @@ def apply_reports(active: dict, reports: Mapping[str, ClusterReport], now: float
                 if job.state in (LEASED, PENDING) and job.pods_running >= job.npods:
                     job.state = RUNNING
                     job.started = when
+                    copy.track_deadline(job)
                     update(job, state=RUNNING, started=when)
                     event(job, "running", when, ev.reason, cluster, node_text(job))
             elif kind == "succeeded":
@@ -165,33 +176,57 @@ def apply_reports(active: dict, reports: Mapping[str, ClusterReport], now: float
                                 when, pod)
 
     # 2. Heartbeats: renew the leases of what each cluster runs; stop what it should not run.
-    on_cluster: dict[str, list] = {}
-    for job in active.values():
-        on_cluster.setdefault(job.cluster, []).append(job)
     for cluster, report in reports.items():
-        present: set[str] = set()
-        missing: set[str] = set()
-        for job in on_cluster.get(cluster, ()):
-            if any(pod in report.running for pod in pod_ids(job.id, job.npods)):
-                present.add(job.id)
-                job.renewed_at = now
-            else:
-                missing.add(job.id)
-        if present:
-            counts["lease-renewed"] = counts.get("lease-renewed", 0) + len(present)
-        if len(missing) <= _CHUNK:
-            changes.renewals[cluster] = (missing, now)
+        running = report.running
+        expected = copy.pods.get(cluster, set())
+        version = copy.versions.get(cluster, 0)
+        cached = copy.report_cache.get(cluster)
+        if cached is not None and cached[0] is running and cached[1] == version:
+            missing_pods, foreign = cached[2], cached[3]     # the same report against the same jobs
         else:
-            changes.renew_ids.append((present, now))
-        for pod in report.running:
-            job = active.get(job_of(pod))
-            if job is None or job.cluster != cluster:
-                stops.setdefault(cluster, []).append((pod, None))
-                count("reconciled")
+            missing_pods, foreign = expected - running, running - expected
+            copy.report_cache[cluster] = (running, version, missing_pods, foreign)
+        missing: set[str] = set()
+        for pod in missing_pods:
+            job_id = job_of(pod)
+            if job_id not in missing:
+                job = active[job_id]
+                if job.npods == 1 or not any(p in running for p in pod_ids(job_id, job.npods)):
+                    missing.add(job_id)
+        present = len(copy.on_cluster.get(cluster, ())) - len(missing)
+        if present:
+            counts["lease-renewed"] = counts.get("lease-renewed", 0) + present
+        unseen = copy.unseen.get(cluster, set())
+        beat = copy.beat(cluster)
+        for job_id in sorted(missing - unseen):   # no longer listed: renewed last at the cluster's previous report
+            job = active[job_id]
+            job.lease_renewed = job.renewed_at
+            job.seen = False
+            changes.lease_updates.setdefault(job_id, {}).update(renewed_at=job.lease_renewed, seen=0)
+        for job_id in sorted(unseen - missing):   # listed (again): renewed now, and with the cluster from now on
+            job = active[job_id]
+            job.lease_renewed = now
+            job.seen = True
+            changes.lease_updates.setdefault(job_id, {}).update(renewed_at=now, seen=1)
+        if cluster in copy.unseen:
+            copy.unseen[cluster] = missing
+        beat.at = now
+        changes.beats[cluster] = now
+        for pod in sorted(foreign):
+            stops.setdefault(cluster, []).append((pod, None))
+            count("reconciled")
 
-    # 3. Expiry: leases not renewed within the timeout.
+    # 3. Expiry: leases not renewed within the timeout. Only jobs their cluster did not list can be past it,
+    #    unless the cluster itself has not answered within the timeout.
     horizon = now - lease_timeout
-    for job in [j for j in active.values() if j.renewed_at < horizon]:
+    expired = []
+    for cluster, here in copy.on_cluster.items():
+        beat = copy.beats.get(cluster)
+        if beat is None or beat.at < horizon:
+            expired.extend(job for job in here.values() if job.renewed_at < horizon)
+        else:
+            expired.extend(here[job_id] for job_id in copy.unseen[cluster] if here[job_id].lease_renewed < horizon)
+    for job in sorted(expired, key=_ID):
         stop_pods(job)
         requeue_or_fail(job, "lease-expired",
                         f"lease on cluster {job.cluster} not renewed for {now - job.renewed_at:.0f}s "
@@ -199,20 +234,33 @@ def apply_reports(active: dict, reports: Mapping[str, ClusterReport], now: float
 
     # 4. Stops asked for (cancel) or due (active deadline), on clusters that answered. A job to stop
     #    that its cluster does not run (never started there) is finished at once.
-    for job in list(active.values()):
+    for job_id in sorted(copy.stopping):
+        job = active[job_id]
         report = reports.get(job.cluster)
         if report is None:
             continue
-        if job.stop_requested != STOP_NONE and not any(pod in report.running for pod in pod_ids(job.id, job.npods)):
+        if not any(pod in report.running for pod in pod_ids(job.id, job.npods)):
             if job.stop_requested == STOP_CANCEL:
                 finish(job, CANCELLED, "cancelled", now)
             else:
                 finish(job, FAILED, "active deadline exceeded", now)
             continue
-        if job.stop_requested == STOP_NONE and job.state == RUNNING and job.started is not None \
-                and job.deadline and now - job.started > job.deadline:
-            job.stop_requested = STOP_DEADLINE
-            update(job, stop_requested=STOP_DEADLINE, reason="active deadline exceeded")
-        if job.stop_requested != STOP_NONE:
-            stop_pods(job)
+        stop_pods(job)
+    later = []
+    heap = copy.deadlines
+    while heap and heap[0][0] <= now:
+        entry = heapq.heappop(heap)
+        job = active.get(entry[1])
+        if job is None or job.state != RUNNING or job.stop_requested != STOP_NONE or not job.deadline \
+                or job.started is None or job.started + job.deadline != entry[0]:
+            continue              # gone, or changed since (a newer entry stands for it)
+        if job.cluster not in reports or not now - job.started > job.deadline:
+            later.append(entry)   # its cluster did not answer, or not quite due: next cycle
+            continue
+        job.stop_requested = STOP_DEADLINE
+        copy.stopping.add(job.id)
+        update(job, stop_requested=STOP_DEADLINE, reason="active deadline exceeded")
+        stop_pods(job)
+    for entry in later:
+        heapq.heappush(heap, entry)
     return IngestResult(active, stops, changes, counts)

@@ -31,6 +31,7 @@ import random
 import threading
 import time
 from dataclasses import dataclass, field
+from operator import attrgetter, is_
 from typing import Callable, Mapping
 
 import structlog
@@ -38,19 +39,18 @@ import structlog
 from flotilla.core.backend import ClusterDecisions, ClusterUnavailable, make_backends
 from flotilla.core.decisions import Placement
 from flotilla.core.wishlist import compute_wishlist
-from flotilla.core.model import (GANG_MIN_AVAILABLE_ANNOTATION, ClusterSnapshot, Gang, Job, JobState, Queue, Snapshot,
-                                 Toleration, parse_min_available)
+from flotilla.core.model import ClusterSnapshot, Job, JobState, Queue, Snapshot
 from flotilla.service.jobspec import duration_of_annotations
-from flotilla.service.leases import ClusterReport, job_of, pod_ids
+from flotilla.service.leases import ClusterReport, job_of
 from flotilla.service.settings import ServiceSettings
+from flotilla.service.snapshot import DEADLINE_ANNOTATION, GRACE_ANNOTATION, Converter, RunningPods
 from flotilla.service.store import ActiveCopy, QueuedJob, Store
 from flotilla.service.templates import templates_for
 
 log = structlog.get_logger("flotilla.service.loop")
 
-# Read by the cluster backends (see flotilla.kubernetes.pods): grace period and active deadline, in seconds.
-GRACE_ANNOTATION = "flotilla.io/grace-period"
-DEADLINE_ANNOTATION = "flotilla.io/active-deadline"
+_ID = attrgetter("id")
+_Converter = Converter   # the name it had here
 
 
 @dataclass(slots=True)
@@ -86,51 +86,6 @@ def service_backends(config, pm=None, clock: Callable[[], float] = time.time) ->
     return make_backends(config, pm, clock=clock, duration_of=lambda job: duration_of_annotations(job.annotations))
 
 
-class _Converter:
-    """Store records to scheduler jobs, sharing identical mappings across jobs."""
-
-    def __init__(self):
-        self._tolerations: dict[int, tuple] = {}
-
-    #: Cached toleration lists; the cache starts over past this many (it lives as long as the queued copy).
-    LIMIT = 10000
-
-    def tolerations(self, items: list) -> tuple:
-        if not items:
-            return ()
-        if len(self._tolerations) > self.LIMIT:
-            self._tolerations.clear()
-        key = id(items)
-        hit = self._tolerations.get(key)
-        if hit is None:
-            hit = tuple(Toleration(t.get("key", ""), t.get("operator", "Equal"), t.get("value", ""),
-                                   t.get("effect", "")) for t in items)
-            self._tolerations[key] = (items, hit)  # keep items alive so id() stays unique
-            return hit
-        return hit[1]
-
-    def pods(self, record, state=JobState.QUEUED, cluster=None, nodes=None) -> list[Job]:
-        if record.gang_id:
-            gang = Gang(f"{record.queue}/{record.gang_id}", record.gang_pods or record.npods)
-        elif record.npods > 1:
-            gang = Gang(f"job:{record.id}", record.npods)
-        else:
-            gang = None
-        minimum = record.annotations.get(GANG_MIN_AVAILABLE_ANNOTATION) if gang is not None else None
-        if minimum is not None and isinstance(parsed := parse_min_available(minimum, gang.cardinality), int):
-            gang = Gang(gang.id, gang.cardinality, parsed)  # checked at submission; a stored bad value is ignored
-        ids = pod_ids(record.id, record.npods)
-        annotations = {**record.annotations, GRACE_ANNOTATION: f"{record.grace_period:g}",
-                       DEADLINE_ANNOTATION: f"{record.deadline:g}"}
-        out = []
-        for k, pod in enumerate(record.pods):
-            out.append(Job(ids[k], record.queue, record.job_set, record.priority, record.priority_class,
-                           record.submitted, pod["requests"], pod.get("nodeSelector") or {},
-                           self.tolerations(pod.get("tolerations")), gang, state, cluster,
-                           nodes[k] if nodes else None, annotations))
-        return out
-
-
 class QueuedJobs:
     """The queued jobs as scheduler jobs, kept between cycles and brought up to date from the event log.
 
@@ -147,6 +102,7 @@ class QueuedJobs:
         self.store = store
         self.cursor: int | None = None
         self.jobs: dict[str, tuple[QueuedJob, list[Job]]] = {}
+        self.version = 0      # bumped by every sync that changed a job: the loop's queued list is rebuilt then
         self._converter = _Converter()
 
     def sync(self) -> tuple[int, int]:
@@ -157,6 +113,7 @@ class QueuedJobs:
             self._converter = _Converter()
             self.jobs = {r.id: (r, self._converter.pods(r)) for r in records}
             self.cursor = cursor
+            self.version += 1
             return len(records), len(self.jobs)
         cursor, ids, queued = self.store.queued_changes(self.cursor)
         for job_id in ids:
@@ -167,6 +124,8 @@ class QueuedJobs:
             held = self.jobs.get(job_id)
             if held is None or held[0] != record:  # new to the queue (appended), or changed in place
                 self.jobs[job_id] = (record, self._converter.pods(record))
+        if ids:
+            self.version += 1
         self.cursor = cursor
         return len(ids), len(self.jobs)
 
@@ -193,8 +152,11 @@ class ServiceLoop:
         self.in_cycle = threading.Event()
         self.queued = QueuedJobs(store)
         self.active = ActiveCopy()
-        self._active_pods: dict[str, tuple[object, list[Job]]] = {}  # job id -> (ActiveJob, its pods)
-        self._active_converter = _Converter()
+        self.running_pods = RunningPods()
+        self._queued_list: tuple[tuple, list[Job]] | None = None   # (what it was built from, the queued pods)
+        self._reported: dict[str, tuple[list[Job], set[str]]] = {}  # cluster -> its last running list, their ids
+        self.last_snapshot: Snapshot | None = None      # the last cycle's, and the clusters it was built from
+        self.last_clusters: dict[str, ClusterSnapshot] = {}
 
     # -- one cycle ------------------------------------------------------------------
     def run_cycle(self) -> CycleReport:
@@ -254,7 +216,7 @@ class ServiceLoop:
                 log.exception("cluster.error", cluster=name)
                 continue
             snaps[name] = snap
-            reports[name] = ClusterReport(events, {job.id for job in snap.running})
+            reports[name] = ClusterReport(events, self._running_ids(name, snap.running))
         report.clusters = sorted(snaps)
         self.last_nodes = self.node_states(snaps)
         t1 = time.perf_counter()
@@ -285,44 +247,7 @@ class ServiceLoop:
                 log.info("cluster.unavailable", cluster=cluster, during="stop")
         t3 = time.perf_counter()
 
-        self.queued.sync()
-        queue_specs = self.store.list_queues()
-        known_pcs = {pc.name for pc in self.scheduler.priority_classes()}
-        known_queues = {q.name for q in queue_specs}
-        queued: list[Job] = []
-        for record, pods in self.queued.jobs.values():
-            if record.priority_class not in known_pcs or record.queue not in known_queues:
-                continue
-            queued.extend(pods)
-        clusters: list[ClusterSnapshot] = []
-        by_cluster: dict[str, list[Job]] = {name: [] for name in snaps}
-        active_pods: dict[str, list[Job]] = {}
-        converted = self._active_pods
-        self._active_pods = {}
-        for record in result.active.values():
-            # The copy keeps an ActiveJob object until the job's row is read again (an event), and
-            # nothing a pod is made of changes in place, so the same object gives the same pods.
-            held = converted.get(record.id)
-            if held is not None and held[0] is record:
-                pods = held[1]
-            else:
-                pods = self._active_converter.pods(record, JobState.RUNNING, record.cluster, record.nodes)
-            self._active_pods[record.id] = (record, pods)
-            if record.cluster not in snaps:
-                continue
-            if record.priority_class not in known_pcs or record.queue not in known_queues:
-                continue
-            active_pods[record.id] = pods
-            by_cluster[record.cluster].extend(pods)
-        for name, snap in snaps.items():
-            node_names = {node.name for node in snap.nodes}
-            running = [job for job in by_cluster[name] if job.node in node_names]
-            clusters.append(ClusterSnapshot(name, snap.nodes, running, dict(snap.foreign)))
-        cordoned = self.store.cordoned("queue")
-        parents = {q.name: q.parent for q in self.settings.queues}   # hierarchies come from the config file
-        snapshot = Snapshot(clusters, queued, [Queue(q.name, q.weight, dict(q.limits), parents.get(q.name),
-                                                     cordoned=q.name in cordoned) for q in queue_specs],
-                            self.scheduler.priority_classes(), self.settings.default_priority_class, now)
+        snapshot = self.build_snapshot(snaps, now)
         report.queued = len(self.queued.jobs)
         report.running = len(result.active)
         t4 = time.perf_counter()
@@ -362,7 +287,7 @@ class ServiceLoop:
                 starts.setdefault(placement.cluster, []).append(placement)
         stops: dict[str, list[Job]] = {}
         for job_id in done_preempted:
-            for pod in active_pods.get(job_id, ()):
+            for pod in self.running_pods.of(job_id):
                 stops.setdefault(pod.cluster, []).append(pod)
         templates = templates_for(self.store, self.backends, starts)
         pending: list[str] = []
@@ -395,12 +320,58 @@ class ServiceLoop:
                  **{f"{k}_s": round(v, 4) for k, v in report.timings.items()})
         return report
 
+    def _running_ids(self, cluster: str, running: list[Job]) -> set[str]:
+        """The ids of a cluster's running pods: the last cycle's set when the backend lists the same objects."""
+        last = self._reported.get(cluster)
+        if last is not None and len(last[0]) == len(running) and all(map(is_, last[0], running)):
+            return last[1]
+        ids = set(map(_ID, running))
+        self._reported[cluster] = (running, ids)
+        return ids
+
+    def build_snapshot(self, snaps: Mapping[str, ClusterSnapshot], now: float) -> Snapshot:
+        """The cycle's snapshot from the kept copies, after ingest: clusters as ``snaps`` show them.
+
+        Jobs unchanged since the last cycle are the objects of the last
+        snapshot, and so are the lists when nothing in them changed. The
+        result equals one built from scratch from the store (same jobs, same
+        fields; ``tests/test_service_snapshot.py``).
+        """
+        self.queued.sync()
+        queue_specs = self.store.list_queues()
+        known_pcs = {pc.name for pc in self.scheduler.priority_classes()}
+        known_queues = {q.name for q in queue_specs}
+        key = (self.queued, self.queued.version, frozenset(known_pcs), frozenset(known_queues))
+        if self._queued_list is not None and self._queued_list[0] == key:
+            queued = self._queued_list[1]
+        else:
+            queued = []
+            for record, pods in self.queued.jobs.values():
+                if record.priority_class not in known_pcs or record.queue not in known_queues:
+                    continue
+                queued.extend(pods)
+            self._queued_list = (key, queued)
+        self.running_pods.update(self.active, known_pcs, known_queues)
+        clusters: list[ClusterSnapshot] = []
+        for name, snap in snaps.items():
+            running = self.running_pods.running(name, frozenset(node.name for node in snap.nodes))
+            clusters.append(ClusterSnapshot(name, snap.nodes, running, dict(snap.foreign)))
+        cordoned = self.store.cordoned("queue")
+        parents = {q.name: q.parent for q in self.settings.queues}   # hierarchies come from the config file
+        snapshot = Snapshot(clusters, queued, [Queue(q.name, q.weight, dict(q.limits), parents.get(q.name),
+                                                     cordoned=q.name in cordoned) for q in queue_specs],
+                            self.scheduler.priority_classes(), self.settings.default_priority_class, now)
+        self.last_snapshot = snapshot
+        self.last_clusters = dict(snaps)
+        return snapshot
+
     def forget(self) -> None:
         """Drop the copies kept between cycles; the next cycle reads the store afresh (a new leader term)."""
         with self.cycle_lock:
             self.queued = QueuedJobs(self.store)
             self.active = ActiveCopy()
-            self._active_pods = {}
+            self.running_pods = RunningPods()
+            self._queued_list = None
 
     def reconfigure(self, scheduler, settings: ServiceSettings) -> None:
         """A reloaded config: the next cycle runs ``scheduler`` (plugins and their args) with ``settings``."""

@@ -15,6 +15,10 @@ Tables:
 * ``jobs`` - one row per job, its current state, the normalised spec;
 * ``leases`` - one row per job handed to a cluster: cluster, nodes, when
   leased and last renewed (deleted when the job leaves the cluster);
+* ``cluster_reports`` - per cluster, when it last answered (v5): a lease
+  whose ``seen`` is 1 counts as renewed then, so a cycle renews every lease
+  of a cluster with one row, and writes a lease only when the cluster's
+  report starts or stops listing its job;
 * ``events`` - the append-only event log; ids increase in commit order,
   so "events of a job set after id N" is a resumable stream;
 * ``scheduler_leader`` - one row: which scheduler leads, its term (bumped
@@ -106,8 +110,17 @@ leases = sa.Table(
     sa.Column("renewed_at", sa.Float, nullable=False),
     sa.Column("pods_running", sa.Integer, nullable=False, server_default="0"),
     sa.Column("pods_done", sa.Integer, nullable=False, server_default="0"),
+    # v5: 1 while the cluster's last report listed the job: its lease then counts as renewed at that report
+    # (cluster_reports.reported_at), and renewed_at is the time before that; 0: renewed_at alone.
+    sa.Column("seen", sa.Integer, nullable=False, server_default="0"),
 )
 sa.Index("ix_leases_cluster", leases.c.cluster)
+
+cluster_reports = sa.Table(
+    "cluster_reports", metadata,
+    sa.Column("cluster", sa.String(255), primary_key=True),
+    sa.Column("reported_at", sa.Float, nullable=False),   # the last cycle in which the cluster answered
+)
 
 events = sa.Table(
     "events", metadata,
@@ -179,11 +192,23 @@ def _v4(conn: sa.Connection) -> None:
         conn.execute(sa.text("ALTER TABLE events ADD COLUMN pod INTEGER"))
 
 
+def _v5(conn: sa.Connection) -> None:
+    """Lease renewal per cluster: ``cluster_reports`` and ``leases.seen``.
+
+    Existing leases start with ``seen`` 0, so each keeps exactly the
+    ``renewed_at`` it had; the next report of its cluster marks it seen.
+    """
+    metadata.create_all(conn, tables=[cluster_reports])
+    if "seen" not in {column["name"] for column in sa.inspect(conn).get_columns("leases")}:
+        conn.execute(sa.text("ALTER TABLE leases ADD COLUMN seen INTEGER NOT NULL DEFAULT 0"))
+
+
 MIGRATIONS: list[tuple[int, str, Callable[[sa.Connection], None]]] = [
     (1, "queues, job sets, jobs, leases, events", _v1),
     (2, "scheduler leader and status", _v2),
     (3, "queue cordons and draining nodes", _v3),
     (4, "events.pod: the pod of a multi-pod job an event is about", _v4),
+    (5, "lease renewal per cluster: cluster_reports and leases.seen", _v5),
 ]
 
 LATEST = MIGRATIONS[-1][0]

@@ -1,0 +1,154 @@
+"""The scheduler's view of the store's jobs, kept between cycles: queued and running pods as core jobs.
+
+The core keeps its own state between cycles (:mod:`flotilla.core.cyclestate`)
+and finds what changed by identity first: a job that arrives as the very
+object it had last cycle costs nothing. So the loop keeps its pods too, and
+converts again only the jobs the store says changed (the copies' change
+sets, see :class:`~flotilla.service.store.ActiveCopy` and
+:class:`~flotilla.service.loop.QueuedJobs`). A cluster's running list is
+rebuilt (at C speed) only in a cycle where one of its jobs changed; an idle
+cycle hands over the same list objects as the last one.
+"""
+
+from __future__ import annotations
+
+from itertools import chain
+
+from flotilla.core.model import GANG_MIN_AVAILABLE_ANNOTATION, Gang, Job, JobState, Toleration, parse_min_available
+from flotilla.service.leases import pod_ids
+
+# Read by the cluster backends (see flotilla.kubernetes.pods): grace period and active deadline, in seconds.
+GRACE_ANNOTATION = "flotilla.io/grace-period"
+DEADLINE_ANNOTATION = "flotilla.io/active-deadline"
+
+
+class Converter:
+    """Store records to scheduler jobs, sharing identical mappings across jobs."""
+
+    def __init__(self):
+        self._tolerations: dict[int, tuple] = {}
+
+    #: Cached toleration lists; the cache starts over past this many (it lives as long as the queued copy).
+    LIMIT = 10000
+
+    def tolerations(self, items: list) -> tuple:
+        if not items:
+            return ()
+        if len(self._tolerations) > self.LIMIT:
+            self._tolerations.clear()
+        key = id(items)
+        hit = self._tolerations.get(key)
+        if hit is None:
+            hit = tuple(Toleration(t.get("key", ""), t.get("operator", "Equal"), t.get("value", ""),
+                                   t.get("effect", "")) for t in items)
+            self._tolerations[key] = (items, hit)  # keep items alive so id() stays unique
+            return hit
+        return hit[1]
+
+    def pods(self, record, state=JobState.QUEUED, cluster=None, nodes=None) -> list[Job]:
+        if record.gang_id:
+            gang = Gang(f"{record.queue}/{record.gang_id}", record.gang_pods or record.npods)
+        elif record.npods > 1:
+            gang = Gang(f"job:{record.id}", record.npods)
+        else:
+            gang = None
+        minimum = record.annotations.get(GANG_MIN_AVAILABLE_ANNOTATION) if gang is not None else None
+        if minimum is not None and isinstance(parsed := parse_min_available(minimum, gang.cardinality), int):
+            gang = Gang(gang.id, gang.cardinality, parsed)  # checked at submission; a stored bad value is ignored
+        ids = pod_ids(record.id, record.npods)
+        annotations = {**record.annotations, GRACE_ANNOTATION: f"{record.grace_period:g}",
+                       DEADLINE_ANNOTATION: f"{record.deadline:g}"}
+        out = []
+        for k, pod in enumerate(record.pods):
+            out.append(Job(ids[k], record.queue, record.job_set, record.priority, record.priority_class,
+                           record.submitted, pod["requests"], pod.get("nodeSelector") or {},
+                           self.tolerations(pod.get("tolerations")), gang, state, cluster,
+                           nodes[k] if nodes else None, annotations))
+        return out
+
+
+class RunningPods:
+    """The active jobs (an :class:`~flotilla.service.store.ActiveCopy`) as running pods, per cluster.
+
+    Jobs of a priority class or queue the scheduler does not know are kept
+    out of the clusters' lists (as the loop always did); a change of those
+    sets, or a copy read afresh (a new generation), converts everything again.
+    """
+
+    def __init__(self):
+        self.converter = Converter()
+        self.generation: int | None = None
+        self.filters: tuple | None = None
+        self.pods: dict[str, tuple[object, list[Job]]] = {}        # job id -> (ActiveJob, its pods), every job
+        self.by_cluster: dict[str, dict[str, list[Job]]] = {}      # cluster -> job id -> pods, the jobs shown
+        self.nodes_used: dict[str, dict[str, int]] = {}            # cluster -> node -> pods shown on it
+        self.lists: dict[str, tuple[frozenset, list[Job]]] = {}    # cluster -> (node names, running list)
+
+    def update(self, copy, known_classes: set[str], known_queues: set[str]) -> int:
+        """Take the copy's changes; returns how many jobs were looked at (all of them after a full read)."""
+        generation, changed = copy.take_changes()
+        filters = (frozenset(known_classes), frozenset(known_queues))
+        if generation != self.generation or filters != self.filters:
+            self.generation, self.filters = generation, filters
+            held = self.pods
+            self.pods, self.by_cluster, self.nodes_used, self.lists = {}, {}, {}, {}
+            for job_id, record in copy.jobs.items():
+                old = held.get(job_id)
+                self._add(job_id, record, old[1] if old is not None and old[0] is record else None)
+            return len(copy.jobs)
+        for job_id in changed:
+            record = copy.jobs.get(job_id)
+            held = self.pods.get(job_id)
+            if held is not None:
+                if held[0] is record:
+                    continue          # changed in place only (state, lease): the same pods
+                self._remove(job_id, held)
+            if record is not None:
+                self._add(job_id, record, None)
+        return len(changed)
+
+    def _add(self, job_id: str, record, pods: list[Job] | None) -> None:
+        if pods is None:
+            pods = self.converter.pods(record, JobState.RUNNING, record.cluster, record.nodes)
+        self.pods[job_id] = (record, pods)
+        classes, queues = self.filters
+        if record.priority_class not in classes or record.queue not in queues:
+            return
+        cluster = record.cluster
+        here = self.by_cluster.get(cluster)
+        if here is None:
+            here = self.by_cluster[cluster] = {}
+            self.nodes_used[cluster] = {}
+        here[job_id] = pods
+        used = self.nodes_used[cluster]
+        for pod in pods:
+            used[pod.node] = used.get(pod.node, 0) + 1
+        self.lists.pop(cluster, None)
+
+    def _remove(self, job_id: str, held: tuple) -> None:
+        del self.pods[job_id]
+        cluster = held[0].cluster
+        here = self.by_cluster.get(cluster)
+        if here is not None and here.pop(job_id, None) is not None:
+            used = self.nodes_used[cluster]
+            for pod in held[1]:
+                used[pod.node] -= 1
+            self.lists.pop(cluster, None)
+
+    def running(self, cluster: str, node_names: frozenset) -> list[Job]:
+        """The cluster's running pods on ``node_names``: the same list object as last time if nothing changed."""
+        cached = self.lists.get(cluster)
+        if cached is not None and cached[0] == node_names:
+            return cached[1]
+        here = self.by_cluster.get(cluster, {})
+        running = list(chain.from_iterable(here.values()))
+        used = self.nodes_used.get(cluster)
+        if used is not None and not all(node in node_names for node, n in used.items() if n > 0):
+            running = [job for job in running if job.node in node_names]
+        self.lists[cluster] = (node_names, running)
+        return running
+
+    def of(self, job_id: str) -> list[Job]:
+        """The pods of a job shown to the scheduler (empty when it is not active)."""
+        held = self.pods.get(job_id)
+        return held[1] if held is not None else []
