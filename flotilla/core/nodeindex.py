@@ -296,11 +296,10 @@ class NodeIndex:
         removed = len(self.nodes) - len(kept)
         if removed and any(self.jobs[p] for p in set(range(len(self.nodes))).difference(kept)):
             raise ValueError("a removed node still holds jobs")
-        space = self.space
         for node, p in zip(nodes, old_of):
             if p is None or self.nodes[p] is node:
                 continue
-            vec = space.vector(node.resources)
+            vec = self._allocatable_of(node)
             if vec != self.allocatable[p]:
                 self._resize(p, vec)
             if self.type_key(node) != self.type_key(self.nodes[p]):
@@ -318,6 +317,15 @@ class NodeIndex:
             if old is not None:
                 moved[old] = new
         return moved
+
+    def _allocatable_of(self, node: Node) -> Vector:
+        """``node``'s resources as a vector, not cached: a producer may send every node as a new object each
+        cycle, and the space's cache (by mapping identity) would keep every one of them."""
+        values = [0] * len(self.space)
+        position = self.space.position
+        for name, amount in node.resources.items():
+            values[position[name]] = amount
+        return tuple(values)
 
     def set_indexed_labels(self, indexed_labels: set[str]) -> None:
         """Type nodes by other label keys (nodes keep their positions and state; the buckets are refilled)."""
@@ -354,7 +362,7 @@ class NodeIndex:
     def _append(self, node: Node) -> None:
         """A new node after every other one: unused, all its room free."""
         i = len(self.nodes)
-        alloc = self.space.vector(node.resources)
+        alloc = self._allocatable_of(node)
         self.nodes.append(node)
         self.position[(node.cluster, node.name)] = i
         self.allocatable.append(alloc)
@@ -398,11 +406,10 @@ class NodeIndex:
     def _relayout(self, nodes: Sequence[Node], old_of: list[int | None]) -> None:
         """Renumber the nodes as ``nodes`` orders them, keeping each kept node's state, and refill the buckets."""
         levels_n = len(self.levels)
-        space = self.space
         allocatable, free, users, jobs = [], [], [], []
         for node, p in zip(nodes, old_of):
             if p is None:
-                alloc = space.vector(node.resources)
+                alloc = self._allocatable_of(node)
                 allocatable.append(alloc)
                 free.append([alloc] * levels_n)
                 users.append({})
