@@ -513,7 +513,8 @@ class CycleState:
     # -- after a cycle ---------------------------------------------------------------
     def commit_cycle(self, session) -> None:
         """Record what the cycle decided: the state now predicts the next snapshot."""
-        placed = session.scheduled_ids
+        # The placed job objects (the ones the queues hold: a sync keeps the snapshot's objects), by identity.
+        placed = {id(placement.job) for placement in session.scheduled}
         for placement in session.scheduled:
             job = placement.job
             i = self.index.position[(placement.cluster, placement.node)]
@@ -530,8 +531,9 @@ class CycleState:
         self._gangs_stale |= any(placement.job.gang is not None for placement in session.scheduled)
         # Placed jobs leave the queues; one that does not start after all gets its place back.
         self.placed_entries = {}
+        per_queue = Counter(placement.job.queue for placement in session.scheduled)
         for queue in self.queues.values():
-            queue.queued.settle(placed, self.placed_entries)
+            queue.queued.settle(placed, self.placed_entries, per_queue[queue.name])
         if self.placed_entries:
             # Job objects placed: the next sync expects the queued list less these (see _update).
             self.queued_placed = set(map(id, map(_LAST, self.placed_entries.values())))

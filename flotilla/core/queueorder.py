@@ -59,7 +59,7 @@ def _live(entries: dict, entry: Entry) -> bool:
 
 
 class QueueOrder:
-    __slots__ = ("entries", "heap", "head", "hpos", "lazy", "lpos", "prefix", "count", "_classes", "dead")
+    __slots__ = ("entries", "heap", "head", "hpos", "lazy", "lpos", "prefix", "count", "_classes", "dead", "offered")
 
     def __init__(self, entries: dict[int, object] | None = None, initial: list[Entry] | None = None,
                  classes: Counter[str] | None = None, ordered: bool = False, lazy: list[Job] | None = None):
@@ -85,6 +85,9 @@ class QueueOrder:
         self.lazy: list[Job] = lazy if lazy is not None else []
         self.lpos = 0
         self.prefix: list[Entry] = []
+        #: Positions in ``prefix`` handed out as units this cycle (:class:`~flotilla.core.session.QueueUnits`):
+        #: where :meth:`settle` looks for the placed jobs first.
+        self.offered: list[int] = []
         self.count = len(initial) + len(self.lazy)
         #: queued jobs per priority class, counted when first asked (given when the caller counted them)
         self._classes: Counter[str] | None = classes
@@ -240,12 +243,26 @@ class QueueOrder:
                 self.dead -= live.count(False)
         return prefix[position:want]
 
-    def settle(self, placed: set[str], taken: dict[str, Entry]) -> None:
-        """End of a cycle: what was reached leads the next head; placed jobs leave (their entries into ``taken``)."""
+    def settle(self, placed: set[int], taken: dict[str, Entry], placed_here: int = -1) -> None:
+        """End of a cycle: what was reached leads the next head; placed jobs leave (their entries into ``taken``).
+
+        ``placed`` holds the placed job objects' ``id()``: the queue holds the very objects that were placed,
+        and an int needs no hashing of a job id string per entry read. ``placed_here``, how many of them
+        are this queue's: when all are found among the positions handed out as units, nothing else read
+        (known misfits passed over, most of it) is looked at.
+        """
         entries = self.entries
         prefix = self.prefix
-        # Which of the read entries were placed, in C-level passes (most cycles place few of them).
-        hits = list(map(placed.__contains__, map(_ID, map(_JOB, prefix)))) if placed else ()
+        hits = ()
+        if placed_here > 0 and self.offered:
+            found = [k for k in set(self.offered) if id(prefix[k][-1]) in placed]
+            if len(found) == placed_here:
+                hits = [False] * len(prefix)
+                for k in found:
+                    hits[k] = True
+        if not hits and placed and placed_here != 0:
+            # Which of the read entries were placed, in C-level passes (most cycles place few of them).
+            hits = list(map(placed.__contains__, map(id, map(_JOB, prefix))))
         # ``entries`` not filled yet (empty; see CycleState.entries): every entry is live, none to take out.
         if True in hits and (not entries or all(_live(entries, entry) for entry in compress(prefix, hits))):
             # Placed entries are live (read this cycle): the rest is kept in a C-level pass.
@@ -275,7 +292,7 @@ class QueueOrder:
         # The head's unread part stays where it is (one pointer move, no copy): the kept prefix
         # replaces what was read, and every entry in it sorts before every unread one (head and lazy).
         self.head[:self.hpos] = kept
-        self.hpos, self.prefix = 0, []
+        self.hpos, self.prefix, self.offered = 0, [], []
         if self.dead > 64 and self.dead > self.count:
             self.heap = self.live_entries()
             heapq.heapify(self.heap)
