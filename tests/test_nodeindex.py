@@ -93,3 +93,64 @@ def test_discarded_statement_leaves_no_trace(tmp_path):
              [session.index.bucket(i) for i in range(len(session.index.nodes))])
     assert after == before
     assert session.scheduled == [] and session.evicted == {} and session.preempted == {}
+
+
+def brute_force_tier(index, vec, level, types, tier, queue):
+    """The smallest (free, position) that fits among ``types``' nodes in ``tier``, by a scan."""
+    k = index.level_of[level]
+    fitting = []
+    for i in range(len(index.nodes)):
+        bucket = index.bucket(i)
+        in_tier = {"own": bucket == queue, "unused": bucket is None, "used": bucket is not None, "any": True}[tier]
+        if in_tier and index.type_of[i] in types and all(a <= f for a, f in zip(vec, index.free[i][k])):
+            fitting.append((tuple(index.free[i][k]), i))
+    return min(fitting)[1] if fitting else None
+
+
+def brute_force_fitting(index, vec, level, types):
+    """iter_fitting's order: per type, unused nodes then used ones, each by (free, position)."""
+    k = index.level_of[level]
+    order = []
+    for t in types:
+        for used in (False, True):
+            order += [i for _, i in sorted(
+                (tuple(index.free[i][k]), i) for i in index.types[t].nodes
+                if (index.bucket(i) is not None) == used and all(a <= f for a, f in zip(vec, index.free[i][k])))]
+    return order
+
+
+def test_every_tier_and_iteration_equal_brute_force_and_a_fresh_build():
+    """Uniform nodes (many equal free vectors, so buckets hold many nodes) and mixed ones, two types."""
+    for seed, uniform in ((7, True), (8, False)):
+        rng = random.Random(seed)
+        space = ResourceSpace({"cpu", "memory"})
+        nodes = [Node(f"n{i}", "c", {"cpu": 8000 if uniform else rng.choice([4000, 8000]),
+                                     "memory": 32 * 2**30 if uniform else rng.choice([16, 32]) * 2**30},
+                      {"pool": rng.choice(["a", "b"])}) for i in range(40)]
+        index = NodeIndex(space, nodes, [20000, 30000], {"pool"})
+        index.build()
+        jobs = []
+        for step in range(1500):
+            vec = space.vector({"cpu": rng.choice([1000, 2000]), "memory": rng.choice([2, 4]) * 2**30})
+            level = rng.choice([EVICTED, 20000, 30000])
+            queue = rng.choice("ABC")
+            types = rng.choice([[0], [1], [0, 1], [1, 0]])
+            for tier in ("own", "unused", "used", "any"):
+                assert index.find(vec, level, types, tier, queue) == brute_force_tier(index, vec, level, types,
+                                                                                        tier, queue)
+            assert list(index.iter_fitting(vec, level, types)) == brute_force_fitting(index, vec, level, types)
+            node = index.find(vec, EVICTED, [0, 1], rng.choice(["own", "any"]), queue)
+            if node is not None and rng.random() < 0.6:
+                index.bind(node, f"j{step}", queue, vec, rng.choice([EVICTED, 20000, NONPREEMPTIBLE]))
+                jobs.append((node, f"j{step}"))
+            elif jobs:
+                node, job = jobs.pop(rng.randrange(len(jobs)))
+                index.unbind(node, job)
+            if step % 100 == 99:
+                fresh = NodeIndex(space, nodes, [20000, 30000], {"pool"})
+                for i, held in enumerate(index.jobs):
+                    for job_id, (q, v, lv) in held.items():
+                        fresh.preload(i, job_id, q, v, lv)
+                fresh.build()
+                assert fresh.fingerprint() == index.fingerprint()
+                assert fresh.free == index.free

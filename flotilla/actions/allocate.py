@@ -34,6 +34,7 @@ import structlog
 from flotilla.core.nodeindex import EVICTED
 from flotilla.core.queuetree import TreePicker
 from flotilla.core.session import KnownMisfits, QueueUnits
+from flotilla.core.statement import place
 
 log = structlog.get_logger("flotilla.actions.allocate")
 
@@ -75,6 +76,9 @@ class Allocate:
         self.evicted_top = max((session.running[job_id].level for job_id in session.evicted), default=EVICTED)
         self.debug = session.debug
         self.skipped = 0
+        valid_fns = session.job_valid_fns
+        # One validity check (the usual case) is called directly: same answer, one call less per job.
+        self.job_valid = (valid_fns[0] if len(valid_fns) == 1 else session.job_valid) if valid_fns else None
         #: (vector, node types) that found no node at any level: free space only shrinks during allocate.
         self.misfits: set[tuple] = set()
         #: Elastic gangs whose core was placed this cycle -> its cluster.
@@ -88,7 +92,7 @@ class Allocate:
         had_failures = bool(session.failures)
         #: Jobs placed this cycle that may lie ahead in their queue: by earlier actions, and gang members.
         self.ahead = ahead = set(session.scheduled_ids)
-        picker = TreePicker(session) if session.nested else FlatPicker(session)
+        self.picker = picker = TreePicker(session) if session.nested else FlatPicker(session)
         for queue in session.queues.values():
             evicted = evicted_by_queue.get(queue.name, ())
             if not queue.queued and not evicted:
@@ -132,6 +136,8 @@ class Allocate:
 
     @staticmethod
     def _unit_vector(session, unit):
+        if unit.__class__ is not list:
+            return session.space.vector(unit.requests)
         if isinstance(unit, list):
             total = [0] * len(session.space)
             for job in unit:
@@ -168,9 +174,8 @@ class Allocate:
         """
         units, misfits, evicted, failures = run.units, run.known, session.evicted, session.failures
         known = misfits.known
+        job_valid = self.job_valid
         valid_fns = session.job_valid_fns
-        # One validity check (the usual case) is called directly: same answer, one call less per job.
-        job_valid = (valid_fns[0] if len(valid_fns) == 1 else session.job_valid) if valid_fns else None
         # In a run of known misfits, a check that answers by priority class alone (part of the key) needs no
         # call: the key's first job passed it.
         bulk_valid = None if all(getattr(fn, "by_priority_class", False) for fn in valid_fns) else job_valid
@@ -225,12 +230,12 @@ class Allocate:
             return self._place_elastic_member(session, queue, job, vec)
         if job.id in session.evicted:
             return self._return_evicted(session, queue, job, vec)
-        reason = session.job_valid(job)
+        reason = self.job_valid(job) if self.job_valid is not None else None
         if reason:
             session.failures[job.id] = reason
             return False
         types, why = session.allowed_types(job)
-        reason = session.admit(queue, job, vec) or why
+        reason = (session.admit(queue, job, vec) if session.queue_admit_fns else None) or why
         if reason:
             run.known.known[requirements_key(job)] = session.failures[job.id] = reason
             return False
@@ -244,9 +249,7 @@ class Allocate:
             if run.covers_all:
                 self.misfits.add(shape)
             return False
-        stmt = session.statement()
-        stmt.allocate(job, node)
-        stmt.commit()
+        place(session, job, node, vec)
         if self.debug:
             log.debug("allocate", job=job.id, queue=queue.name, node=session.node_name(node))
         return True
@@ -368,6 +371,9 @@ class Allocate:
             if placed == len(members):
                 stmt.commit()
                 self.ahead.update(member.id for member in members)
+                if any(member.queue != queue.name for member in members):
+                    # Members of other queues changed those queues' allocations: their offers are recomputed.
+                    self.picker.steady = False
                 if gang.min_available:
                     self.gang_clusters[gang.id] = cluster
                 log.debug("allocate.gang", gang=gang.id, queue=queue.name, cluster=cluster, members=placed)
@@ -390,11 +396,20 @@ class FlatPicker:
 
     def __init__(self, session):
         self.session = session
-        self.heap: list[tuple[float, str, object, object, tuple]] = []
+        self.heap: list[tuple[float, str, object, object, object, tuple]] = []
+        self.cost = session.queue_cost_fns[0] if session.queue_cost_fns else session.queue_cost
+        #: The cost plugin says a queue's cost moves with its own allocation only (asset fairness): a waiting
+        #: offer's fraction stays exact, since only the queue's own placements change its allocation.
+        self.steady = getattr(self.cost, "own_usage_only", False)
+
+    def _fraction(self, queue, vec) -> float:
+        """``session.fair_share_fraction``, with the cost function bound."""
+        fair = queue.fair_share
+        return self.cost(queue, vec) / fair if fair > 0 else float("inf")
 
     def offer(self, queue, unit, run, vec) -> None:
-        # Queue names are unique, so the heap never compares units.
-        heapq.heappush(self.heap, (self.session.fair_share_fraction(queue, vec), queue.name, unit, run, vec))
+        # Queue names are unique, so the heap never compares what follows them.
+        heapq.heappush(self.heap, (self._fraction(queue, vec), queue.name, queue, unit, run, vec))
 
     def drop(self, queue) -> None:
         """Nothing to do: ``pop`` already took the queue's entry."""
@@ -402,12 +417,13 @@ class FlatPicker:
     def pop(self):
         heap = self.heap
         while heap:
-            fraction, name, unit, run, vec = heapq.heappop(heap)
-            queue = self.session.queues[name]
-            current = self.session.fair_share_fraction(queue, vec)
-            if current > fraction and heap and current > heap[0][0]:
-                # A plugin whose costs move with other queues' allocations: re-file and look again.
-                heapq.heappush(heap, (current, name, unit, run, vec))
-                continue
+            fraction, name, queue, unit, run, vec = heapq.heappop(heap)
+            # Alone in the heap, or with a cost that cannot have moved, the offer stands as filed.
+            if heap and not self.steady:
+                current = self._fraction(queue, vec)
+                if current > fraction and current > heap[0][0]:
+                    # A plugin whose costs move with other queues' allocations: re-file and look again.
+                    heapq.heappush(heap, (current, name, queue, unit, run, vec))
+                    continue
             return queue, unit, run, vec
         return None

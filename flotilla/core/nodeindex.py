@@ -14,19 +14,28 @@ iterators:
   :data:`EVICTED` (the lowest level) it is the space that is really free.
 * **Node types.** Nodes with the same cluster, indexed labels, taints and
   schedulability share a type, so predicates run once per type, not per node.
-* **Buckets per queue.** Each node is *unused*, *owned* by the one queue
-  whose jobs run on it, or *shared*. Per level and type, nodes are kept in
-  sorted lists keyed by their free space (resource index order, then node
-  position), so "the smallest node that fits" among a queue's own nodes, the
-  unused ones or the used ones is a search with skips, not a scan.
+* **Tiers per queue.** Each node is *unused*, *owned* by the one queue
+  whose jobs run on it, or *shared*. Per level and type, the unused nodes,
+  the used ones and each queue's own ones are searchable by free space
+  (resource index order, then node position), so "the smallest node that
+  fits" among a queue's own nodes, the unused ones or the used ones is a
+  search with skips, not a scan.
+* **Buckets of equal free space.** Nodes of one type fill to a handful of
+  distinct free vectors (32-core nodes and 1-core jobs: at most 33), so each
+  of those searchable sets is a dict from free vector to the nodes that have
+  it (positions, sorted) plus a plain sorted list of the distinct vectors.
+  A placement moves the node from one bucket to another: list operations in
+  C on short lists, instead of removing and re-adding a key in a sorted
+  list of every node (``bench/nodeindex.py`` measures both, and the other
+  layouts tried; the README has the figures).
 """
 
 from __future__ import annotations
 
+from bisect import bisect_left, insort
 from dataclasses import dataclass
+from operator import add, sub
 from typing import Iterator, Mapping, Sequence
-
-from sortedcontainers import SortedList
 
 from flotilla.core.model import Node, Taint
 from flotilla.core.resources import ResourceSpace, Vector
@@ -70,13 +79,107 @@ class NodeType:
     nodes: list[int]
 
 
+class FreeBuckets:
+    """A set of nodes ordered by (free vector, position), grouped by free vector.
+
+    ``vecs`` holds the distinct free vectors in order; ``members[v]`` the
+    nodes with free vector ``v`` as *negated* positions in ascending order,
+    so the smallest position is the last item: the node best fit takes is
+    popped off the end, in O(1).
+    """
+
+    __slots__ = ("vecs", "members")
+
+    def __init__(self) -> None:
+        self.vecs: list[Vector] = []
+        self.members: dict[Vector, list[int]] = {}
+
+    def __bool__(self) -> bool:
+        return bool(self.vecs)
+
+    def __len__(self) -> int:
+        return sum(map(len, self.members.values()))
+
+    def add(self, vec: Vector, neg: int) -> None:
+        members = self.members.get(vec)
+        if members is None:
+            self.members[vec] = [neg]
+            insort(self.vecs, vec)
+        elif neg < members[-1]:
+            insort(members, neg)
+        else:
+            members.append(neg)
+
+    def remove(self, vec: Vector, neg: int) -> None:
+        members = self.members[vec]
+        if len(members) == 1:
+            del self.members[vec]
+            vecs = self.vecs
+            del vecs[bisect_left(vecs, vec)]
+        elif members[-1] == neg:
+            members.pop()
+        else:
+            del members[bisect_left(members, neg)]
+
+    def move(self, old: Vector, new: Vector, neg: int) -> None:
+        """Node ``-neg`` goes from free vector ``old`` to ``new``."""
+        all_members = self.members
+        members = all_members[old]
+        if len(members) == 1:
+            # It was alone at ``old``: when ``new`` is also a new vector that sorts into the same gap,
+            # the distinct vector is replaced in place (the common case when one node fills up).
+            del all_members[old]
+            vecs = self.vecs
+            at = bisect_left(vecs, old)
+            target = all_members.get(new)
+            if target is None:
+                all_members[new] = members
+                if (at == 0 or vecs[at - 1] < new) and (at + 1 == len(vecs) or new < vecs[at + 1]):
+                    vecs[at] = new
+                else:
+                    del vecs[at]
+                    insort(vecs, new)
+                return
+            del vecs[at]
+        else:
+            if members[-1] == neg:
+                members.pop()
+            else:
+                del members[bisect_left(members, neg)]
+            target = all_members.get(new)
+            if target is None:
+                all_members[new] = [neg]
+                insort(self.vecs, new)
+                return
+        if neg < target[-1]:
+            insort(target, neg)
+        else:
+            target.append(neg)
+
+    def finish(self) -> None:
+        """Sort what :meth:`NodeIndex.build` appended to ``members`` (by ascending position)."""
+        for members in self.members.values():
+            members.reverse()
+        self.vecs = sorted(self.members)
+
+    def keys(self) -> list[tuple]:
+        """``(*free, position)`` for every node, in order (what a sorted list of keys would hold)."""
+        return [(*vec, -neg) for vec in self.vecs for neg in reversed(self.members[vec])]
+
+
 class NodeIndex:
     """Free space per node and level, and best-fit search over it.
 
     Node positions (ints) are the handles everyone else uses. The index is
-    built once per session; :meth:`bind` and :meth:`unbind` keep it current
-    and are exact inverses, which is what statements rely on to discard.
+    built once and kept between cycles; :meth:`bind` and :meth:`unbind` keep
+    it current and are exact inverses, which is what statements rely on to
+    discard. ``free[i][k]`` is node ``i``'s free space at level ``levels[k]``
+    (a tuple, replaced when it changes; it is also the node's key in its
+    buckets).
     """
+
+    #: What holds one searchable set (``bench/nodeindex.py`` swaps it to measure other layouts).
+    buckets_type = FreeBuckets
 
     def __init__(self, space: ResourceSpace, nodes: Sequence[Node], levels: Sequence[int], indexed_labels: set[str]):
         self.space = space
@@ -85,99 +188,139 @@ class NodeIndex:
         self.level_of = {level: k for k, level in enumerate(self.levels)}
         self.position = {(node.cluster, node.name): i for i, node in enumerate(self.nodes)}
         self.allocatable: list[Vector] = [space.vector(node.resources) for node in self.nodes]
-        self.free: list[list[list[int]]] = [[list(alloc) for _ in self.levels] for alloc in self.allocatable]
+        levels_n = len(self.levels)
+        self.free: list[list[Vector]] = [[alloc] * levels_n for alloc in self.allocatable]
         self.users: list[dict[str, int]] = [{} for _ in self.nodes]
         self.jobs: list[dict[str, tuple[str, Vector, int]]] = [{} for _ in self.nodes]
+        self.indexed_labels = indexed_labels
         self.types: list[NodeType] = []
         self.type_of: list[int] = []
-        by_key: dict[tuple, NodeType] = {}
+        self._type_by_key: dict[tuple, NodeType] = {}
         for i, node in enumerate(self.nodes):
-            labels = tuple(sorted((k, v) for k, v in node.labels.items() if k in indexed_labels))
-            key = (node.cluster, labels, node.taints, node.unschedulable)
-            node_type = by_key.get(key)
-            if node_type is None:
-                node_type = NodeType(len(self.types), node.cluster, dict(labels), node.taints, node.unschedulable, [])
-                by_key[key] = node_type
-                self.types.append(node_type)
+            node_type = self._type_for(node)
             node_type.nodes.append(i)
             self.type_of.append(node_type.id)
-        levels_n, types_n = len(self.levels), len(self.types)
-        self._unused = [[SortedList() for _ in range(types_n)] for _ in range(levels_n)]
-        self._used = [[SortedList() for _ in range(types_n)] for _ in range(levels_n)]
-        self._own: list[list[dict[str, SortedList]]] = [[{} for _ in range(types_n)] for _ in range(levels_n)]
-        self._keys: list[list[tuple] | None] = [None] * len(self.nodes)
+        types_n = len(self.types)
+        self._unused = [[self.buckets_type() for _ in range(types_n)] for _ in range(levels_n)]
+        self._used = [[self.buckets_type() for _ in range(types_n)] for _ in range(levels_n)]
+        self._own: list[list[dict[str, FreeBuckets]]] = [[{} for _ in range(types_n)] for _ in range(levels_n)]
+        #: Per node and level, the bucket sets the node is in (unused; used; used and its owner's).
+        self._homes: list[list[tuple[FreeBuckets, ...]]] = [[] for _ in self.nodes]
         self._bucket: list[object] = [UNUSED] * len(self.nodes)
         self._built = False
+
+    def type_key(self, node: Node) -> tuple:
+        labels = tuple(sorted((k, v) for k, v in node.labels.items() if k in self.indexed_labels))
+        return (node.cluster, labels, node.taints, node.unschedulable)
+
+    def _type_for(self, node: Node) -> NodeType:
+        key = self.type_key(node)
+        node_type = self._type_by_key.get(key)
+        if node_type is None:
+            node_type = NodeType(len(self.types), node.cluster, dict(key[1]), node.taints, node.unschedulable, [])
+            self._type_by_key[key] = node_type
+            self.types.append(node_type)
+        return node_type
 
     # -- building -------------------------------------------------------
     def preload(self, i: int, job_id: str, queue: str, vec: Vector, level: int) -> None:
         """Bind a job before :meth:`build`; cheap bulk loading of running jobs."""
         assert not self._built
-        self._apply(i, job_id, queue, vec, level)
+        free = self.free[i]
+        for k, lv in enumerate(self.levels):
+            if lv > level:
+                break
+            free[k] = tuple(map(sub, free[k], vec))
+        if level != EVICTED:
+            users = self.users[i]
+            users[queue] = users.get(queue, 0) + 1
+        self.jobs[i][job_id] = (queue, vec, level)
 
     def build(self) -> None:
-        """Create the sorted lists in one pass after preloading."""
-        pending_unused = [[[] for _ in self.types] for _ in self.levels]
-        pending_used = [[[] for _ in self.types] for _ in self.levels]
-        pending_own: list[list[dict[str, list]]] = [[{} for _ in self.types] for _ in self.levels]
+        """Fill the buckets in one pass after preloading."""
+        levels = range(len(self.levels))
         for i in range(len(self.nodes)):
-            bucket = self._compute_bucket(i)
-            self._bucket[i] = bucket
-            t = self.type_of[i]
-            keys = []
-            for k in range(len(self.levels)):
-                key = (*self.free[i][k], i)
-                keys.append(key)
-                if bucket is UNUSED:
-                    pending_unused[k][t].append(key)
-                else:
-                    pending_used[k][t].append(key)
-                    if bucket is not SHARED:
-                        pending_own[k][t].setdefault(bucket, []).append(key)
-            self._keys[i] = keys
-        for k in range(len(self.levels)):
-            for t in range(len(self.types)):
-                self._unused[k][t] = SortedList(pending_unused[k][t])
-                self._used[k][t] = SortedList(pending_used[k][t])
-                self._own[k][t] = {q: SortedList(keys) for q, keys in pending_own[k][t].items()}
+            bucket = self._bucket[i] = self._compute_bucket(i)
+            homes = self._homes[i] = self._homes_for(i, bucket)
+            free = self.free[i]
+            neg = -i
+            for k in levels:
+                vec = free[k]
+                for buckets in homes[k]:
+                    members = buckets.members.get(vec)
+                    if members is None:
+                        buckets.members[vec] = [neg]
+                    else:
+                        members.append(neg)
+        for per_level in (self._unused, self._used):
+            for per_type in per_level:
+                for buckets in per_type:
+                    buckets.finish()
+        for per_level in self._own:
+            for per_type in per_level:
+                for buckets in per_type.values():
+                    buckets.finish()
         self._built = True
 
     # -- changing -------------------------------------------------------
     def bind(self, i: int, job_id: str, queue: str, vec: Vector, level: int) -> None:
         """Put a job on node ``i`` at ``level``."""
         old_bucket = self._bucket[i]
-        self._apply(i, job_id, queue, vec, level)
-        self._reindex(i, old_bucket, level)
+        if level != EVICTED:
+            users = self.users[i]
+            users[queue] = users.get(queue, 0) + 1
+        self.jobs[i][job_id] = (queue, vec, level)
+        self._shift(i, old_bucket, vec, level, sub)
 
     def unbind(self, i: int, job_id: str) -> tuple[str, Vector, int]:
         """Take a job off node ``i``; returns ``(queue, vec, level)`` so the caller can undo."""
         old_bucket = self._bucket[i]
         queue, vec, level = self.jobs[i].pop(job_id)
-        free = self.free[i]
-        for k, lv in enumerate(self.levels):
-            if lv <= level:
-                row = free[k]
-                for r, amount in enumerate(vec):
-                    row[r] += amount
         if level != EVICTED:
             users = self.users[i]
             users[queue] -= 1
             if not users[queue]:
                 del users[queue]
-        self._reindex(i, old_bucket, level)
+        self._shift(i, old_bucket, vec, level, add)
         return queue, vec, level
 
-    def _apply(self, i: int, job_id: str, queue: str, vec: Vector, level: int) -> None:
+    def _shift(self, i: int, old_bucket: object, vec: Vector, level: int, op) -> None:
+        """Change node ``i``'s free space by ``vec`` (``op`` is add or sub) at the levels up to ``level``.
+
+        A job bound at ``level`` changes the free space of the levels at or
+        below it only; when the node's bucket (unused, own, shared) is
+        unchanged, only those levels move, each within the bucket sets the
+        node is already in.
+        """
         free = self.free[i]
+        new_bucket = self._compute_bucket(i)
+        neg = -i
+        if new_bucket == old_bucket:
+            homes = self._homes[i]
+            for k, lv in enumerate(self.levels):
+                if lv > level:
+                    break
+                old = free[k]
+                new = free[k] = tuple(map(op, old, vec))
+                for buckets in homes[k]:
+                    buckets.move(old, new, neg)
+            return
+        old_homes = self._homes[i]
+        self._bucket[i] = new_bucket
+        homes = self._homes[i] = self._homes_for(i, new_bucket)
         for k, lv in enumerate(self.levels):
+            old = new = free[k]
             if lv <= level:
-                row = free[k]
-                for r, amount in enumerate(vec):
-                    row[r] -= amount
-        if level != EVICTED:
-            users = self.users[i]
-            users[queue] = users.get(queue, 0) + 1
-        self.jobs[i][job_id] = (queue, vec, level)
+                new = free[k] = tuple(map(op, old, vec))
+            before, after = old_homes[k], homes[k]
+            for buckets in before:
+                if buckets in after:
+                    buckets.move(old, new, neg)
+                else:
+                    buckets.remove(old, neg)
+            for buckets in after:
+                if buckets not in before:
+                    buckets.add(new, neg)
 
     def _compute_bucket(self, i: int) -> object:
         users = self.users[i]
@@ -188,51 +331,27 @@ class NodeIndex:
             return SHARED if queue == FOREIGN_USER else queue
         return SHARED
 
-    def _lists(self, i: int, k: int, bucket: object) -> list[SortedList]:
+    def _homes_for(self, i: int, bucket: object) -> list[tuple[FreeBuckets, ...]]:
         t = self.type_of[i]
+        levels = range(len(self.levels))
         if bucket is UNUSED:
-            return [self._unused[k][t]]
+            return [(self._unused[k][t],) for k in levels]
         if bucket is SHARED:
-            return [self._used[k][t]]
-        own = self._own[k][t].get(bucket)
-        if own is None:
-            own = self._own[k][t][bucket] = SortedList()
-        return [self._used[k][t], own]
-
-    def _reindex(self, i: int, old_bucket: object, level: int) -> None:
-        """Move node ``i``'s keys after its free space or users changed.
-
-        A job bound at ``level`` changes the free space of the levels at or
-        below it only; when the node's bucket is unchanged, only those keys move.
-        """
-        new_bucket = self._compute_bucket(i)
-        keys = self._keys[i]
-        free = self.free[i]
-        if new_bucket == old_bucket:
-            for k, lv in enumerate(self.levels):
-                if lv > level:
-                    break
-                for sorted_list in self._lists(i, k, old_bucket):
-                    sorted_list.remove(keys[k])
-                key = keys[k] = (*free[k], i)
-                for sorted_list in self._lists(i, k, old_bucket):
-                    sorted_list.add(key)
-            return
-        self._bucket[i] = new_bucket
-        for k in range(len(self.levels)):
-            for sorted_list in self._lists(i, k, old_bucket):
-                sorted_list.remove(keys[k])
-            key = keys[k] = (*free[k], i)
-            for sorted_list in self._lists(i, k, new_bucket):
-                sorted_list.add(key)
+            return [(self._used[k][t],) for k in levels]
+        homes = []
+        for k in levels:
+            own = self._own[k][t]
+            buckets = own.get(bucket)
+            if buckets is None:
+                buckets = own[bucket] = self.buckets_type()
+            homes.append((self._used[k][t], buckets))
+        return homes
 
     def fingerprint(self) -> tuple:
-        """The sorted lists' contents (empty ones left out), to compare two indexes."""
-        def keys(sorted_list: SortedList) -> list[tuple]:
-            return list(sorted_list)
-        return ([[keys(sl) for sl in per_level] for per_level in self._unused],
-                [[keys(sl) for sl in per_level] for per_level in self._used],
-                [[{queue: keys(sl) for queue, sl in own.items() if sl} for own in per_level] for per_level in self._own])
+        """Each searchable set's keys in order (empty own sets left out), to compare two indexes."""
+        return ([[b.keys() for b in per_level] for per_level in self._unused],
+                [[b.keys() for b in per_level] for per_level in self._used],
+                [[{queue: b.keys() for queue, b in own.items() if b} for own in per_level] for per_level in self._own])
 
     # -- asking ---------------------------------------------------------
     def fits_on(self, i: int, vec: Vector, level: int) -> bool:
@@ -245,15 +364,15 @@ class NodeIndex:
     def bucket(self, i: int) -> object:
         return self._bucket[i]
 
-    def _tier_lists(self, k: int, t: int, tier: str, queue: str) -> list[SortedList]:
+    def _tier_lists(self, k: int, t: int, tier: str, queue: str) -> tuple[FreeBuckets, ...]:
         if tier == "own":
             own = self._own[k][t].get(queue)
-            return [own] if own else []
+            return (own,) if own else ()
         if tier == "unused":
-            return [self._unused[k][t]]
+            return (self._unused[k][t],)
         if tier == "used":
-            return [self._used[k][t]]
-        return [self._unused[k][t], self._used[k][t]]
+            return (self._used[k][t],)
+        return (self._unused[k][t], self._used[k][t])
 
     def find(self, vec: Vector, level: int, types: Sequence[int], tier: str, queue: str) -> int | None:
         """The node with the least free space at ``level`` on which ``vec`` fits, in one tier.
@@ -264,20 +383,30 @@ class NodeIndex:
         happen: keys end with the node's position.
         """
         k = self.level_of[level]
-        best: tuple | None = None
+        best: Vector | None = None
+        best_neg = 0
         for t in types:
-            for sorted_list in self._tier_lists(k, t, tier, queue):
-                key = _first_fit(sorted_list, vec, best)
+            for buckets in self._tier_lists(k, t, tier, queue):
+                key = _first_fit(buckets.vecs, vec, best)
                 if key is not None:
-                    best = key
-        return None if best is None else best[-1]
+                    neg = buckets.members[key][-1]
+                    if best is None or key < best or neg > best_neg:
+                        best, best_neg = key, neg
+        return None if best is None else -best_neg
 
     def iter_fitting(self, vec: Vector, level: int, types: Sequence[int]) -> Iterator[int]:
-        """Every node of ``types`` on which ``vec`` fits at ``level``, smallest first per type."""
+        """Every node of ``types`` on which ``vec`` fits at ``level``, smallest first per type.
+
+        Per type, the unused nodes come first, then the used ones. The index
+        must not change while this is being read.
+        """
         k = self.level_of[level]
         for t in types:
-            for sorted_list in (self._unused[k][t], self._used[k][t]):
-                yield from _all_fits(sorted_list, vec)
+            for buckets in (self._unused[k][t], self._used[k][t]):
+                members = buckets.members
+                for key in _all_fits(buckets.vecs, vec):
+                    for neg in reversed(members[key]):
+                        yield -neg
 
     def shortfall(self, vec: Vector, level: int, types: Sequence[int]) -> tuple[int, int, list[int]]:
         """Nodes of ``types``: how many, on how many ``vec`` fits, and per resource on how many it is short.
@@ -300,42 +429,44 @@ class NodeIndex:
         return total, fitting, counts
 
 
-def _first_fit(sorted_list: SortedList, vec: Vector, bound: tuple | None) -> tuple | None:
-    """Smallest key in ``sorted_list`` that fits ``vec`` and is below ``bound``.
+def _first_fit(vecs: list[Vector], vec: Vector, bound: Vector | None) -> Vector | None:
+    """Smallest free vector in ``vecs`` (sorted) that fits ``vec`` and is not above ``bound``.
 
-    When a key fails on component ``j`` while the components before it fit,
-    every key sharing that prefix with a smaller component ``j`` fails too,
-    so the search jumps past them with one bisection.
+    When a vector fails on component ``j`` while the components before it
+    fit, every vector sharing that prefix with a smaller component ``j``
+    fails too, so the search jumps past them with one bisection.
     """
-    if not sorted_list or not vec:
-        return sorted_list[0] if sorted_list and (bound is None or sorted_list[0] < bound) else None
-    size = len(sorted_list)
-    pos = sorted_list.bisect_left((vec[0],))
+    if not vecs:
+        return None
+    if not vec:
+        key = vecs[0]
+        return key if bound is None or key <= bound else None
+    size = len(vecs)
+    pos = bisect_left(vecs, (vec[0],))
     while pos < size:
-        key = sorted_list[pos]
-        if bound is not None and key >= bound:
+        key = vecs[pos]
+        if bound is not None and key > bound:
             return None
         for j, amount in enumerate(vec):
             if key[j] < amount:
-                pos = sorted_list.bisect_left((*key[:j], amount))
+                pos = bisect_left(vecs, (*key[:j], amount), pos + 1)
                 break
         else:
             return key
     return None
 
 
-def _all_fits(sorted_list: SortedList, vec: Vector) -> Iterator[int]:
+def _all_fits(vecs: list[Vector], vec: Vector) -> Iterator[Vector]:
     if not vec:
-        for key in sorted_list:
-            yield key[-1]
+        yield from vecs
         return
-    pos = sorted_list.bisect_left((vec[0],))
-    while pos < len(sorted_list):
-        key = sorted_list[pos]
+    pos = bisect_left(vecs, (vec[0],))
+    while pos < len(vecs):
+        key = vecs[pos]
         for j, amount in enumerate(vec):
             if key[j] < amount:
-                pos = sorted_list.bisect_left((*key[:j], amount))
+                pos = bisect_left(vecs, (*key[:j], amount), pos + 1)
                 break
         else:
-            yield key[-1]
+            yield key
             pos += 1

@@ -118,6 +118,7 @@ class Session:
         self.timings: dict[str, float] = {}
         self.counters: Counter[str] = Counter()
         self._allowed_cache: dict[tuple, tuple[list[int], str | None]] = {}
+        self._allowed_by_identity: dict[tuple, tuple] = {}
         self._interned_types: dict[tuple[int, ...], list[int]] = {}
         self._orders: dict[str, QueueOrder] = {}
         self._shortfalls: dict[tuple, str] = {}
@@ -229,10 +230,18 @@ class Session:
         Cached per job requirements for the whole cycle: predicates see
         node types, never nodes.
         """
-        key = (job.queue, job.priority_class, tuple(sorted(job.node_selector.items())) if job.node_selector else (),
-               job.tolerations, cluster)
+        selector, tolerations = job.node_selector, job.tolerations
+        # First by identity (jobs loaded in bulk share these objects; the snapshot keeps them alive for the
+        # session), then by value.
+        fast = (job.queue, job.priority_class, id(selector) if selector else 0, id(tolerations), cluster)
+        hit = self._allowed_by_identity.get(fast)
+        if hit is not None:
+            return hit[0]
+        key = (job.queue, job.priority_class, tuple(sorted(selector.items())) if selector else (), tolerations,
+               cluster)
         hit = self._allowed_cache.get(key)
         if hit is not None:
+            self._allowed_by_identity[fast] = (hit, selector, tolerations)
             return hit
         allowed: list[int] = []
         refusals: Counter[str] = Counter()
@@ -255,6 +264,7 @@ class Session:
         allowed = self._interned_types.setdefault(tuple(allowed), allowed)
         result = (allowed, why)
         self._allowed_cache[key] = result
+        self._allowed_by_identity[fast] = (result, selector, tolerations)
         return result
 
     def add_node_filter(self, fn: Callable[[Job, int], bool]) -> None:

@@ -20,6 +20,23 @@ if TYPE_CHECKING:
     from flotilla.core.session import Session
 
 
+def place(session: Session, job: Job, node: int, vec) -> None:
+    """Place a queued job on ``node`` and commit it at once: a statement's ``allocate`` then ``commit``.
+
+    Most placements are one job alone, with nothing to undo; this skips the
+    statement object and its list of operations, with the same effects in
+    the same order.
+    """
+    session.index.bind(node, job.id, job.queue, vec, session.job_level(job))
+    charge(session.queues[job.queue], vec, 1)
+    cluster, name = session.node_name(node)
+    session.scheduled.append(Placement(job, cluster, name))
+    session.scheduled_ids.add(job.id)
+    session.failures.pop(job.id, None)
+    for handler in session.allocate_handlers:
+        handler(job, node)
+
+
 class Statement:
     __slots__ = ("session", "ops", "_closed")
 

@@ -66,5 +66,8 @@ class AssetFairness:
 
     @hookimpl
     def flotilla_session_open(self, session):
-        session.add_queue_cost(asset_share(session, self.weights))
+        share = asset_share(session, self.weights)
+        # A queue's share moves with its own allocation only: allocate need not recompute a waiting offer's.
+        share.own_usage_only = True
+        session.add_queue_cost(share)
         register_queue_limits(session)
