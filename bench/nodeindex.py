@@ -3,6 +3,7 @@
 A benchmark, not a test: it prints figures and asserts nothing about time.
 
     python bench/nodeindex.py [--repeat 3] [--only buckets,sortedlist]
+    python bench/nodeindex.py --node-changes [--jobs 1000000]
 
 Layouts (each answers exactly the same: ``--check`` compares every find):
 
@@ -36,11 +37,19 @@ jobs, or the cluster, are placed), ``find`` (finds only, on the filled
 index), ``evict`` (each placed job unbound and bound back at the evicted
 level, then the reverse: what the evict action and a discard do), ``unbind``
 (every job taken off).
+
+``--node-changes`` times instead what a node change costs the kept state:
+bench/cycle.py's default snapshot (10,000 nodes, ``--jobs`` queued), one
+cycle run and its placements running, then a sync after each change (a node
+cordoned, tainted, relabelled, resized, appended, removed from the middle,
+added to the middle, and two nodes swapped, which rebuilds from scratch),
+in CPU milliseconds, the garbage collector paused as ``run_cycle`` pauses it.
 """
 
 from __future__ import annotations
 
 import argparse
+import gc
 import random
 import sys
 import time
@@ -543,11 +552,77 @@ def run(layout, workload: Workload) -> tuple[dict[str, float], list[int | None]]
     return rates, chosen
 
 
+def node_changes(jobs: int) -> None:
+    from dataclasses import replace
+
+    sys.path.insert(0, str(Path(__file__).resolve().parent))
+    from cycle import after, build_snapshot
+
+    from flotilla.config import load_config
+    from flotilla.core.cycle import Scheduler
+    from flotilla.core.cyclestate import CycleState
+    from flotilla.core.logs import configure_logging
+
+    configure_logging("warning")
+    scheduler = Scheduler(load_config(None))
+    first = build_snapshot(scheduler, 10_000, 100, jobs, 0)
+    decisions = scheduler.run_cycle(first, random.Random(0), actions=[a for a in scheduler.actions
+                                                                       if a.name != "lease"])
+    snapshot = after(first, decisions)
+    resources = tuple(scheduler.settings.indexed_resources)
+    state = CycleState()
+    state.sync(snapshot, resources)
+    state.sync(snapshot, resources)
+    clock = time.process_time
+    print(f"10,000 nodes, {jobs:,} queued, {len(snapshot.running()):,} running; CPU ms per sync")
+
+    def timed(label: str, nodes: list[Node]) -> None:
+        nonlocal snapshot
+        cluster = snapshot.clusters[0]
+        gone = {node.name for node in cluster.nodes} - {node.name for node in nodes}
+        running = [job for job in cluster.running if job.node not in gone]
+        snapshot = replace(snapshot, clusters=[replace(cluster, nodes=nodes, running=running)])
+        rebuilds = state.rebuilds
+        gc.disable()  # as run_cycle does around the whole cycle, the sync included
+        started = clock()
+        state.sync(snapshot, resources)
+        elapsed = clock() - started
+        gc.enable()
+        print(f"  {label:<44} {elapsed * 1000:8.1f}"
+              f"{'  (rebuilt)' if state.rebuilds != rebuilds else ''}", flush=True)
+
+    timed("nothing changed", list(snapshot.clusters[0].nodes))
+    nodes = list(snapshot.clusters[0].nodes)
+    timed("a node cordoned", nodes[:5] + [replace(nodes[5], unschedulable=True)] + nodes[6:])
+    nodes = list(snapshot.clusters[0].nodes)
+    timed("a node tainted", nodes[:7] + [replace(nodes[7], taints=(Taint("dedicated", "x", "NoSchedule"),))]
+          + nodes[8:])
+    nodes = list(snapshot.clusters[0].nodes)
+    timed("a node relabelled (indexed label)", nodes[:9] + [replace(nodes[9], labels={"kind": "gpu"})] + nodes[10:])
+    nodes = list(snapshot.clusters[0].nodes)
+    timed("a node resized", nodes[:11] + [replace(nodes[11], resources={**nodes[11].resources, "cpu": 128000})]
+          + nodes[12:])
+    nodes = list(snapshot.clusters[0].nodes)
+    timed("a node appended", nodes + [Node("cpu-new", "c1", {"cpu": 32000, "memory": 128 * GIB}, {"kind": "cpu"})])
+    nodes = list(snapshot.clusters[0].nodes)
+    timed("a node removed (position 5,000: renumbering)", nodes[:5000] + nodes[5001:])
+    nodes = list(snapshot.clusters[0].nodes)
+    timed("a node added at position 5,000 (renumbering)",
+          nodes[:5000] + [Node("cpu-mid", "c1", {"cpu": 32000, "memory": 128 * GIB}, {"kind": "cpu"})] + nodes[5000:])
+    nodes = list(snapshot.clusters[0].nodes)
+    timed("two nodes swapped (a reorder: rebuilds)", [nodes[1], nodes[0], *nodes[2:]])
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--repeat", type=int, default=3)
     parser.add_argument("--only", default=",".join(LAYOUTS), help="comma-separated layouts")
+    parser.add_argument("--node-changes", action="store_true", help="time node changes in the kept state instead")
+    parser.add_argument("--jobs", type=int, default=1_000_000, help="queued jobs (--node-changes)")
     args = parser.parse_args()
+    if args.node_changes:
+        node_changes(args.jobs)
+        return
     layouts = {name: LAYOUTS[name] for name in args.only.split(",")}
     print("operations per CPU second, best of", args.repeat, "(place: a find through the tiers and a bind; "
           "evict: unbind + bind)")

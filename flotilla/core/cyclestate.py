@@ -10,9 +10,13 @@ applies only what differs from the snapshot:
   identity first, in C-level passes, then by id);
 * queued jobs added or gone (each queue's :class:`QueueOrder` takes them);
 * foreign usage per node; queue weights and limits;
-* anything structural (a node added, removed or changed, a new resource
-  name, a new label key some job selects on, other priority classes or
-  queues) rebuilds from scratch, which is also how the first cycle starts.
+* nodes added, removed, relabelled, tainted, cordoned or resized (the
+  index changes in place, see :meth:`CycleState._check_nodes`);
+* label keys jobs select on (the index's types split or merge when the
+  first job selecting on a key comes or the last one goes);
+* anything structural (a new resource name, other priority classes or
+  clusters, existing nodes in another order) rebuilds from scratch, which is
+  also how the first cycle starts.
 
 A session is an overlay on this state: its statements change the index
 directly and are committed or discarded as before. When the cycle ends,
@@ -96,11 +100,6 @@ def job_level(classes: dict[str, PriorityClass], default: str, job: Job) -> int:
     return pc.priority if pc.preemptible else NONPREEMPTIBLE
 
 
-def node_signature(node) -> tuple:
-    return (node.name, node.cluster, tuple(sorted(node.resources.items())), tuple(sorted(node.labels.items())),
-            node.taints, node.unschedulable)
-
-
 class CycleState:
     """The node index, running jobs, queues and their orders, kept between cycles (see the module docstring)."""
 
@@ -143,9 +142,14 @@ class CycleState:
         for mapping in dict(zip(map(id, requests), requests)).values():
             resource_names.update(mapping)
         selectors = list(filter(None, map(_SELECTOR, every_job)))
-        selector_keys: set[str] = set()
-        for mapping in dict(zip(map(id, selectors), selectors)).values():
-            selector_keys.update(mapping)
+        #: Label key -> how many held jobs (running or queued) select on it: the index's indexed labels.
+        self.label_uses: Counter[str] = Counter()
+        distinct = dict(zip(map(id, selectors), selectors))
+        for key, number in Counter(map(id, selectors)).items():
+            for label in distinct[key]:
+                self.label_uses[label] += number
+        selector_keys = set(self.label_uses)
+        self._labels_changed = False
         space = ResourceSpace(resource_names, indexed_resources)
         levels = [pc.priority for pc in snapshot.priority_classes]
         index = NodeIndex(space, nodes, levels, selector_keys)
@@ -256,8 +260,6 @@ class CycleState:
                 raise Rebuild
             if not self.space.position.keys() >= job.requests.keys():
                 raise Rebuild
-            if job.node_selector and not self.selector_keys.issuperset(job.node_selector):
-                raise Rebuild
         for cluster in snapshot.clusters:
             for job in cluster.running:
                 if (cluster.name, job.node) not in position:
@@ -274,6 +276,9 @@ class CycleState:
             held = self.running.get(job.id)
             if held is not None:
                 if held.node == i and held.vec == vec and held.level == level and held.job.queue == job.queue:
+                    if held.job.node_selector or job.node_selector:
+                        self._count_labels(held.job, -1)
+                        self._count_labels(job, 1)
                     held.job = job
                     self.running_jobs[job.id] = job
                     continue
@@ -285,6 +290,8 @@ class CycleState:
         for key in gone_queued:
             entry = entries.pop(key)
             gangs_changed |= entry[-1].gang is not None
+            if entry[-1].node_selector:
+                self._count_labels(entry[-1], -1)
             self.queues[entry[-1].queue].queued.remove(entry)
         placed_entries, self.placed_entries = self.placed_entries, {}
         for job in added:
@@ -294,6 +301,10 @@ class CycleState:
                 self.seq += 1
             entries[id(job)] = entry
             self.queues[job.queue].queued.add(entry)
+            if job.node_selector:
+                self._count_labels(job, 1)
+        if self._labels_changed:
+            self._sync_indexed_labels()
         self._set_limits(snapshot)
         self._set_fair_shares()
         self.queued_as_synced = list(queued)
@@ -327,21 +338,47 @@ class CycleState:
         self.nested = link(self.queues)
 
     def _check_nodes(self, snapshot: Snapshot) -> None:
-        for k, cluster in enumerate(snapshot.clusters):
-            old = self.nodes[k]
-            new = cluster.nodes
-            if len(old) == len(new) and all(map(is_, old, new)):
-                continue
-            if len(old) != len(new):
+        """Nodes added, removed, relabelled, tainted, cordoned or resized, without a rebuild.
+
+        The running jobs of a removed node and its foreign usage leave first
+        (a job the snapshot still shows running there makes the job pass
+        rebuild, which reports it). The index then applies the changes (see
+        :meth:`NodeIndex.update_nodes`) and, when positions moved, running
+        jobs' node handles follow. A node with a resource name not seen
+        before, or existing nodes in another order, rebuild.
+        """
+        if all(len(old) == len(cluster.nodes) and all(map(is_, old, cluster.nodes))
+               for old, cluster in zip(self.nodes, snapshot.clusters)):
+            return
+        index, space = self.index, self.space
+        nodes = [node for cluster in snapshot.clusters for node in cluster.nodes]
+        known = index.nodes
+        for node in nodes:
+            if not space.position.keys() >= node.resources.keys():
                 raise Rebuild
-            for a, b in zip(old, new):
-                if a is not b and node_signature(a) != node_signature(b):
-                    raise Rebuild
-            # The same nodes as new objects: keep the index, hold the new objects.
-            base = self.index.position[(cluster.name, new[0].name)] if new else 0
-            for offset, node in enumerate(new):
-                self.index.nodes[base + offset] = node
-            self.nodes[k] = list(new)
+        present = {(node.cluster, node.name) for node in nodes}
+        if len(present) != len(nodes):
+            raise Rebuild
+        if len(present) != len(known) or any((node.cluster, node.name) not in present for node in known):
+            cluster_of = {cluster.name: k for k, cluster in enumerate(snapshot.clusters)}
+            for i, node in enumerate(known):
+                if (node.cluster, node.name) in present:
+                    continue
+                for job_id in list(index.jobs[i]):
+                    if job_id in self.running:
+                        self._gangs_stale |= self._unbind(job_id)
+                    else:  # foreign usage
+                        index.unbind(i, job_id)
+                self.foreign[cluster_of[node.cluster]].pop(node.name, None)
+        try:
+            moved = index.update_nodes(nodes)
+        except ValueError:
+            raise Rebuild from None
+        if moved is not None:
+            for held in self.running.values():
+                held.node = moved[held.node]
+        self.nodes = [list(cluster.nodes) for cluster in snapshot.clusters]
+        self.pool = tuple(sum(col) for col in zip(*index.allocatable)) if index.nodes else space.zero
 
     def _sync_foreign(self, snapshot: Snapshot) -> None:
         index, space = self.index, self.space
@@ -363,6 +400,26 @@ class CycleState:
     def _bind(self, job: Job, i: int, vec: Vector, level: int) -> None:
         self.index.bind(i, job.id, job.queue, vec, level)
         self._hold(job, i, vec, level)
+        if job.node_selector:
+            self._count_labels(job, 1)
+
+    def _count_labels(self, job: Job, sign: int) -> None:
+        """Count ``job``'s selector keys in (1) or out (-1) of the held jobs'."""
+        uses = self.label_uses
+        for label in job.node_selector or ():
+            uses[label] += sign
+            if not uses[label]:
+                del uses[label]
+                self._labels_changed = True
+            elif uses[label] == sign:
+                self._labels_changed = True
+
+    def _sync_indexed_labels(self) -> None:
+        """A label key some job selects on came or went: node types split or merge, as a fresh build has them."""
+        self._labels_changed = False
+        if self.selector_keys != self.label_uses.keys():
+            self.selector_keys = set(self.label_uses)
+            self.index.set_indexed_labels(self.selector_keys)
 
     def _hold(self, job: Job, i: int, vec: Vector, level: int) -> None:
         """Count a job bound on node ``i`` as running, for its queue too."""
@@ -380,6 +437,8 @@ class CycleState:
         queue = self.queues[held.job.queue]
         queue.running -= 1
         charge(queue, held.vec, -1)
+        if held.job.node_selector:
+            self._count_labels(held.job, -1)
         return held.job.gang is not None
 
     def _set_limits(self, snapshot: Snapshot) -> None:
@@ -418,6 +477,8 @@ class CycleState:
         for job_id, job in session.preempted.items():
             del self.running[job_id]
             del self.running_jobs[job_id]
+            if job.node_selector:
+                self._count_labels(job, -1)
             self._gangs_stale |= job.gang is not None
         self._gangs_stale |= any(placement.job.gang is not None for placement in session.scheduled)
         # Placed jobs leave the queues; one that does not start after all gets its place back.

@@ -238,6 +238,10 @@ class NodeIndex:
 
     def build(self) -> None:
         """Fill the buckets in one pass after preloading."""
+        self._fill()
+        self._built = True
+
+    def _fill(self) -> None:
         levels = range(len(self.levels))
         for i in range(len(self.nodes)):
             bucket = self._bucket[i] = self._compute_bucket(i)
@@ -260,7 +264,176 @@ class NodeIndex:
             for per_type in per_level:
                 for buckets in per_type.values():
                     buckets.finish()
-        self._built = True
+
+    # -- nodes changing -------------------------------------------------
+    def update_nodes(self, nodes: Sequence[Node]) -> list[int] | None:
+        """Make the index describe ``nodes`` (all clusters' nodes, in snapshot order) without rebinding jobs.
+
+        Nodes are matched by (cluster, name). A node whose allocatable
+        changed is resized in place; one whose type changed (an indexed
+        label, its taints, cordoned or uncordoned) moves to its new type;
+        nodes added after every existing one are appended. Positions must
+        stay what a fresh build would give (they are the tie-break of every
+        search), so a node added before existing ones or a node removed
+        renumbers the nodes after it: the per-node state is kept, the
+        buckets are refilled from it (O(nodes), no job rebound), and the
+        returned list maps each old position to its new one (-1: removed)
+        for the caller's handles; None when no position changed. Types are
+        renumbered by their first node, as a fresh build numbers them.
+
+        Removed nodes must hold no job (take them off first). Raises
+        ``ValueError`` when the existing nodes come in another order or a
+        name repeats: the caller then builds afresh.
+        """
+        position = self.position
+        keys = [(node.cluster, node.name) for node in nodes]
+        if len(set(keys)) != len(keys):
+            raise ValueError("a node name repeats")
+        old_of = list(map(position.get, keys))
+        kept = [p for p in old_of if p is not None]
+        if any(a >= b for a, b in zip(kept, kept[1:])):
+            raise ValueError("the nodes come in another order")
+        removed = len(self.nodes) - len(kept)
+        if removed and any(self.jobs[p] for p in set(range(len(self.nodes))).difference(kept)):
+            raise ValueError("a removed node still holds jobs")
+        for node, p in zip(nodes, old_of):
+            if p is None or self.nodes[p] is node:
+                continue
+            vec = self._allocatable_of(node)
+            if vec != self.allocatable[p]:
+                self._resize(p, vec)
+            if self.type_key(node) != self.type_key(self.nodes[p]):
+                self._retype(p, node)
+            self.nodes[p] = node
+        appended = len(kept) == len(self.nodes) and all(p is not None for p in old_of[:len(kept)])
+        if appended:
+            for node in nodes[len(kept):]:
+                self._append(node)
+            self._order_types()
+            return None
+        moved = [-1] * len(self.nodes)
+        self._relayout(nodes, old_of)
+        for new, old in enumerate(old_of):
+            if old is not None:
+                moved[old] = new
+        return moved
+
+    def _allocatable_of(self, node: Node) -> Vector:
+        """``node``'s resources as a vector, not cached: a producer may send every node as a new object each
+        cycle, and the space's cache (by mapping identity) would keep every one of them."""
+        values = [0] * len(self.space)
+        position = self.space.position
+        for name, amount in node.resources.items():
+            values[position[name]] = amount
+        return tuple(values)
+
+    def set_indexed_labels(self, indexed_labels: set[str]) -> None:
+        """Type nodes by other label keys (nodes keep their positions and state; the buckets are refilled)."""
+        self.indexed_labels = indexed_labels
+        self._relayout(self.nodes, list(range(len(self.nodes))))
+
+    def _resize(self, i: int, vec: Vector) -> None:
+        """Node ``i``'s allocatable becomes ``vec``: every level's free space moves by the difference."""
+        delta = tuple(map(sub, vec, self.allocatable[i]))
+        self.allocatable[i] = vec
+        free, homes, neg = self.free[i], self._homes[i], -i
+        for k in range(len(self.levels)):
+            old = free[k]
+            new = free[k] = tuple(map(add, old, delta))
+            for buckets in homes[k]:
+                buckets.move(old, new, neg)
+
+    def _retype(self, i: int, node: Node) -> None:
+        """Node ``i`` leaves its type's buckets for those of ``node``'s type (created if new)."""
+        free, neg = self.free[i], -i
+        for k, homes in enumerate(self._homes[i]):
+            for buckets in homes:
+                buckets.remove(free[k], neg)
+        self.types[self.type_of[i]].nodes.remove(i)
+        node_type = self._type_for(node)
+        self._grow_type_lists()
+        insort(node_type.nodes, i)
+        self.type_of[i] = node_type.id
+        homes = self._homes[i] = self._homes_for(i, self._bucket[i])
+        for k in range(len(self.levels)):
+            for buckets in homes[k]:
+                buckets.add(free[k], neg)
+
+    def _append(self, node: Node) -> None:
+        """A new node after every other one: unused, all its room free."""
+        i = len(self.nodes)
+        alloc = self._allocatable_of(node)
+        self.nodes.append(node)
+        self.position[(node.cluster, node.name)] = i
+        self.allocatable.append(alloc)
+        self.free.append([alloc] * len(self.levels))
+        self.users.append({})
+        self.jobs.append({})
+        node_type = self._type_for(node)
+        self._grow_type_lists()
+        node_type.nodes.append(i)
+        self.type_of.append(node_type.id)
+        self._bucket.append(UNUSED)
+        homes = self._homes_for(i, UNUSED)
+        self._homes.append(homes)
+        for k in range(len(self.levels)):
+            for buckets in homes[k]:
+                buckets.add(alloc, -i)
+
+    def _grow_type_lists(self) -> None:
+        """Buckets for types created since the lists were made."""
+        for k in range(len(self.levels)):
+            while len(self._unused[k]) < len(self.types):
+                self._unused[k].append(self.buckets_type())
+                self._used[k].append(self.buckets_type())
+                self._own[k].append({})
+
+    def _order_types(self) -> None:
+        """Drop empty types and number the others by their first node, as a fresh build does."""
+        order = sorted((t for t in self.types if t.nodes), key=lambda t: t.nodes[0])
+        if len(order) == len(self.types) and all(t.id == k for k, t in enumerate(order)):
+            return
+        self._unused = [[per_type[t.id] for t in order] for per_type in self._unused]
+        self._used = [[per_type[t.id] for t in order] for per_type in self._used]
+        self._own = [[per_type[t.id] for t in order] for per_type in self._own]
+        for k, node_type in enumerate(order):
+            node_type.id = k
+            for i in node_type.nodes:
+                self.type_of[i] = k
+        self.types = order
+        self._type_by_key = {key: t for key, t in self._type_by_key.items() if t.nodes}
+
+    def _relayout(self, nodes: Sequence[Node], old_of: list[int | None]) -> None:
+        """Renumber the nodes as ``nodes`` orders them, keeping each kept node's state, and refill the buckets."""
+        levels_n = len(self.levels)
+        allocatable, free, users, jobs = [], [], [], []
+        for node, p in zip(nodes, old_of):
+            if p is None:
+                alloc = self._allocatable_of(node)
+                allocatable.append(alloc)
+                free.append([alloc] * levels_n)
+                users.append({})
+                jobs.append({})
+            else:
+                allocatable.append(self.allocatable[p])
+                free.append(self.free[p])
+                users.append(self.users[p])
+                jobs.append(self.jobs[p])
+        self.nodes = list(nodes)
+        self.position = {(node.cluster, node.name): i for i, node in enumerate(self.nodes)}
+        self.allocatable, self.free, self.users, self.jobs = allocatable, free, users, jobs
+        self.types, self.type_of, self._type_by_key = [], [], {}
+        for i, node in enumerate(self.nodes):
+            node_type = self._type_for(node)
+            node_type.nodes.append(i)
+            self.type_of.append(node_type.id)
+        types_n = len(self.types)
+        self._unused = [[self.buckets_type() for _ in range(types_n)] for _ in range(levels_n)]
+        self._used = [[self.buckets_type() for _ in range(types_n)] for _ in range(levels_n)]
+        self._own = [[{} for _ in range(types_n)] for _ in range(levels_n)]
+        self._homes = [[] for _ in self.nodes]
+        self._bucket = [UNUSED] * len(self.nodes)
+        self._fill()
 
     # -- changing -------------------------------------------------------
     def bind(self, i: int, job_id: str, queue: str, vec: Vector, level: int) -> None:
