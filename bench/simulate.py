@@ -2,7 +2,7 @@
 
 A benchmark, not a test: it prints figures and asserts nothing about time.
 
-    python bench/simulate.py [--until 1d] [--profile] [--json OUT]
+    python bench/simulate.py [--until 1d] [--evict-probability 1] [--profile] [--json OUT]
 
 Runs ``examples/simulate-large.yaml`` on ``examples/workloads/large.yaml``
 (written by ``examples/workloads/make_large.py`` if missing) through the same
@@ -11,13 +11,21 @@ uses, and prints wall time, cycles per second, jobs simulated per second of
 wall time (jobs finished / wall seconds), simulated seconds per wall second,
 time spent inside ``Scheduler.run_cycle`` versus the simulator's own
 bookkeeping, and peak memory (max RSS; ``--tracemalloc`` adds Python's peak
-allocation, at some cost in speed).
+allocation, at some cost in speed). Both are split further, in CPU seconds:
+``run_cycle`` into session open, each action and the rest (close, commit),
+the simulator into what it does each cycle (the clusters' snapshots, their
+events, the figures; the rest is submissions, the snapshot's queue, the clock
+and Python's garbage collector, which ``run_cycle`` pauses during the cycle),
+so a change on either side shows where it landed.
+``--evict-probability`` overrides the config's ``evict.probability`` (1: every
+running preemptible job is evicted and put back each cycle).
 """
 
 from __future__ import annotations
 
 import argparse
 import cProfile
+import gc
 import json
 import pstats
 import resource
@@ -36,6 +44,8 @@ def main() -> None:
     parser.add_argument("--config", default=str(CONFIG))
     parser.add_argument("--workload", default=str(WORKLOAD))
     parser.add_argument("--until", default=None, help="stop at this simulated time (e.g. 1d)")
+    parser.add_argument("--evict-probability", type=float, default=None,
+                        help="override the config's evict.probability (e.g. 1)")
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--json", default=None, help="also write the report here")
     parser.add_argument("--profile", action="store_true", help="print the top of a cProfile of the run")
@@ -58,6 +68,8 @@ def main() -> None:
         tracemalloc.start()
     started = time.perf_counter()
     config = load_config(args.config)
+    if args.evict_probability is not None:
+        config.evict = config.evict.model_copy(update={"probability": args.evict_probability})
     workload = load_workload(args.workload, config)
     loaded = time.perf_counter() - started
 
@@ -87,6 +99,39 @@ def main() -> None:
         return decisions
 
     sim.scheduler.run_cycle = timed
+
+    # Phases in CPU seconds, both sides (wrapping costs about a microsecond per call).
+    phases: dict[str, float] = {"snapshots": 0.0, "events": 0.0, "figures": 0.0}
+    cycle_phases: dict[str, float] = {"open": 0.0}
+
+    def cpu_timed(phase, function, into=phases):
+        into.setdefault(phase, 0.0)
+
+        def wrapper(*a, **kw):
+            c0 = time.process_time()
+            try:
+                return function(*a, **kw)
+            finally:
+                into[phase] += time.process_time() - c0
+        return wrapper
+
+    collecting = [0.0, 0.0, 0]  # started, seconds, collections
+
+    def on_gc(phase, info):
+        if phase == "start":
+            collecting[0] = time.process_time()
+        else:
+            collecting[1] += time.process_time() - collecting[0]
+            collecting[2] += 1
+
+    gc.callbacks.append(on_gc)
+    sim.scheduler._open = cpu_timed("open", sim.scheduler._open, cycle_phases)
+    for action in sim.scheduler.actions:
+        action.execute = cpu_timed(action.name, action.execute, cycle_phases)
+    for backend in sim.backends.values():
+        backend.snapshot = cpu_timed("snapshots", backend.snapshot)
+    sim._poll = cpu_timed("events", sim._poll)
+    sim.recorder.cycle = cpu_timed("figures", sim.recorder.cycle)
     profiler = cProfile.Profile() if args.profile else None
     if profiler:
         profiler.enable()
@@ -96,6 +141,7 @@ def main() -> None:
     cpu = time.process_time() - c0
     if profiler:
         profiler.disable()
+    gc.callbacks.remove(on_gc)
     peak_rss = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
     finished = sum(q["finished"] for q in report["queues"].values())
     preemptions = sum(q["preemptions"] for q in report["queues"].values())
@@ -106,7 +152,13 @@ def main() -> None:
     print(f"wall                {wall:8.1f} s")
     print(f"  in run_cycle      {in_cycle:8.1f} s  ({', '.join(f'{k} {v:.1f}' for k, v in timings.items() if k != 'total')})")
     print(f"  simulator         {wall - in_cycle:8.1f} s  (snapshots, events, figures)")
-    print(f"CPU                 {cpu:8.1f} s  (in run_cycle {cycle_cpu:.1f} s; steadier than wall on a shared machine)")
+    print(f"CPU                 {cpu:8.1f} s  (steadier than wall on a shared machine)")
+    print(f"  in run_cycle      {cycle_cpu:8.1f} s  ({', '.join(f'{k} {v:.1f}' for k, v in cycle_phases.items())}, "
+          f"close and commit {cycle_cpu - sum(cycle_phases.values()):.1f})")
+    own = cpu - cycle_cpu
+    print(f"  simulator         {own:8.1f} s  ({', '.join(f'{k} {v:.1f}' for k, v in phases.items())}, "
+          f"rest {own - sum(phases.values()):.1f})")
+    print(f"  garbage collector {collecting[1]:8.1f} s  ({collecting[2]} collections, counted in the phase they interrupt)")
     print(f"cycles              {report['cycles']:8d}  ({report['cycles'] / wall:.0f} per second)")
     print(f"jobs finished       {finished:8d}  ({finished / wall:.0f} per second of wall time)")
     print(f"preemptions         {preemptions:8d}")

@@ -66,8 +66,8 @@ class _QueueStats:
     cost: float = 0.0                      # asset cost of running jobs now
     waits: list[float] = field(default_factory=list)
     turnaround_sum: float = 0.0
-    share: list[list[float]] = field(default_factory=list)
-    fair: list[list[float]] = field(default_factory=list)
+    share: list[tuple[float, float]] = field(default_factory=list)
+    fair: list[tuple[float, float]] = field(default_factory=list)
     # time-weighted means over active time
     last_t: float = 0.0
     last_share: float = 0.0
@@ -76,6 +76,9 @@ class _QueueStats:
     active_time: float = 0.0
     share_area: float = 0.0
     fair_area: float = 0.0
+    # the values last given to the share and fair series (None: none yet)
+    shown_share: float | None = None
+    shown_fair: float | None = None
 
 
 def _num(x: float) -> float | int:
@@ -102,8 +105,10 @@ class Recorder:
         self.busy = 0.0                                        # cost x seconds
         self.useful = 0.0                                      # cost x seconds of runs that finished
         self.cycles = 0
-        self.utilisation_series: list[list[float]] = []
+        self.utilisation_series: list[tuple[float, float]] = []
         self.last_time = 0.0
+        self._active: list[str] | None = None   # the active queues at the last cycle, and their fair shares
+        self._fair: dict[str, float] = {}
 
     def _chain(self, name: str) -> tuple[_QueueStats, ...]:
         chain = []
@@ -160,22 +165,44 @@ class Recorder:
                 stats.cost = 0.0  # no float residue once a queue is empty
 
     def cycle(self, t: float) -> None:
-        """A cycle ended at ``t``: record every queue's share and fair share from now on."""
+        """A cycle ended at ``t``: record every queue's share and fair share from now on.
+
+        Called once a cycle with every queue, so it is one pass: the means'
+        areas up to ``t`` (as :meth:`_advance`), then the new values. Fair
+        shares are computed again only when the set of active queues changed,
+        and a series is only touched when its value did (:func:`_append`
+        would drop an equal value anyway: the last point of a series always
+        holds the last value given, rounded).
+        """
         self.cycles += 1
-        self._advance(t)
-        fair_by_queue = fair_shares(self.weights_by_queue, self.parents,
-                                    [name for name, s in self.queues.items() if s.queued or s.running])
+        queues = self.queues
+        active = [name for name, s in queues.items() if s.queued or s.running]
+        if active != self._active:
+            self._active = active
+            self._fair = fair_shares(self.weights_by_queue, self.parents, active)
+        fair_by_queue = self._fair
+        pool_cost = self.pool_cost
         total = 0.0
-        for name, stats in self.queues.items():
-            share = stats.cost / self.pool_cost
+        for name, stats in queues.items():
+            dt = t - stats.last_t
+            if stats.last_active and dt > 0:
+                stats.active_time += dt
+                stats.share_area += stats.last_share * dt
+                stats.fair_area += stats.last_fair * dt
+            stats.last_t = t
+            share = stats.cost / pool_cost
             if stats.parent is None:
                 total += share
-            active = bool(stats.queued or stats.running)
             fair = fair_by_queue[name]
-            stats.last_share, stats.last_fair, stats.last_active = share, fair, active
+            stats.last_share, stats.last_fair, stats.last_active = share, fair, bool(stats.queued or stats.running)
             if stats.submitted:
-                _append(stats.share, t, share)
-                _append(stats.fair, t, fair)
+                if share != stats.shown_share:
+                    _append(stats.share, t, share)
+                    stats.shown_share = share
+                if fair != stats.shown_fair:
+                    _append(stats.fair, t, fair)
+                    stats.shown_fair = fair
+        self.last_time = max(self.last_time, t)
         _append(self.utilisation_series, t, total)
 
     def _advance(self, t: float) -> None:
@@ -235,15 +262,21 @@ class Recorder:
 
 
 def _append(series: list, t: float, value: float) -> None:
+    """Add ``(t, value)`` to a step series: an equal value is dropped, a second value at ``t`` replaces the first.
+
+    Points are tuples, not lists: a week's run holds hundreds of thousands of
+    them, and tuples of floats are dropped from the garbage collector's
+    tracking, so its full collections no longer walk them all.
+    """
     value = round(value, 6)
     if series and series[-1][1] == value:
         return
     if series and series[-1][0] == t:
-        series[-1][1] = value
+        series[-1] = (t, value)
         if len(series) > 1 and series[-2][1] == value:
             series.pop()
         return
-    series.append([t, value])
+    series.append((t, value))
 
 
 def _series(series: list, end: float) -> list:
