@@ -35,8 +35,10 @@ DEDICATED = Taint("dedicated", "batch", "NoSchedule")
 class World:
     """Clusters that do what they are told, mostly, and a queue of jobs that keeps changing."""
 
-    def __init__(self, rng: random.Random, priority_classes):
+    def __init__(self, rng: random.Random, priority_classes, in_order: bool = False):
         self.rng = rng
+        #: Jobs submitted in the order they are listed (queues then keep them without entry tuples).
+        self.in_order = in_order
         self.priority_classes = priority_classes
         self.nodes: dict[str, list[Node]] = {"c1": [], "c2": []}
         self.running: dict[str, list[Job]] = {"c1": [], "c2": []}
@@ -69,7 +71,8 @@ class World:
         queue = rng.choice([queue for queue in self.queues if queue.name not in parents]).name
         self.serial += 1
         pc = rng.choice(["armada-preemptible", "armada-preemptible", "armada-default"])
-        submitted = float(rng.randrange(50))  # ties on purpose: the order first seen breaks them
+        # Ties on purpose: the order first seen breaks them.
+        submitted = float(self.serial // 3) if self.in_order else float(rng.randrange(50))
         roll = rng.random()
         if roll < 0.1:
             size = rng.choice([2, 3])
@@ -193,8 +196,9 @@ class World:
                 self.queues.remove(rng.choice(idle))
 
 
+@pytest.mark.parametrize("in_order", [False, True])
 @pytest.mark.parametrize("seed", [1, 2, 3])
-def test_incremental_state_and_decisions_equal_a_fresh_rebuild(seed):
+def test_incremental_state_and_decisions_equal_a_fresh_rebuild(seed, in_order):
     config = load_config(None)
     names = ["enqueue", "evict", "allocate", "preempt"]
     kept = Scheduler(config, names)
@@ -202,7 +206,7 @@ def test_incremental_state_and_decisions_equal_a_fresh_rebuild(seed):
     for scheduler in (kept, fresh):
         scheduler.settings.evict_probability = 0.5
         scheduler.settings.lookahead = 20
-    world = World(random.Random(seed), kept.priority_classes())
+    world = World(random.Random(seed), kept.priority_classes(), in_order)
     syncs = rebuilds = 0
     for cycle in range(40):
         snapshot = world.snapshot(float(cycle))

@@ -287,3 +287,31 @@ def test_a_job_its_cluster_stops_listing_keeps_its_last_renewal_in_the_store(env
     store.ingest({"c1": ClusterReport([], {ids[0]})}, now=32.5, lease_timeout=10, max_retries=3, copy=copy)
     assert [store.get_job(i)["state"] for i in ids] == ["leased", "queued"]   # y: 10.5 s after 22
     assert set(copy.jobs) == {ids[0]} and copy.jobs == store.load_active()
+
+
+def test_a_lease_stored_before_version_5_keeps_its_renewal_time(tmp_path):
+    """Upgrading: leases written without ``seen`` count from their own ``renewed_at`` until their cluster reports.
+
+    (SQLite only: the migration's ``ALTER TABLE ... ADD COLUMN`` is the same statement on PostgreSQL.)
+    """
+    from flotilla.service import schema
+    from flotilla.service.store import Store
+
+    store = Store(f"sqlite:///{tmp_path}/old.db", migrate=False)
+    assert store.migrate(schema.MIGRATIONS[:4]) == [1, 2, 3, 4]
+    with store.engine.begin() as conn:      # a v4 database made before leases had the column
+        conn.execute(sa.text("ALTER TABLE leases DROP COLUMN seen"))
+    store.sync_queues(from_config(config()).queues, now=1.0)
+    ids = submit(store, [job("x"), job("y")])
+    store.record_cycle({ids[0]: ("c1", ["c1-node-0"]), ids[1]: ("c1", ["c1-node-1"])}, {}, now=20.0)
+    with store.engine.begin() as conn:
+        conn.execute(leases.update().where(leases.c.job_id == ids[1]).values(renewed_at=17.0))
+    assert store.migrate() == [5]
+    assert {i: (j.renewed_at, j.seen) for i, j in store.load_active().items()} == {
+        ids[0]: (20.0, False), ids[1]: (17.0, False)}
+    copy = ActiveCopy()
+    store.ingest({"c1": ClusterReport([], {ids[0]})}, now=25.0, lease_timeout=10, max_retries=3, copy=copy)
+    store.ingest({"c1": ClusterReport([], {ids[0]})}, now=27.5, lease_timeout=10, max_retries=3, copy=copy)
+    assert [store.get_job(i)["state"] for i in ids] == ["leased", "queued"]   # y: 10.5 s after 17
+    assert store.load_active()[ids[0]].renewed_at == 27.5 and copy.jobs == store.load_active()
+    store.close()

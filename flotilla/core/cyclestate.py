@@ -38,8 +38,8 @@ from __future__ import annotations
 
 from collections import Counter, deque
 from dataclasses import dataclass, field
-from itertools import compress, count
-from operator import attrgetter, is_, not_
+from itertools import chain, compress, count, islice
+from operator import attrgetter, is_, itemgetter, le, not_
 from typing import Sequence
 
 from flotilla.core.model import Job, PriorityClass, Snapshot
@@ -56,6 +56,7 @@ _PRIORITY = attrgetter("priority")
 _QUEUE = attrgetter("queue")
 _CLASS = attrgetter("priority_class")
 _SUBMITTED = attrgetter("submitted")
+_LAST = itemgetter(-1)
 
 
 @dataclass(slots=True, eq=False)
@@ -182,23 +183,47 @@ class CycleState:
         index.build()
 
         queued = snapshot.queued
-        # Heap entries (priority, submitted, seq, job) built in C; seq is the position in the snapshot.
-        entries = list(zip(map(_PRIORITY, queued), map(_SUBMITTED, queued), count(), queued))
-        #: job id -> its entry, for every queued job (the queues' orders share it).
-        # Keyed by the job object's identity (an int: no string hashing for a million ids), which is also
-        # what the next sync compares; the entry keeps its job alive, so the key cannot be reused meanwhile.
-        self.entries: dict[int, tuple] = dict(zip(map(id, queued), entries))
-        self.seq = len(entries)
+        #: id(job) -> the job's live entry, or the job itself until its entry is made (the queues' orders
+        #: share it). Keyed by the job object's identity (an int: no string hashing for a million ids), which
+        #: is also what the next sync compares; the value keeps its job alive, so the key cannot be reused.
+        #: Filled when a sync first needs it (:meth:`_fill_entries`): until jobs are added or gone, every
+        #: job in the queues' orders is live, and cycles that only place jobs or change nothing never ask.
+        self.entries: dict[int, object] = {}
+        self.entries_filled = False
+        self.seq = len(queued)
         per_queue: dict[str, list] = {name: [] for name in self.queues}
         queue_names = list(map(_QUEUE, queued))
-        # Grouped by queue in C: list.append(per_queue[name], entry) for every job, consumed by a zero-length deque.
-        deque(map(list.append, map(per_queue.__getitem__, queue_names), entries), maxlen=0)
-        classes = Counter(zip(queue_names, map(_CLASS, queued)))
-        per_class: dict[str, Counter] = {name: Counter() for name in per_queue}
-        for (name, class_name), number in classes.items():
-            per_class[name][class_name] = number
-        for name, queue_entries in per_queue.items():
-            self.queues[name].queued = QueueOrder(self.entries, queue_entries, per_class[name])
+        # Grouped by queue in C: list.append(per_queue[name], job) for every job, consumed by a zero-length deque.
+        deque(map(list.append, map(per_queue.__getitem__, queue_names), queued), maxlen=0)
+        # Jobs listed as submitted (the usual case): a queue's order is its jobs by priority, a stable sort that
+        # keeps submission order within one priority (none at all when every job has the same priority). Such
+        # a queue keeps its jobs as they are and makes an entry only for what a cycle reads (QueueOrder.lazy).
+        submitted = list(map(_SUBMITTED, queued))
+        in_order = all(map(le, submitted, islice(submitted, 1, None)))
+        del submitted
+        priorities = set(map(_PRIORITY, queued)) if in_order else ()
+        # Jobs per priority class and queue: when all jobs have one class (the usual case), each queue's count
+        # is its length, found without a (queue, class) pair per job.
+        class_names = set(map(_CLASS, queued))
+        if len(class_names) == 1:
+            only = class_names.pop()
+            per_class = {name: Counter({only: len(jobs)} if jobs else {}) for name, jobs in per_queue.items()}
+        else:
+            per_class = {name: Counter() for name in per_queue}
+            for (name, class_name), number in Counter(zip(queue_names, map(_CLASS, queued))).items():
+                per_class[name][class_name] = number
+        del queue_names
+        for name, jobs in per_queue.items():
+            if in_order:
+                if len(priorities) > 1:
+                    jobs.sort(key=_PRIORITY)
+                order = QueueOrder(self.entries, None, per_class[name], lazy=jobs)
+            else:
+                # Entries (priority, submitted, seq, job), seq the position in the queue: a heap, built in C.
+                order = QueueOrder(self.entries, list(zip(map(_PRIORITY, jobs), map(_SUBMITTED, jobs), count(),
+                                                          jobs)), per_class[name])
+            self.queues[name].queued = order
+        del per_queue
         self._set_fair_shares()
         self.gangs = self._gangs(snapshot)
         self._gangs_stale = False
@@ -206,6 +231,8 @@ class CycleState:
         #: The queued jobs as of the last sync, while ``entries`` holds exactly them (a cycle that places
         #: jobs takes their entries out and clears this).
         self.queued_as_synced: list[Job] | None = list(queued)
+        #: id() of the job objects the last cycle placed, taken out of the queues (None: none).
+        self.queued_placed: set[int] | None = None
         self.index = index
 
     def _update(self, snapshot: Snapshot, indexed_resources: tuple) -> None:
@@ -240,15 +267,25 @@ class CycleState:
         added: list[Job] = []
         gone_queued: list[int] = []
         last = self.queued_as_synced
-        # Nothing queued changed since the last sync (an idle cycle): the same objects in the same order,
-        # found in one C-level identity pass instead of a lookup per queued job.
-        if last is None or len(last) != len(queued) or not all(map(is_, last, queued)):
+        if last is not None and self.queued_placed:
+            # The last cycle's placements left the queues: the snapshot should list the rest, as before.
+            placed = self.queued_placed
+            last = list(compress(last, map(not_, map(placed.__contains__, map(id, last)))))
+        self.queued_placed = None
+        # Nothing queued changed since the last sync (an idle cycle, or only the last placements gone): the same
+        # objects in the same order, found in one C-level identity pass instead of a lookup per queued job.
+        if last is not None and len(last) == len(queued) and all(map(is_, last, queued)):
+            synced = last
+        else:
+            synced = list(queued)
+            self._fill_entries()
             same = list(map(self.entries.__contains__, map(id, queued)))
             if not all(same):
                 added = list(compress(queued, map(not_, same)))
             if sum(same) != len(self.entries):  # a job replaced by a new object is gone, its new object added
                 present = set(map(id, queued))
                 gone_queued = [key for key in self.entries if key not in present]
+        del last
         # When most of it changed (another workload on the same nodes), building afresh is cheaper.
         slack = len(index.nodes) + 64
         if 2 * (len(gone_running) + len(changed_running) - held_before) > len(self.running) + slack or \
@@ -288,11 +325,12 @@ class CycleState:
 
         entries = self.entries
         for key in gone_queued:
-            entry = entries.pop(key)
-            gangs_changed |= entry[-1].gang is not None
-            if entry[-1].node_selector:
-                self._count_labels(entry[-1], -1)
-            self.queues[entry[-1].queue].queued.remove(entry)
+            value = entries.pop(key)
+            job = value[-1] if value.__class__ is tuple else value
+            gangs_changed |= job.gang is not None
+            if job.node_selector:
+                self._count_labels(job, -1)
+            self.queues[job.queue].queued.remove(job)
         placed_entries, self.placed_entries = self.placed_entries, {}
         for job in added:
             entry = placed_entries.get(job.id)
@@ -307,10 +345,19 @@ class CycleState:
             self._sync_indexed_labels()
         self._set_limits(snapshot)
         self._set_fair_shares()
-        self.queued_as_synced = list(queued)
+        self.queued_as_synced = synced
         if gangs_changed or (changed_running and self.gangs):
             self.gangs = self._gangs(snapshot)
             self._gangs_stale = False
+
+    def _fill_entries(self) -> None:
+        """Fill ``entries`` from the queues' orders (each job as its own value: no entry tuple made)."""
+        if self.entries_filled:
+            return
+        for queue in self.queues.values():
+            jobs = queue.queued.live_jobs()
+            self.entries.update(zip(map(id, jobs), jobs))
+        self.entries_filled = True
 
     def _sync_queue_names(self, snapshot: Snapshot) -> None:
         """Queues added or removed.
@@ -459,14 +506,15 @@ class CycleState:
     def _gangs(snapshot: Snapshot) -> dict[str, list[Job]]:
         """Gang members by gang id: running ones first, then queued, in snapshot order."""
         gangs: dict[str, list[Job]] = {}
-        for job in filter(_GANG, snapshot.running() + snapshot.queued):
+        for job in filter(_GANG, chain(snapshot.running(), snapshot.queued)):
             gangs.setdefault(job.gang.id, []).append(job)
         return gangs
 
     # -- after a cycle ---------------------------------------------------------------
     def commit_cycle(self, session) -> None:
         """Record what the cycle decided: the state now predicts the next snapshot."""
-        placed = session.scheduled_ids
+        # The placed job objects (the ones the queues hold: a sync keeps the snapshot's objects), by identity.
+        placed = {id(placement.job) for placement in session.scheduled}
         for placement in session.scheduled:
             job = placement.job
             i = self.index.position[(placement.cluster, placement.node)]
@@ -483,10 +531,12 @@ class CycleState:
         self._gangs_stale |= any(placement.job.gang is not None for placement in session.scheduled)
         # Placed jobs leave the queues; one that does not start after all gets its place back.
         self.placed_entries = {}
+        per_queue = Counter(placement.job.queue for placement in session.scheduled)
         for queue in self.queues.values():
-            queue.queued.settle(placed, self.placed_entries)
+            queue.queued.settle(placed, self.placed_entries, per_queue[queue.name])
         if self.placed_entries:
-            self.queued_as_synced = None
+            # Job objects placed: the next sync expects the queued list less these (see _update).
+            self.queued_placed = set(map(id, map(_LAST, self.placed_entries.values())))
 
     # -- for the equality test -----------------------------------------------------------
     def fingerprint(self) -> dict:

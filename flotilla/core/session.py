@@ -404,8 +404,14 @@ class Session:
         self._freeze_explanations()
         queued = self.snapshot.queued
         if self.scheduled_ids:
-            placed = self.scheduled_ids.__contains__
-            queued = list(compress(queued, map(not_, map(placed, map(_ID, queued)))))
+            # Placed jobs are the snapshot's own objects: told apart by identity (an int), which spares hashing
+            # every queued job's id string; by id if some placed job was not found that way.
+            placed = {id(placement.job) for placement in self.scheduled}.__contains__
+            kept = list(compress(queued, map(not_, map(placed, map(id, queued)))))
+            if len(queued) - len(kept) != len(self.scheduled_ids):
+                placed = self.scheduled_ids.__contains__
+                kept = list(compress(queued, map(not_, map(placed, map(_ID, queued)))))
+            queued = kept
         else:
             queued = list(queued)
         pool_cost = self.queue_cost_fns[0] if self.queue_cost_fns else None
@@ -522,6 +528,7 @@ class QueueUnits:
             if job.id in placed or job.id in withheld:
                 continue
             if job.gang is None:
+                order.offered.append(self.position - 1)
                 return job
             found = self._unit(job)
             if found is not None:
@@ -583,7 +590,7 @@ class KnownMisfits:
     """
 
     __slots__ = ("known", "ahead", "_size", "_requests", "_classes", "_tolerations", "_selectors", "_cross",
-                 "_failure")
+                 "_failure", "_single")
 
     def __init__(self, ahead: set[str]):
         self.known: dict[tuple, object] = {}
@@ -603,6 +610,11 @@ class KnownMisfits:
         self._tolerations = {key[3] for key in known}
         self._cross = len(known) == len(self._requests) * len(self._classes) * len(self._selectors) * \
             len(self._tolerations)
+        #: The one known key's (request mapping id, class, tolerations id) with no selector, else None.
+        self._single = None
+        if len(known) == 1 and self._selectors == {0}:
+            key = next(iter(known))
+            self._single = (key[0], key[1], key[3])
         failures = list(known.values())
         #: The failure of every known key when they share one (one shape, or one reason), else None.
         self._failure = failures[0] if all(map(is_, failures, repeat(failures[0]))) else None
@@ -615,6 +627,14 @@ class KnownMisfits:
         if not self._cross:
             ok = list(map(self.known.__contains__, _keys(jobs)))
             return ok.index(False) if False in ok else n
+        if self._single is not None:
+            # One known key (one shape failed so far, the usual case): every job of it, counted in C.
+            requests, class_name, tolerations = self._single
+            if list(map(id, map(_REQUESTS, jobs))).count(requests) == n and \
+                    list(map(_CLASS, jobs)).count(class_name) == n and \
+                    list(map(id, map(_TOLERATIONS, jobs))).count(tolerations) == n and \
+                    (self._selectors != {0} or not any(map(_SELECTOR, jobs))):
+                return n
         run = n
         ok = list(map(self._requests.__contains__, map(id, map(_REQUESTS, jobs))))
         if False in ok:

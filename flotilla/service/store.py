@@ -983,6 +983,8 @@ class Store:
         """
         done_leased: set[str] = set()
         done_preempted: set[str] = set()
+        if not leased and not preempted:   # an idle cycle: no transaction (nothing to fence either)
+            return done_leased, done_preempted
         with self.write() as conn:
             ids = sorted(leased)
             rows = []
