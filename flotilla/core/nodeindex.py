@@ -32,7 +32,7 @@ iterators:
 
 from __future__ import annotations
 
-from bisect import bisect_left, insort
+from bisect import bisect_left, bisect_right, insort
 from dataclasses import dataclass
 from operator import add, sub
 from typing import Iterator, Mapping, Sequence
@@ -207,6 +207,7 @@ class NodeIndex:
         #: Per node and level, the bucket sets the node is in (unused; used; used and its owner's).
         self._homes: list[list[tuple[FreeBuckets, ...]]] = [[] for _ in self.nodes]
         self._bucket: list[object] = [UNUSED] * len(self.nodes)
+        self._upto: dict[int, int] = {}
         self._built = False
 
     def type_key(self, node: Node) -> tuple:
@@ -438,24 +439,47 @@ class NodeIndex:
     # -- changing -------------------------------------------------------
     def bind(self, i: int, job_id: str, queue: str, vec: Vector, level: int) -> None:
         """Put a job on node ``i`` at ``level``."""
-        old_bucket = self._bucket[i]
+        self.jobs[i][job_id] = (queue, vec, level)
         if level != EVICTED:
             users = self.users[i]
-            users[queue] = users.get(queue, 0) + 1
-        self.jobs[i][job_id] = (queue, vec, level)
-        self._shift(i, old_bucket, vec, level, sub)
+            count = users.get(queue, 0)
+            users[queue] = count + 1
+            if not count:  # a new user: the node may change tier
+                self._shift(i, self._bucket[i], vec, level, sub)
+                return
+        # Same users: the node stays in its bucket sets, only the levels up to ``level`` move.
+        free, homes, neg = self.free[i], self._homes[i], -i
+        for k in range(self._levels_upto(level)):
+            old = free[k]
+            new = free[k] = tuple(map(sub, old, vec))
+            for buckets in homes[k]:
+                buckets.move(old, new, neg)
 
     def unbind(self, i: int, job_id: str) -> tuple[str, Vector, int]:
         """Take a job off node ``i``; returns ``(queue, vec, level)`` so the caller can undo."""
-        old_bucket = self._bucket[i]
         queue, vec, level = self.jobs[i].pop(job_id)
         if level != EVICTED:
             users = self.users[i]
-            users[queue] -= 1
-            if not users[queue]:
+            count = users[queue] - 1
+            if not count:  # its last job of that user: the node may change tier
                 del users[queue]
-        self._shift(i, old_bucket, vec, level, add)
+                self._shift(i, self._bucket[i], vec, level, add)
+                return queue, vec, level
+            users[queue] = count
+        free, homes, neg = self.free[i], self._homes[i], -i
+        for k in range(self._levels_upto(level)):
+            old = free[k]
+            new = free[k] = tuple(map(add, old, vec))
+            for buckets in homes[k]:
+                buckets.move(old, new, neg)
         return queue, vec, level
+
+    def _levels_upto(self, level: int) -> int:
+        """How many levels are at or below ``level`` (the ones a job bound at ``level`` changes)."""
+        upto = self._upto.get(level)
+        if upto is None:
+            upto = self._upto[level] = bisect_right(self.levels, level)
+        return upto
 
     def _shift(self, i: int, old_bucket: object, vec: Vector, level: int, op) -> None:
         """Change node ``i``'s free space by ``vec`` (``op`` is add or sub) at the levels up to ``level``.
