@@ -10,8 +10,10 @@ action or plugin knows which kind of cluster it is talking to.
 
 from __future__ import annotations
 
+import heapq
 import time
 from dataclasses import dataclass, field, replace
+from itertools import count
 from typing import Any, Callable, Mapping, Protocol, Sequence, runtime_checkable
 
 from flotilla.core.decisions import Placement
@@ -102,6 +104,14 @@ class SimulatedCluster:
     ``clock`` (``None``: until stopped). Every start is checked against the
     node's resources, so a scheduler bug shows up as :class:`OverAllocation`
     instead of a quietly impossible schedule.
+
+    Its upkeep follows what changed, not what runs: completions wait in a
+    heap (an entry left by a run stopped early is skipped by identity), and
+    the running jobs are kept in a dict beside the runs, so ``snapshot()``
+    is one copy and ``poll_events()`` looks only at what is due. (Scanning
+    every run at each call was the largest part of an idle ``serve`` cycle
+    with 100,000 simulated jobs, and of the simulator's own time.) Jobs due
+    at one time finish in job-id order.
     """
 
     def __init__(self, name: str, nodes: Sequence[Node], clock: Callable[[], float] = time.time,
@@ -112,6 +122,11 @@ class SimulatedCluster:
         self.duration_of = duration_of
         self.available = True
         self._runs: dict[str, _Run] = {}
+        #: job id -> the running job, in the order of ``_runs``.
+        self._running: dict[str, Job] = {}
+        #: ``(ends, job id, seq, run)``: popped in ``(ends, job id)`` order; seq keeps runs from being compared.
+        self._due: list[tuple] = []
+        self._seq = count()
         self._used: dict[str, dict[str, int]] = {node.name: {} for node in nodes}
         self._events: list[JobEvent] = []
 
@@ -120,7 +135,7 @@ class SimulatedCluster:
         if not self.available:
             raise ClusterUnavailable(f"cluster {self.name} is stopped")
         self._finish_due()
-        return ClusterSnapshot(self.name, list(self.nodes.values()), [run.job for run in self._runs.values()])
+        return ClusterSnapshot(self.name, list(self.nodes.values()), list(self._running.values()))
 
     def apply(self, decisions: ClusterDecisions) -> None:
         if not self.available:
@@ -146,11 +161,16 @@ class SimulatedCluster:
 
     def next_completion(self) -> float | None:
         """When the next running job finishes, for a clock that jumps from event to event."""
-        ends = [run.ends for run in self._runs.values() if run.ends is not None]
-        return min(ends) if ends else None
+        due, runs = self._due, self._runs
+        while due:
+            ends, job_id, _, run = due[0]
+            if runs.get(job_id) is run:
+                return ends
+            heapq.heappop(due)
+        return None
 
     def running_jobs(self) -> list[Job]:
-        return [run.job for run in self._runs.values()]
+        return list(self._running.values())
 
     def used(self, node: str) -> dict[str, int]:
         return dict(self._used[node])
@@ -165,13 +185,17 @@ class SimulatedCluster:
             used[name] = used.get(name, 0) + amount
         job = replace(placement.job, state=JobState.RUNNING, cluster=self.name, node=node.name)
         duration = self.duration_of(job)
-        self._runs[job.id] = _Run(job, now, None if duration is None else now + duration)
+        run = self._runs[job.id] = _Run(job, now, None if duration is None else now + duration)
+        self._running[job.id] = job
+        if run.ends is not None:
+            heapq.heappush(self._due, (run.ends, job.id, next(self._seq), run))
         self._events.append(JobEvent(job.id, "running", self.name, node.name, now))
 
     def _stop(self, job_id: str, kind: str, now: float, reason: str) -> None:
         run = self._runs.pop(job_id, None)
         if run is None:
             return
+        del self._running[job_id]
         used = self._used[run.job.node]
         for name, amount in run.job.requests.items():
             used[name] -= amount
@@ -179,9 +203,11 @@ class SimulatedCluster:
 
     def _finish_due(self) -> None:
         now = self.clock()
-        due = sorted((run.ends, job_id) for job_id, run in self._runs.items() if run.ends is not None and run.ends <= now)
-        for ends, job_id in due:
-            self._stop(job_id, "succeeded", ends, "")
+        due, runs = self._due, self._runs
+        while due and due[0][0] <= now:
+            ends, job_id, _, run = heapq.heappop(due)
+            if runs.get(job_id) is run:
+                self._stop(job_id, "succeeded", ends, "")
 
 
 class SimulatedBackendPlugin:

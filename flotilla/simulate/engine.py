@@ -5,7 +5,7 @@ simulated clusters' own ``snapshot()`` plus the jobs waiting in the
 simulator's queue, and calls :meth:`Scheduler.run_cycle` with those
 clusters as backends, exactly as the service does with real ones: the
 ``lease`` action starts and stops jobs on simulated clusters
-(:class:`~flotilla.simulate.cluster.SimulatorCluster`) whose clock is the
+(:class:`~flotilla.core.backend.SimulatedCluster`) whose clock is the
 simulated clock. There is no scheduling logic here, only
 bookkeeping: jobs enter the queue when submitted, leave it when a cluster
 reports them running, come back when one reports them preempted (to start
@@ -39,7 +39,6 @@ import structlog
 
 from flotilla.config.errors import ConfigError
 from flotilla.core.backend import OverAllocation, SimulatedCluster
-from flotilla.simulate.cluster import SimulatorCluster
 from flotilla.core.cycle import Scheduler
 from flotilla.core.decisions import Decisions, natural_key
 from flotilla.core.model import Job, Snapshot
@@ -87,16 +86,15 @@ def config_clusters(config, source_path=("clusters",)):
 class Simulation:
     """One run of one config on one workload. ``run()`` returns the report (spec section 4).
 
-    ``cluster_class`` builds the simulated clusters: the simulator's own
-    (completions from a heap) unless a test asks for the plain
-    :class:`SimulatedCluster` to compare against it.
+    ``cluster_class`` builds the simulated clusters (a test passes another
+    one to compare against it).
     """
 
     def __init__(self, config, workload: Workload, seed: int = 0, until: float | None = None,
                  max_skip: float | None = None, scheduler: Scheduler | None = None,
                  on_cycle: Callable[["Simulation", CycleInfo], None] | None = None,
                  progress: Callable[[float, float], None] | None = None, max_cycles: int | None = None,
-                 cluster_class: type[SimulatedCluster] = SimulatorCluster):
+                 cluster_class: type[SimulatedCluster] = SimulatedCluster):
         self.config = config
         self.workload = workload
         self.seed = seed
