@@ -207,6 +207,10 @@ class NodeIndex:
         #: Per node and level, the bucket sets the node is in (unused; used; used and its owner's).
         self._homes: list[list[tuple[FreeBuckets, ...]]] = [[] for _ in self.nodes]
         self._bucket: list[object] = [UNUSED] * len(self.nodes)
+        #: Per node, the free vectors (per level) under which it sits in its type's *used* buckets, or None.
+        self._in_used: list[list[Vector] | None] = [None] * len(self.nodes)
+        #: Nodes whose place in the used buckets may be out of date (see :meth:`_flush`).
+        self._stale: set[int] = set()
         self._upto: dict[int, int] = {}
         self._built = False
 
@@ -244,14 +248,18 @@ class NodeIndex:
 
     def _fill(self) -> None:
         levels = range(len(self.levels))
+        self._stale = set()
         for i in range(len(self.nodes)):
             bucket = self._bucket[i] = self._compute_bucket(i)
             homes = self._homes[i] = self._homes_for(i, bucket)
             free = self.free[i]
             neg = -i
+            used = bucket is not UNUSED
+            self._in_used[i] = list(free) if used else None
+            t = self.type_of[i]
             for k in levels:
                 vec = free[k]
-                for buckets in homes[k]:
+                for buckets in (*homes[k], self._used[k][t]) if used else homes[k]:
                     members = buckets.members.get(vec)
                     if members is None:
                         buckets.members[vec] = [neg]
@@ -286,6 +294,7 @@ class NodeIndex:
         ``ValueError`` when the existing nodes come in another order or a
         name repeats: the caller then builds afresh.
         """
+        self._flush()
         position = self.position
         keys = [(node.cluster, node.name) for node in nodes]
         if len(set(keys)) != len(keys):
@@ -343,13 +352,21 @@ class NodeIndex:
             new = free[k] = tuple(map(add, old, delta))
             for buckets in homes[k]:
                 buckets.move(old, new, neg)
+        if self._bucket[i] is not UNUSED:
+            self._stale.add(i)
 
     def _retype(self, i: int, node: Node) -> None:
         """Node ``i`` leaves its type's buckets for those of ``node``'s type (created if new)."""
+        self._flush()
         free, neg = self.free[i], -i
         for k, homes in enumerate(self._homes[i]):
             for buckets in homes:
                 buckets.remove(free[k], neg)
+        held = self._in_used[i]
+        if held is not None:
+            for k, vec in enumerate(held):
+                self._used[k][self.type_of[i]].remove(vec, neg)
+            self._in_used[i] = None
         self.types[self.type_of[i]].nodes.remove(i)
         node_type = self._type_for(node)
         self._grow_type_lists()
@@ -359,6 +376,8 @@ class NodeIndex:
         for k in range(len(self.levels)):
             for buckets in homes[k]:
                 buckets.add(free[k], neg)
+        if self._bucket[i] is not UNUSED:
+            self._stale.add(i)
 
     def _append(self, node: Node) -> None:
         """A new node after every other one: unused, all its room free."""
@@ -375,6 +394,7 @@ class NodeIndex:
         node_type.nodes.append(i)
         self.type_of.append(node_type.id)
         self._bucket.append(UNUSED)
+        self._in_used.append(None)
         homes = self._homes_for(i, UNUSED)
         self._homes.append(homes)
         for k in range(len(self.levels)):
@@ -391,6 +411,7 @@ class NodeIndex:
 
     def _order_types(self) -> None:
         """Drop empty types and number the others by their first node, as a fresh build does."""
+        self._flush()
         order = sorted((t for t in self.types if t.nodes), key=lambda t: t.nodes[0])
         if len(order) == len(self.types) and all(t.id == k for k, t in enumerate(order)):
             return
@@ -434,6 +455,7 @@ class NodeIndex:
         self._own = [[{} for _ in range(types_n)] for _ in range(levels_n)]
         self._homes = [[] for _ in self.nodes]
         self._bucket = [UNUSED] * len(self.nodes)
+        self._in_used = [None] * len(self.nodes)
         self._fill()
 
     # -- changing -------------------------------------------------------
@@ -454,6 +476,8 @@ class NodeIndex:
             new = free[k] = tuple(map(sub, old, vec))
             for buckets in homes[k]:
                 buckets.move(old, new, neg)
+        if self._bucket[i] is not UNUSED:
+            self._stale.add(i)
 
     def unbind(self, i: int, job_id: str) -> tuple[str, Vector, int]:
         """Take a job off node ``i``; returns ``(queue, vec, level)`` so the caller can undo."""
@@ -472,6 +496,8 @@ class NodeIndex:
             new = free[k] = tuple(map(add, old, vec))
             for buckets in homes[k]:
                 buckets.move(old, new, neg)
+        if self._bucket[i] is not UNUSED:
+            self._stale.add(i)
         return queue, vec, level
 
     def _levels_upto(self, level: int) -> int:
@@ -501,6 +527,8 @@ class NodeIndex:
                 new = free[k] = tuple(map(op, old, vec))
                 for buckets in homes[k]:
                     buckets.move(old, new, neg)
+            if new_bucket is not UNUSED:
+                self._stale.add(i)
             return
         old_homes = self._homes[i]
         self._bucket[i] = new_bucket
@@ -518,6 +546,7 @@ class NodeIndex:
             for buckets in after:
                 if buckets not in before:
                     buckets.add(new, neg)
+        self._stale.add(i)
 
     def _compute_bucket(self, i: int) -> object:
         users = self.users[i]
@@ -534,18 +563,55 @@ class NodeIndex:
         if bucket is UNUSED:
             return [(self._unused[k][t],) for k in levels]
         if bucket is SHARED:
-            return [(self._used[k][t],) for k in levels]
+            return [() for _ in levels]
         homes = []
         for k in levels:
             own = self._own[k][t]
             buckets = own.get(bucket)
             if buckets is None:
                 buckets = own[bucket] = self.buckets_type()
-            homes.append((self._used[k][t], buckets))
+            homes.append((buckets,))
         return homes
+
+    def _flush(self) -> None:
+        """Bring the used buckets up to date.
+
+        A node in use sits in its own queue's buckets (or none, when
+        shared) and in the used ones. Binds and unbinds move it in the
+        former at once but only mark it here: the used buckets are searched
+        only after the own and unused tiers found nothing (with best fit),
+        so a node that takes many jobs in a row moves there once, on the
+        next search that needs them, instead of once per job.
+        """
+        stale = self._stale
+        if not stale:
+            return
+        in_used, bucket_of, type_of, all_free, used = self._in_used, self._bucket, self.type_of, self.free, self._used
+        for i in stale:
+            held = in_used[i]
+            t = type_of[i]
+            neg = -i
+            if bucket_of[i] is UNUSED:
+                if held is not None:
+                    for k, vec in enumerate(held):
+                        used[k][t].remove(vec, neg)
+                    in_used[i] = None
+            elif held is None:
+                free = all_free[i]
+                for k, vec in enumerate(free):
+                    used[k][t].add(vec, neg)
+                in_used[i] = list(free)
+            else:
+                for k, vec in enumerate(all_free[i]):
+                    old = held[k]
+                    if old != vec:
+                        used[k][t].move(old, vec, neg)
+                        held[k] = vec
+        stale.clear()
 
     def fingerprint(self) -> tuple:
         """Each searchable set's keys in order (empty own sets left out), to compare two indexes."""
+        self._flush()
         return ([[b.keys() for b in per_level] for per_level in self._unused],
                 [[b.keys() for b in per_level] for per_level in self._used],
                 [[{queue: b.keys() for queue, b in own.items() if b} for own in per_level] for per_level in self._own])
@@ -579,6 +645,8 @@ class NodeIndex:
         tier, so they are passed over cheaply) or ``any``. Ties cannot
         happen: keys end with the node's position.
         """
+        if tier != "own" and tier != "unused" and self._stale:
+            self._flush()
         k = self.level_of[level]
         best: Vector | None = None
         best_neg = 0
@@ -597,6 +665,7 @@ class NodeIndex:
         Per type, the unused nodes come first, then the used ones. The index
         must not change while this is being read.
         """
+        self._flush()
         k = self.level_of[level]
         for t in types:
             for buckets in (self._unused[k][t], self._used[k][t]):
