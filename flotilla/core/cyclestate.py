@@ -96,6 +96,28 @@ class Rebuild(Exception):
     """The snapshot differs in structure: the state is rebuilt from scratch."""
 
 
+def _less_placed(last: list[Job], queued: list[Job], placed: set[int]) -> bool:
+    """Whether ``queued`` is ``last`` less the jobs whose ``id()`` is in ``placed``, object by object.
+
+    Placed jobs are the heads of their queues, so they lie early in ``last``:
+    a suffix of ``queued`` that matches ``last`` shifted by their number is
+    found by probing at doubling lengths (a probe that starts too early fails
+    at its first job) and checked in one identity pass; only the part before
+    it is filtered by ``id()`` (which makes an int per job, the dearest step).
+    """
+    shift = len(last) - len(queued)
+    if shift != len(placed):
+        return False
+    n = len(queued)
+    start = 1
+    while start < n and not all(map(is_, islice(last, start + shift, None), islice(queued, start, None))):
+        start *= 2
+    start = min(start, n)
+    head = last[:start + shift]
+    kept = list(compress(head, map(not_, map(placed.__contains__, map(id, head)))))
+    return len(kept) == start and all(map(is_, kept, queued))
+
+
 def job_level(classes: dict[str, PriorityClass], default: str, job: Job) -> int:
     pc = classes[job.priority_class or default]
     return pc.priority if pc.preemptible else NONPREEMPTIBLE
@@ -269,8 +291,7 @@ class CycleState:
         last = self.queued_as_synced
         if last is not None and self.queued_placed:
             # The last cycle's placements left the queues: the snapshot should list the rest, as before.
-            placed = self.queued_placed
-            last = list(compress(last, map(not_, map(placed.__contains__, map(id, last)))))
+            last = list(queued) if _less_placed(last, queued, self.queued_placed) else None
         self.queued_placed = None
         # Nothing queued changed since the last sync (an idle cycle, or only the last placements gone): the same
         # objects in the same order, found in one C-level identity pass instead of a lookup per queued job.
