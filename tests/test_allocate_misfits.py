@@ -117,8 +117,7 @@ def _cycles(snapshots_of, lookahead):
     scheduler = Scheduler(load_config(None))
     scheduler.settings.lookahead = lookahead
     scheduler.settings.evict_probability = 0.0
-    # Without preempt: it does not read an unknown priority class (a job_valid refusal here) yet.
-    actions = [a for a in scheduler.actions if a.name not in ("lease", "preempt")]
+    actions = [a for a in scheduler.actions if a.name != "lease"]
     snapshot = snapshots_of(scheduler, 0)
     out = []
     for cycle in range(3):

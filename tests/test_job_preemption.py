@@ -51,3 +51,29 @@ def test_one_whole_job_rather_than_pods_of_several_jobs(tmp_path):
     out = run_once(tmp_path, LOW, state)
     assert placements(out) == {"u-1": "node-3"}
     assert out["preempted"] == ["g-1", "g-2"]
+
+
+def test_a_job_of_a_class_the_config_no_longer_has_waits_and_urgent_jobs_still_preempt():
+    # A reload can drop a priority class while jobs of it are queued. Such a job is refused with its reason
+    # (the priorityclass plugin's job_valid); preempt passes it over instead of failing the whole cycle, and
+    # the urgent job behind it in the same queue still displaces a preemptible one.
+    import random
+
+    from flotilla.config import load_config
+    from flotilla.core.cycle import Scheduler
+    from flotilla.core.model import ClusterSnapshot, Job, JobState, Node, Queue, Snapshot
+
+    scheduler = Scheduler(load_config(None))
+    scheduler.settings.evict_probability = 0.0
+    nodes = [Node("node-1", "c1", {"cpu": 4000})]
+    running = [Job("p-1", "A", "s", 0, "armada-preemptible", 0.0, {"cpu": 4000}, state=JobState.RUNNING,
+                   cluster="c1", node="node-1")]
+    queued = [Job("gone-1", "B", "s", 0, "retired", 1.0, {"cpu": 4000}),
+              Job("u-1", "B", "s", 0, "armada-default", 2.0, {"cpu": 4000})]
+    snapshot = Snapshot([ClusterSnapshot("c1", nodes, running)], queued, [Queue("A"), Queue("B")],
+                        scheduler.priority_classes(), "armada-default")
+    decisions = scheduler.run_cycle(snapshot, random.Random(0),
+                                    actions=[a for a in scheduler.actions if a.name != "lease"])
+    assert [(p.job.id, p.node) for p in decisions.scheduled] == [("u-1", "node-1")]
+    assert [job.id for job in decisions.preempted] == ["p-1"]
+    assert decisions.reasons["gone-1"] == "unknown priority class retired"

@@ -56,7 +56,11 @@ class Preempt:
                 members = unit if isinstance(unit, list) else [unit]
                 if any(m.id in session.scheduled_ids for m in members):
                     continue
-                priority = max(session.priority_class(m).priority for m in members)
+                classes = [session.priority_classes.get(m.priority_class or session.default_priority_class)
+                           for m in members]
+                if None in classes:
+                    continue  # a class the config no longer has (after a reload): allocate said why, it waits
+                priority = max(pc.priority for pc in classes)
                 if priority > lowest:
                     candidates.append((-priority, session.fair_share_fraction(queue), queue.name, position, members))
         candidates.sort(key=lambda c: c[:4])
