@@ -318,10 +318,11 @@ class CycleState:
                 raise Rebuild
             if not self.space.position.keys() >= job.requests.keys():
                 raise Rebuild
-        for cluster in snapshot.clusters:
-            for job in cluster.running:
-                if (cluster.name, job.node) not in position:
-                    raise Rebuild  # a job on a node the index does not know: let the rebuild say so
+        # A job on a node the index does not know: let the rebuild say so. Only jobs not held as they are can
+        # be there: a removed node's jobs left the state in _check_nodes, so they show up as changed here.
+        for cluster_name, job in changed_running:
+            if (cluster_name, job.node) not in position:
+                raise Rebuild
 
         # Apply: running jobs first (their room), then foreign usage, then queues.
         gangs_changed = self._gangs_stale or any(job.gang is not None for job in new_jobs)
