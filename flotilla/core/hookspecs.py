@@ -84,7 +84,9 @@ EXTENSION_POINTS: tuple[ExtensionPoint, ...] = (
         "queue_cost", "add_queue_cost", "(queue: QueueState, extra: Vector | None) -> float",
         "exactly one plugin provides it; none or two is a configuration error",
         "The queue's share of the pool (its cost over the pool's cost) if it also had `extra`. "
-        "Allocate serves next the queue whose share over its fair share would be smallest.",
+        "Allocate serves next the queue whose share over its fair share would be smallest. A function "
+        "whose answer moves with its own queue's allocation only may say so with the attribute "
+        "`own_usage_only = True`: allocate then computes a waiting offer's cost once, not again at each pick.",
     ),
     ExtensionPoint(
         "job_order", "add_job_order", "(job: Job) -> tuple",
@@ -143,7 +145,9 @@ EXTENSION_POINTS: tuple[ExtensionPoint, ...] = (
         "job_valid", "add_job_valid", "(job: Job) -> str | None",
         "the first refusal, with its reason, wins",
         "Is this job acceptable at all? A refused job stays queued with the reason. Called once per "
-        "job the allocate action examines, not for every queued job.",
+        "job the allocate action examines, not for every queued job. A check whose answer depends on the "
+        "job's priority class alone may say so with the attribute `by_priority_class = True`: allocate then "
+        "passes over a run of known misfits (same requirements, so the same class) without calling it per job.",
     ),
     ExtensionPoint(
         "on_allocate", "add_event_handler", "(job: Job, node: int) -> None",
