@@ -636,24 +636,17 @@ class KnownMisfits:
                     (self._selectors != {0} or not any(map(_SELECTOR, jobs))):
                 return n
         run = n
-        ok = list(map(self._requests.__contains__, map(id, map(_REQUESTS, jobs))))
-        if False in ok:
-            run = ok.index(False)
-            if not run:
-                return 0
-            jobs = jobs[:run]
-        ok = list(map(self._classes.__contains__, map(_CLASS, jobs)))
-        if False in ok:
-            run = ok.index(False)
-            if not run:
-                return 0
-            jobs = jobs[:run]
-        ok = list(map(self._tolerations.__contains__, map(id, map(_TOLERATIONS, jobs))))
-        if False in ok:
-            run = ok.index(False)
-            if not run:
-                return 0
-            jobs = jobs[:run]
+        # Field by field, each pass over the run the passes before it left: request mapping and tolerations
+        # by identity, priority class by name.
+        for allowed, field, by_identity in ((self._requests, _REQUESTS, True), (self._classes, _CLASS, False),
+                                            (self._tolerations, _TOLERATIONS, True)):
+            values = map(id, map(field, jobs)) if by_identity else map(field, jobs)
+            ok = list(map(allowed.__contains__, values))
+            if False in ok:
+                run = ok.index(False)
+                if not run:
+                    return 0
+                jobs = jobs[:run]
         selectors = self._selectors
         if selectors == {0}:
             if any(map(_SELECTOR, jobs)):

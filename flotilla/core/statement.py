@@ -29,6 +29,11 @@ def place(session: Session, job: Job, node: int, vec) -> None:
     """
     session.index.bind(node, job.id, job.queue, vec, session.job_level(job))
     charge(session.queues[job.queue], vec, 1)
+    _record_placement(session, job, node)
+
+
+def _record_placement(session: Session, job: Job, node: int) -> None:
+    """A committed placement: into the decisions, no longer a failure, told to the event handlers."""
     cluster, name = session.node_name(node)
     session.scheduled.append(Placement(job, cluster, name))
     session.scheduled_ids.add(job.id)
@@ -90,12 +95,7 @@ class Statement:
         self._close()
         for op, job, node, _ in self.ops:
             if op == "allocate":
-                cluster, name = s.node_name(node)
-                s.scheduled.append(Placement(job, cluster, name))
-                s.scheduled_ids.add(job.id)
-                s.failures.pop(job.id, None)
-                for handler in s.allocate_handlers:
-                    handler(job, node)
+                _record_placement(s, job, node)
             elif op == "unevict":
                 del s.evicted[job.id]
                 for handler in s.allocate_handlers:
