@@ -167,8 +167,8 @@ class Recorder:
     def cycle(self, t: float) -> None:
         """A cycle ended at ``t``: record every queue's share and fair share from now on.
 
-        Called once a cycle with every queue, so it is one pass: the means'
-        areas up to ``t`` (as :meth:`_advance`), then the new values. Fair
+        Called once a cycle with every queue: the means' areas up to ``t``
+        (:meth:`_advance`), then the new values. Fair
         shares are computed again only when the set of active queues changed,
         and a series is only touched when its value did (:func:`_append`
         would drop an equal value anyway: the last point of a series always
@@ -182,14 +182,9 @@ class Recorder:
             self._fair = fair_shares(self.weights_by_queue, self.parents, active)
         fair_by_queue = self._fair
         pool_cost = self.pool_cost
+        self._advance(t)
         total = 0.0
         for name, stats in queues.items():
-            dt = t - stats.last_t
-            if stats.last_active and dt > 0:
-                stats.active_time += dt
-                stats.share_area += stats.last_share * dt
-                stats.fair_area += stats.last_fair * dt
-            stats.last_t = t
             share = stats.cost / pool_cost
             if stats.parent is None:
                 total += share
@@ -202,7 +197,6 @@ class Recorder:
                 if fair != stats.shown_fair:
                     _append(stats.fair, t, fair)
                     stats.shown_fair = fair
-        self.last_time = max(self.last_time, t)
         _append(self.utilisation_series, t, total)
 
     def _advance(self, t: float) -> None:
