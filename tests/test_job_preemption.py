@@ -54,9 +54,10 @@ def test_one_whole_job_rather_than_pods_of_several_jobs(tmp_path):
 
 
 def test_a_job_of_a_class_the_config_no_longer_has_waits_and_urgent_jobs_still_preempt():
-    # A reload can drop a priority class while jobs of it are queued. Such a job is refused with its reason
-    # (the priorityclass plugin's job_valid); preempt passes it over instead of failing the whole cycle, and
-    # the urgent job behind it in the same queue still displaces a preemptible one.
+    # A snapshot may list a queued job of a priority class it does not define (serve leaves such jobs out;
+    # a library caller or a backend need not). Such a job is refused with its reason (the priorityclass
+    # plugin's job_valid); preempt passes it over instead of failing the whole cycle, and the urgent job
+    # behind it in the same queue still displaces a preemptible one.
     import random
 
     from flotilla.config import load_config

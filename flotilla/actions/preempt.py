@@ -59,7 +59,7 @@ class Preempt:
                 classes = [session.priority_classes.get(m.priority_class or session.default_priority_class)
                            for m in members]
                 if None in classes:
-                    continue  # a class the config no longer has (after a reload): allocate said why, it waits
+                    continue  # a class the snapshot does not define: job_valid refused it in allocate, it waits
                 priority = max(pc.priority for pc in classes)
                 if priority > lowest:
                     candidates.append((-priority, session.fair_share_fraction(queue), queue.name, position, members))
