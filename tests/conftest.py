@@ -6,3 +6,4 @@ start its own clusters under the same names.
 """
 
 from kwok_fixtures import kwok, kwok_clusters  # noqa: F401 - fixtures
+from realnode_fixtures import real_node, real_node_cluster  # noqa: F401 - fixtures

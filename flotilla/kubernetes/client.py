@@ -228,6 +228,43 @@ class KubeClient:
         finally:
             response.release_conn()
 
+    def pod_log(self, namespace: str, name: str, *, container: str | None = None, tail_lines: int | None = None,
+                limit_bytes: int | None = None, follow: bool = False,
+                read_timeout: float | None = None) -> urllib3.BaseHTTPResponse:
+        """A pod's container log (``pods/log``, which the API server fetches from the node's kubelet), unread.
+
+        The caller reads or streams the answer and then calls ``release_conn()``;
+        another thread may call ``shutdown()`` on it to end a blocked read. With
+        ``follow`` the stream ends when the container ends. Raises
+        :class:`ApiError` (400 while the container has not started, 404 once the
+        pod is gone) or :class:`Unreachable`.
+        """
+        params: dict[str, str] = {}
+        if container:
+            params["container"] = container
+        if tail_lines is not None:
+            params["tailLines"] = str(tail_lines)
+        if limit_bytes is not None:
+            params["limitBytes"] = str(limit_bytes)
+        if follow:
+            params["follow"] = "true"
+        path = pod_path(namespace, name) + "/log"
+        url = f"{self.host}{path}" + (f"?{urlencode(params)}" if params else "")
+        try:
+            response = self._pool.request("GET", url, headers=self._headers(), preload_content=False, retries=False,
+                                          timeout=urllib3.Timeout(connect=5.0, read=read_timeout or self.timeout))
+        except (urllib3.exceptions.HTTPError, OSError) as exc:
+            raise Unreachable(f"GET {self.host}{path}: {exc}") from exc
+        if response.status >= 400:
+            raw = response.read()
+            response.release_conn()
+            try:
+                payload = json.loads(raw)
+            except ValueError:
+                payload = raw.decode("utf-8", "replace")
+            raise ApiError(response.status, payload, "GET", path)
+        return response
+
     def healthy(self, timeout: float = 2.0) -> bool:
         try:
             self.request("GET", "/readyz", timeout=timeout)

@@ -1,0 +1,626 @@
+"""One real node, ``real-1``, beside a KWOK cluster's API server: containerd, runc, the bridge CNI and a kubelet.
+
+KWOK's fake kubelets accept whatever they are given; this node runs the
+user's containers for real, so tests see what a kubelet refuses and
+enforces (exit codes, OOM kills, deadlines, signals, image pulls, a lost
+node). ``scripts/real-node start|stop`` drives this module; the tests marked
+``realnode`` start it through that script.
+
+What ``start`` brings up (each step skipped when already done, so it is
+idempotent), all state under one directory (``FLOTILLA_REAL_NODE_DIR``,
+default ``/tmp/flotilla-realnode``):
+
+1. the images ``flotilla.local/busybox:1`` (Debian's ``busybox-static``
+   with every applet linked) and ``flotilla.local/pause:1`` (the sandbox's
+   process, :file:`pause.c` built static), as docker-archive tars made here
+   and imported with ``ctr``: no registry is involved;
+2. containerd with its own socket, root and state, the CRI plugin using
+   ``runc`` and the bridge CNI (bridge ``flrn0``, 10.244.0.0/24, NAT out);
+3. the KWOK cluster ``flotilla-realnode`` (etcd, kube-apiserver,
+   kwok-controller), with kwok-controller faking only nodes annotated
+   ``kwok.x-k8s.io/node: fake``, so it leaves the real node alone, and the
+   API server reaching kubelets by their InternalIP (``pods/log``);
+4. kube-controller-manager running only the node lifecycle controller, so
+   a kubelet that stops makes its node NotReady (within about 5 s: the
+   kubelet renews its lease every second);
+5. the kubelet, registering the node ``real-1`` (cgroup v1, cgroupfs, pods'
+   cgroups under ``/flotilla-realnode``), waited for until Ready.
+
+``stop`` undoes it in order: the node's pods deleted while the kubelet still
+runs (so it tears their networks down), kubelet, controller manager,
+leftover containers, containerd, the cluster, then every mount under the
+directory (deepest first), the bridge, the CNI's NAT chains and the cgroups.
+Only processes whose pids this module recorded are signalled.
+
+Every phase of a start is timed; the figures go to ``timings.json`` in the
+directory (``bench/realnode.py`` reports them).
+"""
+
+from __future__ import annotations
+
+import fcntl
+import json
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import time
+from contextlib import contextmanager
+from dataclasses import dataclass
+from pathlib import Path
+
+HERE = Path(__file__).resolve().parent
+NODE = "real-1"
+CLUSTER = "flotilla-realnode"
+CONTEXT = f"kwok-{CLUSTER}"
+IMAGE = "flotilla.local/busybox:1"
+PAUSE_IMAGE = "flotilla.local/pause:1"
+CGROUP_ROOT = "/flotilla-realnode"
+BRIDGE = "flrn0"
+NETWORK = "flotilla-realnode"
+SUBNET = "10.244.0.0/24"
+CNI_BIN = "/usr/lib/cni"
+NODE_LABEL = "flotilla.io/real-node"
+#: The node lifecycle controller's period and grace: NotReady about this long after the kubelet's last heartbeat.
+MONITOR_PERIOD, MONITOR_GRACE = "1s", "5s"
+TOOLS = ("kubelet", "kube-controller-manager")
+COMMANDS = {"containerd": "containerd", "ctr": "containerd", "runc": "runc", "iptables": "iptables",
+            CNI_BIN + "/bridge": "containernetworking-plugins", "gcc": "gcc"}
+
+
+class RealNodeError(RuntimeError):
+    """The real node could not be started, reached or stopped; the message says what and where."""
+
+
+@dataclass(frozen=True)
+class RealNode:
+    """Where the running node's pieces are: what a client needs (kubeconfig, context, image) and the state dir."""
+
+    dir: Path
+
+    @property
+    def kubeconfig(self) -> Path:
+        return self.dir / "kubeconfig"
+
+    @property
+    def context(self) -> str:
+        return CONTEXT
+
+    @property
+    def image(self) -> str:
+        return IMAGE
+
+    @property
+    def node(self) -> str:
+        return NODE
+
+    @property
+    def socket(self) -> Path:
+        return self.dir / "containerd.sock"
+
+    def pid_file(self, component: str) -> Path:
+        return self.dir / "pids" / f"{component}.pid"
+
+    def log_file(self, component: str) -> Path:
+        return self.dir / "logs" / f"{component}.log"
+
+    def exports(self) -> str:
+        """Shell lines for ``eval``: where the node's cluster is and which image it has."""
+        return (f"export KUBECONFIG={self.kubeconfig}\n"
+                f"export FLOTILLA_REAL_NODE_CONTEXT={self.context}\n"
+                f"export FLOTILLA_REAL_NODE_IMAGE={self.image}\n")
+
+    def client(self, **kwargs):
+        from flotilla.kubernetes.client import KubeClient
+        return KubeClient.from_kubeconfig(str(self.kubeconfig), self.context, **kwargs)
+
+
+def state_dir() -> Path:
+    return Path(os.environ.get("FLOTILLA_REAL_NODE_DIR") or "/tmp/flotilla-realnode")
+
+
+def node(directory: Path | None = None) -> RealNode:
+    return RealNode(directory or state_dir())
+
+
+@contextmanager
+def _locked(directory: Path):
+    """One start or stop at a time on this machine (the lock file sits beside the directory, which stop removes)."""
+    lock = directory.with_name(directory.name + ".lock")
+    with open(lock, "w") as fh:
+        fcntl.flock(fh, fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(fh, fcntl.LOCK_UN)
+
+
+def _say(message: str) -> None:
+    print(f"real-node: {message}", file=sys.stderr, flush=True)
+
+
+# -- processes ------------------------------------------------------------------------------------
+
+def _alive(pid: int) -> bool:
+    from flotilla.kwok.cluster import _alive as alive
+    return alive(pid)
+
+
+def _pid(rn: RealNode, component: str) -> int | None:
+    try:
+        pid = int(rn.pid_file(component).read_text().strip())
+    except (OSError, ValueError):
+        return None
+    return pid if _alive(pid) else None
+
+
+def _spawn(rn: RealNode, component: str, argv: list[str]) -> int:
+    """Start ``argv`` in its own session (it outlives this process), logging to ``logs/COMPONENT.log``."""
+    with open(rn.log_file(component), "ab") as log:
+        proc = subprocess.Popen(argv, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
+                                start_new_session=True, cwd=rn.dir)
+    rn.pid_file(component).write_text(str(proc.pid))
+    return proc.pid
+
+
+def _end(rn: RealNode, component: str, timeout: float = 15.0) -> bool:
+    """SIGTERM the recorded process, SIGKILL after ``timeout`` s; False if it was not running."""
+    pid = _pid(rn, component)
+    rn.pid_file(component).unlink(missing_ok=True)
+    if pid is None:
+        return False
+    os.kill(pid, signal.SIGTERM)
+    deadline = time.monotonic() + timeout
+    while _alive(pid):
+        if time.monotonic() > deadline:
+            os.kill(pid, signal.SIGKILL)
+            deadline = float("inf")
+        time.sleep(0.05)
+    return True
+
+
+def _run(argv: list[str], timeout: float = 120, check: bool = True) -> subprocess.CompletedProcess:
+    try:
+        result = subprocess.run(argv, capture_output=True, text=True, timeout=timeout)
+    except (OSError, subprocess.TimeoutExpired) as exc:
+        raise RealNodeError(f"{' '.join(argv)}: {exc}") from None
+    if check and result.returncode != 0:
+        raise RealNodeError(f"{' '.join(argv)} failed ({result.returncode}): {result.stderr.strip()[-800:]}")
+    return result
+
+
+def _tail(path: Path, lines: int = 15) -> str:
+    try:
+        return "\n".join(path.read_text(errors="replace").splitlines()[-lines:])
+    except OSError:
+        return "(no log)"
+
+
+# -- checks ---------------------------------------------------------------------------------------
+
+def missing_commands() -> dict[str, str]:
+    """Commands the node needs that are not on this machine -> the Debian package that has them."""
+    return {cmd: pkg for cmd, pkg in COMMANDS.items()
+            if not (os.access(cmd, os.X_OK) if cmd.startswith("/") else shutil.which(cmd))}
+
+
+def busybox_path() -> Path:
+    """Debian's ``busybox-static`` binary (a dynamic busybox would not run in an image without a libc)."""
+    path = Path("/bin/busybox")
+    if not path.is_file():
+        raise RealNodeError("/bin/busybox missing: install Debian's busybox-static package")
+    with open(path, "rb") as fh:
+        header = fh.read(4096)
+    if b"ld-linux" in header or b"/lib64/ld" in header:
+        raise RealNodeError("/bin/busybox is dynamically linked: install Debian's busybox-static package")
+    return path
+
+
+def tools(bin_dir: Path | None = None) -> Path:
+    """The toolchain directory, with kubelet and kube-controller-manager beside the KWOK tools."""
+    from flotilla.kwok.cluster import KwokError, find_bin_dir
+
+    try:
+        bin_dir = bin_dir or find_bin_dir()
+    except KwokError as exc:
+        raise RealNodeError(str(exc)) from None
+    missing = [t for t in TOOLS if not (bin_dir / t).exists()]
+    if missing:
+        raise RealNodeError(f"{bin_dir} lacks {', '.join(missing)}: run scripts/k8s-tools (it builds them)")
+    return bin_dir
+
+
+def node_ip() -> str:
+    """This machine's address toward the outside (the kubelet refuses a loopback node IP)."""
+    with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as sock:
+        try:
+            sock.connect(("192.0.2.254", 9))   # no packet is sent: only picks the route's source address
+            address = sock.getsockname()[0]
+        except OSError:
+            address = ""
+    if address and not address.startswith("127."):
+        return address
+    out = _run(["ip", "-4", "-o", "addr", "show", "scope", "global"], check=False).stdout.split()
+    for word in out:
+        if "/" in word and word[0].isdigit():
+            return word.split("/")[0]
+    raise RealNodeError("no non-loopback IPv4 address on this machine for the kubelet's --node-ip")
+
+
+def _free_port(preferred: int) -> int:
+    for port in (preferred, 0):
+        with socket.socket() as sock:
+            try:
+                sock.bind(("0.0.0.0", port))
+            except OSError:
+                continue
+            return sock.getsockname()[1]
+    raise RealNodeError("no free port")
+
+
+# -- pieces ---------------------------------------------------------------------------------------
+
+def _render(template: str, **values: str) -> str:
+    text = (HERE / template).read_text()
+    for key, value in values.items():
+        text = text.replace(f"@{key}@", value)
+    return text
+
+
+def _write_configs(rn: RealNode) -> None:
+    config = rn.dir / "config"
+    if (config / "kubelet.yaml").exists():
+        return   # kept from the first start: the kubelet's ports stay what they were
+    for sub in ("config", "logs", "pids", "images", "cni/net.d", "cni/ipam", "kubelet/pki", "pod-logs"):
+        (rn.dir / sub).mkdir(parents=True, exist_ok=True)
+    common = {"DIR": str(rn.dir)}
+    (config / "containerd.toml").write_text(_render("containerd.toml", PAUSE_IMAGE=PAUSE_IMAGE, CNI_BIN=CNI_BIN,
+                                                    **common))
+    (rn.dir / "cni" / "net.d" / "10-flotilla.conflist").write_text(
+        _render("cni.conflist", NETWORK=NETWORK, BRIDGE=BRIDGE, SUBNET=SUBNET, **common))
+    port = _free_port(10250)
+    healthz = _free_port(10248)
+    (config / "kubelet.yaml").write_text(_render("kubelet.yaml", CGROUP_ROOT=CGROUP_ROOT, PORT=str(port),
+                                                 HEALTHZ_PORT=str(healthz), **common))
+
+
+def _cgroup_hierarchies() -> list[Path]:
+    """The cgroup v1 hierarchies (the kubelet's cgroupRoot must exist in each)."""
+    out = []
+    for line in Path("/proc/self/mounts").read_text().splitlines():
+        parts = line.split()
+        if len(parts) > 2 and parts[2] == "cgroup":
+            out.append(Path(parts[1]))
+    return out
+
+
+def _make_cgroups() -> None:
+    for hierarchy in _cgroup_hierarchies():
+        (hierarchy / CGROUP_ROOT.lstrip("/")).mkdir(exist_ok=True)
+
+
+def _ctr(rn: RealNode, *args: str, check: bool = True, timeout: float = 120) -> subprocess.CompletedProcess:
+    return _run(["ctr", "--address", str(rn.socket), "-n", "k8s.io", *args], timeout=timeout, check=check)
+
+
+def _start_containerd(rn: RealNode) -> None:
+    if _pid(rn, "containerd") is None:
+        rn.socket.unlink(missing_ok=True)
+        _spawn(rn, "containerd", ["containerd", "--config", str(rn.dir / "config" / "containerd.toml")])
+    deadline = time.monotonic() + 30
+    while _ctr(rn, "version", check=False, timeout=10).returncode != 0:
+        if _pid(rn, "containerd") is None or time.monotonic() > deadline:
+            raise RealNodeError(f"containerd did not start; its log ({rn.log_file('containerd')}):\n"
+                                f"{_tail(rn.log_file('containerd'))}")
+        time.sleep(0.05)
+
+
+def _import_images(rn: RealNode) -> None:
+    from flotilla.kwok.realnode.images import build_images
+
+    have = set(_ctr(rn, "images", "ls", "-q").stdout.split())
+    wanted = {IMAGE, PAUSE_IMAGE}
+    if wanted <= have:
+        return
+    try:
+        tars = build_images(rn.dir / "images", busybox_path(), HERE / "pause.c", IMAGE, PAUSE_IMAGE)
+    except (RuntimeError, OSError, subprocess.CalledProcessError) as exc:
+        raise RealNodeError(f"building the images: {exc}") from None
+    for tar in tars:
+        _ctr(rn, "images", "import", str(tar))
+    have = set(_ctr(rn, "images", "ls", "-q").stdout.split())
+    if not wanted <= have:
+        raise RealNodeError(f"images not in containerd after import: {sorted(wanted - have)} (have {sorted(have)})")
+
+
+def _start_cluster(rn: RealNode, bin_dir: Path) -> None:
+    from flotilla.kwok.cluster import KwokError, up
+
+    try:
+        up(CLUSTER, nodes=0, kubeconfig=str(rn.kubeconfig), bin_dir=bin_dir, timeout=120, extra_args=[
+            # kwokctl 0.8.0 keeps a component's patches at the position its first --extra-args had; the
+            # cluster's own API server argument is the first, so a new component must come right after it.
+            # kwokctl passes --manage-all-nodes=true; the later flag wins: only fake-annotated nodes are faked.
+            "kwok-controller=manage-all-nodes=false",
+            "kwok-controller=manage-nodes-with-annotation-selector=kwok.x-k8s.io/node=fake",
+            # pods/log: the API server reaches the kubelet at the node's InternalIP (its name resolves nowhere).
+            "kube-apiserver=kubelet-preferred-address-types=InternalIP",
+        ])
+    except KwokError as exc:
+        raise RealNodeError(f"cluster {CLUSTER}: {exc}") from None
+
+
+def _cluster_kubeconfig() -> Path:
+    from flotilla.kwok.cluster import workdir
+    return workdir(CLUSTER) / "kubeconfig.yaml"
+
+
+def _start_controller_manager(rn: RealNode, bin_dir: Path) -> None:
+    if _pid(rn, "kube-controller-manager") is not None:
+        return
+    _spawn(rn, "kube-controller-manager", [
+        str(bin_dir / "kube-controller-manager"), "--kubeconfig", str(_cluster_kubeconfig()),
+        "--controllers=nodelifecycle", "--leader-elect=false", "--secure-port=0",
+        f"--node-monitor-period={MONITOR_PERIOD}", f"--node-monitor-grace-period={MONITOR_GRACE}", "--v=1"])
+
+
+def start_kubelet(rn: RealNode | None = None, bin_dir: Path | None = None) -> bool:
+    """Start the kubelet if it is not running (False if it was). Does not wait for the node to be Ready."""
+    rn = rn or node()
+    if _pid(rn, "kubelet") is not None:
+        return False
+    bin_dir = tools(bin_dir)
+    _make_cgroups()
+    _spawn(rn, "kubelet", [
+        str(bin_dir / "kubelet"), "--config", str(rn.dir / "config" / "kubelet.yaml"),
+        "--kubeconfig", str(_cluster_kubeconfig()), "--hostname-override", NODE, "--node-ip", node_ip(),
+        "--root-dir", str(rn.dir / "kubelet"), "--cert-dir", str(rn.dir / "kubelet" / "pki"),
+        "--node-labels", f"{NODE_LABEL}=true", "--v=1"])
+    return True
+
+
+def stop_kubelet(rn: RealNode | None = None) -> bool:
+    """Stop the kubelet alone (its containers keep running, as on a node whose kubelet died). False if not running."""
+    return _end(rn or node(), "kubelet")
+
+
+def node_condition(rn: RealNode, client=None) -> str | None:
+    """The node's Ready condition status (``True``, ``False``, ``Unknown``), None while it is not registered."""
+    from flotilla.kubernetes.client import ApiError
+
+    own = client is None
+    client = client or rn.client()
+    try:
+        obj = client.get(f"/api/v1/nodes/{NODE}")
+    except ApiError as exc:
+        if exc.status == 404:
+            return None
+        raise
+    finally:
+        if own:
+            client.close()
+    for cond in (obj.get("status") or {}).get("conditions") or ():
+        if cond.get("type") == "Ready":
+            return cond.get("status")
+    return None
+
+
+def wait_ready(rn: RealNode, timeout: float = 90.0) -> None:
+    from flotilla.kubernetes.client import KubeError
+
+    client = rn.client()
+    deadline = time.monotonic() + timeout
+    try:
+        while True:
+            try:
+                if node_condition(rn, client) == "True":
+                    return
+            except KubeError:
+                pass
+            if _pid(rn, "kubelet") is None:
+                raise RealNodeError(f"the kubelet exited; its log ({rn.log_file('kubelet')}):\n"
+                                    f"{_tail(rn.log_file('kubelet'))}")
+            if time.monotonic() > deadline:
+                raise RealNodeError(f"node {NODE} not Ready after {timeout:.0f}s; the kubelet's log "
+                                    f"({rn.log_file('kubelet')}):\n{_tail(rn.log_file('kubelet'))}")
+            time.sleep(0.1)
+    finally:
+        client.close()
+
+
+# -- start / stop ---------------------------------------------------------------------------------
+
+def running(rn: RealNode | None = None) -> bool:
+    """Every process of the node alive and the node Ready."""
+    from flotilla.kwok.cluster import component_pid
+    from flotilla.kubernetes.client import KubeError
+
+    rn = rn or node()
+    if not rn.kubeconfig.exists():
+        return False
+    if any(_pid(rn, c) is None for c in ("containerd", "kube-controller-manager", "kubelet")):
+        return False
+    if any(component_pid(CLUSTER, c) is None for c in ("etcd", "kube-apiserver", "kwok-controller")):
+        return False
+    try:
+        return node_condition(rn) == "True"
+    except KubeError:
+        return False
+
+
+def start(rn: RealNode | None = None, bin_dir: Path | None = None) -> RealNode:
+    """Bring the node up (or whatever part of it is down); returns once ``real-1`` is Ready."""
+    rn = rn or node()
+    if os.geteuid() != 0:
+        raise RealNodeError("the real node needs root (containerd, mounts, cgroups, iptables)")
+    missing = missing_commands()
+    if missing:
+        raise RealNodeError(f"missing {', '.join(sorted(missing))}: install the Debian packages "
+                            f"{' '.join(sorted(set(missing.values())))} (scripts/real-node does)")
+    bin_dir = tools(bin_dir)
+    rn.dir.mkdir(parents=True, exist_ok=True)
+    with _locked(rn.dir):
+        if running(rn):
+            return rn
+        timings: dict[str, float] = {}
+        began = last = time.monotonic()
+
+        def lap(phase: str) -> None:
+            nonlocal last
+            now = time.monotonic()
+            timings[phase] = round(now - last, 2)
+            last = now
+
+        _write_configs(rn)
+        _make_cgroups()
+        _start_containerd(rn)
+        lap("containerd")
+        _import_images(rn)
+        lap("images")
+        _start_cluster(rn, bin_dir)
+        lap("cluster")
+        _start_controller_manager(rn, bin_dir)
+        start_kubelet(rn, bin_dir)
+        wait_ready(rn)
+        lap("kubelet")
+        timings["total"] = round(time.monotonic() - began, 2)
+        (rn.dir / "timings.json").write_text(json.dumps({"time": time.time(), "phases": timings}) + "\n")
+        _say(f"node {NODE} Ready in {timings['total']:.1f}s ({', '.join(f'{k} {v:.1f}s' for k, v in timings.items() if k != 'total')})")
+    return rn
+
+
+def _drain_node(rn: RealNode) -> None:
+    """Delete the node's pods while the kubelet runs (it tears their sandboxes and networks down), then the node."""
+    from flotilla.kubernetes.client import ApiError, KubeError, pod_path
+
+    try:
+        client = rn.client(timeout=5.0)
+    except Exception:  # noqa: BLE001 - no usable kubeconfig: nothing to drain through
+        return
+    try:
+        selector = {"fieldSelector": f"spec.nodeName={NODE}"}
+        for pod in client.get("/api/v1/pods", **selector)["items"]:
+            meta = pod["metadata"]
+            try:
+                client.delete(pod_path(meta["namespace"], meta["name"]), {"gracePeriodSeconds": 1})
+            except ApiError:
+                pass
+        deadline = time.monotonic() + 30
+        while client.get("/api/v1/pods", **selector)["items"] and time.monotonic() < deadline:
+            time.sleep(0.2)
+        try:
+            client.delete(f"/api/v1/nodes/{NODE}")
+        except ApiError:
+            pass
+    except KubeError:
+        pass
+    finally:
+        client.close()
+
+
+def _remove_containers(rn: RealNode) -> None:
+    if not rn.socket.exists() or _pid(rn, "containerd") is None:
+        return
+    tasks = _ctr(rn, "tasks", "ls", "-q", check=False).stdout.split()
+    for task in tasks:
+        _ctr(rn, "tasks", "kill", "-s", "KILL", task, check=False)
+    deadline = time.monotonic() + 10
+    while _ctr(rn, "tasks", "ls", "-q", check=False).stdout.split() and time.monotonic() < deadline:
+        time.sleep(0.1)
+    for task in _ctr(rn, "tasks", "ls", "-q", check=False).stdout.split():
+        _ctr(rn, "tasks", "rm", "-f", task, check=False)
+    for container in _ctr(rn, "containers", "ls", "-q", check=False).stdout.split():
+        _ctr(rn, "containers", "rm", container, check=False)
+
+
+def _mounts_under(directory: Path) -> list[str]:
+    prefix = str(directory).rstrip("/") + "/"
+    out = []
+    for line in Path("/proc/self/mountinfo").read_text().splitlines():
+        target = line.split()[4].replace("\\040", " ")
+        if target.startswith(prefix) or target == str(directory):
+            out.append(target)
+    return out
+
+
+def _unmount_all(directory: Path) -> list[str]:
+    """Unmount everything under ``directory``, deepest first; what is still mounted after a lazy retry."""
+    for target in sorted(set(_mounts_under(directory)), key=len, reverse=True):
+        if subprocess.run(["umount", target], capture_output=True).returncode != 0:
+            subprocess.run(["umount", "-l", target], capture_output=True)
+    return _mounts_under(directory)
+
+
+def _remove_network() -> None:
+    subprocess.run(["ip", "link", "del", BRIDGE], capture_output=True)
+    # The bridge plugin's ipMasq adds one POSTROUTING rule and one CNI-<hash> chain per pod, commented with
+    # the network's name; a sandbox not torn down by the plugin leaves them behind.
+    saved = subprocess.run(["iptables-save", "-t", "nat"], capture_output=True, text=True).stdout
+    tag = f'name: \\"{NETWORK}\\"'
+    chains = set()
+    for line in saved.splitlines():
+        if tag not in line:
+            continue
+        chains.update(word for word in line.split() if word.startswith("CNI-"))
+        if line.startswith("-A POSTROUTING "):
+            _delete_rule(line)
+    for chain in sorted(chains):
+        subprocess.run(["iptables", "-t", "nat", "-F", chain], capture_output=True)
+        subprocess.run(["iptables", "-t", "nat", "-X", chain], capture_output=True)
+
+
+def _delete_rule(saved_line: str) -> None:
+    """Delete one ``iptables-save`` rule line (``-A CHAIN ...``) from the nat table, quoting as the shell would."""
+    import shlex
+    args = shlex.split(saved_line)
+    args[0] = "-D"
+    subprocess.run(["iptables", "-t", "nat", *args], capture_output=True)
+
+
+def _remove_cgroups() -> None:
+    for hierarchy in _cgroup_hierarchies():
+        root = hierarchy / CGROUP_ROOT.lstrip("/")
+        if not root.is_dir():
+            continue
+        for path in sorted((p for p in root.rglob("*") if p.is_dir()), key=lambda p: len(p.parts), reverse=True):
+            try:
+                path.rmdir()
+            except OSError:
+                pass
+        try:
+            root.rmdir()
+        except OSError:
+            pass
+
+
+def stop(rn: RealNode | None = None, bin_dir: Path | None = None) -> list[str]:
+    """Take everything ``start`` made down; returns what could not be removed (empty when all went)."""
+    from flotilla.kwok.cluster import KwokError, down, workdir
+
+    rn = rn or node()
+    problems: list[str] = []
+    with _locked(rn.dir):
+        if _pid(rn, "kubelet") is not None:
+            _drain_node(rn)
+        _end(rn, "kubelet")
+        _end(rn, "kube-controller-manager")
+        _remove_containers(rn)
+        _end(rn, "containerd")
+        if workdir(CLUSTER).exists():
+            try:
+                down(CLUSTER, kubeconfig=str(rn.kubeconfig), bin_dir=bin_dir)
+            except (KwokError, OSError) as exc:
+                problems.append(f"cluster {CLUSTER}: {exc}")
+        left = _unmount_all(rn.dir)
+        problems += [f"still mounted: {m}" for m in left]
+        _remove_network()
+        _remove_cgroups()
+        if not left and rn.dir.exists():
+            shutil.rmtree(rn.dir, ignore_errors=True)
+    return problems
+
+
+__all__ = ["CLUSTER", "CONTEXT", "IMAGE", "NODE", "RealNode", "RealNodeError", "node", "node_condition", "running",
+           "start", "start_kubelet", "state_dir", "stop", "stop_kubelet", "wait_ready"]

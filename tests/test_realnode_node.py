@@ -1,0 +1,62 @@
+"""The real node itself: ``scripts/real-node`` brings up ``real-1``, whose kubelet runs the local image.
+
+The scheduling and lifecycle tests through ``flotilla serve`` are in
+test_realnode.py; these check the node they stand on.
+"""
+
+from __future__ import annotations
+
+import json
+import tarfile
+
+import pytest
+
+from flotilla.kubernetes.client import pod_path
+from flotilla.kwok.realnode import IMAGE, NODE_LABEL, images
+
+
+def bare_pod(name: str, command: str, image: str, **spec) -> dict:
+    """A pod bound to real-1 by nodeName (no scheduler involved)."""
+    return {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": name},
+            "spec": {"nodeName": "real-1", "restartPolicy": "Never", "terminationGracePeriodSeconds": 1,
+                     "containers": [{"name": "main", "image": image, "imagePullPolicy": "Never",
+                                     "command": ["sh", "-c", command]}], **spec}}
+
+
+@pytest.mark.realnode
+def test_real_node_is_ready_and_runs_the_local_image(real_node):
+    node = real_node.client.get("/api/v1/nodes/real-1")
+    assert real_node.image == IMAGE
+    assert real_node.context == "kwok-flotilla-realnode"
+    assert node["metadata"]["labels"]["kubernetes.io/hostname"] == "real-1"
+    assert node["metadata"]["labels"][NODE_LABEL] == "true"
+    assert "kwok.x-k8s.io/node" not in (node["metadata"].get("annotations") or {})   # kwok-controller leaves it be
+    assert real_node.node_ready() == "True"
+
+    ns = real_node.namespace
+    real_node.client.post(pod_path(ns), bare_pod("hello", "echo hello; exit 3", real_node.image))
+    pod = real_node.wait(lambda: (lambda p: p if p["status"].get("phase") in ("Succeeded", "Failed") else None)(
+        real_node.client.get(pod_path(ns, "hello"))), what="pod hello to finish")
+    state = pod["status"]["containerStatuses"][0]["state"]["terminated"]
+    assert (pod["status"]["phase"], state["exitCode"], state["reason"]) == ("Failed", 3, "Error")
+    assert real_node.client.pod_log(ns, "hello").read() == b"hello\n"
+
+
+def test_busybox_image_links_every_applet_and_is_reproducible(tmp_path):
+    from flotilla.kwok.realnode import busybox_path
+
+    try:
+        busybox = busybox_path()
+    except Exception as exc:  # noqa: BLE001 - not every machine has busybox-static
+        pytest.skip(str(exc))
+    first = images.busybox_image(tmp_path / "a.tar", "flotilla.local/busybox:1", busybox)
+    second = images.busybox_image(tmp_path / "b.tar", "flotilla.local/busybox:1", busybox)
+    assert first.read_bytes() == second.read_bytes()
+    with tarfile.open(first) as archive:
+        manifest = json.load(archive.extractfile("manifest.json"))
+        assert manifest[0]["RepoTags"] == ["flotilla.local/busybox:1"]
+        with tarfile.open(fileobj=archive.extractfile(manifest[0]["Layers"][0])) as layer:
+            members = {m.name: m for m in layer.getmembers()}
+    assert members["bin/busybox"].mode == 0o755
+    for applet in ("sh", "sleep", "head", "tail", "echo", "kill"):
+        assert members[f"bin/{applet}"].issym() and members[f"bin/{applet}"].linkname == "busybox"
