@@ -338,6 +338,37 @@ def test_pod_lifecycle_events_duration_deadline_grace_and_binding(kwok):
             backend.close()
 
 
+def test_finished_pods_stay_for_finished_pod_retention_then_go(kwok):
+    """A finished pod is kept (holding nothing) for finishedPodRetention on the backend's clock, then deleted."""
+    from flotilla.kubernetes.pods import PodSettings
+
+    now = [1000.0]
+    backend = KubernetesCluster("keep", kubeconfig=kwok["a"].kubeconfig, context=kwok["a"].context,
+                                settings=PodSettings(name_prefix="keep-"), finished_pod_retention=60,
+                                clock=lambda: now[0])
+    try:
+        assert backend.wait_synced(30)
+        done = job("done", "A", annotations={"flotilla.io/simulated-duration": "0s"})
+        backend.apply(ClusterDecisions(start=[Placement(done, backend.name, "node-1")]))
+        events = []
+        deadline = time.monotonic() + 20
+        while ("done", "succeeded") not in {(e.job_id, e.kind) for e in events} and time.monotonic() < deadline:
+            events += backend.poll_events()
+            time.sleep(0.1)
+        assert [(e.job_id, e.kind) for e in events] == [("done", "running"), ("done", "succeeded")]
+        names = lambda: sorted(p["metadata"]["name"] for p in kwok["a"].pods())   # noqa: E731
+        now[0] += 59
+        backend.poll_events()
+        assert backend.wait_idle(10) and names() == ["keep-done-0"]
+        assert backend.snapshot().running == []                # kept, holding nothing
+        now[0] += 1
+        assert backend.poll_events() == []
+        kwok["a"].wait_pods(lambda pods: not pods, timeout=10, what="the finished pod deleted")
+        assert backend.poll_events() == []                     # its deletion is no news about the job
+    finally:
+        backend.close()
+
+
 def test_kwok_up_and_down_commands(tmp_path):
     """`flotilla kwok up` prints the context and makes N fake nodes from a template; `down` removes it all."""
     from flotilla.kwok.cluster import workdir

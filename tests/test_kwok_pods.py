@@ -158,7 +158,8 @@ def test_kubernetes_cluster_settings_from_the_config_reach_the_backend():
     cfg = parse_config("""
 clusters:
   - {name: a, kind: kubernetes, context: a, namespace: batch}
-  - {name: b, kind: kubernetes, context: b, workers: 4, bind: binding, nodeSelector: "pool=batch"}
+  - {name: b, kind: kubernetes, context: b, workers: 4, bind: binding, nodeSelector: "pool=batch",
+     finishedPodRetention: 10m}
 """, "k8s.yaml")
     configuration = Configuration()
     configuration.host = "http://127.0.0.1:9"  # never contacted: start=False
@@ -166,6 +167,7 @@ clusters:
     assert (a.bind, a._pool._max_workers, a.node_selector, a.settings.namespace) == ("node-name", 32, None, "batch")
     assert (b.bind, b._pool._max_workers, b.node_selector, b.settings.namespace) == ("binding", 4, "pool=batch",
                                                                                       "default")
+    assert (a.finished_pod_retention, b.finished_pod_retention) == (0.0, 600.0)
 
 
 def test_in_cluster_true_uses_the_pods_service_account_through_the_official_loader(tmp_path, monkeypatch):

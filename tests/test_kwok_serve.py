@@ -108,3 +108,39 @@ def test_serve_leases_onto_two_kwok_clusters_and_a_gang_fills_one(kwok, tmp_path
         assert set(store.job_states().values()) == {"succeeded"}
     finally:
         store.close()
+
+
+def test_logs_on_kwok_say_why_there_is_none(kwok, tmp_path):
+    """KWOK's fake nodes run no containers: kwok-controller, answering for their kubelets, has no log of a
+    running job's container (409, its words); a finished pod deleted at once is gone (410)."""
+    from flotilla.kubernetes.pods import pod_name
+
+    cluster = kwok["a"]
+    cluster.create_namespace("flotilla-serve")
+    srv = Server(tmp_path, CONFIG + f"  - {{name: a, kind: kubernetes, kubeconfig: {cluster.kubeconfig}, "
+                                    f"context: {cluster.context}, namespace: flotilla-serve}}\n").start()
+    try:
+        body = {"queue": "A", "jobSetId": "logs", "jobs": [job("long", cpu="1", duration="600s"),
+                                                           job("short", cpu="1", duration="1s")]}
+        out = cli(srv, "alice", "submit", str(write_file(tmp_path, "logs.yaml", body)), "--output", "json")
+        assert out.returncode == 0, out.stderr
+        long_id, short_id = (j["id"] for j in json.loads(out.stdout)["jobs"])
+        wait_for(lambda: json.loads(cli(srv, "alice", "status", short_id, "-o", "json").stdout)["state"]
+                 == "succeeded", timeout=60)
+        wait_for(lambda: job_pods(cluster).get(long_id, (None, None))[1] == "Running", timeout=60)
+        wait_for(lambda: short_id not in job_pods(cluster), timeout=30)
+
+        with srv.http("alice") as alice:
+            answer = alice.get(f"/v1/jobs/{short_id}/logs")
+            assert (answer.status_code, answer.json()["error"]["message"]) == (
+                410, f"the pod of job {short_id!r} is gone from cluster 'a' (finished pods are kept for the "
+                     "cluster's finishedPodRetention)")
+            pod = f"flotilla-serve/{pod_name('flotilla-', long_id, 0)}"
+            answer = alice.get(f"/v1/jobs/{long_id}/logs", params={"follow": "true", "tail": 5})
+            assert (answer.status_code, answer.json()["error"]["message"]) == (
+                409, f"pod {pod} on cluster 'a': no logs found for container \"main\" in pod \"{pod}\"")
+        out = cli(srv, "alice", "logs", short_id)
+        assert (out.returncode, out.stdout) == (1, "")
+        assert out.stderr.startswith(f"error: 410: the pod of job {short_id!r} is gone from cluster 'a'")
+    finally:
+        srv.kill()

@@ -217,6 +217,9 @@ class KubernetesClusterConfig(Model):
     stuck_pod_expiry: Duration = Field(300.0, alias="stuckPodExpiry")
     #: A node NotReady or deleted this long has its Flotilla pods removed; their jobs are retried elsewhere.
     node_lost_timeout: Duration = Field(300.0, alias="nodeLostTimeout")
+    #: How long a finished pod (Succeeded, Failed) stays, holding nothing, so that its log can be read
+    #: (``flotilla logs``); 0 deletes it at once, which keeps the API server's pod count at the running jobs.
+    finished_pod_retention: Duration = Field(0.0, alias="finishedPodRetention")
     #: A job's ingress hosts are <pod>-<port>.<ingressDomain>; none: its ingress routes by path.
     ingress_domain: str | None = Field(None, alias="ingressDomain")
 

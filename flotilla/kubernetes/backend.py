@@ -114,7 +114,8 @@ class KubernetesCluster:
                  priority_classes: Iterable[tuple[str, int, bool]] = (), bind: str = "node-name",
                  workers: int = 32, delete_finished: bool = True, node_selector: str | None = None,
                  watch_timeout: int = 60, stuck_pod_expiry: float | None = 300.0,
-                 node_lost_timeout: float | None = 300.0, clock: Callable[[], float] = time.time,
+                 node_lost_timeout: float | None = 300.0, finished_pod_retention: float = 0.0,
+                 clock: Callable[[], float] = time.time,
                  start: bool = True):
         if bind not in ("node-name", "binding"):
             raise ValueError(f"bind must be 'node-name' or 'binding', not {bind!r}")
@@ -129,6 +130,7 @@ class KubernetesCluster:
         self.watch_timeout = watch_timeout
         self.stuck_pod_expiry = stuck_pod_expiry
         self.node_lost_timeout = node_lost_timeout
+        self.finished_pod_retention = finished_pod_retention
         self.clock = clock
 
         self._lock = threading.RLock()
@@ -145,6 +147,7 @@ class KubernetesCluster:
         self._starts: dict[str, int] = {}                # job id -> times started: tells a stale delete
         self._starting: dict[tuple[str, str], float] = {}  # our pods not started yet -> first seen
         self._nodes_down: dict[str, list] = {}           # node -> [since, deleted, handled]
+        self._finished: dict[tuple[str, str], float] = {}  # finished pods kept for their logs -> when to delete
         self._events: deque[tuple[JobEvent, int | None]] = deque()   # (event, the run it is about)
         self._synced = {"nodes": False, "pods": False}
         self._error: str = "not synced yet"
@@ -254,7 +257,9 @@ class KubernetesCluster:
 
     def poll_events(self) -> list[JobEvent]:
         with self._lock:
-            self._give_up_stuck_and_lost(self.clock())
+            now = self.clock()
+            self._give_up_stuck_and_lost(now)
+            self._delete_expired(now)
             # An event about an earlier run of a job started again since (a delete that finished late) is
             # dropped: the service would take it for news about the new run.
             events = [ev for ev, run in self._events if run is None or run == self._starts.get(ev.job_id, 0)]
@@ -424,6 +429,14 @@ class KubernetesCluster:
                                                 "gracePeriodSeconds": grace})
         except KubeError:
             pass
+
+    def _delete_expired(self, now: float) -> None:
+        """Delete the finished pods whose ``finishedPodRetention`` is over."""
+        if not self._finished:
+            return
+        for key in [key for key, due in self._finished.items() if due <= now]:
+            del self._finished[key]
+            self._pool.submit(self._delete_finished, key)
 
     # -- the platform's failures: stuck pods, lost nodes (checked at every poll) -------------------
     def _give_up(self, pod: _Pod, reason: str, grace: int = 0) -> None:
@@ -609,6 +622,7 @@ class KubernetesCluster:
                 self._emit(job_id, "lost", old.node, "pod deleted outside Flotilla")
             self._reported.pop(key, None)
             self._starting.pop(key, None)
+            self._finished.pop(key, None)
             return
         spec = obj.get("spec") or {}
         phase = pod_phase(obj)
@@ -663,7 +677,10 @@ class KubernetesCluster:
             self._emit(job_id, kind, pod.node, pod.reason if kind != "succeeded" else "")
             if self.delete_finished and not pod.deleting:
                 self._ignore_delete.add(pod.key)
-                self._pool.submit(self._delete_finished, pod.key)
+                if self.finished_pod_retention > 0:   # kept (holding nothing) so that its log can be read
+                    self._finished[pod.key] = self.clock() + self.finished_pod_retention
+                else:
+                    self._pool.submit(self._delete_finished, pod.key)
 
     # -- reading back (tests, tools) ---------------------------------------------------------
     def pods_by_node(self) -> dict[str, list[str]]:
@@ -693,7 +710,8 @@ def backend_from_config(cluster_config, config=None, **kwargs) -> KubernetesClus
         options["client"] = KubeClient.from_in_cluster(pool_size=max(8, workers + 4))
     for attr, key in (("bind", "bind"), ("workers", "workers"), ("node_selector", "node_selector"),
                       ("delete_finished", "delete_finished"), ("stuck_pod_expiry", "stuck_pod_expiry"),
-                      ("node_lost_timeout", "node_lost_timeout")):
+                      ("node_lost_timeout", "node_lost_timeout"),
+                      ("finished_pod_retention", "finished_pod_retention")):
         value = getattr(cluster_config, attr, None)
         if value is not None:
             options[key] = value

@@ -14,6 +14,7 @@ Endpoints (all under ``/v1``)::
     POST   /cancel                                  {queue, jobSetId?, jobIds?, states?}
     POST   /reprioritize                            {queue, jobSetId?, jobIds?, priority}
     GET    /jobs/{id}                               a job's record
+    GET    /jobs/{id}/logs                          ?pod=N&tail=N&follow=1: its container's log (text)
     GET    /queues/{q}/jobsets/{js}/jobs            the job set's jobs
     GET    /queues/{q}/jobsets/{js}/events          ?after=ID&follow=1&format=jsonl|sse (Last-Event-ID honoured)
     GET    /queues                                  every queue
@@ -36,7 +37,7 @@ from typing import Annotated, Any, Literal
 from fastapi import Depends, FastAPI, Header, Query, Request
 from fastapi.concurrency import run_in_threadpool
 from fastapi.exceptions import RequestValidationError
-from fastapi.responses import StreamingResponse
+from fastapi.responses import Response, StreamingResponse
 from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
 from pydantic import BaseModel, ConfigDict, Field
 
@@ -48,6 +49,7 @@ from flotilla.service.bounds import ID_PATTERN, INT64_MAX, PRIORITY_MAX, PRIORIT
 from flotilla.service.errors import ApiError, ErrorItem
 from flotilla.service.guard import BoundedRoute, Guard
 from flotilla.service.jobspec import JobFile, field_path, rejections_from_errors, validate_jobs
+from flotilla.service.logs import LOG_RESPONSES, MAX_TAIL, PodLogs
 from flotilla.service.settings import DEFAULT_LIMITS, QueueSpec, ServiceSettings
 from flotilla.service.roles.status import StatusReader
 from flotilla.service.store import Store
@@ -193,6 +195,35 @@ def create_app(store: Store, settings: ServiceSettings, loop=None, *, admin_endp
     @app.get("/v1/jobs/{job_id}", tags=["jobs"], summary="A job's state and record")
     def job_status(job_id: str, who: Identity = Depends(identity)) -> dict:
         return access.visible_job(store, job_id, who)
+
+    pod_logs = PodLogs(settings, loop)
+    app.state.pod_logs = pod_logs
+
+    @app.get("/v1/jobs/{job_id}/logs", tags=["jobs"], response_class=StreamingResponse, responses=LOG_RESPONSES,
+             summary="A job's container log, read from its cluster (same access as the job's status)")
+    async def job_logs(job_id: str, pod: int = Query(0, ge=0, le=INT64_MAX, description="the job's pod number"),
+                       follow: bool = Query(False, description="stream until the container ends"),
+                       tail: int | None = Query(None, ge=0, le=MAX_TAIL, description="only the last N lines"),
+                       who: Identity = Depends(identity)):
+        job = await run_in_threadpool(access.visible_job, store, job_id, who)
+        if not follow:
+            content, truncated = await run_in_threadpool(pod_logs.read, job, pod, tail)
+            return Response(content, media_type="text/plain; charset=utf-8",
+                            headers={"X-Flotilla-Log-Truncated": "true" if truncated else "false"})
+        response, release = await run_in_threadpool(pod_logs.follow, job, pod, tail)
+
+        async def stream():
+            try:
+                while not stopping():
+                    chunk = await run_in_threadpool(pod_logs.next_chunk, response)
+                    if not chunk:
+                        return
+                    yield chunk
+            finally:
+                release()   # also ends a read still blocked in its thread (the client left)
+
+        return StreamingResponse(stream(), media_type="text/plain; charset=utf-8",
+                                 headers={"Cache-Control": "no-cache", "X-Accel-Buffering": "no"})
 
     @app.get("/v1/queues/{queue}/jobsets/{job_set}/jobs", tags=["jobs"], summary="The jobs of a job set")
     def job_set_jobs(queue: str, job_set: str, state: list[JobState] | None = Query(default=None),

@@ -281,6 +281,37 @@ def status(ctx, job_id, job_set, output, url, token):
     emit(record, output, JOB_COLUMNS)
 
 
+@click.command("logs")
+@click.argument("job_id")
+@click.option("--pod", type=click.IntRange(min=0), default=0, show_default=True,
+              help="Which of the job's pods (a job of several podSpecs), counting from 0.")
+@click.option("--follow", "-f", is_flag=True, help="Keep printing as the container writes, until it ends.")
+@click.option("--tail", type=click.IntRange(0, 10_000), default=None, help="Only the last N lines (at most 10000).")
+@connection_options
+@click.pass_context
+def logs(ctx, job_id, pod, follow, tail, url, token):
+    """Print a job's container log (its pod's first container), read from its cluster.
+
+    Anyone who may see the job's status may read its log. A job that has
+    not started, or ran on a simulated cluster, has none; a finished job's
+    log is there while its cluster keeps the pod (`finishedPodRetention`).
+    Without --tail, at most the log's first 8 MiB.
+    """
+    from flotilla.service.client import ClientError
+
+    _remember(ctx, url, token)
+    out = sys.stdout.buffer
+    with _client(ctx) as client:
+        try:
+            for chunk in client.logs(job_id, pod=pod, tail=tail, follow=follow):
+                out.write(chunk)
+                out.flush()
+        except ClientError as exc:
+            raise _from_client_error(exc) from None
+        except KeyboardInterrupt:
+            return
+
+
 @click.command("watch")
 @click.argument("queue")
 @click.argument("job_set")
@@ -488,7 +519,7 @@ def node_list(ctx, output, url, token):
     emit({"nodes": nodes}, output, [("node", "node"), ("state", "state")], rows)
 
 
-COMMANDS = [serve, submit, cancel, reprioritize, status, watch, queue_group, node_group]
+COMMANDS = [serve, submit, cancel, reprioritize, status, logs, watch, queue_group, node_group]
 
 
 def register(main: click.Group) -> None:

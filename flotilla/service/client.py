@@ -116,6 +116,22 @@ class Client:
     def status(self, job_id: str) -> dict:
         return self.request("GET", f"/v1/jobs/{job_id}")
 
+    def logs(self, job_id: str, pod: int = 0, tail: int | None = None, follow: bool = False) -> Iterator[bytes]:
+        """The job's container log, in chunks as they come (with ``follow``, until the container ends)."""
+        params: dict[str, Any] = {"pod": pod, "follow": str(follow).lower()}
+        if tail is not None:
+            params["tail"] = tail
+        try:
+            with self.http.stream("GET", f"/v1/jobs/{job_id}/logs", params=params,
+                                  timeout=httpx.Timeout(10.0, read=None if follow else 60.0)) as response:
+                if response.status_code >= 400:
+                    response.read()
+                    message, body = _message(response)
+                    raise ClientError(response.status_code, message, body)
+                yield from response.iter_bytes()
+        except (httpx.TransportError, httpx.StreamError) as exc:
+            raise ClientError(0, f"cannot read the log from {self.url}: {exc}") from None
+
     def jobs(self, queue: str, job_set: str) -> list[dict]:
         return self.request("GET", f"/v1/queues/{queue}/jobsets/{job_set}/jobs")["jobs"]
 

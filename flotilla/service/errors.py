@@ -36,8 +36,8 @@ log = structlog.get_logger("flotilla.service")
 #: HTTP status -> the error code every answer with that status carries (unless a more precise one is given).
 CODES: dict[int, str] = {
     400: "bad_request", 401: "unauthenticated", 403: "forbidden", 404: "not_found",
-    405: "method_not_allowed", 409: "conflict", 413: "too_large", 415: "unsupported_media_type",
-    422: "invalid", 500: "internal",
+    405: "method_not_allowed", 409: "conflict", 410: "gone", 413: "too_large", 415: "unsupported_media_type",
+    422: "invalid", 429: "too_many_requests", 500: "internal", 502: "bad_gateway", 503: "unavailable",
 }
 
 #: The most problems one answer lists (the message says how many more there were).

@@ -1,0 +1,201 @@
+"""A job's container log, read through its cluster's API server (``pods/log``), for ``GET /v1/jobs/{id}/logs``.
+
+The job's record says which cluster ran it last; the pod is found there by
+its ``flotilla.io/job-id`` label (the newest attempt of the asked pod
+number), and its first container's log is read. The API server fetches it
+from the node's kubelet, so a pod the kubelet no longer has (deleted after
+the job finished, see the cluster's ``finishedPodRetention``) has no log.
+
+Every answer is bounded: ``tail`` at most :data:`MAX_TAIL` lines; an answer
+without ``follow`` holds at most the log's first :data:`MAX_BYTES` bytes
+(header ``X-Flotilla-Log-Truncated: true`` when there was more); a followed
+log ends when the container ends, when the client leaves, when the service
+stops, or after :data:`FOLLOW_READ_TIMEOUT` seconds without output, and at
+most :data:`MAX_FOLLOWERS` logs are followed at once (each holds a thread
+while it waits for output).
+
+Refusals (``ApiError``): 409 when the job has no pod to read (not started
+yet, on a simulated cluster) or its container has not started; 410 when the
+pod is gone; 422 for a pod number the job does not have; 502 when the API
+server could not get the log from the kubelet; 503 when the cluster cannot
+be reached; 429 when :data:`MAX_FOLLOWERS` logs are already followed.
+"""
+
+from __future__ import annotations
+
+import threading
+from dataclasses import dataclass
+
+from flotilla.service.errors import ApiError, ErrorResponse
+
+MAX_TAIL = 10_000
+MAX_BYTES = 8 * 1024 * 1024
+#: A followed log with no output this long ends (the client may follow again).
+FOLLOW_READ_TIMEOUT = 3600.0
+MAX_FOLLOWERS = 16
+CHUNK = 64 * 1024
+
+#: The logs endpoint's own answers, beside the API's common ones.
+LOG_RESPONSES = {
+    200: {"description": "The log as text (streamed with follow=true)", "content": {"text/plain": {}}},
+    410: {"model": ErrorResponse, "description": "The job's pod is gone from its cluster"},
+    429: {"model": ErrorResponse, "description": "Too many logs followed at once"},
+    502: {"model": ErrorResponse, "description": "The API server could not get the log from the node"},
+    503: {"model": ErrorResponse, "description": "The job's cluster cannot be reached"},
+}
+
+
+@dataclass(frozen=True)
+class PodRef:
+    cluster: str
+    namespace: str
+    name: str
+    container: str | None
+
+
+class PodLogs:
+    """Log access to the configured Kubernetes clusters, one client each (the scheduling loop's when it runs here)."""
+
+    def __init__(self, settings, loop=None):
+        self._specs = {spec.name: spec for spec in settings.clusters}
+        self._loop = loop
+        self._clients: dict[str, object] = {}
+        self._lock = threading.Lock()
+        self._followers = threading.BoundedSemaphore(MAX_FOLLOWERS)
+
+    def _client(self, cluster: str):
+        backend = (self._loop.backends.get(cluster) if self._loop is not None else None)
+        client = getattr(backend, "client", None)
+        if client is not None:
+            return client
+        with self._lock:
+            if cluster not in self._clients:
+                from flotilla.kubernetes.client import KubeClient
+
+                raw = self._specs[cluster].raw
+                if getattr(raw, "in_cluster", False):
+                    self._clients[cluster] = KubeClient.from_in_cluster(pool_size=8)
+                else:
+                    self._clients[cluster] = KubeClient.from_kubeconfig(
+                        getattr(raw, "kubeconfig", None) or "~/.kube/config", getattr(raw, "context", None),
+                        pool_size=8)
+            return self._clients[cluster]
+
+    def locate(self, job: dict, pod: int) -> tuple[object, PodRef]:
+        """The client and pod for pod number ``pod`` of ``job`` (a record as :meth:`Store.get_job` gives it)."""
+        from flotilla.kubernetes.client import ApiError as KubeApiError, Unreachable, forbidden_message
+        from flotilla.kubernetes.pods import ATTEMPT, JOB_ID, label_value
+        from flotilla.service.leases import pod_ids
+
+        npods = max(1, len(job.get("pods") or ()))
+        if pod >= npods:
+            raise ApiError(422, f"job {job['id']!r} has {npods} pod{'s' if npods > 1 else ''}: "
+                               f"pod must be 0..{npods - 1}, got {pod}", field="pod")
+        cluster = job.get("cluster")
+        if not cluster:
+            raise ApiError(409, f"job {job['id']!r} has no pod: it has not started on a cluster "
+                                f"(state {job['state']})")
+        spec = self._specs.get(cluster)
+        if spec is None:
+            raise ApiError(409, f"job {job['id']!r} ran on cluster {cluster!r}, which the config no longer has")
+        if spec.kind != "kubernetes":
+            raise ApiError(409, f"job {job['id']!r} ran on {spec.kind} cluster {cluster!r}: its jobs run no "
+                                f"containers, so there is no log")
+        pod_id = pod_ids(job["id"], npods)[pod]
+        client = self._client(cluster)
+        try:
+            items = client.get("/api/v1/pods", labelSelector=f"{JOB_ID}={label_value(pod_id)}")["items"]
+        except Unreachable as exc:
+            raise ApiError(503, f"cluster {cluster!r} cannot be reached: {exc}") from None
+        except KubeApiError as exc:
+            why = forbidden_message(exc) if exc.status == 403 else str(exc)
+            raise ApiError(502, f"cluster {cluster!r} did not list the job's pods: {why}") from None
+        ours = [p for p in items if (p["metadata"].get("annotations") or {}).get(JOB_ID) == pod_id]
+        if not ours:
+            raise ApiError(410, f"the pod of job {job['id']!r}" + (f" (pod {pod})" if npods > 1 else "")
+                           + f" is gone from cluster {cluster!r} (finished pods are kept for the cluster's "
+                             f"finishedPodRetention)")
+
+        def attempt(p: dict) -> int:
+            try:
+                return int((p["metadata"].get("annotations") or {}).get(ATTEMPT, "0"))
+            except ValueError:
+                return 0
+
+        newest = max(ours, key=attempt)
+        containers = (newest.get("spec") or {}).get("containers") or [{}]
+        return client, PodRef(cluster, newest["metadata"]["namespace"], newest["metadata"]["name"],
+                              containers[0].get("name"))
+
+    def read(self, job: dict, pod: int, tail: int | None) -> tuple[bytes, bool]:
+        """The log (its first :data:`MAX_BYTES` bytes) and whether there was more."""
+        response = self.open(job, pod, follow=False, tail=tail, limit=MAX_BYTES + 1)
+        try:
+            content = response.read()
+        finally:
+            response.release_conn()
+        return content[:MAX_BYTES], len(content) > MAX_BYTES
+
+    def follow(self, job: dict, pod: int, tail: int | None):
+        """An open followed log and the function that ends it (call it exactly once, from any thread)."""
+        if not self._followers.acquire(blocking=False):
+            raise ApiError(429, f"{MAX_FOLLOWERS} logs are followed already; try again later")
+        try:
+            response = self.open(job, pod, follow=True, tail=tail)
+        except BaseException:
+            self._followers.release()
+            raise
+        done = threading.Event()
+
+        def release() -> None:
+            if done.is_set():
+                return
+            done.set()
+            try:
+                response.shutdown()
+                response.release_conn()
+            finally:
+                self._followers.release()
+
+        return response, release
+
+    @staticmethod
+    def next_chunk(response) -> bytes:
+        """What the followed log has next (blocks until output comes); b"" once it has ended."""
+        from urllib3.exceptions import HTTPError
+
+        try:
+            return response.read1(CHUNK)
+        except (HTTPError, OSError, ValueError):   # ended by release() or the read timeout
+            return b""
+
+    def open(self, job: dict, pod: int, *, follow: bool, tail: int | None, limit: int | None = None):
+        """The log of the job's pod as an open response (``stream()`` it, then ``release_conn()``)."""
+        from flotilla.kubernetes.client import ApiError as KubeApiError, Unreachable, forbidden_message
+
+        client, ref = self.locate(job, pod)
+        try:
+            return client.pod_log(ref.namespace, ref.name, container=ref.container, tail_lines=tail,
+                                  limit_bytes=limit, follow=follow,
+                                  read_timeout=FOLLOW_READ_TIMEOUT if follow else 30.0)
+        except Unreachable as exc:
+            raise ApiError(503, f"cluster {ref.cluster!r} cannot be reached: {exc}") from None
+        except KubeApiError as exc:
+            detail = exc.body.get("message", "") if isinstance(exc.body, dict) else str(exc.body)[:300]
+            where = f"pod {ref.namespace}/{ref.name} on cluster {ref.cluster!r}"
+            if exc.status == 404:
+                raise ApiError(410, f"{where} is gone") from None
+            if exc.status == 400:   # the container has not started (or has no log yet): the kubelet's words
+                raise ApiError(409, f"{where}: {detail}") from None
+            if exc.status == 403:
+                raise ApiError(502, f"{where}: {forbidden_message(exc)}") from None
+            raise ApiError(502, f"{where}: the API server could not get the log: {exc.status} {detail}") from None
+
+    def close(self) -> None:
+        with self._lock:
+            for client in self._clients.values():
+                client.close()
+            self._clients.clear()
+
+
+__all__ = ["LOG_RESPONSES", "MAX_BYTES", "MAX_FOLLOWERS", "MAX_TAIL", "PodLogs", "PodRef"]
