@@ -100,6 +100,25 @@ def test_cancel_stops_a_running_job_on_its_cluster_and_deadlines_fail_jobs(tmp_p
     store.close()
 
 
+def test_on_a_cluster_that_enforces_deadlines_the_services_deadline_is_a_backstop(tmp_path):
+    """A kubelet fails a pod past activeDeadlineSeconds with its own reason; the service stops the job only
+    10 s after the deadline and the grace period, if the cluster has not."""
+    settings, store, loop, clock = make(tmp_path, service_config())
+    for backend in loop.backends.values():
+        backend.enforces_deadlines = True      # these simulated clusters do not: the backstop is what acts
+    _, new = prepare(job_file("A", "s", [job("d", activeDeadlineSeconds=3, terminationGracePeriodSeconds=2)]),
+                     settings)
+    [job_id] = [s.id for s in store.submit("A", "s", "alice", new, now=clock.now)]
+    run_until(loop, clock, lambda: store.get_job(job_id)["state"] == "running", step=0.5)
+    started = store.get_job(job_id)["started"]
+    run_until(loop, clock, lambda: store.get_job(job_id)["state"] == "failed", step=0.5)
+    stopped = next(e["time"] for e in store.all_events() if e["jobId"] == job_id and e["kind"] == "failed")
+    # Stopped once past 3 + 2 + 10 s after it started (a cycle each half second), never before.
+    assert 15 < stopped - started <= 16
+    assert store.get_job(job_id)["reason"] == "active deadline exceeded"
+    store.close()
+
+
 def test_lease_expiry_requeues_then_fails_after_max_retries(tmp_path):
     settings, store, loop, clock = make(tmp_path, service_config())
     _, new = prepare(job_file("A", "s", [job("x", duration="1h")]), settings)

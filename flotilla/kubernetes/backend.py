@@ -107,6 +107,8 @@ class KubernetesCluster:
 
     #: Starts come with the user's podSpecs (``ClusterDecisions.templates``): the pods run the user's work.
     needs_templates = True
+    #: Pods carry the job's activeDeadlineSeconds: the kubelet (or KWOK's stage) fails them past it, with its reason.
+    enforces_deadlines = True
 
     def __init__(self, name: str, client: KubeClient | None = None, *, kubeconfig: str | None = None,
                  context: str | None = None, settings: PodSettings | None = None,

@@ -47,12 +47,22 @@ def job_of(pod_id: str) -> str:
     return pod_id.split("#", 1)[0]
 
 
+#: On a cluster that fails a job past its active deadline itself (a kubelet), the service stops the job only this
+#: long after the deadline and its grace period: the cluster's own failure, with its reason, comes first.
+DEADLINE_BACKSTOP = 10.0
+
+
 @dataclass(slots=True)
 class ClusterReport:
-    """What one cluster said this cycle: events since the last poll and the pods it runs now."""
+    """What one cluster said this cycle: events since the last poll and the pods it runs now.
+
+    ``enforces_deadlines``: the cluster fails a pod past its ``activeDeadlineSeconds`` by itself, so the
+    service's own deadline is a backstop (:data:`DEADLINE_BACKSTOP`).
+    """
 
     events: Sequence[JobEvent] = ()
     running: set[str] = field(default_factory=set)
+    enforces_deadlines: bool = False
 
 
 @dataclass(slots=True)
@@ -254,7 +264,9 @@ def apply_reports(copy, reports: Mapping[str, ClusterReport], now: float, lease_
         if job is None or job.state != RUNNING or job.stop_requested != STOP_NONE or not job.deadline \
                 or job.started is None or job.started + job.deadline != entry[0]:
             continue              # gone, or changed since (a newer entry stands for it)
-        if job.cluster not in reports or not now - job.started > job.deadline:
+        report = reports.get(job.cluster)
+        backstop = job.grace_period + DEADLINE_BACKSTOP if report is not None and report.enforces_deadlines else 0.0
+        if report is None or not now - job.started > job.deadline + backstop:
             later.append(entry)   # its cluster did not answer, or not quite due: next cycle
             continue
         job.stop_requested = STOP_DEADLINE

@@ -220,7 +220,8 @@ class ServiceLoop:
                 log.exception("cluster.error", cluster=name)
                 continue
             snaps[name] = snap
-            reports[name] = ClusterReport(events, self._running_ids(name, snap.running))
+            reports[name] = ClusterReport(events, self._running_ids(name, snap.running),
+                                          bool(getattr(backend, "enforces_deadlines", False)))
         report.clusters = sorted(snaps)
         self.last_nodes = self.node_states(snaps)
         t1 = time.perf_counter()

@@ -1,0 +1,197 @@
+"""Jobs on a real kubelet, through a real ``flotilla serve``: what the node enforces, as the job's events say it.
+
+The node is ``real-1`` (``scripts/real-node``, tests/realnode_fixtures.py);
+every job runs the local image ``flotilla.local/busybox:1`` in the test's
+own namespace. Each test starts its own ``flotilla serve`` with one
+Kubernetes cluster entry pointing at the node's kubeconfig and context.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import subprocess
+
+import pytest
+from serve_process import FLOTILLA, Server, cli, env_for, wait_for, write_file
+
+pytestmark = pytest.mark.realnode
+
+CONFIG = """
+priorityClasses:
+  - {name: armada-default, priority: 30000, preemptible: false}
+defaultPriorityClass: armada-default
+queues:
+  - {name: A, weight: 1, owners: [alice]}
+  - {name: B, weight: 1, owners: [bob]}
+evict: {probability: 0}
+lease: {timeout: 60s, maxRetries: 1}
+gracePeriod: {default: 1s, max: 60s}
+cycle: {period: 0.2s}
+server: {listen: "127.0.0.1:PORT"}
+store: {url: "sqlite:///DB"}
+auth:
+  tokens:
+    - {token: alice-token, user: alice}
+    - {token: bob-token, user: bob}
+clusters:
+"""
+
+
+def serve(real_node, tmp_path, **cluster) -> Server:
+    """``flotilla serve`` on the real node's cluster (namespace: the test's own), finished pods kept for logs."""
+    entry = {"name": "real", "kind": "kubernetes", "kubeconfig": real_node.kubeconfig, "context": real_node.context,
+             "namespace": real_node.namespace, "stuckPodExpiry": "4s", "nodeLostTimeout": "3s",
+             "finishedPodRetention": "10m", **cluster}
+    return Server(tmp_path, CONFIG + f"  - {json.dumps(entry)}\n").start()
+
+
+def busybox(real_node, command: str, memory: str = "32Mi", **pod) -> dict:
+    """A job of one container running ``sh -c COMMAND`` on the local image (never pulled)."""
+    container = {"name": "main", "image": real_node.image, "imagePullPolicy": "Never",
+                 "command": ["sh", "-c", command],
+                 "resources": {"limits": {"cpu": "100m", "memory": memory}}}
+    container.update(pod.pop("container", {}))
+    return {"podSpec": {"containers": [container], **pod}}
+
+
+def submit(srv: Server, tmp_path, jobs: list[dict], job_set: str = "s", user: str = "alice",
+           queue: str = "A") -> list[str]:
+    path = write_file(tmp_path, f"{job_set}.yaml", {"queue": queue, "jobSetId": job_set, "jobs": jobs})
+    out = cli(srv, user, "submit", str(path), "--output", "json")
+    assert out.returncode == 0, out.stderr
+    return [j["id"] for j in json.loads(out.stdout)["jobs"]]
+
+
+def events(srv: Server, job_set: str = "s", user: str = "alice", queue: str = "A") -> list[dict]:
+    out = cli(srv, user, "watch", queue, job_set, "--no-follow", "--output", "json")
+    assert out.returncode == 0, out.stderr
+    return [json.loads(line) for line in out.stdout.splitlines()]
+
+
+def status(srv: Server, job_id: str, user: str = "alice") -> dict:
+    out = cli(srv, user, "status", job_id, "--output", "json")
+    assert out.returncode == 0, out.stderr
+    return json.loads(out.stdout)
+
+
+def finished(srv: Server, job_id: str, timeout: float = 90.0, user: str = "alice") -> dict:
+    return wait_for(lambda: (lambda s: s if s["state"] in ("succeeded", "failed", "cancelled", "preempted")
+                             else None)(status(srv, job_id, user)), timeout=timeout)
+
+
+def kinds(evs: list[dict], job_id: str) -> list[tuple[str, str]]:
+    return [(e["kind"], e.get("reason") or "") for e in evs if e["jobId"] == job_id]
+
+
+def test_exit_code_reaches_events_status_and_the_log(real_node, tmp_path):
+    srv = serve(real_node, tmp_path)
+    try:
+        [job_id] = submit(srv, tmp_path, [busybox(real_node, "echo hello; exit 3")])
+        record = finished(srv, job_id)
+        assert (record["state"], record["reason"], record["node"]) == (
+            "failed", "container main exited 3 (Error)", "real-1")
+        assert [k for k, _ in kinds(events(srv), job_id)] == ["submitted", "queued", "leased", "pending", "running",
+                                                              "failed"]
+        assert kinds(events(srv), job_id)[-1] == ("failed", "container main exited 3 (Error)")
+        out = cli(srv, "alice", "logs", job_id)
+        assert (out.returncode, out.stdout, out.stderr) == (0, "hello\n", "")
+        out = cli(srv, "alice", "logs", job_id, "--tail", "1", "--follow")   # the container has ended: so does this
+        assert (out.returncode, out.stdout) == (0, "hello\n")
+        out = cli(srv, "bob", "logs", job_id)
+        assert (out.returncode, out.stderr) == (1, f"error: 404: job {job_id!r} not found\n")
+    finally:
+        srv.kill()
+
+
+def test_a_memory_limit_is_a_real_cgroup_and_the_job_ends_oom_killed(real_node, tmp_path):
+    srv = serve(real_node, tmp_path)
+    try:
+        # tail keeps its input since the last newline in memory (there is none): 64 MB against a 16Mi limit.
+        [job_id] = submit(srv, tmp_path, [busybox(real_node, "head -c 64m /dev/zero | tail", memory="16Mi")])
+        record = finished(srv, job_id)
+        assert (record["state"], record["reason"]) == ("failed", "container main exited 137 (OOMKilled)")
+        assert cli(srv, "alice", "logs", job_id).stdout == "Killed\n"   # sh, of the pipeline's tail
+    finally:
+        srv.kill()
+
+
+def test_active_deadline_fails_the_job_within_ten_seconds(real_node, tmp_path):
+    srv = serve(real_node, tmp_path)
+    try:
+        [job_id] = submit(srv, tmp_path, [busybox(real_node, "sleep 60", activeDeadlineSeconds=3,
+                                                  terminationGracePeriodSeconds=1)])
+        record = finished(srv, job_id)
+        # The kubelet's own enforcement (the service's deadline is a backstop 10 s + grace later): sleep, PID 1
+        # of its container, ignores SIGTERM and is killed when the 1 s grace period is over.
+        reason = ("DeadlineExceeded: Pod was active on the node longer than the specified deadline; "
+                  "container main exited 137 (Error)")
+        assert (record["state"], record["reason"]) == ("failed", reason)
+        evs = [e for e in events(srv) if e["jobId"] == job_id]
+        assert [(e["kind"], e["reason"] or "") for e in evs][-2:] == [("running", ""), ("failed", reason)]
+        assert evs[-1]["time"] - evs[-2]["time"] <= 10
+    finally:
+        srv.kill()
+
+
+def test_an_image_that_cannot_be_had_is_stuck_then_a_platform_failure(real_node, tmp_path):
+    srv = serve(real_node, tmp_path)
+    try:
+        [job_id] = submit(srv, tmp_path, [busybox(real_node, "true", container={"image": "flotilla.local/missing:1"})])
+        record = finished(srv, job_id)
+        stuck = ('lost on cluster real: pod stuck: not started within stuckPodExpiry 4s (container main: '
+                 'ErrImageNeverPull: Container image "flotilla.local/missing:1" is not present with pull policy '
+                 'of Never)')
+        assert (record["state"], record["reason"], record["retries"]) == (
+            "failed", f"{stuck}; gave up after 1 retries", 2)
+        assert kinds(events(srv), job_id) == [
+            ("submitted", "by alice"), ("queued", ""), ("leased", ""), ("pending", ""), ("lease-expired", stuck),
+            ("queued", "retry 1 of 1"), ("leased", ""), ("pending", ""), ("lease-expired", stuck),
+            ("failed", f"{stuck}; gave up after 1 retries")]
+    finally:
+        srv.kill()
+
+
+def test_cancel_sends_sigterm_then_sigkill_after_the_grace_period(real_node, tmp_path):
+    srv = serve(real_node, tmp_path)
+    try:
+        # The trap prints and carries on: only the SIGKILL at the end of the 3 s grace period stops it.
+        [job_id] = submit(srv, tmp_path, [busybox(
+            real_node, "trap 'echo term' TERM; echo started; while true; do sleep 1; done",
+            terminationGracePeriodSeconds=3)])
+        wait_for(lambda: status(srv, job_id)["state"] == "running", timeout=60)
+        wait_for(lambda: cli(srv, "alice", "logs", job_id).stdout == "started\n", timeout=30)
+        follow = subprocess.Popen([*FLOTILLA, "logs", job_id, "--follow"], env=env_for("alice-token", srv.url),
+                                  stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        out = cli(srv, "alice", "cancel", "A", "--job", job_id)
+        assert out.returncode == 0, out.stderr
+        stdout, stderr = follow.communicate(timeout=60)
+        assert (follow.returncode, stdout, stderr) == (0, "started\nterm\n", "")
+        record = finished(srv, job_id)
+        assert (record["state"], record["reason"]) == ("cancelled", "cancelled")
+    finally:
+        srv.kill()
+
+
+def test_a_stopped_kubelet_requeues_the_jobs_and_when_it_is_back_they_all_run(real_node, tmp_path):
+    srv = serve(real_node, tmp_path)
+    try:
+        ids = submit(srv, tmp_path, [busybox(real_node, "sleep 6") for _ in range(2)])
+        wait_for(lambda: all(status(srv, i)["state"] == "running" for i in ids), timeout=60)
+        real_node.stop_kubelet()
+        try:
+            real_node.wait(lambda: real_node.node_ready() == "Unknown", timeout=60, what="real-1 NotReady")
+            wait_for(lambda: all(status(srv, i)["state"] == "queued" for i in ids), timeout=60)
+            assert real_node.node_ready() == "Unknown"   # nothing ran them meanwhile: the node takes no pod
+        finally:
+            real_node.start_kubelet()
+        records = [finished(srv, i) for i in ids]
+        assert [(r["state"], r["retries"], r["node"]) for r in records] == [("succeeded", 1, "real-1")] * 2
+        lost = re.compile(r"lost on cluster real: node real-1 lost: NotReady for \d+s \(nodeLostTimeout 3s\)")
+        for job_id in ids:
+            seen = kinds(events(srv), job_id)
+            assert [k for k, _ in seen] == ["submitted", "queued", "leased", "pending", "running", "lease-expired",
+                                            "queued", "leased", "pending", "running", "succeeded"]
+            assert lost.fullmatch(seen[5][1]) and seen[6] == ("queued", "retry 1 of 1")
+    finally:
+        srv.kill()
