@@ -157,9 +157,32 @@ def _live_sessions(sessions: Path) -> list[int]:
     return live
 
 
+def _report(request, seconds: float, started: bool) -> None:
+    import json
+
+    from flotilla.kwok.realnode import state_dir
+
+    line = f"real node: ready in {seconds:.1f}s"
+    if started:
+        try:
+            phases = json.loads((state_dir() / "timings.json").read_text())["phases"]
+            line += " (started: " + ", ".join(f"{k} {v:.1f}s" for k, v in phases.items() if k != "total") + ")"
+        except (OSError, ValueError, KeyError):
+            pass
+    else:
+        line += " (already running)"
+    reporter = request.config.pluginmanager.get_plugin("terminalreporter")
+    if reporter is not None:
+        reporter.write_line("")
+        reporter.write_line(line)
+
+
 @pytest.fixture(scope="session")
-def real_node_cluster():
-    """The running real node (started through ``scripts/real-node start`` if needed), for the whole session."""
+def real_node_cluster(request):
+    """The running real node (started through ``scripts/real-node start`` if needed), for the whole session.
+
+    The time the start took goes to the terminal (and so to CI's log), with its phases when it started the node.
+    """
     if os.geteuid() != 0:
         _unavailable("needs root (containerd, mounts, cgroups, iptables)")
     bin_dir = _toolchain()
@@ -177,7 +200,7 @@ def real_node_cluster():
         if result.returncode != 0:
             pytest.fail(f"scripts/real-node start failed ({result.returncode}):\n{result.stderr[-3000:]}")
         exports = _exports(result.stdout)
-        print(f"\nreal node: ready in {time.monotonic() - began:.1f}s")
+        _report(request, time.monotonic() - began, started=(sessions / "started-by-tests").exists())
         client = KubeClient.from_kubeconfig(exports["KUBECONFIG"], exports["FLOTILLA_REAL_NODE_CONTEXT"])
         cluster = RealNodeCluster(exports["KUBECONFIG"], exports["FLOTILLA_REAL_NODE_CONTEXT"],
                                   exports["FLOTILLA_REAL_NODE_IMAGE"], client, bin_dir)
