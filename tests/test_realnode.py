@@ -111,7 +111,6 @@ def test_a_memory_limit_is_a_real_cgroup_and_the_job_ends_oom_killed(real_node, 
         [job_id] = submit(srv, tmp_path, [busybox(real_node, "head -c 64m /dev/zero | tail", memory="16Mi")])
         record = finished(srv, job_id)
         assert (record["state"], record["reason"]) == ("failed", "container main exited 137 (OOMKilled)")
-        assert cli(srv, "alice", "logs", job_id).stdout == "Killed\n"   # sh, of the pipeline's tail
     finally:
         srv.kill()
 
@@ -176,8 +175,9 @@ def test_cancel_sends_sigterm_then_sigkill_after_the_grace_period(real_node, tmp
 def test_a_stopped_kubelet_requeues_the_jobs_and_when_it_is_back_they_all_run(real_node, tmp_path):
     srv = serve(real_node, tmp_path)
     try:
-        ids = submit(srv, tmp_path, [busybox(real_node, "sleep 6") for _ in range(2)])
-        wait_for(lambda: all(status(srv, i)["state"] == "running" for i in ids), timeout=60)
+        ids = submit(srv, tmp_path, [busybox(real_node, "sleep 15") for _ in range(2)])
+        wait_for(lambda: {i for i in ids if ("running", "") in kinds(events(srv), i)} == set(ids), timeout=60)
+        assert [status(srv, i)["state"] for i in ids] == ["running", "running"]
         real_node.stop_kubelet()
         try:
             real_node.wait(lambda: real_node.node_ready() == "Unknown", timeout=60, what="real-1 NotReady")
