@@ -71,10 +71,10 @@ def tree_order(rows: list[dict]) -> list[dict]:
 def mount_ui(app, store: Store, settings: ServiceSettings, status: StatusReader,
              authenticator: Authenticator | None = None) -> None:
     """Add ``/ui`` (pages) and ``/ui/static`` (the stylesheet) to ``app``."""
-    auth = authenticator or Authenticator(settings.tokens, settings.admin_groups)
+    auth = authenticator or Authenticator.from_settings(settings)
     env = _environment()
     router = APIRouter(prefix="/ui", include_in_schema=False)
-    open_access = not settings.tokens
+    open_access = settings.open_access
 
     def who(request: Request) -> Identity | None:
         if open_access:
@@ -97,7 +97,7 @@ def mount_ui(app, store: Store, settings: ServiceSettings, status: StatusReader,
         return access.visible_job(store, job_id, identity)
 
     async def guarded(request: Request, render):
-        identity = who(request)
+        identity = await run_in_threadpool(who, request)   # an OIDC token may need the provider's keys fetched
         if identity is None:
             return login_redirect(request)
         try:
