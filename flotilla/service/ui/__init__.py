@@ -8,12 +8,13 @@ fetch at run time (one CSS file ships in the package, in ``static/``); and
 the pages work in any browser, a text one included. NiceGUI would add a
 websocket per open page and a large bundle.
 
-Authentication: with ``auth.tokens`` set, the login page asks for a token
-and keeps it in an HttpOnly, SameSite=Strict cookie; every page and button
-acts as that user, with the API's rules: queues are listed for everyone,
-a queue's jobs only to those who may act in it (a job of another queue is
-"not found", as in the API), and cancel/reprioritize are refused with 403
-otherwise. Without tokens (a local, single-user service) there is no login.
+Authentication: with ``auth.tokens`` or ``auth.oidc`` set, the login page
+asks for a token (a static one or an OIDC token) and keeps it in an
+HttpOnly, SameSite=Strict cookie; every page and button acts as that user,
+with the API's rules: queues are listed for everyone, a queue's jobs only
+to those who may act in it (a job of another queue is "not found", as in
+the API), and cancel/reprioritize are refused with 403 otherwise. Without
+either (a local, single-user service) there is no login.
 """
 
 from __future__ import annotations
