@@ -110,17 +110,18 @@ def test_a_reload_adds_tokens_and_changes_groups_and_admin_groups_at_once(tmp_pa
 
 
 def test_a_reload_changes_the_oidc_settings_and_keeps_the_key_cache_of_an_unchanged_jwks_url(tmp_path):
-    oidc = ("  oidc: {issuer: 'https://idp.example.com', audience: flotilla, jwksUrl: 'https://idp.example.com/k'}\n")
+    # a closed loopback port: the reload's prefetch of the keys fails at once, and nothing leaves the machine
+    oidc = "  oidc: {issuer: 'https://idp.example.com', audience: flotilla, jwksUrl: 'http://127.0.0.1:9/k'}\n"
     text = CONFIG.replace("  adminGroups: [admins]\n", "  adminGroups: [admins]\n" + oidc)
     service, path = _service(tmp_path, text)
     keys = service.authenticator.oidc.keys
     path.write_text(text.replace("audience: flotilla", "audience: flotilla-prod"))
     assert service.reloader.check() is True
     assert (service.authenticator.oidc.settings.audience, service.authenticator.oidc.keys) == ("flotilla-prod", keys)
-    path.write_text(text.replace("idp.example.com/k", "idp.example.com/keys"))
+    path.write_text(text.replace("127.0.0.1:9/k", "127.0.0.1:9/keys"))
     assert service.reloader.check() is True
     assert service.authenticator.oidc.keys is not keys
-    assert service.authenticator.oidc.keys.url == "https://idp.example.com/keys"
+    assert service.authenticator.oidc.keys.url == "http://127.0.0.1:9/keys"
     path.write_text(CONFIG)                                        # oidc removed: static tokens only
     assert service.reloader.check() is True
     assert service.authenticator.oidc is None

@@ -80,7 +80,7 @@ class Authenticator:
         """Fetch the OIDC keys now (at start and after a reload), so a wrong ``jwksUrl`` is logged at once."""
         verifier = self._rules.oidc
         if verifier is not None and verifier.keys.fetches == 0:
-            threading.Thread(target=verifier.keys.refresh, name="flotilla-jwks", daemon=True).start()
+            threading.Thread(target=verifier.keys.prefetch, name="flotilla-jwks", daemon=True).start()
 
     def verify(self, authorization: str | None) -> Identity:
         """The identity behind ``Authorization: Bearer TOKEN``; :class:`Unauthenticated` saying why not.

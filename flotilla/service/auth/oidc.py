@@ -169,6 +169,12 @@ class KeyCache:
             return True
         return kid not in self._keys if kid is not None else len(self._keys) != 1
 
+    def prefetch(self) -> None:
+        """Fetch the keys unless a fetch was already tried (at start and after a reload, from a thread)."""
+        with self._lock:
+            if self._attempted_at is None:
+                self.refresh()
+
     def refresh(self) -> bool:
         """Fetch the JWKS now; on failure the keys held stay. True when the keys were replaced."""
         self._attempted_at = self._monotonic()
