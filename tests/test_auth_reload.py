@@ -109,6 +109,26 @@ def test_a_reload_adds_tokens_and_changes_groups_and_admin_groups_at_once(tmp_pa
     service.close()
 
 
+def test_a_server_sent_events_stream_ends_with_an_end_event_when_its_token_is_removed(tmp_path):
+    service, path = _service(tmp_path, CONFIG)
+    client = TestClient(service.app)
+    assert client.post("/v1/queues/A/cordon", headers=headers("root")).status_code == 200
+    assert client.post("/v1/submit", json=job_file("A", "w", [job("x")]), headers=headers("alice")).status_code == 200
+    frames = []
+    with client.stream("GET", "/v1/queues/A/jobsets/w/events?format=sse", headers=headers("alice")) as stream:
+        for line in stream.iter_lines():
+            if line.startswith("event: "):
+                frames.append(line.removeprefix("event: "))
+                if len(frames) == 2:
+                    path.write_text(CONFIG.replace(ALICE, ""))
+                    assert service.reloader.check() is True
+            elif line.startswith("data: ") and frames[-1] == "end":
+                end = json.loads(line.removeprefix("data: "))
+    assert frames == ["submitted", "queued", "end"]
+    assert end["reason"] == "the bearer token no longer authenticates (unknown bearer token)"
+    service.close()
+
+
 def test_a_reload_changes_the_oidc_settings_and_keeps_the_key_cache_of_an_unchanged_jwks_url(tmp_path):
     # a closed loopback port: the reload's prefetch of the keys fails at once, and nothing leaves the machine
     oidc = "  oidc: {issuer: 'https://idp.example.com', audience: flotilla, jwksUrl: 'http://127.0.0.1:9/k'}\n"
