@@ -12,7 +12,7 @@ import structlog
 from fastapi.testclient import TestClient
 
 from flotilla.config import load_config
-from flotilla.core.cycle import Scheduler
+from flotilla.scheduler import Scheduler
 from flotilla.service.loop import service_backends
 from flotilla.service.server import build_service
 from serve_process import FLOTILLA, REPO, Server, env_for, wait_for
