@@ -7,6 +7,7 @@ import inspect
 import pytest
 
 from flotilla.core import hookspecs
+from flotilla.core.extensions import EXTENSION_POINTS
 from flotilla.core.session import Session
 
 
@@ -19,11 +20,19 @@ def test_every_hook_has_the_prefix_and_a_contract():
 
 
 def test_every_extension_point_names_its_register_method_and_combine_rule():
-    names = [point.name for point in hookspecs.EXTENSION_POINTS]
+    names = [point.name for point in EXTENSION_POINTS]
     assert len(names) == len(set(names))
-    for point in hookspecs.EXTENSION_POINTS:
+    for point in EXTENSION_POINTS:
         assert callable(getattr(Session, point.register)), point.register
         assert point.combine and point.contract and point.signature
+
+
+def test_the_session_registers_each_point_with_its_declared_type():
+    # The registration methods take their parameter types from flotilla.core.extensions (annotations as written).
+    for point in EXTENSION_POINTS:
+        annotations = getattr(Session, point.register).__annotations__
+        declared = {name: kind for name, kind in annotations.items() if name != "return"}
+        assert point.protocol.__name__ in {kind.removesuffix(" | None") for kind in declared.values()}, point.name
 
 
 def test_every_extension_point_is_called_in_a_cycle(tmp_path):
@@ -31,8 +40,8 @@ def test_every_extension_point_is_called_in_a_cycle(tmp_path):
     from pathlib import Path
 
     from flotilla.config import load_config, load_state
-    from flotilla.core.cycle import Scheduler
-    from flotilla.core.plugins import new_plugin_manager
+    from flotilla.scheduler import Scheduler
+    from flotilla.plugin_manager import new_plugin_manager
 
     called: set[str] = set()
 
@@ -74,7 +83,7 @@ def test_every_extension_point_is_called_in_a_cycle(tmp_path):
     scheduler = Scheduler(cfg)
     scheduler.pm.register(Everything(), name="everything")
     scheduler.run_cycle(load_state(gang_and_urgent, cfg))
-    expected = {point.name for point in hookspecs.EXTENSION_POINTS} | {"session_close"}
+    expected = {point.name for point in EXTENSION_POINTS} | {"session_close"}
     assert called == expected
 
 
@@ -111,7 +120,8 @@ class StandIn:
 
 def test_cluster_backend_hook_builds_the_simulated_clusters_with_the_callers_options():
     from flotilla.config.loader import parse_config
-    from flotilla.core.backend import SimulatedCluster, make_backends
+    from flotilla.core.backend import SimulatedCluster
+    from flotilla.plugin_manager import make_backends
 
     cfg = parse_config(BACKEND_CONFIG, "backends.yaml")
     backends = make_backends(cfg, kinds=("simulated",), clock=lambda: 42.0)
@@ -126,8 +136,9 @@ def test_cluster_backend_hook_builds_the_simulated_clusters_with_the_callers_opt
 def test_a_config_plugin_answers_the_cluster_backend_hook_before_the_built_in_backends():
     """The scheduler's plugins are asked first: a package serves ``kind: kubernetes`` its own way."""
     from flotilla.config.loader import parse_config
-    from flotilla.core.backend import SimulatedCluster, make_backends
-    from flotilla.core.cycle import Scheduler
+    from flotilla.core.backend import SimulatedCluster
+    from flotilla.plugin_manager import make_backends
+    from flotilla.scheduler import Scheduler
     from flotilla.core.model import Job, Snapshot
 
     cfg = parse_config(BACKEND_CONFIG, "backends.yaml")
@@ -151,7 +162,7 @@ def test_a_config_plugin_answers_the_cluster_backend_hook_before_the_built_in_ba
 def test_a_cluster_nobody_serves_is_an_error_naming_it():
     from types import SimpleNamespace
 
-    from flotilla.core.backend import make_backends
+    from flotilla.plugin_manager import make_backends
 
     config = SimpleNamespace(clusters=[SimpleNamespace(name="far", kind="slurm")])
     with pytest.raises(ValueError, match="cluster 'far': no plugin provides a backend of kind 'slurm'"):

@@ -1,0 +1,133 @@
+"""Finding and loading plugins by name, with pluggy.
+
+A name in the config's ``plugins`` list is looked up in the
+``flotilla.plugins`` entry-point group, the built-ins' names as a third
+party's (Flotilla's own ``pyproject.toml`` declares them), so a third-party
+package replaces the fairness policy by one line of YAML. A name that two
+distributions claim is a config error naming both: which one would win
+would depend on the order of ``sys.path``. The object found is called with
+the plugin's ``args`` and the result registered with pluggy.
+
+Plugins are called in config order: pluggy calls the most recently
+registered implementation first, so they are registered in reverse. Every
+plugin manager also holds the built-in cluster backends
+(:data:`BUILTIN_BACKENDS`), registered before the config's plugins so that
+those are asked first.
+"""
+
+from __future__ import annotations
+
+import importlib
+from dataclasses import dataclass
+from importlib.metadata import EntryPoint, entry_points
+from typing import Any, Mapping, Sequence
+
+import pluggy
+
+from flotilla.core import hookspecs
+from flotilla.core.backend import ClusterBackend
+
+ENTRY_POINT_GROUP = "flotilla.plugins"
+
+#: The built-in answers to ``flotilla_cluster_backend``, one per cluster ``kind``, in every plugin manager.
+BUILTIN_BACKENDS: dict[str, str] = {
+    "simulated": "flotilla.core.backend:SimulatedBackendPlugin",
+    "kubernetes": "flotilla.kubernetes:KubernetesBackendPlugin",
+}
+
+
+@dataclass
+class PluginError(Exception):
+    """A plugin that cannot be found or built; ``index`` is its place in the config list."""
+
+    index: int
+    field: str
+    message: str
+
+    def __str__(self) -> str:
+        return self.message
+
+
+def available_plugins() -> list[str]:
+    return sorted({ep.name for ep in entry_points(group=ENTRY_POINT_GROUP)})
+
+
+class PluginNameConflict(Exception):
+    """Two distributions register one plugin name."""
+
+
+def _distribution(ep: EntryPoint) -> str:
+    dist = getattr(ep, "dist", None)
+    return dist.name if dist is not None else "an unnamed distribution"
+
+
+def find_plugin(name: str):
+    """The factory registered under ``name``.
+
+    ``LookupError`` if no distribution registers it, :class:`PluginNameConflict`
+    if two do.
+    """
+    claims = list(entry_points(group=ENTRY_POINT_GROUP, name=name))
+    if not claims:
+        raise LookupError(name)
+    if len(claims) > 1:
+        who = " and ".join(f"{_distribution(ep)} ({ep.value})" for ep in sorted(claims, key=_distribution))
+        raise PluginNameConflict(f"plugin name {name!r} is registered by two distributions: {who}; "
+                                 f"uninstall one of them")
+    return claims[0].load()
+
+
+def new_plugin_manager() -> pluggy.PluginManager:
+    """A plugin manager with Flotilla's hooks and the built-in cluster backends, and no decision plugins."""
+    pm = pluggy.PluginManager(hookspecs.PROJECT)
+    pm.add_hookspecs(hookspecs)
+    for kind, target in BUILTIN_BACKENDS.items():
+        module, _, attr = target.partition(":")
+        pm.register(getattr(importlib.import_module(module), attr)(), name=f"backend:{kind}")
+    return pm
+
+
+def load_plugins(plugins: Sequence[tuple[str, Mapping[str, Any]]]) -> pluggy.PluginManager:
+    """Build and register every ``(name, args)`` plugin; raises :class:`PluginError` on the first bad one."""
+    pm = new_plugin_manager()
+    built = []
+    for index, (name, args) in enumerate(plugins):
+        try:
+            factory = find_plugin(name)
+        except LookupError:
+            raise PluginError(index, "name", f"unknown plugin {name!r} (available: {', '.join(available_plugins())})") from None
+        except PluginNameConflict as exc:
+            raise PluginError(index, "name", str(exc)) from None
+        try:
+            built.append((name, factory(dict(args or {}))))
+        except (ValueError, TypeError) as exc:
+            raise PluginError(index, "args", f"plugin {name!r}: {exc}") from None
+    for name, plugin in reversed(built):
+        pm.register(plugin, name=name)
+    try:
+        pm.check_pending()
+    except pluggy.PluginValidationError as exc:
+        raise PluginError(0, "name", f"plugin {exc.plugin_name!r} implements an unknown hook: {exc}") from None
+    return pm
+
+
+def make_backends(config, pm=None, kinds: Sequence[str] | None = None, **options) -> dict[str, ClusterBackend]:
+    """One backend per cluster of ``config`` (those whose kind is in ``kinds``, if given), by name.
+
+    Each comes from the ``flotilla_cluster_backend`` hook of ``pm`` (the
+    scheduler's plugin manager, so the config's plugins are asked first;
+    default: the built-in backends alone). ``options`` reach every answer
+    (``clock``, ``duration_of``). A cluster nobody answers for is an error.
+    """
+    if pm is None:
+        pm = new_plugin_manager()
+    backends = {}
+    for cluster in getattr(config, "clusters", None) or []:
+        kind = getattr(cluster, "kind", None)
+        if kinds is not None and kind not in kinds:
+            continue
+        backend = pm.hook.flotilla_cluster_backend(cluster_config=cluster, config=config, options=options)
+        if backend is None:
+            raise ValueError(f"cluster {cluster.name!r}: no plugin provides a backend of kind {kind!r}")
+        backends[cluster.name] = backend
+    return backends
