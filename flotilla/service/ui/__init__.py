@@ -32,6 +32,7 @@ from flotilla.core.quantities import format_quantity
 from flotilla.service import access
 from flotilla.service.auth import Authenticator, Identity, may_act
 from flotilla.service.errors import ApiError
+from flotilla.service.metrics.labels import reason_categories
 from flotilla.service.roles.status import StatusReader
 from flotilla.service.settings import ServiceSettings
 from flotilla.service.store import ACTIVE, NONTERMINAL, QUEUED, STATES, Store
@@ -155,9 +156,12 @@ def mount_ui(app, store: Store, settings: ServiceSettings, status: StatusReader,
             counts = store.queue_counts(name)
             mine = may_act(identity, queue)
             body = status.get()
+            # A reason's text can quote the queue's job specs (a nodeSelector's value): only those who may act
+            # in the queue read it; others see how many jobs wait in each category.
+            per_reason = body.get("reasons", {}).get(name, {})
             return page("queue.html", request, identity, queue=queue, counts=counts, states=STATES, mine=mine,
                         job_sets=job_sets(store, name) if mine else [], share=body.get("queues", {}).get(name, {}),
-                        reasons=body.get("reasons", {}).get(name, {}))
+                        reasons=per_reason if mine else reason_categories(per_reason))
         return await guarded(request, render)
 
     @router.get("/jobs")
