@@ -26,11 +26,11 @@ PRODUCED_REASONS = [
     ("0/4 nodes fit: 4 insufficient cpu", "insufficient_resources"),                   # core/session.py
     ("2/4 nodes fit: room taken by other jobs this cycle", "insufficient_resources"),  # core/session.py
     ("fits no node: cpu 64 > largest 8", "insufficient_resources"),                     # actions/enqueue.py
-    ("0/4 nodes match: 4 didn't match nodeSelector project=secret-x", "node_selector"),  # plugins/predicates.py
+    ("0/4 nodes match: 4 didn't match nodeSelector project=secret-x", "node_selector"),  # core/feasibility.py
     ("0/4 nodes match: 3 had untolerated taint gpu=yes:NoSchedule, 1 unschedulable", "taint"),
     ("0/4 nodes match: 4 unschedulable", "unschedulable"),
     ("no nodes", "no_nodes"),                                                           # core/session.py
-    ("queue A at its cpu limit 0.5", "queue_limit"),                                    # plugins/limits.py
+    ("queue A at its cpu limit 0.5", "queue_limit"),                                    # core/limits.py
     ("queue A is cordoned: it schedules nothing new", "queue_cordoned"),                # core/session.py
     ("gang g1: 1 of 3 members queued", "gang"),                                         # plugins/gang.py
     ("gang g1: 2 of 3 members fit", "gang"),                                            # actions/allocate.py

@@ -15,8 +15,9 @@ what tenants wrote. So:
 
 :data:`REASON_PREFIXES` is the one mapping from reason text to category. Its
 entries follow where the texts are made: ``flotilla/core/session.py``
-(node shortfalls, predicate refusals, not reached), ``flotilla/plugins``
-(predicates, limits, gang, priorityclass), ``flotilla/actions`` (enqueue,
+(node shortfalls, predicate refusals, not reached), ``flotilla/core/feasibility.py``
+(nodeSelector, taints, unschedulable), ``flotilla/core/limits.py`` (queue limits),
+``flotilla/plugins`` (gang, priorityclass), ``flotilla/actions`` (enqueue,
 reserve, allocate's gangs and lookahead, cordoned queues) and
 ``flotilla/service/roles/status.py`` (past the per-cycle count). A reason
 from a plugin outside this package counts as ``other``.
