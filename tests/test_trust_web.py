@@ -11,12 +11,18 @@ import re
 import string
 
 import pytest
+from fastapi.testclient import TestClient
 from prometheus_client.parser import text_string_to_metric_families
 
+from flotilla.config import parse_config
+from flotilla.core.cycle import Scheduler
+from flotilla.service.jobspec import prepare
 from flotilla.service.metrics.labels import (METHODS, REASON_CATEGORIES, method_label, reason_categories,
                                              reason_category)
 from flotilla.service.roles.status import NOT_COUNTED
+from flotilla.service.server import build_service
 from serve_process import Server, wait_for
+from service_fixtures import CONFIG as FIXTURE, job, job_file
 from test_service_e2e import CONFIG
 
 
@@ -145,3 +151,163 @@ def test_metrics_stay_small_and_quote_no_job_spec_after_hostile_methods_and_sele
             ("node_selector", "1000"), ("not_reached", "500")]
     finally:
         srv.kill()
+
+
+# -- the dashboard: headers, forms, notices, /docs (findings 8 and 9) --------------------------------------
+def _dashboard(tmp_path, open_access: bool = False):
+    """A service in-process with one queued job of queue A (it fits nowhere): (service, client, job id)."""
+    text = FIXTURE[:FIXTURE.index("auth:")] + FIXTURE[FIXTURE.index("clusters:"):] if open_access else FIXTURE
+    cfg = parse_config(text, "ui.yaml")
+    service = build_service(cfg, Scheduler(cfg), store_url=f"sqlite:///{tmp_path}/ui.db")
+    body = job_file("A", "s", [job("x", cpu="100")])
+    job_id = service.store.submit("A", "s", "alice", prepare(body, service.settings)[1])[0].id
+    client = TestClient(service.app, base_url="http://127.0.0.1:8080")
+    if not open_access:
+        client.cookies.set("flotilla_token", "alice-token")
+    return service, client, job_id
+
+
+def _form_token(client, path: str) -> str:
+    """The form token on the page at ``path`` (the page also sets the session cookie)."""
+    return re.search(r'name="csrf" value="([0-9a-f]{64})"', client.get(path).text).group(1)
+
+
+def _stored(service, job_id) -> tuple:
+    job = service.store.get_job(job_id)
+    return job["state"], job["priority"], [e["kind"] for e in service.store.events("A", "s", 0, 100)]
+
+
+@pytest.mark.parametrize("path", ["/ui", "/ui/login", "/ui/queues/A", "/ui/jobs?queue=A", "/ui/static/style.css",
+                                  "/ui/nowhere", "/docs", "/v1/health", "/v1/queues"])
+def test_every_response_sends_csp_nosniff_and_referrer_policy(tmp_path, path):
+    service, client, _ = _dashboard(tmp_path)
+    response = client.get(path, follow_redirects=False)
+    csp = response.headers["content-security-policy"]
+    assert "frame-ancestors 'none'" in csp and "script-src 'self'" in csp and "style-src 'self'" in csp
+    assert "unsafe-inline" not in csp and "unsafe-eval" not in csp
+    assert response.headers["x-content-type-options"] == "nosniff"
+    assert response.headers["referrer-policy"] == "same-origin"
+    service.close()
+
+
+def test_dashboard_pages_have_no_inline_script_or_style(tmp_path):
+    service, client, job_id = _dashboard(tmp_path)
+    for path in ("/ui", "/ui/queues/A", "/ui/jobs?queue=A", f"/ui/jobs/{job_id}", "/docs"):
+        html = client.get(path).text
+        assert not re.search(r"<script(?![^>]*\bsrc=)|\sstyle=|<style|\son[a-z]+=", html), path
+    service.close()
+
+
+@pytest.mark.parametrize("open_access", [False, True])
+def test_a_form_from_another_origin_is_refused_and_changes_nothing(tmp_path, open_access):
+    service, client, job_id = _dashboard(tmp_path, open_access)
+    token = _form_token(client, f"/ui/jobs/{job_id}")
+    before = _stored(service, job_id)
+    for origin in ("http://127.0.0.1:9999", "http://localhost:8080", "https://attacker.example", "null"):
+        response = client.post(f"/ui/jobs/{job_id}/cancel", data={"csrf": token}, headers={"Origin": origin},
+                               follow_redirects=False)
+        assert response.status_code == 403, origin
+        if open_access and origin in ("https://attacker.example", "null"):   # the guard refuses these first
+            assert response.json()["error"] == {
+                "code": "cross_origin", "field": None, "errors": [],
+                "message": f"without auth.tokens only loopback pages may change state (Origin {origin!r})"}
+        else:
+            assert re.search(r'<p class="error" id="error">([^<]*)</p>', response.text).group(1) == (
+                f"form refused: it came from another site (Origin &#39;{origin}&#39;, not this dashboard&#39;s)")
+        response = client.post(f"/ui/jobs/{job_id}/reprioritize", data={"priority": "5", "csrf": token},
+                               headers={"Origin": origin}, follow_redirects=False)
+        assert response.status_code == 403, origin
+    assert _stored(service, job_id) == before
+    service.close()
+
+
+@pytest.mark.parametrize("open_access", [False, True])
+def test_a_form_without_origin_needs_the_sessions_token(tmp_path, open_access):
+    service, client, job_id = _dashboard(tmp_path, open_access)
+    token = _form_token(client, f"/ui/jobs/{job_id}")
+    before = _stored(service, job_id)
+    refused = "form refused: no Origin header and no valid form token (reload the page and try again)"
+    for data in ({}, {"csrf": ""}, {"csrf": "0" * 64}, {"csrf": token[:-1] + ("0" if token[-1] != "0" else "1")}):
+        response = client.post(f"/ui/jobs/{job_id}/reprioritize", data={"priority": "5", **data},
+                               follow_redirects=False)
+        assert response.status_code == 403, data
+        assert re.search(r'<p class="error" id="error">([^<]*)</p>', response.text).group(1) == refused
+    # A token from another session (another browser of the same user) does not pass either.
+    other = TestClient(service.app, base_url="http://127.0.0.1:8080", cookies=dict(client.cookies))
+    other.cookies.delete("flotilla_csrf")
+    assert _form_token(other, f"/ui/jobs/{job_id}") != token
+    assert other.post(f"/ui/jobs/{job_id}/cancel", data={"csrf": token}, follow_redirects=False).status_code == 403
+    assert _stored(service, job_id) == before
+    response = client.post(f"/ui/jobs/{job_id}/reprioritize", data={"priority": "5", "csrf": token},
+                           follow_redirects=False)
+    assert (response.status_code, response.headers["location"]) == (303, f"/ui/jobs/{job_id}?done=priority")
+    assert service.store.get_job(job_id)["priority"] == 5
+    # The same origin needs no token.
+    response = client.post(f"/ui/jobs/{job_id}/cancel", headers={"Origin": "http://127.0.0.1:8080"},
+                           follow_redirects=False)
+    assert (response.status_code, response.headers["location"]) == (303, f"/ui/jobs/{job_id}?done=cancel")
+    assert service.store.get_job(job_id)["state"] == "cancelled"
+    service.close()
+
+
+def test_the_form_token_is_bound_to_the_user(tmp_path):
+    service, client, job_id = _dashboard(tmp_path)
+    alice_token = _form_token(client, f"/ui/jobs/{job_id}")
+    client.cookies.set("flotilla_token", "carol-token")   # carol (group ml) may act in A too
+    carol_token = _form_token(client, f"/ui/jobs/{job_id}")
+    assert carol_token != alice_token
+    response = client.post(f"/ui/jobs/{job_id}/cancel", data={"csrf": alice_token}, follow_redirects=False)
+    assert response.status_code == 403
+    assert service.store.get_job(job_id)["state"] == "queued"
+    service.close()
+
+
+def test_login_and_logout_forms_need_the_same_origin_or_the_token(tmp_path):
+    service, client, _ = _dashboard(tmp_path)
+    client.cookies.delete("flotilla_token")
+    response = client.post("/ui/login", data={"token": "bob-token", "next": "/ui"},
+                           headers={"Origin": "http://127.0.0.1:9999"}, follow_redirects=False)
+    assert response.status_code == 403 and "set-cookie" not in {k.lower() for k in response.headers
+                                                                 if response.headers[k].startswith("flotilla_token")}
+    assert client.cookies.get("flotilla_token") is None
+    token = _form_token(client, "/ui/login")
+    response = client.post("/ui/login", data={"token": "bob-token", "next": "/ui", "csrf": token},
+                           follow_redirects=False)
+    assert (response.status_code, response.headers["location"]) == (303, "/ui")
+    assert client.cookies.get("flotilla_token") == "bob-token"
+    response = client.post("/ui/logout", headers={"Origin": "https://attacker.example"}, follow_redirects=False)
+    assert response.status_code == 403
+    assert client.cookies.get("flotilla_token") == "bob-token"
+    service.close()
+
+
+def test_notices_come_from_the_fixed_set_never_from_the_query_string(tmp_path):
+    service, client, job_id = _dashboard(tmp_path)
+
+    def shown(done: str) -> str | None:
+        found = re.search(r'<p class="notice" id="notice">([^<]*)</p>', client.get(f"/ui/jobs/{job_id}",
+                                                                                  params={"done": done}).text)
+        return found.group(1) if found else None
+
+    assert shown("cancel") == "cancel requested"
+    assert shown("priority") == "priority set to 0"
+    for hostile in ("Your account is suspended, call +1 555 0100", "cancel requested", "<b>x</b>", "priority set"):
+        assert shown(hostile) is None
+    service.close()
+
+
+def test_docs_are_served_without_a_cdn(tmp_path):
+    service, client, _ = _dashboard(tmp_path)
+    page = client.get("/docs")
+    assert page.status_code == 200
+    assets = re.findall(r'(?:src|href)="([^"]+)"', page.text)
+    assert assets == ["/docs/static/swagger-ui.css", "/docs/static/favicon.png", "/docs/static/swagger-ui-bundle.js",
+                      "/ui/static/docs.js"]
+    assert not re.search(r"https?://", page.text)
+    for asset in assets:
+        response = client.get(asset)
+        assert response.status_code == 200 and len(response.content) > 0, asset
+    init = client.get("/ui/static/docs.js").text
+    assert '"/openapi.json"' in init and "validatorUrl: null" in init and not re.search(r"https?://", init)
+    assert client.get("/redoc").status_code == 404
+    service.close()

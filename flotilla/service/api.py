@@ -50,6 +50,8 @@ from flotilla.service.guard import BoundedRoute, Guard
 from flotilla.service.jobspec import JobFile, field_path, rejections_from_errors, validate_jobs
 from flotilla.service.settings import DEFAULT_LIMITS, QueueSpec, ServiceSettings
 from flotilla.service.roles.status import StatusReader
+from flotilla.service.ui.docs import mount_docs
+from flotilla.service.ui.protect import SecurityHeaders
 from flotilla.service.store import Store
 
 JobState = Literal["queued", "leased", "pending", "running", "succeeded", "failed", "preempted", "cancelled"]
@@ -118,7 +120,9 @@ def create_app(store: Store, settings: ServiceSettings, loop=None, *, admin_endp
     """The API on ``store``; ``loop`` (a :class:`ServiceLoop`) is optional (status and admin endpoints)."""
     auth = authenticator or Authenticator(settings.tokens, settings.admin_groups)
     open_access = not settings.tokens
-    app = FastAPI(title="Flotilla", version=__version__, responses=errors.ERROR_RESPONSES,
+    # /docs is Swagger UI from this server's own files (no CDN); ReDoc, which needs one, is not served.
+    app = FastAPI(title="Flotilla", version=__version__, responses=errors.ERROR_RESPONSES, docs_url=None,
+                  redoc_url=None,
                   description="Submit, cancel and watch batch jobs in Flotilla's queues. Every error answer is "
                               "an ErrorResponse: {\"error\": {\"code\", \"message\", \"field\", \"errors\"}}.")
     app.router.route_class = BoundedRoute
@@ -126,6 +130,8 @@ def create_app(store: Store, settings: ServiceSettings, loop=None, *, admin_endp
     app.state.loop = loop
     app.state.limits = settings.limits
     app.add_middleware(Guard, authenticator=auth, open_access=open_access, limits=settings.limits)
+    app.add_middleware(SecurityHeaders)   # outermost: every answer carries them, the Guard's refusals too
+    mount_docs(app)
     errors.install(app, _validation_errors)
 
     def stopping() -> bool:

@@ -14,6 +14,10 @@ acts as that user, with the API's rules: queues are listed for everyone,
 a queue's jobs only to those who may act in it (a job of another queue is
 "not found", as in the API), and cancel/reprioritize are refused with 403
 otherwise. Without tokens (a local, single-user service) there is no login.
+
+Protections (:mod:`.protect`): security headers on every response, forms
+accepted from the dashboard's own pages only (same-origin ``Origin``, or the
+session's form token), notices from a fixed set.
 """
 
 from __future__ import annotations
@@ -36,6 +40,8 @@ from flotilla.service.metrics.labels import reason_categories
 from flotilla.service.roles.status import StatusReader
 from flotilla.service.settings import ServiceSettings
 from flotilla.service.store import ACTIVE, NONTERMINAL, QUEUED, STATES, Store
+from flotilla.service.ui.protect import FORM_FIELD, CSRF_COOKIE, form_refusal, form_token, notice, \
+    session_cookie
 from flotilla.service.ui.queries import PAGE_SIZE, SORTS, JobFilter, job_events, job_page, job_sets
 
 COOKIE = "flotilla_token"
@@ -83,10 +89,28 @@ def mount_ui(app, store: Store, settings: ServiceSettings, status: StatusReader,
         token = request.cookies.get(COOKIE)
         return auth.authenticate(f"Bearer {token}") if token else None
 
+    def login_of(request: Request, identity: Identity | None) -> str | None:
+        """The login cookie a form token is bound to (none without tokens, or before logging in)."""
+        return request.cookies.get(COOKIE) if identity is not None and not open_access else None
+
     def page(template: str, request: Request, identity: Identity | None, status_code: int = 200, **values):
+        session, new = session_cookie(request.cookies)
+        csrf = form_token(session, identity.user if identity is not None else "", login_of(request, identity))
         html = env.get_template(template).render(request=request, user=identity, open_access=open_access,
-                                                 **values)
-        return HTMLResponse(html, status_code=status_code)
+                                                 csrf=csrf, csrf_field=FORM_FIELD, **values)
+        response = HTMLResponse(html, status_code=status_code)
+        if new:
+            response.set_cookie(CSRF_COOKIE, session, httponly=True, samesite="strict", path="/ui")
+        return response
+
+    async def form_refused(request: Request, identity: Identity | None):
+        """The 403 page for a state-changing form not sent from this dashboard's pages, or None."""
+        form = await request.form()
+        token = form.get(FORM_FIELD)
+        why = form_refusal(request.headers.get("origin"), request.headers.get("host"),
+                           token if isinstance(token, str) else None, request.cookies.get(CSRF_COOKIE),
+                           identity.user if identity is not None else "", login_of(request, identity))
+        return None if why is None else page("error.html", request, identity, 403, message=why, status=403)
 
     def login_redirect(request: Request) -> RedirectResponse:
         return RedirectResponse(f"/ui/login?{urlencode({'next': str(request.url.path)})}", status_code=303)
@@ -97,10 +121,12 @@ def mount_ui(app, store: Store, settings: ServiceSettings, status: StatusReader,
     def visible_job(job_id: str, identity: Identity) -> dict:
         return access.visible_job(store, job_id, identity)
 
-    async def guarded(request: Request, render):
+    async def guarded(request: Request, render, form: bool = False):
         identity = who(request)
         if identity is None:
             return login_redirect(request)
+        if form and (refused := await form_refused(request, identity)) is not None:
+            return refused
         try:
             return await run_in_threadpool(render, identity)
         except ApiError as exc:
@@ -112,7 +138,9 @@ def mount_ui(app, store: Store, settings: ServiceSettings, status: StatusReader,
         return page("login.html", request, None, next=next if next.startswith("/ui") else "/ui", error=None)
 
     @router.post("/login")
-    def login(request: Request, token: str = Form(""), next: str = Form("/ui")):
+    async def login(request: Request, token: str = Form(""), next: str = Form("/ui")):
+        if (refused := await form_refused(request, None)) is not None:
+            return refused
         target = next if next.startswith("/ui") else "/ui"
         if auth.authenticate(f"Bearer {token.strip()}") is None:
             return page("login.html", request, None, 401, next=target, error="unknown token")
@@ -121,7 +149,10 @@ def mount_ui(app, store: Store, settings: ServiceSettings, status: StatusReader,
         return response
 
     @router.post("/logout")
-    def logout():
+    async def logout(request: Request):
+        identity = who(request)
+        if (refused := await form_refused(request, identity)) is not None:
+            return refused
         response = RedirectResponse("/ui/login", status_code=303)
         response.delete_cookie(COOKIE, path="/ui")
         return response
@@ -189,7 +220,7 @@ def mount_ui(app, store: Store, settings: ServiceSettings, status: StatusReader,
             if job["state"] == QUEUED:
                 waiting = status.get().get("jobReasons", {}).get(job_id) or "not examined in the last cycle"
             return page("job.html", request, identity, job=job, events=job_events(store, job_id), waiting=waiting,
-                        can_stop=job["state"] in NONTERMINAL, message=request.query_params.get("done"))
+                        can_stop=job["state"] in NONTERMINAL, message=notice(request.query_params.get("done"), job))
         return await guarded(request, render)
 
     @router.post("/jobs/{job_id}/cancel")
@@ -198,8 +229,8 @@ def mount_ui(app, store: Store, settings: ServiceSettings, status: StatusReader,
             job = visible_job(job_id, identity)
             queue_or_refuse(job["queue"], identity)
             store.cancel(job["queue"], None, [job_id], None, by=identity.user)
-            return RedirectResponse(f"/ui/jobs/{job_id}?done=cancel+requested", status_code=303)
-        return await guarded(request, act)
+            return RedirectResponse(f"/ui/jobs/{job_id}?done=cancel", status_code=303)
+        return await guarded(request, act, form=True)
 
     @router.post("/jobs/{job_id}/reprioritize")
     async def reprioritize(request: Request, job_id: str, priority: int = Form(...)):
@@ -207,8 +238,8 @@ def mount_ui(app, store: Store, settings: ServiceSettings, status: StatusReader,
             job = visible_job(job_id, identity)
             queue_or_refuse(job["queue"], identity)
             store.reprioritize(job["queue"], priority, None, [job_id], by=identity.user)
-            return RedirectResponse(f"/ui/jobs/{job_id}?done=priority+set+to+{priority}", status_code=303)
-        return await guarded(request, act)
+            return RedirectResponse(f"/ui/jobs/{job_id}?done=priority", status_code=303)
+        return await guarded(request, act, form=True)
 
     app.include_router(router)
     app.mount("/ui/static", StaticFiles(directory=STATIC), name="ui-static")
