@@ -311,3 +311,111 @@ def test_docs_are_served_without_a_cdn(tmp_path):
     assert '"/openapi.json"' in init and "validatorUrl: null" in init and not re.search(r"https?://", init)
     assert client.get("/redoc").status_code == 404
     service.close()
+
+
+# -- the schema says what the API accepts (finding 10) -----------------------------------------------------
+@pytest.fixture(name="api")
+def _api(tmp_path):
+    """The API in-process on a fresh SQLite store: (client, store, the OpenAPI document)."""
+    from flotilla.service.api import create_app
+    from flotilla.service.settings import from_config
+    from flotilla.service.store import Store
+
+    settings = from_config(parse_config(FIXTURE, "api.yaml"))
+    store = Store(f"sqlite:///{tmp_path}/api.db")
+    store.sync_queues(settings.queues)
+    client = TestClient(create_app(store, settings))
+    yield client, store, client.get("/openapi.json").json()
+    store.close()
+
+
+def _valid(document: dict, component: str, value) -> bool:
+    import jsonschema
+
+    schema = {"$ref": f"#/components/schemas/{component}", "components": document["components"]}
+    return jsonschema.Draft202012Validator(schema).is_valid(value)
+
+
+ADMIN, ALICE = {"Authorization": "Bearer admin-token"}, {"Authorization": "Bearer alice-token"}
+
+
+def test_the_schema_refuses_nul_in_strings_and_map_keys_as_the_api_does(api):
+    from flotilla.service.openapi import TEXT_PATTERN
+
+    client, store, document = api
+    cancel = document["components"]["schemas"]["CancelBody"]["properties"]
+    assert cancel["queue"]["pattern"] == TEXT_PATTERN == r"^[^\x00]*$"
+    assert _valid(document, "CancelBody", {"queue": "A", "jobSetId": "s"})
+    assert not _valid(document, "CancelBody", {"queue": "A\x00", "jobSetId": "s"})
+    response = client.post("/v1/cancel", json={"queue": "A\x00", "jobSetId": "s"}, headers=ALICE)
+    assert response.status_code == 422
+    assert response.json()["error"]["message"] == "NUL characters are not allowed"
+    assert not _valid(document, "QueueBody", {"name": "Q", "limits": {"cp\x00u": 0.5}})
+    assert _valid(document, "QueueBody", {"name": "Q", "limits": {"cpu": 0.5}})
+    response = client.post("/v1/queues", json={"name": "Q", "limits": {"cp\x00u": 0.5}}, headers=ADMIN)
+    assert response.status_code == 422 and store.get_queue("Q") is None
+    path = document["paths"]["/v1/jobs/{job_id}"]["get"]["parameters"][0]["schema"]
+    assert path["pattern"] == TEXT_PATTERN
+    # Integers are 64-bit in the schema, as load_json takes them.
+    priority = document["components"]["schemas"]["PodSpec"]["properties"]["priority"]["anyOf"][0]
+    assert (priority["type"], priority["minimum"], priority["maximum"]) == ("integer", -(2**63), 2**63 - 1)
+    # Responses are not narrowed: an error may quote what was refused.
+    assert "pattern" not in document["components"]["schemas"]["ErrorInfo"]["properties"]["message"]
+
+
+def test_a_job_without_a_pod_spec_is_schema_invalid_and_refused(api):
+    client, store, document = api
+    pod = {"containers": [{"name": "main", "image": "busybox"}]}
+    assert not _valid(document, "JobFile", {"queue": "A", "jobSetId": "s", "jobs": [{}]})
+    assert not _valid(document, "JobFile", {"queue": "A", "jobSetId": "s", "jobs": [{"podSpec": None}]})
+    assert not _valid(document, "JobFile", {"queue": "A", "jobSetId": "s", "jobs": [{"podSpecs": []}]})
+    assert not _valid(document, "JobFile", {"queue": "A", "jobSetId": "s", "jobs": [{"podSpec": pod,
+                                                                                      "podSpecs": [pod]}]})
+    assert _valid(document, "JobFile", {"queue": "A", "jobSetId": "s", "jobs": [{"podSpec": pod}]})
+    assert _valid(document, "JobFile", {"queue": "A", "jobSetId": "s", "jobs": [{"podSpecs": [pod, pod]}]})
+    response = client.post("/v1/submit", json={"queue": "A", "jobSetId": "s", "jobs": [{}]}, headers=ALICE)
+    assert response.status_code == 422
+    assert response.json()["error"]["message"] == "job 0: podSpec: a job needs a podSpec (or podSpecs: a list of pod specs)"
+    assert store.count_jobs() == 0
+
+
+def test_a_queue_update_takes_its_name_from_the_path(api):
+    client, store, document = api
+    name = document["components"]["schemas"]["QueueUpdateBody"]["properties"]["name"]
+    assert name["readOnly"] is True
+    assert "name" not in document["components"]["schemas"]["QueueUpdateBody"].get("required", [])
+    response = client.put("/v1/queues/B", json={"weight": 2, "owners": ["bob"]}, headers=ADMIN)
+    assert response.status_code == 200 and response.json()["name"] == "B"
+    assert store.get_queue("B").weight == 2
+    response = client.put("/v1/queues/B", json={"name": "B", "weight": 3, "owners": ["bob"]}, headers=ADMIN)
+    assert response.status_code == 200 and store.get_queue("B").weight == 3
+    response = client.put("/v1/queues/B", json={"name": "A", "weight": 5, "owners": ["bob"]}, headers=ADMIN)
+    assert response.status_code == 422
+    assert response.json()["error"] == {"code": "invalid", "message": "body names queue 'A', path names 'B'",
+                                        "field": "name", "errors": []}
+    assert (store.get_queue("A").weight, store.get_queue("B").weight) == (1, 3)
+
+
+@pytest.mark.parametrize("method, path, body", [
+    ("POST", "/v1/queues", {"name": "Q", "weight": -1}),
+    ("POST", "/v1/queues", {"name": "not a name"}),
+    ("POST", "/v1/queues", "{not json"),
+    ("PUT", "/v1/queues/B", {"weight": "heavy"}),
+    ("PUT", "/v1/queues/B", {"name": "A", "weight": 2}),
+    ("DELETE", "/v1/queues/B", None),
+    ("POST", "/v1/queues/B/cordon", None),
+    ("POST", "/v1/nodes/c1/c1-node-0/drain", None),
+])
+def test_a_non_administrator_is_refused_before_the_body_is_read(api, method, path, body):
+    client, store, _ = api
+    before = [q.to_dict() for q in store.list_queues()], store.cordoned("queue"), store.cordoned("node")
+    content = body if isinstance(body, str) else None
+    response = client.request(method, path, json=None if content else body, content=content,
+                              headers={**ALICE, "Content-Type": "application/json"})
+    assert response.status_code == 403
+    assert response.json()["error"] == {"code": "forbidden", "message": "user 'alice' is not an administrator",
+                                        "field": None, "errors": []}
+    assert ([q.to_dict() for q in store.list_queues()], store.cordoned("queue"), store.cordoned("node")) == before
+    # Without a token: 401 first.
+    assert client.request(method, path, json=None if content else body, content=content,
+                          headers={"Content-Type": "application/json"}).status_code == 401
