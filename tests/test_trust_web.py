@@ -144,6 +144,9 @@ def test_metrics_stay_small_and_quote_no_job_spec_after_hostile_methods_and_sele
         alice_page = alice.get("/ui/queues/A")
         assert alice_page.status_code == 200
         assert "didn&#39;t match nodeSelector project=secret-x-" in alice_page.text
+        with srv.http("root") as root:   # an administrator reads them too
+            root.cookies.set("flotilla_token", "admin-token")
+            assert "didn&#39;t match nodeSelector project=secret-x-" in root.get("/ui/queues/A").text
         bob_page = bob.get("/ui/queues/A")
         assert bob_page.status_code == 200
         assert "secret-x" not in bob_page.text
