@@ -8,12 +8,13 @@ fetch at run time (one CSS file ships in the package, in ``static/``); and
 the pages work in any browser, a text one included. NiceGUI would add a
 websocket per open page and a large bundle.
 
-Authentication: with ``auth.tokens`` set, the login page asks for a token
-and keeps it in an HttpOnly, SameSite=Strict cookie; every page and button
-acts as that user, with the API's rules: queues are listed for everyone,
-a queue's jobs only to those who may act in it (a job of another queue is
-"not found", as in the API), and cancel/reprioritize are refused with 403
-otherwise. Without tokens (a local, single-user service) there is no login.
+Authentication: with ``auth.tokens`` or ``auth.oidc`` set, the login page
+asks for a token (a static one or an OIDC token) and keeps it in an
+HttpOnly, SameSite=Strict cookie; every page and button acts as that user,
+with the API's rules: queues are listed for everyone, a queue's jobs only
+to those who may act in it (a job of another queue is "not found", as in
+the API), and cancel/reprioritize are refused with 403 otherwise. Without
+either (a local, single-user service) there is no login.
 
 Protections (:mod:`.protect`): security headers on every response, forms
 accepted from the dashboard's own pages only (same-origin ``Origin``, or the
@@ -78,10 +79,10 @@ def tree_order(rows: list[dict]) -> list[dict]:
 def mount_ui(app, store: Store, settings: ServiceSettings, status: StatusReader,
              authenticator: Authenticator | None = None) -> None:
     """Add ``/ui`` (pages) and ``/ui/static`` (the stylesheet) to ``app``."""
-    auth = authenticator or Authenticator(settings.tokens, settings.admin_groups)
+    auth = authenticator or Authenticator.from_settings(settings)
     env = _environment()
     router = APIRouter(prefix="/ui", include_in_schema=False)
-    open_access = not settings.tokens
+    open_access = settings.open_access
 
     def who(request: Request) -> Identity | None:
         if open_access:
@@ -122,7 +123,7 @@ def mount_ui(app, store: Store, settings: ServiceSettings, status: StatusReader,
         return access.visible_job(store, job_id, identity)
 
     async def guarded(request: Request, render, form: bool = False):
-        identity = who(request)
+        identity = await run_in_threadpool(who, request)   # an OIDC token may need the provider's keys fetched
         if identity is None:
             return login_redirect(request)
         if form and (refused := await form_refused(request, identity)) is not None:
@@ -142,7 +143,7 @@ def mount_ui(app, store: Store, settings: ServiceSettings, status: StatusReader,
         if (refused := await form_refused(request, None)) is not None:
             return refused
         target = next if next.startswith("/ui") else "/ui"
-        if auth.authenticate(f"Bearer {token.strip()}") is None:
+        if await run_in_threadpool(auth.authenticate, f"Bearer {token.strip()}") is None:
             return page("login.html", request, None, 401, next=target, error="unknown token")
         response = RedirectResponse(target, status_code=303)
         response.set_cookie(COOKIE, token.strip(), httponly=True, samesite="strict", path="/ui")
@@ -150,7 +151,7 @@ def mount_ui(app, store: Store, settings: ServiceSettings, status: StatusReader,
 
     @router.post("/logout")
     async def logout(request: Request):
-        identity = who(request)
+        identity = await run_in_threadpool(who, request)
         if (refused := await form_refused(request, identity)) is not None:
             return refused
         response = RedirectResponse("/ui/login", status_code=303)
