@@ -15,7 +15,7 @@ from fastapi.testclient import TestClient
 from prometheus_client.parser import text_string_to_metric_families
 
 from flotilla.config import parse_config
-from flotilla.core.cycle import Scheduler
+from flotilla.scheduler import Scheduler
 from flotilla.service.jobspec import prepare
 from flotilla.service.metrics.labels import (METHODS, REASON_CATEGORIES, method_label, reason_categories,
                                              reason_category)
@@ -29,22 +29,22 @@ from test_service_e2e import CONFIG
 # -- metrics: bounded labels (findings 5 and 6) ------------------------------------------------------------
 #: One reason as each producer words it (the file that makes it), and the category it counts under.
 PRODUCED_REASONS = [
-    ("0/4 nodes fit: 4 insufficient cpu", "insufficient_resources"),                   # core/session.py
-    ("2/4 nodes fit: room taken by other jobs this cycle", "insufficient_resources"),  # core/session.py
+    ("0/4 nodes fit: 4 insufficient cpu", "insufficient_resources"),                   # core/whynot.py
+    ("2/4 nodes fit: room taken by other jobs this cycle", "insufficient_resources"),  # core/whynot.py
     ("fits no node: cpu 64 > largest 8", "insufficient_resources"),                     # actions/enqueue.py
     ("0/4 nodes match: 4 didn't match nodeSelector project=secret-x", "node_selector"),  # core/feasibility.py
     ("0/4 nodes match: 3 had untolerated taint gpu=yes:NoSchedule, 1 unschedulable", "taint"),
     ("0/4 nodes match: 4 unschedulable", "unschedulable"),
-    ("no nodes", "no_nodes"),                                                           # core/session.py
+    ("no nodes", "no_nodes"),                                                           # core/nodesearch.py
     ("queue A at its cpu limit 0.5", "queue_limit"),                                    # core/limits.py
-    ("queue A is cordoned: it schedules nothing new", "queue_cordoned"),                # core/session.py
+    ("queue A is cordoned: it schedules nothing new", "queue_cordoned"),                # core/units.py
     ("gang g1: 1 of 3 members queued", "gang"),                                         # plugins/gang.py
     ("gang g1: 2 of 3 members fit", "gang"),                                            # actions/allocate.py
     ("gang g1: j1: unknown priority class x", "gang"),                                  # actions/allocate.py
     ("unknown priority class urgent", "priority_class"),                                # plugins/priorityclass.py
     ("waiting for 2 reserved nodes (n1, n2)", "reserved_nodes"),                        # actions/reserve.py
     ("lookahead 1000 reached in queue A", "not_reached"),                               # actions/allocate.py
-    ("not reached this cycle", "not_reached"),                                          # core/session.py
+    ("not reached this cycle", "not_reached"),                                          # core/whynot.py
     (NOT_COUNTED, "not_counted"),                                                       # roles/status.py
     ("a third-party plugin's own words", "other"),
     ("", "other"),

@@ -14,13 +14,14 @@ what tenants wrote. So:
   dashboard and the job pages).
 
 :data:`REASON_PREFIXES` is the one mapping from reason text to category. Its
-entries follow where the texts are made: ``flotilla/core/session.py``
-(node shortfalls, predicate refusals, not reached), ``flotilla/core/feasibility.py``
-(nodeSelector, taints, unschedulable), ``flotilla/core/limits.py`` (queue limits),
-``flotilla/plugins`` (gang, priorityclass), ``flotilla/actions`` (enqueue,
-reserve, allocate's gangs and lookahead, cordoned queues) and
-``flotilla/service/roles/status.py`` (past the per-cycle count). A reason
-from a plugin outside this package counts as ``other``.
+entries follow where the texts are made: ``flotilla/core/whynot.py`` (node
+shortfalls, not reached), ``flotilla/core/nodesearch.py`` (predicate
+refusals, no nodes), ``flotilla/core/feasibility.py`` (nodeSelector, taints,
+unschedulable), ``flotilla/core/limits.py`` (queue limits),
+``flotilla/core/units.py`` (cordoned queues), ``flotilla/plugins`` (gang,
+priorityclass), ``flotilla/actions`` (enqueue, reserve, allocate's gangs and
+lookahead) and ``flotilla/service/roles/status.py`` (past the per-cycle
+count). A reason from a plugin outside this package counts as ``other``.
 """
 
 from __future__ import annotations
