@@ -35,11 +35,14 @@ def test_mkdocs_build_strict_passes(tmp_path):
                             cwd=ROOT, capture_output=True, text=True, env=env)
     assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
     for page in ("reference/config", "reference/cli", "reference/http-api", "reference/metrics",
-                 "reference/plugin-api", "concepts/cycle", "getting-started"):
+                 "reference/plugin-api", "reference/client", "concepts/cycle", "getting-started"):
         assert (tmp_path / page / "index.html").is_file(), page
     # mkdocstrings rendered the plugin API from the docstrings.
     assert 'id="flotilla.core.hookspecs.flotilla_session_open"' in \
         (tmp_path / "reference" / "plugin-api" / "index.html").read_text()
+    client = (tmp_path / "reference" / "client" / "index.html").read_text()
+    for name in ("flotilla.client.Client.submit", "flotilla.client.AsyncClient.watch", "flotilla.client.errors.NotFound"):
+        assert f'id="{name}"' in client, name
 
 
 def test_every_nav_page_exists_and_every_page_is_in_the_nav():
