@@ -81,9 +81,11 @@ class AsyncClient:
                     reconnect: float = 60.0) -> AsyncIterator[Event]:
         """The job set's events, oldest first, from the event after ``after``.
 
-        With ``follow`` the iterator waits for new events until the stream ends (an event of kind ``end``); after
-        a dropped connection it resumes after the last event it gave, and raises :class:`ConnectionFailed` when
-        the server has been unreachable for ``reconnect`` seconds. Without ``follow`` it ends at the last event.
+        With ``follow`` the iterator waits for new events; after a dropped connection it resumes after the last
+        event it gave, and raises :class:`ConnectionFailed` when the server has been unreachable for ``reconnect``
+        seconds. When the server ends the stream (the queue deleted, the token revoked or expired, access
+        withdrawn) the iterator asks again, and the answer raises why (:class:`NotFound`, :class:`Unauthorized`,
+        :class:`Forbidden`). Without ``follow`` it ends at the last event.
         """
         position = after
         down_since: float | None = None
@@ -101,10 +103,10 @@ class AsyncClient:
                         if data is None:
                             continue
                         event = Event.parse(data)
+                        if event.kind == "end":
+                            break       # asked again below, the server says why (404, 401 or 403)
                         position = event.id
                         yield event
-                        if event.kind == "end":
-                            return
                 if not follow:
                     return
             except (httpx.TransportError, httpx.StreamError) as exc:

@@ -88,7 +88,7 @@ class Cancellation:
 
 @dataclass(frozen=True)
 class Event:
-    """One event of a job set, in event-id order; ``kind`` ``end`` closes a stream (queue deleted, access gone)."""
+    """One event of a job set, in event-id order (``submitted``, ``queued``, ``leased``, ... ``succeeded``)."""
 
     id: int
     kind: str
