@@ -144,8 +144,8 @@ def test_errors_raise_typed_exceptions_with_the_api_error_body(server):
     with client(server, "wrong-token") as stranger:
         error = error_of(stranger.queues)
         assert type(error) is Unauthorized and error.status == 401
-        assert error.error == ErrorBody(code="unauthenticated", message="missing or invalid bearer token")
-        assert error.body == {"error": {"code": "unauthenticated", "message": "missing or invalid bearer token",
+        assert error.error == ErrorBody(code="unauthenticated", message="unknown bearer token")
+        assert error.body == {"error": {"code": "unauthenticated", "message": "unknown bearer token",
                                         "field": None, "errors": []}}
     with client(server, "alice-token") as alice:
         error = error_of(lambda: alice.submit({"queue": "B", "jobSetId": "x", "jobs": [job("x")]}))
