@@ -260,3 +260,27 @@ def test_the_examples_run_against_a_live_service(server, tmp_path):
                             env=env_for("admin-token", server.url), capture_output=True, text=True, timeout=60)
     assert queues.returncode == 0, queues.stderr
     assert [line.split()[:3] for line in queues.stdout.splitlines()] == [["A", "weight", "1"], ["B", "weight", "1"]]
+
+
+def test_logs_of_a_job_the_user_may_not_see_is_not_found(server):
+    """A job's log is read with the job's own access rule; an unknown job (or one of another user's queue) is a
+    NotFound carrying the API's body, from the blocking and the async client alike."""
+    import httpx
+
+    has_logs = "/v1/jobs/{job_id}/logs" in httpx.get(f"{server.url}/openapi.json", timeout=30).json()["paths"]
+    with client(server, "alice-token") as alice:
+        with pytest.raises(NotFound) as info:
+            b"".join(alice.logs("no-such-job", tail=10))
+        assert (info.value.status, info.value.code) == (404, "not_found")
+        if has_logs:
+            assert info.value.message == "job 'no-such-job' not found"
+
+    async def scenario():
+        async with AsyncClient(server.url, token="alice-token", timeout=30) as alice:
+            with pytest.raises(NotFound):
+                [chunk async for chunk in alice.logs("no-such-job", pod=1, follow=True)]
+
+    asyncio.run(scenario())
+    with Client(f"http://127.0.0.1:{free_port()}", token="x", timeout=5) as nobody:
+        with pytest.raises(ConnectionFailed, match="cannot read the log from"):
+            list(nobody.logs("j"))

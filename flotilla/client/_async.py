@@ -9,8 +9,8 @@ from typing import Any, AsyncIterator, Iterable, Mapping
 
 import httpx
 
-from flotilla.client._requests import (Call, Calls, event_line, headers, queue_body, raise_for_error,
-                                       read_job_file, resolve, watch_params)
+from flotilla.client._requests import (Call, Calls, event_line, headers, log_params, queue_body,
+                                       raise_for_error, read_job_file, resolve, watch_params)
 from flotilla.client.errors import ConnectionFailed
 from flotilla.client.models import Cancellation, Event, Job, Queue, QueueDeletion, Submission
 
@@ -76,6 +76,22 @@ class AsyncClient:
                      job_ids: Iterable[str] | None = None) -> list[str]:
         """Set the priority of a job set's or some jobs' queued jobs; returns the ids changed."""
         return await self._send(Calls.reprioritize(queue, priority, job_set, job_ids))
+
+    async def logs(self, job_id: str, *, pod: int = 0, tail: int | None = None,
+                   follow: bool = False) -> AsyncIterator[bytes]:
+        """The job's container log (pod number ``pod`` of the job), in chunks as they come: the last ``tail``
+        lines only if given; with ``follow``, until the container ends. Who may see a job's status may read its
+        log; an error answer raises as every method's does."""
+        try:
+            async with self.http.stream("GET", f"/v1/jobs/{job_id}/logs", params=log_params(pod, tail, follow),
+                                        timeout=httpx.Timeout(10.0, read=None if follow else 60.0)) as response:
+                if response.status_code >= 400:
+                    await response.aread()
+                    raise_for_error(response)
+                async for chunk in response.aiter_bytes():
+                    yield chunk
+        except (httpx.TransportError, httpx.StreamError) as exc:
+            raise ConnectionFailed(f"cannot read the log from {self.url}: {exc}") from None
 
     async def watch(self, queue: str, job_set: str, *, after: int = 0, follow: bool = True,
                     reconnect: float = 60.0) -> AsyncIterator[Event]:

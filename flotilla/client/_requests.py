@@ -174,6 +174,13 @@ class Calls:
                     lambda data: bool(data["available"]))
 
 
+def log_params(pod: int, tail: int | None, follow: bool) -> dict:
+    params: dict[str, Any] = {"pod": pod, "follow": str(follow).lower()}
+    if tail is not None:
+        params["tail"] = tail
+    return params
+
+
 def watch_params(after: int, follow: bool) -> dict:
     return {"after": after, "follow": str(follow).lower()}
 

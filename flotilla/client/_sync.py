@@ -8,8 +8,8 @@ from typing import Any, Iterable, Iterator, Mapping
 
 import httpx
 
-from flotilla.client._requests import (Call, Calls, event_line, headers, queue_body, raise_for_error,
-                                       read_job_file, resolve, watch_params)
+from flotilla.client._requests import (Call, Calls, event_line, headers, log_params, queue_body,
+                                       raise_for_error, read_job_file, resolve, watch_params)
 from flotilla.client.errors import ConnectionFailed
 from flotilla.client.models import Cancellation, Event, Job, Queue, QueueDeletion, Submission
 
@@ -75,6 +75,20 @@ class Client:
                      job_ids: Iterable[str] | None = None) -> list[str]:
         """Set the priority of a job set's or some jobs' queued jobs; returns the ids changed."""
         return self._send(Calls.reprioritize(queue, priority, job_set, job_ids))
+
+    def logs(self, job_id: str, *, pod: int = 0, tail: int | None = None, follow: bool = False) -> Iterator[bytes]:
+        """The job's container log (pod number ``pod`` of the job), in chunks as they come: the last ``tail``
+        lines only if given; with ``follow``, until the container ends. Who may see a job's status may read its
+        log; an error answer raises as every method's does."""
+        try:
+            with self.http.stream("GET", f"/v1/jobs/{job_id}/logs", params=log_params(pod, tail, follow),
+                                  timeout=httpx.Timeout(10.0, read=None if follow else 60.0)) as response:
+                if response.status_code >= 400:
+                    response.read()
+                    raise_for_error(response)
+                yield from response.iter_bytes()
+        except (httpx.TransportError, httpx.StreamError) as exc:
+            raise ConnectionFailed(f"cannot read the log from {self.url}: {exc}") from None
 
     def watch(self, queue: str, job_set: str, *, after: int = 0, follow: bool = True,
               reconnect: float = 60.0) -> Iterator[Event]:
