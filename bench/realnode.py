@@ -82,7 +82,7 @@ def main() -> int:
 
     from flotilla.kubernetes.client import ApiError, KubeClient
     from flotilla.kwok.realnode import state_dir
-    from flotilla.service.client import Client
+    from flotilla.client import Client
 
     if args.cold:
         run_script("stop")
@@ -121,12 +121,11 @@ def main() -> int:
             job = {"podSpec": {"containers": [{
                 "name": "main", "image": env["FLOTILLA_REAL_NODE_IMAGE"], "imagePullPolicy": "Never",
                 "command": ["true"], "resources": {"limits": {"cpu": "50m", "memory": "32Mi"}}}]}}
-            ids = [j["id"] for j in client.submit({"queue": "bench", "jobSetId": "bench",
-                                                   "jobs": [job] * args.jobs})["jobs"]]
+            ids = client.submit({"queue": "bench", "jobSetId": "bench", "jobs": [job] * args.jobs}).ids
             times: dict[str, dict[str, float]] = {i: {} for i in ids}
             deadline = time.monotonic() + args.timeout
             for event in client.watch("bench", "bench"):
-                times[event["jobId"]].setdefault(event["kind"], event["time"])
+                times[event.job_id].setdefault(event.kind, event.time)
                 if all("succeeded" in t or "failed" in t for t in times.values()):
                     break
                 if time.monotonic() > deadline:

@@ -298,7 +298,7 @@ def logs(ctx, job_id, pod, follow, tail, url, token):
     log is there while its cluster keeps the pod (`finishedPodRetention`).
     Without --tail, at most the log's first 8 MiB.
     """
-    from flotilla.service.client import ClientError
+    from flotilla.client import FlotillaError
 
     _remember(ctx, url, token)
     out = sys.stdout.buffer
@@ -307,7 +307,7 @@ def logs(ctx, job_id, pod, follow, tail, url, token):
             for chunk in client.logs(job_id, pod=pod, tail=tail, follow=follow):
                 out.write(chunk)
                 out.flush()
-        except ClientError as exc:
+        except FlotillaError as exc:
             raise _from_client_error(exc) from None
         except KeyboardInterrupt:
             return
