@@ -49,8 +49,9 @@ def test_drf_counts_the_dominant_resource(tmp_path):
     # Trace: b1 a1 b2 b3 a2 b4 b5 a3 b6 b7 a4 b8 -> cpu 16 used.
     out = run_once(tmp_path, config(plugins=fairness("drf")), STATE)
     assert counts(out) == (4, 8)
-    assert out["queues"]["A"]["share"] == 0.5  # 4 of 8 gpus
-    assert out["queues"]["B"]["share"] == 0.5  # 8 of 16 cpu
+    # The reported share is the core's measure (cpu + gpu of 24), whatever the policy: 4 x 3 and 8 x 1.
+    assert out["queues"]["A"]["share"] == 0.5
+    assert out["queues"]["B"]["share"] == 0.333333
 
 
 def test_assetfairness_resource_weights_are_args(tmp_path):
@@ -60,9 +61,8 @@ def test_assetfairness_resource_weights_are_args(tmp_path):
 
 
 PLUGIN_MODULE = '''
-"""A third-party policy: first come, first served across queues (every queue costs 0)."""
+"""A third-party policy: first come, first served across queues (every queue's key is 0)."""
 from flotilla.core.hookspecs import hookimpl
-from flotilla.plugins.limits import register_queue_limits
 
 
 class StrictOrder:
@@ -71,8 +71,7 @@ class StrictOrder:
 
     @hookimpl
     def flotilla_session_open(self, session):
-        session.add_queue_cost(lambda queue, extra: 0.0)
-        register_queue_limits(session)
+        session.add_queue_order(lambda queue, extra: 0.0)
 '''
 
 
@@ -87,7 +86,7 @@ def installed_plugin(tmp_path, monkeypatch):
 
 
 def test_third_party_plugin_from_an_entry_point_replaces_fairness(tmp_path, installed_plugin):
-    # Every queue costs the same, so ties go to A: A takes 8 jobs (all 16 cpu), B gets nothing.
+    # Every queue's key is the same, so ties go to A: A takes 8 jobs (all 16 cpu), B gets nothing.
     out = run_once(tmp_path, config(plugins=fairness("strictorder")), STATE)
     assert counts(out) == (8, 0)
     from flotilla.core.plugins import available_plugins
@@ -101,4 +100,40 @@ def test_two_fairness_policies_is_a_config_error(tmp_path):
     result = invoke(tmp_path, config(plugins=plugins), STATE)
     assert result.exit_code == 2
     assert result.stdout == ""
-    assert "exactly one plugin must provide queue_cost" in result.stderr
+    assert "exactly one plugin must provide queue_order" in result.stderr
+
+
+def test_every_built_in_plugin_is_found_through_its_entry_point():
+    # No list of built-ins in the code: pyproject.toml's entry points are how flotilla's own plugins are found.
+    from importlib.metadata import entry_points
+
+    from flotilla.core.plugins import available_plugins
+
+    ours = {ep.name: ep.value for ep in entry_points(group="flotilla.plugins") if ep.dist.name == "flotilla"}
+    assert ours == {
+        "assetfairness": "flotilla.plugins.assetfairness:AssetFairness",
+        "bestfit": "flotilla.plugins.bestfit:BestFit",
+        "gang": "flotilla.plugins.gang:Gang",
+        "ownerfairshare": "flotilla.plugins.ownerfairshare:OwnerFairShare",
+        "predicates": "flotilla.plugins.predicates:Predicates",
+        "priorityclass": "flotilla.plugins.priorityclass:PriorityClassPlugin",
+        "decayedusage": "flotilla.contrib.decayedusage:DecayedUsage",
+        "drf": "flotilla.contrib.drf:DominantResourceFairness",
+        "spread": "flotilla.contrib.spread:Spread",
+    }
+    assert set(ours) <= set(available_plugins())
+
+
+def test_a_name_two_distributions_register_is_a_config_error_naming_both(tmp_path, monkeypatch):
+    from scenario import invoke
+
+    install_distribution(tmp_path / "site", "other_drf", PLUGIN_MODULE, "flotilla.plugins",
+                         "drf = other_drf:StrictOrder")
+    monkeypatch.syspath_prepend(str(tmp_path / "site"))
+    result = invoke(tmp_path, config(plugins=fairness("drf")), STATE)
+    assert result.exit_code == 2
+    assert result.stdout == ""
+    assert result.stderr == (
+        f"error: {tmp_path / 'flotilla.yaml'}:3: plugins[0].name: plugin name 'drf' is registered by two "
+        "distributions: flotilla (flotilla.contrib.drf:DominantResourceFairness) and flotilla-other-drf "
+        "(other_drf:StrictOrder); uninstall one of them\n")

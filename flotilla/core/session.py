@@ -12,20 +12,26 @@ from __future__ import annotations
 
 import random
 from collections import Counter
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from itertools import compress, repeat
 from operator import attrgetter, is_, itemgetter, mul, not_, or_, truth
-from typing import Callable, Iterable, Sequence
+from typing import Callable, Iterable, Mapping, Sequence
 
 import structlog
 
 from flotilla.core.decisions import Decisions, Placement, QueueReport
+from flotilla.core.extensions import (GangReady, JobOrder, JobValid, NodeFilter, NodeScore, NodeTiers, OnAllocate,
+                                      OnEvict, Preemptable, PreemptQueueOrder, Predicate, QueueAdmit, QueueOrder,
+                                      VictimOrder)
+from flotilla.core.feasibility import node_type_refusal
+from flotilla.core.limits import queue_limit_refusal
 from flotilla.core.logs import debug_enabled
 from flotilla.core.model import Gang, Job, Snapshot
 from flotilla.core.cyclestate import CycleState, QueueState, RunningJob, job_level
 from flotilla.core.queueorder import QueueOrder
 from flotilla.core.nodeindex import EVICTED, NodeIndex, NodeType
 from flotilla.core.resources import ResourceSpace, Vector
+from flotilla.core.shares import DEFAULT_SHARE_WEIGHTS, cost_share
 from flotilla.core.statement import Statement
 
 log = structlog.get_logger("flotilla.session")
@@ -55,6 +61,8 @@ class SessionSettings:
     indexed_resources: tuple[str, ...] = ("nvidia.com/gpu", "cpu", "memory")
     reservation_after: float | None = None
     reservation_max_units: int = 1
+    #: The weights the core measures and reports shares by (:mod:`flotilla.core.shares`).
+    share_weights: Mapping[str, float] = field(default_factory=lambda: dict(DEFAULT_SHARE_WEIGHTS))
 
 
 class Session:
@@ -83,19 +91,25 @@ class Session:
         #: True when some queue has a parent: allocate then fills level by level (queuetree.TreePicker).
         self.nested: bool = self.state.nested
 
-        # Extension points (see hookspecs.EXTENSION_POINTS).
-        self.queue_cost_fns: list[Callable[[QueueState, Vector | None], float]] = []
-        self.job_order_fns: list[Callable[[Job], tuple]] = []
-        self.predicate_fns: list[Callable[[Job, NodeType], str | None]] = []
-        self.queue_admit_fns: list[Callable[[QueueState, Job, Vector], str | None]] = []
-        self.node_tiers_fn: Callable[[QueueState], Sequence[str]] = lambda queue: ("any",)
-        self.node_score_fns: list[Callable[[Job, int], float]] = []
-        self.gang_ready_fns: list[Callable[[Gang, Sequence[Job]], str | None]] = []
-        self.preemptable_fns: list[Callable[[Job, Job], bool]] = []
-        self.victim_order_fns: list[Callable[[Job], tuple]] = []
-        self.job_valid_fns: list[Callable[[Job], str | None]] = []
-        self.allocate_handlers: list[Callable[[Job, int], None]] = []
-        self.evict_handlers: list[Callable[[Job, int], None]] = []
+        # Extension points, declared in flotilla.core.extensions. The core's guarantees come first and no plugin
+        # can remove them: Kubernetes feasibility always, queue limits whenever a queue has some.
+        self.queue_order_fns: list[QueueOrder] = []
+        self.preempt_queue_order_fns: list[PreemptQueueOrder] = []
+        self.job_order_fns: list[JobOrder] = []
+        self.predicate_fns: list[Predicate] = [node_type_refusal]
+        self.queue_admit_fns: list[QueueAdmit] = []
+        if any(queue.limit_vector is not None for queue in self.queues.values()):
+            self.queue_admit_fns.append(queue_limit_refusal(self.space.names))
+        self.node_tiers_fn: NodeTiers = lambda queue: ("any",)
+        self.node_score_fns: list[NodeScore] = []
+        #: Node scores registered with ``across_tiers=True``: preferences that cross node tiers.
+        self.tier_crossing_score_fns: list[NodeScore] = []
+        self.gang_ready_fns: list[GangReady] = []
+        self.preemptable_fns: list[Preemptable] = []
+        self.victim_order_fns: list[VictimOrder] = []
+        self.job_valid_fns: list[JobValid] = []
+        self.allocate_handlers: list[OnAllocate] = []
+        self.evict_handlers: list[OnEvict] = []
 
         # What the cycle has decided so far.
         self.scheduled: list[Placement] = []
@@ -105,7 +119,7 @@ class Session:
         #: Cordoned queues: their evicted jobs may return, nothing new of theirs starts.
         self.cordoned: set[str] = {queue.name for queue in snapshot.queues if queue.cordoned}
         #: Node filters actions set for this cycle (``reserve``: reserved nodes take only preemptible jobs).
-        self.node_filter_fns: list[Callable[[Job, int], bool]] = []
+        self.node_filter_fns: list[NodeFilter] = []
         self.evicted: dict[str, Job] = {}
         self.preempted: dict[str, Job] = {}
         self.failures: dict[str, str | tuple] = {}
@@ -122,40 +136,43 @@ class Session:
         self._interned_types: dict[tuple[int, ...], list[int]] = {}
         self._orders: dict[str, QueueOrder] = {}
         self._shortfalls: dict[tuple, str] = {}
+        self._measured_share: Callable[[QueueState, Vector | None], float] | None = None
 
     # -- registration (called by plugins in flotilla_session_open) --------
-    def add_queue_cost(self, fn: Callable[[QueueState, Vector | None], float]) -> None:
-        self.queue_cost_fns.append(fn)
+    def add_queue_order(self, fn: QueueOrder) -> None:
+        self.queue_order_fns.append(fn)
 
-    def add_job_order(self, key_fn: Callable[[Job], tuple]) -> None:
-        self.job_order_fns.append(key_fn)
+    def add_preempt_queue_order(self, fn: PreemptQueueOrder) -> None:
+        self.preempt_queue_order_fns.append(fn)
 
-    def add_predicate(self, fn: Callable[[Job, NodeType], str | None]) -> None:
+    def add_job_order(self, fn: JobOrder) -> None:
+        self.job_order_fns.append(fn)
+
+    def add_predicate(self, fn: Predicate) -> None:
         self.predicate_fns.append(fn)
 
-    def add_queue_admit(self, fn: Callable[[QueueState, Job, Vector], str | None]) -> None:
+    def add_queue_admit(self, fn: QueueAdmit) -> None:
         self.queue_admit_fns.append(fn)
 
-    def set_node_tiers(self, fn: Callable[[QueueState], Sequence[str]]) -> None:
+    def set_node_tiers(self, fn: NodeTiers) -> None:
         self.node_tiers_fn = fn
 
-    def add_node_score(self, fn: Callable[[Job, int], float]) -> None:
-        self.node_score_fns.append(fn)
+    def add_node_score(self, fn: NodeScore, across_tiers: bool = False) -> None:
+        (self.tier_crossing_score_fns if across_tiers else self.node_score_fns).append(fn)
 
-    def add_gang_ready(self, fn: Callable[[Gang, Sequence[Job]], str | None]) -> None:
+    def add_gang_ready(self, fn: GangReady) -> None:
         self.gang_ready_fns.append(fn)
 
-    def add_preemptable(self, fn: Callable[[Job, Job], bool]) -> None:
+    def add_preemptable(self, fn: Preemptable) -> None:
         self.preemptable_fns.append(fn)
 
-    def add_victim_order(self, key_fn: Callable[[Job], tuple]) -> None:
-        self.victim_order_fns.append(key_fn)
+    def add_victim_order(self, fn: VictimOrder) -> None:
+        self.victim_order_fns.append(fn)
 
-    def add_job_valid(self, fn: Callable[[Job], str | None]) -> None:
+    def add_job_valid(self, fn: JobValid) -> None:
         self.job_valid_fns.append(fn)
 
-    def add_event_handler(self, on_allocate: Callable[[Job, int], None] | None = None,
-                          on_evict: Callable[[Job, int], None] | None = None) -> None:
+    def add_event_handler(self, on_allocate: OnAllocate | None = None, on_evict: OnEvict | None = None) -> None:
         if on_allocate is not None:
             self.allocate_handlers.append(on_allocate)
         if on_evict is not None:
@@ -163,10 +180,13 @@ class Session:
 
     def check_registrations(self) -> None:
         """Enforce the combine rules that are about *how many* plugins answer."""
-        if len(self.queue_cost_fns) != 1:
+        if len(self.queue_order_fns) != 1:
             raise SessionError(
-                f"exactly one plugin must provide queue_cost (a fairness policy such as assetfairness or drf); "
-                f"{len(self.queue_cost_fns)} did")
+                f"exactly one plugin must provide queue_order (a fairness policy such as assetfairness or drf); "
+                f"{len(self.queue_order_fns)} did")
+        if len(self.preempt_queue_order_fns) > 1:
+            raise SessionError(
+                f"at most one plugin may provide preempt_queue_order; {len(self.preempt_queue_order_fns)} did")
 
     # -- what actions ask -------------------------------------------------
     def priority_class(self, job: Job):
@@ -178,14 +198,26 @@ class Session:
     def vector(self, job: Job) -> Vector:
         return self.space.vector(job.requests)
 
-    def queue_cost(self, queue: QueueState, extra: Vector | None = None) -> float:
-        return self.queue_cost_fns[0](queue, extra)
+    def queue_key(self, queue: QueueState, extra: Vector | None = None) -> float | tuple:
+        """The fairness policy's key for ``queue`` if it also had ``extra``: allocate serves the smallest next."""
+        return self.queue_order_fns[0](queue, extra)
 
-    def fair_share_fraction(self, queue: QueueState, extra: Vector | None = None) -> float:
-        """The queue's share over its fair share, if it also had ``extra``: what allocate minimises."""
-        if queue.fair_share <= 0:
-            return float("inf")
-        return self.queue_cost(queue, extra) / queue.fair_share
+    def measured_share(self, queue: QueueState) -> float:
+        """The share of the pool ``queue`` holds, as the core measures and reports it (:mod:`flotilla.core.shares`)."""
+        share = self._measured_share
+        if share is None:
+            share = self._measured_share = cost_share(self.space.names, self.pool, self.settings.share_weights)
+        return share(queue, None)
+
+    def preempt_rank(self, queue: QueueState) -> float | tuple:
+        """Which queue's urgent jobs preempt first among equal priorities (smallest first).
+
+        A plugin's ``preempt_queue_order`` if one is registered, else the
+        measured share over the fair share.
+        """
+        if self.preempt_queue_order_fns:
+            return self.preempt_queue_order_fns[0](queue)
+        return self.measured_share(queue) / queue.fair_share if queue.fair_share > 0 else float("inf")
 
     def job_sort_key(self, job: Job, position: int) -> tuple:
         """Order within a queue: plugin keys first, then priority, submission time, position."""
@@ -267,7 +299,7 @@ class Session:
         self._allowed_by_identity[fast] = (result, selector, tolerations)
         return result
 
-    def add_node_filter(self, fn: Callable[[Job, int], bool]) -> None:
+    def add_node_filter(self, fn: NodeFilter) -> None:
         """May ``job`` start on node ``i``? (Reservations; all filters must agree.) Set by actions, per cycle."""
         self.node_filter_fns.append(fn)
 
@@ -275,7 +307,14 @@ class Session:
         return all(fn(job, i) for fn in self.node_filter_fns)
 
     def find_node(self, job: Job, vec: Vector, level: int, types: Sequence[int], queue: QueueState) -> int | None:
-        """Best node for ``job`` at ``level``: tier by tier, smallest fit, or best score when scorers exist."""
+        """Best node for ``job`` at ``level``: tier by tier, smallest fit, or best score when scorers exist.
+
+        Node scores order the fitting nodes within the first tier that has
+        any; scores registered across tiers (:meth:`_find_across_tiers`) weigh
+        the candidates of every tier against each other.
+        """
+        if self.tier_crossing_score_fns:
+            return self._find_across_tiers(job, vec, level, types, queue)
         filtered = bool(self.node_filter_fns)
         scored = bool(self.node_score_fns)
         for tier in self.node_tiers_fn(queue):
@@ -297,6 +336,37 @@ class Session:
                 return max(candidates, key=lambda i: (sum(fn(job, i) for fn in self.node_score_fns),
                                                       tuple(-x for x in self.index.free[i][self.index.level_of[level]]), -i))
         return None
+
+    def _find_across_tiers(self, job: Job, vec: Vector, level: int, types: Sequence[int],
+                           queue: QueueState) -> int | None:
+        """Up to ``node_candidates`` fitting nodes from each tier, the best of them all.
+
+        Best: the highest total of the across-tier scores, then the earlier
+        tier, then the highest total of the within-tier scores, then the
+        least free space, then the lower position.
+        """
+        index, limit = self.index, self.settings.node_candidates
+        crossing, within = self.tier_crossing_score_fns, self.node_score_fns
+        free, at = index.free, index.level_of[level]
+        filtered = bool(self.node_filter_fns)
+        best_key, best = None, None
+        seen: set[int] = set()
+        for rank, tier in enumerate(self.node_tiers_fn(queue)):
+            taken = 0
+            for i in index.iter_fitting(vec, level, types):
+                if i in seen or not (tier == "any" or self.in_tier(i, tier, queue.name)):
+                    continue
+                if filtered and not self.node_allowed(job, i):
+                    continue
+                seen.add(i)
+                key = (sum(fn(job, i) for fn in crossing), -rank, sum(fn(job, i) for fn in within),
+                       tuple(-x for x in free[i][at]), -i)
+                if best_key is None or key > best_key:
+                    best_key, best = key, i
+                taken += 1
+                if taken >= limit:
+                    break
+        return best
 
     def in_tier(self, i: int, tier: str, queue: str) -> bool:
         """Is node ``i`` in ``tier`` (``own``, ``unused``, ``used``) for ``queue``?"""
@@ -414,11 +484,9 @@ class Session:
             queued = kept
         else:
             queued = list(queued)
-        pool_cost = self.queue_cost_fns[0] if self.queue_cost_fns else None
         reports = {}
         for queue in self.queues.values():
-            share = pool_cost(queue, None) if pool_cost else 0.0
-            reports[queue.name] = QueueReport(queue.name, queue.weight, queue.fair_share, share,
+            reports[queue.name] = QueueReport(queue.name, queue.weight, queue.fair_share, self.measured_share(queue),
                                               self.space.formatted(queue.allocated), queue.parent)
         decisions = Decisions(
             scheduled=list(self.scheduled),
