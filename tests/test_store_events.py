@@ -21,7 +21,7 @@ from hypothesis import HealthCheck, settings as hsettings, strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, precondition, rule, \
     run_state_machine_as_test
 
-from flotilla.core.cycle import Scheduler
+from flotilla.scheduler import Scheduler
 from flotilla.service import schema
 from flotilla.service.jobspec import prepare
 from flotilla.service.loop import QueuedJobs, ServiceLoop, service_backends
