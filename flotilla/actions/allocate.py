@@ -31,6 +31,7 @@ import time
 
 import structlog
 
+from flotilla.core.hostports import describe
 from flotilla.core.nodeindex import EVICTED
 from flotilla.core.queuetree import TreePicker
 from flotilla.core.session import KnownMisfits, QueueUnits
@@ -62,6 +63,13 @@ def requirements_key(job) -> tuple:
     """
     selector = job.node_selector
     return id(job.requests), job.priority_class, id(selector) if selector else 0, id(job.tolerations)
+
+
+def ports_failure(session, job, vec, types, queue) -> str | tuple:
+    """Why a job binding host ports found no node: its ports when some node has the room, else the room."""
+    if session.index.find(vec, EVICTED, types, "any", queue.name) is None:
+        return (vec, EVICTED, types)
+    return f"no node that fits has host port {describe(job.host_ports)} free"
 
 
 class Allocate:
@@ -244,6 +252,10 @@ class Allocate:
             node = None
         else:
             node = self._find(session, queue, job, vec, types)
+        if node is None and job.host_ports:
+            # Its ports, not its key, may be what failed: jobs of the same key without them are not misfits.
+            session.failures[job.id] = ports_failure(session, job, vec, types, queue)
+            return False
         if node is None:
             run.known.known[requirements_key(job)] = session.failures[job.id] = (vec, EVICTED, types)
             if run.covers_all:

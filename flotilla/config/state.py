@@ -69,6 +69,13 @@ class GangConfig(Model):
     cardinality: int = Field(ge=1)
 
 
+class HostPortConfig(Model):
+    """A host port the job's pod binds on its node (``containers[].ports[].hostPort`` in a podSpec)."""
+
+    port: int = Field(ge=1, le=65535)
+    protocol: Literal["TCP", "UDP", "SCTP"] = "TCP"
+
+
 class StateJob(Model):
     id: Name
     queue: Name
@@ -84,6 +91,7 @@ class StateJob(Model):
     node_selector: dict[str, str] = Field(default_factory=dict, alias="nodeSelector")
     tolerations: list[TolerationConfig] = Field(default_factory=list)
     annotations: dict[str, str] = Field(default_factory=dict)
+    host_ports: list[HostPortConfig] = Field(default_factory=list, alias="hostPorts", max_length=64)
 
 
 class StateFile(Model):
@@ -209,7 +217,8 @@ def _jobs(state: StateFile, config: FlotillaConfig, clusters: list[ClusterSnapsh
                   dict(spec.node_selector), tuple(t.to_core() for t in spec.tolerations),
                   _gang(j, spec, problems),
                   JobState.RUNNING if running else JobState.QUEUED,
-                  cluster, spec.node if running else None, dict(spec.annotations))
+                  cluster, spec.node if running else None, dict(spec.annotations),
+                  tuple(sorted({(p.protocol, p.port) for p in spec.host_ports})))
         if not running:
             queued.append(job)
         elif cluster is not None:

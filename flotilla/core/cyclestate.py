@@ -42,6 +42,7 @@ from itertools import chain, compress, count, islice
 from operator import attrgetter, is_, itemgetter, le, not_
 from typing import Sequence
 
+from flotilla.core.hostports import HostPorts
 from flotilla.core.model import Job, PriorityClass, Snapshot
 from flotilla.core.nodeindex import EVICTED, FOREIGN, FOREIGN_USER, NONPREEMPTIBLE, NodeIndex
 from flotilla.core.queueorder import QueueOrder
@@ -190,6 +191,8 @@ class CycleState:
         self._set_limits(snapshot)
 
         # Running jobs, bound in bulk before the index builds its sorted lists.
+        #: Host ports held per node (only jobs that bind some are in it; see flotilla.core.hostports).
+        self.ports = HostPorts()
         self.running: dict[str, RunningJob] = {}
         self.running_jobs: dict[str, Job] = {}
         for cluster in snapshot.clusters:
@@ -334,7 +337,8 @@ class CycleState:
             level = job_level(self.classes, self.default_class, job)
             held = self.running.get(job.id)
             if held is not None:
-                if held.node == i and held.vec == vec and held.level == level and held.job.queue == job.queue:
+                if held.node == i and held.vec == vec and held.level == level and held.job.queue == job.queue \
+                        and held.job.host_ports == job.host_ports:
                     if held.job.node_selector or job.node_selector:
                         self._count_labels(held.job, -1)
                         self._count_labels(job, 1)
@@ -446,6 +450,8 @@ class CycleState:
         if moved is not None:
             for held in self.running.values():
                 held.node = moved[held.node]
+            if self.ports:
+                self.ports.remap(moved)
         self.nodes = [list(cluster.nodes) for cluster in snapshot.clusters]
         self.pool = tuple(sum(col) for col in zip(*index.allocatable)) if index.nodes else space.zero
 
@@ -494,6 +500,8 @@ class CycleState:
         """Count a job bound on node ``i`` as running, for its queue too."""
         self.running[job.id] = RunningJob(job, i, vec, level)
         self.running_jobs[job.id] = job
+        if job.host_ports:
+            self.ports.add(i, job.id, job.host_ports)
         queue = self.queues[job.queue]
         queue.running += 1
         charge(queue, vec, 1)
@@ -503,6 +511,8 @@ class CycleState:
         held = self.running.pop(job_id)
         del self.running_jobs[job_id]
         self.index.unbind(held.node, job_id)
+        if held.job.host_ports:
+            self.ports.remove(held.node, job_id, held.job.host_ports)
         queue = self.queues[held.job.queue]
         queue.running -= 1
         charge(queue, held.vec, -1)
@@ -581,6 +591,7 @@ class CycleState:
                        for name, q in self.queues.items()},
             "gangs": {gang: [job.id for job in members] for gang, members in self.gangs.items()},
             "nested": self.nested,
+            "ports": {i: sorted(ports.items()) for i, ports in sorted(self.ports.held.items())},
         }
 
 

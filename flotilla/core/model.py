@@ -120,7 +120,10 @@ class Job:
 
     ``requests`` maps resource names to integer quantities; jobs loaded in
     bulk share identical request mappings so a million jobs stay small.
-    ``cluster`` and ``node`` are set for running jobs only.
+    ``cluster`` and ``node`` are set for running jobs only. ``host_ports``
+    are the ``(protocol, port)`` pairs its pod binds on its node: no two
+    jobs holding one of them share a node (empty for almost every job, and
+    then nothing is looked up for it).
     """
 
     id: str
@@ -137,6 +140,7 @@ class Job:
     cluster: str | None = None
     node: str | None = None
     annotations: Mapping[str, str] = field(default_factory=dict)
+    host_ports: tuple[tuple[str, int], ...] = ()
 
 
 @dataclass(slots=True)

@@ -272,11 +272,19 @@ class Session:
         self.node_filter_fns.append(fn)
 
     def node_allowed(self, job: Job, i: int) -> bool:
+        """May ``job`` start on node ``i``: the node filters agree and none of its host ports is held there."""
+        ports = job.host_ports
+        if ports and not self.state.ports.free(i, ports):
+            return False
         return all(fn(job, i) for fn in self.node_filter_fns)
 
     def find_node(self, job: Job, vec: Vector, level: int, types: Sequence[int], queue: QueueState) -> int | None:
-        """Best node for ``job`` at ``level``: tier by tier, smallest fit, or best score when scorers exist."""
-        filtered = bool(self.node_filter_fns)
+        """Best node for ``job`` at ``level``: tier by tier, smallest fit, or best score when scorers exist.
+
+        A job binding host ports walks the fitting nodes like a filtered
+        search and skips those where one of its ports is held.
+        """
+        filtered = bool(self.node_filter_fns) or bool(job.host_ports)
         scored = bool(self.node_score_fns)
         for tier in self.node_tiers_fn(queue):
             if not scored and not filtered:

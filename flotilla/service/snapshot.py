@@ -27,6 +27,7 @@ class Converter:
 
     def __init__(self):
         self._tolerations: dict[int, tuple] = {}
+        self._ports: dict[tuple, tuple] = {}
 
     #: Cached toleration lists; the cache starts over past this many (it lives as long as the queued copy).
     LIMIT = 10000
@@ -44,6 +45,15 @@ class Converter:
             self._tolerations[key] = (items, hit)  # keep items alive so id() stays unique
             return hit
         return hit[1]
+
+    def host_ports(self, items: list | None) -> tuple:
+        """``[[protocol, port], ...]`` as the core's tuple of pairs (shared by identical lists)."""
+        if not items:
+            return ()
+        key = tuple(map(tuple, items))
+        if len(self._ports) > self.LIMIT:
+            self._ports.clear()
+        return self._ports.setdefault(key, key)
 
     def pods(self, record, state=JobState.QUEUED, cluster=None, nodes=None) -> list[Job]:
         if record.gang_id:
@@ -63,7 +73,8 @@ class Converter:
             out.append(Job(ids[k], record.queue, record.job_set, record.priority, record.priority_class,
                            record.submitted, pod["requests"], pod.get("nodeSelector") or {},
                            self.tolerations(pod.get("tolerations")), gang, state, cluster,
-                           nodes[k] if nodes else None, annotations))
+                           nodes[k] if nodes else None, annotations,
+                           self.host_ports(pod.get("hostPorts"))))
         return out
 
 
