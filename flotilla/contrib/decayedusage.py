@@ -46,7 +46,6 @@ from typing import Mapping
 from flotilla.core.hookspecs import hookimpl
 from flotilla.core.quantities import QuantityError, parse_duration
 from flotilla.plugins.assetfairness import asset_share, parse_weights, weight_vector
-from flotilla.plugins.limits import register_queue_limits
 
 DEFAULT_HALFTIME = 3600.0
 
@@ -97,7 +96,6 @@ class DecayedUsage:
 
         self._open = (session, priority, w, pool_cost)
         session.add_queue_cost(cost)
-        register_queue_limits(session)
 
     @hookimpl
     def flotilla_session_close(self, session, decisions):

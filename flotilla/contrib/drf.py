@@ -17,7 +17,6 @@ from typing import Mapping
 
 from flotilla.core.hookspecs import hookimpl
 from flotilla.plugins.arguments import take_args
-from flotilla.plugins.limits import register_queue_limits
 
 
 class DominantResourceFairness:
@@ -40,4 +39,3 @@ class DominantResourceFairness:
             return max(((allocated[r] + extra[r]) / total for r, total in counted), default=0.0)
 
         session.add_queue_cost(share)
-        register_queue_limits(session)

@@ -17,7 +17,6 @@ from typing import Mapping
 from flotilla.core.hookspecs import hookimpl
 from flotilla.core.quantities import MILLI_RESOURCES
 from flotilla.plugins.arguments import take_args
-from flotilla.plugins.limits import register_queue_limits
 
 DEFAULT_WEIGHTS = {"cpu": 1.0, "nvidia.com/gpu": 1.0, "memory": 0.0}
 
@@ -70,4 +69,3 @@ class AssetFairness:
         # A queue's share moves with its own allocation only: allocate need not recompute a waiting offer's.
         share.own_usage_only = True
         session.add_queue_cost(share)
-        register_queue_limits(session)
