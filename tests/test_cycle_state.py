@@ -21,6 +21,7 @@ import pytest
 from flotilla.config import load_config
 from flotilla.core.cycle import Scheduler
 from flotilla.core.cyclestate import CycleState
+from flotilla.core.nodeaffinity import NAME_FIELD, NodeAffinity, Requirement, Term
 from flotilla.core.model import ClusterSnapshot, Gang, Job, JobState, Node, Queue, Snapshot, Taint, Toleration
 
 GIB = 2**30
@@ -89,6 +90,13 @@ class World:
         elif roll < 0.26:  # binds a host port: never two on one node
             self.add_queued(Job(f"j{self.serial}", queue, "s", rng.randrange(2), pc, submitted, rng.choice(SHAPES),
                                 host_ports=(("TCP", rng.choice([8080, 9090])),)))
+        elif roll < 0.28:  # node affinity: on a zone's label, or on a node's name (nodes then typed by name)
+            term = rng.choice([Term((Requirement("zone", "In", ("a",)),)),
+                               Term((Requirement("zone", "NotIn", ("a",)),)),
+                               Term(fields=(Requirement(NAME_FIELD, "NotIn", ("cpu-2",)),))])
+            affinity = NodeAffinity((term,), ((5, Term((Requirement("zone", "In", ("b",)),))),))
+            self.add_queued(Job(f"j{self.serial}", queue, "s", rng.randrange(2), pc, submitted, rng.choice(SHAPES),
+                                affinity=affinity))
         elif roll < 0.3:  # a mapping of its own, equal to a shared one
             self.add_queued(Job(f"j{self.serial}", queue, "s", rng.randrange(2), pc, submitted,
                                 dict(rng.choice(SHAPES))))

@@ -224,3 +224,127 @@ def test_served_jobs_with_one_host_port_land_on_distinct_nodes_of_a_simulated_cl
         clock.now += 1
     assert store.get_job(ids[4])["state"] == "queued"
     store.close()
+
+
+# -- node affinity ----------------------------------------------------------------------------
+
+AFFINITY_NODES = """
+clusters:
+  - name: c1
+    nodes:
+      - {name: n1, resources: {cpu: 32}, labels: {zone: a, gen: "3"}}
+      - {name: n2, resources: {cpu: 32}, labels: {zone: b, gen: "5"}}
+      - {name: n3, resources: {cpu: 32}, labels: {zone: c, gen: "10"}}
+      - {name: n4, resources: {cpu: 32}, labels: {zone: a}}
+      - {name: n5, resources: {cpu: 32}, labels: {zone: b, gen: abc}}
+      - {name: n6, resources: {cpu: 32}}
+jobs:
+"""
+
+
+def _required(*terms) -> str:
+    import json
+    return json.dumps({"nodeAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": {
+        "nodeSelectorTerms": list(terms)}}})
+
+
+def _expr(key, op, *values) -> dict:
+    return {"key": key, "operator": op, **({"values": list(values)} if values else {})}
+
+
+def _whole_nodes(tmp_path, affinity: str, copies: int = 6) -> tuple[set[str], dict]:
+    """``copies`` jobs that each take a whole node, with ``affinity``: the nodes they got, and the reasons."""
+    state = AFFINITY_NODES + "\n".join(f"  - {{id: j{k}, queue: A, requests: {{cpu: 32}}, submitted: {k}, "
+                                       f"affinity: {affinity}}}" for k in range(copies))
+    out = run_once(tmp_path, config(), state)
+    nodes = set(placements(out).values())
+    assert len(nodes) == len(placements(out))
+    return nodes, out["reasons"]
+
+
+@pytest.mark.parametrize("terms, expected", [
+    ([{"matchExpressions": [_expr("zone", "In", "a", "c")]}], {"n1", "n3", "n4"}),
+    ([{"matchExpressions": [_expr("zone", "NotIn", "a")]}], {"n2", "n3", "n5", "n6"}),
+    ([{"matchExpressions": [_expr("gen", "Exists")]}], {"n1", "n2", "n3", "n5"}),
+    ([{"matchExpressions": [_expr("gen", "DoesNotExist")]}], {"n4", "n6"}),
+    ([{"matchExpressions": [_expr("gen", "Gt", "4")]}], {"n2", "n3"}),          # "abc" is no integer
+    ([{"matchExpressions": [_expr("gen", "Lt", "5")]}], {"n1"}),
+    ([{"matchExpressions": [_expr("zone", "In", "a", "b"), _expr("gen", "Exists")]}], {"n1", "n2", "n5"}),
+    ([{"matchExpressions": [_expr("zone", "In", "b")]}, {"matchExpressions": [_expr("gen", "Lt", "4")]}],
+     {"n1", "n2", "n5"}),
+    ([{"matchFields": [_expr("metadata.name", "In", "n4")]}], {"n4"}),
+    ([{"matchExpressions": [_expr("zone", "In", "a")], "matchFields": [_expr("metadata.name", "NotIn", "n4")]}],
+     {"n1"}),
+], ids=["In", "NotIn", "Exists", "DoesNotExist", "Gt", "Lt", "and", "or", "fields-In", "fields-NotIn"])
+def test_required_node_affinity_places_jobs_only_on_matching_nodes(tmp_path, terms, expected):
+    nodes, reasons = _whole_nodes(tmp_path, _required(*terms))
+    assert nodes == expected
+    assert len(reasons) == 6 - len(expected)
+
+
+@pytest.mark.parametrize("terms", [[{}], [{"matchExpressions": []}], []], ids=["empty-term", "no-expressions", "no-terms"])
+def test_a_term_with_nothing_and_no_terms_match_no_node(tmp_path, terms):
+    nodes, reasons = _whole_nodes(tmp_path, _required(*terms), copies=1)
+    assert nodes == set()
+    assert reasons == {"j0": "0/6 nodes match: 6 didn't match node affinity"}
+
+
+def test_preferred_node_affinity_orders_nodes_by_weight_within_the_required(tmp_path):
+    import json
+    preferred = [{"weight": 10, "preference": {"matchExpressions": [_expr("zone", "In", "c")]}},
+                 {"weight": 20, "preference": {"matchExpressions": [_expr("gen", "Gt", "4")]}},
+                 {"weight": 5, "preference": {"matchExpressions": [_expr("zone", "In", "b")]}}]
+    affinity = json.dumps({"nodeAffinity": {"preferredDuringSchedulingIgnoredDuringExecution": preferred}})
+    both = json.dumps({"nodeAffinity": {
+        "preferredDuringSchedulingIgnoredDuringExecution": preferred,
+        "requiredDuringSchedulingIgnoredDuringExecution": {
+            "nodeSelectorTerms": [{"matchExpressions": [_expr("zone", "In", "a", "b")]}]}}})
+    # Scores: n3 30, n2 25, n5 5, others 0. Each job takes a whole node, so the order shows.
+    state = AFFINITY_NODES + "\n".join(
+        f"  - {{id: p{k}, queue: A, requests: {{cpu: 32}}, submitted: {k}, affinity: {affinity}}}" for k in range(4))
+    out = run_once(tmp_path, config(), state)
+    assert placements(out) == {"p0": "n3", "p1": "n2", "p2": "n5", "p3": "n1"}
+    state = AFFINITY_NODES + "\n".join(
+        f"  - {{id: p{k}, queue: A, requests: {{cpu: 32}}, submitted: {k}, affinity: {both}}}" for k in range(3))
+    out = run_once(tmp_path, config(), state)
+    assert placements(out) == {"p0": "n2", "p1": "n5", "p2": "n1"}
+
+
+def test_node_affinity_mistakes_are_refused_at_submission_with_their_path(api):
+    def with_affinity(client_id, node_affinity):
+        return job(client_id, affinity={"nodeAffinity": node_affinity})
+    required = "requiredDuringSchedulingIgnoredDuringExecution"
+    texts = refused(api, job_file("A", "s", [
+        with_affinity("a", {required: {"nodeSelectorTerms": [{"matchExpressions": [_expr("gen", "Gt", "x")]}]}}),
+        with_affinity("b", {required: {"nodeSelectorTerms": [{"matchFields": [_expr("metadata.uid", "In", "u")]}]}}),
+        with_affinity("c", {required: {"nodeSelectorTerms": [{"matchExpressions": [_expr("zone", "In")]}]}}),
+        with_affinity("d", {"preferredDuringSchedulingIgnoredDuringExecution": [
+            {"weight": 0, "preference": {"matchExpressions": [_expr("zone", "Exists")]}}]}),
+    ]))
+    assert texts == [
+        "job 0 (clientId 'a'): podSpec.affinity.nodeAffinity.requiredDuringSchedulingIgnoredDuringExecution."
+        "nodeSelectorTerms[0].matchExpressions[0].values: Gt takes exactly one integer value, got ['x']",
+        "job 1 (clientId 'b'): podSpec.affinity.nodeAffinity.requiredDuringSchedulingIgnoredDuringExecution."
+        "nodeSelectorTerms[0].matchFields[0].key: the only field a node can be selected by is metadata.name, "
+        "got 'metadata.uid'",
+        "job 2 (clientId 'c'): podSpec.affinity.nodeAffinity.requiredDuringSchedulingIgnoredDuringExecution."
+        "nodeSelectorTerms[0].matchExpressions[0].values: In needs at least one value",
+        "job 3 (clientId 'd'): podSpec.affinity.nodeAffinity.preferredDuringSchedulingIgnoredDuringExecution[0]."
+        "weight: expected a whole number from 1 to 100, got 0",
+    ]
+
+
+def test_served_jobs_with_required_node_affinity_run_only_where_it_matches(tmp_path):
+    settings_, store, loop, clock = make(tmp_path, service_config())
+    on_c2 = job("on-c2", cpu="1", affinity={"nodeAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": {
+        "nodeSelectorTerms": [{"matchFields": [{"key": "metadata.name", "operator": "In", "values": ["c2-node-2"]}]}]}}})
+    nowhere = job("nowhere", cpu="1", affinity={"nodeAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": {
+        "nodeSelectorTerms": [{"matchExpressions": [{"key": "gpu", "operator": "Exists"}]}]}}})
+    _, new = prepare(job_file("A", "s", [on_c2, nowhere]), settings_)
+    ids = [s.id for s in store.submit("A", "s", "alice", new, now=clock.now)]
+    run_until(loop, clock, lambda: store.get_job(ids[0])["state"] == "running")
+    assert store.get_job(ids[0])["node"] == "c2-node-2"
+    assert store.get_job(ids[1])["state"] == "queued"
+    (pod,) = [pod for pod in loop.last_decisions.queued if pod.id == ids[1]]
+    assert loop.last_decisions.explain(pod) == "0/4 nodes match: 4 didn't match node affinity"
+    store.close()

@@ -52,6 +52,7 @@ from flotilla.core.resources import ResourceSpace, Vector
 _ID = attrgetter("id")
 _REQUESTS = attrgetter("requests")
 _SELECTOR = attrgetter("node_selector")
+_AFFINITY = attrgetter("affinity")
 _GANG = attrgetter("gang")
 _PRIORITY = attrgetter("priority")
 _QUEUE = attrgetter("queue")
@@ -171,6 +172,13 @@ class CycleState:
         distinct = dict(zip(map(id, selectors), selectors))
         for key, number in Counter(map(id, selectors)).items():
             for label in distinct[key]:
+                self.label_uses[label] += number
+        # Node affinities (rare): the label keys their terms read, and the node's name for matchFields.
+        affinities = Counter(filter(None, map(_AFFINITY, every_job)))
+        #: How many held jobs (running or queued) have a node affinity.
+        self.affinity_jobs = sum(affinities.values())
+        for affinity, number in affinities.items():
+            for label in affinity.label_keys:
                 self.label_uses[label] += number
         selector_keys = set(self.label_uses)
         self._labels_changed = False
@@ -339,7 +347,7 @@ class CycleState:
             if held is not None:
                 if held.node == i and held.vec == vec and held.level == level and held.job.queue == job.queue \
                         and held.job.host_ports == job.host_ports:
-                    if held.job.node_selector or job.node_selector:
+                    if held.job.node_selector or job.node_selector or held.job.affinity or job.affinity:
                         self._count_labels(held.job, -1)
                         self._count_labels(job, 1)
                     held.job = job
@@ -354,7 +362,7 @@ class CycleState:
             value = entries.pop(key)
             job = value[-1] if value.__class__ is tuple else value
             gangs_changed |= job.gang is not None
-            if job.node_selector:
+            if job.node_selector or job.affinity:
                 self._count_labels(job, -1)
             self.queues[job.queue].queued.remove(job)
         placed_entries, self.placed_entries = self.placed_entries, {}
@@ -365,7 +373,7 @@ class CycleState:
                 self.seq += 1
             entries[id(job)] = entry
             self.queues[job.queue].queued.add(entry)
-            if job.node_selector:
+            if job.node_selector or job.affinity:
                 self._count_labels(job, 1)
         if self._labels_changed:
             self._sync_indexed_labels()
@@ -475,13 +483,17 @@ class CycleState:
     def _bind(self, job: Job, i: int, vec: Vector, level: int) -> None:
         self.index.bind(i, job.id, job.queue, vec, level)
         self._hold(job, i, vec, level)
-        if job.node_selector:
+        if job.node_selector or job.affinity:
             self._count_labels(job, 1)
 
     def _count_labels(self, job: Job, sign: int) -> None:
         """Count ``job``'s selector keys in (1) or out (-1) of the held jobs'."""
         uses = self.label_uses
-        for label in job.node_selector or ():
+        labels = job.node_selector or ()
+        if job.affinity is not None:
+            labels = (*labels, *job.affinity.label_keys)
+            self.affinity_jobs += sign
+        for label in labels:
             uses[label] += sign
             if not uses[label]:
                 del uses[label]
@@ -516,7 +528,7 @@ class CycleState:
         queue = self.queues[held.job.queue]
         queue.running -= 1
         charge(queue, held.vec, -1)
-        if held.job.node_selector:
+        if held.job.node_selector or held.job.affinity:
             self._count_labels(held.job, -1)
         return held.job.gang is not None
 
@@ -557,7 +569,7 @@ class CycleState:
         for job_id, job in session.preempted.items():
             del self.running[job_id]
             del self.running_jobs[job_id]
-            if job.node_selector:
+            if job.node_selector or job.affinity:
                 self._count_labels(job, -1)
             self._gangs_stale |= job.gang is not None
         self._gangs_stale |= any(placement.job.gang is not None for placement in session.scheduled)

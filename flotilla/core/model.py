@@ -12,6 +12,8 @@ from dataclasses import dataclass, field
 from enum import Enum
 from typing import Mapping
 
+from flotilla.core.nodeaffinity import NodeAffinity
+
 GANG_ID_ANNOTATION = "armadaproject.io/gangId"
 GANG_CARDINALITY_ANNOTATION = "armadaproject.io/gangCardinality"
 #: An elastic gang's minimum (Volcano's minAvailable): it starts once this many fit on one cluster.
@@ -141,6 +143,8 @@ class Job:
     node: str | None = None
     annotations: Mapping[str, str] = field(default_factory=dict)
     host_ports: tuple[tuple[str, int], ...] = ()
+    #: Required and preferred node affinity (:mod:`flotilla.core.nodeaffinity`), None for almost every job.
+    affinity: NodeAffinity | None = None
 
 
 @dataclass(slots=True)

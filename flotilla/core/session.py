@@ -40,6 +40,7 @@ _CLASS = attrgetter("priority_class")
 _SELECTOR = attrgetter("node_selector")
 _TOLERATIONS = attrgetter("tolerations")
 _GANG = attrgetter("gang")
+_AFFINITY = attrgetter("affinity")
 
 
 class SessionError(Exception):
@@ -126,6 +127,7 @@ class Session:
         self._allowed_cache: dict[tuple, tuple[list[int], str | None]] = {}
         self._allowed_by_identity: dict[tuple, tuple] = {}
         self._interned_types: dict[tuple[int, ...], list[int]] = {}
+        self._preferred_cache: dict[tuple, list[list[int]]] = {}
         self._orders: dict[str, QueueOrder] = {}
         self._shortfalls: dict[tuple, str] = {}
 
@@ -236,15 +238,15 @@ class Session:
         Cached per job requirements for the whole cycle: predicates see
         node types, never nodes.
         """
-        selector, tolerations = job.node_selector, job.tolerations
+        selector, tolerations, affinity = job.node_selector, job.tolerations, job.affinity
         # First by identity (jobs loaded in bulk share these objects; the snapshot keeps them alive for the
-        # session), then by value.
-        fast = (job.queue, job.priority_class, id(selector) if selector else 0, id(tolerations), cluster)
+        # session), then by value. Node affinities compare by value (frozen, hashable).
+        fast = (job.queue, job.priority_class, id(selector) if selector else 0, id(tolerations), affinity, cluster)
         hit = self._allowed_by_identity.get(fast)
         if hit is not None:
             return hit[0]
         key = (job.queue, job.priority_class, tuple(sorted(selector.items())) if selector else (), tolerations,
-               cluster)
+               affinity, cluster)
         hit = self._allowed_cache.get(key)
         if hit is not None:
             self._allowed_by_identity[fast] = (hit, selector, tolerations)
@@ -292,6 +294,9 @@ class Session:
         """
         filtered = bool(self.node_filter_fns) or bool(job.host_ports)
         scored = bool(self.node_score_fns)
+        affinity = job.affinity
+        if affinity is not None and affinity.preferred:
+            return self._find_preferred(job, vec, level, types, queue, filtered, scored)
         for tier in self.node_tiers_fn(queue):
             if not scored and not filtered:
                 found = self.index.find(vec, level, types, tier, queue.name)
@@ -311,6 +316,45 @@ class Session:
                 return max(candidates, key=lambda i: (sum(fn(job, i) for fn in self.node_score_fns),
                                                       tuple(-x for x in self.index.free[i][self.index.level_of[level]]), -i))
         return None
+
+    def _find_preferred(self, job: Job, vec: Vector, level: int, types: Sequence[int], queue: QueueState,
+                        filtered: bool, scored: bool) -> int | None:
+        """:meth:`find_node` for a job with preferred node affinity: tier by tier, and within a tier the node
+        types in order of the preference weights their labels match (highest first), each group searched as
+        :meth:`find_node` searches all."""
+        groups = self._preferred_groups(job.affinity, types)
+        for tier in self.node_tiers_fn(queue):
+            for group in groups:
+                if not scored and not filtered:
+                    found = self.index.find(vec, level, group, tier, queue.name)
+                    if found is not None:
+                        return found
+                    continue
+                candidates = []
+                for i in self.index.iter_fitting(vec, level, group):
+                    if (tier == "any" or self.in_tier(i, tier, queue.name)) and \
+                            (not filtered or self.node_allowed(job, i)):
+                        candidates.append(i)
+                        if not scored or len(candidates) >= self.settings.node_candidates:
+                            break
+                if candidates and not scored:
+                    return candidates[0]
+                if candidates:
+                    return max(candidates, key=lambda i: (sum(fn(job, i) for fn in self.node_score_fns),
+                                                          tuple(-x for x in self.index.free[i][self.index.level_of[level]]),
+                                                          -i))
+        return None
+
+    def _preferred_groups(self, affinity, types: Sequence[int]) -> list[list[int]]:
+        """``types`` grouped by the preference weight their labels match, highest first (cached per cycle)."""
+        key = (affinity, id(types))
+        groups = self._preferred_cache.get(key)
+        if groups is None:
+            by_score: dict[int, list[int]] = {}
+            for t in types:
+                by_score.setdefault(affinity.score(self.index.types[t].labels), []).append(t)
+            groups = self._preferred_cache[key] = [by_score[score] for score in sorted(by_score, reverse=True)]
+        return groups
 
     def in_tier(self, i: int, tier: str, queue: str) -> bool:
         """Is node ``i`` in ``tier`` (``own``, ``unused``, ``used``) for ``queue``?"""
@@ -604,12 +648,15 @@ class KnownMisfits:
     """
 
     __slots__ = ("known", "ahead", "_size", "_requests", "_classes", "_tolerations", "_selectors", "_cross",
-                 "_failure", "_single")
+                 "_failure", "_single", "affinity")
 
-    def __init__(self, ahead: set[str]):
+    def __init__(self, ahead: set[str], affinity: bool = False):
         self.known: dict[tuple, object] = {}
         #: Jobs placed this cycle that may still lie ahead in a queue (earlier actions, gang members).
         self.ahead = ahead
+        #: Whether some job has a node affinity: a run then stops before the first such job. Its key leaves
+        #: the affinity out, so it is offered and gets its own reason; without such jobs, no pass looks.
+        self.affinity = affinity
         self._size = -1
 
     def __bool__(self) -> bool:
@@ -637,7 +684,13 @@ class KnownMisfits:
         """How many of ``jobs``, from the first, have a known requirements key."""
         if self._size != len(self.known):
             self._prepare()
+        if self.affinity:
+            marks = list(map(_AFFINITY, jobs))
+            if any(marks):
+                jobs = jobs[:next(k for k, mark in enumerate(marks) if mark is not None)]
         n = len(jobs)
+        if not n:
+            return 0
         if not self._cross:
             ok = list(map(self.known.__contains__, _keys(jobs)))
             return ok.index(False) if False in ok else n

@@ -20,6 +20,7 @@ from typing import Any, Mapping
 from flotilla.core.backend import PodTemplate
 from flotilla.core.model import (GANG_CARDINALITY_ANNOTATION, GANG_ID_ANNOTATION, Gang, Job, JobState, Node,
                                  Taint, Toleration)
+from flotilla.core.nodeaffinity import AffinityError, parse_node_affinity
 from flotilla.core.quantities import QuantityError, format_quantity, parse_quantity
 from flotilla.kubernetes.requests import effective_requests
 from flotilla.kubernetes.services import OWNED, exposure_manifests
@@ -379,7 +380,16 @@ def job_from_pod(pod: Mapping[str, Any], cluster: str, requests_cache: dict | No
         node=spec.get("nodeName"),
         annotations=user_annotations,
         host_ports=pod_host_ports(spec),
+        affinity=_node_affinity(spec),
     )
+
+
+def _node_affinity(spec: Mapping[str, Any]):
+    """The pod's node affinity as the core's object (a running pod's: only the label keys it reads matter)."""
+    try:
+        return parse_node_affinity((spec.get("affinity") or {}).get("nodeAffinity"))
+    except AffinityError:
+        return None
 
 
 _STATE_TAINTS = frozenset({"node.kubernetes.io/not-ready", "node.kubernetes.io/unreachable",

@@ -22,6 +22,7 @@ from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, ValidationEr
 
 from flotilla.core.model import (GANG_CARDINALITY_ANNOTATION, GANG_ID_ANNOTATION, GANG_MIN_AVAILABLE_ANNOTATION,
                                  NAMESPACE_ANNOTATION, parse_min_available)
+from flotilla.core.nodeaffinity import AffinityError, parse_node_affinity
 from flotilla.core.quantities import QuantityError, format_quantity, parse_quantity
 from flotilla.kubernetes.podspec import OS_LABEL, PodSpec, host_ports, refused_placement_fields, stored_pod_spec
 from flotilla.kubernetes.requests import POD_LEVEL_RESOURCES, effective_requests, is_pod_level_resource
@@ -242,8 +243,15 @@ def validate_jobs(file: JobFile, settings: ServiceSettings) -> list[NewJob]:
                     reject(f"{path}.os.name", f"os {spec.os.name!r} contradicts nodeSelector {OS_LABEL}="
                                               f"{selector[OS_LABEL]}")
                 selector[OS_LABEL] = spec.os.name
-            pods.append(Pod({k: v for k, v in requests.items() if v}, selector, tolerations, host_ports(spec)))
-            stored_specs.append(stored_pod_spec(spec))
+            stored = stored_pod_spec(spec)
+            node_affinity = (stored.get("affinity") or {}).get("nodeAffinity")
+            try:
+                parse_node_affinity(node_affinity)
+            except AffinityError as exc:
+                reject(f"{path}.affinity.nodeAffinity" + (f".{exc.path}" if exc.path else ""), exc.message)
+            pods.append(Pod({k: v for k, v in requests.items() if v}, selector, tolerations, host_ports(spec),
+                            node_affinity or None))
+            stored_specs.append(stored)
 
         exposed = exposed_ports(stored_specs[0]) if stored_specs else set()
         for field, entries in (("services", job.services), ("ingress", job.ingress)):

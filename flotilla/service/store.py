@@ -135,6 +135,8 @@ class Pod:
     tolerations: list[dict] = field(default_factory=list)
     #: ``[protocol, port]`` pairs the pod binds on its node (no two pods on one node share one).
     host_ports: list[list] = field(default_factory=list)
+    #: The podSpec's ``affinity.nodeAffinity`` (API field names), checked at submission; None: none.
+    node_affinity: dict | None = None
 
     def to_dict(self) -> dict:
         out: dict[str, Any] = {"requests": self.requests}
@@ -144,6 +146,8 @@ class Pod:
             out["tolerations"] = self.tolerations
         if self.host_ports:
             out["hostPorts"] = self.host_ports
+        if self.node_affinity:
+            out["nodeAffinity"] = self.node_affinity
         return out
 
 
