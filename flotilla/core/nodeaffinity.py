@@ -74,6 +74,13 @@ class Requirement:
             return False
         return have > bound if op == "Gt" else have < bound
 
+    def to_kubernetes(self) -> dict:
+        out: dict[str, Any] = {"key": "metadata.name" if self.key == NAME_FIELD else self.key,
+                               "operator": self.operator}
+        if self.values:
+            out["values"] = list(self.values)
+        return out
+
 
 @dataclass(frozen=True, slots=True)
 class Term:
@@ -86,6 +93,14 @@ class Term:
         if not self.expressions and not self.fields:
             return False
         return all(r.matches(labels) for r in self.expressions) and all(r.matches(labels) for r in self.fields)
+
+    def to_kubernetes(self) -> dict:
+        out: dict[str, Any] = {}
+        if self.expressions:
+            out["matchExpressions"] = [r.to_kubernetes() for r in self.expressions]
+        if self.fields:
+            out["matchFields"] = [r.to_kubernetes() for r in self.fields]
+        return out
 
 
 @dataclass(frozen=True, slots=True)
@@ -103,6 +118,15 @@ class NodeAffinity:
     def score(self, labels: Mapping[str, str]) -> int:
         """The sum of the weights of the preferred terms a node with ``labels`` matches."""
         return sum(weight for weight, term in self.preferred if term.matches(labels))
+
+    def to_kubernetes(self) -> dict:
+        """The podSpec's ``affinity.nodeAffinity`` this stands for (API field names)."""
+        out: dict[str, Any] = {}
+        if self.required is not None:
+            out[REQUIRED] = {"nodeSelectorTerms": [term.to_kubernetes() for term in self.required]}
+        if self.preferred:
+            out[PREFERRED] = [{"weight": weight, "preference": term.to_kubernetes()} for weight, term in self.preferred]
+        return out
 
     @property
     def label_keys(self) -> tuple[str, ...]:

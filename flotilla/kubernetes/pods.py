@@ -180,6 +180,11 @@ def _stand_in_spec(job: Job, settings: PodSettings) -> dict[str, Any]:
     }
     if job.node_selector:
         spec["nodeSelector"] = dict(job.node_selector)
+    if job.affinity is not None:
+        spec["affinity"] = {"nodeAffinity": job.affinity.to_kubernetes()}
+    if job.host_ports:
+        spec["containers"][0]["ports"] = [{"containerPort": port, "hostPort": port, "protocol": protocol}
+                                          for protocol, port in job.host_ports]
     return spec
 
 
