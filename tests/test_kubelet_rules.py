@@ -12,9 +12,9 @@ from flotilla.service.api import create_app
 from flotilla.service.jobspec import prepare
 from flotilla.service.store import Store
 from scenario import config, placements, run_once
+from service_fixtures import config as service_config
 from service_fixtures import headers, job, job_file, settings
 from test_service_loop import make, run_until
-from service_fixtures import config as service_config
 
 GI = 2**30
 

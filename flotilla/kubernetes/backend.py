@@ -27,10 +27,14 @@ node anyway (so the next cycle cannot double-book it).
 
 Held starts (a nominated node). A kubelet refuses a pod the node has no
 room for yet (``OutOfcpu``), and room freed by preemption comes only when
-the victims' pods are gone, after their grace period. So a pod is created
-only when its node's live pods (terminating ones included), the pods being
-created and the pod itself fit the node's allocatable; until then the
-start is *held* for that node, first come first served: the job is
+the victims' pods are gone, after their grace period. The scheduler counts
+every other pod (terminating ones are foreign usage in the snapshot), so a
+start on a node where nothing is leaving is created at once. On a node
+where some pod is leaving (deleted, or ours being stopped, those of the
+same decisions included), a pod is created only when the node's live pods
+(terminating ones included), the pods being created and the pod itself fit
+its allocatable; until then the start is *held* for that node, first come
+first served: the job is
 reported running there (its lease renewed, the scheduler keeps its room
 and gives it to no other job), and its pod is created as soon as a pod on
 the node is gone. A start held with nothing on its node leaving for
@@ -273,13 +277,23 @@ class KubernetesCluster:
                 if job.id in self._held_ids:   # started again elsewhere: the old hold is void
                     self._drop_held(job.id, None)
                 self._inflight[job.id] = running
-                self._held.setdefault(placement.node, []).append(
-                    (running, attempt, decisions.templates.get(job.id), self._starts[job.id]))
+                template = decisions.templates.get(job.id)
+                if placement.node not in self._held and not self._leaving(placement.node):
+                    # Nothing on the node is on its way out: the scheduler counted every pod there.
+                    self._pool.submit(self._create, running, placement.node, attempt, template)
+                    continue
+                self._held.setdefault(placement.node, []).append((running, attempt, template, self._starts[job.id]))
                 self._held_ids.add(job.id)
                 self._held_since.setdefault(placement.node, self.clock())
                 self._release_held(placement.node)
 
     # -- held starts (see the module docstring) ------------------------------------------------
+    def _leaving(self, node: str) -> bool:
+        """Whether a pod on ``node`` is on its way out (deleted, or ours being stopped) and still holds room."""
+        return any(pod.node == node and pod.phase not in ("Succeeded", "Failed")
+                   and (pod.deleting or (pod.job is not None and pod.job.id in self._stopping))
+                   for pod in self._pods.values())
+
     def _node_load(self, node: str) -> dict[str, int]:
         """What the kubelet counts on ``node``: its live pods (terminating ones too) and the pods being created."""
         load: dict[str, int] = {}
@@ -307,7 +321,7 @@ class KubernetesCluster:
         load = self._node_load(node) if target is not None else None
         while waiting:
             job, attempt, template, started = waiting[0]
-            if self._starts.get(job.id) != started or self._inflight.get(job.id) is not job:
+            if self._starts.get(job.id) != started or job.id not in self._held_ids:
                 waiting.pop(0)   # stale: stopped or started again since
                 continue
             if load is None or any(load.get(resource, 0) + amount > target.resources.get(resource, 0)
@@ -529,9 +543,7 @@ class KubernetesCluster:
             self._release_held(node)
             if node not in self._held:
                 continue
-            leaving = any(pod.node == node and (pod.deleting or (pod.job is not None and pod.job.id in self._stopping))
-                          and pod.phase not in ("Succeeded", "Failed") for pod in self._pods.values())
-            if leaving or self.stuck_pod_expiry is None:
+            if self._leaving(node) or self.stuck_pod_expiry is None:
                 self._held_since[node] = now
                 continue
             if now - self._held_since.get(node, now) < self.stuck_pod_expiry:
@@ -728,7 +740,8 @@ class KubernetesCluster:
                 self._ignore_delete.discard(key)
                 if self._stopping.get(job_id) and self._reported.get(key) == self._stopping[job_id]:
                     self._stopping.pop(job_id, None)
-            elif self._reported.get(key) not in _FINAL:
+            elif self._reported.get(key) not in _FINAL and job_id not in self._held_ids:
+                # (A held job's earlier pod going says nothing about the start waiting for its room.)
                 self._inflight.pop(job_id, None)
                 self._emit(job_id, "lost", old.node, "pod deleted outside Flotilla")
             self._reported.pop(key, None)
@@ -763,7 +776,7 @@ class KubernetesCluster:
             current = self._job_pod.get(job_id)
             if current is None or current == key or not deleting:
                 self._job_pod[job_id] = key
-            if node is not None:
+            if node is not None and job_id not in self._held_ids:
                 self._inflight.pop(job_id, None)
             self._pod_events(pod, job_id)
         else:
