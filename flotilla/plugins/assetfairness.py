@@ -3,8 +3,9 @@
 A job's cost is the weighted sum of what it requests (``cpu + w_gpu * gpu +
 w_memory * memory``, cpu in cores, other resources in their base units); a
 queue's cost is the sum over its running jobs; its share is that over the
-cost of the whole pool. Allocate serves the queue whose share over its fair
-share (weight over the active queues' weights) would be smallest.
+cost of the whole pool. Its ``queue_order`` key is that share over the
+queue's fair share (weight over the active queues' weights), so allocate
+serves the queue furthest below its fair share.
 
 Args: ``resourceWeights`` (default ``{cpu: 1, nvidia.com/gpu: 1, memory: 0}``;
 resources not listed weigh 0).
@@ -15,10 +16,11 @@ from __future__ import annotations
 from typing import Mapping
 
 from flotilla.core.hookspecs import hookimpl
-from flotilla.core.quantities import MILLI_RESOURCES
+from flotilla.core.shares import DEFAULT_SHARE_WEIGHTS, cost_share, weight_vector as unit_weights
 from flotilla.plugins.arguments import take_args
 
-DEFAULT_WEIGHTS = {"cpu": 1.0, "nvidia.com/gpu": 1.0, "memory": 0.0}
+INF = float("inf")
+DEFAULT_WEIGHTS = dict(DEFAULT_SHARE_WEIGHTS)
 
 
 def parse_weights(args: Mapping, key: str = "resourceWeights") -> dict[str, float]:
@@ -35,28 +37,16 @@ def parse_weights(args: Mapping, key: str = "resourceWeights") -> dict[str, floa
 
 def weight_vector(session, weights: Mapping[str, float]) -> tuple[float, ...]:
     """Per-unit weights aligned with the session's resource order (cpu per millicore)."""
-    return tuple(weights.get(name, 0.0) / (1000 if name in MILLI_RESOURCES else 1) for name in session.space.names)
+    return unit_weights(session.space.names, weights)
 
 
 def asset_share(session, weights: Mapping[str, float]):
     """``share(queue, extra)``: the queue's weighted cost (plus ``extra``'s) over the pool's.
 
-    Shared by every policy that measures usage as asset cost (decayedusage too).
+    Shared by every policy that measures usage as asset cost (decayedusage too);
+    the core measures reported shares the same way (:mod:`flotilla.core.shares`).
     """
-    w = weight_vector(session, weights)
-    pool_cost = sum(a * b for a, b in zip(w, session.pool)) or 1.0
-
-    def share(queue, extra):
-        cost = 0.0
-        if extra is None:
-            for a, b in zip(w, queue.allocated):
-                cost += a * b
-        else:
-            for a, b, c in zip(w, queue.allocated, extra):
-                cost += a * (b + c)
-        return cost / pool_cost
-
-    return share
+    return cost_share(session.space.names, session.pool, weights)
 
 
 class AssetFairness:
@@ -65,7 +55,23 @@ class AssetFairness:
 
     @hookimpl
     def flotilla_session_open(self, session):
-        share = asset_share(session, self.weights)
-        # A queue's share moves with its own allocation only: allocate need not recompute a waiting offer's.
-        share.own_usage_only = True
-        session.add_queue_cost(share)
+        w = weight_vector(session, self.weights)
+        pool_cost = sum(a * b for a, b in zip(w, session.pool)) or 1.0
+
+        def over_fair_share(queue, extra):
+            # The asset share (asset_share), computed inline: allocate asks this once per offer.
+            fair = queue.fair_share
+            if fair <= 0:
+                return INF
+            cost = 0.0
+            if extra is None:
+                for a, b in zip(w, queue.allocated):
+                    cost += a * b
+            else:
+                for a, b, c in zip(w, queue.allocated, extra):
+                    cost += a * (b + c)
+            return cost / pool_cost / fair
+
+        # A queue's key moves with its own allocation only: allocate need not recompute a waiting offer's.
+        over_fair_share.own_usage_only = True
+        session.add_queue_order(over_fair_share)
