@@ -10,5 +10,5 @@ Modules:
 * :mod:`~flotilla.service.api` - the FastAPI application;
 * :mod:`~flotilla.service.loop` - the scheduling loop (leases, events, hand-over to clusters);
 * :mod:`~flotilla.service.server` - ``flotilla serve``: API and loop in one process;
-* :mod:`~flotilla.service.client` / :mod:`~flotilla.service.cli` - the httpx client and the commands.
+* :mod:`~flotilla.service.cli` - the commands, which talk to the API through :mod:`flotilla.client`.
 """
