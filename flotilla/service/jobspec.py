@@ -54,10 +54,24 @@ StrMap = Annotated[dict[str, str], BeforeValidator(_string_map)]
 NAMESPACE_PATTERN = r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$"
 
 
+def _one_pod_spec_form(schema: dict) -> None:
+    """The schema states :func:`validate_jobs`' rule: exactly one of podSpec and podSpecs (a non-empty list).
+
+    The model itself takes null and both, so that the rule's refusal names the job and says what to give.
+    """
+    props = schema["properties"]
+    for name in ("podSpec", "podSpecs"):
+        field = props[name]
+        field.update(next(s for s in field.pop("anyOf") if s.get("type") != "null"))
+        field.pop("default", None)
+    props["podSpecs"]["minItems"] = 1
+    schema["oneOf"] = [{"required": ["podSpec"]}, {"required": ["podSpecs"]}]
+
+
 class JobItem(BaseModel):
     """One job of a file; an unknown field is an error that names it."""
 
-    model_config = ConfigDict(extra="forbid")
+    model_config = ConfigDict(extra="forbid", json_schema_extra=_one_pod_spec_form)
     priority: int = 0
     #: Where its pods go; none: the cluster's ``namespace`` setting.
     namespace: str | None = Field(None, max_length=63, pattern=NAMESPACE_PATTERN)
