@@ -133,6 +133,10 @@ class Pod:
     requests: dict[str, int]
     node_selector: dict[str, str] = field(default_factory=dict)
     tolerations: list[dict] = field(default_factory=list)
+    #: ``[protocol, port]`` pairs the pod binds on its node (no two pods on one node share one).
+    host_ports: list[list] = field(default_factory=list)
+    #: The podSpec's ``affinity.nodeAffinity`` (API field names), checked at submission; None: none.
+    node_affinity: dict | None = None
 
     def to_dict(self) -> dict:
         out: dict[str, Any] = {"requests": self.requests}
@@ -140,6 +144,10 @@ class Pod:
             out["nodeSelector"] = self.node_selector
         if self.tolerations:
             out["tolerations"] = self.tolerations
+        if self.host_ports:
+            out["hostPorts"] = self.host_ports
+        if self.node_affinity:
+            out["nodeAffinity"] = self.node_affinity
         return out
 
 
