@@ -5,8 +5,10 @@ Two stages, both all or nothing for the whole file:
 1. shape: the pydantic models below (wrong types, missing fields); errors
    carry the field path, e.g. ``jobs[2].podSpec.containers``;
 2. rules (:func:`validate_jobs`): priority class exists, requests equal
-   limits, quantities parse, grace period and deadline rules, gangs
-   complete and consistent, one of ``podSpec``/``podSpecs``.
+   limits, resource names are Kubernetes qualified names and quantities
+   follow Kubernetes' grammar (:mod:`flotilla.core.quantities`), grace
+   period and deadline rules, gangs complete and consistent, one of
+   ``podSpec``/``podSpecs``.
 
 The store adds the rules that need the database (the queue exists, a
 clientId already seen returns the existing job, gang ids are not reused)
@@ -23,11 +25,11 @@ from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, ValidationEr
 from flotilla.core.model import (GANG_CARDINALITY_ANNOTATION, GANG_ID_ANNOTATION, GANG_MIN_AVAILABLE_ANNOTATION,
                                  NAMESPACE_ANNOTATION, parse_min_available)
 from flotilla.core.nodeaffinity import AffinityError, parse_node_affinity
-from flotilla.core.quantities import QuantityError, format_quantity, parse_quantity
+from flotilla.core.quantities import QuantityError, format_quantity, parse_quantity, resource_name_problem
 from flotilla.kubernetes.podspec import OS_LABEL, PodSpec, host_ports, refused_placement_fields, stored_pod_spec
 from flotilla.kubernetes.requests import POD_LEVEL_RESOURCES, effective_requests, is_pod_level_resource
 from flotilla.kubernetes.services import IngressSpec, ServiceSpec, exposed_ports
-from flotilla.service.bounds import BoundsError, check_value, job_file_problems
+from flotilla.service.bounds import BoundsError, check_value, job_file_problems, shown_text
 from flotilla.service.settings import ServiceSettings
 from flotilla.service.store import NewJob, Pod, Rejection, SubmissionRejected
 
@@ -372,6 +374,10 @@ def _parse_map(values: dict, path: str, reject) -> dict[str, int] | None:
     out: dict[str, int] = {}
     ok = True
     for name, value in values.items():
+        if (why := resource_name_problem(name)) is not None:
+            reject(f"{path}.{shown_text(name)}", why)
+            ok = False
+            continue
         try:
             out[name] = parse_quantity(value, name)
         except QuantityError as exc:
