@@ -14,7 +14,7 @@ import pytest
 from fastapi.testclient import TestClient
 
 from flotilla.config import ConfigError, load_config, parse_config
-from flotilla.core.cycle import Scheduler
+from flotilla.scheduler import Scheduler
 from flotilla.core.quantities import QuantityError, parse_duration, parse_quantity, resource_name_problem
 from flotilla.service.api import create_app
 from flotilla.service.jobspec import prepare
