@@ -264,16 +264,6 @@ def test_qualified_resource_names_are_taken():
                                                      "example.com/My_Device.1", "x" * 63)] == [None] * 6
 
 
-def test_queue_limits_name_resources_as_kubernetes_does(env):
-    client, store = env
-    r = client.post("/v1/queues", json={"name": "Q", "limits": {"<img src=x>": 0.5}}, headers=headers("root"))
-    assert error(r, 422)["errors"] == [{
-        "field": "limits", "index": None, "clientId": None,
-        "message": f"Value error, '<img src=x>' is not a valid resource name: {NAME_RULE}",
-        "text": f"limits: Value error, '<img src=x>' is not a valid resource name: {NAME_RULE}"}]
-    assert store.get_queue("Q") is None
-
-
 # -- the config: one line naming file, line and field ----------------------------------------------------------------
 
 @pytest.mark.parametrize("old, new, message", [
@@ -286,8 +276,6 @@ def test_queue_limits_name_resources_as_kubernetes_does(env):
      f"{NAME_RULE}"),
     ("cpu: 8, memory: 32Gi}}]", 'cpu: " 8", memory: 32Gi}}]',
      "test.yaml:28: clusters[1].nodes[0].resources.cpu: expected a quantity such as 500m, 2 or 64Mi, got ' 8'"),
-    ("{name: B, weight: 1,", '{name: B, weight: 1, limits: {"gpu!": 0.5},',
-     f"test.yaml:8: queues[1].limits.gpu!: 'gpu!' is not a valid resource name: {NAME_RULE}"),
     ("lease: {timeout: 2s,", 'lease: {timeout: "2s\\n",', "test.yaml:10: lease.timeout: expected a duration such as "
                                                             "30s, 5m, 2h, 3d or seconds, got '2s\\n'"),
 ])
