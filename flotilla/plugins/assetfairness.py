@@ -14,50 +14,8 @@ from __future__ import annotations
 
 from typing import Mapping
 
-from flotilla.core.hookspecs import hookimpl
-from flotilla.core.quantities import MILLI_RESOURCES
-from flotilla.plugins.arguments import take_args
+from flotilla.plugin import asset_share, hookimpl, parse_weights
 from flotilla.plugins.limits import register_queue_limits
-
-DEFAULT_WEIGHTS = {"cpu": 1.0, "nvidia.com/gpu": 1.0, "memory": 0.0}
-
-
-def parse_weights(args: Mapping, key: str = "resourceWeights") -> dict[str, float]:
-    weights = take_args(args, **{key: DEFAULT_WEIGHTS})[key]
-    if not isinstance(weights, Mapping):
-        raise ValueError(f"{key} must map resource names to numbers")
-    out = {}
-    for name, weight in weights.items():
-        if isinstance(weight, bool) or not isinstance(weight, (int, float)) or weight < 0:
-            raise ValueError(f"{key}.{name} must be a non-negative number, got {weight!r}")
-        out[str(name)] = float(weight)
-    return out
-
-
-def weight_vector(session, weights: Mapping[str, float]) -> tuple[float, ...]:
-    """Per-unit weights aligned with the session's resource order (cpu per millicore)."""
-    return tuple(weights.get(name, 0.0) / (1000 if name in MILLI_RESOURCES else 1) for name in session.space.names)
-
-
-def asset_share(session, weights: Mapping[str, float]):
-    """``share(queue, extra)``: the queue's weighted cost (plus ``extra``'s) over the pool's.
-
-    Shared by every policy that measures usage as asset cost (decayedusage too).
-    """
-    w = weight_vector(session, weights)
-    pool_cost = sum(a * b for a, b in zip(w, session.pool)) or 1.0
-
-    def share(queue, extra):
-        cost = 0.0
-        if extra is None:
-            for a, b in zip(w, queue.allocated):
-                cost += a * b
-        else:
-            for a, b, c in zip(w, queue.allocated, extra):
-                cost += a * (b + c)
-        return cost / pool_cost
-
-    return share
 
 
 class AssetFairness:
