@@ -1,16 +1,102 @@
-"""The worked plugin package of docs/plugins.md, built and installed by pip, runs in a cycle."""
+"""The plugin packages of examples/plugins/, installed as their authors' users would install them.
+
+Each package gets a fresh virtual environment (no system site packages)
+with Flotilla installed from this checkout and the package with its test
+extra; its own tests then run there with that environment's pytest, using
+the fixtures of ``flotilla.testing`` found through the ``pytest11`` entry
+point. Flotilla's dependencies come from a wheel cache
+(``~/.cache/flotilla/wheels``, or ``$FLOTILLA_WHEEL_CACHE``), filled from
+PyPI the first time and read offline after that. Sources are copied before
+building, so no build directory is written into the checkout.
+
+The jobcap package is also installed into this interpreter's path and run
+through ``flotilla schedule-once``, as a user runs it.
+"""
 
 from __future__ import annotations
 
+import os
+import re
+import shutil
 import subprocess
 import sys
+import venv
 from pathlib import Path
 
 import pytest
 
-from scenario import PLUGINS, config, placements, run_once
+from scenario import PLUGINS, config, invoke, placements, run_once
 
-PACKAGE = Path(__file__).resolve().parent.parent / "examples" / "plugins" / "flotilla-jobcap"
+ROOT = Path(__file__).resolve().parent.parent
+EXAMPLES = ROOT / "examples" / "plugins"
+WHEEL_CACHE = Path(os.environ.get("FLOTILLA_WHEEL_CACHE",
+                                  Path.home() / ".cache" / "flotilla" / "wheels" /
+                                  f"py{sys.version_info.major}.{sys.version_info.minor}"))
+
+#: Each example package and the number of tests its own suite holds (every one must pass).
+PACKAGES = {"flotilla-jobcap": 5, "flotilla-tiers": 6}
+
+SKIP_COPY = shutil.ignore_patterns("__pycache__", "*.egg-info", "build", "dist", ".pytest_cache")
+
+
+def _pip(python: str | Path, *args: str) -> None:
+    env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
+    result = subprocess.run([str(python), "-m", "pip", "--disable-pip-version-check", *args], env=env,
+                            capture_output=True, text=True)
+    assert result.returncode == 0, f"pip {' '.join(args)}\n{result.stdout}\n{result.stderr}"
+
+
+def _wheel(source: Path, into: Path) -> Path:
+    """A wheel of the project at ``source``, built with this interpreter's setuptools from a copy of it."""
+    copy = into / "src" / source.name
+    if source == ROOT:
+        copy.mkdir(parents=True)
+        for name in ("pyproject.toml", "README.md"):
+            shutil.copy(source / name, copy / name)
+        shutil.copytree(source / "flotilla", copy / "flotilla", ignore=SKIP_COPY)
+    else:
+        shutil.copytree(source, copy, ignore=SKIP_COPY)
+    _pip(sys.executable, "wheel", "--quiet", "--no-deps", "--no-build-isolation", "--wheel-dir", str(into), str(copy))
+    name = source.name.replace("-", "_") if source != ROOT else "flotilla"
+    (wheel,) = into.glob(f"{name}-*.whl")
+    return wheel
+
+
+@pytest.fixture(scope="module")
+def flotilla_wheel(tmp_path_factory) -> Path:
+    return _wheel(ROOT, tmp_path_factory.mktemp("flotilla-wheel"))
+
+
+@pytest.mark.venv
+@pytest.mark.parametrize("package", sorted(PACKAGES))
+def test_the_example_package_passes_its_own_tests_in_a_fresh_virtualenv(package, flotilla_wheel, tmp_path):
+    wheel = _wheel(EXAMPLES / package, tmp_path / "wheels")
+    env_dir = tmp_path / "venv"
+    # No pip of its own (ensurepip is the slow part of making one): this interpreter's pip installs into it.
+    venv.EnvBuilder(with_pip=False, system_site_packages=False).create(env_dir)
+    python = env_dir / "bin" / "python"
+    install = ["--python", str(python), "install", "--quiet", "--no-compile", "--no-index",
+               "--find-links", str(WHEEL_CACHE), str(flotilla_wheel), f"{wheel}[test]"]
+    try:
+        _pip(sys.executable, *install)
+    except AssertionError:
+        # Something is missing from the cache (first run, a new dependency): fill it from PyPI, then offline again.
+        WHEEL_CACHE.mkdir(parents=True, exist_ok=True)
+        _pip(sys.executable, "wheel", "--quiet", "--wheel-dir", str(WHEEL_CACHE), str(flotilla_wheel), f"{wheel}[test]")
+        for ours in (*WHEEL_CACHE.glob("flotilla-*.whl"), *WHEEL_CACHE.glob(f"{wheel.name.split('-')[0]}-*.whl")):
+            ours.unlink()  # this checkout's builds are not cached: a later run must install its own
+        _pip(sys.executable, *install)
+    tests = tmp_path / "wheels" / "src" / package
+    env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "PYTEST_ADDOPTS")}
+    env["PYTHONNOUSERSITE"] = "1"
+    result = subprocess.run([str(python), "-m", "pytest", "-q", "-p", "no:cacheprovider", "tests"], cwd=tests,
+                            env=env, capture_output=True, text=True)
+    summary = result.stdout.strip().splitlines()[-1] if result.stdout.strip() else ""
+    assert result.returncode == 0 and re.fullmatch(rf"{PACKAGES[package]} passed in [\d.]+s", summary), \
+        result.stdout + result.stderr
+
+
+# -- jobcap through the command line, in this interpreter -----------------------
 
 STATE = """
 clusters:
@@ -25,9 +111,11 @@ jobs:
 
 @pytest.fixture(scope="module")
 def installed(tmp_path_factory):
-    target = tmp_path_factory.mktemp("site")
-    subprocess.run([sys.executable, "-m", "pip", "install", "--quiet", "--no-deps", "--no-build-isolation",
-                    "--disable-pip-version-check", "--target", str(target), str(PACKAGE)], check=True)
+    """jobcap installed (no dependencies: Flotilla is this interpreter's) into a directory put on sys.path."""
+    work = tmp_path_factory.mktemp("jobcap")
+    wheel = _wheel(EXAMPLES / "flotilla-jobcap", work)
+    target = work / "site"
+    _pip(sys.executable, "install", "--quiet", "--no-deps", "--target", str(target), str(wheel))
     sys.path.insert(0, str(target))
     yield
     sys.path.remove(str(target))
@@ -44,8 +132,6 @@ def test_the_installed_package_caps_running_jobs_per_queue(tmp_path, installed):
 
 
 def test_its_bad_args_are_a_config_error(tmp_path, installed):
-    from scenario import invoke
-
     result = invoke(tmp_path, config(plugins=PLUGINS + "  - name: jobcap\n    args: {maxRuning: 3}\n"), STATE)
     assert result.exit_code == 2
     assert "plugin 'jobcap': unknown argument(s) maxRuning; expected maxRunning, perQueue" in result.stderr
