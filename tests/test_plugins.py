@@ -62,7 +62,6 @@ def test_assetfairness_resource_weights_are_args(tmp_path):
 PLUGIN_MODULE = '''
 """A third-party policy: first come, first served across queues (every queue costs 0)."""
 from flotilla.core.hookspecs import hookimpl
-from flotilla.plugins.limits import register_queue_limits
 
 
 class StrictOrder:
@@ -72,7 +71,6 @@ class StrictOrder:
     @hookimpl
     def flotilla_session_open(self, session):
         session.add_queue_cost(lambda queue, extra: 0.0)
-        register_queue_limits(session)
 '''
 
 

@@ -45,7 +45,6 @@ from typing import Mapping
 
 from flotilla.core.quantities import QuantityError, parse_duration
 from flotilla.plugin import asset_share, hookimpl, parse_weights, weight_vector
-from flotilla.plugins.limits import register_queue_limits
 
 DEFAULT_HALFTIME = 3600.0
 
@@ -96,7 +95,6 @@ class DecayedUsage:
 
         self._open = (session, priority, w, pool_cost)
         session.add_queue_cost(cost)
-        register_queue_limits(session)
 
     @hookimpl
     def flotilla_session_close(self, session, decisions):

@@ -16,7 +16,6 @@ from __future__ import annotations
 from typing import Mapping
 
 from flotilla.plugin import hookimpl, take_args
-from flotilla.plugins.limits import register_queue_limits
 
 
 class DominantResourceFairness:
@@ -39,4 +38,3 @@ class DominantResourceFairness:
             return max(((allocated[r] + extra[r]) / total for r, total in counted), default=0.0)
 
         session.add_queue_cost(share)
-        register_queue_limits(session)

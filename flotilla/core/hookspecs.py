@@ -96,15 +96,18 @@ EXTENSION_POINTS: tuple[ExtensionPoint, ...] = (
     ),
     ExtensionPoint(
         "predicate", "add_predicate", "(job: Job, node_type: NodeType) -> str | None",
-        "all must agree; the first refusal, with its reason, wins",
+        "all must agree; the first refusal, with its reason, wins; the core's Kubernetes feasibility "
+        "(flotilla.core.feasibility) is always asked first",
         "May this job go on nodes of this type? Return None for yes or a short reason for no. "
         "Called once per job requirements and node type, cached for the cycle: depend only on the "
         "job's queue, priority class, node selector and tolerations.",
     ),
     ExtensionPoint(
         "queue_admit", "add_queue_admit", "(queue: QueueState, job: Job, vec: Vector) -> str | None",
-        "all must agree; the first refusal, with its reason, wins",
-        "May this queue take this job now (queue limits)? None for yes, a reason for no.",
+        "all must agree; the first refusal, with its reason, wins; the core's queue limits "
+        "(flotilla.core.limits) are always asked first",
+        "May this queue take this job now? None for yes, a reason for no. Queue limits are the core's; "
+        "a plugin adds rules of its own (a cap on running jobs, say).",
     ),
     ExtensionPoint(
         "node_tiers", "set_node_tiers", "(queue: QueueState) -> Sequence[str]",

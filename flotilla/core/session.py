@@ -20,6 +20,8 @@ from typing import Callable, Iterable, Sequence
 import structlog
 
 from flotilla.core.decisions import Decisions, Placement, QueueReport
+from flotilla.core.feasibility import node_type_refusal
+from flotilla.core.limits import queue_limit_refusal
 from flotilla.core.logs import debug_enabled
 from flotilla.core.model import Gang, Job, Snapshot
 from flotilla.core.cyclestate import CycleState, QueueState, RunningJob, job_level
@@ -86,8 +88,12 @@ class Session:
         # Extension points (see hookspecs.EXTENSION_POINTS).
         self.queue_cost_fns: list[Callable[[QueueState, Vector | None], float]] = []
         self.job_order_fns: list[Callable[[Job], tuple]] = []
-        self.predicate_fns: list[Callable[[Job, NodeType], str | None]] = []
+        # The core's guarantees come first and no plugin can remove them: Kubernetes feasibility always,
+        # queue limits whenever a queue has some. Plugins' predicates and admission rules are added after.
+        self.predicate_fns: list[Callable[[Job, NodeType], str | None]] = [node_type_refusal]
         self.queue_admit_fns: list[Callable[[QueueState, Job, Vector], str | None]] = []
+        if any(queue.limit_vector is not None for queue in self.queues.values()):
+            self.queue_admit_fns.append(queue_limit_refusal(self.space.names))
         self.node_tiers_fn: Callable[[QueueState], Sequence[str]] = lambda queue: ("any",)
         self.node_score_fns: list[Callable[[Job, int], float]] = []
         self.gang_ready_fns: list[Callable[[Gang, Sequence[Job]], str | None]] = []

@@ -15,7 +15,6 @@ from __future__ import annotations
 from typing import Mapping
 
 from flotilla.plugin import asset_share, hookimpl, parse_weights
-from flotilla.plugins.limits import register_queue_limits
 
 
 class AssetFairness:
@@ -28,4 +27,3 @@ class AssetFairness:
         # A queue's share moves with its own allocation only: allocate need not recompute a waiting offer's.
         share.own_usage_only = True
         session.add_queue_cost(share)
-        register_queue_limits(session)
