@@ -116,7 +116,7 @@ class SimulationResult:
 
 def _read(source: str | os.PathLike | Mapping | None, name: str):
     """``(data, SourceMap)`` from YAML text, a file or a mapping; ``None`` for ``None``."""
-    from flotilla.config import ConfigError, load_yaml, read_yaml_file
+    from flotilla.config import ConfigError, SourceMap, load_yaml, read_yaml_file
 
     if source is None:
         return None
