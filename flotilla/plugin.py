@@ -79,14 +79,14 @@ from flotilla.core.cyclestate import QueueState, RunningJob
 from flotilla.core.hookspecs import hookimpl
 from flotilla.core.model import Gang, Job, Node, PriorityClass, Taint, Toleration
 from flotilla.core.nodeindex import EVICTED, NodeType
-from flotilla.core.quantities import MILLI_RESOURCES
+from flotilla.core import shares
 from flotilla.core.resources import ResourceSpace, Vector
 
 #: A queue during one cycle, as plugins see it (see the module docstring for its fields).
 Queue = QueueState
 
 #: The asset-cost weights of Armada's default: cpu and gpus count, memory does not.
-DEFAULT_WEIGHTS: Mapping[str, float] = {"cpu": 1.0, "nvidia.com/gpu": 1.0, "memory": 0.0}
+DEFAULT_WEIGHTS: Mapping[str, float] = shares.DEFAULT_SHARE_WEIGHTS
 
 
 class PluginSession(Protocol):
@@ -128,7 +128,9 @@ class PluginSession(Protocol):
         """``job``'s priority class (the config's default when it names none)."""
 
     # -- registration: one method per extension point (docs/plugins-reference.md) --
-    def add_queue_cost(self, fn: Callable[[Queue, Vector | None], float]) -> None: ...
+    def add_queue_order(self, fn: Callable[[Queue, Vector | None], float | tuple[float, ...]]) -> None: ...
+
+    def add_preempt_queue_order(self, fn: Callable[[Queue], float | tuple[float, ...]]) -> None: ...
 
     def add_job_order(self, key_fn: Callable[[Job], tuple]) -> None: ...
 
@@ -210,31 +212,20 @@ def parse_weights(args: Mapping[str, Any] | None, key: str = "resourceWeights") 
 
 def weight_vector(session: PluginSession, weights: Mapping[str, float]) -> tuple[float, ...]:
     """Per-unit weights aligned with the session's resource order (cpu per millicore)."""
-    return tuple(weights.get(name, 0.0) / (1000 if name in MILLI_RESOURCES else 1) for name in session.space.names)
+    return shares.weight_vector(session.space.names, weights)
 
 
 def asset_share(session: PluginSession, weights: Mapping[str, float]) -> Callable[[Queue, Vector | None], float]:
     """``share(queue, extra)``: the queue's asset cost (plus ``extra``'s, when given) over the pool's.
 
     The cost of a resource vector is ``sum(weight * amount)``; a queue's is
-    that of its ``allocated``. Build it once per session (at open): the
-    pool's cost is computed here, and ``share`` is a short loop over the
-    resources, cheap enough for allocate's inner loop.
+    that of its ``allocated``. It is the measure the core reports shares by
+    (with the config's weights), so a policy built on it orders queues by
+    the figure users see. Build it once per session (at open): the pool's
+    cost is computed here, and ``share`` is a short loop over the resources,
+    cheap enough for allocate's inner loop.
     """
-    w = weight_vector(session, weights)
-    pool_cost = sum(a * b for a, b in zip(w, session.pool)) or 1.0
-
-    def share(queue: Queue, extra: Vector | None) -> float:
-        cost = 0.0
-        if extra is None:
-            for a, b in zip(w, queue.allocated):
-                cost += a * b
-        else:
-            for a, b, c in zip(w, queue.allocated, extra):
-                cost += a * (b + c)
-        return cost / pool_cost
-
-    return share
+    return shares.cost_share(session.space.names, session.pool, weights)
 
 
 __all__ = [

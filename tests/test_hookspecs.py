@@ -53,10 +53,11 @@ def test_every_extension_point_is_called_in_a_cycle(tmp_path):
             session.add_gang_ready(mark("gang_ready", None))
             session.add_preemptable(mark("preemptable", True))
             session.add_victim_order(mark("victim_order", ()))
+            session.add_preempt_queue_order(mark("preempt_queue_order", 0.0))
             session.add_job_valid(mark("job_valid", None))
             session.add_event_handler(on_allocate=mark("on_allocate", None), on_evict=mark("on_evict", None))
-            base = session.queue_cost_fns[0]
-            session.queue_cost_fns[0] = lambda queue, extra: (called.add("queue_cost"), base(queue, extra))[1]
+            base = session.queue_order_fns[0]
+            session.queue_order_fns[0] = lambda queue, extra: (called.add("queue_order"), base(queue, extra))[1]
 
         @hookspecs.hookimpl
         def flotilla_session_close(self, session, decisions):

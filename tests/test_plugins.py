@@ -49,8 +49,9 @@ def test_drf_counts_the_dominant_resource(tmp_path):
     # Trace: b1 a1 b2 b3 a2 b4 b5 a3 b6 b7 a4 b8 -> cpu 16 used.
     out = run_once(tmp_path, config(plugins=fairness("drf")), STATE)
     assert counts(out) == (4, 8)
-    assert out["queues"]["A"]["share"] == 0.5  # 4 of 8 gpus
-    assert out["queues"]["B"]["share"] == 0.5  # 8 of 16 cpu
+    # The reported share is the core's measure (cpu + gpu of 24), whatever the policy: 4 x 3 and 8 x 1.
+    assert out["queues"]["A"]["share"] == 0.5
+    assert out["queues"]["B"]["share"] == 0.333333
 
 
 def test_assetfairness_resource_weights_are_args(tmp_path):
@@ -60,7 +61,7 @@ def test_assetfairness_resource_weights_are_args(tmp_path):
 
 
 PLUGIN_MODULE = '''
-"""A third-party policy: first come, first served across queues (every queue costs 0)."""
+"""A third-party policy: first come, first served across queues (every queue's key is 0)."""
 from flotilla.core.hookspecs import hookimpl
 
 
@@ -70,7 +71,7 @@ class StrictOrder:
 
     @hookimpl
     def flotilla_session_open(self, session):
-        session.add_queue_cost(lambda queue, extra: 0.0)
+        session.add_queue_order(lambda queue, extra: 0.0)
 '''
 
 
@@ -85,7 +86,7 @@ def installed_plugin(tmp_path, monkeypatch):
 
 
 def test_third_party_plugin_from_an_entry_point_replaces_fairness(tmp_path, installed_plugin):
-    # Every queue costs the same, so ties go to A: A takes 8 jobs (all 16 cpu), B gets nothing.
+    # Every queue's key is the same, so ties go to A: A takes 8 jobs (all 16 cpu), B gets nothing.
     out = run_once(tmp_path, config(plugins=fairness("strictorder")), STATE)
     assert counts(out) == (8, 0)
     from flotilla.core.plugins import available_plugins
@@ -99,4 +100,4 @@ def test_two_fairness_policies_is_a_config_error(tmp_path):
     result = invoke(tmp_path, config(plugins=plugins), STATE)
     assert result.exit_code == 2
     assert result.stdout == ""
-    assert "exactly one plugin must provide queue_cost" in result.stderr
+    assert "exactly one plugin must provide queue_order" in result.stderr

@@ -397,19 +397,14 @@ class FlatPicker:
     def __init__(self, session):
         self.session = session
         self.heap: list[tuple[float, str, object, object, object, tuple]] = []
-        self.cost = session.queue_cost_fns[0] if session.queue_cost_fns else session.queue_cost
-        #: The cost plugin says a queue's cost moves with its own allocation only (asset fairness): a waiting
-        #: offer's fraction stays exact, since only the queue's own placements change its allocation.
-        self.steady = getattr(self.cost, "own_usage_only", False)
-
-    def _fraction(self, queue, vec) -> float:
-        """``session.fair_share_fraction``, with the cost function bound."""
-        fair = queue.fair_share
-        return self.cost(queue, vec) / fair if fair > 0 else float("inf")
+        self.key = session.queue_order_fns[0]
+        #: The policy says a queue's key moves with its own allocation only (asset fairness): a waiting
+        #: offer's key stays exact, since only the queue's own placements change its allocation.
+        self.steady = getattr(self.key, "own_usage_only", False)
 
     def offer(self, queue, unit, run, vec) -> None:
         # Queue names are unique, so the heap never compares what follows them.
-        heapq.heappush(self.heap, (self._fraction(queue, vec), queue.name, queue, unit, run, vec))
+        heapq.heappush(self.heap, (self.key(queue, vec), queue.name, queue, unit, run, vec))
 
     def drop(self, queue) -> None:
         """Nothing to do: ``pop`` already took the queue's entry."""
@@ -417,12 +412,12 @@ class FlatPicker:
     def pop(self):
         heap = self.heap
         while heap:
-            fraction, name, queue, unit, run, vec = heapq.heappop(heap)
-            # Alone in the heap, or with a cost that cannot have moved, the offer stands as filed.
+            key, name, queue, unit, run, vec = heapq.heappop(heap)
+            # Alone in the heap, or with a key that cannot have moved, the offer stands as filed.
             if heap and not self.steady:
-                current = self._fraction(queue, vec)
-                if current > fraction and current > heap[0][0]:
-                    # A plugin whose costs move with other queues' allocations: re-file and look again.
+                current = self.key(queue, vec)
+                if current > key and current > heap[0][0]:
+                    # A policy whose keys move with other queues' allocations: re-file and look again.
                     heapq.heappush(heap, (current, name, queue, unit, run, vec))
                     continue
             return queue, unit, run, vec

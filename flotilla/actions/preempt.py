@@ -62,7 +62,7 @@ class Preempt:
                     continue  # a class the snapshot does not define: job_valid refused it in allocate, it waits
                 priority = max(pc.priority for pc in classes)
                 if priority > lowest:
-                    candidates.append((-priority, session.fair_share_fraction(queue), queue.name, position, members))
+                    candidates.append((-priority, session.preempt_rank(queue), queue.name, position, members))
         candidates.sort(key=lambda c: c[:4])
         preempted = 0
         for _, _, name, _, members in candidates:

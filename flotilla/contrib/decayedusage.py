@@ -10,12 +10,11 @@ so after one half-time the priority has moved half-way from ``P`` to ``U``.
 Usage is the queue's asset cost over the pool's (``resourceWeights``, as in
 ``assetfairness``: cpu and gpu count, memory does not), so priorities are
 shares of the pool. The effective priority is the priority times the
-queue's priority factor, the inverse of its weight: allocate divides every
-queue cost by the queue's fair share (weight over active weights), which
+queue's priority factor, the inverse of its weight: the ``queue_order`` key
+is the queue's cost over its fair share (weight over active weights), which
 orders queues exactly as ``P / weight`` would.
 
-The queue cost allocate minimises, for a queue holding ``A`` now and asking
-for ``extra``, is
+The cost, for a queue holding ``A`` now and asking for ``extra``, is
 
     cost = P(now) + share(A + extra)
 
@@ -90,11 +89,14 @@ class DecayedUsage:
 
         share = asset_share(session, self.weights)
 
-        def cost(queue, extra):
-            return priority.get(queue.name, 0.0) + share(queue, extra)
+        def cost_over_fair_share(queue, extra):
+            fair = queue.fair_share
+            if fair <= 0:
+                return float("inf")
+            return (priority.get(queue.name, 0.0) + share(queue, extra)) / fair
 
         self._open = (session, priority, w, pool_cost)
-        session.add_queue_cost(cost)
+        session.add_queue_order(cost_over_fair_share)
 
     @hookimpl
     def flotilla_session_close(self, session, decisions):

@@ -2,8 +2,9 @@
 
 A queue's share is its largest share of any one resource of the pool: a
 queue holding 10% of the cpu and 40% of the gpus has a share of 0.4.
-Allocate serves the queue whose share over its fair share (its weight over
-the active queues' weights) would be smallest, so a gpu-heavy queue and a
+Its ``queue_order`` key is that share over the queue's fair share (its
+weight over the active queues' weights), so allocate serves the queue
+furthest below its fair share, so a gpu-heavy queue and a
 cpu-heavy queue can both get what they need without either counting double.
 
 Swap it in with one line of config: ``- name: drf`` instead of
@@ -31,10 +32,13 @@ class DominantResourceFairness:
             if total > 0 and (self.resources is None or name in self.resources)
         ]
 
-        def share(queue, extra):
+        def dominant_over_fair_share(queue, extra):
+            fair = queue.fair_share
+            if fair <= 0:
+                return float("inf")
             allocated = queue.allocated
             if extra is None:
-                return max((allocated[r] / total for r, total in counted), default=0.0)
-            return max(((allocated[r] + extra[r]) / total for r, total in counted), default=0.0)
+                return max((allocated[r] / total for r, total in counted), default=0.0) / fair
+            return max(((allocated[r] + extra[r]) / total for r, total in counted), default=0.0) / fair
 
-        session.add_queue_cost(share)
+        session.add_queue_order(dominant_over_fair_share)

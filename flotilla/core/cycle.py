@@ -20,6 +20,7 @@ from flotilla.core.model import PriorityClass, Queue, Snapshot
 from flotilla.core.plugins import PluginError, load_plugins
 from flotilla.core.cyclestate import CycleState
 from flotilla.core.session import Session, SessionError, SessionSettings
+from flotilla.core.shares import share_weights
 
 log = structlog.get_logger("flotilla.cycle")
 
@@ -33,6 +34,7 @@ def settings_from_config(config) -> SessionSettings:
         indexed_resources=tuple(config.node_index.indexed_resources),
         reservation_after=config.reservation.after,
         reservation_max_units=config.reservation.max_units,
+        share_weights=share_weights(config.plugins),
     )
 
 

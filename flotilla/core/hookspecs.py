@@ -81,12 +81,23 @@ class ExtensionPoint:
 
 EXTENSION_POINTS: tuple[ExtensionPoint, ...] = (
     ExtensionPoint(
-        "queue_cost", "add_queue_cost", "(queue: QueueState, extra: Vector | None) -> float",
-        "exactly one plugin provides it; none or two is a configuration error",
-        "The queue's share of the pool (its cost over the pool's cost) if it also had `extra`. "
-        "Allocate serves next the queue whose share over its fair share would be smallest. A function "
-        "whose answer moves with its own queue's allocation only may say so with the attribute "
-        "`own_usage_only = True`: allocate then computes a waiting offer's cost once, not again at each pick.",
+        "queue_order", "add_queue_order", "(queue: QueueState, extra: Vector | None) -> float | tuple[float, ...]",
+        "exactly one plugin provides it (the fairness policy); none or two is a configuration error",
+        "A sortable key for the queue if it also had `extra` (a resource vector, or None for as it is). "
+        "Allocate serves next the queue whose key would be smallest; ties go to the queue name that sorts "
+        "first. Keys of one policy must compare with each other: all floats, or all tuples of floats (a "
+        "strict-priority policy says `(tier, share / fair_share)`). A queue with no fair share "
+        "(`queue.fair_share == 0`) never offers work. A function whose answer moves with its own queue's "
+        "allocation only may say so with the attribute `own_usage_only = True`: allocate then computes a "
+        "waiting offer's key once, not again at each pick. The key is not reported: the share "
+        "`schedule-once`, the service and `simulate` show is measured by the core (flotilla.core.shares).",
+    ),
+    ExtensionPoint(
+        "preempt_queue_order", "add_preempt_queue_order", "(queue: QueueState) -> float | tuple[float, ...]",
+        "optional; at most one plugin provides it, two is a configuration error; default the queue's "
+        "measured share over its fair share",
+        "Among urgent jobs of equal priority, whose queue preempts first: the smallest key first. A policy "
+        "that only orders queues (queue_order) need not provide it.",
     ),
     ExtensionPoint(
         "job_order", "add_job_order", "(job: Job) -> tuple",

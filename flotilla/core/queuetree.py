@@ -8,13 +8,13 @@ are the flat case and get exactly the flat shares (weight over the active
 queues' weights).
 
 An inner queue's allocation is the sum of the leaves below it (statements
-charge the whole chain, :func:`charge`), so queue costs, limits and reports
+charge the whole chain, :func:`charge`), so fairness keys, limits and reports
 apply at every level.
 
 :class:`TreePicker` is allocate's choice of the next unit when the queues
 form a tree: at the root, then in the chosen queue, and so on down, the
-child whose share over its fair share would be smallest if it got the unit
-it offers (ties to the name that sorts first) is taken. Every queue keeps a
+child whose ``queue_order`` key would be smallest if it got the unit it
+offers (ties to the name that sorts first) is taken. Every queue keeps a
 heap of its children's keys; placing a unit re-files only the keys on the
 path from its leaf to the root.
 """
@@ -132,7 +132,7 @@ class TreePicker:
 
     def _refile(self, queue: QueueState) -> None:
         """Recompute the keys from ``queue`` up to the root, filing each in its parent's heap."""
-        fraction = self.session.fair_share_fraction
+        key = self.session.queue_order_fns[0]
         for node in queue.chain:
             name = node.name
             version = self.version[name] = self.version.get(name, 0) + 1
@@ -144,4 +144,4 @@ class TreePicker:
             if leaf is None:
                 continue  # withdrawn: its stale entries are skipped; the parent recomputes without it
             self.leaf[name] = leaf
-            heapq.heappush(self.heaps.setdefault(node.parent, []), (fraction(node, self.head[leaf][2]), name, version))
+            heapq.heappush(self.heaps.setdefault(node.parent, []), (key(node, self.head[leaf][2]), name, version))

@@ -12,10 +12,10 @@ from __future__ import annotations
 
 import random
 from collections import Counter
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from itertools import compress, repeat
 from operator import attrgetter, is_, itemgetter, mul, not_, or_, truth
-from typing import Callable, Iterable, Sequence
+from typing import Callable, Iterable, Mapping, Sequence
 
 import structlog
 
@@ -28,6 +28,7 @@ from flotilla.core.cyclestate import CycleState, QueueState, RunningJob, job_lev
 from flotilla.core.queueorder import QueueOrder
 from flotilla.core.nodeindex import EVICTED, NodeIndex, NodeType
 from flotilla.core.resources import ResourceSpace, Vector
+from flotilla.core.shares import DEFAULT_SHARE_WEIGHTS, cost_share
 from flotilla.core.statement import Statement
 
 log = structlog.get_logger("flotilla.session")
@@ -57,6 +58,8 @@ class SessionSettings:
     indexed_resources: tuple[str, ...] = ("nvidia.com/gpu", "cpu", "memory")
     reservation_after: float | None = None
     reservation_max_units: int = 1
+    #: The weights the core measures and reports shares by (:mod:`flotilla.core.shares`).
+    share_weights: Mapping[str, float] = field(default_factory=lambda: dict(DEFAULT_SHARE_WEIGHTS))
 
 
 class Session:
@@ -86,7 +89,8 @@ class Session:
         self.nested: bool = self.state.nested
 
         # Extension points (see hookspecs.EXTENSION_POINTS).
-        self.queue_cost_fns: list[Callable[[QueueState, Vector | None], float]] = []
+        self.queue_order_fns: list[Callable[[QueueState, Vector | None], float | tuple]] = []
+        self.preempt_queue_order_fns: list[Callable[[QueueState], float | tuple]] = []
         self.job_order_fns: list[Callable[[Job], tuple]] = []
         # The core's guarantees come first and no plugin can remove them: Kubernetes feasibility always,
         # queue limits whenever a queue has some. Plugins' predicates and admission rules are added after.
@@ -128,10 +132,14 @@ class Session:
         self._interned_types: dict[tuple[int, ...], list[int]] = {}
         self._orders: dict[str, QueueOrder] = {}
         self._shortfalls: dict[tuple, str] = {}
+        self._measured_share: Callable[[QueueState, Vector | None], float] | None = None
 
     # -- registration (called by plugins in flotilla_session_open) --------
-    def add_queue_cost(self, fn: Callable[[QueueState, Vector | None], float]) -> None:
-        self.queue_cost_fns.append(fn)
+    def add_queue_order(self, fn: Callable[[QueueState, Vector | None], float | tuple]) -> None:
+        self.queue_order_fns.append(fn)
+
+    def add_preempt_queue_order(self, fn: Callable[[QueueState], float | tuple]) -> None:
+        self.preempt_queue_order_fns.append(fn)
 
     def add_job_order(self, key_fn: Callable[[Job], tuple]) -> None:
         self.job_order_fns.append(key_fn)
@@ -169,10 +177,13 @@ class Session:
 
     def check_registrations(self) -> None:
         """Enforce the combine rules that are about *how many* plugins answer."""
-        if len(self.queue_cost_fns) != 1:
+        if len(self.queue_order_fns) != 1:
             raise SessionError(
-                f"exactly one plugin must provide queue_cost (a fairness policy such as assetfairness or drf); "
-                f"{len(self.queue_cost_fns)} did")
+                f"exactly one plugin must provide queue_order (a fairness policy such as assetfairness or drf); "
+                f"{len(self.queue_order_fns)} did")
+        if len(self.preempt_queue_order_fns) > 1:
+            raise SessionError(
+                f"at most one plugin may provide preempt_queue_order; {len(self.preempt_queue_order_fns)} did")
 
     # -- what actions ask -------------------------------------------------
     def priority_class(self, job: Job):
@@ -184,14 +195,26 @@ class Session:
     def vector(self, job: Job) -> Vector:
         return self.space.vector(job.requests)
 
-    def queue_cost(self, queue: QueueState, extra: Vector | None = None) -> float:
-        return self.queue_cost_fns[0](queue, extra)
+    def queue_key(self, queue: QueueState, extra: Vector | None = None) -> float | tuple:
+        """The fairness policy's key for ``queue`` if it also had ``extra``: allocate serves the smallest next."""
+        return self.queue_order_fns[0](queue, extra)
 
-    def fair_share_fraction(self, queue: QueueState, extra: Vector | None = None) -> float:
-        """The queue's share over its fair share, if it also had ``extra``: what allocate minimises."""
-        if queue.fair_share <= 0:
-            return float("inf")
-        return self.queue_cost(queue, extra) / queue.fair_share
+    def measured_share(self, queue: QueueState) -> float:
+        """The share of the pool ``queue`` holds, as the core measures and reports it (:mod:`flotilla.core.shares`)."""
+        share = self._measured_share
+        if share is None:
+            share = self._measured_share = cost_share(self.space.names, self.pool, self.settings.share_weights)
+        return share(queue, None)
+
+    def preempt_rank(self, queue: QueueState) -> float | tuple:
+        """Which queue's urgent jobs preempt first among equal priorities (smallest first).
+
+        A plugin's ``preempt_queue_order`` if one is registered, else the
+        measured share over the fair share.
+        """
+        if self.preempt_queue_order_fns:
+            return self.preempt_queue_order_fns[0](queue)
+        return self.measured_share(queue) / queue.fair_share if queue.fair_share > 0 else float("inf")
 
     def job_sort_key(self, job: Job, position: int) -> tuple:
         """Order within a queue: plugin keys first, then priority, submission time, position."""
@@ -420,11 +443,9 @@ class Session:
             queued = kept
         else:
             queued = list(queued)
-        pool_cost = self.queue_cost_fns[0] if self.queue_cost_fns else None
         reports = {}
         for queue in self.queues.values():
-            share = pool_cost(queue, None) if pool_cost else 0.0
-            reports[queue.name] = QueueReport(queue.name, queue.weight, queue.fair_share, share,
+            reports[queue.name] = QueueReport(queue.name, queue.weight, queue.fair_share, self.measured_share(queue),
                                               self.space.formatted(queue.allocated), queue.parent)
         decisions = Decisions(
             scheduled=list(self.scheduled),

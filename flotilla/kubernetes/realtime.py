@@ -48,7 +48,8 @@ def play(config, workload, seed: int = 0, speed: float = 1.0, until: float | Non
     from flotilla.core.backend import make_backends
     from flotilla.core.cycle import Scheduler
     from flotilla.kubernetes.runner import LEASED, QUEUED, RUNNING, Runner
-    from flotilla.simulate.report import Recorder, share_weights
+    from flotilla.core.shares import share_weights
+    from flotilla.simulate.report import Recorder
 
     if speed <= 0:
         raise RealTimeError("--speed must be positive")
@@ -70,7 +71,7 @@ def play(config, workload, seed: int = 0, speed: float = 1.0, until: float | Non
             for node in backend.snapshot().nodes:
                 for resource, amount in node.resources.items():
                     pool[resource] = pool.get(resource, 0) + amount
-        recorder = Recorder(workload.queues, pool, share_weights(config))
+        recorder = Recorder(workload.queues, pool, share_weights(config.plugins))
         period = float(config.cycle.period)
         t0 = time.time()
 

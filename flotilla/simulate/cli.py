@@ -187,7 +187,7 @@ def simulate(config_path, workload_path, seed, json_path, plot_path, compare, un
                                          param_hint="--compare") from None
         if fairness_index(config) is None:
             raise UserError(str(config.source.error(("plugins",), "no fairness plugin (one that registers "
-                                                                  "queue_cost, e.g. assetfairness) to replace")))
+                                                                  "queue_order, e.g. assetfairness) to replace")))
 
     to_stderr = json_path == "-"
     terminal = _stderr_is_tty() if to_stderr else sys.stdout.isatty()

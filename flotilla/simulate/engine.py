@@ -43,7 +43,8 @@ from flotilla.core.cycle import Scheduler
 from flotilla.core.decisions import Decisions, natural_key
 from flotilla.core.model import Job, Snapshot
 from flotilla.core.quantities import format_duration
-from flotilla.simulate.report import Recorder, share_weights
+from flotilla.core.shares import share_weights
+from flotilla.simulate.report import Recorder
 from flotilla.simulate.workload import Workload
 
 log = structlog.get_logger("flotilla.simulate")
@@ -123,7 +124,7 @@ class Simulation:
         self.pool = pool
         self.queues = workload.queues
         self.priority_classes = self.scheduler.priority_classes()
-        self.recorder = Recorder(self.queues, pool, share_weights(config))
+        self.recorder = Recorder(self.queues, pool, share_weights(config.plugins))
         self.queued: dict[str, Job] = {}        # waiting now, in submission order
         self.jobs: dict[str, Job] = {}          # submitted, not finished: the job as queued
         self._ends: list[tuple[float, str]] = []  # completion heap, entries stale once the run is gone

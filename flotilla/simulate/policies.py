@@ -1,6 +1,6 @@
 """``--compare``: the same run under several fairness policies.
 
-The fairness slot of a config is the plugin that registers ``queue_cost``
+The fairness slot of a config is the plugin that registers ``queue_order``
 (exactly one does; see :mod:`flotilla.core.hookspecs`). It is found by
 asking each plugin, so a third-party policy is recognised as well as
 ``assetfairness``, ``drf`` and ``decayedusage``. Comparing replaces that one
@@ -20,7 +20,7 @@ from flotilla.core.session import Session
 KNOWN_FAIRNESS = ("assetfairness", "drf", "decayedusage")
 
 
-def _registers_queue_cost(config, name: str, args) -> bool:
+def _registers_queue_order(config, name: str, args) -> bool:
     try:
         pm = load_plugins([(name, args)])
     except PluginError:
@@ -31,7 +31,7 @@ def _registers_queue_cost(config, name: str, args) -> bool:
         pm.hook.flotilla_session_open(session=session)
     except Exception:  # noqa: BLE001 - a plugin that cannot open on an empty session is not the one we want
         return False
-    return bool(session.queue_cost_fns)
+    return bool(session.queue_order_fns)
 
 
 class PolicyError(ValueError):
@@ -39,12 +39,12 @@ class PolicyError(ValueError):
 
 
 def fairness_index(config) -> int | None:
-    """Position of the config's fairness plugin, or None if no plugin registers a queue cost."""
+    """Position of the config's fairness plugin, or None if no plugin registers a queue order."""
     for i, plugin in enumerate(config.plugins):
         if plugin.name in KNOWN_FAIRNESS:
             return i
     for i, plugin in enumerate(config.plugins):
-        if _registers_queue_cost(config, plugin.name, plugin.args):
+        if _registers_queue_order(config, plugin.name, plugin.args):
             return i
     return None
 
@@ -53,14 +53,14 @@ def with_policy(config, policy: str):
     """A copy of ``config`` whose fairness plugin is ``policy``."""
     index = fairness_index(config)
     if index is None:
-        raise config.source.error(("plugins",), "no fairness plugin (one registering queue_cost, such as "
+        raise config.source.error(("plugins",), "no fairness plugin (one registering queue_order, such as "
                                                 "assetfairness) to replace with --compare")
     current = config.plugins[index]
     others = [p.name for i, p in enumerate(config.plugins) if i != index]
     if policy in others:
         raise PolicyError(f"{policy!r} cannot be the fairness policy: the config already uses it for something else")
-    if policy != current.name and not _registers_queue_cost(config, policy, {}):
-        raise PolicyError(f"{policy!r} cannot be the fairness policy: it registers no queue_cost "
+    if policy != current.name and not _registers_queue_order(config, policy, {}):
+        raise PolicyError(f"{policy!r} cannot be the fairness policy: it registers no queue_order "
                           f"(fairness policies: assetfairness, drf, decayedusage or a third-party one)")
     replacement = current if current.name == policy else PluginConfig(name=policy, args={})
     plugins = list(config.plugins)

@@ -7,10 +7,11 @@ the simulator and a wall-clock player over real clusters share it.
 How each figure is measured:
 
 * **share** of a queue: its allocation over the pool's, both as Armada's
-  asset cost (``cpu + gpu``, memory free; the ``resourceWeights`` of the
-  config's ``assetfairness`` or ``decayedusage`` plugin when it sets them).
-  Every policy is measured with the same yardstick, so a comparison compares
-  policies, not measures. Recorded after each cycle (``[time, share]``,
+  asset cost, by the weights the core reports shares with
+  (:func:`flotilla.core.shares.share_weights`: the ``resourceWeights`` of
+  the config's ``assetfairness`` or ``decayedusage`` plugin when it sets
+  them, else cpu and gpu count, memory does not). Every policy is measured
+  with the same yardstick, so a comparison compares policies, not measures. Recorded after each cycle (``[time, share]``,
   consecutive equal values dropped).
 * **fairShare**: the queue's weight over the weights of the queues active
   after that cycle (jobs queued or running); reported as its time-weighted
@@ -35,23 +36,8 @@ from dataclasses import dataclass, field
 from typing import Mapping, Sequence
 
 from flotilla.core.model import Job, Queue
-from flotilla.core.quantities import MILLI_RESOURCES
 from flotilla.core.queuetree import fair_shares
-
-DEFAULT_SHARE_WEIGHTS = {"cpu": 1.0, "nvidia.com/gpu": 1.0, "memory": 0.0}
-SHARE_PLUGINS = ("assetfairness", "decayedusage")
-
-
-def share_weights(config) -> dict[str, float]:
-    """The yardstick for shares: the config's asset-cost weights, else Armada's defaults."""
-    for plugin in config.plugins:
-        if plugin.name in SHARE_PLUGINS and isinstance(plugin.args.get("resourceWeights"), Mapping):
-            return {str(k): float(v) for k, v in plugin.args["resourceWeights"].items()}
-    return dict(DEFAULT_SHARE_WEIGHTS)
-
-
-def _unit_weight(weights: Mapping[str, float], name: str) -> float:
-    return weights.get(name, 0.0) / (1000 if name in MILLI_RESOURCES else 1)
+from flotilla.core.shares import DEFAULT_SHARE_WEIGHTS, unit_weight
 
 
 @dataclass(slots=True)
@@ -92,7 +78,7 @@ class Recorder:
 
     def __init__(self, queues: Sequence[Queue], pool: Mapping[str, int], weights: Mapping[str, float] | None = None):
         self.weights = dict(DEFAULT_SHARE_WEIGHTS if weights is None else weights)
-        self.pool_cost = sum(_unit_weight(self.weights, name) * amount for name, amount in pool.items()) or 1.0
+        self.pool_cost = sum(unit_weight(self.weights, name) * amount for name, amount in pool.items()) or 1.0
         ordered = sorted(queues, key=lambda q: q.name)
         self.queues: dict[str, _QueueStats] = {q.name: _QueueStats(q.weight, q.parent) for q in ordered}
         self.weights_by_queue = {q.name: q.weight for q in ordered}
@@ -123,7 +109,7 @@ class Recorder:
         hit = self._cost_cache.get(key)
         if hit is not None and hit[0] is job.requests:
             return hit[1]
-        value = sum(_unit_weight(self.weights, name) * amount for name, amount in job.requests.items())
+        value = sum(unit_weight(self.weights, name) * amount for name, amount in job.requests.items())
         self._cost_cache[key] = (job.requests, value)
         return value
 
@@ -332,5 +318,5 @@ def render_table(reports: Mapping[str, Mapping], console) -> None:
     console.print(table)
 
 
-__all__ = ["DEFAULT_SHARE_WEIGHTS", "Recorder", "fmt_seconds", "percentile", "render_table", "share_weights",
+__all__ = ["Recorder", "fmt_seconds", "percentile", "render_table",
            "summary_line"]

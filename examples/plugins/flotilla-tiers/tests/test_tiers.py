@@ -74,7 +74,7 @@ def test_queue_limits_hold_though_the_policy_never_mentions_them(flotilla_cycle)
 @pytest.mark.parametrize("args, message", [
     ({}, "tiers must map queue names to tiers (whole numbers, 0 first), e.g. {prod: 0, batch: 1}"),
     ({"tiers": {"prod": -1}}, "tiers.prod must be a whole number from 0, got -1"),
-    ({"tiers": {"prod": 0}, "teirs": {}}, "unknown argument(s) teirs; expected default, resourceWeights, tiers"),
+    ({"tiers": {"prod": 0}, "teirs": {}}, "unknown argument(s) teirs; expected default, tiers"),
 ])
 def test_bad_args_are_a_config_error(flotilla_cycle, args, message):
     with pytest.raises(SetupError) as refused:
