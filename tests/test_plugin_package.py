@@ -9,8 +9,9 @@ point. Flotilla's dependencies come from a wheel cache
 PyPI the first time and read offline after that. Sources are copied before
 building, so no build directory is written into the checkout.
 
-The jobcap package is also installed into this interpreter's path and run
-through ``flotilla schedule-once``, as a user runs it.
+Both are also installed into this interpreter's path and run through
+``flotilla schedule-once``, as a user runs them. The README's plugin
+example runs too.
 """
 
 from __future__ import annotations
@@ -25,7 +26,7 @@ from pathlib import Path
 
 import pytest
 
-from scenario import PLUGINS, config, invoke, placements, run_once
+from scenario import PLUGINS, config, install_distribution, invoke, placements, run_once
 
 ROOT = Path(__file__).resolve().parent.parent
 EXAMPLES = ROOT / "examples" / "plugins"
@@ -34,7 +35,7 @@ WHEEL_CACHE = Path(os.environ.get("FLOTILLA_WHEEL_CACHE",
                                   f"py{sys.version_info.major}.{sys.version_info.minor}"))
 
 #: Each example package and the number of tests its own suite holds (every one must pass).
-PACKAGES = {"flotilla-jobcap": 5, "flotilla-tiers": 8}
+PACKAGES = {"flotilla-jobcap": 5, "flotilla-tiers": 9}
 
 SKIP_COPY = shutil.ignore_patterns("__pycache__", "*.egg-info", "build", "dist", ".pytest_cache")
 
@@ -96,7 +97,7 @@ def test_the_example_package_passes_its_own_tests_in_a_fresh_virtualenv(package,
         result.stdout + result.stderr
 
 
-# -- jobcap through the command line, in this interpreter -----------------------
+# -- through the command line, in this interpreter -------------------------------
 
 STATE = """
 clusters:
@@ -111,15 +112,16 @@ jobs:
 
 @pytest.fixture(scope="module")
 def installed(tmp_path_factory):
-    """jobcap installed (no dependencies: Flotilla is this interpreter's) into a directory put on sys.path."""
-    work = tmp_path_factory.mktemp("jobcap")
-    wheel = _wheel(EXAMPLES / "flotilla-jobcap", work)
+    """Both packages installed (no dependencies: Flotilla is this interpreter's) into a directory put on sys.path."""
+    work = tmp_path_factory.mktemp("examples")
+    wheels = [_wheel(EXAMPLES / package, work) for package in sorted(PACKAGES)]
     target = work / "site"
-    _pip(sys.executable, "install", "--quiet", "--no-deps", "--target", str(target), str(wheel))
+    _pip(sys.executable, "install", "--quiet", "--no-deps", "--target", str(target), *map(str, wheels))
     sys.path.insert(0, str(target))
     yield
     sys.path.remove(str(target))
-    sys.modules.pop("flotilla_jobcap", None)
+    for module in ("flotilla_jobcap", "flotilla_tiers"):
+        sys.modules.pop(module, None)
 
 
 def test_the_installed_package_caps_running_jobs_per_queue(tmp_path, installed):
@@ -135,3 +137,28 @@ def test_its_bad_args_are_a_config_error(tmp_path, installed):
     result = invoke(tmp_path, config(plugins=PLUGINS + "  - name: jobcap\n    args: {maxRuning: 3}\n"), STATE)
     assert result.exit_code == 2
     assert "plugin 'jobcap': unknown argument(s) maxRuning; expected maxRunning, perQueue" in result.stderr
+
+
+def test_the_readme_plugin_example_swaps_the_fairness_policy_and_the_core_keeps_limits(tmp_path, monkeypatch):
+    readme = (ROOT / "README.md").read_text()
+    section = readme[readme.index("## Writing a plugin"):]
+    code = re.search(r"```python\n(.*?)```", section, re.S).group(1)
+    entry = re.search(r'^(strictorder = "strictorder_plugin:StrictOrder")$', section, re.M).group(1)
+    install_distribution(tmp_path / "site", "strictorder_plugin", code, "flotilla.plugins", entry.replace('"', ""))
+    monkeypatch.syspath_prepend(str(tmp_path / "site"))
+    plugins = "plugins: [{name: strictorder, args: {order: [B, A]}}, {name: bestfit}, {name: gang}]"
+    state = """
+clusters:
+  - name: c1
+    nodes:
+      - {name: node-1, resources: {cpu: 4}}
+jobs:
+""" + "".join(f"  - {{id: {q}-{i}, queue: {q.upper()}, requests: {{cpu: 1}}, submitted: {i}}}\n"
+              for q in "ab" for i in range(1, 5))
+    out = run_once(tmp_path, config(plugins=plugins), state)
+    assert placements(out) == {"b-1": "node-1", "b-2": "node-1", "b-3": "node-1", "b-4": "node-1"}
+    assert out["reasons"] == {f"a-{i}": "0/1 nodes fit: 1 insufficient cpu" for i in range(1, 5)}
+    limited = run_once(tmp_path, config("queues: [{name: A}, {name: B, limits: {cpu: 0.5}}]", plugins), state)
+    assert placements(limited) == {"b-1": "node-1", "b-2": "node-1", "a-1": "node-1", "a-2": "node-1"}
+    assert limited["reasons"] == {"a-3": "0/1 nodes fit: 1 insufficient cpu", "a-4": "0/1 nodes fit: 1 insufficient cpu",
+                                  "b-3": "queue B at its cpu limit 0.5", "b-4": "queue B at its cpu limit 0.5"}

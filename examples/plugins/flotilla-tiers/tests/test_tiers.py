@@ -1,5 +1,7 @@
 """The tiers policy in real cycles and a short simulation, through Flotilla's pytest fixtures (flotilla.testing)."""
 
+from pathlib import Path
+
 import pytest
 
 from flotilla.testing import SetupError
@@ -22,6 +24,19 @@ clusters:
     nodes:
       - {name: node-1, resources: {cpu: 8}}
 """
+
+
+HERE = Path(__file__).resolve().parent.parent
+
+
+def test_prod_takes_the_nodes_batch_holds(flotilla_cycle):
+    # The package's own example: flotilla.yaml (tiers: {prod: 0, batch: 1}) and state.yaml (batch holds both nodes).
+    result = flotilla_cycle(HERE / "state.yaml", config=HERE / "flotilla.yaml")
+    assert result.scheduled == {"prod-1": "node-1", "prod-2": "node-1", "prod-3": "node-1", "prod-4": "node-1",
+                                "prod-5": "node-2", "prod-6": "node-2"}
+    assert result.preempted == ["batch-1", "batch-2", "batch-3", "batch-4", "batch-7", "batch-8"]
+    assert result.queued == {"batch-9": "0/2 nodes fit: 2 insufficient cpu"}
+    assert result.shares == {"batch": 0.25, "prod": 0.75}
 
 
 def test_the_first_tier_is_served_before_the_next_gets_anything(flotilla_cycle):
