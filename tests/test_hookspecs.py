@@ -7,6 +7,7 @@ import inspect
 import pytest
 
 from flotilla.core import hookspecs
+from flotilla.core.extensions import EXTENSION_POINTS
 from flotilla.core.session import Session
 
 
@@ -19,11 +20,19 @@ def test_every_hook_has_the_prefix_and_a_contract():
 
 
 def test_every_extension_point_names_its_register_method_and_combine_rule():
-    names = [point.name for point in hookspecs.EXTENSION_POINTS]
+    names = [point.name for point in EXTENSION_POINTS]
     assert len(names) == len(set(names))
-    for point in hookspecs.EXTENSION_POINTS:
+    for point in EXTENSION_POINTS:
         assert callable(getattr(Session, point.register)), point.register
         assert point.combine and point.contract and point.signature
+
+
+def test_the_session_registers_each_point_with_its_declared_type():
+    # The registration methods take their parameter types from flotilla.core.extensions (annotations as written).
+    for point in EXTENSION_POINTS:
+        annotations = getattr(Session, point.register).__annotations__
+        declared = {name: kind for name, kind in annotations.items() if name != "return"}
+        assert point.protocol.__name__ in {kind.removesuffix(" | None") for kind in declared.values()}, point.name
 
 
 def test_every_extension_point_is_called_in_a_cycle(tmp_path):
@@ -74,7 +83,7 @@ def test_every_extension_point_is_called_in_a_cycle(tmp_path):
     scheduler = Scheduler(cfg)
     scheduler.pm.register(Everything(), name="everything")
     scheduler.run_cycle(load_state(gang_and_urgent, cfg))
-    expected = {point.name for point in hookspecs.EXTENSION_POINTS} | {"session_close"}
+    expected = {point.name for point in EXTENSION_POINTS} | {"session_close"}
     assert called == expected
 
 

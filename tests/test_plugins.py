@@ -101,3 +101,39 @@ def test_two_fairness_policies_is_a_config_error(tmp_path):
     assert result.exit_code == 2
     assert result.stdout == ""
     assert "exactly one plugin must provide queue_order" in result.stderr
+
+
+def test_every_built_in_plugin_is_found_through_its_entry_point():
+    # No list of built-ins in the code: pyproject.toml's entry points are how flotilla's own plugins are found.
+    from importlib.metadata import entry_points
+
+    from flotilla.core.plugins import available_plugins
+
+    ours = {ep.name: ep.value for ep in entry_points(group="flotilla.plugins") if ep.dist.name == "flotilla"}
+    assert ours == {
+        "assetfairness": "flotilla.plugins.assetfairness:AssetFairness",
+        "bestfit": "flotilla.plugins.bestfit:BestFit",
+        "gang": "flotilla.plugins.gang:Gang",
+        "ownerfairshare": "flotilla.plugins.ownerfairshare:OwnerFairShare",
+        "predicates": "flotilla.plugins.predicates:Predicates",
+        "priorityclass": "flotilla.plugins.priorityclass:PriorityClassPlugin",
+        "decayedusage": "flotilla.contrib.decayedusage:DecayedUsage",
+        "drf": "flotilla.contrib.drf:DominantResourceFairness",
+        "spread": "flotilla.contrib.spread:Spread",
+    }
+    assert set(ours) <= set(available_plugins())
+
+
+def test_a_name_two_distributions_register_is_a_config_error_naming_both(tmp_path, monkeypatch):
+    from scenario import invoke
+
+    install_distribution(tmp_path / "site", "other_drf", PLUGIN_MODULE, "flotilla.plugins",
+                         "drf = other_drf:StrictOrder")
+    monkeypatch.syspath_prepend(str(tmp_path / "site"))
+    result = invoke(tmp_path, config(plugins=fairness("drf")), STATE)
+    assert result.exit_code == 2
+    assert result.stdout == ""
+    assert result.stderr == (
+        f"error: {tmp_path / 'flotilla.yaml'}:3: plugins[0].name: plugin name 'drf' is registered by two "
+        "distributions: flotilla (flotilla.contrib.drf:DominantResourceFairness) and flotilla-other-drf "
+        "(other_drf:StrictOrder); uninstall one of them\n")

@@ -7,7 +7,9 @@ looks at up to ``allocate.nodeCandidates`` fitting nodes in the first tier
 that has any and takes the highest total score.
 
 Use it with ``bestfit`` removed (or keep bestfit for its tiers: scores then
-order nodes within the queue's own / unused / used sets). Args: ``weight``
+order nodes within the first of the queue's own / unused / used sets that
+has a fitting node; a score registered with ``across_tiers=True`` would
+weigh the sets' nodes against each other instead). Args: ``weight``
 (default 1.0) multiplies the score, for combining with other scorers.
 """
 

@@ -1,9 +1,12 @@
 """Finding and loading plugins by name, with pluggy.
 
-A name in the config's ``plugins`` list is looked up among the built-ins
-first, then in the ``flotilla.plugins`` entry-point group, so a third-party
-package replaces the fairness policy by one line of YAML. The object found
-is called with the plugin's ``args`` and the result registered with pluggy.
+A name in the config's ``plugins`` list is looked up in the
+``flotilla.plugins`` entry-point group, the built-ins' names as a third
+party's (Flotilla's own ``pyproject.toml`` declares them), so a third-party
+package replaces the fairness policy by one line of YAML. A name that two
+distributions claim is a config error naming both: which one would win
+would depend on the order of ``sys.path``. The object found is called with
+the plugin's ``args`` and the result registered with pluggy.
 
 Plugins are called in config order: pluggy calls the most recently
 registered implementation first, so they are registered in reverse. Every
@@ -15,9 +18,8 @@ those are asked first.
 from __future__ import annotations
 
 import importlib
-import importlib.util
 from dataclasses import dataclass
-from importlib.metadata import entry_points
+from importlib.metadata import EntryPoint, entry_points
 from typing import Any, Mapping, Sequence
 
 import pluggy
@@ -25,19 +27,6 @@ import pluggy
 from flotilla.core import hookspecs
 
 ENTRY_POINT_GROUP = "flotilla.plugins"
-
-BUILTIN_PLUGINS: dict[str, str] = {
-    "assetfairness": "flotilla.plugins.assetfairness:AssetFairness",
-    "bestfit": "flotilla.plugins.bestfit:BestFit",
-    "gang": "flotilla.plugins.gang:Gang",
-    "priorityclass": "flotilla.plugins.priorityclass:PriorityClassPlugin",
-    "predicates": "flotilla.plugins.predicates:Predicates",
-    "ownerfairshare": "flotilla.plugins.ownerfairshare:OwnerFairShare",
-    "drf": "flotilla.contrib.drf:DominantResourceFairness",
-    "decayedusage": "flotilla.contrib.decayedusage:DecayedUsage",
-    "spread": "flotilla.contrib.spread:Spread",
-}
-
 
 #: The built-in answers to ``flotilla_cluster_backend``, one per cluster ``kind``, in every plugin manager.
 BUILTIN_BACKENDS: dict[str, str] = {
@@ -59,25 +48,32 @@ class PluginError(Exception):
 
 
 def available_plugins() -> list[str]:
-    names = {name for name, target in BUILTIN_PLUGINS.items()
-             if importlib.util.find_spec(target.partition(":")[0]) is not None}
-    names.update(ep.name for ep in entry_points(group=ENTRY_POINT_GROUP))
-    return sorted(names)
+    return sorted({ep.name for ep in entry_points(group=ENTRY_POINT_GROUP)})
+
+
+class PluginNameConflict(Exception):
+    """Two distributions register one plugin name."""
+
+
+def _distribution(ep: EntryPoint) -> str:
+    dist = getattr(ep, "dist", None)
+    return dist.name if dist is not None else "an unnamed distribution"
 
 
 def find_plugin(name: str):
-    """The factory registered under ``name``; ``LookupError`` if there is none."""
-    target = BUILTIN_PLUGINS.get(name)
-    if target is not None:
-        module, _, attr = target.partition(":")
-        try:
-            return getattr(importlib.import_module(module), attr)
-        except ModuleNotFoundError:
-            pass
-    for ep in entry_points(group=ENTRY_POINT_GROUP):
-        if ep.name == name:
-            return ep.load()
-    raise LookupError(name)
+    """The factory registered under ``name``.
+
+    ``LookupError`` if no distribution registers it, :class:`PluginNameConflict`
+    if two do.
+    """
+    claims = list(entry_points(group=ENTRY_POINT_GROUP, name=name))
+    if not claims:
+        raise LookupError(name)
+    if len(claims) > 1:
+        who = " and ".join(f"{_distribution(ep)} ({ep.value})" for ep in sorted(claims, key=_distribution))
+        raise PluginNameConflict(f"plugin name {name!r} is registered by two distributions: {who}; "
+                                 f"uninstall one of them")
+    return claims[0].load()
 
 
 def new_plugin_manager() -> pluggy.PluginManager:
@@ -99,6 +95,8 @@ def load_plugins(plugins: Sequence[tuple[str, Mapping[str, Any]]]) -> pluggy.Plu
             factory = find_plugin(name)
         except LookupError:
             raise PluginError(index, "name", f"unknown plugin {name!r} (available: {', '.join(available_plugins())})") from None
+        except PluginNameConflict as exc:
+            raise PluginError(index, "name", str(exc)) from None
         try:
             built.append((name, factory(dict(args or {}))))
         except (ValueError, TypeError) as exc:

@@ -20,6 +20,9 @@ from typing import Callable, Iterable, Mapping, Sequence
 import structlog
 
 from flotilla.core.decisions import Decisions, Placement, QueueReport
+from flotilla.core.extensions import (GangReady, JobOrder, JobValid, NodeFilter, NodeScore, NodeTiers, OnAllocate,
+                                      OnEvict, Preemptable, PreemptQueueOrder, Predicate, QueueAdmit, QueueOrder,
+                                      VictimOrder)
 from flotilla.core.feasibility import node_type_refusal
 from flotilla.core.limits import queue_limit_refusal
 from flotilla.core.logs import debug_enabled
@@ -88,24 +91,25 @@ class Session:
         #: True when some queue has a parent: allocate then fills level by level (queuetree.TreePicker).
         self.nested: bool = self.state.nested
 
-        # Extension points (see hookspecs.EXTENSION_POINTS).
-        self.queue_order_fns: list[Callable[[QueueState, Vector | None], float | tuple]] = []
-        self.preempt_queue_order_fns: list[Callable[[QueueState], float | tuple]] = []
-        self.job_order_fns: list[Callable[[Job], tuple]] = []
-        # The core's guarantees come first and no plugin can remove them: Kubernetes feasibility always,
-        # queue limits whenever a queue has some. Plugins' predicates and admission rules are added after.
-        self.predicate_fns: list[Callable[[Job, NodeType], str | None]] = [node_type_refusal]
-        self.queue_admit_fns: list[Callable[[QueueState, Job, Vector], str | None]] = []
+        # Extension points, declared in flotilla.core.extensions. The core's guarantees come first and no plugin
+        # can remove them: Kubernetes feasibility always, queue limits whenever a queue has some.
+        self.queue_order_fns: list[QueueOrder] = []
+        self.preempt_queue_order_fns: list[PreemptQueueOrder] = []
+        self.job_order_fns: list[JobOrder] = []
+        self.predicate_fns: list[Predicate] = [node_type_refusal]
+        self.queue_admit_fns: list[QueueAdmit] = []
         if any(queue.limit_vector is not None for queue in self.queues.values()):
             self.queue_admit_fns.append(queue_limit_refusal(self.space.names))
-        self.node_tiers_fn: Callable[[QueueState], Sequence[str]] = lambda queue: ("any",)
-        self.node_score_fns: list[Callable[[Job, int], float]] = []
-        self.gang_ready_fns: list[Callable[[Gang, Sequence[Job]], str | None]] = []
-        self.preemptable_fns: list[Callable[[Job, Job], bool]] = []
-        self.victim_order_fns: list[Callable[[Job], tuple]] = []
-        self.job_valid_fns: list[Callable[[Job], str | None]] = []
-        self.allocate_handlers: list[Callable[[Job, int], None]] = []
-        self.evict_handlers: list[Callable[[Job, int], None]] = []
+        self.node_tiers_fn: NodeTiers = lambda queue: ("any",)
+        self.node_score_fns: list[NodeScore] = []
+        #: Node scores registered with ``across_tiers=True``: preferences that cross node tiers.
+        self.tier_crossing_score_fns: list[NodeScore] = []
+        self.gang_ready_fns: list[GangReady] = []
+        self.preemptable_fns: list[Preemptable] = []
+        self.victim_order_fns: list[VictimOrder] = []
+        self.job_valid_fns: list[JobValid] = []
+        self.allocate_handlers: list[OnAllocate] = []
+        self.evict_handlers: list[OnEvict] = []
 
         # What the cycle has decided so far.
         self.scheduled: list[Placement] = []
@@ -115,7 +119,7 @@ class Session:
         #: Cordoned queues: their evicted jobs may return, nothing new of theirs starts.
         self.cordoned: set[str] = {queue.name for queue in snapshot.queues if queue.cordoned}
         #: Node filters actions set for this cycle (``reserve``: reserved nodes take only preemptible jobs).
-        self.node_filter_fns: list[Callable[[Job, int], bool]] = []
+        self.node_filter_fns: list[NodeFilter] = []
         self.evicted: dict[str, Job] = {}
         self.preempted: dict[str, Job] = {}
         self.failures: dict[str, str | tuple] = {}
@@ -135,41 +139,40 @@ class Session:
         self._measured_share: Callable[[QueueState, Vector | None], float] | None = None
 
     # -- registration (called by plugins in flotilla_session_open) --------
-    def add_queue_order(self, fn: Callable[[QueueState, Vector | None], float | tuple]) -> None:
+    def add_queue_order(self, fn: QueueOrder) -> None:
         self.queue_order_fns.append(fn)
 
-    def add_preempt_queue_order(self, fn: Callable[[QueueState], float | tuple]) -> None:
+    def add_preempt_queue_order(self, fn: PreemptQueueOrder) -> None:
         self.preempt_queue_order_fns.append(fn)
 
-    def add_job_order(self, key_fn: Callable[[Job], tuple]) -> None:
-        self.job_order_fns.append(key_fn)
+    def add_job_order(self, fn: JobOrder) -> None:
+        self.job_order_fns.append(fn)
 
-    def add_predicate(self, fn: Callable[[Job, NodeType], str | None]) -> None:
+    def add_predicate(self, fn: Predicate) -> None:
         self.predicate_fns.append(fn)
 
-    def add_queue_admit(self, fn: Callable[[QueueState, Job, Vector], str | None]) -> None:
+    def add_queue_admit(self, fn: QueueAdmit) -> None:
         self.queue_admit_fns.append(fn)
 
-    def set_node_tiers(self, fn: Callable[[QueueState], Sequence[str]]) -> None:
+    def set_node_tiers(self, fn: NodeTiers) -> None:
         self.node_tiers_fn = fn
 
-    def add_node_score(self, fn: Callable[[Job, int], float]) -> None:
-        self.node_score_fns.append(fn)
+    def add_node_score(self, fn: NodeScore, across_tiers: bool = False) -> None:
+        (self.tier_crossing_score_fns if across_tiers else self.node_score_fns).append(fn)
 
-    def add_gang_ready(self, fn: Callable[[Gang, Sequence[Job]], str | None]) -> None:
+    def add_gang_ready(self, fn: GangReady) -> None:
         self.gang_ready_fns.append(fn)
 
-    def add_preemptable(self, fn: Callable[[Job, Job], bool]) -> None:
+    def add_preemptable(self, fn: Preemptable) -> None:
         self.preemptable_fns.append(fn)
 
-    def add_victim_order(self, key_fn: Callable[[Job], tuple]) -> None:
-        self.victim_order_fns.append(key_fn)
+    def add_victim_order(self, fn: VictimOrder) -> None:
+        self.victim_order_fns.append(fn)
 
-    def add_job_valid(self, fn: Callable[[Job], str | None]) -> None:
+    def add_job_valid(self, fn: JobValid) -> None:
         self.job_valid_fns.append(fn)
 
-    def add_event_handler(self, on_allocate: Callable[[Job, int], None] | None = None,
-                          on_evict: Callable[[Job, int], None] | None = None) -> None:
+    def add_event_handler(self, on_allocate: OnAllocate | None = None, on_evict: OnEvict | None = None) -> None:
         if on_allocate is not None:
             self.allocate_handlers.append(on_allocate)
         if on_evict is not None:
@@ -296,7 +299,7 @@ class Session:
         self._allowed_by_identity[fast] = (result, selector, tolerations)
         return result
 
-    def add_node_filter(self, fn: Callable[[Job, int], bool]) -> None:
+    def add_node_filter(self, fn: NodeFilter) -> None:
         """May ``job`` start on node ``i``? (Reservations; all filters must agree.) Set by actions, per cycle."""
         self.node_filter_fns.append(fn)
 
@@ -304,7 +307,14 @@ class Session:
         return all(fn(job, i) for fn in self.node_filter_fns)
 
     def find_node(self, job: Job, vec: Vector, level: int, types: Sequence[int], queue: QueueState) -> int | None:
-        """Best node for ``job`` at ``level``: tier by tier, smallest fit, or best score when scorers exist."""
+        """Best node for ``job`` at ``level``: tier by tier, smallest fit, or best score when scorers exist.
+
+        Node scores order the fitting nodes within the first tier that has
+        any; scores registered across tiers (:meth:`_find_across_tiers`) weigh
+        the candidates of every tier against each other.
+        """
+        if self.tier_crossing_score_fns:
+            return self._find_across_tiers(job, vec, level, types, queue)
         filtered = bool(self.node_filter_fns)
         scored = bool(self.node_score_fns)
         for tier in self.node_tiers_fn(queue):
@@ -326,6 +336,37 @@ class Session:
                 return max(candidates, key=lambda i: (sum(fn(job, i) for fn in self.node_score_fns),
                                                       tuple(-x for x in self.index.free[i][self.index.level_of[level]]), -i))
         return None
+
+    def _find_across_tiers(self, job: Job, vec: Vector, level: int, types: Sequence[int],
+                           queue: QueueState) -> int | None:
+        """Up to ``node_candidates`` fitting nodes from each tier, the best of them all.
+
+        Best: the highest total of the across-tier scores, then the earlier
+        tier, then the highest total of the within-tier scores, then the
+        least free space, then the lower position.
+        """
+        index, limit = self.index, self.settings.node_candidates
+        crossing, within = self.tier_crossing_score_fns, self.node_score_fns
+        free, at = index.free, index.level_of[level]
+        filtered = bool(self.node_filter_fns)
+        best_key, best = None, None
+        seen: set[int] = set()
+        for rank, tier in enumerate(self.node_tiers_fn(queue)):
+            taken = 0
+            for i in index.iter_fitting(vec, level, types):
+                if i in seen or not (tier == "any" or self.in_tier(i, tier, queue.name)):
+                    continue
+                if filtered and not self.node_allowed(job, i):
+                    continue
+                seen.add(i)
+                key = (sum(fn(job, i) for fn in crossing), -rank, sum(fn(job, i) for fn in within),
+                       tuple(-x for x in free[i][at]), -i)
+                if best_key is None or key > best_key:
+                    best_key, best = key, i
+                taken += 1
+                if taken >= limit:
+                    break
+        return best
 
     def in_tier(self, i: int, tier: str, queue: str) -> bool:
         """Is node ``i`` in ``tier`` (``own``, ``unused``, ``used``) for ``queue``?"""

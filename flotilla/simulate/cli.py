@@ -155,7 +155,7 @@ def simulate(config_path, workload_path, seed, json_path, plot_path, compare, un
     from rich.console import Console
 
     from flotilla.config import ConfigError
-    from flotilla.core.plugins import available_plugins, find_plugin
+    from flotilla.core.plugins import PluginNameConflict, available_plugins, find_plugin
     from flotilla.scheduler_main import UserError, build_scheduler, load_config_or_fail
     from flotilla.simulate.engine import NoProgress, SchedulerBug, Simulation, SimulationError
     from flotilla.simulate.policies import PolicyError, fairness_index, parse_policies, with_policy
@@ -185,6 +185,8 @@ def simulate(config_path, workload_path, seed, json_path, plot_path, compare, un
             except LookupError:
                 raise click.BadParameter(f"unknown plugin {name!r} (available: {', '.join(available_plugins())})",
                                          param_hint="--compare") from None
+            except PluginNameConflict as exc:
+                raise click.BadParameter(str(exc), param_hint="--compare") from None
         if fairness_index(config) is None:
             raise UserError(str(config.source.error(("plugins",), "no fairness plugin (one that registers "
                                                                   "queue_order, e.g. assetfairness) to replace")))
