@@ -306,9 +306,60 @@ class TokenConfig(Model):
         return self
 
 
+#: Signature algorithms an OIDC token may use: public-key ones only, so neither ``none`` nor an HMAC
+#: keyed with a public key (``HS256`` with the JWKS's RSA key as the secret) can ever verify.
+OIDC_ALGORITHMS = ("RS256", "RS384", "RS512", "PS256", "PS384", "PS512", "ES256", "ES384", "ES512")
+
+
+def _fetchable_url(value: str) -> str:
+    """An ``https://`` URL, or ``http://`` to a loopback host (a local IdP, the tests): keys travel unforged."""
+    from urllib.parse import urlsplit
+
+    parts = urlsplit(value)
+    host = (parts.hostname or "").lower()
+    if parts.scheme == "https" and host:
+        return value
+    if parts.scheme == "http" and (host == "localhost" or host.startswith("127.") or host == "::1"):
+        return value
+    raise ValueError(f"expected an https:// URL (http:// only to localhost or 127.0.0.1), got {value!r}")
+
+
+class OidcConfig(Model):
+    """Bearer tokens that are JWTs signed by an OpenID Connect provider (``auth.oidc``).
+
+    A token is accepted when its signature verifies with a key of ``jwksUrl``
+    (found by the token's ``kid``), its ``alg`` is one of ``algorithms``, its
+    ``iss`` is ``issuer``, its ``aud`` is or contains ``audience``, and it has
+    not expired (``exp`` is required; ``nbf`` and ``iat`` are honoured), each
+    within ``leeway``. The user is the ``usernameClaim`` claim, the groups the
+    ``groupsClaim`` claim, each with its prefix.
+    """
+
+    #: Compared exactly with the token's ``iss`` (the provider's issuer URL, as its discovery document says).
+    issuer: str = Field(min_length=1, max_length=2048)
+    audience: str = Field(min_length=1, max_length=1024)
+    jwks_url: Annotated[str, BeforeValidator(_fetchable_url)] = Field(alias="jwksUrl", max_length=2048)
+    username_claim: str = Field("sub", min_length=1, max_length=255, alias="usernameClaim")
+    groups_claim: str = Field("groups", min_length=1, max_length=255, alias="groupsClaim")
+    #: Put before every OIDC user name and group, so that the provider's names cannot collide with static
+    #: tokens' users or with groups named in ``adminGroups``/``groupOwners`` for other purposes.
+    username_prefix: str = Field("", max_length=64, alias="usernamePrefix")
+    groups_prefix: str = Field("", max_length=64, alias="groupsPrefix")
+    algorithms: list[Literal[OIDC_ALGORITHMS]] = Field(  # type: ignore[valid-type]
+        default_factory=lambda: ["RS256", "ES256"], min_length=1)
+    #: Clock skew allowed on exp, nbf and iat.
+    leeway: Duration = Field(30.0, ge=0, le=300)
+    #: The keys are fetched again when this old, so a key the provider withdrew stops verifying.
+    jwks_refresh_interval: Duration = Field(600.0, ge=10, le=86400, alias="jwksRefreshInterval")
+    #: Least time between two fetches; a token naming an unknown key id fetches at most this often.
+    jwks_min_refresh_interval: Duration = Field(30.0, ge=1, le=3600, alias="jwksMinRefreshInterval")
+    jwks_timeout: Duration = Field(5.0, gt=0, le=60, alias="jwksTimeout")
+
+
 class AuthConfig(Model):
     tokens: list[TokenConfig] = Field(default_factory=list)
     admin_groups: list[str] = Field(default_factory=list, alias="adminGroups")
+    oidc: OidcConfig | None = None
 
 
 class NodeIndexConfig(Model):

@@ -43,7 +43,7 @@ from pydantic import BaseModel, ConfigDict, Field
 from flotilla import __version__
 from flotilla.config.models import QueueConfig
 from flotilla.service import access, errors
-from flotilla.service.auth import Authenticator, Identity, may_act, may_admin
+from flotilla.service.auth import Authenticator, Identity, Unauthenticated, may_act, may_admin
 from flotilla.service.bounds import ID_PATTERN, INT64_MAX, PRIORITY_MAX, PRIORITY_MIN
 from flotilla.service.errors import ApiError, ErrorItem
 from flotilla.service.guard import BoundedRoute, Guard
@@ -116,8 +116,8 @@ def _validation_errors(request: Request, exc: RequestValidationError) -> tuple[s
 def create_app(store: Store, settings: ServiceSettings, loop=None, *, admin_endpoints: bool = False,
                authenticator: Authenticator | None = None, shutting_down=None) -> FastAPI:
     """The API on ``store``; ``loop`` (a :class:`ServiceLoop`) is optional (status and admin endpoints)."""
-    auth = authenticator or Authenticator(settings.tokens, settings.admin_groups)
-    open_access = not settings.tokens
+    auth = authenticator or Authenticator.from_settings(settings)
+    open_access = settings.open_access
     app = FastAPI(title="Flotilla", version=__version__, responses=errors.ERROR_RESPONSES,
                   description="Submit, cancel and watch batch jobs in Flotilla's queues. Every error answer is "
                               "an ErrorResponse: {\"error\": {\"code\", \"message\", \"field\", \"errors\"}}.")
@@ -131,15 +131,17 @@ def create_app(store: Store, settings: ServiceSettings, loop=None, *, admin_endp
     def stopping() -> bool:
         return bool(shutting_down is not None and shutting_down.is_set())
 
-    bearer = HTTPBearer(auto_error=False, description="a token of auth.tokens")
+    bearer = HTTPBearer(auto_error=False, description="a token of auth.tokens, or an OIDC token (auth.oidc)")
 
     def identity(request: Request, credentials: HTTPAuthorizationCredentials | None = Depends(bearer)) -> Identity:
-        if open_access:   # no tokens configured: a local, single-user service (serve allows it on loopback only)
+        if open_access:   # no auth configured: a local, single-user service (serve allows it on loopback only)
             return Identity("anonymous", frozenset(), admin=True)
-        who = getattr(request.state, "identity", None) or (
-            auth.authenticate(f"Bearer {credentials.credentials}") if credentials else None)
+        who = getattr(request.state, "identity", None)
         if who is None:
-            raise ApiError(401, "missing or invalid bearer token", headers={"WWW-Authenticate": "Bearer"})
+            try:
+                who = auth.verify(f"Bearer {credentials.credentials}" if credentials else None)
+            except Unauthenticated as exc:
+                raise ApiError(401, str(exc), headers={"WWW-Authenticate": "Bearer"}) from None
         return who
 
     def queue_for(name: str, who: Identity, act: bool = True) -> QueueSpec:
@@ -203,23 +205,33 @@ def create_app(store: Store, settings: ServiceSettings, loop=None, *, admin_endp
     @app.get("/v1/queues/{queue}/jobsets/{job_set}/events", tags=["events"], response_class=StreamingResponse,
              summary="The job set's events, oldest first; resumable from an event id",
              responses={200: {"description": "One event per line (jsonl), or server-sent events (sse); a stream "
-                                             "ends with an event of kind 'end' when the queue is deleted or the "
-                                             "user may no longer watch it",
+                                             "ends with an event of kind 'end' when the queue is deleted, the "
+                                             "token stops authenticating or the user may no longer watch it",
                               "content": {"application/x-ndjson": {}, "text/event-stream": {}}}})
-    async def watch(queue: str, job_set: str, after: int = Query(0, ge=0, le=INT64_MAX), follow: bool = True,
-                    format: Literal["jsonl", "sse"] = "jsonl", last_event_id: str | None = Header(default=None),
+    async def watch(request: Request, queue: str, job_set: str, after: int = Query(0, ge=0, le=INT64_MAX),
+                    follow: bool = True, format: Literal["jsonl", "sse"] = "jsonl", last_event_id: str | None = Header(default=None),
                     who: Identity = Depends(identity)):
         await run_in_threadpool(queue_for, queue, who)
+        credential = request.headers.get("authorization")
         start = after
         if last_event_id and last_event_id.isdigit() and len(last_event_id) <= 19:
             start = max(start, min(int(last_event_id), INT64_MAX))
 
         def still_allowed() -> str | None:
-            """Why the stream must end now (queue deleted, access revoked), or None: checked on every batch."""
+            """Why the stream must end now (queue deleted, token revoked or expired, access revoked), or None.
+
+            Checked on every batch, at least every two seconds, and at once after an auth reload.
+            """
+            current = who
+            if not open_access:
+                try:
+                    current = auth.verify(credential)
+                except Unauthenticated as exc:
+                    return f"the bearer token no longer authenticates ({exc})"
             spec = store.get_queue(queue)
             if spec is None:
                 return f"queue {queue!r} was deleted"
-            if not may_act(who, spec):
+            if not may_act(current, spec):
                 return f"user {who.user!r} may no longer watch queue {queue!r}"
             return None
 
@@ -230,12 +242,12 @@ def create_app(store: Store, settings: ServiceSettings, loop=None, *, admin_endp
 
         async def stream():
             position = start
-            seen_writes = -1
+            seen_writes = seen_auth = -1
             checked = last_sent = time.monotonic()
             while True:
                 now = time.monotonic()
-                if store.writes != seen_writes or now - checked > 2.0:  # other processes may write too
-                    seen_writes = store.writes
+                if store.writes != seen_writes or auth.generation != seen_auth or now - checked > 2.0:
+                    seen_writes, seen_auth = store.writes, auth.generation   # other processes may write too
                     checked = now
                     ended = await run_in_threadpool(still_allowed)
                     if ended is not None:

@@ -123,7 +123,9 @@ class Client:
               reconnect: float = 60.0) -> Iterator[dict]:
         """The job set's events, oldest first; after a dropped connection, resumes after the last event seen.
 
-        Gives up when the server has not been reachable for ``reconnect`` seconds.
+        Gives up when the server has not been reachable for ``reconnect`` seconds. The server's last event
+        of kind ``end`` (queue deleted, token revoked or expired, access withdrawn) is not given: the request
+        made again then says why, as a :class:`ClientError` (404, 401 or 403).
         """
         position = after
         down_since: float | None = None
@@ -142,6 +144,8 @@ class Client:
                             continue
                         event = json.loads(line)
                         position = event["id"]
+                        if event.get("kind") == "end":
+                            break
                         yield event
                 if not follow:
                     return

@@ -33,11 +33,12 @@ from urllib.parse import urlsplit
 from typing import Any, Callable
 
 from fastapi import Request
+from fastapi.concurrency import run_in_threadpool
 from fastapi.routing import APIRoute
 from starlette.datastructures import Headers
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
-from flotilla.service.auth import Authenticator
+from flotilla.service.auth import Authenticator, Unauthenticated
 from flotilla.service.bounds import BoundsError, load_json
 from flotilla.service.errors import ApiError, error_response, log_unexpected
 from flotilla.service.settings import Limits
@@ -125,9 +126,10 @@ class Guard:
         if not has_body:
             return None, receive
         if api and not self.open_access and path not in PUBLIC_PATHS:
-            who = self.auth.authenticate(headers.get("authorization"))
-            if who is None:   # the body stays unread: the connection closes after the answer
-                return error_response(401, "missing or invalid bearer token",
+            try:   # off the event loop: an OIDC token may need the provider's keys fetched
+                who = await run_in_threadpool(self.auth.verify, headers.get("authorization"))
+            except Unauthenticated as exc:   # the body stays unread: the connection closes after the answer
+                return error_response(401, str(exc),
                                       headers={"WWW-Authenticate": "Bearer", "Connection": "close"}), receive
             scope.setdefault("state", {})["identity"] = who
         if api and not is_json(headers.get("content-type")):

@@ -21,6 +21,7 @@ import structlog
 import uvicorn
 
 from flotilla.service.api import create_app
+from flotilla.service.auth import Authenticator
 from flotilla.service.health import health_router, ops_app
 from flotilla.service.loop import ServiceLoop, service_backends
 from flotilla.service.metrics import Metrics, instrument
@@ -51,8 +52,12 @@ class Service:
     metrics: Metrics | None = None
     poller: EventPoller | None = None
     reloader: ConfigReloader | None = None
+    #: Judges every request's bearer token; a reload re-configures it in place (API processes only).
+    authenticator: Authenticator | None = None
 
     def start(self) -> None:
+        if self.authenticator is not None:
+            self.authenticator.warm()
         if self.poller is not None:
             self.poller.start()
         if self.runner is not None:
@@ -112,15 +117,19 @@ def build_service(config, scheduler, *, store_url: str | None = None, admin_endp
             metrics.set_leader(identity or "all", True, None)
         runner = SchedulerRunner(loop, elector, on_cycle=metrics.observe_cycle, on_fenced=metrics.fenced.inc)
     router = health_router(store, role, metrics, elector, shutting_down)
+    authenticator = None
     if runs_api(role):
-        app = create_app(store, settings, loop, admin_endpoints=admin_endpoints, shutting_down=shutting_down)
+        authenticator = Authenticator.from_settings(settings)
+        app = create_app(store, settings, loop, admin_endpoints=admin_endpoints, shutting_down=shutting_down,
+                         authenticator=authenticator)
         app.include_router(router)
-        mount_ui(app, store, settings, metrics.status)
+        mount_ui(app, store, settings, metrics.status, authenticator)
     else:
         app = ops_app(router)
     instrument(app, metrics)
     poller = EventPoller(store) if runs_api(role) and not store.sqlite else None
-    service = Service(settings, store, loop, app, shutting_down, role, runner, elector, metrics, poller)
+    service = Service(settings, store, loop, app, shutting_down, role, runner, elector, metrics, poller,
+                      authenticator=authenticator)
     if config_path is not None:
         service.reloader = ConfigReloader(config_path, service, config)
     return service
@@ -147,11 +156,11 @@ def split_listen(listen: str) -> tuple[str, int]:
 
 def run(service: Service, listen: str | None = None, *, access_log: bool = False) -> int:
     host, port = split_listen(listen or service.settings.listen)
-    if not service.settings.tokens and runs_api(service.role):
+    if service.settings.open_access and runs_api(service.role):
         if host not in ("127.0.0.1", "localhost", "::1"):
-            raise ValueError(f"auth.tokens is empty: refusing to serve without authentication on {host}; "
-                             f"add tokens or listen on 127.0.0.1")
-        print("flotilla serve: auth.tokens is empty: every local request acts as an administrator",
+            raise ValueError(f"auth has neither tokens nor oidc: refusing to serve without authentication on "
+                             f"{host}; add auth.tokens or auth.oidc, or listen on 127.0.0.1")
+        print("flotilla serve: auth has neither tokens nor oidc: every local request acts as an administrator",
               file=sys.stderr, flush=True)
     config = uvicorn.Config(service.app, host=host, port=port, log_level="warning", access_log=access_log,
                             timeout_graceful_shutdown=5, lifespan="off", backlog=2048)

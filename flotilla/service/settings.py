@@ -42,6 +42,24 @@ class TokenSpec:
 
 
 @dataclass(frozen=True, slots=True)
+class OidcSettings:
+    """``auth.oidc`` (see :class:`flotilla.config.models.OidcConfig`); durations in seconds."""
+
+    issuer: str
+    audience: str
+    jwks_url: str
+    username_claim: str = "sub"
+    groups_claim: str = "groups"
+    username_prefix: str = ""
+    groups_prefix: str = ""
+    algorithms: tuple[str, ...] = ("RS256", "ES256")
+    leeway: float = 30.0
+    jwks_refresh_interval: float = 600.0
+    jwks_min_refresh_interval: float = 30.0
+    jwks_timeout: float = 5.0
+
+
+@dataclass(frozen=True, slots=True)
 class ClusterSpec:
     name: str
     kind: str
@@ -65,6 +83,7 @@ class ServiceSettings:
     queues: tuple[QueueSpec, ...] = ()
     tokens: tuple[TokenSpec, ...] = ()
     admin_groups: tuple[str, ...] = ()
+    oidc: OidcSettings | None = None
     store_url: str = DEFAULT_STORE_URL
     listen: str = DEFAULT_LISTEN
     lease_timeout: float = 60.0
@@ -81,6 +100,11 @@ class ServiceSettings:
     clusters: tuple[ClusterSpec, ...] = ()
     admin_endpoints: bool = False
     limits: Limits = DEFAULT_LIMITS
+
+    @property
+    def open_access(self) -> bool:
+        """No static tokens and no OIDC: a local, single-user service where every request is an administrator."""
+        return not self.tokens and self.oidc is None
 
     @property
     def priority_class_names(self) -> frozenset[str]:
@@ -140,6 +164,26 @@ def cluster_nodes(cluster: Any) -> tuple[Node, ...]:
     return tuple(nodes)
 
 
+def _oidc(section: Any) -> OidcSettings | None:
+    if section is None:
+        return None
+    defaults = OidcSettings("", "", "")
+    return OidcSettings(
+        issuer=str(_get(section, "issuer")), audience=str(_get(section, "audience")),
+        jwks_url=str(_get(section, "jwks_url", default=None) or _get(section, "jwksUrl")),
+        username_claim=str(_get(section, "username_claim", default=defaults.username_claim)),
+        groups_claim=str(_get(section, "groups_claim", default=defaults.groups_claim)),
+        username_prefix=str(_get(section, "username_prefix", default="")),
+        groups_prefix=str(_get(section, "groups_prefix", default="")),
+        algorithms=tuple(_get(section, "algorithms", default=defaults.algorithms)),
+        leeway=_seconds(_get(section, "leeway"), defaults.leeway),
+        jwks_refresh_interval=_seconds(_get(section, "jwks_refresh_interval"), defaults.jwks_refresh_interval),
+        jwks_min_refresh_interval=_seconds(_get(section, "jwks_min_refresh_interval"),
+                                           defaults.jwks_min_refresh_interval),
+        jwks_timeout=_seconds(_get(section, "jwks_timeout"), defaults.jwks_timeout),
+    )
+
+
 def from_config(config: Any) -> ServiceSettings:
     """Read the service's settings off a loaded :class:`FlotillaConfig` (or anything shaped like it)."""
     queues = tuple(
@@ -160,6 +204,7 @@ def from_config(config: Any) -> ServiceSettings:
     )
     admin_groups = tuple(_get(config, "auth", "admin_groups", default=None)
                          or _get(config, "auth", "adminGroups", default=()) or ())
+    oidc = _oidc(_get(config, "auth", "oidc"))
     grace = _get(config, "grace_period", default=None) or _get(config, "gracePeriod", default=None)
     pcs = tuple(PriorityClass(_get(pc, "name"), int(_get(pc, "priority", default=0)),
                               bool(_get(pc, "preemptible", default=False)))
@@ -176,6 +221,7 @@ def from_config(config: Any) -> ServiceSettings:
         queues=queues,
         tokens=tokens,
         admin_groups=admin_groups,
+        oidc=oidc,
         store_url=str(_get(config, "store", "url", default=DEFAULT_STORE_URL)),
         listen=str(_get(server, "listen", default=DEFAULT_LISTEN)),
         lease_timeout=_seconds(_get(config, "lease", "timeout"), 60.0),

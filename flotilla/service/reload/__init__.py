@@ -9,11 +9,19 @@ and the running config stays. When it works:
   replica and the next cycle see them;
 * a process that schedules runs the next cycle with the new scheduler:
   plugins and their args, actions, priority classes, evict/allocate/preempt
-  settings, lease and cycle settings.
+  settings, lease and cycle settings;
+* a process that serves the API judges every later request by the new
+  ``auth`` (static tokens, ``adminGroups``, ``oidc``): a removed token is
+  answered 401 on its next request, and open event streams judge their
+  token again at once and end when it no longer authenticates or no longer
+  reaches the queue (``config.auth_applied`` is logged).
 
-What cannot change in a running process - ``store``, ``server``, ``auth``,
-``clusters`` - is named in a ``config.reload_needs_restart`` warning and
-left as it was, never silently.
+What cannot change in a running process - ``store``, ``server``,
+``clusters``, and adding authentication to a process that started without
+any (a loopback service where everyone is an administrator) - is named in a
+``config.reload_needs_restart`` warning and left as it was, never silently.
+Removing every token and ``oidc`` is applied: every request gets 401 until
+a restart.
 """
 
 from __future__ import annotations
@@ -30,7 +38,7 @@ from flotilla.service.roles.periodic import Periodic
 log = structlog.get_logger("flotilla.service.reload")
 
 #: Sections that a running process keeps as they were at start.
-RESTART_SECTIONS = ("store", "server", "auth", "clusters")
+RESTART_SECTIONS = ("store", "server", "clusters")
 
 
 def _plain(value):
@@ -89,19 +97,42 @@ class ConfigReloader:
             return False
         old = self.config
         kept = [name for name in RESTART_SECTIONS if _plain(getattr(old, name)) != _plain(getattr(config, name))]
+        auth_changed = _plain(old.auth) != _plain(config.auth)
+        if auth_changed and self._started_open(settings):
+            kept.append("auth")   # the loopback-only, everyone-an-administrator mode is left only by a restart
         if kept:
             log.warning("config.reload_needs_restart", path=str(self.path), sections=kept)
         self.service.store.sync_queues(settings.queues)
+        if auth_changed and "auth" not in kept:
+            self._apply_auth(settings)
         loop = self.service.loop
         if loop is not None:
             running = loop.settings
             loop.reconfigure(scheduler, dataclasses.replace(
-                settings, tokens=running.tokens, admin_groups=running.admin_groups, store_url=running.store_url,
-                listen=running.listen, clusters=running.clusters))
-        self.config = config.model_copy(update={name: getattr(old, name) for name in RESTART_SECTIONS})
+                settings, store_url=running.store_url, listen=running.listen, clusters=running.clusters))
+        self.config = config.model_copy(update={name: getattr(old, name) for name in (*RESTART_SECTIONS, *kept)})
         self.reloads += 1
         log.warning("config.reloaded", path=str(self.path), queues=[q.name for q in settings.queues])
         return True
+
+    def _started_open(self, settings) -> bool:
+        """Whether the process started without authentication and ``settings`` has some.
+
+        The other way (every token and ``oidc`` removed) is applied: every
+        request is then answered 401 until a restart opens the service.
+        """
+        started = getattr(self.service, "settings", None)
+        return started is not None and started.open_access and not settings.open_access
+
+    def _apply_auth(self, settings) -> None:
+        authenticator = getattr(self.service, "authenticator", None)
+        if authenticator is None:   # a scheduler-only process serves no requests
+            return
+        authenticator.apply(settings)
+        authenticator.warm()
+        log.warning("config.auth_applied", path=str(self.path), tokens=len(settings.tokens),
+                    admin_groups=list(settings.admin_groups),
+                    oidc=settings.oidc.issuer if settings.oidc is not None else None)
 
     def start(self) -> None:
         self._thread.start()

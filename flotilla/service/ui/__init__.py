@@ -8,12 +8,13 @@ fetch at run time (one CSS file ships in the package, in ``static/``); and
 the pages work in any browser, a text one included. NiceGUI would add a
 websocket per open page and a large bundle.
 
-Authentication: with ``auth.tokens`` set, the login page asks for a token
-and keeps it in an HttpOnly, SameSite=Strict cookie; every page and button
-acts as that user, with the API's rules: queues are listed for everyone,
-a queue's jobs only to those who may act in it (a job of another queue is
-"not found", as in the API), and cancel/reprioritize are refused with 403
-otherwise. Without tokens (a local, single-user service) there is no login.
+Authentication: with ``auth.tokens`` or ``auth.oidc`` set, the login page
+asks for a token (a static one or an OIDC token) and keeps it in an
+HttpOnly, SameSite=Strict cookie; every page and button acts as that user,
+with the API's rules: queues are listed for everyone, a queue's jobs only
+to those who may act in it (a job of another queue is "not found", as in
+the API), and cancel/reprioritize are refused with 403 otherwise. Without
+either (a local, single-user service) there is no login.
 """
 
 from __future__ import annotations
@@ -71,10 +72,10 @@ def tree_order(rows: list[dict]) -> list[dict]:
 def mount_ui(app, store: Store, settings: ServiceSettings, status: StatusReader,
              authenticator: Authenticator | None = None) -> None:
     """Add ``/ui`` (pages) and ``/ui/static`` (the stylesheet) to ``app``."""
-    auth = authenticator or Authenticator(settings.tokens, settings.admin_groups)
+    auth = authenticator or Authenticator.from_settings(settings)
     env = _environment()
     router = APIRouter(prefix="/ui", include_in_schema=False)
-    open_access = not settings.tokens
+    open_access = settings.open_access
 
     def who(request: Request) -> Identity | None:
         if open_access:
@@ -97,7 +98,7 @@ def mount_ui(app, store: Store, settings: ServiceSettings, status: StatusReader,
         return access.visible_job(store, job_id, identity)
 
     async def guarded(request: Request, render):
-        identity = who(request)
+        identity = await run_in_threadpool(who, request)   # an OIDC token may need the provider's keys fetched
         if identity is None:
             return login_redirect(request)
         try:
