@@ -52,7 +52,7 @@ import time
 from dataclasses import dataclass, replace
 
 from flotilla.config import load_config
-from flotilla.core.cycle import Scheduler
+from flotilla.scheduler import Scheduler
 from flotilla.core.logs import configure_logging
 from flotilla.core.model import ClusterSnapshot, Job, JobState, Node, Queue, Snapshot, Taint, Toleration
 

@@ -25,7 +25,7 @@ import tempfile
 import time
 
 from flotilla.config import parse_config
-from flotilla.core.cycle import Scheduler
+from flotilla.scheduler import Scheduler
 from flotilla.service.jobspec import prepare
 from flotilla.service.loop import ServiceLoop, service_backends
 from flotilla.service.settings import from_config

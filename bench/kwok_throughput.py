@@ -343,7 +343,7 @@ leaderElection:
 def run_flotilla(cluster: kwok.FakeCluster, recorder: RecorderProcess, jobs: list[Job], queues: int, workers: int,
                  period: float, timeout: float) -> dict:
     from flotilla.config import load_config
-    from flotilla.core.cycle import Scheduler
+    from flotilla.scheduler import Scheduler
     from flotilla.kubernetes.backend import KubernetesCluster
     from flotilla.kubernetes.runner import Runner
 

@@ -559,7 +559,7 @@ def node_changes(jobs: int) -> None:
     from cycle import after, build_snapshot
 
     from flotilla.config import load_config
-    from flotilla.core.cycle import Scheduler
+    from flotilla.scheduler import Scheduler
     from flotilla.core.cyclestate import CycleState
     from flotilla.core.logs import configure_logging
 

@@ -40,7 +40,7 @@ def main() -> int:
 
     from fastapi.testclient import TestClient
 
-    from flotilla.core.cycle import Scheduler
+    from flotilla.scheduler import Scheduler
     from flotilla.service.jobspec import prepare
     from flotilla.service.server import build_service
     from service_fixtures import config, job, job_file

@@ -33,8 +33,8 @@ class UserError(click.ClickException):
 def build_scheduler(config):
     """A Scheduler for ``config``, with plugin problems reported at their place in the config file."""
     from flotilla.config import ConfigError
-    from flotilla.core.cycle import Scheduler
-    from flotilla.core.plugins import PluginError
+    from flotilla.scheduler import Scheduler
+    from flotilla.plugin_manager import PluginError
     from flotilla.core.session import SessionError
 
     try:

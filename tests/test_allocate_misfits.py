@@ -11,7 +11,7 @@ import random
 import pytest
 
 from flotilla.config import load_config
-from flotilla.core.cycle import Scheduler
+from flotilla.scheduler import Scheduler
 from flotilla.core.model import ClusterSnapshot, Job, JobState, Node, Queue, Snapshot
 from scenario import config, run_once
 from test_policy_fixes import ACTION_STATE, installed_action  # noqa: F401 (a fixture)
@@ -59,7 +59,7 @@ def test_jobs_an_earlier_action_placed_are_not_placed_again(tmp_path, installed_
 
 def _one_by_one(monkeypatch):
     """Allocate passing over known misfits one job at a time, as it did before runs were passed in bulk."""
-    from flotilla.core.session import QueueUnits
+    from flotilla.core.units import QueueUnits
 
     monkeypatch.setattr(QueueUnits, "skip_known", lambda self, misfits, limit, job_valid: [])
 

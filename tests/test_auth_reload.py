@@ -12,7 +12,7 @@ import structlog
 from fastapi.testclient import TestClient
 
 from flotilla.config import load_config
-from flotilla.core.cycle import Scheduler
+from flotilla.scheduler import Scheduler
 from flotilla.service.loop import service_backends
 from flotilla.service.server import build_service
 from serve_process import FLOTILLA, REPO, Server, env_for, wait_for
@@ -106,6 +106,26 @@ def test_a_reload_adds_tokens_and_changes_groups_and_admin_groups_at_once(tmp_pa
     erin = {"Authorization": "Bearer erin-token"}
     assert client.get("/v1/queues/A/jobsets/w/jobs", headers=erin).status_code == 200
     assert client.post("/v1/queues", json={"name": "C"}, headers=headers("dave")).status_code == 200
+    service.close()
+
+
+def test_a_server_sent_events_stream_ends_with_an_end_event_when_its_token_is_removed(tmp_path):
+    service, path = _service(tmp_path, CONFIG)
+    client = TestClient(service.app)
+    assert client.post("/v1/queues/A/cordon", headers=headers("root")).status_code == 200
+    assert client.post("/v1/submit", json=job_file("A", "w", [job("x")]), headers=headers("alice")).status_code == 200
+    frames = []
+    with client.stream("GET", "/v1/queues/A/jobsets/w/events?format=sse", headers=headers("alice")) as stream:
+        for line in stream.iter_lines():
+            if line.startswith("event: "):
+                frames.append(line.removeprefix("event: "))
+                if len(frames) == 2:
+                    path.write_text(CONFIG.replace(ALICE, ""))
+                    assert service.reloader.check() is True
+            elif line.startswith("data: ") and frames[-1] == "end":
+                end = json.loads(line.removeprefix("data: "))
+    assert frames == ["submitted", "queued", "end"]
+    assert end["reason"] == "the bearer token no longer authenticates (unknown bearer token)"
     service.close()
 
 

@@ -18,7 +18,7 @@ from dataclasses import replace
 import pytest
 
 from flotilla.config import load_config
-from flotilla.core.cycle import Scheduler
+from flotilla.scheduler import Scheduler
 from flotilla.core.cyclestate import CycleState
 from flotilla.core.model import ClusterSnapshot, Gang, Job, JobState, Node, Queue, Snapshot, Taint, Toleration
 

@@ -15,7 +15,7 @@ import pytest
 
 from flotilla.config import parse_config
 from flotilla.contrib.decayedusage import DecayedUsage
-from flotilla.core.cycle import Scheduler
+from flotilla.scheduler import Scheduler
 from flotilla.core.model import ClusterSnapshot, Job, JobState, Node, Queue, Snapshot
 
 from scenario import config as scenario_config, run_once

@@ -7,7 +7,7 @@ import time
 import pytest
 from fastapi.testclient import TestClient
 
-from flotilla.core.cycle import Scheduler
+from flotilla.scheduler import Scheduler
 from flotilla.service.loop import service_backends
 from flotilla.service.server import build_service
 from service_fixtures import config, headers, job, job_file

@@ -6,7 +6,7 @@ import textwrap
 from dataclasses import replace
 
 from flotilla.config import parse_config, parse_state
-from flotilla.core.cycle import Scheduler
+from flotilla.scheduler import Scheduler
 from flotilla.core.model import JobState
 from scenario import config, invoke
 

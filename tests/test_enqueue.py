@@ -5,7 +5,7 @@ from __future__ import annotations
 import textwrap
 
 from flotilla.config import parse_config, parse_state
-from flotilla.core.cycle import Scheduler
+from flotilla.scheduler import Scheduler
 from scenario import config, placements, run_once
 
 ENQUEUE = "actions: [enqueue, evict, allocate, preempt, lease]"

@@ -14,7 +14,7 @@ from collections import Counter
 import pytest
 
 from flotilla.config import load_config
-from flotilla.core.cycle import Scheduler
+from flotilla.scheduler import Scheduler
 from flotilla.core.model import ClusterSnapshot, Job, JobState, Node, Queue, Snapshot
 
 GIB = 2**30

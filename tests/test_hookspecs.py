@@ -40,8 +40,8 @@ def test_every_extension_point_is_called_in_a_cycle(tmp_path):
     from pathlib import Path
 
     from flotilla.config import load_config, load_state
-    from flotilla.core.cycle import Scheduler
-    from flotilla.core.plugins import new_plugin_manager
+    from flotilla.scheduler import Scheduler
+    from flotilla.plugin_manager import new_plugin_manager
 
     called: set[str] = set()
 
@@ -120,7 +120,8 @@ class StandIn:
 
 def test_cluster_backend_hook_builds_the_simulated_clusters_with_the_callers_options():
     from flotilla.config.loader import parse_config
-    from flotilla.core.backend import SimulatedCluster, make_backends
+    from flotilla.core.backend import SimulatedCluster
+    from flotilla.plugin_manager import make_backends
 
     cfg = parse_config(BACKEND_CONFIG, "backends.yaml")
     backends = make_backends(cfg, kinds=("simulated",), clock=lambda: 42.0)
@@ -135,8 +136,9 @@ def test_cluster_backend_hook_builds_the_simulated_clusters_with_the_callers_opt
 def test_a_config_plugin_answers_the_cluster_backend_hook_before_the_built_in_backends():
     """The scheduler's plugins are asked first: a package serves ``kind: kubernetes`` its own way."""
     from flotilla.config.loader import parse_config
-    from flotilla.core.backend import SimulatedCluster, make_backends
-    from flotilla.core.cycle import Scheduler
+    from flotilla.core.backend import SimulatedCluster
+    from flotilla.plugin_manager import make_backends
+    from flotilla.scheduler import Scheduler
     from flotilla.core.model import Job, Snapshot
 
     cfg = parse_config(BACKEND_CONFIG, "backends.yaml")
@@ -160,7 +162,7 @@ def test_a_config_plugin_answers_the_cluster_backend_hook_before_the_built_in_ba
 def test_a_cluster_nobody_serves_is_an_error_naming_it():
     from types import SimpleNamespace
 
-    from flotilla.core.backend import make_backends
+    from flotilla.plugin_manager import make_backends
 
     config = SimpleNamespace(clusters=[SimpleNamespace(name="far", kind="slurm")])
     with pytest.raises(ValueError, match="cluster 'far': no plugin provides a backend of kind 'slurm'"):

@@ -61,7 +61,7 @@ def test_a_job_of_a_class_the_config_no_longer_has_waits_and_urgent_jobs_still_p
     import random
 
     from flotilla.config import load_config
-    from flotilla.core.cycle import Scheduler
+    from flotilla.scheduler import Scheduler
     from flotilla.core.model import ClusterSnapshot, Job, JobState, Node, Queue, Snapshot
 
     scheduler = Scheduler(load_config(None))

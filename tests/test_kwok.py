@@ -21,7 +21,7 @@ from kwok_fixtures import flotilla_pods_by_node, natural
 from flotilla.core.backend import ClusterDecisions
 from flotilla.core.decisions import Placement
 from flotilla.core.model import Gang, Job, JobState
-from flotilla.core.backend import make_backends
+from flotilla.plugin_manager import make_backends
 from flotilla.kubernetes.backend import KubernetesCluster
 from flotilla.kubernetes.runner import Runner
 
@@ -59,7 +59,7 @@ def write_config(tmp_path, kwok, names=("a", "b"), rename=None):
 
 def scheduler_and_backends(config_path):
     from flotilla.config import load_config
-    from flotilla.core.cycle import Scheduler
+    from flotilla.scheduler import Scheduler
 
     config = load_config(config_path)
     scheduler = Scheduler(config)

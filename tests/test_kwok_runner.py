@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from flotilla.config import load_config
 from flotilla.core.backend import SimulatedCluster
-from flotilla.core.cycle import Scheduler
+from flotilla.scheduler import Scheduler
 from flotilla.core.model import Job, Node
 from flotilla.kubernetes.runner import Runner
 

@@ -68,7 +68,7 @@ def test_tiers_partition_nodes_by_owner():
 
 def test_discarded_statement_leaves_no_trace(tmp_path):
     from flotilla.config import load_config, load_state
-    from flotilla.core.cycle import Scheduler
+    from flotilla.scheduler import Scheduler
     from flotilla.core.session import Session
 
     state = tmp_path / "s.yaml"

@@ -89,7 +89,7 @@ def test_third_party_plugin_from_an_entry_point_replaces_fairness(tmp_path, inst
     # Every queue's key is the same, so ties go to A: A takes 8 jobs (all 16 cpu), B gets nothing.
     out = run_once(tmp_path, config(plugins=fairness("strictorder")), STATE)
     assert counts(out) == (8, 0)
-    from flotilla.core.plugins import available_plugins
+    from flotilla.plugin_manager import available_plugins
     assert "strictorder" in available_plugins()
 
 
@@ -107,7 +107,7 @@ def test_every_built_in_plugin_is_found_through_its_entry_point():
     # No list of built-ins in the code: pyproject.toml's entry points are how flotilla's own plugins are found.
     from importlib.metadata import entry_points
 
-    from flotilla.core.plugins import available_plugins
+    from flotilla.plugin_manager import available_plugins
 
     ours = {ep.name: ep.value for ep in entry_points(group="flotilla.plugins") if ep.dist.name == "flotilla"}
     assert ours == {

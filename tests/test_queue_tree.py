@@ -129,7 +129,7 @@ def test_the_service_schedules_and_lists_the_tree(tmp_path):
     """Config-file parents reach the service: the tree's shares, the queue list, jobs refused on a parent."""
     from fastapi.testclient import TestClient
 
-    from flotilla.core.cycle import Scheduler
+    from flotilla.scheduler import Scheduler
     from flotilla.service.loop import service_backends
     from flotilla.service.server import build_service
     from service_fixtures import headers, job, job_file, tree_config

@@ -83,7 +83,7 @@ def test_reserved_nodes_take_only_backfill_and_the_reason_names_them(tmp_path):
     from dataclasses import replace
 
     from flotilla.config import parse_config, parse_state
-    from flotilla.core.cycle import Scheduler
+    from flotilla.scheduler import Scheduler
     from flotilla.core.model import JobState
     from scenario import config
 

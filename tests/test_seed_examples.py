@@ -57,7 +57,7 @@ jobs:
 
 def test_allocatable_at_priority_in_the_node_index(tmp_path):
     from flotilla.config import load_config, load_state
-    from flotilla.core.cycle import Scheduler
+    from flotilla.scheduler import Scheduler
     from flotilla.core.nodeindex import EVICTED
     from flotilla.core.session import Session
 

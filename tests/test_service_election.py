@@ -8,7 +8,7 @@ import time
 import pytest
 from click.testing import CliRunner
 
-from flotilla.core.cycle import Scheduler
+from flotilla.scheduler import Scheduler
 from flotilla.scheduler_main import main
 from flotilla.service.jobspec import prepare
 from flotilla.service.loop import ServiceLoop, service_backends

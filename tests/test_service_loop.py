@@ -9,7 +9,7 @@ import pytest
 import yaml
 
 from flotilla.config import load_config
-from flotilla.core.cycle import Scheduler
+from flotilla.scheduler import Scheduler
 from flotilla.service.jobspec import prepare
 from flotilla.service.loop import ServiceLoop, service_backends
 from flotilla.service.settings import from_config

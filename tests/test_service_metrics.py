@@ -5,7 +5,7 @@ from __future__ import annotations
 from fastapi.testclient import TestClient
 from prometheus_client.parser import text_string_to_metric_families
 
-from flotilla.core.cycle import Scheduler
+from flotilla.scheduler import Scheduler
 from flotilla.service.loop import service_backends
 from flotilla.service.server import build_service
 from service_fixtures import config, headers, job, job_file

@@ -9,7 +9,7 @@ import httpx
 import structlog
 from prometheus_client.parser import text_string_to_metric_families
 
-from flotilla.core.cycle import Scheduler
+from flotilla.scheduler import Scheduler
 from flotilla.service.jobspec import prepare
 from flotilla.service.loop import service_backends
 from flotilla.service.server import build_service

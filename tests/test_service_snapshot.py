@@ -8,7 +8,7 @@ import dataclasses
 import pytest
 import sqlalchemy as sa
 
-from flotilla.core.cycle import Scheduler
+from flotilla.scheduler import Scheduler
 from flotilla.core.model import Job
 from flotilla.service.jobspec import prepare
 from flotilla.service.leases import ClusterReport

@@ -7,7 +7,7 @@ import re
 
 from fastapi.testclient import TestClient
 
-from flotilla.core.cycle import Scheduler
+from flotilla.scheduler import Scheduler
 from flotilla.service.jobspec import prepare
 from flotilla.service.server import build_service
 from flotilla.service.ui import tree_order

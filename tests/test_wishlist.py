@@ -72,7 +72,7 @@ def test_no_templates_is_a_clear_error(tmp_path):
 def test_the_service_publishes_the_wishlist_and_its_metrics(tmp_path):
     from fastapi.testclient import TestClient
 
-    from flotilla.core.cycle import Scheduler
+    from flotilla.scheduler import Scheduler
     from flotilla.service.loop import service_backends
     from flotilla.service.server import build_service
     from service_fixtures import config as service_config, headers, job, job_file

@@ -2,9 +2,10 @@
 
 Each queue offers its next unit (a job, or a whole gang), evicted jobs first,
 then by the job order (priority, then submission time). The unit served next
-is the one whose queue would have the smallest share over its fair share if
-it got it; ties go to the queue whose name sorts first. When queues form a
-tree, that choice is made level by level (:class:`~flotilla.core.queuetree.TreePicker`).
+is the one whose queue would have the smallest ``queue_order`` key (the
+fairness policy's: for asset fairness, its share over its fair share) if it
+got it; ties go to the queue whose name sorts first. When queues form a
+tree, that choice is made level by level (:class:`~flotilla.actions.pickers.TreePicker`).
 A unit that cannot be placed is passed over (it blocks nothing behind it); a queue is given up
 on for this cycle after ``allocate.lookahead`` units were passed over.
 Evicted jobs that cannot return to their node do not count as passed over
@@ -26,14 +27,14 @@ and for other evicted jobs returning alike.
 
 from __future__ import annotations
 
-import heapq
 import time
 
 import structlog
 
 from flotilla.core.nodeindex import EVICTED
-from flotilla.core.queuetree import TreePicker
-from flotilla.core.session import KnownMisfits, QueueUnits
+from flotilla.actions.pickers import FlatPicker, TreePicker
+from flotilla.core.units import KnownMisfits, QueueUnits
+from flotilla.core.whynot import Shortfall
 from flotilla.core.statement import place
 
 log = structlog.get_logger("flotilla.actions.allocate")
@@ -42,14 +43,14 @@ log = structlog.get_logger("flotilla.actions.allocate")
 class _QueueRun:
     """One queue's progress through allocate: its units, how many were passed over, what it knows fails."""
 
-    __slots__ = ("queue", "units", "passed", "known", "covers_all")
+    __slots__ = ("queue", "units", "passed", "misfits", "covers_all")
 
     def __init__(self, queue, units, covers_all: bool, ahead: set[str]):
         self.queue = queue
         self.units = units
         self.passed = 0
         #: (requests, priority class, node selector, tolerations) by identity -> the failure recorded.
-        self.known = KnownMisfits(ahead)
+        self.misfits = KnownMisfits(ahead)
         #: Whether the queue's node tiers cover every node, so "no node fits" is true for every queue.
         self.covers_all = covers_all
 
@@ -80,7 +81,7 @@ class Allocate:
         # One validity check (the usual case) is called directly: same answer, one call less per job.
         self.job_valid = (valid_fns[0] if len(valid_fns) == 1 else session.job_valid) if valid_fns else None
         #: (vector, node types) that found no node at any level: free space only shrinks during allocate.
-        self.misfits: set[tuple] = set()
+        self.shapes_without_room: set[tuple] = set()
         #: Elastic gangs whose core was placed this cycle -> its cluster.
         self.gang_clusters: dict[str, str] = {}
         evicted_by_queue: dict[str, list] = {}
@@ -168,12 +169,12 @@ class Allocate:
         and queue usage only grows), so it is recorded with the same failure
         and passed over here, without a heap entry, a cost computation or a
         node search. Runs of them are passed over in bulk
-        (:meth:`~flotilla.core.session.QueueUnits.skip_known`); what does not
+        (:meth:`~flotilla.core.units.QueueUnits.skip_known`); what does not
         fit a run (a gang, an evicted job, a job an earlier action placed) is
         read one unit at a time, as before.
         """
-        units, misfits, evicted, failures = run.units, run.known, session.evicted, session.failures
-        known = misfits.known
+        units, misfits, evicted, failures = run.units, run.misfits, session.evicted, session.failures
+        known = misfits.by_key
         job_valid = self.job_valid
         valid_fns = session.job_valid_fns
         # In a run of known misfits, a check that answers by priority class alone (part of the key) needs no
@@ -237,17 +238,17 @@ class Allocate:
         types, why = session.allowed_types(job)
         reason = (session.admit(queue, job, vec) if session.queue_admit_fns else None) or why
         if reason:
-            run.known.known[requirements_key(job)] = session.failures[job.id] = reason
+            run.misfits.by_key[requirements_key(job)] = session.failures[job.id] = reason
             return False
         shape = (vec, id(types))
-        if run.covers_all and shape in self.misfits:
+        if run.covers_all and shape in self.shapes_without_room:
             node = None
         else:
             node = self._find(session, queue, job, vec, types)
         if node is None:
-            run.known.known[requirements_key(job)] = session.failures[job.id] = (vec, EVICTED, types)
+            run.misfits.by_key[requirements_key(job)] = session.failures[job.id] = Shortfall(vec, EVICTED, types)
             if run.covers_all:
-                self.misfits.add(shape)
+                self.shapes_without_room.add(shape)
             return False
         place(session, job, node, vec)
         if self.debug:
@@ -312,7 +313,7 @@ class Allocate:
             return False
         node = self._find(session, queue, job, vec, types)
         if node is None:
-            session.failures[job.id] = (vec, EVICTED, types)
+            session.failures[job.id] = Shortfall(vec, EVICTED, types)
             return False
         stmt = session.statement()
         stmt.allocate(job, node)
@@ -385,40 +386,3 @@ class Allocate:
             if member.id not in session.evicted:
                 session.failures[member.id] = reason
         return False
-
-
-class FlatPicker:
-    """Allocate's next unit when no queue has a parent: one heap of the queues' offers.
-
-    Same interface as :class:`~flotilla.core.queuetree.TreePicker`: after
-    ``pop`` the caller ``offer``s the queue's next unit or ``drop``s the queue.
-    """
-
-    def __init__(self, session):
-        self.session = session
-        self.heap: list[tuple[float, str, object, object, object, tuple]] = []
-        self.key = session.queue_order_fns[0]
-        #: The policy says a queue's key moves with its own allocation only (asset fairness): a waiting
-        #: offer's key stays exact, since only the queue's own placements change its allocation.
-        self.steady = getattr(self.key, "own_usage_only", False)
-
-    def offer(self, queue, unit, run, vec) -> None:
-        # Queue names are unique, so the heap never compares what follows them.
-        heapq.heappush(self.heap, (self.key(queue, vec), queue.name, queue, unit, run, vec))
-
-    def drop(self, queue) -> None:
-        """Nothing to do: ``pop`` already took the queue's entry."""
-
-    def pop(self):
-        heap = self.heap
-        while heap:
-            key, name, queue, unit, run, vec = heapq.heappop(heap)
-            # Alone in the heap, or with a key that cannot have moved, the offer stands as filed.
-            if heap and not self.steady:
-                current = self.key(queue, vec)
-                if current > key and current > heap[0][0]:
-                    # A policy whose keys move with other queues' allocations: re-file and look again.
-                    heapq.heappush(heap, (current, name, queue, unit, run, vec))
-                    continue
-            return queue, unit, run, vec
-        return None

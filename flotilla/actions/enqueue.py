@@ -22,30 +22,9 @@ import time
 
 import structlog
 
-from flotilla.core.quantities import format_quantity
+from flotilla.core.feasibility import never_fits
 
 log = structlog.get_logger("flotilla.actions.enqueue")
-
-
-def never_fits(session, job) -> str | None:
-    """Why no node of any cluster could run ``job`` even empty, or None if one could."""
-    types, why = session.allowed_types(job)
-    if not types:
-        return why
-    vec = session.vector(job)
-    index = session.index
-    largest = [0] * len(vec)
-    for t in types:
-        for i in index.types[t].nodes:
-            alloc = index.allocatable[i]
-            if all(a <= f for a, f in zip(vec, alloc)):
-                return None
-            largest = [max(m, f) for m, f in zip(largest, alloc)]
-    names = session.space.names
-    short = [f"{names[r]} {format_quantity(a, names[r])} > largest {format_quantity(largest[r], names[r])}"
-             for r, a in enumerate(vec) if a > largest[r]]
-    return "fits no node: " + (", ".join(short) or "no single node has all of " +
-                               ", ".join(f"{n} {format_quantity(a, n)}" for n, a in zip(names, vec) if a))
 
 
 def node_signature(session) -> tuple:

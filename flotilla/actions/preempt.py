@@ -25,7 +25,7 @@ from itertools import islice
 import structlog
 
 from flotilla.core.nodeindex import EVICTED
-from flotilla.core.session import iter_units
+from flotilla.core.units import iter_units
 
 log = structlog.get_logger("flotilla.actions.preempt")
 

@@ -30,7 +30,7 @@ import time
 import structlog
 
 from flotilla.core.nodeindex import EVICTED, NONPREEMPTIBLE
-from flotilla.core.session import iter_units
+from flotilla.core.units import iter_units
 
 log = structlog.get_logger("flotilla.actions.reserve")
 

@@ -221,28 +221,5 @@ class SimulatedBackendPlugin:
         return SimulatedCluster(cluster_config.name, list(cluster_config.expand()), **kwargs)
 
 
-def make_backends(config, pm=None, kinds: Sequence[str] | None = None, **options) -> dict[str, "ClusterBackend"]:
-    """One backend per cluster of ``config`` (those whose kind is in ``kinds``, if given), by name.
-
-    Each comes from the ``flotilla_cluster_backend`` hook of ``pm`` (the
-    scheduler's plugin manager, so the config's plugins are asked first;
-    default: the built-in backends alone). ``options`` reach every answer
-    (``clock``, ``duration_of``). A cluster nobody answers for is an error.
-    """
-    if pm is None:
-        from flotilla.core.plugins import new_plugin_manager
-        pm = new_plugin_manager()
-    backends = {}
-    for cluster in getattr(config, "clusters", None) or []:
-        kind = getattr(cluster, "kind", None)
-        if kinds is not None and kind not in kinds:
-            continue
-        backend = pm.hook.flotilla_cluster_backend(cluster_config=cluster, config=config, options=options)
-        if backend is None:
-            raise ValueError(f"cluster {cluster.name!r}: no plugin provides a backend of kind {kind!r}")
-        backends[cluster.name] = backend
-    return backends
-
-
 __all__ = ["ClusterBackend", "ClusterDecisions", "PodTemplate", "ClusterUnavailable", "JobEvent", "OverAllocation",
-           "SimulatedBackendPlugin", "SimulatedCluster", "make_backends"]
+           "SimulatedBackendPlugin", "SimulatedCluster"]

@@ -8,7 +8,7 @@ applies only what differs from the snapshot:
 
 * running jobs started, finished, preempted, moved or changed (found by
   identity first, in C-level passes, then by id);
-* queued jobs added or gone (each queue's :class:`QueueOrder` takes them);
+* queued jobs added or gone (each queue's :class:`JobQueue` takes them);
 * foreign usage per node; queue weights and limits;
 * nodes added, removed, relabelled, tainted, cordoned or resized (the
   index changes in place, see :meth:`CycleState._check_nodes`);
@@ -44,7 +44,7 @@ from typing import Sequence
 
 from flotilla.core.model import Job, PriorityClass, Snapshot
 from flotilla.core.nodeindex import EVICTED, FOREIGN, FOREIGN_USER, NONPREEMPTIBLE, NodeIndex
-from flotilla.core.queueorder import QueueOrder
+from flotilla.core.jobqueue import JobQueue
 from flotilla.core.queuetree import assign_fair_shares, charge, link
 from flotilla.core.resources import ResourceSpace, Vector
 
@@ -73,7 +73,7 @@ class QueueState:
     allocated: list[int]
     limit_vector: Vector | None = None
     fair_share: float = 0.0
-    queued: QueueOrder = field(default_factory=QueueOrder)
+    queued: JobQueue = field(default_factory=JobQueue)
     running: int = 0
     parent: str | None = None
     children: list[QueueState] = field(default_factory=list)
@@ -219,7 +219,7 @@ class CycleState:
         deque(map(list.append, map(per_queue.__getitem__, queue_names), queued), maxlen=0)
         # Jobs listed as submitted (the usual case): a queue's order is its jobs by priority, a stable sort that
         # keeps submission order within one priority (none at all when every job has the same priority). Such
-        # a queue keeps its jobs as they are and makes an entry only for what a cycle reads (QueueOrder.lazy).
+        # a queue keeps its jobs as they are and makes an entry only for what a cycle reads (JobQueue.lazy).
         submitted = list(map(_SUBMITTED, queued))
         in_order = all(map(le, submitted, islice(submitted, 1, None)))
         del submitted
@@ -239,10 +239,10 @@ class CycleState:
             if in_order:
                 if len(priorities) > 1:
                     jobs.sort(key=_PRIORITY)
-                order = QueueOrder(self.entries, None, per_class[name], lazy=jobs)
+                order = JobQueue(self.entries, None, per_class[name], lazy=jobs)
             else:
                 # Entries (priority, submitted, seq, job), seq the position in the queue: a heap, built in C.
-                order = QueueOrder(self.entries, list(zip(map(_PRIORITY, jobs), map(_SUBMITTED, jobs), count(),
+                order = JobQueue(self.entries, list(zip(map(_PRIORITY, jobs), map(_SUBMITTED, jobs), count(),
                                                           jobs)), per_class[name])
             self.queues[name].queued = order
         del per_queue
@@ -399,7 +399,7 @@ class CycleState:
                 raise Rebuild
         queues = {name: queue for name, queue in self.queues.items() if name in parents}
         for name in parents.keys() - queues.keys():
-            queues[name] = QueueState(name, 1.0, {}, [0] * len(self.space), queued=QueueOrder(self.entries),
+            queues[name] = QueueState(name, 1.0, {}, [0] * len(self.space), queued=JobQueue(self.entries),
                                       parent=parents[name])
         self.queues = {name: queues[name] for name in sorted(queues)}
         for queue in self.queues.values():

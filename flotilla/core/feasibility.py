@@ -9,10 +9,13 @@ before any plugin's, so these rules hold whatever the config's plugin list:
   (``PreferNoSchedule`` is only a preference and never refuses).
 
 Plugins may add predicates of their own (all must agree); none can lift
-these. Resource fit is not decided here: the node index answers it per node.
+these. Resource fit is not decided here: the node index answers it per node;
+:func:`never_fits` says when no node could ever hold a job, even empty.
 """
 
 from __future__ import annotations
+
+from flotilla.core.quantities import format_quantity
 
 REFUSING_EFFECTS = ("NoSchedule", "NoExecute")
 
@@ -29,3 +32,24 @@ def node_type_refusal(job, node_type) -> str | None:
             shown = f"{taint.key}={taint.value}" if taint.value else taint.key
             return f"had untolerated taint {shown}:{taint.effect}"
     return None
+
+
+def never_fits(session, job) -> str | None:
+    """Why no node of any cluster could run ``job`` even empty, or None if one could."""
+    types, why = session.allowed_types(job)
+    if not types:
+        return why
+    vec = session.vector(job)
+    index = session.index
+    largest = [0] * len(vec)
+    for t in types:
+        for i in index.types[t].nodes:
+            alloc = index.allocatable[i]
+            if all(a <= f for a, f in zip(vec, alloc)):
+                return None
+            largest = [max(m, f) for m, f in zip(largest, alloc)]
+    names = session.space.names
+    short = [f"{names[r]} {format_quantity(a, names[r])} > largest {format_quantity(largest[r], names[r])}"
+             for r, a in enumerate(vec) if a > largest[r]]
+    return "fits no node: " + (", ".join(short) or "no single node has all of " +
+                               ", ".join(f"{n} {format_quantity(a, n)}" for n, a in zip(names, vec) if a))

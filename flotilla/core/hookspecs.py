@@ -62,5 +62,5 @@ def flotilla_cluster_backend(cluster_config, config, options):
     built-in backends (``simulated``, ``kubernetes``), so a package can
     replace a built-in kind, or serve a kind of its own, without touching
     the scheduler. Called once per cluster when a run starts
-    (:func:`flotilla.core.backend.make_backends`), not per cycle.
+    (:func:`flotilla.plugin_manager.make_backends`), not per cycle.
     """

@@ -11,24 +11,18 @@ An inner queue's allocation is the sum of the leaves below it (statements
 charge the whole chain, :func:`charge`), so fairness keys, limits and reports
 apply at every level.
 
-:class:`TreePicker` is allocate's choice of the next unit when the queues
-form a tree: at the root, then in the chosen queue, and so on down, the
-child whose ``queue_order`` key would be smallest if it got the unit it
-offers (ties to the name that sorts first) is taken. Every queue keeps a
-heap of its children's keys; placing a unit re-files only the keys on the
-path from its leaf to the root.
+The queues are :class:`~flotilla.core.cyclestate.QueueState` objects (the
+state module builds them with these functions, so this one does not import
+it). Allocate's choice of the next unit in a tree is
+:class:`~flotilla.actions.pickers.TreePicker`.
 """
 
 from __future__ import annotations
 
-import heapq
-from typing import TYPE_CHECKING, Iterable, Mapping
-
-if TYPE_CHECKING:
-    from flotilla.core.session import QueueState, Session
+from typing import Iterable, Mapping
 
 
-def link(queues: dict[str, QueueState]) -> bool:
+def link(queues: dict) -> bool:
     """Set each queue's ``children`` and ``chain`` (itself, then its ancestors); True if any queue has a parent."""
     nested = False
     for queue in queues.values():
@@ -73,7 +67,7 @@ def fair_shares(weights: Mapping[str, float], parents: Mapping[str, str | None],
     return shares
 
 
-def assign_fair_shares(queues: dict[str, QueueState]) -> None:
+def assign_fair_shares(queues: dict) -> None:
     """Set every queue's ``fair_share`` (:func:`fair_shares`)."""
     shares = fair_shares({q.name: q.weight for q in queues.values()}, {q.name: q.parent for q in queues.values()},
                          [q.name for q in queues.values() if q.active])
@@ -81,67 +75,9 @@ def assign_fair_shares(queues: dict[str, QueueState]) -> None:
         queue.fair_share = shares[queue.name]
 
 
-def charge(queue: QueueState, vec, sign: int) -> None:
+def charge(queue, vec, sign: int) -> None:
     """Add (``sign`` 1) or take back (-1) ``vec`` in the allocation of ``queue`` and every queue above it."""
     for level in queue.chain:
         row = level.allocated
         for r, amount in enumerate(vec):
             row[r] += sign * amount
-
-
-class TreePicker:
-    """Allocate's next unit over a queue tree; see the module docstring.
-
-    ``offer`` files a leaf's next unit, ``pop`` takes the best unit down the
-    tree (its leaf stays filed until the caller offers its next unit or
-    drops the leaf), ``drop`` withdraws a leaf that has nothing more to offer.
-    """
-
-    def __init__(self, session: Session):
-        self.session = session
-        self.heaps: dict[str | None, list[tuple[float, str, int]]] = {}
-        self.version: dict[str, int] = {}
-        self.head: dict[str, tuple[object, object, tuple]] = {}
-        self.leaf: dict[str, str] = {}
-
-    def offer(self, queue: QueueState, unit, units, vec) -> None:
-        self.head[queue.name] = (unit, units, vec)
-        self._refile(queue)
-
-    def drop(self, queue: QueueState) -> None:
-        self.head.pop(queue.name, None)
-        self._refile(queue)
-
-    def pop(self):
-        """``(queue, unit, units, vec)`` of the best unit, or None when no leaf offers any."""
-        child = self._best(None)
-        if child is None:
-            return None
-        name = self.leaf[child]
-        unit, units, vec = self.head[name]
-        return self.session.queues[name], unit, units, vec
-
-    def _best(self, parent: str | None) -> str | None:
-        heap = self.heaps.get(parent)
-        while heap:
-            _, child, version = heap[0]
-            if self.version[child] == version:
-                return child
-            heapq.heappop(heap)
-        return None
-
-    def _refile(self, queue: QueueState) -> None:
-        """Recompute the keys from ``queue`` up to the root, filing each in its parent's heap."""
-        key = self.session.queue_order_fns[0]
-        for node in queue.chain:
-            name = node.name
-            version = self.version[name] = self.version.get(name, 0) + 1
-            if node.children:
-                best = self._best(name)
-                leaf = self.leaf[best] if best is not None else None
-            else:
-                leaf = name if name in self.head else None
-            if leaf is None:
-                continue  # withdrawn: its stale entries are skipped; the parent recomputes without it
-            self.leaf[name] = leaf
-            heapq.heappush(self.heaps.setdefault(node.parent, []), (key(node, self.head[leaf][2]), name, version))

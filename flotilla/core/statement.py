@@ -4,23 +4,20 @@ Every tentative change an action makes goes through a statement: it takes
 effect in the session at once (so the next member of a gang sees the space
 the previous one took) and is either committed, which records the decision
 and tells the plugins' event handlers, or discarded, which undoes each
-operation in reverse order and leaves no trace.
+operation in reverse order and leaves no trace. A statement works on the
+:class:`~flotilla.core.session.Session` it is given (the session makes
+statements, so this module does not import it).
 """
 
 from __future__ import annotations
-
-from typing import TYPE_CHECKING
 
 from flotilla.core.decisions import Placement
 from flotilla.core.model import Job
 from flotilla.core.nodeindex import EVICTED
 from flotilla.core.queuetree import charge
 
-if TYPE_CHECKING:
-    from flotilla.core.session import Session
 
-
-def place(session: Session, job: Job, node: int, vec) -> None:
+def place(session, job: Job, node: int, vec) -> None:
     """Place a queued job on ``node`` and commit it at once: a statement's ``allocate`` then ``commit``.
 
     Most placements are one job alone, with nothing to undo; this skips the
@@ -32,7 +29,7 @@ def place(session: Session, job: Job, node: int, vec) -> None:
     _record_placement(session, job, node)
 
 
-def _record_placement(session: Session, job: Job, node: int) -> None:
+def _record_placement(session, job: Job, node: int) -> None:
     """A committed placement: into the decisions, no longer a failure, told to the event handlers."""
     cluster, name = session.node_name(node)
     session.scheduled.append(Placement(job, cluster, name))
@@ -45,7 +42,7 @@ def _record_placement(session: Session, job: Job, node: int) -> None:
 class Statement:
     __slots__ = ("session", "ops", "_closed")
 
-    def __init__(self, session: Session):
+    def __init__(self, session):
         self.session = session
         self.ops: list[tuple[str, Job, int, int]] = []
         self._closed = False

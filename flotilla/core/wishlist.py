@@ -17,7 +17,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Sequence
 
-from flotilla.actions.enqueue import never_fits
+from flotilla.core.feasibility import never_fits
 from flotilla.core.model import ClusterSnapshot, Job, Node, Snapshot
 
 
@@ -57,7 +57,7 @@ def compute_wishlist(scheduler, snapshot: Snapshot, waiting: Sequence[Job], temp
         return index.type_of[i] in types and all(a <= f for a, f in zip(session.vector(job), index.allocatable[i]))
 
     for name in sorted(session.queues):
-        for job in session.queue_order(session.queues[name]):
+        for job in session.queued_in_order(session.queues[name]):
             if job.gang is not None:
                 if job.gang.id in done_gangs:
                     continue

@@ -9,8 +9,8 @@
 ``kind: kubernetes`` entries of a config become backends through the
 ``flotilla_cluster_backend`` hook: :class:`KubernetesBackendPlugin` is one of
 the built-in backends every plugin manager holds
-(:data:`flotilla.core.plugins.BUILTIN_BACKENDS`), asked after the config's
-own plugins; :func:`flotilla.core.backend.make_backends` asks the hook.
+(:data:`flotilla.plugin_manager.BUILTIN_BACKENDS`), asked after the config's
+own plugins; :func:`flotilla.plugin_manager.make_backends` asks the hook.
 
 Internal: not part of the plugin API (:mod:`flotilla.plugin`, :mod:`flotilla.testing`); may change in any release.
 """

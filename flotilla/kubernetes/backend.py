@@ -678,7 +678,7 @@ class KubernetesCluster:
 
 def backend_from_config(cluster_config, config=None, **kwargs) -> KubernetesCluster:
     """A :class:`KubernetesCluster` for a ``kind: kubernetes`` entry of the scheduler config."""
-    settings = settings_from_config(cluster_config, config)
+    settings = pod_settings(cluster_config, config)
     pcs = []
     if config is not None:
         pcs = [(pc.name, pc.priority, pc.preemptible) for pc in getattr(config, "priority_classes", []) or []]
@@ -712,7 +712,7 @@ def _seconds(value, default: float | None) -> float | None:
         return default
 
 
-def settings_from_config(cluster_config=None, config=None) -> PodSettings:
+def pod_settings(cluster_config=None, config=None) -> PodSettings:
     """Pod settings from the scheduler config: namespace, grace period default, cpu/gpu deadlines."""
     grace = getattr(config, "grace_period", None) if config is not None else None
     deadlines = getattr(config, "deadlines", None) if config is not None else None
@@ -740,4 +740,4 @@ def settings_from_config(cluster_config=None, config=None) -> PodSettings:
     )
 
 
-__all__ = ["KubernetesCluster", "annotation_duration", "backend_from_config", "settings_from_config"]
+__all__ = ["KubernetesCluster", "annotation_duration", "backend_from_config", "pod_settings"]

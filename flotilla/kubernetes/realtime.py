@@ -45,8 +45,8 @@ def play(config, workload, seed: int = 0, speed: float = 1.0, until: float | Non
     wall seconds without every job finished (default: the workload's last
     submission plus 10x its longest duration, in wall seconds, plus a minute).
     """
-    from flotilla.core.backend import make_backends
-    from flotilla.core.cycle import Scheduler
+    from flotilla.plugin_manager import make_backends
+    from flotilla.scheduler import Scheduler
     from flotilla.kubernetes.runner import LEASED, QUEUED, RUNNING, Runner
     from flotilla.core.shares import share_weights
     from flotilla.simulate.report import Recorder

@@ -217,13 +217,16 @@ def create_app(store: Store, settings: ServiceSettings, loop=None, *, admin_endp
         if last_event_id and last_event_id.isdigit() and len(last_event_id) <= 19:
             start = max(start, min(int(last_event_id), INT64_MAX))
 
-        def still_allowed() -> str | None:
+        current = who
+
+        def still_allowed(reauthenticate: bool) -> str | None:
             """Why the stream must end now (queue deleted, token revoked or expired, access revoked), or None.
 
-            Checked on every batch, at least every two seconds, and at once after an auth reload.
+            The queue is checked on every batch and at least every two seconds; the token (with
+            ``reauthenticate``) every two seconds and at once after an auth reload.
             """
-            current = who
-            if not open_access:
+            nonlocal current
+            if reauthenticate and not open_access:
                 try:
                     current = auth.verify(credential)
                 except Unauthenticated as exc:
@@ -242,14 +245,15 @@ def create_app(store: Store, settings: ServiceSettings, loop=None, *, admin_endp
 
         async def stream():
             position = start
-            seen_writes = seen_auth = -1
+            seen_writes, seen_auth = -1, auth.generation
             checked = last_sent = time.monotonic()
             while True:
                 now = time.monotonic()
-                if store.writes != seen_writes or auth.generation != seen_auth or now - checked > 2.0:
-                    seen_writes, seen_auth = store.writes, auth.generation   # other processes may write too
-                    checked = now
-                    ended = await run_in_threadpool(still_allowed)
+                reauthenticate = auth.generation != seen_auth or now - checked > 2.0
+                if store.writes != seen_writes or reauthenticate:   # other processes may write too
+                    seen_writes, seen_auth = store.writes, auth.generation
+                    checked = now if reauthenticate else checked
+                    ended = await run_in_threadpool(still_allowed, reauthenticate)
                     if ended is not None:
                         yield render({"id": position, "kind": "end", "queue": queue, "jobSet": job_set,
                                       "reason": ended})

@@ -36,10 +36,11 @@ from typing import Callable, Mapping
 
 import structlog
 
-from flotilla.core.backend import ClusterDecisions, ClusterUnavailable, make_backends
+from flotilla.core.backend import ClusterDecisions, ClusterUnavailable
 from flotilla.core.decisions import Placement
 from flotilla.core.wishlist import compute_wishlist
 from flotilla.core.model import ClusterSnapshot, Job, JobState, Queue, Snapshot
+from flotilla.plugin_manager import make_backends
 from flotilla.service.jobspec import duration_of_annotations
 from flotilla.service.leases import ClusterReport, job_of
 from flotilla.service.settings import ServiceSettings

@@ -155,7 +155,7 @@ def simulate(config_path, workload_path, seed, json_path, plot_path, compare, un
     from rich.console import Console
 
     from flotilla.config import ConfigError
-    from flotilla.core.plugins import PluginNameConflict, available_plugins, find_plugin
+    from flotilla.plugin_manager import PluginNameConflict, available_plugins, find_plugin
     from flotilla.scheduler_main import UserError, build_scheduler, load_config_or_fail
     from flotilla.simulate.engine import NoProgress, SchedulerBug, Simulation, SimulationError
     from flotilla.simulate.policies import PolicyError, fairness_index, parse_policies, with_policy

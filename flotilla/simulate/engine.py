@@ -39,7 +39,7 @@ import structlog
 
 from flotilla.config.errors import ConfigError
 from flotilla.core.backend import OverAllocation, SimulatedCluster
-from flotilla.core.cycle import Scheduler
+from flotilla.scheduler import Scheduler
 from flotilla.core.decisions import Decisions, natural_key
 from flotilla.core.model import Job, Snapshot
 from flotilla.core.quantities import format_duration

@@ -14,7 +14,7 @@ import random
 
 from flotilla.config.models import PluginConfig
 from flotilla.core.model import Snapshot
-from flotilla.core.plugins import PluginError, load_plugins
+from flotilla.plugin_manager import PluginError, load_plugins
 from flotilla.core.session import Session
 
 KNOWN_FAIRNESS = ("assetfairness", "drf", "decayedusage")

@@ -1,5 +1,10 @@
 """One cycle, as data: ``Scheduler.run_cycle(snapshot) -> Decisions``.
 
+The scheduler strings the config's actions together over one session per
+cycle, with the config's plugins loaded once. It sits above both the core
+and the actions: the core (sessions, the node index, statements) knows no
+action, and actions know the core only.
+
 The same code path serves ``schedule-once``, ``simulate`` and ``serve``:
 only where the snapshot comes from and what receives the decisions differ.
 """
@@ -17,7 +22,7 @@ from flotilla.actions import get_action
 from flotilla.core.decisions import Decisions
 from flotilla.core.logs import ensure_configured
 from flotilla.core.model import PriorityClass, Queue, Snapshot
-from flotilla.core.plugins import PluginError, load_plugins
+from flotilla.plugin_manager import PluginError, load_plugins
 from flotilla.core.cyclestate import CycleState
 from flotilla.core.session import Session, SessionError, SessionSettings
 from flotilla.core.shares import share_weights
@@ -25,7 +30,8 @@ from flotilla.core.shares import share_weights
 log = structlog.get_logger("flotilla.cycle")
 
 
-def settings_from_config(config) -> SessionSettings:
+def session_settings(config) -> SessionSettings:
+    """The config values a session reads, as plain values (no pydantic in the hot path)."""
     return SessionSettings(
         evict_probability=config.evict.probability,
         lookahead=config.allocate.lookahead,
@@ -41,7 +47,7 @@ def settings_from_config(config) -> SessionSettings:
 class Scheduler:
     """Plugins loaded once, actions in order, one session per cycle.
 
-    Raises :class:`~flotilla.core.plugins.PluginError` for a plugin that
+    Raises :class:`~flotilla.plugin_manager.PluginError` for a plugin that
     cannot be loaded and :class:`SessionError` when the plugins together do
     not provide what the actions need (exactly one fairness policy), both at
     construction, before any state is touched.
@@ -53,7 +59,7 @@ class Scheduler:
         self.keep_state = keep_state
         self.state: CycleState | None = None
         self.config = config
-        self.settings = settings_from_config(config)
+        self.settings = session_settings(config)
         self.pm = load_plugins([(p.name, p.args) for p in config.plugins])
         names = list(actions if actions is not None else config.actions)
         if not getattr(config.preempt, "enabled", True):
@@ -127,4 +133,4 @@ class Scheduler:
         return decisions
 
 
-__all__ = ["Scheduler", "SessionError", "settings_from_config"]
+__all__ = ["Scheduler", "SessionError", "session_settings"]

@@ -2,13 +2,13 @@
 
 Allocate only ever needs a queue's head: the next job in order (priority,
 then submission time, then the order the jobs were first seen). A
-:class:`QueueOrder` keeps the queue between cycles as three parts: ``head``,
+:class:`JobQueue` keeps the queue between cycles as three parts: ``head``,
 a sorted list of the entries earlier cycles reached, ``lazy``, jobs in order
 after it that have no entry yet (a queue whose jobs were listed as submitted
 starts as that alone: no tuple per job it never reaches), and ``heap``, the
 rest. Entries are ``(priority, submitted, seq, job)``.
 
-* A cycle reads the queue through :meth:`QueueOrder.at` (or ``__iter__``), a merge of
+* A cycle reads the queue through :meth:`JobQueue.at` (or ``__iter__``), a merge of
   ``head``, ``lazy`` and ``heap`` that goes only as far as the cycle goes and records
   what it produced in ``prefix``, so a later action (``preempt`` after
   ``allocate``) walks the same order again for free.
@@ -58,7 +58,7 @@ def _live(entries: dict, entry: Entry) -> bool:
     return value is entry or value is job
 
 
-class QueueOrder:
+class JobQueue:
     __slots__ = ("entries", "heap", "head", "hpos", "lazy", "lpos", "prefix", "count", "_classes", "dead", "offered")
 
     def __init__(self, entries: dict[int, object] | None = None, initial: list[Entry] | None = None,
@@ -85,7 +85,7 @@ class QueueOrder:
         self.lazy: list[Job] = lazy if lazy is not None else []
         self.lpos = 0
         self.prefix: list[Entry] = []
-        #: Positions in ``prefix`` handed out as units this cycle (:class:`~flotilla.core.session.QueueUnits`):
+        #: Positions in ``prefix`` handed out as units this cycle (:class:`~flotilla.core.units.QueueUnits`):
         #: where :meth:`settle` looks for the placed jobs first.
         self.offered: list[int] = []
         self.count = len(initial) + len(self.lazy)

@@ -25,6 +25,7 @@ from typing import Any, Mapping, Sequence
 import pluggy
 
 from flotilla.core import hookspecs
+from flotilla.core.backend import ClusterBackend
 
 ENTRY_POINT_GROUP = "flotilla.plugins"
 
@@ -108,3 +109,25 @@ def load_plugins(plugins: Sequence[tuple[str, Mapping[str, Any]]]) -> pluggy.Plu
     except pluggy.PluginValidationError as exc:
         raise PluginError(0, "name", f"plugin {exc.plugin_name!r} implements an unknown hook: {exc}") from None
     return pm
+
+
+def make_backends(config, pm=None, kinds: Sequence[str] | None = None, **options) -> dict[str, ClusterBackend]:
+    """One backend per cluster of ``config`` (those whose kind is in ``kinds``, if given), by name.
+
+    Each comes from the ``flotilla_cluster_backend`` hook of ``pm`` (the
+    scheduler's plugin manager, so the config's plugins are asked first;
+    default: the built-in backends alone). ``options`` reach every answer
+    (``clock``, ``duration_of``). A cluster nobody answers for is an error.
+    """
+    if pm is None:
+        pm = new_plugin_manager()
+    backends = {}
+    for cluster in getattr(config, "clusters", None) or []:
+        kind = getattr(cluster, "kind", None)
+        if kinds is not None and kind not in kinds:
+            continue
+        backend = pm.hook.flotilla_cluster_backend(cluster_config=cluster, config=config, options=options)
+        if backend is None:
+            raise ValueError(f"cluster {cluster.name!r}: no plugin provides a backend of kind {kind!r}")
+        backends[cluster.name] = backend
+    return backends

@@ -1,0 +1,140 @@
+"""Where a job may go: the node types its predicates allow (cached per cycle) and the best node among them.
+
+A mixin of :class:`~flotilla.core.session.Session`. Predicates see node
+types, never nodes, and their verdicts are cached per job requirements for
+the whole cycle; the node search walks bestfit's tiers (``node_tiers``) and
+the node index, with node scores ordering candidates within a tier or, for
+scores registered across tiers, across them.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from typing import Sequence
+
+from flotilla.core.cyclestate import QueueState
+from flotilla.core.model import Job
+from flotilla.core.resources import Vector
+
+
+class NodeSearch:
+    """Allowed node types and the node search (a mixin of Session)."""
+
+    def _open_node_search(self) -> None:
+        self._allowed_cache: dict[tuple, tuple[list[int], str | None]] = {}
+        self._allowed_by_identity: dict[tuple, tuple] = {}
+        self._interned_types: dict[tuple[int, ...], list[int]] = {}
+
+    def allowed_types(self, job: Job, cluster: str | None = None) -> tuple[list[int], str | None]:
+        """Node types the predicates accept for ``job`` (optionally in one cluster), and why not if none.
+
+        Cached per job requirements for the whole cycle: predicates see
+        node types, never nodes.
+        """
+        selector, tolerations = job.node_selector, job.tolerations
+        # First by identity (jobs loaded in bulk share these objects; the snapshot keeps them alive for the
+        # session), then by value.
+        fast = (job.queue, job.priority_class, id(selector) if selector else 0, id(tolerations), cluster)
+        hit = self._allowed_by_identity.get(fast)
+        if hit is not None:
+            return hit[0]
+        key = (job.queue, job.priority_class, tuple(sorted(selector.items())) if selector else (), tolerations,
+               cluster)
+        hit = self._allowed_cache.get(key)
+        if hit is not None:
+            self._allowed_by_identity[fast] = (hit, selector, tolerations)
+            return hit
+        allowed: list[int] = []
+        refusals: Counter[str] = Counter()
+        for node_type in self.index.types:
+            if cluster is not None and node_type.cluster != cluster:
+                continue
+            for fn in self.predicate_fns:
+                reason = fn(job, node_type)
+                if reason:
+                    refusals[reason] += len(node_type.nodes)
+                    break
+            else:
+                allowed.append(node_type.id)
+        why = None
+        if not allowed:
+            total = sum(refusals.values())
+            detail = ", ".join(f"{count} {reason}" for reason, count in sorted(refusals.items(), key=lambda kv: (-kv[1], kv[0])))
+            why = f"0/{total} nodes match: {detail}" if total else "no nodes"
+        # Equal lists are one object, so callers may key caches by id(types) across queues.
+        allowed = self._interned_types.setdefault(tuple(allowed), allowed)
+        result = (allowed, why)
+        self._allowed_cache[key] = result
+        self._allowed_by_identity[fast] = (result, selector, tolerations)
+        return result
+
+    def find_node(self, job: Job, vec: Vector, level: int, types: Sequence[int], queue: QueueState) -> int | None:
+        """Best node for ``job`` at ``level``: tier by tier, smallest fit, or best score when scorers exist.
+
+        Node scores order the fitting nodes within the first tier that has
+        any; scores registered across tiers (:meth:`_find_across_tiers`) weigh
+        the candidates of every tier against each other.
+        """
+        if self.tier_crossing_score_fns:
+            return self._find_across_tiers(job, vec, level, types, queue)
+        filtered = bool(self.node_filter_fns)
+        scored = bool(self.node_score_fns)
+        for tier in self.node_tiers_fn(queue):
+            if not scored and not filtered:
+                found = self.index.find(vec, level, types, tier, queue.name)
+                if found is not None:
+                    return found
+                continue
+            # Scorers or filters: walk the fitting nodes (smallest first per type), skipping refused ones.
+            candidates = []
+            for i in self.index.iter_fitting(vec, level, types):
+                if (tier == "any" or self.in_tier(i, tier, queue.name)) and (not filtered or self.node_allowed(job, i)):
+                    candidates.append(i)
+                    if not scored or len(candidates) >= self.settings.node_candidates:
+                        break
+            if candidates and not scored:
+                return candidates[0]
+            if candidates:
+                return max(candidates, key=lambda i: (sum(fn(job, i) for fn in self.node_score_fns),
+                                                      tuple(-x for x in self.index.free[i][self.index.level_of[level]]), -i))
+        return None
+
+    def _find_across_tiers(self, job: Job, vec: Vector, level: int, types: Sequence[int],
+                           queue: QueueState) -> int | None:
+        """Up to ``node_candidates`` fitting nodes from each tier, the best of them all.
+
+        Best: the highest total of the across-tier scores, then the earlier
+        tier, then the highest total of the within-tier scores, then the
+        least free space, then the lower position.
+        """
+        index, limit = self.index, self.settings.node_candidates
+        crossing, within = self.tier_crossing_score_fns, self.node_score_fns
+        free, at = index.free, index.level_of[level]
+        filtered = bool(self.node_filter_fns)
+        best_key, best = None, None
+        seen: set[int] = set()
+        for rank, tier in enumerate(self.node_tiers_fn(queue)):
+            taken = 0
+            for i in index.iter_fitting(vec, level, types):
+                if i in seen or not (tier == "any" or self.in_tier(i, tier, queue.name)):
+                    continue
+                if filtered and not self.node_allowed(job, i):
+                    continue
+                seen.add(i)
+                key = (sum(fn(job, i) for fn in crossing), -rank, sum(fn(job, i) for fn in within),
+                       tuple(-x for x in free[i][at]), -i)
+                if best_key is None or key > best_key:
+                    best_key, best = key, i
+                taken += 1
+                if taken >= limit:
+                    break
+        return best
+
+    def in_tier(self, i: int, tier: str, queue: str) -> bool:
+        """Is node ``i`` in ``tier`` (``own``, ``unused``, ``used``) for ``queue``?"""
+        bucket = self.index.bucket(i)
+        if tier == "own":
+            return bucket == queue
+        if tier == "unused":
+            return bucket is None
+        return bucket is not None

@@ -1,0 +1,163 @@
+"""The extension registry: what plugins register on a session, and the rules that combine their answers.
+
+Each extension point is declared in :mod:`flotilla.core.extensions` (its
+protocol, contract and combine rule); this mixin of
+:class:`~flotilla.core.session.Session` holds the registered callables and
+answers for them all at once, as Volcano's ``session_plugins.go`` keeps
+registration and combining apart from the session's state. The core's
+guarantees are registered here first, before any plugin's, and no plugin
+can remove them: Kubernetes feasibility (:mod:`flotilla.core.feasibility`)
+always, queue limits (:mod:`flotilla.core.limits`) whenever a queue has some.
+"""
+
+from __future__ import annotations
+
+from typing import Sequence
+
+from flotilla.core.cyclestate import QueueState, RunningJob
+from flotilla.core.extensions import (GangReady, JobOrder, JobValid, NodeFilter, NodeScore, NodeTiers, OnAllocate,
+                                      OnEvict, Preemptable, PreemptQueueOrder, Predicate, QueueAdmit, QueueOrder,
+                                      VictimOrder)
+from flotilla.core.feasibility import node_type_refusal
+from flotilla.core.limits import queue_limit_refusal
+from flotilla.core.model import Gang, Job
+from flotilla.core.resources import Vector
+
+
+class SessionError(Exception):
+    """The plugins registered on a session do not form a usable whole."""
+
+
+class ExtensionRegistry:
+    """The registered callables of every extension point, and their combined answers (a mixin of Session)."""
+
+    def _open_registry(self) -> None:
+        """Empty registrations but the core's own; needs ``queues`` and ``space``."""
+        self.queue_order_fns: list[QueueOrder] = []
+        self.preempt_queue_order_fns: list[PreemptQueueOrder] = []
+        self.job_order_fns: list[JobOrder] = []
+        self.predicate_fns: list[Predicate] = [node_type_refusal]
+        self.queue_admit_fns: list[QueueAdmit] = []
+        if any(queue.limit_vector is not None for queue in self.queues.values()):
+            self.queue_admit_fns.append(queue_limit_refusal(self.space.names))
+        self.node_tiers_fn: NodeTiers = lambda queue: ("any",)
+        self.node_score_fns: list[NodeScore] = []
+        #: Node scores registered with ``across_tiers=True``: preferences that cross node tiers.
+        self.tier_crossing_score_fns: list[NodeScore] = []
+        #: Node filters actions set for this cycle (``reserve``: reserved nodes take only preemptible jobs).
+        self.node_filter_fns: list[NodeFilter] = []
+        self.gang_ready_fns: list[GangReady] = []
+        self.preemptable_fns: list[Preemptable] = []
+        self.victim_order_fns: list[VictimOrder] = []
+        self.job_valid_fns: list[JobValid] = []
+        self.allocate_handlers: list[OnAllocate] = []
+        self.evict_handlers: list[OnEvict] = []
+
+    # -- registration (called by plugins in flotilla_session_open) --------
+    def add_queue_order(self, fn: QueueOrder) -> None:
+        self.queue_order_fns.append(fn)
+
+    def add_preempt_queue_order(self, fn: PreemptQueueOrder) -> None:
+        self.preempt_queue_order_fns.append(fn)
+
+    def add_job_order(self, fn: JobOrder) -> None:
+        self.job_order_fns.append(fn)
+
+    def add_predicate(self, fn: Predicate) -> None:
+        self.predicate_fns.append(fn)
+
+    def add_queue_admit(self, fn: QueueAdmit) -> None:
+        self.queue_admit_fns.append(fn)
+
+    def set_node_tiers(self, fn: NodeTiers) -> None:
+        self.node_tiers_fn = fn
+
+    def add_node_score(self, fn: NodeScore, across_tiers: bool = False) -> None:
+        (self.tier_crossing_score_fns if across_tiers else self.node_score_fns).append(fn)
+
+    def add_gang_ready(self, fn: GangReady) -> None:
+        self.gang_ready_fns.append(fn)
+
+    def add_preemptable(self, fn: Preemptable) -> None:
+        self.preemptable_fns.append(fn)
+
+    def add_victim_order(self, fn: VictimOrder) -> None:
+        self.victim_order_fns.append(fn)
+
+    def add_job_valid(self, fn: JobValid) -> None:
+        self.job_valid_fns.append(fn)
+
+    def add_event_handler(self, on_allocate: OnAllocate | None = None, on_evict: OnEvict | None = None) -> None:
+        if on_allocate is not None:
+            self.allocate_handlers.append(on_allocate)
+        if on_evict is not None:
+            self.evict_handlers.append(on_evict)
+
+    def check_registrations(self) -> None:
+        """Enforce the combine rules that are about *how many* plugins answer."""
+        if len(self.queue_order_fns) != 1:
+            raise SessionError(
+                f"exactly one plugin must provide queue_order (a fairness policy such as assetfairness or drf); "
+                f"{len(self.queue_order_fns)} did")
+        if len(self.preempt_queue_order_fns) > 1:
+            raise SessionError(
+                f"at most one plugin may provide preempt_queue_order; {len(self.preempt_queue_order_fns)} did")
+
+    def add_node_filter(self, fn: NodeFilter) -> None:
+        """May ``job`` start on node ``i``? (Reservations; all filters must agree.) Set by actions, per cycle."""
+        self.node_filter_fns.append(fn)
+
+    def node_allowed(self, job: Job, i: int) -> bool:
+        return all(fn(job, i) for fn in self.node_filter_fns)
+
+    # -- combined answers -------------------------------------------------
+    def queue_key(self, queue: QueueState, extra: Vector | None = None) -> float | tuple:
+        """The fairness policy's key for ``queue`` if it also had ``extra``: allocate serves the smallest next."""
+        return self.queue_order_fns[0](queue, extra)
+
+    def preempt_rank(self, queue: QueueState) -> float | tuple:
+        """Which queue's urgent jobs preempt first among equal priorities (smallest first).
+
+        A plugin's ``preempt_queue_order`` if one is registered, else the
+        measured share over the fair share.
+        """
+        if self.preempt_queue_order_fns:
+            return self.preempt_queue_order_fns[0](queue)
+        return self.measured_share(queue) / queue.fair_share if queue.fair_share > 0 else float("inf")
+
+    def job_sort_key(self, job: Job, position: int) -> tuple:
+        """Order within a queue: plugin keys first, then priority, submission time, position."""
+        if self.job_order_fns:
+            return (*(part for fn in self.job_order_fns for part in fn(job)), job.priority, job.submitted, position)
+        return (job.priority, job.submitted, position)
+
+    def job_valid(self, job: Job) -> str | None:
+        for fn in self.job_valid_fns:
+            reason = fn(job)
+            if reason:
+                return reason
+        return None
+
+    def admit(self, queue: QueueState, job: Job, vec: Vector) -> str | None:
+        for fn in self.queue_admit_fns:
+            reason = fn(queue, job, vec)
+            if reason:
+                return reason
+        return None
+
+    def gang_ready(self, gang: Gang, members: Sequence[Job]) -> str | None:
+        for fn in self.gang_ready_fns:
+            reason = fn(gang, members)
+            if reason:
+                return reason
+        return None
+
+    def may_preempt(self, preemptor: Job, victim: Job) -> bool:
+        if not self.preemptable_fns:
+            return False
+        return all(fn(preemptor, victim) for fn in self.preemptable_fns)
+
+    def victim_key(self, running: RunningJob) -> tuple:
+        job = running.job
+        plugin_part = tuple(part for fn in self.victim_order_fns for part in fn(job))
+        return (*plugin_part, self.priority_class(job).priority, tuple(-x for x in running.vec), job.id)
