@@ -1,7 +1,8 @@
 """Flotilla: a batch-job scheduler for one or many Kubernetes clusters.
 
-The public API for plugin authors is :mod:`flotilla.plugin` (with its
-stability promise) and :mod:`flotilla.testing` (pytest fixtures); every other
-module is internal.
+The public Python API: :mod:`flotilla.plugin` (what a plugin imports, with
+its stability promise) and :mod:`flotilla.testing` (pytest fixtures) for
+plugin authors, :mod:`flotilla.client` for programs that talk to the HTTP
+API. Every other module is internal.
 """
 __version__ = "0.1.0"

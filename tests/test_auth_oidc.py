@@ -13,10 +13,12 @@ from __future__ import annotations
 import base64
 import hmac
 import json
+import signal
 import threading
 import time
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
+import httpx
 import pytest
 import structlog
 from cryptography.hazmat.primitives import hashes
@@ -373,3 +375,26 @@ def test_the_oidc_settings_are_checked_with_file_line_and_field(oidc, message):
     with pytest.raises(ConfigError) as caught:
         parse_config(f"queues: []\nauth:\n  oidc: {oidc}\n", "oidc.yaml")
     assert str(caught.value) == message
+
+
+def test_a_running_serve_takes_oidc_tokens_beside_static_ones(idp, tmp_path):
+    from serve_process import Server, wait_for
+
+    config = oidc_config(idp.url).replace("cycle: {period: 0.2s}", "cycle: {period: 0.2s}\nserver: "
+                                          "{listen: 127.0.0.1:PORT}\nstore: {url: 'sqlite:///DB'}")
+    srv = Server(tmp_path, config).start()
+    try:
+        wait_for(lambda: idp.hits == 1)                  # the keys are fetched at start, before any token
+        with httpx.Client(base_url=srv.url, timeout=30) as http:
+            token = bearer(idp.token(sub="erin", groups=["ml"]))
+            r = http.post("/v1/submit", json=job_file("A", "s", [job("x")]), headers=token)
+            assert r.status_code == 200
+            assert http.get(f"/v1/jobs/{r.json()['jobs'][0]['id']}", headers=token).json()["owner"] == "erin"
+            r = http.post("/v1/submit", json=job_file("B", "s", [job("y")]), headers=token)
+            assert (r.status_code, r.json()["error"]["message"]) == (403, "user 'erin' may not submit to queue 'B'")
+            r = http.post("/v1/submit", json=job_file("A", "s", [job("z")]), headers=bearer(idp.token(aud="x")))
+            assert (r.status_code, r.json()) == (401, refused("bearer token audience 'x' does not include 'flotilla'"))
+            assert http.get("/v1/queues", headers=headers("bob")).status_code == 200
+        assert idp.hits == 1
+    finally:
+        srv.kill(signal.SIGTERM)

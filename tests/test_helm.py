@@ -82,7 +82,8 @@ def test_the_plain_manifests_are_the_charts_ha_rendering(helm, tmp_path):
     plain = by_key([doc for doc in plain_manifests() if doc["kind"] != "Namespace"])
     assert sorted(rendered) == sorted(plain)
     for key in plain:
-        assert rendered[key] == plain[key], key
+        # deploy/*.yaml and the chart's templates change together (deploy/helm/flotilla/templates/).
+        assert rendered[key] == plain[key], f"{key}: deploy/*.yaml and the chart's rendering differ"
 
 
 def test_default_values_render_one_replica_per_role_without_pdbs(helm, tmp_path):
@@ -125,7 +126,8 @@ def test_the_rendered_rbac_has_exactly_the_verbs_of_deploy_rbac(helm, tmp_path):
                       for r in role["rules"])
 
     plain = rules(yaml.safe_load_all((DEPLOY / "rbac.yaml").read_text()))
-    assert rules(render(helm, tmp_path)) == plain
+    assert rules(render(helm, tmp_path)) == plain, \
+        "deploy/rbac.yaml and deploy/helm/flotilla/templates/rbac.yaml must grant the same verbs"
     assert rules(render(helm, tmp_path, "--values", str(HA_VALUES))) == plain
     assert ((""), ("pods",), ("create", "delete", "list", "watch")) in [(g[0], r, v) for g, r, v in plain]
 

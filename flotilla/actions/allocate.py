@@ -171,7 +171,7 @@ class Allocate:
         node search. Runs of them are passed over in bulk
         (:meth:`~flotilla.core.units.QueueUnits.skip_known`); what does not
         fit a run (a gang, an evicted job, a job an earlier action placed) is
-        read one unit at a time, as before.
+        read one unit at a time.
         """
         units, misfits, evicted, failures = run.units, run.misfits, session.evicted, session.failures
         known = misfits.by_key

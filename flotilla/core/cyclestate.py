@@ -1,8 +1,8 @@
 """What a scheduler keeps between cycles, brought up to date from each snapshot.
 
-Opening a session used to rebuild everything from the snapshot: the node
-index (sorted lists per level, type and owner), every running job bound into
-it, every queue's order. On a long simulation that was most of the run. A
+Rebuilding everything from each snapshot (the node index's sorted lists per
+level, type and owner, every running job bound into it, every queue's order)
+would be most of a long simulation's run. A
 :class:`CycleState` keeps all of it and, at each :meth:`CycleState.sync`,
 applies only what differs from the snapshot:
 
@@ -19,7 +19,7 @@ applies only what differs from the snapshot:
   also how the first cycle starts.
 
 A session is an overlay on this state: its statements change the index
-directly and are committed or discarded as before. When the cycle ends,
+directly and are committed or discarded. When the cycle ends,
 :meth:`CycleState.commit_cycle` records what it decided (placements become
 running jobs, preemptions leave), so the state predicts the next snapshot and
 the next sync has nothing to do when the clusters did what was decided.
@@ -290,7 +290,7 @@ class CycleState:
         gone_queued: list[int] = []
         last = self.queued_as_synced
         if last is not None and self.queued_placed:
-            # The last cycle's placements left the queues: the snapshot should list the rest, as before.
+            # The last cycle's placements left the queues: the snapshot should list the rest in the same order.
             last = list(queued) if _less_placed(last, queued, self.queued_placed) else None
         self.queued_placed = None
         # Nothing queued changed since the last sync (an idle cycle, or only the last placements gone): the same
@@ -385,8 +385,8 @@ class CycleState:
         """Queues added or removed.
 
         A removed queue must hold nothing, and the queues kept must keep
-        their parents; otherwise the state is rebuilt (which also reports a
-        job of an unknown queue as before).
+        their parents; otherwise the state is rebuilt (and the rebuild
+        reports a job of an unknown queue).
         """
         parents = {queue.name: queue.parent for queue in snapshot.queues}
         if parents.keys() == self.queues.keys() and all(q.parent == parents[q.name] for q in self.queues.values()):

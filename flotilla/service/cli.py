@@ -43,19 +43,20 @@ class CommandError(click.ClickException):
 
 
 def _from_client_error(exc) -> CommandError:
-    if exc.status == 0:
-        return CommandError(exc.message, EXIT_UNREACHABLE)
+    """The command's error line and exit status for a :mod:`flotilla.client` error."""
+    from flotilla.client import ApiError
+
+    if not isinstance(exc, ApiError):
+        return CommandError(str(exc), EXIT_UNREACHABLE)
     code = EXIT_AUTH if exc.status in (401, 403) else EXIT_REFUSED
-    details: list[str] = []
-    error = exc.body.get("error") if isinstance(exc.body, dict) else None
-    if isinstance(error, dict) and error.get("code") == "rejected" and error.get("errors"):
-        details = [e.get("text", "") for e in error["errors"]]
-        return CommandError(f"{exc.status}: submission rejected, nothing was submitted", code, details)
+    if exc.code == "rejected" and exc.errors:
+        return CommandError(f"{exc.status}: submission rejected, nothing was submitted", code,
+                            [e.text for e in exc.errors])
     return CommandError(f"{exc.status}: {exc.message}", code)
 
 
 def _client(ctx: click.Context):
-    from flotilla.service.client import Client
+    from flotilla.client import Client
 
     params = ctx.find_root().params if ctx else {}
     obj = ctx.obj if ctx and isinstance(ctx.obj, dict) else {}
@@ -63,12 +64,12 @@ def _client(ctx: click.Context):
 
 
 def _call(ctx: click.Context, fn):
-    from flotilla.service.client import ClientError
+    from flotilla.client import FlotillaError
 
     with _client(ctx) as client:
         try:
             return fn(client)
-        except ClientError as exc:
+        except FlotillaError as exc:
             raise _from_client_error(exc) from None
 
 
@@ -213,7 +214,7 @@ def submit(ctx, file, output, url, token):
     """
     _remember(ctx, url, token)
     data = _read_job_file(file)
-    result = _call(ctx, lambda c: c.submit(data))
+    result = _call(ctx, lambda c: c.submit(data)).raw
     emit(result, output, [("id", "id"), ("clientId", "clientId"), ("existing", "existing")], result["jobs"])
 
 
@@ -235,7 +236,7 @@ def cancel(ctx, queue, job_set, job_ids, states, output, url, token):
     _remember(ctx, url, token)
     if not job_set and not job_ids and not states:
         raise CommandError("give JOB_SET, --job or --state", EXIT_USAGE)
-    result = _call(ctx, lambda c: c.cancel(queue, job_set, list(job_ids) or None, list(states) or None))
+    result = _call(ctx, lambda c: c.cancel(queue, job_set, list(job_ids) or None, list(states) or None)).raw
     rows = [{"id": i, "result": "cancelled"} for i in result["cancelled"]] + \
            [{"id": i, "result": "cancelling"} for i in result["cancelling"]]
     emit(result, output, [("id", "id"), ("result", "result")], rows)
@@ -254,8 +255,8 @@ def reprioritize(ctx, queue, job_set, job_ids, priority, output, url, token):
     _remember(ctx, url, token)
     if not job_set and not job_ids:
         raise CommandError("give JOB_SET or --job", EXIT_USAGE)
-    result = _call(ctx, lambda c: c.reprioritize(queue, priority, job_set, list(job_ids) or None))
-    emit(result, output, [("id", "id")], [{"id": i} for i in result["reprioritized"]])
+    changed = _call(ctx, lambda c: c.reprioritize(queue, priority, job_set, list(job_ids) or None))
+    emit({"reprioritized": changed}, output, [("id", "id")], [{"id": i} for i in changed])
 
 
 JOB_COLUMNS = [("id", "id"), ("queue", "queue"), ("jobSet", "jobSet"), ("clientId", "clientId"), ("state", "state"),
@@ -272,12 +273,12 @@ def status(ctx, job_id, job_set, output, url, token):
     """A job's state (queued, leased, pending, running, succeeded, failed, preempted, cancelled) and record."""
     _remember(ctx, url, token)
     if job_set:
-        rows = _call(ctx, lambda c: c.jobs(*job_set))
+        rows = [dict(job.raw) for job in _call(ctx, lambda c: c.jobs(*job_set))]
         emit({"jobs": rows}, output, JOB_COLUMNS, rows)
         return
     if not job_id:
         raise CommandError("give JOB_ID or --job-set QUEUE JOBSET", EXIT_USAGE)
-    record = _call(ctx, lambda c: c.status(job_id))
+    record = dict(_call(ctx, lambda c: c.status(job_id)).raw)
     emit(record, output, JOB_COLUMNS)
 
 
@@ -297,13 +298,14 @@ def watch(ctx, queue, job_set, after, until_done, no_follow, output, url, token)
     A dropped connection is resumed after the last event printed. Output:
     one line per event (`--output json`: one JSON object per line).
     """
-    from flotilla.service.client import ClientError
+    from flotilla.client import FlotillaError
 
     _remember(ctx, url, token)
     states: dict[str, str] = {}
     with _client(ctx) as client:
         try:
-            for ev in client.watch(queue, job_set, after=after, follow=not no_follow):
+            for event in client.watch(queue, job_set, after=after, follow=not no_follow):
+                ev = dict(event.raw)
                 if ev["kind"] in STATE_OF:
                     states[ev["jobId"]] = STATE_OF[ev["kind"]]
                 elif ev["kind"] == "submitted":
@@ -323,7 +325,7 @@ def watch(ctx, queue, job_set, after, until_done, no_follow, output, url, token)
                     if all(s == "succeeded" for s in states.values()):
                         return
                     sys.exit(EXIT_NOT_ALL_SUCCEEDED)
-        except ClientError as exc:
+        except FlotillaError as exc:
             raise _from_client_error(exc) from None
         except KeyboardInterrupt:
             return
@@ -352,7 +354,7 @@ def _queue_body(name, weight, limits, owners, group_owners) -> dict:
             raise CommandError(f"--limit expects RESOURCE=FRACTION, e.g. cpu=0.5; got {item!r}", EXIT_USAGE) from None
         if not sep:
             raise CommandError(f"--limit expects RESOURCE=FRACTION, got {item!r}", EXIT_USAGE)
-    return {"name": name, "weight": weight, "limits": parsed, "owners": list(owners), "groupOwners": list(group_owners)}
+    return {"name": name, "weight": weight, "limits": parsed, "owners": list(owners), "group_owners": list(group_owners)}
 
 
 def _queue_options(fn):
@@ -373,7 +375,7 @@ def queue_create(ctx, name, weight, limits, owners, group_owners, output, url, t
     """Create a queue."""
     _remember(ctx, url, token)
     body = _queue_body(name, weight, limits, owners, group_owners)
-    emit(_call(ctx, lambda c: c.create_queue(body)), output, QUEUE_COLUMNS)
+    emit(dict(_call(ctx, lambda c: c.create_queue(**body)).raw), output, QUEUE_COLUMNS)
 
 
 @queue_group.command("update")
@@ -386,7 +388,7 @@ def queue_update(ctx, name, weight, limits, owners, group_owners, output, url, t
     """Replace a queue's settings."""
     _remember(ctx, url, token)
     body = _queue_body(name, weight, limits, owners, group_owners)
-    emit(_call(ctx, lambda c: c.update_queue(name, body)), output, QUEUE_COLUMNS)
+    emit(dict(_call(ctx, lambda c: c.update_queue(**body)).raw), output, QUEUE_COLUMNS)
 
 
 @queue_group.command("list")
@@ -396,7 +398,7 @@ def queue_update(ctx, name, weight, limits, owners, group_owners, output, url, t
 def queue_list(ctx, output, url, token):
     """Every queue (any authenticated user)."""
     _remember(ctx, url, token)
-    rows = _call(ctx, lambda c: c.queues())
+    rows = [dict(queue.raw) for queue in _call(ctx, lambda c: c.queues())]
     emit({"queues": rows}, output, QUEUE_LIST_COLUMNS, rows)
 
 
@@ -408,7 +410,7 @@ def queue_list(ctx, output, url, token):
 def queue_describe(ctx, name, output, url, token):
     """A queue's settings and its jobs by state."""
     _remember(ctx, url, token)
-    record = _call(ctx, lambda c: c.queue(name))
+    record = dict(_call(ctx, lambda c: c.queue(name)).raw)
     if output == "table":
         _table([record], QUEUE_COLUMNS)
         click.echo("")
@@ -427,7 +429,7 @@ def queue_delete(ctx, name, force, url, token):
     """Delete a queue and its whole history; refused while it has jobs that have not finished."""
     _remember(ctx, url, token)
     result = _call(ctx, lambda c: c.delete_queue(name, force=force))
-    click.echo(f"deleted queue {name} and its {result['jobs']} jobs")
+    click.echo(f"deleted queue {name} and its {result.jobs} jobs")
 
 
 def _switch_command(group, name: str, argument: str, doc: str, call, done: str):
@@ -448,10 +450,10 @@ def _switch_command(group, name: str, argument: str, doc: str, call, done: str):
 
 queue_cordon = _switch_command(queue_group, "cordon", "name",
                                "Cordon a queue: it keeps accepting jobs but schedules nothing new (administrators).",
-                               lambda c, name: c.cordon_queue(name, True), "cordoned queue")
+                               lambda c, name: c.cordon_queue(name), "cordoned queue")
 queue_uncordon = _switch_command(queue_group, "uncordon", "name",
                                  "Uncordon a queue: its jobs are scheduled again (administrators).",
-                                 lambda c, name: c.cordon_queue(name, False), "uncordoned queue")
+                                 lambda c, name: c.uncordon_queue(name), "uncordoned queue")
 
 
 # -- nodes -------------------------------------------------------------------------------------
@@ -471,9 +473,9 @@ def _node_name(text: str) -> tuple[str, str]:
 node_drain = _switch_command(node_group, "drain", "node",
                              "No new jobs go to CLUSTER/NODE; its running jobs finish (on Kubernetes: "
                              "spec.unschedulable). Administrators.",
-                             lambda c, node: c.drain_node(*_node_name(node), True), "draining")
+                             lambda c, node: c.drain_node(*_node_name(node)), "draining")
 node_uncordon = _switch_command(node_group, "uncordon", "node", "CLUSTER/NODE takes new jobs again (administrators).",
-                                lambda c, node: c.drain_node(*_node_name(node), False), "uncordoned")
+                                lambda c, node: c.uncordon_node(*_node_name(node)), "uncordoned")
 
 
 @node_group.command("list")
