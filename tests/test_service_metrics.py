@@ -67,8 +67,8 @@ def test_metrics_after_a_known_cycle(tmp_path):
         (("queue", "B"), ("state", "queued")): 1.0, (("queue", "B"), ("state", "leased")): 0.0,
         (("queue", "B"), ("state", "pending")): 1.0, (("queue", "B"), ("state", "running")): 0.0}
     assert only(samples, "flotilla_queue_queued_jobs_by_reason") == {
-        (("queue", "A"), ("reason", "0/4 nodes fit: 4 insufficient cpu")): 3.0,
-        (("queue", "B"), ("reason", "0/4 nodes fit: 4 insufficient cpu")): 1.0}
+        (("queue", "A"), ("reason", "insufficient_resources")): 3.0,
+        (("queue", "B"), ("reason", "insufficient_resources")): 1.0}
     assert only(samples, "flotilla_cluster_up") == {(("cluster", "c1"),): 1.0, (("cluster", "c2"),): 1.0}
     assert samples[("flotilla_cycles_total",)] == 1.0
     assert samples[("flotilla_cycle_jobs_scheduled_total",)] == 4.0

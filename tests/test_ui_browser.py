@@ -53,6 +53,13 @@ def test_dashboard_in_chromium(tmp_path):
                 browser = pw.chromium.launch(executable_path=CHROMIUM, headless=True,
                                              args=["--no-sandbox", "--disable-gpu"])
                 page = browser.new_page(viewport={"width": 1100, "height": 700})
+                # The Content-Security-Policy blocks nothing the dashboard (or /docs) needs, and no page asks
+                # anything of another host.
+                blocked, elsewhere = [], []
+                page.on("console", lambda msg: blocked.append(msg.text)
+                        if "Content Security Policy" in msg.text else None)
+                page.on("request", lambda req: elsewhere.append(req.url)
+                        if not req.url.startswith((srv.url, "data:")) else None)
                 page.goto(f"{srv.url}/ui")
                 assert page.url.startswith(f"{srv.url}/ui/login")        # tokens are set: the page asks for one
                 page.fill("#token", "wrong")
@@ -120,6 +127,12 @@ def test_dashboard_in_chromium(tmp_path):
                 page.goto(f"{srv.url}/ui/queues/A")
                 assert page.text_content("#not-mine") == "You may not see this queue's jobs."
                 assert alice.get(f"/v1/jobs/{ids[1]}").json()["state"] == "running"
+
+                # /docs: Swagger UI from the server's own files lists the API's operations.
+                page.goto(f"{srv.url}/docs")
+                page.wait_for_selector(".opblock-summary-path")
+                assert "/v1/submit" in page.locator(".opblock-summary-path").all_text_contents()
+                assert (blocked, elsewhere) == ([], [])
                 browser.close()
             if os.environ.get("FLOTILLA_UPDATE_SCREENSHOTS"):
                 for name in ("ui-queues.png", "ui-job.png"):

@@ -47,9 +47,12 @@ from flotilla.service.auth import Authenticator, Identity, Unauthenticated, may_
 from flotilla.service.bounds import ID_PATTERN, INT64_MAX, PRIORITY_MAX, PRIORITY_MIN
 from flotilla.service.errors import ApiError, ErrorItem
 from flotilla.service.guard import BoundedRoute, Guard
+from flotilla.service.openapi import state_input_rules
 from flotilla.service.jobspec import JobFile, field_path, rejections_from_errors, validate_jobs
 from flotilla.service.settings import DEFAULT_LIMITS, QueueSpec, ServiceSettings
 from flotilla.service.roles.status import StatusReader
+from flotilla.service.ui.docs import mount_docs
+from flotilla.service.ui.protect import SecurityHeaders
 from flotilla.service.store import Store
 
 JobState = Literal["queued", "leased", "pending", "running", "succeeded", "failed", "preempted", "cancelled"]
@@ -68,6 +71,17 @@ class QueueBody(QueueConfig):
 
     def spec(self) -> QueueSpec:
         return QueueSpec(self.name, self.weight, dict(self.limits), tuple(self.owners), tuple(self.group_owners))
+
+
+class QueueUpdateBody(QueueBody):
+    """A queue's new settings; the path names the queue, so the body need not (readOnly: clients leave it out)."""
+
+    name: str | None = Field(None, min_length=1, max_length=255, pattern=ID_PATTERN,
+                             description="the queue's name: the path's; when sent, it must equal the path's",
+                             json_schema_extra={"readOnly": True})
+
+    def spec_for(self, name: str) -> QueueSpec:
+        return QueueSpec(name, self.weight, dict(self.limits), tuple(self.owners), tuple(self.group_owners))
 
 
 def _one_of_required(*names: str) -> dict:
@@ -118,7 +132,9 @@ def create_app(store: Store, settings: ServiceSettings, loop=None, *, admin_endp
     """The API on ``store``; ``loop`` (a :class:`ServiceLoop`) is optional (status and admin endpoints)."""
     auth = authenticator or Authenticator.from_settings(settings)
     open_access = settings.open_access
-    app = FastAPI(title="Flotilla", version=__version__, responses=errors.ERROR_RESPONSES,
+    # /docs is Swagger UI from this server's own files (no CDN); ReDoc, which needs one, is not served.
+    app = FastAPI(title="Flotilla", version=__version__, responses=errors.ERROR_RESPONSES, docs_url=None,
+                  redoc_url=None,
                   description="Submit, cancel and watch batch jobs in Flotilla's queues. Every error answer is "
                               "an ErrorResponse: {\"error\": {\"code\", \"message\", \"field\", \"errors\"}}.")
     app.router.route_class = BoundedRoute
@@ -126,6 +142,8 @@ def create_app(store: Store, settings: ServiceSettings, loop=None, *, admin_endp
     app.state.loop = loop
     app.state.limits = settings.limits
     app.add_middleware(Guard, authenticator=auth, open_access=open_access, limits=settings.limits)
+    app.add_middleware(SecurityHeaders)   # outermost: every answer carries them, the Guard's refusals too
+    mount_docs(app)
     errors.install(app, _validation_errors)
 
     def stopping() -> bool:
@@ -152,6 +170,33 @@ def create_app(store: Store, settings: ServiceSettings, loop=None, *, admin_endp
     def admin(who: Identity) -> None:
         if not may_admin(who):
             raise ApiError(403, f"user {who.user!r} is not an administrator")
+
+    class AdminRoute(BoundedRoute):
+        """An administrators' endpoint: the caller is authenticated (401) and must be an administrator (403)
+        before its body is read or validated, so a non-administrator learns nothing from a 422."""
+
+        def get_route_handler(self):
+            handler = super().get_route_handler()
+
+            async def admin_first(request: Request):
+                admin(identity(request, await bearer(request)))
+                return await handler(request)
+
+            return admin_first
+
+    class AdminOnly:
+        """``@admin_only.post(path, ...)``: like ``@app.post``, for an :class:`AdminRoute`."""
+
+        def __getattr__(self, method: str):
+            def route(path: str, **options):
+                def add(endpoint):
+                    app.router.add_api_route(path, endpoint, methods=[method.upper()],
+                                             route_class_override=AdminRoute, **options)
+                    return endpoint
+                return add
+            return route
+
+    admin_only = AdminOnly()
 
     # -- jobs ------------------------------------------------------------------------
     @app.post("/v1/submit", tags=["jobs"], summary="Submit a job file (all or nothing)")
@@ -286,7 +331,7 @@ def create_app(store: Store, settings: ServiceSettings, loop=None, *, admin_endp
         return {"queues": [{**q.to_dict(), "parent": parents.get(q.name), "cordoned": q.name in cordoned}
                            for q in store.list_queues()]}
 
-    @app.post("/v1/queues/{name}/{action}", tags=["queues"],
+    @admin_only.post("/v1/queues/{name}/{action}", tags=["queues"],
               summary="Cordon a queue (it accepts jobs, schedules nothing new) or uncordon it (administrators)")
     def cordon_queue(name: str, action: Literal["cordon", "uncordon"], who: Identity = Depends(identity)) -> dict:
         admin(who)
@@ -301,7 +346,7 @@ def create_app(store: Store, settings: ServiceSettings, loop=None, *, admin_endp
         published = status_reader.get().get("nodes", {})
         return {"nodes": {key: published.get(key, "draining") for key in sorted(store.cordoned("node"))}}
 
-    @app.post("/v1/nodes/{cluster}/{node}/{action}", tags=["nodes"],
+    @admin_only.post("/v1/nodes/{cluster}/{node}/{action}", tags=["nodes"],
               summary="Drain a node (no new jobs; running ones finish) or uncordon it (administrators)")
     def drain_node(cluster: str, node: str, action: Literal["drain", "uncordon"],
                    who: Identity = Depends(identity)) -> dict:
@@ -314,7 +359,7 @@ def create_app(store: Store, settings: ServiceSettings, loop=None, *, admin_endp
         store.set_cordon("node", f"{cluster}/{node}", action == "drain")
         return {"node": f"{cluster}/{node}", "draining": action == "drain"}
 
-    @app.post("/v1/queues", tags=["queues"], summary="Create a queue (administrators)")
+    @admin_only.post("/v1/queues", tags=["queues"], summary="Create a queue (administrators)")
     def create_queue(body: QueueBody, who: Identity = Depends(identity)) -> dict:
         admin(who)
         return store.create_queue(body.spec()).to_dict()
@@ -324,14 +369,14 @@ def create_app(store: Store, settings: ServiceSettings, loop=None, *, admin_endp
         queue = queue_for(name, who, act=False)
         return {**queue.to_dict(), "jobs": store.queue_counts(name)}
 
-    @app.put("/v1/queues/{name}", tags=["queues"], summary="Update a queue (administrators)")
-    def update_queue(name: str, body: QueueBody, who: Identity = Depends(identity)) -> dict:
+    @admin_only.put("/v1/queues/{name}", tags=["queues"], summary="Update a queue (administrators)")
+    def update_queue(name: str, body: QueueUpdateBody, who: Identity = Depends(identity)) -> dict:
         admin(who)
-        if body.name != name:
+        if body.name is not None and body.name != name:
             raise ApiError(422, f"body names queue {body.name!r}, path names {name!r}", field="name")
-        return store.update_queue(body.spec()).to_dict()
+        return store.update_queue(body.spec_for(name)).to_dict()
 
-    @app.delete("/v1/queues/{name}", tags=["queues"],
+    @admin_only.delete("/v1/queues/{name}", tags=["queues"],
                 summary="Delete a queue and its history (administrators); ?force=true cancels its jobs first")
     def delete_queue(name: str, force: bool = False, who: Identity = Depends(identity)) -> dict:
         admin(who)
@@ -359,7 +404,7 @@ def create_app(store: Store, settings: ServiceSettings, loop=None, *, admin_endp
         return out
 
     if admin_endpoints:
-        @app.post("/v1/admin/clusters/{name}/{action}", tags=["admin"],
+        @admin_only.post("/v1/admin/clusters/{name}/{action}", tags=["admin"],
                   summary="Stop or start a simulated cluster (test and demo aid; administrators)")
         def cluster_control(name: str, action: Literal["stop", "start"], who: Identity = Depends(identity)) -> dict:
             admin(who)
@@ -367,7 +412,15 @@ def create_app(store: Store, settings: ServiceSettings, loop=None, *, admin_endp
                 raise ApiError(404, f"no simulated cluster {name!r}")
             return {"cluster": name, "available": action == "start"}
 
+    make_schema = app.openapi
+
+    def openapi() -> dict:
+        if app.openapi_schema is None:
+            app.openapi_schema = state_input_rules(make_schema())
+        return app.openapi_schema
+
+    app.openapi = openapi
     return app
 
 
-__all__ = ["create_app", "QueueBody", "CancelBody", "ReprioritizeBody"]
+__all__ = ["create_app", "QueueBody", "QueueUpdateBody", "CancelBody", "ReprioritizeBody"]

@@ -22,8 +22,10 @@ from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, ValidationEr
 
 from flotilla.core.model import (GANG_CARDINALITY_ANNOTATION, GANG_ID_ANNOTATION, GANG_MIN_AVAILABLE_ANNOTATION,
                                  NAMESPACE_ANNOTATION, parse_min_available)
+from flotilla.core.nodeaffinity import AffinityError, parse_node_affinity
 from flotilla.core.quantities import QuantityError, format_quantity, parse_quantity
-from flotilla.kubernetes.podspec import PodSpec, stored_pod_spec
+from flotilla.kubernetes.podspec import OS_LABEL, PodSpec, host_ports, refused_placement_fields, stored_pod_spec
+from flotilla.kubernetes.requests import POD_LEVEL_RESOURCES, effective_requests, is_pod_level_resource
 from flotilla.kubernetes.services import IngressSpec, ServiceSpec, exposed_ports
 from flotilla.service.bounds import BoundsError, check_value, job_file_problems
 from flotilla.service.settings import ServiceSettings
@@ -54,10 +56,24 @@ StrMap = Annotated[dict[str, str], BeforeValidator(_string_map)]
 NAMESPACE_PATTERN = r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$"
 
 
+def _one_pod_spec_form(schema: dict) -> None:
+    """The schema states :func:`validate_jobs`' rule: exactly one of podSpec and podSpecs (a non-empty list).
+
+    The model itself takes null and both, so that the rule's refusal names the job and says what to give.
+    """
+    props = schema["properties"]
+    for name in ("podSpec", "podSpecs"):
+        field = props[name]
+        field.update(next(s for s in field.pop("anyOf") if s.get("type") != "null"))
+        field.pop("default", None)
+    props["podSpecs"]["minItems"] = 1
+    schema["oneOf"] = [{"required": ["podSpec"]}, {"required": ["podSpecs"]}]
+
+
 class JobItem(BaseModel):
     """One job of a file; an unknown field is an error that names it."""
 
-    model_config = ConfigDict(extra="forbid")
+    model_config = ConfigDict(extra="forbid", json_schema_extra=_one_pod_spec_form)
     priority: int = 0
     #: Where its pods go; none: the cluster's ``namespace`` setting.
     namespace: str | None = Field(None, max_length=63, pattern=NAMESPACE_PATTERN)
@@ -185,34 +201,27 @@ def validate_jobs(file: JobFile, settings: ServiceSettings) -> list[NewJob]:
         deadlines: list[float | None] = []
         stored_specs = []
         for path, spec in specs:
-            requests: dict[str, int] = {}
-            init_max: dict[str, int] = {}
-            for group, containers in (("containers", spec.containers), ("initContainers", spec.init_containers)):
-                for c, container in enumerate(containers or ()):
-                    cpath = f"{path}.{group}[{c}].resources"
-                    res = container.resources
-                    req = _parse_map((res and res.requests) or {}, f"{cpath}.requests", reject)
-                    lim = _parse_map((res and res.limits) or {}, f"{cpath}.limits", reject)
-                    if req is None or lim is None:
-                        continue
-                    for name in sorted(set(req) | set(lim)):
-                        if name in req and name not in lim:
-                            reject(f"{cpath}.limits.{name}",
-                                   f"requests must equal limits: {name} is requested "
-                                   f"({format_quantity(req[name], name)}) but has no limit")
-                        elif name in req and req[name] != lim[name]:
-                            reject(f"{cpath}.limits.{name}",
-                                   f"requests must equal limits: {name} requests {format_quantity(req[name], name)}"
-                                   f" but limits {format_quantity(lim[name], name)}")
-                    effective = {**lim, **req}
-                    target = requests if group == "containers" else init_max
-                    for name, amount in effective.items():
-                        if group == "containers":
-                            target[name] = target.get(name, 0) + amount
-                        else:
-                            target[name] = max(target.get(name, 0), amount)
-            for name, amount in init_max.items():
-                requests[name] = max(requests.get(name, 0), amount)
+            containers: list[dict[str, int]] = []
+            init: list[tuple[dict[str, int], bool]] = []
+            for group, items in (("containers", spec.containers), ("initContainers", spec.init_containers)):
+                for c, container in enumerate(items or ()):
+                    effective = _equal_requests(container.resources, f"{path}.{group}[{c}].resources", reject)
+                    if group == "containers":
+                        containers.append(effective)
+                    else:
+                        init.append((effective, container.restart_policy == "Always"))
+            pod_level = None
+            if spec.resources is not None:
+                pod_level = _equal_requests(spec.resources, f"{path}.resources", reject)
+                for name in pod_level:
+                    if not is_pod_level_resource(name):
+                        reject(f"{path}.resources.requests.{name}",
+                               f"a pod-level request may name only {', '.join(POD_LEVEL_RESOURCES)} or "
+                               f"hugepages-*, got {name!r}")
+            overhead = _parse_map(spec.overhead or {}, f"{path}.overhead", reject) or {}
+            requests = effective_requests(containers, init, overhead, pod_level)
+            for field_name, message in refused_placement_fields(spec):
+                reject(f"{path}.{field_name}", message)
 
             tgps = spec.termination_grace_period_seconds
             if tgps is None:
@@ -241,8 +250,22 @@ def validate_jobs(file: JobFile, settings: ServiceSettings) -> list[NewJob]:
             deadlines.append(ads)
 
             tolerations = [t.model_dump(by_alias=True, exclude_none=True) for t in spec.tolerations or ()]
-            pods.append(Pod({k: v for k, v in requests.items() if v}, dict(spec.node_selector or {}), tolerations))
-            stored_specs.append(stored_pod_spec(spec))
+            selector = dict(spec.node_selector or {})
+            if spec.os is not None:
+                # The kubelet refuses a pod for another operating system: placed as a selector on the OS label.
+                if selector.get(OS_LABEL, spec.os.name) != spec.os.name:
+                    reject(f"{path}.os.name", f"os {spec.os.name!r} contradicts nodeSelector {OS_LABEL}="
+                                              f"{selector[OS_LABEL]}")
+                selector[OS_LABEL] = spec.os.name
+            stored = stored_pod_spec(spec)
+            node_affinity = (stored.get("affinity") or {}).get("nodeAffinity")
+            try:
+                parse_node_affinity(node_affinity)
+            except AffinityError as exc:
+                reject(f"{path}.affinity.nodeAffinity" + (f".{exc.path}" if exc.path else ""), exc.message)
+            pods.append(Pod({k: v for k, v in requests.items() if v}, selector, tolerations, host_ports(spec),
+                            node_affinity or None))
+            stored_specs.append(stored)
 
         exposed = exposed_ports(stored_specs[0]) if stored_specs else set()
         for field, entries in (("services", job.services), ("ingress", job.ingress)):
@@ -325,6 +348,24 @@ def validate_jobs(file: JobFile, settings: ServiceSettings) -> list[NewJob]:
         problems.sort(key=lambda r: (r.index if r.index is not None else -1))
         raise SubmissionRejected(problems)
     return out
+
+
+def _equal_requests(resources, path: str, reject) -> dict[str, int]:
+    """A container's (or the pod's) requests, which must equal its limits (a limit alone is the request)."""
+    req = _parse_map((resources and resources.requests) or {}, f"{path}.requests", reject)
+    lim = _parse_map((resources and resources.limits) or {}, f"{path}.limits", reject)
+    if req is None or lim is None:
+        return {}
+    for name in sorted(set(req) | set(lim)):
+        if name in req and name not in lim:
+            reject(f"{path}.limits.{name}",
+                   f"requests must equal limits: {name} is requested ({format_quantity(req[name], name)}) "
+                   f"but has no limit")
+        elif name in req and req[name] != lim[name]:
+            reject(f"{path}.limits.{name}",
+                   f"requests must equal limits: {name} requests {format_quantity(req[name], name)}"
+                   f" but limits {format_quantity(lim[name], name)}")
+    return {**lim, **req}
 
 
 def _parse_map(values: dict, path: str, reject) -> dict[str, int] | None:

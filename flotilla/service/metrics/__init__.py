@@ -9,10 +9,17 @@ interpreter). Three sources:
   expiries, store commit latency, whether this process leads;
 * the leader's last cycle, read from the store at scrape time
   (:class:`~flotilla.service.roles.status.StatusReader`): per queue fair
-  share, actual share, allocation per resource, queued jobs by reason;
-  each cluster up or down. Every replica exports the same values;
+  share, actual share, allocation per resource, queued jobs by reason
+  category (never a reason's text, which can quote job specs); each cluster
+  up or down. Every replica exports the same values;
 * job counts per queue and state, one grouped query on the store at scrape
   time (by the ``(state, queue)`` index).
+
+Every label takes its values from a bounded set (:mod:`.labels`): a request's
+method, a job's spec or any other text a client chooses never becomes a
+label value. ``/metrics`` asks for no token (Prometheus scrapes it), so what
+it shows is what any client that reaches the port may read:
+``docs/operations.md`` says what that is.
 """
 
 from __future__ import annotations
@@ -25,6 +32,7 @@ from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, gene
 from prometheus_client.core import GaugeMetricFamily
 from prometheus_client.registry import Collector
 
+from flotilla.service.metrics.labels import method_label, reason_categories
 from flotilla.service.roles.status import StatusReader
 from flotilla.service.schema import jobs
 from flotilla.service.store import ACTIVE, QUEUED, Store
@@ -60,11 +68,12 @@ class StoreCollector(Collector):
             for resource, value in sorted(q["allocated"].items()):
                 allocated.add_metric([name, resource], value)
         reasons = GaugeMetricFamily("flotilla_queue_queued_jobs_by_reason",
-                                    "Queued jobs after the last cycle, by why they were not scheduled",
+                                    "Queued jobs after the last cycle, by the category of why they were not "
+                                    "scheduled (the reasons' text is on the dashboard, for the queue's owners)",
                                     labels=["queue", "reason"])
         for name, per_reason in sorted(body.get("reasons", {}).items()):
-            for reason, count in sorted(per_reason.items()):
-                reasons.add_metric([name, reason], count)
+            for category, count in sorted(reason_categories(per_reason).items()):
+                reasons.add_metric([name, category], count)
         up = GaugeMetricFamily("flotilla_cluster_up", "1 if the cluster answered in the last cycle, else 0",
                                labels=["cluster"])
         for name, answered in body.get("clusters", {}).items():
@@ -129,6 +138,8 @@ class Metrics:
         store.on_commit = self.commit_seconds.observe
 
     def observe_request(self, route: str, method: str, code: int, seconds: float) -> None:
+        """Count one request; ``route`` must be a route template, ``method`` is reduced to a bounded set."""
+        method = method_label(method)
         self.requests.labels(route, method, str(code)).inc()
         if code >= 400:
             self.errors.labels(route, method, str(code)).inc()

@@ -15,6 +15,10 @@ with the API's rules: queues are listed for everyone, a queue's jobs only
 to those who may act in it (a job of another queue is "not found", as in
 the API), and cancel/reprioritize are refused with 403 otherwise. Without
 either (a local, single-user service) there is no login.
+
+Protections (:mod:`.protect`): security headers on every response, forms
+accepted from the dashboard's own pages only (same-origin ``Origin``, or the
+session's form token), notices from a fixed set.
 """
 
 from __future__ import annotations
@@ -33,9 +37,12 @@ from flotilla.core.quantities import format_quantity
 from flotilla.service import access
 from flotilla.service.auth import Authenticator, Identity, may_act
 from flotilla.service.errors import ApiError
+from flotilla.service.metrics.labels import reason_categories
 from flotilla.service.roles.status import StatusReader
 from flotilla.service.settings import ServiceSettings
 from flotilla.service.store import ACTIVE, NONTERMINAL, QUEUED, STATES, Store
+from flotilla.service.ui.protect import FORM_FIELD, CSRF_COOKIE, form_refusal, form_token, notice, \
+    session_cookie
 from flotilla.service.ui.queries import PAGE_SIZE, SORTS, JobFilter, job_events, job_page, job_sets
 
 COOKIE = "flotilla_token"
@@ -83,10 +90,28 @@ def mount_ui(app, store: Store, settings: ServiceSettings, status: StatusReader,
         token = request.cookies.get(COOKIE)
         return auth.authenticate(f"Bearer {token}") if token else None
 
+    def login_of(request: Request, identity: Identity | None) -> str | None:
+        """The login cookie a form token is bound to (none without tokens, or before logging in)."""
+        return request.cookies.get(COOKIE) if identity is not None and not open_access else None
+
     def page(template: str, request: Request, identity: Identity | None, status_code: int = 200, **values):
+        session, new = session_cookie(request.cookies)
+        csrf = form_token(session, identity.user if identity is not None else "", login_of(request, identity))
         html = env.get_template(template).render(request=request, user=identity, open_access=open_access,
-                                                 **values)
-        return HTMLResponse(html, status_code=status_code)
+                                                 csrf=csrf, csrf_field=FORM_FIELD, **values)
+        response = HTMLResponse(html, status_code=status_code)
+        if new:
+            response.set_cookie(CSRF_COOKIE, session, httponly=True, samesite="strict", path="/ui")
+        return response
+
+    async def form_refused(request: Request, identity: Identity | None):
+        """The 403 page for a state-changing form not sent from this dashboard's pages, or None."""
+        form = await request.form()
+        token = form.get(FORM_FIELD)
+        why = form_refusal(request.headers.get("origin"), request.headers.get("host"),
+                           token if isinstance(token, str) else None, request.cookies.get(CSRF_COOKIE),
+                           identity.user if identity is not None else "", login_of(request, identity))
+        return None if why is None else page("error.html", request, identity, 403, message=why, status=403)
 
     def login_redirect(request: Request) -> RedirectResponse:
         return RedirectResponse(f"/ui/login?{urlencode({'next': str(request.url.path)})}", status_code=303)
@@ -97,10 +122,12 @@ def mount_ui(app, store: Store, settings: ServiceSettings, status: StatusReader,
     def visible_job(job_id: str, identity: Identity) -> dict:
         return access.visible_job(store, job_id, identity)
 
-    async def guarded(request: Request, render):
+    async def guarded(request: Request, render, form: bool = False):
         identity = await run_in_threadpool(who, request)   # an OIDC token may need the provider's keys fetched
         if identity is None:
             return login_redirect(request)
+        if form and (refused := await form_refused(request, identity)) is not None:
+            return refused
         try:
             return await run_in_threadpool(render, identity)
         except ApiError as exc:
@@ -112,16 +139,21 @@ def mount_ui(app, store: Store, settings: ServiceSettings, status: StatusReader,
         return page("login.html", request, None, next=next if next.startswith("/ui") else "/ui", error=None)
 
     @router.post("/login")
-    def login(request: Request, token: str = Form(""), next: str = Form("/ui")):
+    async def login(request: Request, token: str = Form(""), next: str = Form("/ui")):
+        if (refused := await form_refused(request, None)) is not None:
+            return refused
         target = next if next.startswith("/ui") else "/ui"
-        if auth.authenticate(f"Bearer {token.strip()}") is None:
+        if await run_in_threadpool(auth.authenticate, f"Bearer {token.strip()}") is None:
             return page("login.html", request, None, 401, next=target, error="unknown token")
         response = RedirectResponse(target, status_code=303)
         response.set_cookie(COOKIE, token.strip(), httponly=True, samesite="strict", path="/ui")
         return response
 
     @router.post("/logout")
-    def logout():
+    async def logout(request: Request):
+        identity = await run_in_threadpool(who, request)
+        if (refused := await form_refused(request, identity)) is not None:
+            return refused
         response = RedirectResponse("/ui/login", status_code=303)
         response.delete_cookie(COOKIE, path="/ui")
         return response
@@ -156,9 +188,12 @@ def mount_ui(app, store: Store, settings: ServiceSettings, status: StatusReader,
             counts = store.queue_counts(name)
             mine = may_act(identity, queue)
             body = status.get()
+            # A reason's text can quote the queue's job specs (a nodeSelector's value): only those who may act
+            # in the queue read it; others see how many jobs wait in each category.
+            per_reason = body.get("reasons", {}).get(name, {})
             return page("queue.html", request, identity, queue=queue, counts=counts, states=STATES, mine=mine,
                         job_sets=job_sets(store, name) if mine else [], share=body.get("queues", {}).get(name, {}),
-                        reasons=body.get("reasons", {}).get(name, {}))
+                        reasons=per_reason if mine else reason_categories(per_reason))
         return await guarded(request, render)
 
     @router.get("/jobs")
@@ -186,7 +221,7 @@ def mount_ui(app, store: Store, settings: ServiceSettings, status: StatusReader,
             if job["state"] == QUEUED:
                 waiting = status.get().get("jobReasons", {}).get(job_id) or "not examined in the last cycle"
             return page("job.html", request, identity, job=job, events=job_events(store, job_id), waiting=waiting,
-                        can_stop=job["state"] in NONTERMINAL, message=request.query_params.get("done"))
+                        can_stop=job["state"] in NONTERMINAL, message=notice(request.query_params.get("done"), job))
         return await guarded(request, render)
 
     @router.post("/jobs/{job_id}/cancel")
@@ -195,8 +230,8 @@ def mount_ui(app, store: Store, settings: ServiceSettings, status: StatusReader,
             job = visible_job(job_id, identity)
             queue_or_refuse(job["queue"], identity)
             store.cancel(job["queue"], None, [job_id], None, by=identity.user)
-            return RedirectResponse(f"/ui/jobs/{job_id}?done=cancel+requested", status_code=303)
-        return await guarded(request, act)
+            return RedirectResponse(f"/ui/jobs/{job_id}?done=cancel", status_code=303)
+        return await guarded(request, act, form=True)
 
     @router.post("/jobs/{job_id}/reprioritize")
     async def reprioritize(request: Request, job_id: str, priority: int = Form(...)):
@@ -204,8 +239,8 @@ def mount_ui(app, store: Store, settings: ServiceSettings, status: StatusReader,
             job = visible_job(job_id, identity)
             queue_or_refuse(job["queue"], identity)
             store.reprioritize(job["queue"], priority, None, [job_id], by=identity.user)
-            return RedirectResponse(f"/ui/jobs/{job_id}?done=priority+set+to+{priority}", status_code=303)
-        return await guarded(request, act)
+            return RedirectResponse(f"/ui/jobs/{job_id}?done=priority", status_code=303)
+        return await guarded(request, act, form=True)
 
     app.include_router(router)
     app.mount("/ui/static", StaticFiles(directory=STATIC), name="ui-static")
