@@ -130,8 +130,7 @@ def test_listing_predicates_changes_nothing(tmp_path):
 
 
 STRICT_PRIORITY = '''
-from flotilla.core.hookspecs import hookimpl
-from flotilla.plugins.assetfairness import DEFAULT_WEIGHTS, asset_share
+from flotilla.plugin import DEFAULT_WEIGHTS, asset_share, hookimpl
 
 
 class StrictPriority:

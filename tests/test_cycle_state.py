@@ -13,6 +13,7 @@ one, and both schedulers must decide the same.
 from __future__ import annotations
 
 import random
+from collections import Counter
 from dataclasses import replace
 
 import pytest
@@ -20,6 +21,7 @@ import pytest
 from flotilla.config import load_config
 from flotilla.scheduler import Scheduler
 from flotilla.core.cyclestate import CycleState
+from flotilla.core.nodeaffinity import NAME_FIELD, NodeAffinity, Requirement, Term
 from flotilla.core.model import ClusterSnapshot, Gang, Job, JobState, Node, Queue, Snapshot, Taint, Toleration
 
 GIB = 2**30
@@ -85,6 +87,16 @@ class World:
                                 GPU_SELECTOR, GPU_TOLERATION))
         elif roll < 0.23:  # fits no node: enqueue sets it aside
             self.add_queued(Job(f"j{self.serial}", queue, "s", 0, pc, submitted, {"cpu": 64000}))
+        elif roll < 0.26:  # binds a host port: never two on one node
+            self.add_queued(Job(f"j{self.serial}", queue, "s", rng.randrange(2), pc, submitted, rng.choice(SHAPES),
+                                host_ports=(("TCP", rng.choice([8080, 9090])),)))
+        elif roll < 0.28:  # node affinity: on a zone's label, or on a node's name (nodes then typed by name)
+            term = rng.choice([Term((Requirement("zone", "In", ("a",)),)),
+                               Term((Requirement("zone", "NotIn", ("a",)),)),
+                               Term(fields=(Requirement(NAME_FIELD, "NotIn", ("cpu-2",)),))])
+            affinity = NodeAffinity((term,), ((5, Term((Requirement("zone", "In", ("b",)),))),))
+            self.add_queued(Job(f"j{self.serial}", queue, "s", rng.randrange(2), pc, submitted, rng.choice(SHAPES),
+                                affinity=affinity))
         elif roll < 0.3:  # a mapping of its own, equal to a shared one
             self.add_queued(Job(f"j{self.serial}", queue, "s", rng.randrange(2), pc, submitted,
                                 dict(rng.choice(SHAPES))))
@@ -207,7 +219,7 @@ def test_incremental_state_and_decisions_equal_a_fresh_rebuild(seed, in_order):
         scheduler.settings.evict_probability = 0.5
         scheduler.settings.lookahead = 20
     world = World(random.Random(seed), kept.priority_classes(), in_order)
-    syncs = rebuilds = 0
+    syncs = rebuilds = ports_seen = 0
     for cycle in range(40):
         snapshot = world.snapshot(float(cycle))
         if kept.state is not None:
@@ -225,11 +237,15 @@ def test_incremental_state_and_decisions_equal_a_fresh_rebuild(seed, in_order):
         assert ours.to_dict() == theirs.to_dict(), f"cycle {cycle}"
         assert [p.job.id for p in ours.scheduled] == [p.job.id for p in theirs.scheduled]
         world.apply(ours)
+        held = Counter((job.cluster, job.node, port) for jobs in world.running.values() for job in jobs
+                       for port in job.host_ports)
+        assert all(n == 1 for n in held.values()), f"cycle {cycle}: a host port twice on one node"
+        ports_seen += len(held)
         world.churn()
         syncs, rebuilds = kept.state.syncs, kept.state.rebuilds
     # Every cycle after the first was brought up to date, node changes included.
     assert syncs > 40 and rebuilds == 1
-    assert world.node_changes >= 10
+    assert world.node_changes >= 10 and ports_seen > 0
 
 
 def test_node_changes_keep_the_state_and_a_reorder_rebuilds():

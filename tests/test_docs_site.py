@@ -38,8 +38,10 @@ def test_mkdocs_build_strict_passes(tmp_path):
                  "reference/plugin-api", "reference/client", "concepts/cycle", "getting-started"):
         assert (tmp_path / page / "index.html").is_file(), page
     # mkdocstrings rendered the plugin API from the docstrings.
-    assert 'id="flotilla.core.hookspecs.flotilla_session_open"' in \
-        (tmp_path / "reference" / "plugin-api" / "index.html").read_text()
+    plugin_api = (tmp_path / "reference" / "plugin-api" / "index.html").read_text()
+    for name in ("flotilla.plugin.PluginSession", "flotilla.plugin.take_args", "flotilla.testing.CycleResult",
+                 "flotilla.core.hookspecs.flotilla_session_open"):
+        assert f'id="{name}"' in plugin_api, name
     client = (tmp_path / "reference" / "client" / "index.html").read_text()
     for name in ("flotilla.client.Client.submit", "flotilla.client.AsyncClient.watch", "flotilla.client.errors.NotFound"):
         assert f'id="{name}"' in client, name

@@ -1,16 +1,111 @@
-"""The worked plugin package of docs/plugins.md, built and installed by pip, runs in a cycle."""
+"""The plugin packages of examples/plugins/, installed as their authors' users would install them.
+
+Each package gets a fresh virtual environment (no system site packages)
+with Flotilla installed from this checkout and the package with its test
+extra; its own tests then run there with that environment's pytest, using
+the fixtures of ``flotilla.testing`` found through the ``pytest11`` entry
+point. Flotilla's dependencies come from a wheel cache
+(``~/.cache/flotilla/wheels``, or ``$FLOTILLA_WHEEL_CACHE``), filled from
+PyPI the first time and read offline after that. Sources are copied before
+building, so no build directory is written into the checkout.
+
+Both are also installed into this interpreter's path and run through
+``flotilla schedule-once``, as a user runs them: jobcap's caps, and the
+plugin guide's walk-through (docs/plugins.md), whose every quoted file and
+whose output must be exactly the example's. The README's plugin example
+runs too.
+"""
 
 from __future__ import annotations
 
+import inspect
+import os
+import re
+import shutil
 import subprocess
 import sys
+import venv
 from pathlib import Path
 
 import pytest
+from click.testing import CliRunner
 
-from scenario import PLUGINS, config, placements, run_once
+from flotilla import plugin
+from flotilla.core.extensions import EXTENSION_POINTS
+from flotilla.core.session import Session
+from flotilla.scheduler_main import main
+from scenario import PLUGINS, config, install_distribution, invoke, placements, run_once
 
-PACKAGE = Path(__file__).resolve().parent.parent / "examples" / "plugins" / "flotilla-jobcap"
+ROOT = Path(__file__).resolve().parent.parent
+EXAMPLES = ROOT / "examples" / "plugins"
+WHEEL_CACHE = Path(os.environ.get("FLOTILLA_WHEEL_CACHE",
+                                  Path.home() / ".cache" / "flotilla" / "wheels" /
+                                  f"py{sys.version_info.major}.{sys.version_info.minor}"))
+
+#: Each example package and the number of tests its own suite holds (every one must pass).
+PACKAGES = {"flotilla-jobcap": 5, "flotilla-tiers": 9}
+
+SKIP_COPY = shutil.ignore_patterns("__pycache__", "*.egg-info", "build", "dist", ".pytest_cache")
+
+
+def _pip(python: str | Path, *args: str) -> None:
+    env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
+    result = subprocess.run([str(python), "-m", "pip", "--disable-pip-version-check", *args], env=env,
+                            capture_output=True, text=True)
+    assert result.returncode == 0, f"pip {' '.join(args)}\n{result.stdout}\n{result.stderr}"
+
+
+def _wheel(source: Path, into: Path) -> Path:
+    """A wheel of the project at ``source``, built with this interpreter's setuptools from a copy of it."""
+    copy = into / "src" / source.name
+    if source == ROOT:
+        copy.mkdir(parents=True)
+        for name in ("pyproject.toml", "README.md"):
+            shutil.copy(source / name, copy / name)
+        shutil.copytree(source / "flotilla", copy / "flotilla", ignore=SKIP_COPY)
+    else:
+        shutil.copytree(source, copy, ignore=SKIP_COPY)
+    _pip(sys.executable, "wheel", "--quiet", "--no-deps", "--no-build-isolation", "--wheel-dir", str(into), str(copy))
+    name = source.name.replace("-", "_") if source != ROOT else "flotilla"
+    (wheel,) = into.glob(f"{name}-*.whl")
+    return wheel
+
+
+@pytest.fixture(scope="module")
+def flotilla_wheel(tmp_path_factory) -> Path:
+    return _wheel(ROOT, tmp_path_factory.mktemp("flotilla-wheel"))
+
+
+@pytest.mark.venv
+@pytest.mark.parametrize("package", sorted(PACKAGES))
+def test_the_example_package_passes_its_own_tests_in_a_fresh_virtualenv(package, flotilla_wheel, tmp_path):
+    wheel = _wheel(EXAMPLES / package, tmp_path / "wheels")
+    env_dir = tmp_path / "venv"
+    # No pip of its own (ensurepip is the slow part of making one): this interpreter's pip installs into it.
+    venv.EnvBuilder(with_pip=False, system_site_packages=False).create(env_dir)
+    python = env_dir / "bin" / "python"
+    install = ["--python", str(python), "install", "--quiet", "--no-compile", "--no-index",
+               "--find-links", str(WHEEL_CACHE), str(flotilla_wheel), f"{wheel}[test]"]
+    try:
+        _pip(sys.executable, *install)
+    except AssertionError:
+        # Something is missing from the cache (first run, a new dependency): fill it from PyPI, then offline again.
+        WHEEL_CACHE.mkdir(parents=True, exist_ok=True)
+        _pip(sys.executable, "wheel", "--quiet", "--wheel-dir", str(WHEEL_CACHE), str(flotilla_wheel), f"{wheel}[test]")
+        for ours in (*WHEEL_CACHE.glob("flotilla-*.whl"), *WHEEL_CACHE.glob(f"{wheel.name.split('-')[0]}-*.whl")):
+            ours.unlink()  # this checkout's builds are not cached: a later run must install its own
+        _pip(sys.executable, *install)
+    tests = tmp_path / "wheels" / "src" / package
+    env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "PYTEST_ADDOPTS")}
+    env["PYTHONNOUSERSITE"] = "1"
+    result = subprocess.run([str(python), "-m", "pytest", "-q", "-p", "no:cacheprovider", "tests"], cwd=tests,
+                            env=env, capture_output=True, text=True)
+    summary = result.stdout.strip().splitlines()[-1] if result.stdout.strip() else ""
+    assert result.returncode == 0 and re.fullmatch(rf"{PACKAGES[package]} passed in [\d.]+s", summary), \
+        result.stdout + result.stderr
+
+
+# -- through the command line, in this interpreter -------------------------------
 
 STATE = """
 clusters:
@@ -25,13 +120,16 @@ jobs:
 
 @pytest.fixture(scope="module")
 def installed(tmp_path_factory):
-    target = tmp_path_factory.mktemp("site")
-    subprocess.run([sys.executable, "-m", "pip", "install", "--quiet", "--no-deps", "--no-build-isolation",
-                    "--disable-pip-version-check", "--target", str(target), str(PACKAGE)], check=True)
+    """Both packages installed (no dependencies: Flotilla is this interpreter's) into a directory put on sys.path."""
+    work = tmp_path_factory.mktemp("examples")
+    wheels = [_wheel(EXAMPLES / package, work) for package in sorted(PACKAGES)]
+    target = work / "site"
+    _pip(sys.executable, "install", "--quiet", "--no-deps", "--target", str(target), *map(str, wheels))
     sys.path.insert(0, str(target))
     yield
     sys.path.remove(str(target))
-    sys.modules.pop("flotilla_jobcap", None)
+    for module in ("flotilla_jobcap", "flotilla_tiers"):
+        sys.modules.pop(module, None)
 
 
 def test_the_installed_package_caps_running_jobs_per_queue(tmp_path, installed):
@@ -44,8 +142,123 @@ def test_the_installed_package_caps_running_jobs_per_queue(tmp_path, installed):
 
 
 def test_its_bad_args_are_a_config_error(tmp_path, installed):
-    from scenario import invoke
-
     result = invoke(tmp_path, config(plugins=PLUGINS + "  - name: jobcap\n    args: {maxRuning: 3}\n"), STATE)
     assert result.exit_code == 2
     assert "plugin 'jobcap': unknown argument(s) maxRuning; expected maxRunning, perQueue" in result.stderr
+
+
+GUIDE = ROOT / "docs" / "plugins.md"
+#: A quoted block of the guide: the comment before it says what it must equal.
+QUOTE = re.compile(r"<!-- (file|excerpt|output): (.+?) -->\n```\w*\n(.*?)```\n", re.S)
+
+
+def test_the_plugin_guide_quotes_the_example_packages_as_they_are():
+    quotes = QUOTE.findall(GUIDE.read_text())
+    assert [(kind, where) for kind, where, _ in quotes] == [
+        ("file", "examples/plugins/flotilla-tiers/pyproject.toml"),
+        ("file", "examples/plugins/flotilla-tiers/src/flotilla_tiers/__init__.py"),
+        ("excerpt", "examples/plugins/flotilla-tiers/tests/test_tiers.py"),
+        ("file", "examples/plugins/flotilla-tiers/flotilla.yaml"),
+        ("file", "examples/plugins/flotilla-tiers/state.yaml"),
+        ("output", "flotilla schedule-once --config flotilla.yaml --state state.yaml"),
+        ("excerpt", "examples/plugins/flotilla-jobcap/src/flotilla_jobcap/__init__.py"),
+    ]
+    for kind, where, text in quotes:
+        if kind == "file":
+            assert text == (ROOT / where).read_text(), where
+        elif kind == "excerpt":
+            assert text in (ROOT / where).read_text(), where
+
+
+def test_the_plugin_guide_shows_what_schedule_once_prints_with_the_installed_policy(installed, monkeypatch,
+                                                                                     tmp_path):
+    ((command, text),) = [(where, text) for kind, where, text in QUOTE.findall(GUIDE.read_text()) if kind == "output"]
+    prompt, _, printed = text.partition("\n")
+    assert prompt == f"$ {command}"
+    monkeypatch.chdir(EXAMPLES / "flotilla-tiers")
+    result = CliRunner().invoke(main, command.split()[1:])
+    assert result.exit_code == 0, result.output
+    assert result.stdout == printed
+    # "With assetfairness in its place the same state splits the pool at the fair shares, four and four."
+    swapped = (EXAMPLES / "flotilla-tiers" / "flotilla.yaml").read_text().replace(
+        "  - name: tiers\n    args: {tiers: {prod: 0, batch: 1}}\n", "  - name: assetfairness\n")
+    out = run_once(tmp_path, swapped, (EXAMPLES / "flotilla-tiers" / "state.yaml").read_text())
+    assert {name: queue["allocated"] for name, queue in out["queues"].items()} == {"batch": {"cpu": "4"},
+                                                                                 "prod": {"cpu": "4"}}
+
+
+def test_the_readme_plugin_example_swaps_the_fairness_policy_and_the_core_keeps_limits(tmp_path, monkeypatch):
+    readme = (ROOT / "README.md").read_text()
+    section = readme[readme.index("## Writing a plugin"):]
+    code = re.search(r"```python\n(.*?)```", section, re.S).group(1)
+    entry = re.search(r'^(strictorder = "strictorder_plugin:StrictOrder")$', section, re.M).group(1)
+    install_distribution(tmp_path / "site", "strictorder_plugin", code, "flotilla.plugins", entry.replace('"', ""))
+    monkeypatch.syspath_prepend(str(tmp_path / "site"))
+    plugins = "plugins: [{name: strictorder, args: {order: [B, A]}}, {name: bestfit}, {name: gang}]"
+    state = """
+clusters:
+  - name: c1
+    nodes:
+      - {name: node-1, resources: {cpu: 4}}
+jobs:
+""" + "".join(f"  - {{id: {q}-{i}, queue: {q.upper()}, requests: {{cpu: 1}}, submitted: {i}}}\n"
+              for q in "ab" for i in range(1, 5))
+    out = run_once(tmp_path, config(plugins=plugins), state)
+    assert placements(out) == {"b-1": "node-1", "b-2": "node-1", "b-3": "node-1", "b-4": "node-1"}
+    assert out["reasons"] == {f"a-{i}": "0/1 nodes fit: 1 insufficient cpu" for i in range(1, 5)}
+    limited = run_once(tmp_path, config("queues: [{name: A}, {name: B, limits: {cpu: 0.5}}]", plugins), state)
+    assert placements(limited) == {"b-1": "node-1", "b-2": "node-1", "a-1": "node-1", "a-2": "node-1"}
+    assert limited["reasons"] == {"a-3": "0/1 nodes fit: 1 insufficient cpu", "a-4": "0/1 nodes fit: 1 insufficient cpu",
+                                  "b-3": "queue B at its cpu limit 0.5", "b-4": "queue B at its cpu limit 0.5"}
+
+
+# -- the public API -------------------------------------------------------------
+
+def test_the_plugin_session_protocol_is_the_sessions_registration_api():
+    assert all(hasattr(plugin, name) for name in plugin.__all__)
+    registers = {point.register for point in EXTENSION_POINTS}
+    listed = {name for name in vars(plugin.PluginSession) if name.startswith(("add_", "set_"))}
+    assert listed == registers  # one method per extension point, no more
+    for name in listed:
+        assert inspect.signature(getattr(plugin.PluginSession, name)) == inspect.signature(getattr(Session, name)), name
+
+
+class PreferSSD:
+    """Prefers nodes labelled disk=ssd; remembers where each job went and what was left there."""
+
+    placed: list[tuple[str, str, dict, dict]] = []
+
+    def __init__(self, args):
+        plugin.take_args(args)
+
+    @plugin.hookimpl
+    def flotilla_session_open(self, session: plugin.PluginSession):
+        def ssd(job: plugin.Job, node: int) -> float:
+            return 1.0 if plugin.node_at(session, node).labels.get("disk") == "ssd" else 0.0
+
+        def allocated(job: plugin.Job, node: int) -> None:
+            space = session.space
+            PreferSSD.placed.append((job.id, plugin.node_at(session, node).name,
+                                     space.mapping(plugin.node_free(session, node)),
+                                     space.mapping(plugin.node_allocatable(session, node))))
+
+        session.add_node_score(ssd)
+        session.add_event_handler(on_allocate=allocated)
+
+
+def test_a_node_is_a_position_read_through_the_plugin_api(flotilla_cycle):
+    PreferSSD.placed.clear()
+    state = """
+clusters:
+  - name: c1
+    nodes:
+      - {name: node-1, resources: {cpu: 4}}
+      - {name: node-2, resources: {cpu: 4}, labels: {disk: ssd}}
+jobs:
+  - {id: a-1, queue: A, requests: {cpu: 1}, submitted: 1}
+  - {id: a-2, queue: A, requests: {cpu: 2}, submitted: 2}
+"""
+    result = flotilla_cycle(state, plugins=["assetfairness", "gang", "priorityclass", PreferSSD])
+    assert result.scheduled == {"a-1": "node-2", "a-2": "node-2"}
+    assert PreferSSD.placed == [("a-1", "node-2", {"cpu": 3000}, {"cpu": 4000}),
+                                ("a-2", "node-2", {"cpu": 1000}, {"cpu": 4000})]

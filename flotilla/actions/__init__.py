@@ -5,6 +5,8 @@ plugins' registered callables. One module per action; :data:`ACTIONS` maps
 the names used in the config (``actions: [evict, allocate, preempt, lease]``)
 to them. A third-party package may add one through the ``flotilla.actions``
 entry-point group (an object with ``name`` and ``execute(session)``).
+
+Internal: not part of the plugin API (:mod:`flotilla.plugin`, :mod:`flotilla.testing`); may change in any release.
 """
 
 from __future__ import annotations

@@ -31,6 +31,7 @@ import time
 
 import structlog
 
+from flotilla.core.hostports import describe
 from flotilla.core.nodeindex import EVICTED
 from flotilla.actions.pickers import FlatPicker, TreePicker
 from flotilla.core.units import KnownMisfits, QueueUnits
@@ -45,12 +46,13 @@ class _QueueRun:
 
     __slots__ = ("queue", "units", "passed", "misfits", "covers_all")
 
-    def __init__(self, queue, units, covers_all: bool, ahead: set[str]):
+    def __init__(self, queue, units, covers_all: bool, ahead: set[str], affinity: bool = False):
         self.queue = queue
         self.units = units
         self.passed = 0
         #: (requests, priority class, node selector, tolerations) by identity -> the failure recorded.
-        self.misfits = KnownMisfits(ahead)
+        #: Jobs with node affinity or host ports are never recorded (their key leaves those out).
+        self.misfits = KnownMisfits(ahead, affinity)
         #: Whether the queue's node tiers cover every node, so "no node fits" is true for every queue.
         self.covers_all = covers_all
 
@@ -63,6 +65,13 @@ def requirements_key(job) -> tuple:
     """
     selector = job.node_selector
     return id(job.requests), job.priority_class, id(selector) if selector else 0, id(job.tolerations)
+
+
+def ports_failure(session, job, vec, types, queue) -> str | Shortfall:
+    """Why a job binding host ports found no node: its ports when some node has the room, else the room."""
+    if session.index.find(vec, EVICTED, types, "any", queue.name) is None:
+        return Shortfall(vec, EVICTED, types)
+    return f"no node that fits has host port {describe(job.host_ports)} free"
 
 
 class Allocate:
@@ -94,6 +103,7 @@ class Allocate:
         #: Jobs placed this cycle that may lie ahead in their queue: by earlier actions, and gang members.
         self.ahead = ahead = set(session.scheduled_ids)
         self.picker = picker = TreePicker(session) if session.nested else FlatPicker(session)
+        affinity = session.state.affinity_jobs > 0
         for queue in session.queues.values():
             evicted = evicted_by_queue.get(queue.name, ())
             if not queue.queued and not evicted:
@@ -102,7 +112,7 @@ class Allocate:
             # A shape with no node is none for every queue when the tiers cover all nodes and no node filter
             # (they answer per job) applies.
             shared = ("any" in tiers or {"unused", "used"} <= tiers) and not session.node_filter_fns
-            run = _QueueRun(queue, QueueUnits(session, queue, evicted), shared, ahead)
+            run = _QueueRun(queue, QueueUnits(session, queue, evicted), shared, ahead, affinity)
             self._offer(session, picker, run)
 
         considered = 0
@@ -204,7 +214,7 @@ class Allocate:
                 selector = unit.node_selector  # requirements_key(unit), inlined: this loop is per job
                 failure = known.get((id(unit.requests), unit.priority_class, id(selector) if selector else 0,
                                      id(unit.tolerations)))
-                if failure is not None and (job_valid is None or not job_valid(unit)):
+                if failure is not None and unit.affinity is None and (job_valid is None or not job_valid(unit)):
                     failures[unit.id] = failure
                     skipped += 1
                     passed += 1
@@ -238,15 +248,23 @@ class Allocate:
         types, why = session.allowed_types(job)
         reason = (session.admit(queue, job, vec) if session.queue_admit_fns else None) or why
         if reason:
-            run.misfits.by_key[requirements_key(job)] = session.failures[job.id] = reason
+            session.failures[job.id] = reason
+            if job.affinity is None:
+                run.misfits.by_key[requirements_key(job)] = reason
             return False
         shape = (vec, id(types))
         if run.covers_all and shape in self.shapes_without_room:
             node = None
         else:
             node = self._find(session, queue, job, vec, types)
+        if node is None and job.host_ports:
+            # Its ports, not its key, may be what failed: jobs of the same key without them are not misfits.
+            session.failures[job.id] = ports_failure(session, job, vec, types, queue)
+            return False
         if node is None:
-            run.misfits.by_key[requirements_key(job)] = session.failures[job.id] = Shortfall(vec, EVICTED, types)
+            session.failures[job.id] = failure = Shortfall(vec, EVICTED, types)
+            if job.affinity is None:  # its types are its affinity's: not those of its key's other jobs
+                run.misfits.by_key[requirements_key(job)] = failure
             if run.covers_all:
                 self.shapes_without_room.add(shape)
             return False

@@ -55,7 +55,8 @@ class Enqueue:
             for job in queue.queued.jobs():
                 if job.id in set_aside:
                     continue
-                key = (id(job.requests), job.priority_class, tuple(sorted(job.node_selector.items())), job.tolerations)
+                key = (id(job.requests), job.priority_class, tuple(sorted(job.node_selector.items())), job.tolerations,
+                       job.affinity)
                 if key not in verdicts:
                     verdicts[key] = never_fits(session, job)
                 reason = verdicts[key]

@@ -108,7 +108,7 @@ class Preempt:
         best = None
         fitting = session.index.iter_fitting(vec, priority, types)
         for i in list(islice(fitting, session.settings.preempt_max_candidates)):
-            if session.node_filter_fns and not session.node_allowed(job, i):
+            if session.node_filter_fns and not all(fn(job, i) for fn in session.node_filter_fns):
                 continue
             found = self._victims(session, job, priority, vec, i)
             if found is None:
@@ -135,6 +135,10 @@ class Preempt:
         first within a class, then in victim order.
         """
         eligible = [r for r in session.jobs_on(node) if r.level < priority and session.may_preempt(job, r.job)]
+        # The holders of the job's host ports on the node must go, whatever room they free.
+        holders = session.state.ports.holders(node, job.host_ports) if job.host_ports else ()
+        if holders and not holders <= {r.job.id for r in eligible}:
+            return None
         units: dict[str, list] = {}
         for running in eligible:
             gang = running.job.gang
@@ -148,8 +152,8 @@ class Preempt:
         free = list(session.index.free[node][0])
         chosen = []
         taken = 0
-        for members in sorted(units.values(), key=unit_order):
-            if all(a <= f for a, f in zip(vec, free)):
+        for members in sorted(units.values(), key=lambda m: (not any(r.job.id in holders for r in m), unit_order(m))):
+            if all(a <= f for a, f in zip(vec, free)) and not any(r.job.id in holders for r in members):
                 break
             taken += 1
             for running in members:

@@ -3,6 +3,8 @@
 Public entry points: :func:`load_config` (scheduler config, or the built-in
 default), :func:`load_state` (a ``schedule-once`` state file, to a core
 ``Snapshot``), and :class:`ConfigError` (``file:line: path: message``).
+
+Internal: not part of the plugin API (:mod:`flotilla.plugin`, :mod:`flotilla.testing`); may change in any release.
 """
 
 from flotilla.config.errors import ConfigError, format_path

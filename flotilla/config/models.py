@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING, Annotated, Any, Iterator, Literal, Union
 from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, PrivateAttr, field_validator, model_validator
 
 from flotilla.core.model import ClusterSnapshot, Node, PriorityClass, Queue, Taint, Toleration
-from flotilla.core.quantities import QuantityError, parse_duration, parse_quantity
+from flotilla.core.quantities import QuantityError, parse_duration, parse_quantity, resource_name_problem
 
 if TYPE_CHECKING:
     from flotilla.config.errors import FieldPath
@@ -51,6 +51,8 @@ def _quantities(value: Any) -> dict[str, int]:
         raise ValueError("expected a mapping of resource names to quantities, e.g. {cpu: 500m, memory: 1Gi}")
     out: dict[str, int] = {}
     for name, amount in value.items():
+        if (why := resource_name_problem(name)) is not None:
+            raise KeyedValueError(str(name), why)
         try:
             out[str(name)] = parse_quantity(amount, str(name))
         except QuantityError as exc:

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import difflib
 import os
+import re
 import types
 import typing
 from typing import Any, Sequence
@@ -27,8 +28,8 @@ _BaseLoader: type = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
 _MERGE_TAG = "tag:yaml.org,2002:merge"
 
 
-class _Loader(_BaseLoader):  # type: ignore[misc, valid-type]
-    """A safe loader that rejects duplicate keys: YAML silently keeps the last one, hiding typos."""
+class _UniqueKeys:
+    """A safe loader's mix-in that rejects duplicate keys: YAML silently keeps the last one, hiding typos."""
 
     def construct_mapping(self, node: MappingNode, deep: bool = False) -> dict:
         seen: set[tuple[str, str]] = set()
@@ -38,7 +39,23 @@ class _Loader(_BaseLoader):  # type: ignore[misc, valid-type]
                     raise yaml.constructor.ConstructorError(
                         None, None, f"duplicate key {key.value!r}", key.start_mark)
                 seen.add((key.tag, key.value))
-        return super().construct_mapping(node, deep=deep)
+        return super().construct_mapping(node, deep=deep)  # type: ignore[misc]
+
+
+class _Loader(_UniqueKeys, _BaseLoader):  # type: ignore[misc, valid-type]
+    pass
+
+
+class _PythonLoader(_UniqueKeys, yaml.SafeLoader):
+    """The pure-Python parser: it reads escapes libyaml refuses without saying where (``"\\ud800"``), so that
+    the text check below can name the field."""
+
+
+#: Strings a config, state file or workload may not hold: NUL (no store column takes it) and lone UTF-16
+#: surrogates (a YAML escape ``"\\ud800"`` gives one; it is not Unicode, and UTF-8 cannot encode it).
+_BAD_TEXT = re.compile(r"[\x00\ud800-\udfff]")
+#: What a text needs before any string of its document can be bad: the character, or an escape that makes it.
+_MAY_BE_BAD = re.compile(r"[\x00\ud800-\udfff]|\\[uUx0]")
 
 
 class SourceMap:
@@ -198,24 +215,74 @@ def _tags_at(model: type[BaseModel], loc: Sequence[str | int]) -> list[str]:
     return [tag for option in _options(_type_at(model, loc)) if (tag := _tag(option)) is not None]
 
 
-def load_yaml(text: str, file: str | None) -> tuple[dict[str, Any], SourceMap]:
-    """Parse ``text`` into a mapping and its :class:`SourceMap`; YAML errors and non-mappings become a ConfigError."""
-    loader = _Loader(text)
+def _parse(loader_class: type, text: str) -> tuple[Node | None, Any]:
+    loader = loader_class(text)
     try:
         root = loader.get_single_node()
-        data = loader.construct_document(root) if root is not None else None
+        return root, loader.construct_document(root) if root is not None else None
+    finally:
+        loader.dispose()
+
+
+def load_yaml(text: str, file: str | None) -> tuple[dict[str, Any], SourceMap]:
+    """Parse ``text`` into a mapping and its :class:`SourceMap`; YAML errors, non-mappings and strings that are
+    not valid text (:func:`text_problems`) become a ConfigError."""
+    try:
+        try:
+            root, data = _parse(_Loader, text)
+        except yaml.MarkedYAMLError as exc:
+            if _BaseLoader is yaml.SafeLoader or not _MAY_BE_BAD.search(text):
+                raise
+            try:   # libyaml refuses a lone surrogate escape at its line alone; the Python parser reads it
+                root, data = _parse(_PythonLoader, text)
+            except yaml.YAMLError:
+                raise exc from None
     except yaml.MarkedYAMLError as exc:
         raise _yaml_error(exc, file) from None
     except yaml.YAMLError as exc:
         raise ConfigError(f"invalid YAML: {exc}", file) from None
-    finally:
-        loader.dispose()
     if data is None:
         data = {}
     if not isinstance(data, dict):
         line = root.start_mark.line + 1 if root is not None else None
         raise ConfigError(f"expected a mapping of fields at the top of the file, got {_kind(data)}", file, line)
-    return data, SourceMap(file, root)
+    source = SourceMap(file, root)
+    if _MAY_BE_BAD.search(text):
+        error = source.first(text_problems(data))
+        if error is not None:
+            raise error
+    return data, source
+
+
+def _shown(text: str) -> str:
+    return text.encode("utf-8", "backslashreplace").decode("utf-8")
+
+
+def text_problems(data: Any) -> list[tuple[FieldPath, str]]:
+    """Every string (value or key) of ``data`` holding a NUL or a lone surrogate, as ``(path, message)``."""
+    problems: list[tuple[FieldPath, str]] = []
+    stack: list[tuple[FieldPath, Any]] = [((), data)]
+    while stack:
+        path, value = stack.pop()
+        if isinstance(value, dict):
+            for key, item in value.items():
+                where = (*path, _shown(key) if isinstance(key, str) else key)
+                if isinstance(key, str) and _BAD_TEXT.search(key):
+                    problems.append((where, _text_message(key)))
+                stack.append((where, item))
+        elif isinstance(value, list):
+            stack.extend(((*path, index), item) for index, item in enumerate(value))
+        elif isinstance(value, str) and _BAD_TEXT.search(value):
+            problems.append((path, _text_message(value)))
+    return problems
+
+
+def _text_message(text: str) -> str:
+    bad = _BAD_TEXT.search(text)
+    assert bad is not None
+    if bad.group() == "\x00":
+        return "NUL characters are not allowed"
+    return f"not valid Unicode: lone surrogate {_shown(bad.group())} at character {bad.start() + 1}"
 
 
 def _yaml_error(exc: yaml.MarkedYAMLError, file: str | None) -> ConfigError:
@@ -240,15 +307,19 @@ def read_yaml_file(path: str | os.PathLike) -> tuple[dict[str, Any], SourceMap]:
     """:func:`load_yaml` on a file; unreadable files are a ConfigError naming the file."""
     name = os.fspath(path)
     try:
-        with open(name, encoding="utf-8") as handle:
-            text = handle.read()
+        with open(name, "rb") as handle:
+            raw = handle.read()
     except FileNotFoundError:
         raise ConfigError("no such file", name) from None
-    except UnicodeDecodeError:
-        raise ConfigError("not UTF-8 text", name) from None
     except OSError as exc:
         raise ConfigError(f"cannot read: {exc.strerror or exc}", name) from None
+    try:
+        text = raw.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        line = raw.count(b"\n", 0, exc.start) + 1
+        column = exc.start - (raw.rfind(b"\n", 0, exc.start) + 1) + 1
+        raise ConfigError(f"not UTF-8 text (byte {column} of the line)", name, line) from None
     return load_yaml(text, name)
 
 
-__all__ = ["SourceMap", "load_yaml", "read_yaml_file"]
+__all__ = ["SourceMap", "load_yaml", "read_yaml_file", "text_problems"]

@@ -20,6 +20,7 @@ from flotilla.config.errors import FieldPath
 from flotilla.config.models import (FlotillaConfig, Model, Name, Quantities, QueueConfig, TaintConfig, TolerationConfig,
                                     inner_queues, queue_tree_problems)
 from flotilla.config.source import SourceMap, load_yaml, read_yaml_file
+from flotilla.core.nodeaffinity import AffinityError, parse_node_affinity
 from flotilla.core.model import (GANG_MIN_AVAILABLE_ANNOTATION, ClusterSnapshot, Gang, Job, JobState, Node, Queue,
                                  Snapshot, parse_min_available)
 
@@ -69,6 +70,13 @@ class GangConfig(Model):
     cardinality: int = Field(ge=1)
 
 
+class HostPortConfig(Model):
+    """A host port the job's pod binds on its node (``containers[].ports[].hostPort`` in a podSpec)."""
+
+    port: int = Field(ge=1, le=65535)
+    protocol: Literal["TCP", "UDP", "SCTP"] = "TCP"
+
+
 class StateJob(Model):
     id: Name
     queue: Name
@@ -84,6 +92,9 @@ class StateJob(Model):
     node_selector: dict[str, str] = Field(default_factory=dict, alias="nodeSelector")
     tolerations: list[TolerationConfig] = Field(default_factory=list)
     annotations: dict[str, str] = Field(default_factory=dict)
+    host_ports: list[HostPortConfig] = Field(default_factory=list, alias="hostPorts", max_length=64)
+    #: ``{nodeAffinity: ...}`` as in a podSpec (pod affinity is not honoured, so not accepted).
+    affinity: dict[Literal["nodeAffinity"], dict] = Field(default_factory=dict)
 
 
 class StateFile(Model):
@@ -178,6 +189,7 @@ def _jobs(state: StateFile, config: FlotillaConfig, clusters: list[ClusterSnapsh
     node_names = {cluster.name: {node.name for node in cluster.nodes} for cluster in clusters}
     classes = [pc.name for pc in config.priority_classes]
     interned: dict[tuple[tuple[str, int], ...], dict[str, int]] = {}
+    affinities: dict = {}
     first_id: dict[str, int] = {}
     queued: list[Job] = []
     parents = inner_queues(queues.values())
@@ -205,11 +217,18 @@ def _jobs(state: StateFile, config: FlotillaConfig, clusters: list[ClusterSnapsh
         shared = interned.get(key)
         if shared is None:
             shared = interned[key] = dict(requests)
+        try:
+            affinity = parse_node_affinity(spec.affinity.get("nodeAffinity"))
+        except AffinityError as exc:
+            problems.append((("jobs", j, "affinity", "nodeAffinity", *exc.path.split(".")), exc.message))
+            affinity = None
+        affinity = affinities.setdefault(affinity, affinity) if affinity is not None else None
         job = Job(spec.id, spec.queue, spec.job_set, spec.priority, priority_class, spec.submitted, shared,
                   dict(spec.node_selector), tuple(t.to_core() for t in spec.tolerations),
                   _gang(j, spec, problems),
                   JobState.RUNNING if running else JobState.QUEUED,
-                  cluster, spec.node if running else None, dict(spec.annotations))
+                  cluster, spec.node if running else None, dict(spec.annotations),
+                  tuple(sorted({(p.protocol, p.port) for p in spec.host_ports})), affinity)
         if not running:
             queued.append(job)
         elif cluster is not None:

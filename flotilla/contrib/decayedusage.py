@@ -42,9 +42,8 @@ from __future__ import annotations
 
 from typing import Mapping
 
-from flotilla.core.hookspecs import hookimpl
 from flotilla.core.quantities import QuantityError, parse_duration
-from flotilla.plugins.assetfairness import asset_share, parse_weights, weight_vector
+from flotilla.plugin import asset_share, hookimpl, parse_weights, weight_vector
 
 DEFAULT_HALFTIME = 3600.0
 

@@ -42,6 +42,7 @@ from itertools import chain, compress, count, islice
 from operator import attrgetter, is_, itemgetter, le, not_
 from typing import Sequence
 
+from flotilla.core.hostports import HostPorts
 from flotilla.core.model import Job, PriorityClass, Snapshot
 from flotilla.core.nodeindex import EVICTED, FOREIGN, FOREIGN_USER, NONPREEMPTIBLE, NodeIndex
 from flotilla.core.jobqueue import JobQueue
@@ -51,6 +52,7 @@ from flotilla.core.resources import ResourceSpace, Vector
 _ID = attrgetter("id")
 _REQUESTS = attrgetter("requests")
 _SELECTOR = attrgetter("node_selector")
+_AFFINITY = attrgetter("affinity")
 _GANG = attrgetter("gang")
 _PRIORITY = attrgetter("priority")
 _QUEUE = attrgetter("queue")
@@ -171,6 +173,13 @@ class CycleState:
         for key, number in Counter(map(id, selectors)).items():
             for label in distinct[key]:
                 self.label_uses[label] += number
+        # Node affinities (rare): the label keys their terms read, and the node's name for matchFields.
+        affinities = Counter(filter(None, map(_AFFINITY, every_job)))
+        #: How many held jobs (running or queued) have a node affinity.
+        self.affinity_jobs = sum(affinities.values())
+        for affinity, number in affinities.items():
+            for label in affinity.label_keys:
+                self.label_uses[label] += number
         selector_keys = set(self.label_uses)
         self._labels_changed = False
         space = ResourceSpace(resource_names, indexed_resources)
@@ -190,6 +199,8 @@ class CycleState:
         self._set_limits(snapshot)
 
         # Running jobs, bound in bulk before the index builds its sorted lists.
+        #: Host ports held per node (only jobs that bind some are in it; see flotilla.core.hostports).
+        self.ports = HostPorts()
         self.running: dict[str, RunningJob] = {}
         self.running_jobs: dict[str, Job] = {}
         for cluster in snapshot.clusters:
@@ -334,8 +345,9 @@ class CycleState:
             level = job_level(self.classes, self.default_class, job)
             held = self.running.get(job.id)
             if held is not None:
-                if held.node == i and held.vec == vec and held.level == level and held.job.queue == job.queue:
-                    if held.job.node_selector or job.node_selector:
+                if held.node == i and held.vec == vec and held.level == level and held.job.queue == job.queue \
+                        and held.job.host_ports == job.host_ports:
+                    if held.job.node_selector or job.node_selector or held.job.affinity or job.affinity:
                         self._count_labels(held.job, -1)
                         self._count_labels(job, 1)
                     held.job = job
@@ -350,7 +362,7 @@ class CycleState:
             value = entries.pop(key)
             job = value[-1] if value.__class__ is tuple else value
             gangs_changed |= job.gang is not None
-            if job.node_selector:
+            if job.node_selector or job.affinity:
                 self._count_labels(job, -1)
             self.queues[job.queue].queued.remove(job)
         placed_entries, self.placed_entries = self.placed_entries, {}
@@ -361,7 +373,7 @@ class CycleState:
                 self.seq += 1
             entries[id(job)] = entry
             self.queues[job.queue].queued.add(entry)
-            if job.node_selector:
+            if job.node_selector or job.affinity:
                 self._count_labels(job, 1)
         if self._labels_changed:
             self._sync_indexed_labels()
@@ -446,6 +458,8 @@ class CycleState:
         if moved is not None:
             for held in self.running.values():
                 held.node = moved[held.node]
+            if self.ports:
+                self.ports.remap(moved)
         self.nodes = [list(cluster.nodes) for cluster in snapshot.clusters]
         self.pool = tuple(sum(col) for col in zip(*index.allocatable)) if index.nodes else space.zero
 
@@ -469,13 +483,17 @@ class CycleState:
     def _bind(self, job: Job, i: int, vec: Vector, level: int) -> None:
         self.index.bind(i, job.id, job.queue, vec, level)
         self._hold(job, i, vec, level)
-        if job.node_selector:
+        if job.node_selector or job.affinity:
             self._count_labels(job, 1)
 
     def _count_labels(self, job: Job, sign: int) -> None:
         """Count ``job``'s selector keys in (1) or out (-1) of the held jobs'."""
         uses = self.label_uses
-        for label in job.node_selector or ():
+        labels = job.node_selector or ()
+        if job.affinity is not None:
+            labels = (*labels, *job.affinity.label_keys)
+            self.affinity_jobs += sign
+        for label in labels:
             uses[label] += sign
             if not uses[label]:
                 del uses[label]
@@ -494,6 +512,8 @@ class CycleState:
         """Count a job bound on node ``i`` as running, for its queue too."""
         self.running[job.id] = RunningJob(job, i, vec, level)
         self.running_jobs[job.id] = job
+        if job.host_ports:
+            self.ports.add(i, job.id, job.host_ports)
         queue = self.queues[job.queue]
         queue.running += 1
         charge(queue, vec, 1)
@@ -503,10 +523,12 @@ class CycleState:
         held = self.running.pop(job_id)
         del self.running_jobs[job_id]
         self.index.unbind(held.node, job_id)
+        if held.job.host_ports:
+            self.ports.remove(held.node, job_id, held.job.host_ports)
         queue = self.queues[held.job.queue]
         queue.running -= 1
         charge(queue, held.vec, -1)
-        if held.job.node_selector:
+        if held.job.node_selector or held.job.affinity:
             self._count_labels(held.job, -1)
         return held.job.gang is not None
 
@@ -547,7 +569,7 @@ class CycleState:
         for job_id, job in session.preempted.items():
             del self.running[job_id]
             del self.running_jobs[job_id]
-            if job.node_selector:
+            if job.node_selector or job.affinity:
                 self._count_labels(job, -1)
             self._gangs_stale |= job.gang is not None
         self._gangs_stale |= any(placement.job.gang is not None for placement in session.scheduled)
@@ -581,6 +603,7 @@ class CycleState:
                        for name, q in self.queues.items()},
             "gangs": {gang: [job.id for job in members] for gang, members in self.gangs.items()},
             "nested": self.nested,
+            "ports": {i: sorted(ports.items()) for i, ports in sorted(self.ports.held.items())},
         }
 
 

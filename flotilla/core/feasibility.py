@@ -5,6 +5,10 @@ before any plugin's, so these rules hold whatever the config's plugin list:
 
 * ``unschedulable`` nodes take no new jobs;
 * every ``nodeSelector`` entry must equal the node's label;
+* required node affinity: one of its terms must match the node
+  (:mod:`flotilla.core.nodeaffinity`; the label keys it reads are indexed,
+  so node types tell them apart, and the node's name when it uses
+  ``matchFields``);
 * every ``NoSchedule`` and ``NoExecute`` taint must be tolerated
   (``PreferNoSchedule`` is only a preference and never refuses).
 
@@ -27,6 +31,9 @@ def node_type_refusal(job, node_type) -> str | None:
     for key, value in job.node_selector.items():
         if node_type.labels.get(key) != value:
             return f"didn't match nodeSelector {key}={value}"
+    affinity = job.affinity
+    if affinity is not None and not affinity.allows(node_type.labels):
+        return "didn't match node affinity"
     for taint in node_type.taints:
         if taint.effect in REFUSING_EFFECTS and not any(t.tolerates(taint) for t in job.tolerations):
             shown = f"{taint.key}={taint.value}" if taint.value else taint.key

@@ -12,6 +12,8 @@ from dataclasses import dataclass, field
 from enum import Enum
 from typing import Mapping
 
+from flotilla.core.nodeaffinity import NodeAffinity
+
 GANG_ID_ANNOTATION = "armadaproject.io/gangId"
 GANG_CARDINALITY_ANNOTATION = "armadaproject.io/gangCardinality"
 #: An elastic gang's minimum (Volcano's minAvailable): it starts once this many fit on one cluster.
@@ -120,7 +122,10 @@ class Job:
 
     ``requests`` maps resource names to integer quantities; jobs loaded in
     bulk share identical request mappings so a million jobs stay small.
-    ``cluster`` and ``node`` are set for running jobs only.
+    ``cluster`` and ``node`` are set for running jobs only. ``host_ports``
+    are the ``(protocol, port)`` pairs its pod binds on its node: no two
+    jobs holding one of them share a node (empty for almost every job, and
+    then nothing is looked up for it).
     """
 
     id: str
@@ -137,6 +142,9 @@ class Job:
     cluster: str | None = None
     node: str | None = None
     annotations: Mapping[str, str] = field(default_factory=dict)
+    host_ports: tuple[tuple[str, int], ...] = ()
+    #: Required and preferred node affinity (:mod:`flotilla.core.nodeaffinity`), None for almost every job.
+    affinity: NodeAffinity | None = None
 
 
 @dataclass(slots=True)

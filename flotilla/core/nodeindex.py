@@ -38,6 +38,7 @@ from operator import add, sub
 from typing import Iterator, Mapping, Sequence
 
 from flotilla.core.model import Node, Taint
+from flotilla.core.nodeaffinity import NAME_FIELD
 from flotilla.core.resources import ResourceSpace, Vector
 
 #: Level of jobs evicted by the evict action during this cycle: they still
@@ -215,8 +216,11 @@ class NodeIndex:
         self._built = False
 
     def type_key(self, node: Node) -> tuple:
-        labels = tuple(sorted((k, v) for k, v in node.labels.items() if k in self.indexed_labels))
-        return (node.cluster, labels, node.taints, node.unschedulable)
+        indexed = self.indexed_labels
+        labels = [(k, v) for k, v in node.labels.items() if k in indexed]
+        if NAME_FIELD in indexed:  # some job's node affinity selects by name: each node its own type
+            labels.append((NAME_FIELD, node.name))
+        return (node.cluster, tuple(sorted(labels)), node.taints, node.unschedulable)
 
     def _type_for(self, node: Node) -> NodeType:
         key = self.type_key(node)

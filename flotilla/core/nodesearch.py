@@ -24,6 +24,7 @@ class NodeSearch:
         self._allowed_cache: dict[tuple, tuple[list[int], str | None]] = {}
         self._allowed_by_identity: dict[tuple, tuple] = {}
         self._interned_types: dict[tuple[int, ...], list[int]] = {}
+        self._preferred_cache: dict[tuple, list[list[int]]] = {}
 
     def allowed_types(self, job: Job, cluster: str | None = None) -> tuple[list[int], str | None]:
         """Node types the predicates accept for ``job`` (optionally in one cluster), and why not if none.
@@ -31,15 +32,15 @@ class NodeSearch:
         Cached per job requirements for the whole cycle: predicates see
         node types, never nodes.
         """
-        selector, tolerations = job.node_selector, job.tolerations
+        selector, tolerations, affinity = job.node_selector, job.tolerations, job.affinity
         # First by identity (jobs loaded in bulk share these objects; the snapshot keeps them alive for the
-        # session), then by value.
-        fast = (job.queue, job.priority_class, id(selector) if selector else 0, id(tolerations), cluster)
+        # session), then by value. Node affinities compare by value (frozen, hashable).
+        fast = (job.queue, job.priority_class, id(selector) if selector else 0, id(tolerations), affinity, cluster)
         hit = self._allowed_by_identity.get(fast)
         if hit is not None:
             return hit[0]
         key = (job.queue, job.priority_class, tuple(sorted(selector.items())) if selector else (), tolerations,
-               cluster)
+               affinity, cluster)
         hit = self._allowed_cache.get(key)
         if hit is not None:
             self._allowed_by_identity[fast] = (hit, selector, tolerations)
@@ -73,12 +74,18 @@ class NodeSearch:
 
         Node scores order the fitting nodes within the first tier that has
         any; scores registered across tiers (:meth:`_find_across_tiers`) weigh
-        the candidates of every tier against each other.
+        the candidates of every tier against each other. A job binding host
+        ports walks the fitting nodes like a filtered search and skips those
+        where one of its ports is held; preferred node affinity orders node
+        types within each tier (:meth:`_find_preferred`).
         """
         if self.tier_crossing_score_fns:
             return self._find_across_tiers(job, vec, level, types, queue)
-        filtered = bool(self.node_filter_fns)
+        filtered = bool(self.node_filter_fns) or bool(job.host_ports)
         scored = bool(self.node_score_fns)
+        affinity = job.affinity
+        if affinity is not None and affinity.preferred:
+            return self._find_preferred(job, vec, level, types, queue, filtered, scored)
         for tier in self.node_tiers_fn(queue):
             if not scored and not filtered:
                 found = self.index.find(vec, level, types, tier, queue.name)
@@ -99,18 +106,59 @@ class NodeSearch:
                                                       tuple(-x for x in self.index.free[i][self.index.level_of[level]]), -i))
         return None
 
+    def _find_preferred(self, job: Job, vec: Vector, level: int, types: Sequence[int], queue: QueueState,
+                        filtered: bool, scored: bool) -> int | None:
+        """:meth:`find_node` for a job with preferred node affinity: tier by tier, and within a tier the node
+        types in order of the preference weights their labels match (highest first), each group searched as
+        :meth:`find_node` searches all."""
+        groups = self._preferred_groups(job.affinity, types)
+        for tier in self.node_tiers_fn(queue):
+            for group in groups:
+                if not scored and not filtered:
+                    found = self.index.find(vec, level, group, tier, queue.name)
+                    if found is not None:
+                        return found
+                    continue
+                candidates = []
+                for i in self.index.iter_fitting(vec, level, group):
+                    if (tier == "any" or self.in_tier(i, tier, queue.name)) and \
+                            (not filtered or self.node_allowed(job, i)):
+                        candidates.append(i)
+                        if not scored or len(candidates) >= self.settings.node_candidates:
+                            break
+                if candidates and not scored:
+                    return candidates[0]
+                if candidates:
+                    return max(candidates, key=lambda i: (sum(fn(job, i) for fn in self.node_score_fns),
+                                                          tuple(-x for x in self.index.free[i][self.index.level_of[level]]),
+                                                          -i))
+        return None
+
+    def _preferred_groups(self, affinity, types: Sequence[int]) -> list[list[int]]:
+        """``types`` grouped by the preference weight their labels match, highest first (cached per cycle)."""
+        key = (affinity, id(types))
+        groups = self._preferred_cache.get(key)
+        if groups is None:
+            by_score: dict[int, list[int]] = {}
+            for t in types:
+                by_score.setdefault(affinity.score(self.index.types[t].labels), []).append(t)
+            groups = self._preferred_cache[key] = [by_score[score] for score in sorted(by_score, reverse=True)]
+        return groups
+
     def _find_across_tiers(self, job: Job, vec: Vector, level: int, types: Sequence[int],
                            queue: QueueState) -> int | None:
         """Up to ``node_candidates`` fitting nodes from each tier, the best of them all.
 
         Best: the highest total of the across-tier scores, then the earlier
-        tier, then the highest total of the within-tier scores, then the
-        least free space, then the lower position.
+        tier, then the preferred node affinity's weight, then the highest
+        total of the within-tier scores, then the least free space, then the
+        lower position.
         """
         index, limit = self.index, self.settings.node_candidates
         crossing, within = self.tier_crossing_score_fns, self.node_score_fns
         free, at = index.free, index.level_of[level]
-        filtered = bool(self.node_filter_fns)
+        filtered = bool(self.node_filter_fns) or bool(job.host_ports)
+        preferred = job.affinity if job.affinity is not None and job.affinity.preferred else None
         best_key, best = None, None
         seen: set[int] = set()
         for rank, tier in enumerate(self.node_tiers_fn(queue)):
@@ -121,8 +169,9 @@ class NodeSearch:
                 if filtered and not self.node_allowed(job, i):
                     continue
                 seen.add(i)
-                key = (sum(fn(job, i) for fn in crossing), -rank, sum(fn(job, i) for fn in within),
-                       tuple(-x for x in free[i][at]), -i)
+                key = (sum(fn(job, i) for fn in crossing), -rank,
+                       preferred.score(index.types[index.type_of[i]].labels) if preferred is not None else 0,
+                       sum(fn(job, i) for fn in within), tuple(-x for x in free[i][at]), -i)
                 if best_key is None or key > best_key:
                     best_key, best = key, i
                 taken += 1

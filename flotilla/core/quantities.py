@@ -1,10 +1,16 @@
-"""Exact resource quantities and durations.
+"""Exact resource quantities, resource names and durations.
 
 Kubernetes notation (``500m``, ``64Mi``, ``1.5``, ``2e3``) is parsed to
 integers so that no float drift ever reaches a fit check: ``cpu`` is counted
 in millicores, every other resource in its base unit (bytes for memory,
 devices for ``nvidia.com/gpu``). A quantity that does not come out whole in
 that unit is an error, not a rounding.
+
+The text is held to Kubernetes' grammar exactly, because a job Flotilla
+accepts must be one the cluster accepts: ASCII digits only (Python's
+``\d`` and ``float`` also take full-width and Arabic-Indic digits), no
+surrounding spaces or newline, and only the known suffixes. Resource names
+are Kubernetes qualified names (:func:`resource_name_problem`).
 """
 
 from __future__ import annotations
@@ -25,7 +31,11 @@ MAX_QUANTITY = 2**63 - 1
 MAX_QUANTITY_TEXT = 64
 #: Exact for every text that passes the checks above: at most 64 digits, times at most 2**60 * 1000.
 _EXACT = Context(prec=200, Emax=400, Emin=-400)
-_QUANTITY = re.compile(r"^([+-]?(?:\d+\.?\d*|\.\d+)(?:[eE][+-]?\d+)?)(Ki|Mi|Gi|Ti|Pi|Ei|n|u|m|k|M|G|T|P|E)?$")
+#: Kubernetes' quantity grammar (resource.Quantity): a signed decimal, then a binary suffix (Ki..Ei), a
+#: decimal one (n u m k M G T P E) or a decimal exponent (e3, E-2). Matched whole (fullmatch), so no trailing
+#: newline slips through as it would past ``$``.
+_QUANTITY = re.compile(r"([+-]?(?:[0-9]+\.?[0-9]*|\.[0-9]+)(?:[eE][+-]?[0-9]+)?)(Ki|Mi|Gi|Ti|Pi|Ei|n|u|m|k|M|G|T|P|E)?",
+                       re.ASCII)
 
 
 class QuantityError(ValueError):
@@ -46,10 +56,10 @@ def parse_quantity(value: str | int | float, resource: str = "") -> int:
         raise QuantityError(f"expected a finite quantity, got {value!r}")
     if isinstance(value, int) and not -MAX_QUANTITY <= value <= MAX_QUANTITY:   # no 4,300-digit str()
         raise QuantityError(f"quantity is above the maximum ({MAX_QUANTITY})")
-    text = str(value).strip()
+    text = str(value)
     if len(text) > MAX_QUANTITY_TEXT:
         raise QuantityError(f"expected a quantity of at most {MAX_QUANTITY_TEXT} characters, got {len(text)}")
-    match = _QUANTITY.match(text)
+    match = _QUANTITY.fullmatch(text)
     if not match:
         raise QuantityError(f"expected a quantity such as 500m, 2 or 64Mi, got {text!r}")
     number, suffix = match.group(1), match.group(2) or ""
@@ -80,6 +90,26 @@ def parse_quantity(value: str | int | float, resource: str = "") -> int:
     return int(amount)
 
 
+#: Kubernetes' qualified name (IsQualifiedName): an optional DNS-1123 subdomain prefix and "/", then a name
+#: of 1-63 characters. Resource names in requests, limits, node resources and queue limits are such names.
+_NAME_PART = re.compile(r"[A-Za-z0-9](?:[-A-Za-z0-9_.]*[A-Za-z0-9])?", re.ASCII)
+_DNS_SUBDOMAIN = re.compile(r"[a-z0-9](?:[-a-z0-9]*[a-z0-9])?(?:\.[a-z0-9](?:[-a-z0-9]*[a-z0-9])?)*", re.ASCII)
+RESOURCE_NAME_RULE = ("a Kubernetes qualified name: an optional DNS subdomain prefix (lower-case letters, digits, "
+                      "'-' and '.', at most 253 characters) and '/', then 1-63 letters, digits, '-', '_' or '.', "
+                      "starting and ending with a letter or digit")
+
+
+def resource_name_problem(name: object) -> str | None:
+    """Why ``name`` is not a valid resource name (a Kubernetes qualified name), or None."""
+    if isinstance(name, str):
+        prefix, slash, part = name.rpartition("/")
+        if len(part) <= 63 and _NAME_PART.fullmatch(part) and (
+                not slash or (len(prefix) <= 253 and _DNS_SUBDOMAIN.fullmatch(prefix))):
+            return None
+    shown = name if not isinstance(name, str) or len(name) <= 80 else name[:80] + "..."
+    return f"{shown!r} is not a valid resource name: {RESOURCE_NAME_RULE}"
+
+
 def format_quantity(amount: int, resource: str = "") -> str:
     """Format an integer quantity back into the shortest exact Kubernetes notation."""
     if resource in MILLI_RESOURCES:
@@ -95,7 +125,7 @@ def format_quantity(amount: int, resource: str = "") -> str:
 
 #: The longest duration: about 292 years, what a 64-bit count of nanoseconds (Kubernetes' durations) holds.
 MAX_DURATION = float(2**63 // 10**9)
-_DURATION = re.compile(r"^(\d+(?:\.\d+)?)(ms|s|m|h|d)?$")
+_DURATION = re.compile(r"([0-9]+(?:\.[0-9]+)?)(ms|s|m|h|d)?", re.ASCII)
 _DURATION_UNITS = {"ms": 0.001, "s": 1, "m": 60, "h": 3600, "d": 86400, None: 1}
 
 
@@ -111,8 +141,8 @@ def parse_duration(value: str | int | float) -> float:
         if value > MAX_DURATION:
             raise QuantityError(f"expected a duration of at most {MAX_DURATION:g} seconds, got {value:g}")
         return float(value)
-    text = str(value).strip()
-    match = _DURATION.match(text) if len(text) <= MAX_QUANTITY_TEXT else None
+    text = str(value)
+    match = _DURATION.fullmatch(text) if len(text) <= MAX_QUANTITY_TEXT else None
     if not match:
         raise QuantityError(f"expected a duration such as 30s, 5m, 2h, 3d or seconds, got {text[:80]!r}")
     seconds = float(match.group(1)) * _DURATION_UNITS[match.group(2)]

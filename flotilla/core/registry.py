@@ -108,6 +108,10 @@ class ExtensionRegistry:
         self.node_filter_fns.append(fn)
 
     def node_allowed(self, job: Job, i: int) -> bool:
+        """May ``job`` start on node ``i``: the node filters agree and none of its host ports is held there."""
+        ports = job.host_ports
+        if ports and not self.state.ports.free(i, ports):
+            return False
         return all(fn(job, i) for fn in self.node_filter_fns)
 
     # -- combined answers -------------------------------------------------

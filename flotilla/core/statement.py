@@ -25,6 +25,8 @@ def place(session, job: Job, node: int, vec) -> None:
     the same order.
     """
     session.index.bind(node, job.id, job.queue, vec, session.job_level(job))
+    if job.host_ports:
+        session.state.ports.add(node, job.id, job.host_ports)
     charge(session.queues[job.queue], vec, 1)
     _record_placement(session, job, node)
 
@@ -56,6 +58,8 @@ class Statement:
         s = self.session
         vec = s.vector(job)
         s.index.bind(node, job.id, job.queue, vec, s.job_level(job))
+        if job.host_ports:
+            s.state.ports.add(node, job.id, job.host_ports)
         charge(s.queues[job.queue], vec, 1)
         self.ops.append(("allocate", job, node, 0))
 
@@ -82,6 +86,8 @@ class Statement:
         s = self.session
         running = s.running[job.id]
         _, _, level = s.index.unbind(running.node, job.id)
+        if job.host_ports:
+            s.state.ports.remove(running.node, job.id, job.host_ports)
         if level != EVICTED:
             charge(s.queues[job.queue], running.vec, -1)
         self.ops.append(("preempt", job, running.node, level))
@@ -116,6 +122,8 @@ class Statement:
             if op == "allocate":
                 vec = s.vector(job)
                 s.index.unbind(node, job.id)
+                if job.host_ports:
+                    s.state.ports.remove(node, job.id, job.host_ports)
                 charge(s.queues[job.queue], vec, -1)
             elif op == "unevict":
                 running = s.running[job.id]
@@ -130,6 +138,8 @@ class Statement:
             else:  # preempt: back at the level it was taken from
                 running = s.running[job.id]
                 s.index.bind(node, job.id, job.queue, running.vec, level)
+                if job.host_ports:
+                    s.state.ports.add(node, job.id, job.host_ports)
                 if level != EVICTED:
                     charge(s.queues[job.queue], running.vec, 1)
         self.ops.clear()

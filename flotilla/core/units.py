@@ -27,6 +27,7 @@ _CLASS = attrgetter("priority_class")
 _SELECTOR = attrgetter("node_selector")
 _TOLERATIONS = attrgetter("tolerations")
 _GANG = attrgetter("gang")
+_AFFINITY = attrgetter("affinity")
 
 
 def elastic_core(session, gang) -> list[Job]:
@@ -187,12 +188,15 @@ class KnownMisfits:
     """
 
     __slots__ = ("by_key", "ahead", "_size", "_requests", "_classes", "_tolerations", "_selectors", "_cross",
-                 "_failure", "_single")
+                 "_failure", "_single", "affinity")
 
-    def __init__(self, ahead: set[str]):
+    def __init__(self, ahead: set[str], affinity: bool = False):
         self.by_key: dict[tuple, Failure] = {}
         #: Jobs placed this cycle that may still lie ahead in a queue (earlier actions, gang members).
         self.ahead = ahead
+        #: Whether some job has a node affinity: a run then stops before the first such job. Its key leaves
+        #: the affinity out, so it is offered and gets its own reason; without such jobs, no pass looks.
+        self.affinity = affinity
         self._size = -1
 
     def __bool__(self) -> bool:
@@ -220,7 +224,13 @@ class KnownMisfits:
         """How many of ``jobs``, from the first, have a known requirements key."""
         if self._size != len(self.by_key):
             self._prepare()
+        if self.affinity:
+            marks = list(map(_AFFINITY, jobs))
+            if any(marks):
+                jobs = jobs[:next(k for k, mark in enumerate(marks) if mark is not None)]
         n = len(jobs)
+        if not n:
+            return 0
         if not self._cross:
             ok = list(map(self.by_key.__contains__, _keys(jobs)))
             return ok.index(False) if False in ok else n

@@ -11,6 +11,8 @@
 the built-in backends every plugin manager holds
 (:data:`flotilla.plugin_manager.BUILTIN_BACKENDS`), asked after the config's
 own plugins; :func:`flotilla.plugin_manager.make_backends` asks the hook.
+
+Internal: not part of the plugin API (:mod:`flotilla.plugin`, :mod:`flotilla.testing`); may change in any release.
 """
 
 from __future__ import annotations

@@ -13,17 +13,32 @@ A pod labelled ``flotilla.io/job-id`` is one of ours and becomes a running
 job (rebuilt from its labels and annotations, see
 :mod:`flotilla.kubernetes.pods`); any other pod bound to a node we see
 consumes that node's resources (``ClusterSnapshot.foreign``). Finished pods
-(Succeeded, Failed) hold nothing; a pod being deleted still holds its
-resources if it is someone else's, while ours are already counted out by
-the scheduler that preempted them.
+(Succeeded, Failed) hold nothing; a pod being deleted (ours preempted or
+cancelled included) still holds its resources until it is gone, as the
+kubelet counts it: the scheduler sees that room as taken (foreign usage)
+until then.
 
 Writing. ``apply()`` returns at once: a small thread pool creates the
 started jobs' pods already bound (``spec.nodeName``; or, with
 ``bind="binding"``, pending and then bound through the ``binding``
 subresource) and deletes the preempted and cancelled jobs' pods with their
 grace period. Until the watch shows a new pod, the job is counted on its
-node anyway (so the next cycle cannot double-book it); a preempted job is
-counted out at once.
+node anyway (so the next cycle cannot double-book it).
+
+Held starts (a nominated node). A kubelet refuses a pod the node has no
+room for yet (``OutOfcpu``), and room freed by preemption comes only when
+the victims' pods are gone, after their grace period. The scheduler counts
+every other pod (terminating ones are foreign usage in the snapshot), so a
+start on a node where nothing is leaving is created at once. On a node
+where some pod is leaving (deleted, or ours being stopped, those of the
+same decisions included), a pod is created only when the node's live pods
+(terminating ones included), the pods being created and the pod itself fit
+its allocatable; until then the start is *held* for that node, first come
+first served: the job is
+reported running there (its lease renewed, the scheduler keeps its room
+and gives it to no other job), and its pod is created as soon as a pod on
+the node is gone. A start held with nothing on its node leaving for
+``stuck_pod_expiry`` is given up (``lost``: the job is retried).
 
 Events. Pod phases become job events: ``running``, ``succeeded``,
 ``failed`` (with the pod's reason, e.g. DeadlineExceeded, or the API
@@ -142,6 +157,10 @@ class KubernetesCluster:
         self._job_pod: dict[str, tuple[str, str]] = {}   # job id -> its live pod
         self._attempts: dict[str, int] = {}
         self._inflight: dict[str, Job] = {}              # started, pod not seen yet
+        #: Node -> starts waiting for room on it, in order: (job, attempt, template, start count).
+        self._held: dict[str, list[tuple]] = {}
+        self._held_ids: set[str] = set()
+        self._held_since: dict[str, float] = {}          # node -> since when nothing on it has been leaving
         self._stopping: dict[str, str] = {}              # job id -> preempted | cancelled
         self._kill_on_create: dict[str, str] = {}        # stopped before its pod was created
         self._ignore_delete: set[tuple[str, str]] = set()
@@ -221,17 +240,20 @@ class KubernetesCluster:
             for pod in self._pods.values():
                 if pod.node is None or pod.node not in self._nodes or pod.phase in ("Succeeded", "Failed"):
                     continue
+                requests = pod.requests
                 if pod.job is not None:
                     job_id = pod.job.id
                     if pod.deleting or job_id in self._stopping or self._job_pod.get(job_id) != pod.key \
                             or self._reported.get(pod.key) == "lost":
+                        # No longer the job's, but on its node until gone: the kubelet still counts it.
+                        requests = pod.job.requests
+                    else:
+                        running.append(pod.job)
+                        seen.add(job_id)
                         continue
-                    running.append(pod.job)
-                    seen.add(job_id)
-                else:
-                    used = foreign.setdefault(pod.node, {})
-                    for resource, amount in pod.requests.items():
-                        used[resource] = used.get(resource, 0) + amount
+                used = foreign.setdefault(pod.node, {})
+                for resource, amount in requests.items():
+                    used[resource] = used.get(resource, 0) + amount
             for job_id, job in self._inflight.items():
                 if job_id not in seen and job_id not in self._stopping and job.node in self._nodes:
                     running.append(job)
@@ -241,6 +263,9 @@ class KubernetesCluster:
         with self._lock:
             for kind, jobs in (("preempted", decisions.preempt), ("cancelled", decisions.cancel)):
                 for job in jobs:
+                    if job.id in self._held_ids:
+                        self._drop_held(job.id, kind)
+                        continue
                     self._stopping[job.id] = kind
                     key = self._job_pod.get(job.id)
                     if key is None and job.id in self._inflight:
@@ -254,8 +279,84 @@ class KubernetesCluster:
                 self._starts[job.id] = self._starts.get(job.id, 0) + 1
                 self._stopping.pop(job.id, None)
                 running = replace(job, state=JobState.RUNNING, cluster=self.name, node=placement.node)
+                if job.id in self._held_ids:   # started again elsewhere: the old hold is void
+                    self._drop_held(job.id, None)
                 self._inflight[job.id] = running
-                self._pool.submit(self._create, running, placement.node, attempt, decisions.templates.get(job.id))
+                template = decisions.templates.get(job.id)
+                if placement.node not in self._held and not self._leaving(placement.node):
+                    # Nothing on the node is on its way out: the scheduler counted every pod there.
+                    self._pool.submit(self._create, running, placement.node, attempt, template)
+                    continue
+                self._held.setdefault(placement.node, []).append((running, attempt, template, self._starts[job.id]))
+                self._held_ids.add(job.id)
+                self._held_since.setdefault(placement.node, self.clock())
+                self._release_held(placement.node)
+
+    # -- held starts (see the module docstring) ------------------------------------------------
+    def _leaving(self, node: str) -> bool:
+        """Whether a pod on ``node`` is on its way out (deleted, or ours being stopped) and still holds room."""
+        return any(pod.node == node and pod.phase not in ("Succeeded", "Failed")
+                   and (pod.deleting or (pod.job is not None and pod.job.id in self._stopping))
+                   for pod in self._pods.values())
+
+    def _node_load(self, node: str) -> dict[str, int]:
+        """What the kubelet counts on ``node``: its live pods (terminating ones too) and the pods being created."""
+        load: dict[str, int] = {}
+        created = set()
+        for pod in self._pods.values():
+            if pod.node != node or pod.phase in ("Succeeded", "Failed"):
+                continue
+            if pod.job is not None:
+                created.add(pod.job.id)
+            for resource, amount in (pod.requests if pod.job is None else pod.job.requests).items():
+                load[resource] = load.get(resource, 0) + amount
+        for job_id, job in self._inflight.items():
+            if job.node == node and job_id not in created and job_id not in self._held_ids:
+                for resource, amount in job.requests.items():
+                    load[resource] = load.get(resource, 0) + amount
+        return load
+
+    def _release_held(self, node: str) -> None:
+        """Create the pods of the starts held for ``node`` that now fit, in order (the first that does not
+        fit keeps those after it waiting: no start overtakes an earlier one on its node)."""
+        waiting = self._held.get(node)
+        if not waiting:
+            return
+        target = self._nodes.get(node)
+        load = self._node_load(node) if target is not None else None
+        while waiting:
+            job, attempt, template, started = waiting[0]
+            if self._starts.get(job.id) != started or job.id not in self._held_ids:
+                waiting.pop(0)   # stale: stopped or started again since
+                continue
+            if load is None or any(load.get(resource, 0) + amount > target.resources.get(resource, 0)
+                                   for resource, amount in job.requests.items()):
+                return
+            waiting.pop(0)
+            self._held_ids.discard(job.id)
+            for resource, amount in job.requests.items():
+                load[resource] = load.get(resource, 0) + amount
+            self._pool.submit(self._create, job, node, attempt, template)
+        del self._held[node]
+        self._held_since.pop(node, None)
+
+    def _drop_held(self, job_id: str, kind: str | None) -> None:
+        """Forget a held start; ``kind`` (preempted, cancelled, lost): report the job so, no pod was made."""
+        self._held_ids.discard(job_id)
+        job = self._inflight.pop(job_id, None)
+        for node, waiting in list(self._held.items()):
+            waiting[:] = [entry for entry in waiting if entry[0].id != job_id]
+            if not waiting:
+                del self._held[node]
+                self._held_since.pop(node, None)
+        if kind is not None:
+            reason = {"preempted": "preempted by the scheduler", "cancelled": "cancelled"}.get(kind, kind)
+            self._emit(job_id, kind, job.node if job is not None else None, reason, run=self._starts.get(job_id, 0))
+
+    def held(self) -> dict[str, list[str]]:
+        """Job ids of the starts held per node, in order (tests, tools)."""
+        with self._lock:
+            return {node: [entry[0].id for entry in waiting] for node, waiting in self._held.items() if waiting}
 
     def poll_events(self) -> list[JobEvent]:
         with self._lock:
@@ -450,7 +551,27 @@ class KubernetesCluster:
         log.warning("kubernetes.pod_given_up", cluster=self.name, job=pod.job.id, reason=reason)
         self._pool.submit(self._delete_finished, pod.key, grace)
 
+    def _give_up_held(self, now: float) -> None:
+        """Release what fits now; give up starts held on a node where nothing has been leaving for
+        ``stuck_pod_expiry`` (their room will not come: the job is retried elsewhere)."""
+        for node in list(self._held):
+            self._release_held(node)
+            if node not in self._held:
+                continue
+            if self._leaving(node) or self.stuck_pod_expiry is None:
+                self._held_since[node] = now
+                continue
+            if now - self._held_since.get(node, now) < self.stuck_pod_expiry:
+                continue
+            for job, _, _, _ in list(self._held[node]):
+                log.warning("kubernetes.held_start_given_up", cluster=self.name, job=job.id, node=node)
+                self._drop_held(job.id, None)
+                self._emit(job.id, "lost", node, f"node {node} has no room for the pod and nothing on it is "
+                                                  f"leaving (held for stuckPodExpiry {self.stuck_pod_expiry:g}s)")
+
     def _give_up_stuck_and_lost(self, now: float) -> None:
+        if self._held:
+            self._give_up_held(now)
         if self.stuck_pod_expiry is not None:
             horizon = now - self.stuck_pod_expiry
             for key in [key for key, since in self._starting.items() if since <= horizon]:
@@ -579,6 +700,11 @@ class KubernetesCluster:
 
     def _on_node(self, kind: str, obj: dict) -> None:
         name = obj["metadata"]["name"]
+        self._on_node_change(kind, obj, name)
+        if name in self._held:   # resized: a held start may fit now
+            self._release_held(name)
+
+    def _on_node_change(self, kind: str, obj: dict, name: str) -> None:
         if kind == "DELETED":
             self._nodes.pop(name, None)
             down = self._nodes_down.setdefault(name, [self.clock(), True, False])
@@ -604,6 +730,16 @@ class KubernetesCluster:
             self._on_pod("DELETED", {"metadata": {"namespace": key[0], "name": key[1]}, "_cached": old})
 
     def _on_pod(self, kind: str, obj: dict) -> None:
+        self._on_pod_change(kind, obj)
+        if self._held:
+            # A pod gone or finished frees room: the starts held for its node may go now, not a cycle later.
+            old = obj.get("_cached")
+            node = (obj.get("spec") or {}).get("nodeName") or (old.node if old is not None else None)
+            for name in [node] if node is not None else list(self._held):
+                if name in self._held:
+                    self._release_held(name)
+
+    def _on_pod_change(self, kind: str, obj: dict) -> None:
         meta = obj["metadata"]
         key = (meta.get("namespace", ""), meta["name"])
         if kind == "DELETED":
@@ -619,7 +755,8 @@ class KubernetesCluster:
                 self._ignore_delete.discard(key)
                 if self._stopping.get(job_id) and self._reported.get(key) == self._stopping[job_id]:
                     self._stopping.pop(job_id, None)
-            elif self._reported.get(key) not in _FINAL:
+            elif self._reported.get(key) not in _FINAL and job_id not in self._held_ids:
+                # (A held job's earlier pod going says nothing about the start waiting for its room.)
                 self._inflight.pop(job_id, None)
                 self._emit(job_id, "lost", old.node, "pod deleted outside Flotilla")
             self._reported.pop(key, None)
@@ -655,7 +792,7 @@ class KubernetesCluster:
             current = self._job_pod.get(job_id)
             if current is None or current == key or not deleting:
                 self._job_pod[job_id] = key
-            if node is not None:
+            if node is not None and job_id not in self._held_ids:
                 self._inflight.pop(job_id, None)
             self._pod_events(pod, job_id)
         else:

@@ -20,7 +20,9 @@ from typing import Any, Mapping
 from flotilla.core.backend import PodTemplate
 from flotilla.core.model import (GANG_CARDINALITY_ANNOTATION, GANG_ID_ANNOTATION, Gang, Job, JobState, Node,
                                  Taint, Toleration)
+from flotilla.core.nodeaffinity import AffinityError, parse_node_affinity
 from flotilla.core.quantities import QuantityError, format_quantity, parse_quantity
+from flotilla.kubernetes.requests import effective_requests
 from flotilla.kubernetes.services import OWNED, exposure_manifests
 
 PREFIX = "flotilla.io/"
@@ -178,6 +180,11 @@ def _stand_in_spec(job: Job, settings: PodSettings) -> dict[str, Any]:
     }
     if job.node_selector:
         spec["nodeSelector"] = dict(job.node_selector)
+    if job.affinity is not None:
+        spec["affinity"] = {"nodeAffinity": job.affinity.to_kubernetes()}
+    if job.host_ports:
+        spec["containers"][0]["ports"] = [{"containerPort": port, "hostPort": port, "protocol": protocol}
+                                          for protocol, port in job.host_ports]
     return spec
 
 
@@ -244,23 +251,36 @@ def _quantity(value: Any, resource: str) -> int:
         return int(amount.to_integral_value(ROUND_CEILING))
 
 
+def _request_map(resources: Mapping[str, Any] | None) -> dict[str, int]:
+    """A container's (or the pod's) requests; a limit alone is also the request, as the API server defaults it."""
+    resources = resources or {}
+    both = {**(resources.get("limits") or {}), **(resources.get("requests") or {})}
+    return {name: _quantity(value, name) for name, value in both.items()}
+
+
 def pod_requests(pod: Mapping[str, Any]) -> dict[str, int]:
-    """Effective requests: sum of containers, at least the largest init container, plus overhead (as kube-scheduler)."""
+    """Effective requests as kube-scheduler counts them (:func:`flotilla.kubernetes.requests.effective_requests`)."""
     spec = pod.get("spec") or {}
-    total: dict[str, int] = {}
-    for container in spec.get("containers") or ():
-        requests = (container.get("resources") or {}).get("requests") or {}
-        for name, value in requests.items():
-            total[name] = total.get(name, 0) + _quantity(value, name)
-    for container in spec.get("initContainers") or ():
-        requests = (container.get("resources") or {}).get("requests") or {}
-        for name, value in requests.items():
-            amount = _quantity(value, name)
-            if amount > total.get(name, 0):
-                total[name] = amount
-    for name, value in (spec.get("overhead") or {}).items():
-        total[name] = total.get(name, 0) + _quantity(value, name)
-    return total
+    containers = [_request_map(c.get("resources")) for c in spec.get("containers") or ()]
+    init = [(_request_map(c.get("resources")), c.get("restartPolicy") == "Always")
+            for c in spec.get("initContainers") or ()]
+    overhead = {name: _quantity(value, name) for name, value in (spec.get("overhead") or {}).items()}
+    pod_level = _request_map(spec.get("resources")) if spec.get("resources") else None
+    return effective_requests(containers, init, overhead, pod_level)
+
+
+def pod_host_ports(spec: Mapping[str, Any]) -> tuple[tuple[str, int], ...]:
+    """The ``(protocol, port)`` pairs a pod binds on its node: its containers' and sidecars' host ports
+    (every container port with ``hostNetwork``), sorted, each once."""
+    containers = list(spec.get("containers") or ())
+    containers += [c for c in spec.get("initContainers") or () if c.get("restartPolicy") == "Always"]
+    found = set()
+    for container in containers:
+        for port in container.get("ports") or ():
+            number = port.get("hostPort") or (port.get("containerPort") if spec.get("hostNetwork") else None)
+            if number:
+                found.add((port.get("protocol") or "TCP", int(number)))
+    return tuple(sorted(found))
 
 
 def is_ours(pod: Mapping[str, Any]) -> bool:
@@ -364,7 +384,17 @@ def job_from_pod(pod: Mapping[str, Any], cluster: str, requests_cache: dict | No
         cluster=cluster,
         node=spec.get("nodeName"),
         annotations=user_annotations,
+        host_ports=pod_host_ports(spec),
+        affinity=_node_affinity(spec),
     )
+
+
+def _node_affinity(spec: Mapping[str, Any]):
+    """The pod's node affinity as the core's object (a running pod's: only the label keys it reads matter)."""
+    try:
+        return parse_node_affinity((spec.get("affinity") or {}).get("nodeAffinity"))
+    except AffinityError:
+        return None
 
 
 _STATE_TAINTS = frozenset({"node.kubernetes.io/not-ready", "node.kubernetes.io/unreachable",
@@ -406,4 +436,4 @@ def node_from_object(obj: Mapping[str, Any], cluster: str) -> Node:
 __all__ = ["ATTEMPT", "FAKE_NODE", "JOB_ID", "KWOK_COMPLETE_DELAY", "PodSettings", "QUEUE", "is_ours", "is_terminal",
            "container_outcomes", "failure_reason", "job_from_pod", "label_value", "owned_fields", "POD_NUMBER",
            "waiting_reason", "node_from_object", "node_ready", "pod_manifest", "pod_name",
-           "pod_phase", "pod_requests"]
+           "pod_host_ports", "pod_phase", "pod_requests"]

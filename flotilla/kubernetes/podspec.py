@@ -13,7 +13,13 @@ pod later, but before anything is stored. What Flotilla changes on top:
   check them and the pod gets whole seconds;
 * the fields the scheduler owns are refused: ``nodeName`` (the scheduler
   binds), ``schedulerName`` (the cluster's setting), and
-  ``restartPolicy: Always`` (a batch job must end).
+  ``restartPolicy: Always`` (a batch job must end);
+* placement fields the scheduler does not honour are refused with their
+  path (:func:`refused_placement_fields`): a pod placed without looking at
+  them would break them, or be refused by its kubelet. The ones it honours
+  (requests, ``nodeSelector``, ``affinity.nodeAffinity``, ``tolerations``,
+  host ports, ``os``, ``overhead`` with ``runtimeClassName``) are read by
+  :mod:`flotilla.service.jobspec`.
 
 The podSpec is stored as :func:`stored_pod_spec` writes it (the API's own
 field names) and reaches the pod unchanged but for those owned fields
@@ -57,6 +63,9 @@ def _quantities_as_text(spec: dict) -> dict:
         out[group] = fixed
     if isinstance(out.get("overhead"), dict):
         out["overhead"] = {k: _quantity_text(v) for k, v in out["overhead"].items()}
+    if isinstance(out.get("resources"), dict):
+        out["resources"] = {key: ({k: _quantity_text(v) for k, v in value.items()} if isinstance(value, dict)
+                                  else value) for key, value in out["resources"].items()}
     return out
 
 
@@ -97,9 +106,91 @@ class PodSpec(V1PodSpec):
         return value
 
 
+#: Placement fields Flotilla's scheduling does not honour, refused with why (field path -> message).
+_REFUSED = (
+    ("affinity.podAffinity", lambda s: s.affinity is not None and s.affinity.pod_affinity is not None,
+     "pod affinity is not honoured by Flotilla's placement: leave it out (a pod placed without it would break it)"),
+    ("affinity.podAntiAffinity", lambda s: s.affinity is not None and s.affinity.pod_anti_affinity is not None,
+     "pod anti-affinity is not honoured by Flotilla's placement: leave it out (for one pod per node, give the pods "
+     "the same hostPort)"),
+    ("topologySpreadConstraints", lambda s: bool(s.topology_spread_constraints),
+     "topology spread constraints are not honoured by Flotilla's placement: leave them out"),
+    ("schedulingGates", lambda s: bool(s.scheduling_gates),
+     "scheduling gates are not honoured: Flotilla binds the pod when it places the job, so there is nothing to gate"),
+    ("schedulingGroup", lambda s: s.scheduling_group is not None,
+     "schedulingGroup is kube-scheduler's workload grouping: use a gang (armadaproject.io/gangId) instead"),
+    ("resourceClaims", lambda s: bool(s.resource_claims),
+     "resource claims (dynamic resource allocation) are not honoured by Flotilla's placement: request resources "
+     "in containers' resources instead"),
+    ("priority", lambda s: s.priority is not None,
+     "priority is set by the API server from priorityClassName: leave it out"),
+    ("preemptionPolicy", lambda s: s.preemption_policy is not None,
+     "preemptionPolicy is set by the API server from the priority class, and Flotilla's preemption follows "
+     "priority classes: leave it out"),
+    ("overhead", lambda s: s.overhead is not None and s.runtime_class_name is None,
+     "overhead without runtimeClassName: the API server refuses a pod whose overhead no RuntimeClass defines"),
+    ("runtimeClassName", lambda s: s.runtime_class_name is not None and not s.overhead,
+     "a RuntimeClass adds its overhead to the pod, which the placement must count: give the RuntimeClass's "
+     "overhead in overhead too (the API server refuses one that differs)"),
+)
+
+
+def refused_placement_fields(spec: PodSpec) -> list[tuple[str, str]]:
+    """``(field path, why)`` for every placement field of ``spec`` Flotilla would not honour.
+
+    A pod placed without looking at such a field would break the rule it
+    states (or be refused by its kubelet), so the job is refused at
+    submission instead. The containers' ``resources.claims`` and duplicate
+    host ports within the pod are refused here too.
+    """
+    out = [(path, message) for path, given, message in _REFUSED if given(spec)]
+    for group, containers in (("containers", spec.containers), ("initContainers", spec.init_containers)):
+        for c, container in enumerate(containers or ()):
+            if container.resources is not None and container.resources.claims:
+                out.append((f"{group}[{c}].resources.claims",
+                            "resource claims (dynamic resource allocation) are not honoured by Flotilla's placement"))
+    seen: dict[tuple[str, int], str] = {}
+    for path, protocol, port in _host_port_entries(spec):
+        key = (protocol, port)
+        if key in seen:
+            out.append((path, f"hostPort {port}/{protocol} is also used by {seen[key]}: a pod cannot bind one "
+                              f"host port twice"))
+        else:
+            seen[key] = path
+    return out
+
+
+def _host_port_entries(spec: PodSpec):
+    """``(field path, protocol, port)`` of each host port the pod binds.
+
+    A container port with ``hostPort`` binds it; with ``hostNetwork`` every
+    container port is a host port (the API server defaults ``hostPort`` to
+    it). Sidecars (restartable init containers) run beside the containers,
+    so their ports count too; ordinary init containers' ports are not
+    held once they end and are left out, as kube-scheduler does.
+    """
+    groups = [("containers", c, container) for c, container in enumerate(spec.containers or ())]
+    groups += [("initContainers", c, container) for c, container in enumerate(spec.init_containers or ())
+               if container.restart_policy == "Always"]
+    for group, c, container in groups:
+        for p, port in enumerate(container.ports or ()):
+            number = port.host_port or (port.container_port if spec.host_network else None)
+            if number:
+                yield f"{group}[{c}].ports[{p}].hostPort", port.protocol or "TCP", int(number)
+
+
+def host_ports(spec: PodSpec) -> list[list]:
+    """The pod's host ports as ``[protocol, port]`` pairs, sorted, each once (what the scheduler keeps apart)."""
+    return [list(key) for key in sorted({(protocol, port) for _, protocol, port in _host_port_entries(spec)})]
+
+
+#: The node label a pod's ``os.name`` must match: the kubelet refuses a pod for another operating system.
+OS_LABEL = "kubernetes.io/os"
+
+
 def stored_pod_spec(spec: PodSpec) -> dict:
     """The podSpec as stored and sent: the API's field names, only the fields the user gave."""
     return spec.model_dump(by_alias=True, exclude_unset=True, mode="json")
 
 
-__all__ = ["PodSpec", "RESTART_POLICIES", "stored_pod_spec"]
+__all__ = ["OS_LABEL", "PodSpec", "RESTART_POLICIES", "host_ports", "refused_placement_fields", "stored_pod_spec"]

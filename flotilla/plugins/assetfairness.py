@@ -15,38 +15,9 @@ from __future__ import annotations
 
 from typing import Mapping
 
-from flotilla.core.hookspecs import hookimpl
-from flotilla.core.shares import DEFAULT_SHARE_WEIGHTS, cost_share, weight_vector as unit_weights
-from flotilla.plugins.arguments import take_args
+from flotilla.plugin import hookimpl, parse_weights, weight_vector
 
 INF = float("inf")
-DEFAULT_WEIGHTS = dict(DEFAULT_SHARE_WEIGHTS)
-
-
-def parse_weights(args: Mapping, key: str = "resourceWeights") -> dict[str, float]:
-    weights = take_args(args, **{key: DEFAULT_WEIGHTS})[key]
-    if not isinstance(weights, Mapping):
-        raise ValueError(f"{key} must map resource names to numbers")
-    out = {}
-    for name, weight in weights.items():
-        if isinstance(weight, bool) or not isinstance(weight, (int, float)) or weight < 0:
-            raise ValueError(f"{key}.{name} must be a non-negative number, got {weight!r}")
-        out[str(name)] = float(weight)
-    return out
-
-
-def weight_vector(session, weights: Mapping[str, float]) -> tuple[float, ...]:
-    """Per-unit weights aligned with the session's resource order (cpu per millicore)."""
-    return unit_weights(session.space.names, weights)
-
-
-def asset_share(session, weights: Mapping[str, float]):
-    """``share(queue, extra)``: the queue's weighted cost (plus ``extra``'s) over the pool's.
-
-    Shared by every policy that measures usage as asset cost (decayedusage too);
-    the core measures reported shares the same way (:mod:`flotilla.core.shares`).
-    """
-    return cost_share(session.space.names, session.pool, weights)
 
 
 class AssetFairness:

@@ -10,8 +10,7 @@ from __future__ import annotations
 
 from typing import Mapping
 
-from flotilla.core.hookspecs import hookimpl
-from flotilla.plugins.arguments import take_args
+from flotilla.plugin import hookimpl, take_args
 
 TIERS = ("own", "unused", "used")
 

@@ -23,9 +23,8 @@ from __future__ import annotations
 from collections import Counter
 from typing import Mapping
 
-from flotilla.core.hookspecs import hookimpl
 from flotilla.core.model import NAMESPACE_ANNOTATION, OWNER_ANNOTATION
-from flotilla.plugins.arguments import take_args
+from flotilla.plugin import hookimpl, take_args
 
 SOURCES = {"user": OWNER_ANNOTATION, "namespace": NAMESPACE_ANNOTATION}
 

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from typing import Mapping
 
-from flotilla.plugins.arguments import take_args
+from flotilla.plugin import take_args
 
 
 class Predicates:

@@ -11,4 +11,6 @@ Modules:
 * :mod:`~flotilla.service.loop` - the scheduling loop (leases, events, hand-over to clusters);
 * :mod:`~flotilla.service.server` - ``flotilla serve``: API and loop in one process;
 * :mod:`~flotilla.service.cli` - the commands, which talk to the API through :mod:`flotilla.client`.
+
+Internal: not part of the plugin API (:mod:`flotilla.plugin`, :mod:`flotilla.testing`); may change in any release.
 """

@@ -9,8 +9,14 @@ PostgreSQL text column given a NUL) come before any model sees a field.
 * JSON is parsed strictly (:func:`load_json`): no ``NaN``/``Infinity``, no
   number that overflows a double, integers within 64 bits, at most
   :data:`MAX_DEPTH` levels of nesting and :data:`MAX_CONTAINERS` objects
-  and arrays, no NUL in any string, at most :attr:`Limits.max_jobs` jobs;
-* ids (queue, jobSetId, clientId, gangId) match :data:`ID_PATTERN`;
+  and arrays, at most :attr:`Limits.max_jobs` jobs, and every string and
+  key valid text (:func:`text_problem`): no NUL, no lone UTF-16 surrogate
+  (``"\\ud800"`` is valid JSON but not Unicode: UTF-8 cannot encode it, so
+  a stored one would break every response, log line and page that shows
+  it);
+* a URL's path and query are percent-encoded UTF-8 (:func:`url_problem`);
+* ids (queue, jobSetId, clientId, gangId) match :data:`ID_PATTERN` whole
+  (``fullmatch``: ``$`` would let a trailing newline through);
 * priorities are within ±(2^53 - 1) (:data:`PRIORITY_MAX`), exact in any JSON reader;
 * a job's labels and annotations total at most :data:`MAX_METADATA_BYTES`
   (Kubernetes' own limit for annotations).
@@ -25,7 +31,10 @@ import itertools
 import json
 import math
 import re
-from typing import Any, Iterator
+from typing import Annotated, Any, Iterator
+from urllib.parse import unquote_to_bytes
+
+from pydantic import Field, TypeAdapter, ValidationError
 
 from flotilla.service.settings import Limits
 
@@ -33,8 +42,9 @@ INT64_MIN, INT64_MAX = -(2**63), 2**63 - 1
 #: Job priorities: integers every JSON reader holds exactly (a double's 53 bits), well inside the 64-bit column.
 PRIORITY_MIN, PRIORITY_MAX = -(2**53 - 1), 2**53 - 1
 #: Queue names, job set ids, clientIds and gangIds: what URLs and the store's columns (255) can carry.
+#: ``ID_PATTERN`` is for schemas (JSON Schema's ``$`` ends the text); Python matches ``ID_RE`` whole.
 ID_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9._-]{0,254}$"
-ID_RE = re.compile(ID_PATTERN)
+ID_RE = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,254}", re.ASCII)
 ID_RULE = "1-255 characters: letters, digits, '.', '_' and '-', starting with a letter or digit"
 #: Deepest nesting of objects and arrays in a body (a pod spec with affinity rules needs about 12).
 MAX_DEPTH = 64
@@ -54,18 +64,75 @@ class BoundsError(ValueError):
         self.status = status
 
 
+#: Lone UTF-16 surrogates: what a JSON escape ``\\ud800`` without its pair decodes to in Python.
+_SURROGATE = re.compile("[\ud800-\udfff]")
+#: A JSON escape that may decode to one (a valid pair decodes to one character: only then is the body walked).
+_SURROGATE_ESCAPE = re.compile(r"\\u[dD][89a-fA-F][0-9a-fA-F]{2}")
+
+
+def text_problem(value: str) -> str | None:
+    """Why the string ``value`` is not text the service takes (a NUL, a lone surrogate), or None."""
+    if "\x00" in value:
+        return "NUL characters are not allowed"
+    bad = _SURROGATE.search(value)
+    if bad is not None:
+        return f"not valid Unicode: lone surrogate {shown_text(bad.group())} at character {bad.start() + 1}"
+    return None
+
+
+def shown_text(value: str) -> str:
+    """``value`` with lone surrogates written as ``\\udXXX`` escapes: safe to put in a message or a field path."""
+    return value.encode("utf-8", "backslashreplace").decode("utf-8") if _SURROGATE.search(value) else value
+
+
+def url_problem(raw_path: bytes | None, query: bytes) -> str | None:
+    """Why a request's raw path or query string is not percent-encoded UTF-8 text, or None.
+
+    Servers decode both leniently (an invalid byte becomes U+FFFD), so a
+    name that cannot be stored would otherwise arrive changed rather than
+    refused.
+    """
+    for where, raw in (("path", raw_path or b""), ("query", query.replace(b"+", b" "))):
+        if b"%" not in raw and raw.isascii():
+            continue
+        try:
+            unquote_to_bytes(raw).decode("utf-8")
+        except UnicodeDecodeError:
+            return f"the {where} is not valid UTF-8 once percent-decoded"
+    return None
+
+
 def id_problem(value: Any) -> str | None:
     """Why ``value`` is not a valid id, or None."""
-    if not isinstance(value, str) or not ID_RE.match(value):
+    if not isinstance(value, str) or not ID_RE.fullmatch(value):
         shown = value if not isinstance(value, str) or len(value) <= 40 else value[:40] + "..."
         return f"{shown!r} is not a valid id: {ID_RULE}"
     return None
 
 
+_INTEGER_TEXT = re.compile(r"[+-]?[0-9]+", re.ASCII)
+_PRIORITY = TypeAdapter(Annotated[int, Field(ge=PRIORITY_MIN, le=PRIORITY_MAX)])
+
+
+def priority_from_text(text: str) -> int:
+    """A priority typed as text (a dashboard form), refused as the API refuses it in a JSON body.
+
+    An integer literal past 64 bits gets :func:`load_json`'s message, any
+    other text or a value past ±(2^53 - 1) the API model's (the same
+    pydantic constraint); :class:`BoundsError` with field ``priority``.
+    """
+    if _INTEGER_TEXT.fullmatch(text) and (len(text.lstrip("+-")) > 19 or not INT64_MIN <= int(text) <= INT64_MAX):
+        raise BoundsError("integer out of the 64-bit range", "priority")
+    try:
+        return _PRIORITY.validate_python(int(text) if _INTEGER_TEXT.fullmatch(text) else text)
+    except ValidationError as exc:
+        raise BoundsError(f"priority: {exc.errors()[0]['msg']}", "priority") from None
+
+
 def field_path(parts) -> str:
     out = ""
     for part in parts:
-        out += f"[{part}]" if isinstance(part, int) else ("." if out else "") + str(part)
+        out += f"[{part}]" if isinstance(part, int) else ("." if out else "") + shown_text(str(part))
     return out
 
 
@@ -79,7 +146,7 @@ def _problem(value: Any) -> str | None:
     if isinstance(value, float):
         return None if math.isfinite(value) else f"{value!r} is not a finite number"
     if isinstance(value, str):
-        return "NUL characters are not allowed" if "\x00" in value else None
+        return text_problem(value)
     if isinstance(value, _Refused):
         return value.why
     return None
@@ -95,7 +162,7 @@ def _walk(value: Any, path: tuple = ()) -> Iterator[tuple[tuple, Any, int]]:
             continue
         if isinstance(item, dict):
             for key, sub in reversed(list(item.items())):
-                if isinstance(key, str) and "\x00" in key:
+                if isinstance(key, str) and text_problem(key):   # the key itself: named by its path
                     yield (*where, key), key, depth + 1
                 stack.append(((*where, key), sub, depth + 1))
         elif isinstance(item, list):
@@ -198,7 +265,7 @@ def load_json(body: bytes, limits: Limits | None = None) -> Any:
         raise BoundsError(f"the body is not JSON: {exc.msg} at line {exc.lineno} column {exc.colno}") from None
     except (RecursionError, ValueError) as exc:
         raise BoundsError(f"the body cannot be parsed: {type(exc).__name__}") from None
-    if parser.refused or "\\u0000" in text:
+    if parser.refused or "\\u0000" in text or _SURROGATE_ESCAPE.search(text):
         check_value(value, limits)
     _check_job_count(value, limits)
     return value
@@ -264,4 +331,4 @@ def job_file_problems(file: Any) -> list:
 __all__ = ["Limits", "BoundsError", "ID_PATTERN", "ID_RULE", "INT64_MIN", "INT64_MAX", "PRIORITY_MIN", "PRIORITY_MAX",
            "MAX_DEPTH",
            "MAX_CONTAINERS", "MAX_METADATA_BYTES", "check_value", "id_problem", "job_file_problems", "load_json",
-           "metadata_size"]
+           "metadata_size", "priority_from_text", "shown_text", "text_problem", "url_problem"]

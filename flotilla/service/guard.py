@@ -4,7 +4,8 @@ In this order, each answered in the one error model without reading more
 than it must:
 
 0. a NUL in the path or the query string is refused (400): no store column
-   can hold one, and PostgreSQL refuses it with an error;
+   can hold one, and PostgreSQL refuses it with an error; so is a path or
+   query that is not percent-encoded UTF-8 (422);
 1. without tokens (a local, single-user service), only a loopback ``Host``
    header is served: a DNS-rebinding page names its own host (400
    ``bad_host``); a state-changing request from a page of another origin
@@ -39,7 +40,7 @@ from starlette.datastructures import Headers
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from flotilla.service.auth import Authenticator, Unauthenticated
-from flotilla.service.bounds import BoundsError, load_json
+from flotilla.service.bounds import BoundsError, load_json, url_problem
 from flotilla.service.errors import ApiError, error_response, log_unexpected
 from flotilla.service.settings import Limits
 
@@ -109,6 +110,8 @@ class Guard:
         method, path = scope["method"], scope["path"]
         if "\x00" in path or b"%00" in scope.get("query_string", b""):   # no store column can hold a NUL
             return error_response(400, "NUL characters are not allowed in the path or the query"), receive
+        if (why := url_problem(scope.get("raw_path"), scope.get("query_string", b""))) is not None:
+            return error_response(422, why), receive   # servers would turn the bad bytes into U+FFFD
         api = path.startswith(API_PREFIX)
         if self.open_access:
             if not is_loopback_host(headers.get("host")):

@@ -5,8 +5,10 @@ Two stages, both all or nothing for the whole file:
 1. shape: the pydantic models below (wrong types, missing fields); errors
    carry the field path, e.g. ``jobs[2].podSpec.containers``;
 2. rules (:func:`validate_jobs`): priority class exists, requests equal
-   limits, quantities parse, grace period and deadline rules, gangs
-   complete and consistent, one of ``podSpec``/``podSpecs``.
+   limits, resource names are Kubernetes qualified names and quantities
+   follow Kubernetes' grammar (:mod:`flotilla.core.quantities`), grace
+   period and deadline rules, gangs complete and consistent, one of
+   ``podSpec``/``podSpecs``.
 
 The store adds the rules that need the database (the queue exists, a
 clientId already seen returns the existing job, gang ids are not reused)
@@ -22,10 +24,12 @@ from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, ValidationEr
 
 from flotilla.core.model import (GANG_CARDINALITY_ANNOTATION, GANG_ID_ANNOTATION, GANG_MIN_AVAILABLE_ANNOTATION,
                                  NAMESPACE_ANNOTATION, parse_min_available)
-from flotilla.core.quantities import QuantityError, format_quantity, parse_quantity
-from flotilla.kubernetes.podspec import PodSpec, stored_pod_spec
+from flotilla.core.nodeaffinity import AffinityError, parse_node_affinity
+from flotilla.core.quantities import QuantityError, format_quantity, parse_quantity, resource_name_problem
+from flotilla.kubernetes.podspec import OS_LABEL, PodSpec, host_ports, refused_placement_fields, stored_pod_spec
+from flotilla.kubernetes.requests import POD_LEVEL_RESOURCES, effective_requests, is_pod_level_resource
 from flotilla.kubernetes.services import IngressSpec, ServiceSpec, exposed_ports
-from flotilla.service.bounds import BoundsError, check_value, job_file_problems
+from flotilla.service.bounds import BoundsError, check_value, job_file_problems, shown_text
 from flotilla.service.settings import ServiceSettings
 from flotilla.service.store import NewJob, Pod, Rejection, SubmissionRejected
 
@@ -199,34 +203,27 @@ def validate_jobs(file: JobFile, settings: ServiceSettings) -> list[NewJob]:
         deadlines: list[float | None] = []
         stored_specs = []
         for path, spec in specs:
-            requests: dict[str, int] = {}
-            init_max: dict[str, int] = {}
-            for group, containers in (("containers", spec.containers), ("initContainers", spec.init_containers)):
-                for c, container in enumerate(containers or ()):
-                    cpath = f"{path}.{group}[{c}].resources"
-                    res = container.resources
-                    req = _parse_map((res and res.requests) or {}, f"{cpath}.requests", reject)
-                    lim = _parse_map((res and res.limits) or {}, f"{cpath}.limits", reject)
-                    if req is None or lim is None:
-                        continue
-                    for name in sorted(set(req) | set(lim)):
-                        if name in req and name not in lim:
-                            reject(f"{cpath}.limits.{name}",
-                                   f"requests must equal limits: {name} is requested "
-                                   f"({format_quantity(req[name], name)}) but has no limit")
-                        elif name in req and req[name] != lim[name]:
-                            reject(f"{cpath}.limits.{name}",
-                                   f"requests must equal limits: {name} requests {format_quantity(req[name], name)}"
-                                   f" but limits {format_quantity(lim[name], name)}")
-                    effective = {**lim, **req}
-                    target = requests if group == "containers" else init_max
-                    for name, amount in effective.items():
-                        if group == "containers":
-                            target[name] = target.get(name, 0) + amount
-                        else:
-                            target[name] = max(target.get(name, 0), amount)
-            for name, amount in init_max.items():
-                requests[name] = max(requests.get(name, 0), amount)
+            containers: list[dict[str, int]] = []
+            init: list[tuple[dict[str, int], bool]] = []
+            for group, items in (("containers", spec.containers), ("initContainers", spec.init_containers)):
+                for c, container in enumerate(items or ()):
+                    effective = _equal_requests(container.resources, f"{path}.{group}[{c}].resources", reject)
+                    if group == "containers":
+                        containers.append(effective)
+                    else:
+                        init.append((effective, container.restart_policy == "Always"))
+            pod_level = None
+            if spec.resources is not None:
+                pod_level = _equal_requests(spec.resources, f"{path}.resources", reject)
+                for name in pod_level:
+                    if not is_pod_level_resource(name):
+                        reject(f"{path}.resources.requests.{name}",
+                               f"a pod-level request may name only {', '.join(POD_LEVEL_RESOURCES)} or "
+                               f"hugepages-*, got {name!r}")
+            overhead = _parse_map(spec.overhead or {}, f"{path}.overhead", reject) or {}
+            requests = effective_requests(containers, init, overhead, pod_level)
+            for field_name, message in refused_placement_fields(spec):
+                reject(f"{path}.{field_name}", message)
 
             tgps = spec.termination_grace_period_seconds
             if tgps is None:
@@ -255,8 +252,22 @@ def validate_jobs(file: JobFile, settings: ServiceSettings) -> list[NewJob]:
             deadlines.append(ads)
 
             tolerations = [t.model_dump(by_alias=True, exclude_none=True) for t in spec.tolerations or ()]
-            pods.append(Pod({k: v for k, v in requests.items() if v}, dict(spec.node_selector or {}), tolerations))
-            stored_specs.append(stored_pod_spec(spec))
+            selector = dict(spec.node_selector or {})
+            if spec.os is not None:
+                # The kubelet refuses a pod for another operating system: placed as a selector on the OS label.
+                if selector.get(OS_LABEL, spec.os.name) != spec.os.name:
+                    reject(f"{path}.os.name", f"os {spec.os.name!r} contradicts nodeSelector {OS_LABEL}="
+                                              f"{selector[OS_LABEL]}")
+                selector[OS_LABEL] = spec.os.name
+            stored = stored_pod_spec(spec)
+            node_affinity = (stored.get("affinity") or {}).get("nodeAffinity")
+            try:
+                parse_node_affinity(node_affinity)
+            except AffinityError as exc:
+                reject(f"{path}.affinity.nodeAffinity" + (f".{exc.path}" if exc.path else ""), exc.message)
+            pods.append(Pod({k: v for k, v in requests.items() if v}, selector, tolerations, host_ports(spec),
+                            node_affinity or None))
+            stored_specs.append(stored)
 
         exposed = exposed_ports(stored_specs[0]) if stored_specs else set()
         for field, entries in (("services", job.services), ("ingress", job.ingress)):
@@ -341,10 +352,32 @@ def validate_jobs(file: JobFile, settings: ServiceSettings) -> list[NewJob]:
     return out
 
 
+def _equal_requests(resources, path: str, reject) -> dict[str, int]:
+    """A container's (or the pod's) requests, which must equal its limits (a limit alone is the request)."""
+    req = _parse_map((resources and resources.requests) or {}, f"{path}.requests", reject)
+    lim = _parse_map((resources and resources.limits) or {}, f"{path}.limits", reject)
+    if req is None or lim is None:
+        return {}
+    for name in sorted(set(req) | set(lim)):
+        if name in req and name not in lim:
+            reject(f"{path}.limits.{name}",
+                   f"requests must equal limits: {name} is requested ({format_quantity(req[name], name)}) "
+                   f"but has no limit")
+        elif name in req and req[name] != lim[name]:
+            reject(f"{path}.limits.{name}",
+                   f"requests must equal limits: {name} requests {format_quantity(req[name], name)}"
+                   f" but limits {format_quantity(lim[name], name)}")
+    return {**lim, **req}
+
+
 def _parse_map(values: dict, path: str, reject) -> dict[str, int] | None:
     out: dict[str, int] = {}
     ok = True
     for name, value in values.items():
+        if (why := resource_name_problem(name)) is not None:
+            reject(f"{path}.{shown_text(name)}", why)
+            ok = False
+            continue
         try:
             out[name] = parse_quantity(value, name)
         except QuantityError as exc:

@@ -19,8 +19,13 @@ Tables:
   whose ``seen`` is 1 counts as renewed then, so a cycle renews every lease
   of a cluster with one row, and writes a lease only when the cluster's
   report starts or stops listing its job;
-* ``events`` - the append-only event log; ids increase in commit order,
-  so "events of a job set after id N" is a resumable stream;
+* ``events`` - the append-only event log; ids increase in commit order and
+  are never handed out twice, even after the rows holding the largest ids
+  are deleted (a forced queue delete removes its events): readers resume
+  from "after id N" (the scheduling loop's copies, the watch streams), and
+  an id given again would hide the new event from them. SQLite therefore
+  declares the id AUTOINCREMENT (since v6); PostgreSQL's sequence never
+  goes back;
 * ``scheduler_leader`` - one row: which scheduler leads, its term (bumped
   at every change of leader) and until when its lease holds (the fence
   every scheduling write checks, see :mod:`flotilla.service.roles.election`);
@@ -134,6 +139,7 @@ events = sa.Table(
     sa.Column("node", sa.Text, nullable=True),
     sa.Column("reason", sa.Text, nullable=False, server_default=""),
     sa.Column("pod", sa.Integer, nullable=True),           # v4: the pod of a multi-pod job it is about
+    sqlite_autoincrement=True,                             # v6: ids of deleted rows are not reused
 )
 sa.Index("ix_events_job_set", events.c.queue, events.c.job_set, events.c.id)
 sa.Index("ix_events_job", events.c.job_id)
@@ -203,12 +209,43 @@ def _v5(conn: sa.Connection) -> None:
         conn.execute(sa.text("ALTER TABLE leases ADD COLUMN seen INTEGER NOT NULL DEFAULT 0"))
 
 
+def _v6(conn: sa.Connection) -> None:
+    """SQLite: event ids never reused (AUTOINCREMENT), every existing row kept, ids continuing from the largest.
+
+    SQLite cannot add AUTOINCREMENT to a table, so the table is rebuilt: the
+    old one renamed aside (its indexes dropped, their names are reused), the
+    new one created as defined above, the rows copied with their ids, the
+    old one dropped. The sequence is seeded with the largest id kept, so the
+    next event gets the next id. (Ids of rows deleted before this migration
+    cannot be known; the scheduling loop restarts with the program that
+    migrates, and reads everything afresh.) PostgreSQL's ``BIGSERIAL`` never
+    reused ids: nothing to do there. A database whose v1 ran with this
+    definition has the keyword already.
+    """
+    if conn.dialect.name != "sqlite":
+        return
+    ddl = conn.execute(sa.text("SELECT sql FROM sqlite_master WHERE type = 'table' AND name = 'events'")).scalar_one()
+    if "AUTOINCREMENT" in ddl.upper():
+        return
+    for index in events.indexes:
+        conn.execute(sa.text(f'DROP INDEX IF EXISTS "{index.name}"'))
+    conn.execute(sa.text("ALTER TABLE events RENAME TO events_before_v6"))
+    events.create(conn)
+    columns = ", ".join(f'"{column.name}"' for column in events.columns)
+    conn.execute(sa.text(f"INSERT INTO events ({columns}) SELECT {columns} FROM events_before_v6 ORDER BY id"))
+    conn.execute(sa.text("DROP TABLE events_before_v6"))
+    largest = conn.execute(sa.text("SELECT coalesce(max(id), 0) FROM events")).scalar_one()
+    conn.execute(sa.text("DELETE FROM sqlite_sequence WHERE name = 'events'"))
+    conn.execute(sa.text("INSERT INTO sqlite_sequence (name, seq) VALUES ('events', :seq)"), {"seq": largest})
+
+
 MIGRATIONS: list[tuple[int, str, Callable[[sa.Connection], None]]] = [
     (1, "queues, job sets, jobs, leases, events", _v1),
     (2, "scheduler leader and status", _v2),
     (3, "queue cordons and draining nodes", _v3),
     (4, "events.pod: the pod of a multi-pod job an event is about", _v4),
     (5, "lease renewal per cluster: cluster_reports and leases.seen", _v5),
+    (6, "event ids never reused on SQLite (AUTOINCREMENT)", _v6),
 ]
 
 LATEST = MIGRATIONS[-1][0]

@@ -15,6 +15,7 @@ from __future__ import annotations
 from itertools import chain
 
 from flotilla.core.model import GANG_MIN_AVAILABLE_ANNOTATION, Gang, Job, JobState, Toleration, parse_min_available
+from flotilla.core.nodeaffinity import AffinityError, NodeAffinity, parse_node_affinity
 from flotilla.service.leases import pod_ids
 
 # Read by the cluster backends (see flotilla.kubernetes.pods): grace period and active deadline, in seconds.
@@ -27,6 +28,9 @@ class Converter:
 
     def __init__(self):
         self._tolerations: dict[int, tuple] = {}
+        self._ports: dict[tuple, tuple] = {}
+        self._affinities: dict[int, tuple] = {}
+        self._affinity_values: dict[NodeAffinity, NodeAffinity] = {}
 
     #: Cached toleration lists; the cache starts over past this many (it lives as long as the queued copy).
     LIMIT = 10000
@@ -44,6 +48,34 @@ class Converter:
             self._tolerations[key] = (items, hit)  # keep items alive so id() stays unique
             return hit
         return hit[1]
+
+    def host_ports(self, items: list | None) -> tuple:
+        """``[[protocol, port], ...]`` as the core's tuple of pairs (shared by identical lists)."""
+        if not items:
+            return ()
+        key = tuple(map(tuple, items))
+        if len(self._ports) > self.LIMIT:
+            self._ports.clear()
+        return self._ports.setdefault(key, key)
+
+    def affinity(self, spec: dict | None) -> NodeAffinity | None:
+        """A stored ``nodeAffinity`` as the core's object; equal ones are one object."""
+        if not spec:
+            return None
+        if len(self._affinities) > self.LIMIT:
+            self._affinities.clear()
+            self._affinity_values.clear()
+        hit = self._affinities.get(id(spec))
+        if hit is not None and hit[0] is spec:
+            return hit[1]
+        try:
+            parsed = parse_node_affinity(spec)
+        except AffinityError:
+            # Checked at submission; a stored value that no longer parses matches no node rather than any.
+            parsed = NodeAffinity(required=())
+        parsed = self._affinity_values.setdefault(parsed, parsed)
+        self._affinities[id(spec)] = (spec, parsed)  # keep spec alive so id() stays unique
+        return parsed
 
     def pods(self, record, state=JobState.QUEUED, cluster=None, nodes=None) -> list[Job]:
         if record.gang_id:
@@ -63,7 +95,8 @@ class Converter:
             out.append(Job(ids[k], record.queue, record.job_set, record.priority, record.priority_class,
                            record.submitted, pod["requests"], pod.get("nodeSelector") or {},
                            self.tolerations(pod.get("tolerations")), gang, state, cluster,
-                           nodes[k] if nodes else None, annotations))
+                           nodes[k] if nodes else None, annotations,
+                           self.host_ports(pod.get("hostPorts")), self.affinity(pod.get("nodeAffinity"))))
         return out
 
 

@@ -1,10 +1,15 @@
 """The durable job store: every transaction the service runs, on SQLite or PostgreSQL.
 
 One method is one transaction. Writers are serialised (SQLite's
-``BEGIN IMMEDIATE``; a transaction-scoped advisory lock on PostgreSQL), which
-keeps event ids in commit order: a watcher that has seen event N never
-misses an event < N committed later. Readers never wait for writers (WAL on
-SQLite, MVCC on PostgreSQL).
+``BEGIN IMMEDIATE``; a transaction-scoped advisory lock on PostgreSQL, taken
+before anything is written and released only once the commit is visible),
+which keeps event ids in commit order: on PostgreSQL two writers would
+otherwise draw ids from the sequence in one order and commit in the other,
+and a reader that saw the larger id first would never read the smaller one.
+So a watcher that has seen event N never misses an event < N committed
+later; events are written only inside :meth:`Store.write` (checked). Ids are
+never reused either (see :mod:`flotilla.service.schema`). Readers never
+wait for writers (WAL on SQLite, MVCC on PostgreSQL).
 
 Jobs move through these states; every move appends an event to the job
 set's log, in the same transaction::
@@ -133,6 +138,10 @@ class Pod:
     requests: dict[str, int]
     node_selector: dict[str, str] = field(default_factory=dict)
     tolerations: list[dict] = field(default_factory=list)
+    #: ``[protocol, port]`` pairs the pod binds on its node (no two pods on one node share one).
+    host_ports: list[list] = field(default_factory=list)
+    #: The podSpec's ``affinity.nodeAffinity`` (API field names), checked at submission; None: none.
+    node_affinity: dict | None = None
 
     def to_dict(self) -> dict:
         out: dict[str, Any] = {"requests": self.requests}
@@ -140,6 +149,10 @@ class Pod:
             out["nodeSelector"] = self.node_selector
         if self.tolerations:
             out["tolerations"] = self.tolerations
+        if self.host_ports:
+            out["hostPorts"] = self.host_ports
+        if self.node_affinity:
+            out["nodeAffinity"] = self.node_affinity
         return out
 
 
@@ -470,6 +483,9 @@ class Store:
 
     @staticmethod
     def _insert_events(conn: sa.Connection, rows: list[dict]) -> None:
+        """Append ``rows`` to the event log; ``conn`` must be a :meth:`write` transaction (ids in commit order)."""
+        if not conn.get_execution_options().get("flotilla_write"):
+            raise RuntimeError("events are written only inside Store.write(), which serialises writers")
         if rows:
             # One shape for the whole batch: only events about one pod of a multi-pod job carry "pod".
             conn.execute(events.insert(), [row if "pod" in row else {**row, "pod": None} for row in rows])

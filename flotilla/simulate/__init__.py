@@ -5,6 +5,8 @@
 * :mod:`~flotilla.simulate.report`: the figures (JSON report, terminal table), shared with wall-clock players;
 * :mod:`~flotilla.simulate.plot`: the PNG; :mod:`~flotilla.simulate.policies`: ``--compare``;
 * :mod:`~flotilla.simulate.cli`: the command.
+
+Internal: not part of the plugin API (:mod:`flotilla.plugin`, :mod:`flotilla.testing`); may change in any release.
 """
 
 from flotilla.simulate.engine import CycleInfo, NoProgress, SchedulerBug, Simulation, SimulationError, check_invariants

@@ -25,7 +25,7 @@ from __future__ import annotations
 
 import time
 from pathlib import Path
-from urllib.parse import urlencode
+from urllib.parse import unquote_to_bytes, urlencode
 
 from fastapi import APIRouter, Form, Request
 from fastapi.concurrency import run_in_threadpool
@@ -36,6 +36,7 @@ from jinja2 import Environment, PackageLoader, select_autoescape
 from flotilla.core.quantities import format_quantity
 from flotilla.service import access
 from flotilla.service.auth import Authenticator, Identity, may_act
+from flotilla.service.bounds import INT64_MAX, BoundsError, priority_from_text, shown_text, text_problem
 from flotilla.service.errors import ApiError
 from flotilla.service.metrics.labels import reason_categories
 from flotilla.service.roles.status import StatusReader
@@ -74,6 +75,45 @@ def tree_order(rows: list[dict]) -> list[dict]:
 
     walk(None, 0)
     return out
+
+
+#: The last page number a job list takes: its offset stays a 64-bit integer in either database.
+MAX_PAGE = INT64_MAX // PAGE_SIZE
+
+
+async def form_fields(request: Request) -> dict[str, str] | ApiError:
+    """A URL-encoded form's fields, each name and value percent-decoded as strict UTF-8 text without NUL.
+
+    Starlette's parser turns bytes that are not UTF-8 into U+FFFD, so a form
+    would store changed text where the API refuses it; this refuses it
+    (the :class:`ApiError` is returned, to be raised where pages render).
+    """
+    body = await request.body()
+    fields: dict[str, str] = {}
+    for pair in body.split(b"&") if body else ():
+        name, _, value = pair.partition(b"=")
+        try:
+            name_text, value_text = (unquote_to_bytes(part.replace(b"+", b" ")).decode("utf-8")
+                                     for part in (name, value))
+        except UnicodeDecodeError:
+            return ApiError(422, "a form field is not valid UTF-8 once percent-decoded")
+        for text in (name_text, value_text):
+            if (why := text_problem(text)) is not None:
+                return ApiError(422, f"{shown_text(name_text)}: {why}", field=shown_text(name_text))
+        fields.setdefault(name_text, value_text)
+    return fields
+
+
+def form_priority(fields: dict[str, str] | ApiError) -> int:
+    """The form's ``priority``, within the API's bounds and refused with the API's message (422)."""
+    if isinstance(fields, ApiError):
+        raise fields
+    if "priority" not in fields:
+        raise ApiError(422, "priority: Field required", field="priority")
+    try:
+        return priority_from_text(fields["priority"])
+    except BoundsError as exc:
+        raise ApiError(exc.status, exc.message, field=exc.field) from None
 
 
 def mount_ui(app, store: Store, settings: ServiceSettings, status: StatusReader,
@@ -202,9 +242,9 @@ def mount_ui(app, store: Store, settings: ServiceSettings, status: StatusReader,
         def render(identity):
             queue_or_refuse(queue, identity)
             if sort not in SORTS or order not in ("asc", "desc") or (state and state not in STATES) \
-                    or page_number < 1:
+                    or not 1 <= page_number <= MAX_PAGE:
                 raise ApiError(422, f"sort must be one of {', '.join(SORTS)}, order asc or desc, state one of "
-                                    f"{', '.join(STATES)}, page_number 1 or more")
+                                    f"{', '.join(STATES)}, page_number from 1 to {MAX_PAGE}")
             filt = JobFilter(queue, jobSet or None, state or None, owner or None)
             total, rows = job_page(store, filt, sort, order == "desc", page_number)
             params = {"queue": queue, "jobSet": jobSet, "state": state, "owner": owner, "sort": sort, "order": order}
@@ -234,10 +274,13 @@ def mount_ui(app, store: Store, settings: ServiceSettings, status: StatusReader,
         return await guarded(request, act, form=True)
 
     @router.post("/jobs/{job_id}/reprioritize")
-    async def reprioritize(request: Request, job_id: str, priority: int = Form(...)):
+    async def reprioritize(request: Request, job_id: str):
+        fields = await form_fields(request)
+
         def act(identity):
             job = visible_job(job_id, identity)
             queue_or_refuse(job["queue"], identity)
+            priority = form_priority(fields)
             store.reprioritize(job["queue"], priority, None, [job_id], by=identity.user)
             return RedirectResponse(f"/ui/jobs/{job_id}?done=priority", status_code=303)
         return await guarded(request, act, form=True)

@@ -14,23 +14,22 @@ from __future__ import annotations
 
 from typing import Mapping
 
-from flotilla.core.hookspecs import hookimpl
+from flotilla.plugin import PluginSession, hookimpl, take_args
 
 
 class JobCap:
     def __init__(self, args: Mapping | None = None):
-        args = dict(args or {})
-        unknown = sorted(set(args) - {"maxRunning", "perQueue"})
-        if unknown:
-            raise ValueError(f"unknown argument(s) {', '.join(unknown)}; expected maxRunning, perQueue")
-        self.default = args.get("maxRunning")
-        self.per_queue = dict(args.get("perQueue") or {})
+        args = take_args(args, maxRunning=None, perQueue={})   # an unknown key is a config error
+        self.default = args["maxRunning"]
+        if not isinstance(args["perQueue"], Mapping):
+            raise ValueError(f"perQueue must map queue names to whole numbers, got {args['perQueue']!r}")
+        self.per_queue = dict(args["perQueue"])
         for name, cap in [("maxRunning", self.default), *((f"perQueue.{q}", c) for q, c in self.per_queue.items())]:
             if cap is not None and (isinstance(cap, bool) or not isinstance(cap, int) or cap < 0):
                 raise ValueError(f"{name} must be a whole number, got {cap!r}")
 
     @hookimpl
-    def flotilla_session_open(self, session):
+    def flotilla_session_open(self, session: PluginSession):
         running: dict[str, int] = {}
         for held in session.running.values():
             running[held.job.queue] = running.get(held.job.queue, 0) + 1

@@ -1,0 +1,245 @@
+"""The public plugin API: everything a Flotilla plugin needs, in one import.
+
+A plugin is a class whose constructor takes the ``args:`` mapping of its
+entry in the config's ``plugins:`` list, with methods marked :data:`hookimpl`.
+Its ``flotilla_session_open(session)`` registers plain callables on the
+session (:class:`PluginSession`), which the actions call in their inner
+loops. A package exposes the class through the ``flotilla.plugins``
+entry-point group; one line of YAML switches it on. ``docs/plugins.md``
+walks through writing, testing and installing one; ``docs/plugins-reference.md``
+is the reference of every extension point (its signature, contract and
+combine rule).
+
+.. code-block:: python
+
+    from flotilla.plugin import PluginSession, hookimpl, take_args
+
+    class Nothing:
+        def __init__(self, args):
+            take_args(args)                     # no arguments: a typo in the config is an error
+
+        @hookimpl
+        def flotilla_session_open(self, session: PluginSession):
+            session.add_job_valid(lambda job: None)
+
+Stability promise
+-----------------
+Every name in ``__all__`` here, and the fixtures of :mod:`flotilla.testing`,
+is **stable across minor versions**: a name keeps its meaning, a function its
+parameters and result, a type the fields and methods written down here; a
+minor version may add (new names, new session methods, new optional
+parameters, new fields), never remove or change. Removing or changing one
+waits for a major version and is announced in the release notes one minor
+version ahead. The extension points a plugin registers on are part of this
+promise, with the contracts ``docs/plugins-reference.md`` states.
+
+**Everything else is internal** and may change in any release without
+notice: every other module (``flotilla.core``, ``flotilla.actions``,
+``flotilla.plugins``, ``flotilla.contrib``, ``flotilla.config``, ...), and
+any attribute of the session or of these types that is not written down
+here (``session.index``, ``session.state``, ``session.snapshot``, ...). A
+plugin that reaches into them works today and may break on the next release.
+
+What a plugin sees
+------------------
+* :class:`Job`: a job, queued or running (its requests as integers:
+  millicores for cpu, base units otherwise).
+* :data:`Queue`: a queue during one cycle: ``name``, ``weight``,
+  ``fair_share`` (its weight over the active queues' weights), ``allocated``
+  (a :data:`Vector` of what its running jobs and this cycle's placements
+  hold), ``limits``, ``running`` (how many jobs it runs), ``parent``, and
+  ``active`` (it has jobs queued or running).
+* :class:`NodeType`: what a ``predicate`` sees; nodes that predicates cannot
+  tell apart (one cluster, the same indexed labels, taints and
+  schedulability) share one.
+* **A node is an int.** ``node_score``, ``node_filter``, ``on_allocate`` and
+  ``on_evict`` receive a node as its position in the session's node list:
+  an index valid for the session it was given by (not across cycles, where
+  nodes come and go). Read it with :func:`node_at` (the :class:`Node`: name,
+  cluster, labels, taints, resources), :func:`node_free` and
+  :func:`node_allocatable` (resource vectors). Positions are ints so that a
+  node search over ten thousand nodes compares ints, not objects.
+* :data:`Vector`: resources as a tuple of ints in the session's order,
+  ``session.space.names``; ``session.vector(job)`` gives a job's.
+* The callable each extension point takes, as a typed ``Protocol``
+  (:class:`QueueOrder`, :class:`QueueAdmit`, :class:`NodeScore`, ...), to
+  annotate yours with; each is declared once, in the core, with its
+  contract, and ``docs/plugins-reference.md`` is generated from them.
+
+Helpers
+-------
+* :func:`take_args`: check a plugin's ``args`` against its defaults, so an
+  unknown key is a config error that names the plugin, not a silent no-op.
+* :func:`parse_weights`, :func:`weight_vector`, :func:`asset_share`: Armada's
+  asset cost (``cpu + w_gpu * gpu + w_memory * memory``) and a queue's share
+  of the pool by it, as the built-in ``assetfairness`` measures it.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Callable, Mapping, Protocol, Sequence
+
+from flotilla.core.cyclestate import QueueState, RunningJob
+from flotilla.core.extensions import (GangReady, JobOrder, JobValid, NodeFilter, NodeScore, NodeTiers, OnAllocate, OnEvict,
+                                      Preemptable, PreemptQueueOrder, Predicate, QueueAdmit, QueueOrder, VictimOrder)
+from flotilla.core.hookspecs import hookimpl
+from flotilla.core.model import Gang, Job, Node, PriorityClass, Taint, Toleration
+from flotilla.core.nodeindex import EVICTED, NodeType
+from flotilla.core import shares
+from flotilla.core.resources import ResourceSpace, Vector
+
+#: A queue during one cycle, as plugins see it (see the module docstring for its fields).
+Queue = QueueState
+
+#: The asset-cost weights of Armada's default: cpu and gpus count, memory does not.
+DEFAULT_WEIGHTS: Mapping[str, float] = shares.DEFAULT_SHARE_WEIGHTS
+
+
+class PluginSession(Protocol):
+    """The session as a plugin sees it in ``flotilla_session_open``: what it may read and call.
+
+    Read what you need once, at open; register callables that look up what
+    they precomputed. The session must not be changed from a plugin: it is
+    the actions' to change, through statements.
+    """
+
+    @property
+    def now(self) -> float:
+        """The snapshot's time, in seconds (simulated time in ``simulate``, the wall clock in ``serve``)."""
+
+    @property
+    def space(self) -> ResourceSpace:
+        """The resource names in vector order (``space.names``, ``space.position[name]``)."""
+
+    @property
+    def pool(self) -> Vector:
+        """The allocatable resources of every node of every cluster, summed."""
+
+    @property
+    def queues(self) -> Mapping[str, Queue]:
+        """Every queue by name; leaves and, in a queue tree, their parents."""
+
+    @property
+    def running(self) -> Mapping[str, RunningJob]:
+        """The running jobs by id: ``.job`` (:class:`Job`), ``.node`` (a node position), ``.vec``."""
+
+    @property
+    def gangs(self) -> Mapping[str, Sequence[Job]]:
+        """Each gang's members (queued and running), by gang id."""
+
+    def vector(self, job: Job) -> Vector:
+        """``job``'s requests as a :data:`Vector`."""
+
+    def priority_class(self, job: Job) -> PriorityClass:
+        """``job``'s priority class (the config's default when it names none)."""
+
+    # -- registration: one method per extension point (docs/plugins-reference.md) --
+    def add_queue_order(self, fn: QueueOrder) -> None: ...
+
+    def add_preempt_queue_order(self, fn: PreemptQueueOrder) -> None: ...
+
+    def add_job_order(self, fn: JobOrder) -> None: ...
+
+    def add_predicate(self, fn: Predicate) -> None: ...
+
+    def add_queue_admit(self, fn: QueueAdmit) -> None: ...
+
+    def set_node_tiers(self, fn: NodeTiers) -> None: ...
+
+    def add_node_score(self, fn: NodeScore, across_tiers: bool = False) -> None: ...
+
+    def add_node_filter(self, fn: NodeFilter) -> None: ...
+
+    def add_gang_ready(self, fn: GangReady) -> None: ...
+
+    def add_preemptable(self, fn: Preemptable) -> None: ...
+
+    def add_victim_order(self, fn: VictimOrder) -> None: ...
+
+    def add_job_valid(self, fn: JobValid) -> None: ...
+
+    def add_event_handler(self, on_allocate: OnAllocate | None = None, on_evict: OnEvict | None = None) -> None: ...
+
+
+# -- nodes -------------------------------------------------------------------
+
+def node_at(session: PluginSession, node: int) -> Node:
+    """The :class:`Node` at position ``node`` of this session: name, cluster, labels, taints, resources."""
+    return session.index.nodes[node]  # type: ignore[attr-defined]
+
+
+def node_allocatable(session: PluginSession, node: int) -> Vector:
+    """What node ``node`` can hold in all, as a :data:`Vector`."""
+    return session.index.allocatable[node]  # type: ignore[attr-defined]
+
+
+def node_free(session: PluginSession, node: int) -> Vector:
+    """What is free on node ``node`` now, as a :data:`Vector`: this cycle's placements taken, evictions given back."""
+    index = session.index  # type: ignore[attr-defined]
+    return index.free[node][index.level_of[EVICTED]]
+
+
+# -- arguments ---------------------------------------------------------------
+
+def take_args(args: Mapping[str, Any] | None, **defaults: Any) -> dict[str, Any]:
+    """``defaults`` overridden by ``args``; any key not in ``defaults`` is a ``ValueError``.
+
+    The loader turns a ``ValueError`` (or ``TypeError``) from a plugin's
+    constructor into a config error at the plugin's place in the file:
+    ``plugins[5].args: plugin 'jobcap': unknown argument(s) maxRuning; expected maxRunning, perQueue``.
+    """
+    args = dict(args or {})
+    unknown = sorted(set(args) - set(defaults))
+    if unknown:
+        expected = ", ".join(sorted(defaults)) or "no arguments"
+        raise ValueError(f"unknown argument(s) {', '.join(unknown)}; expected {expected}")
+    return {**defaults, **args}
+
+
+# -- asset share -------------------------------------------------------------
+
+def parse_weights(args: Mapping[str, Any] | None, key: str = "resourceWeights") -> dict[str, float]:
+    """The ``key`` argument (default :data:`DEFAULT_WEIGHTS`) as resource name -> non-negative weight.
+
+    ``args`` holds only ``key``: any other key is a ``ValueError``, as is a
+    weight that is not a non-negative number. Resources not listed weigh 0.
+    """
+    weights = take_args(args, **{key: DEFAULT_WEIGHTS})[key]
+    if not isinstance(weights, Mapping):
+        raise ValueError(f"{key} must map resource names to numbers")
+    out = {}
+    for name, weight in weights.items():
+        if isinstance(weight, bool) or not isinstance(weight, (int, float)) or weight < 0:
+            raise ValueError(f"{key}.{name} must be a non-negative number, got {weight!r}")
+        out[str(name)] = float(weight)
+    return out
+
+
+def weight_vector(session: PluginSession, weights: Mapping[str, float]) -> tuple[float, ...]:
+    """Per-unit weights aligned with the session's resource order (cpu per millicore)."""
+    return shares.weight_vector(session.space.names, weights)
+
+
+def asset_share(session: PluginSession, weights: Mapping[str, float]) -> Callable[[Queue, Vector | None], float]:
+    """``share(queue, extra)``: the queue's asset cost (plus ``extra``'s, when given) over the pool's.
+
+    The cost of a resource vector is ``sum(weight * amount)``; a queue's is
+    that of its ``allocated``. It is the measure the core reports shares by
+    (with the config's weights), so a policy built on it orders queues by
+    the figure users see. Build it once per session (at open): the pool's
+    cost is computed here, and ``share`` is a short loop over the resources,
+    cheap enough for allocate's inner loop.
+    """
+    return shares.cost_share(session.space.names, session.pool, weights)
+
+
+__all__ = [
+    # the hook marker and what a plugin sees
+    "hookimpl", "PluginSession", "Gang", "Job", "Node", "NodeType", "PriorityClass", "Queue", "ResourceSpace",
+    "RunningJob", "Taint", "Toleration", "Vector", "node_allocatable", "node_at", "node_free",
+    # the extension points' callable types (flotilla.core.extensions declares them; the reference documents them)
+    "GangReady", "JobOrder", "JobValid", "NodeFilter", "NodeScore", "NodeTiers", "OnAllocate", "OnEvict",
+    "PreemptQueueOrder", "Preemptable", "Predicate", "QueueAdmit", "QueueOrder", "VictimOrder",
+    # helpers
+    "DEFAULT_WEIGHTS", "asset_share", "parse_weights", "take_args", "weight_vector",
+]
