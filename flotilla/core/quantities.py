@@ -1,4 +1,4 @@
-"""Exact resource quantities, resource names and durations.
+r"""Exact resource quantities, resource names and durations.
 
 Kubernetes notation (``500m``, ``64Mi``, ``1.5``, ``2e3``) is parsed to
 integers so that no float drift ever reaches a fit check: ``cpu`` is counted
