@@ -72,7 +72,8 @@ class QueueBody(QueueConfig):
     parent: None = Field(None, description="always null: parent queues are set in the config file")
 
     def spec(self) -> QueueSpec:
-        return QueueSpec(self.name, self.weight, dict(self.limits), tuple(self.owners), tuple(self.group_owners))
+        return QueueSpec(self.name, self.weight, dict(self.limits), tuple(self.owners), tuple(self.group_owners),
+                         tuple(self.namespaces))
 
 
 class QueueUpdateBody(QueueBody):
@@ -83,7 +84,8 @@ class QueueUpdateBody(QueueBody):
                              json_schema_extra={"readOnly": True})
 
     def spec_for(self, name: str) -> QueueSpec:
-        return QueueSpec(name, self.weight, dict(self.limits), tuple(self.owners), tuple(self.group_owners))
+        return QueueSpec(name, self.weight, dict(self.limits), tuple(self.owners), tuple(self.group_owners),
+                         tuple(self.namespaces))
 
 
 def _one_of_required(*names: str) -> dict:

@@ -25,12 +25,15 @@ class QueueSpec:
     limits: Mapping[str, float] = field(default_factory=dict)
     owners: tuple[str, ...] = ()
     group_owners: tuple[str, ...] = ()
+    #: Namespaces whose in-cluster pods may use the queue (see flotilla.service.intake).
+    namespaces: tuple[str, ...] = ()
     #: From the config file only (the API makes top-level queues); the store does not keep it.
     parent: str | None = None
 
     def to_dict(self) -> dict:
         return {"name": self.name, "weight": self.weight, "limits": dict(self.limits),
-                "owners": list(self.owners), "groupOwners": list(self.group_owners)}
+                "owners": list(self.owners), "groupOwners": list(self.group_owners),
+                "namespaces": list(self.namespaces)}
 
 
 @dataclass(frozen=True, slots=True)
@@ -194,6 +197,7 @@ def from_config(config: Any) -> ServiceSettings:
             owners=tuple(_get(q, "owners", default=()) or ()),
             group_owners=tuple(_get(q, "group_owners", default=None) or _get(q, "groupOwners", default=()) or ()),
             parent=_get(q, "parent", default=None),
+            namespaces=tuple(_get(q, "namespaces", default=()) or ()),
         )
         for q in _get(config, "queues", default=[]) or []
     )
