@@ -77,6 +77,8 @@ class Harness:
         assert self.backend.wait_synced(60)
         self.loop = ServiceLoop(self.store, self.settings, Scheduler(self.cfg), self.backends, seed=0)
         self.cluster = cluster
+        # Told again at every change of reason (the 10 s per pod bound is the reporter's, tested with it).
+        self.backend.reporter.min_interval = 0.0
         deadline = time.monotonic() + 60
         while not self.backend.intake.ready and time.monotonic() < deadline:
             time.sleep(0.05)
@@ -85,6 +87,13 @@ class Harness:
         report = self.loop.run_cycle()
         assert self.backend.wait_idle(60)
         return report
+
+    def seen(self, count: int, timeout: float = 60.0) -> None:
+        """Wait (liveness only) until the backend's watch has shown ``count`` waiting in-cluster pods."""
+        deadline = time.monotonic() + timeout
+        while len(self.backend.waiting_pods()) < count:
+            assert time.monotonic() < deadline, f"the watch showed {len(self.backend.waiting_pods())} pods"
+            time.sleep(0.05)
 
     def settle(self, predicate, what: str, timeout: float = 60.0):
         """Wait (liveness only) for the cluster to show what a cycle's writes did."""
@@ -160,6 +169,7 @@ def test_the_seed_two_queue_example_through_pods(harness):
     c = harness.cluster
     for i in range(40):
         make_pod(c, "team-a", f"a-{i}", labels={"flotilla.io/job-set": "job-a"}, priority_class="armada-preemptible")
+    harness.seen(40)
     for _ in range(3):
         harness.cycle()
         pods = c.pods()
@@ -178,6 +188,7 @@ def test_the_seed_two_queue_example_through_pods(harness):
     try:
         for i in range(50):
             make_pod(c, "team-b", f"b-{i}", priority_class="armada-preemptible")
+        harness.seen(50)
         victims = sorted(p["metadata"]["name"] for p in live(c.pods(), "team-a") if p["spec"]["nodeName"] == other)
         assert len(victims) == 8
         for _ in range(3):   # within three cycles
@@ -209,3 +220,180 @@ def test_the_seed_two_queue_example_through_pods(harness):
         states.setdefault((j["queue"], j["state"]), 0)
         states[(j["queue"], j["state"])] += 1
     assert states[("A", "preempted")] == 8 and states[("B", "queued")] == 18
+
+
+def test_api_jobs_and_pods_share_the_cluster_by_queue_weights(kwok, tmp_path):
+    """Queue A (weight 1) fed through the API, queue B (weight 3) through pods: 16 and 48 of the 64 cores."""
+    from flotilla.service.jobspec import prepare
+    from service_fixtures import job, job_file
+
+    cluster = kwok["a"]
+    make_namespace(cluster, "team-b", "B")
+    cluster.create_namespace("flotilla-jobs")
+    h = Harness(tmp_path, cluster)
+    h.cfg.queues[1].weight = 3.0
+    h.settings = from_config(h.cfg)
+    h.store.sync_queues(h.settings.queues)
+    h.loop.reconfigure(Scheduler(h.cfg), h.settings)
+    try:
+        _, new = prepare(job_file("A", "api", [job(f"j{i}") for i in range(64)]), h.settings)
+        h.store.submit("A", "api", "alice", new)
+        for i in range(64):
+            make_pod(cluster, "team-b", f"b-{i}")
+        h.seen(64)
+        for _ in range(3):
+            h.cycle()
+        pods = h.settle(lambda pods: len([p for p in live(pods) if p["spec"].get("nodeName")]) == 64, "64 bound")
+        api_pods = [p for p in live(pods, "flotilla-jobs") if p["spec"].get("nodeName")]
+        in_cluster = [p for p in live(pods, "team-b") if p["spec"].get("nodeName")]
+        assert (len(api_pods), len(in_cluster)) == (16, 48)
+        counts = {(j["queue"], j["source"], j["state"]) for j in h.store.list_jobs(states=["queued"])}
+        assert counts == {("A", "api", "queued"), ("B", "cluster", "queued")}
+        assert len(h.store.list_jobs(queue="A", states=["queued"])) == 48
+        assert len(h.store.list_jobs(queue="B", states=["queued"])) == 16
+    finally:
+        h.close()
+
+
+def fill(cluster, free: dict[str, int]) -> None:
+    """Someone else's pods leaving ``free`` cores on each node (one pod of 1 core named ``spare-NODE-k`` per core
+    that can be freed later)."""
+    for node, cores in free.items():
+        cluster.create_foreign_pod(f"fill-{node}", node, str(32 - cores - 2))
+        cluster.create_foreign_pod(f"spare-{node}-0", node, "1")
+        cluster.create_foreign_pod(f"spare-{node}-1", node, "1")
+
+
+def test_a_gang_of_four_pods_by_annotations_is_bound_all_or_nothing(harness):
+    c = harness.cluster
+    fill(c, {"node-1": 0, "node-2": 2})   # 2 free cores
+    gang = {"armadaproject.io/gangId": "g", "armadaproject.io/gangCardinality": "4"}
+    for i in range(3):
+        make_pod(c, "team-b", f"g-{i}", annotations=gang)
+    harness.seen(3)
+    harness.cycle()
+    pods = harness.settle(lambda pods: all((condition(p, "PodScheduled") or {}).get("message") ==
+                                           "flotilla: gang 'g': 3 of its 4 pods waiting"
+                                           for p in live(pods, "team-b")), "incomplete gang told")
+    assert harness.store.list_jobs(queue="B") == []
+    make_pod(c, "team-b", "g-3", annotations=gang)
+    harness.seen(4)
+    for _ in range(2):
+        harness.cycle()
+    assert bound_per_node(c.pods(), "team-b") == {}
+    jobs = harness.store.list_jobs(queue="B")
+    assert len(jobs) == 4 and {j["state"] for j in jobs} == {"queued"}
+    assert {j["gang"]["id"] for j in jobs} == {"team-b/g"}
+    # Room for four on node-2 (its two spare cores freed): all four bound there, in one cycle.
+    harness.settle(lambda pods: {(condition(p, "PodScheduled") or {}).get("message") for p in live(pods, "team-b")}
+                   == {"flotilla: gang B/team-b/g: 2 of 4 members fit"}, "the gang told why")
+    for name in ("spare-node-2-0", "spare-node-2-1"):
+        c.client.delete(pod_path("default", name), {"gracePeriodSeconds": 0})
+    harness.settle(lambda pods: not any(p["metadata"]["name"].startswith("spare-node-2") for p in pods), "freed")
+    time.sleep(0.5)   # the backend's watch sees the room before the next cycle
+    harness.cycle()
+    pods = harness.settle(lambda pods: bound_per_node(pods, "team-b") == {"node-2": 4}, "gang bound")
+    assert bound_per_node(pods, "team-b") == {"node-2": 4}
+
+
+PODGROUP_CRD = {
+    "apiVersion": "apiextensions.k8s.io/v1", "kind": "CustomResourceDefinition",
+    "metadata": {"name": "podgroups.scheduling.volcano.sh"},
+    "spec": {"group": "scheduling.volcano.sh", "scope": "Namespaced",
+             "names": {"kind": "PodGroup", "plural": "podgroups", "singular": "podgroup", "shortNames": ["pg"]},
+             "versions": [{"name": "v1beta1", "served": True, "storage": True, "subresources": {"status": {}},
+                           "schema": {"openAPIV3Schema": {"type": "object",
+                                                          "x-kubernetes-preserve-unknown-fields": True}}}]}}
+
+
+def ensure_podgroup_crd(cluster) -> None:
+    """The PodGroup CRD on the session's cluster (a minimal stand-in for deploy/'s manifest: this test reads
+    only spec.minMember)."""
+    try:
+        cluster.client.post("/apis/apiextensions.k8s.io/v1/customresourcedefinitions", PODGROUP_CRD)
+    except KubeError as exc:
+        if getattr(exc, "status", None) != 409:
+            raise
+    deadline = time.monotonic() + 30
+    while True:
+        try:
+            cluster.client.get("/apis/scheduling.volcano.sh/v1beta1/podgroups")
+            return
+        except KubeError:
+            if time.monotonic() > deadline:
+                raise
+            time.sleep(0.2)
+
+
+def test_a_volcano_podgroup_with_min_member_3_over_5_pods(kwok, tmp_path):
+    cluster = kwok["a"]
+    ensure_podgroup_crd(cluster)
+    make_namespace(cluster, "team-b", "B")
+    h = Harness(tmp_path, cluster)
+    try:
+        cluster.client.post("/apis/scheduling.volcano.sh/v1beta1/namespaces/team-b/podgroups", {
+            "apiVersion": "scheduling.volcano.sh/v1beta1", "kind": "PodGroup",
+            "metadata": {"name": "pg", "namespace": "team-b"}, "spec": {"minMember": 3}})
+        fill(cluster, {"node-1": 1, "node-2": 1})   # 2 free cores: fewer than the minimum
+        for i in range(5):
+            make_pod(cluster, "team-b", f"v-{i}", annotations={"scheduling.k8s.io/group-name": "pg"})
+        h.seen(5)
+        for _ in range(2):
+            h.cycle()
+        assert bound_per_node(cluster.pods(), "team-b") == {}
+        jobs = h.store.list_jobs(queue="B")
+        assert len(jobs) == 5 and {j["gang"]["id"] for j in jobs} == {"podgroup/team-b/pg"}
+        # Four free cores on node-1: the minimum of three at once, then one more as room allows; the fifth waits.
+        for name in ("spare-node-1-0", "spare-node-1-1"):
+            cluster.client.delete(pod_path("default", name), {"gracePeriodSeconds": 0})
+        h.settle(lambda pods: not any(p["metadata"]["name"].startswith("spare-node-1") for p in pods), "freed")
+        time.sleep(0.5)
+        for _ in range(3):
+            h.cycle()
+        pods = h.settle(lambda pods: sum(bound_per_node(pods, "team-b").values()) == 4, "4 bound")
+        assert bound_per_node(pods, "team-b") == {"node-1": 3, "node-2": 1}
+    finally:
+        h.close()
+
+
+def test_pods_refused_are_never_bound_and_told_why(harness):
+    c = harness.cluster
+    make_pod(c, "team-c", "wrong-namespace")                       # team-c says queue B; B does not list it
+    make_pod(c, "team-b2", "no-queue")                             # listed by B, but nothing names a queue
+    make_pod(c, "team-b", "bad-class", priority_class="system-cluster-critical")
+    make_pod(c, "team-b", "anti", labels={"app": "x"}, extra_spec={"affinity": {"podAntiAffinity": {
+        "requiredDuringSchedulingIgnoredDuringExecution": [
+            {"labelSelector": {"matchLabels": {"app": "x"}}, "topologyKey": "kubernetes.io/hostname"}]}}})
+    make_pod(c, "team-b2", "labelled", labels={"flotilla.io/queue": "B"})   # the pod's own label: fine
+    make_pod(c, "team-b", "other-scheduler", scheduler="default-scheduler-x")
+    harness.seen(5)
+    for _ in range(3):
+        harness.cycle()
+    expected = {
+        "wrong-namespace": "flotilla: namespace 'team-c' may not use queue 'B' (the queue's namespaces: "
+                           "team-b, team-b2)",
+        "no-queue": "flotilla: no queue: label the pod or its namespace 'team-b2' with flotilla.io/queue",
+        "bad-class": "flotilla: spec.priorityClassName: 'system-cluster-critical' is not a Flotilla priority class "
+                     "(known: armada-default, armada-preemptible)",
+        "anti": "flotilla: spec.affinity.podAntiAffinity: pod anti-affinity is not honoured by Flotilla's "
+                "placement (for one pod per node, give the pods the same hostPort)",
+    }
+    pods = harness.settle(lambda pods: {p["metadata"]["name"]: (condition(p, "PodScheduled") or {}).get("message")
+                                        for p in pods if p["metadata"]["name"] in expected} == expected,
+                          "refusals told")
+    by_name = {p["metadata"]["name"]: p for p in pods}
+    assert {name for name, p in by_name.items() if p["spec"].get("nodeName")} == {"labelled"}
+    assert condition(by_name["other-scheduler"], "PodScheduled") is None
+    assert [j["pod"]["name"] for j in harness.store.list_jobs()] == ["labelled"]
+    # A FailedScheduling Event tells `kubectl describe pod` the same.
+    events = c.client.get("/api/v1/namespaces/team-c/events")["items"]
+    assert [(e["reason"], e["message"]) for e in events if e["involvedObject"]["name"] == "wrong-namespace"] == \
+        [("FailedScheduling", expected["wrong-namespace"])]
+    # The queue's namespaces changed through the API: the pod is looked at again and bound.
+    spec = harness.store.get_queue("B")
+    from dataclasses import replace
+    harness.store.update_queue(replace(spec, namespaces=(*spec.namespaces, "team-c")))
+    harness.cycle()
+    harness.cycle()
+    pods = harness.settle(lambda pods: any(p["metadata"]["name"] == "wrong-namespace" and p["spec"].get("nodeName")
+                                           for p in pods), "bound once allowed")
