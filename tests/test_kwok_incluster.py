@@ -397,3 +397,95 @@ def test_pods_refused_are_never_bound_and_told_why(harness):
     harness.cycle()
     pods = harness.settle(lambda pods: any(p["metadata"]["name"] == "wrong-namespace" and p["spec"].get("nodeName")
                                            for p in pods), "bound once allowed")
+
+
+def _health(url: str) -> bool:
+    import httpx
+    try:
+        return httpx.get(f"{url}/v1/health", timeout=1).status_code == 200
+    except httpx.HTTPError:
+        return False
+
+
+SERVE_CONFIG = """
+priorityClasses:
+  - {name: armada-default, priority: 30000, preemptible: false}
+defaultPriorityClass: armada-default
+queues:
+  - {name: B, weight: 1, namespaces: [team-b]}
+lease: {timeout: 60s, maxRetries: 3}
+cycle: {period: 0.2s}
+server: {listen: "127.0.0.1:PORT"}
+store: {url: "sqlite:///DB"}
+auth:
+  tokens:
+    - {token: admin-token, user: root, groups: [admins]}
+    - {token: root-token, user: root, groups: [admins]}
+  adminGroups: [admins]
+clusters:
+"""
+
+
+def test_status_watch_dashboard_metrics_and_logs_show_in_cluster_jobs(kwok, tmp_path):
+    import json
+    import re
+
+    from serve_process import ORDER, Server, cli, wait_for
+
+    cluster = kwok["a"]
+    make_namespace(cluster, "team-b", "B")
+    class InfoServer(Server):
+        """``flotilla --log-level info serve``: the cycle's log lines are what is asserted last."""
+
+        def start(self):
+            import subprocess
+
+            from serve_process import FLOTILLA, REPO, env_for
+            self.proc = subprocess.Popen([*FLOTILLA, "--log-level", "info", "serve", "--config", str(self.config)],
+                                         cwd=REPO, env=env_for(), stdout=subprocess.DEVNULL,
+                                         stderr=open(self.log, "ab"))
+            wait_for(lambda: self.proc.poll() is None and _health(self.url), timeout=30)
+            return self
+
+    srv = InfoServer(tmp_path, SERVE_CONFIG + f"  - {{name: a, kind: kubernetes, kubeconfig: {cluster.kubeconfig}, "
+                                          f"context: {cluster.context}}}\n").start()
+    try:
+        for i in range(4):   # done 2 s after they start (kwok's completion stage)
+            make_pod(cluster, "team-b", f"short-{i}", labels={"flotilla.io/job-set": "short"},
+                     annotations={"pod-complete.stage.kwok.x-k8s.io/delay": "2000ms"})
+        for i in range(6):
+            make_pod(cluster, "team-b", f"long-{i}", labels={"flotilla.io/job-set": "long"})
+        watched = cli(srv, "root", "watch", "B", "short", "--until-done", "--output", "json", timeout=120)
+        assert watched.returncode == 0, watched.stderr
+        per_job: dict[str, list[str]] = {}
+        for event in map(json.loads, watched.stdout.splitlines()):
+            per_job.setdefault(event["jobId"], []).append(event["kind"])
+        assert len(per_job) == 4 and all(kinds == ORDER for kinds in per_job.values()), per_job
+
+        def long_running():
+            out = cli(srv, "root", "status", "--job-set", "B", "long", "--output", "json")
+            jobs = json.loads(out.stdout)["jobs"] if out.returncode == 0 else []
+            return jobs if len(jobs) == 6 and {j["state"] for j in jobs} == {"running"} else None
+        jobs = wait_for(long_running, timeout=60)
+        assert sorted(j["pod"]["name"] for j in jobs) == [f"long-{i}" for i in range(6)]
+        assert {(j["source"], j["pod"]["namespace"], j["owner"]) for j in jobs} == {("cluster", "team-b", "team-b")}
+        one = next(j for j in jobs if j["pod"]["name"] == "long-0")
+        pod = next(p for p in cluster.pods() if p["metadata"]["name"] == "long-0")
+        assert one["id"] == pod["metadata"]["uid"].replace("-", "")
+        assert one["node"] == pod["spec"]["nodeName"]
+
+        with srv.http("root") as root:
+            root.cookies.set("flotilla_token", "admin-token")
+            page = root.get(f"/ui/jobs/{one['id']}")
+            assert page.status_code == 200
+            assert re.search(r'<td id="pod">team-b/long-0 \(uid ' + pod["metadata"]["uid"] + r'\)</td>', page.text)
+
+            def scraped():
+                text = root.get("/metrics").text
+                running = re.search(r'^flotilla_queue_jobs\{queue="B",state="running"\} (\S+)$', text, re.M)
+                return text if running and running.group(1) == "6.0" else None
+            wait_for(scraped, timeout=30)
+        log = srv.log.read_text()
+        assert sum(int(n) for n in re.findall(r"intake\.pods +cluster=a .*stored=(\d+)", log)) == 10, log[-3000:]
+    finally:
+        srv.kill()
