@@ -489,3 +489,84 @@ def test_status_watch_dashboard_metrics_and_logs_show_in_cluster_jobs(kwok, tmp_
         assert sum(int(n) for n in re.findall(r"intake\.pods +cluster=a .*stored=(\d+)", log)) == 10, log[-3000:]
     finally:
         srv.kill()
+
+
+HA_CONFIG = """
+priorityClasses:
+  - {name: armada-default, priority: 30000, preemptible: false}
+defaultPriorityClass: armada-default
+queues:
+  - {name: B, weight: 1, namespaces: [team-b]}
+evict: {probability: 0}
+lease: {timeout: 8s, maxRetries: 5}
+leaderElection: {leaseDuration: 2s, renewPeriod: 0.3s}
+cycle: {period: 0.2s}
+clusters:
+"""
+
+
+@pytest.mark.postgres
+def test_the_leader_killed_during_intake_binds_no_pod_twice_and_loses_none(kwok, tmp_path):
+    """Two schedulers on PostgreSQL; the leader is killed with SIGKILL while pods arrive: the other takes over,
+    and every pod is stored once, leased once and bound (to the node its one lease names)."""
+    from service_fixtures import POSTGRES_URL, reset_postgres
+    if not POSTGRES_URL:
+        pytest.skip("FLOTILLA_TEST_POSTGRES_URL is not set")
+    from serve_process import wait_for
+    from test_service_ha import Role
+
+    cluster = kwok["a"]
+    make_namespace(cluster, "team-b", "B")
+    reset_postgres(POSTGRES_URL)
+    config = tmp_path / "ha.yaml"
+    config.write_text(HA_CONFIG + f"  - {{name: a, kind: kubernetes, kubeconfig: {cluster.kubeconfig}, "
+                                  f"context: {cluster.context}}}\n")
+    schedulers = [Role(tmp_path, config, "scheduler", f"sched-{i}") for i in (1, 2)]
+    store = Store(POSTGRES_URL)
+    try:
+        for s in schedulers:
+            s.ready()
+        leader = wait_for(lambda: next((s for s in schedulers if s.leads()), None), timeout=15)
+        other = next(s for s in schedulers if s is not leader)
+        for i in range(30):
+            make_pod(cluster, "team-b", f"p-{i}")
+        # Killed as soon as it has stored some of them (the rest are on their way in, or leased, or binding).
+        wait_for(lambda: len(store.list_jobs(queue="B")) > 0, timeout=60, step=0.02)
+        leader.proc.kill()
+        leader.proc.wait(10)
+        for i in range(30, 60):
+            make_pod(cluster, "team-b", f"p-{i}")
+        wait_for(other.leads, timeout=30)
+        pods = cluster.wait_pods(lambda pods: sum(1 for p in live(pods, "team-b") if p["spec"].get("nodeName")) == 60,
+                                 timeout=120, what="60 pods bound")
+        uids = {p["metadata"]["name"]: p["metadata"]["uid"].replace("-", "") for p in live(pods, "team-b")}
+        assert len(uids) == 60
+        for p in live(pods, "team-b"):   # bound by Flotilla: its Binding's annotation names the pod's own job
+            assert p["metadata"]["annotations"]["flotilla.io/job-id"] == uids[p["metadata"]["name"]]
+        jobs = store.list_jobs(queue="B")
+        assert sorted(j["id"] for j in jobs) == sorted(uids.values())
+        wait_for(lambda: {j["state"] for j in store.list_jobs(queue="B")} == {"running"}, timeout=60)
+        events = store.all_events()
+        per_job: dict[str, list[str]] = {}
+        for e in events:
+            per_job.setdefault(e["jobId"], []).append(e["kind"])
+        for job_id, kinds in per_job.items():
+            assert kinds.count("submitted") == 1, kinds
+            assert "failed" not in kinds and "cancelled" not in kinds, kinds
+            # Never leased twice without going back to the queue in between.
+            state = None
+            for kind in kinds:
+                if kind == "leased":
+                    assert state != "leased", kinds
+                    state = "leased"
+                elif kind == "queued":
+                    state = "queued"
+        last_lease = {}
+        for e in events:
+            if e["kind"] == "leased":
+                last_lease[e["jobId"]] = e["node"]
+        assert {uids[p["metadata"]["name"]]: p["spec"]["nodeName"] for p in live(pods, "team-b")} == last_lease
+    finally:
+        for s in schedulers:
+            s.stop()
+        store.close()
