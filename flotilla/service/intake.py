@@ -49,7 +49,7 @@ from flotilla.kubernetes.intake import JOB_SET_LABEL, POD_NAME, POD_NAMESPACE, P
 log = structlog.get_logger("flotilla.service.intake")
 
 #: Waiting pods told the scheduler's reason per cluster and cycle (the rest are told in later cycles).
-REPORT_LIMIT = 10_000
+REPORT_LIMIT = 2_000
 
 
 def _dump(value) -> str:
