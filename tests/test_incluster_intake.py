@@ -123,3 +123,27 @@ def test_the_queue_api_takes_namespaces_and_refuses_a_bad_one(tmp_path):
         bad = client.post("/v1/queues", json={"name": "L", "namespaces": ["Team_A"]}, headers=headers("root"))
         assert bad.status_code == 422 and "namespaces" in bad.text
     service.close()
+
+
+def test_without_the_podgroup_crd_such_pods_are_refused_saying_so(tmp_path):
+    store = Store(f"sqlite:///{tmp_path}/s.db")
+    store.sync_queues(queues())
+    tracker = IntakeTracker("flotilla", namespaces_synced=True, podgroups_synced=True)
+    tracker.on_namespace("ADDED", {"metadata": {"name": "team-a", "labels": {"flotilla.io/queue": "A"}}})
+    tracker.on_pod("ADDED", pod(annotations={"scheduling.k8s.io/group-name": "pg"}))
+    tracker.set_podgroups_problem("the PodGroup CRD (/apis/scheduling.volcano.sh/v1beta1/podgroups) is not "
+                                  "installed on cluster east")
+    arrivals, _ = tracker.take()
+    rows, refused = ClusterIntake(store)._admit("east", arrivals, {q.name: q for q in queues()}, {"default"},
+                                                "default")
+    assert rows == [] and [why for _, why in refused.values()] == [
+        "metadata.annotations.scheduling.k8s.io/group-name: the PodGroup CRD "
+        "(/apis/scheduling.volcano.sh/v1beta1/podgroups) is not installed on cluster east"]
+    # The CRD installed, its PodGroup (minMember 1) seen: the pod is offered again and stored as a gang of one.
+    tracker.set_podgroups_problem(None)
+    tracker.on_podgroup("ADDED", {"metadata": {"namespace": "team-a", "name": "pg"}, "spec": {"minMember": 1}})
+    arrivals, _ = tracker.take()
+    rows, refused = ClusterIntake(store)._admit("east", arrivals, {q.name: q for q in queues()}, {"default"},
+                                                "default")
+    assert refused == {} and [(r["gang_id"], r["gang_cardinality"]) for r in rows] == [("podgroup/team-a/pg", 1)]
+    store.close()

@@ -570,3 +570,94 @@ def test_the_leader_killed_during_intake_binds_no_pod_twice_and_loses_none(kwok,
         for s in schedulers:
             s.stop()
         store.close()
+
+
+def make_job(cluster, namespace: str, name: str, parallelism: int, cpu: str = "1", *, priority_class=None,
+             labels=None) -> dict:
+    """A ``batch/v1`` Job whose pods name Flotilla; its Job controller (the fixture's controller-manager) makes
+    them, and ignores a pod Flotilla preempts (podFailurePolicy on DisruptionTarget), making a new one."""
+    spec = {"schedulerName": "flotilla", "terminationGracePeriodSeconds": 1, "restartPolicy": "Never",
+            "containers": [{"name": "c", "image": "registry.k8s.io/pause:3.10",
+                            "resources": {"requests": {"cpu": cpu}}}]}
+    if priority_class:
+        spec["priorityClassName"] = priority_class
+    return cluster.client.post(f"/apis/batch/v1/namespaces/{namespace}/jobs", {
+        "apiVersion": "batch/v1", "kind": "Job", "metadata": {"name": name, "namespace": namespace},
+        "spec": {"parallelism": parallelism, "completions": parallelism, "backoffLimit": 0,
+                 "podFailurePolicy": {"rules": [{"action": "Ignore",
+                                                 "onPodConditions": [{"type": "DisruptionTarget"}]}]},
+                 "template": {"metadata": {"labels": dict(labels or {})}, "spec": spec}}})
+
+
+def test_the_seed_two_queue_example_through_batch_jobs(harness):
+    """The seed's example with real Jobs: Job A (40, queue A) runs 32 + 8; Job B (50, queue B) arrives: within three
+    cycles A keeps 32, its 8 on the second node are told DisruptionTarget and deleted, B runs 32 there, and 18 of B
+    wait told why. A's Job controller makes 8 new pods for the 8 it lost: new jobs, queued again."""
+    c = harness.cluster
+    make_job(c, "team-a", "job-a", 40, priority_class="armada-preemptible")
+    harness.seen(40)
+    for _ in range(3):
+        harness.cycle()
+        if sum(bound_per_node(c.pods(), "team-a").values()) == 40:
+            break
+    assert sorted(bound_per_node(c.pods(), "team-a").values()) == [8, 32]
+    full = next(node for node, n in bound_per_node(c.pods(), "team-a").items() if n == 32)
+    other = "node-2" if full == "node-1" else "node-1"
+    assert {j["jobSet"] for j in harness.store.list_jobs(queue="A")} == {"job-a"}   # the owning Job's name
+
+    recorder = PodRecorder(c, "DisruptionTarget")
+    try:
+        victims = sorted(p["metadata"]["name"] for p in live(c.pods(), "team-a") if p["spec"]["nodeName"] == other)
+        assert len(victims) == 8
+        make_job(c, "team-b", "job-b", 50, priority_class="armada-preemptible")
+        harness.seen(50)
+        for _ in range(3):   # within three cycles
+            harness.cycle()
+            pods = c.pods()
+            if bound_per_node(pods, "team-b") == {other: 32} and not any(
+                    p["metadata"]["name"] in victims for p in pods):
+                break
+        pods = harness.settle(lambda pods: bound_per_node(pods, "team-b") == {other: 32}
+                              and not any(p["metadata"]["name"] in victims for p in pods), "B bound, victims gone")
+        assert bound_per_node(pods, "team-a") == {full: 32}
+        assert sorted(name for name in recorder.seen if name.startswith("job-a-")) == victims
+        assert {(v["status"], v["reason"]) for v in recorder.seen.values()} == {("True", "PreemptionByScheduler")}
+        pods = harness.settle(lambda pods: sum(
+            1 for p in live(pods, "team-b") if not p["spec"].get("nodeName")
+            and (condition(p, "PodScheduled") or {}).get("message", "").startswith("flotilla: ")) == 18,
+            "18 pods told why")
+        assert len([p for p in live(pods, "team-b") if not p["spec"].get("nodeName")]) == 18
+    finally:
+        recorder.stop()
+    harness.seen(18 + 8)   # B's 18, and the 8 pods A's Job controller made anew
+    harness.cycle()
+    jobs = harness.store.list_jobs(queue="A")
+    states = sorted(j["state"] for j in jobs)
+    assert states.count("preempted") == 8 and states.count("running") == 32
+    job_a = c.client.get("/apis/batch/v1/namespaces/team-a/jobs/job-a")
+    assert job_a["status"].get("failed", 0) == 0     # the preemptions were ignored by its podFailurePolicy
+
+
+def test_a_pod_deleted_or_bound_by_someone_else_while_queued_leaves_its_queue(harness):
+    c = harness.cluster
+    for name in ("gone", "taken"):   # too big for any node: they stay queued
+        make_pod(c, "team-b", name, cpu="40")
+    harness.seen(2)
+    harness.cycle()
+    uids = {p["metadata"]["name"]: p["metadata"]["uid"] for p in live(c.pods(), "team-b")}
+    assert {j["pod"]["name"]: j["state"] for j in harness.store.list_jobs(queue="B")} == \
+        {"gone": "queued", "taken": "queued"}
+    c.client.delete(pod_path("team-b", "gone"), {"gracePeriodSeconds": 0})
+    c.client.post(pod_path("team-b", "taken") + "/binding", {   # someone else's binding (no Flotilla annotation)
+        "apiVersion": "v1", "kind": "Binding", "metadata": {"name": "taken", "namespace": "team-b"},
+        "target": {"apiVersion": "v1", "kind": "Node", "name": "node-1"}}, parse=False)
+    deadline = time.monotonic() + 60
+    while harness.backend.waiting_pods():
+        assert time.monotonic() < deadline
+        time.sleep(0.05)
+    harness.cycle()
+    got = {j["pod"]["name"]: (j["state"], j["reason"]) for j in harness.store.list_jobs(queue="B")}
+    assert got == {"gone": ("cancelled", "pod deleted while queued"),
+                   "taken": ("cancelled", "pod bound to node node-1 by someone else")}
+    assert sorted(j["id"] for j in harness.store.list_jobs(queue="B")) == \
+        sorted(uid.replace("-", "") for uid in uids.values())

@@ -182,7 +182,6 @@ class KubernetesCluster:
         self._requests_cache: dict = {}
         #: The waiting in-cluster pods (flotilla.kubernetes.intake), kept from the pod, namespace and PodGroup watches.
         self.intake = IntakeTracker(self.settings.scheduler_name)
-        self._incluster: set[str] = set()                # job ids of in-cluster pods bound (or being bound)
         self._reporter = None
         self._pool = ThreadPoolExecutor(max_workers=workers, thread_name_prefix=f"kube-{name}")
         self._threads: list[threading.Thread] = []
@@ -453,8 +452,6 @@ class KubernetesCluster:
     def _bind(self, job: Job, node: str) -> None:
         """Bind an in-cluster pod to ``node`` (``pods/binding``), only the very pod that was queued (its uid)."""
         namespace, name, uid = job.annotations[POD_NAMESPACE], job.annotations[POD_NAME], job.annotations[POD_UID]
-        with self._lock:
-            self._incluster.add(job.id)
         body = {"apiVersion": "v1", "kind": "Binding",
                 "metadata": {"name": name, "namespace": namespace, "uid": uid, "annotations": {JOB_ID: job.id}},
                 "target": {"apiVersion": "v1", "kind": "Node", "name": node}}
@@ -918,8 +915,6 @@ class KubernetesCluster:
         node = spec.get("nodeName")
         old = self._pods.get(key)
         incluster = not is_ours(obj) and node is not None and bound_by_flotilla(obj, self.settings.scheduler_name)
-        if incluster:
-            self._incluster.add((meta.get("annotations") or {})[JOB_ID])
         if is_ours(obj) or incluster:
             job = old.job if old is not None and old.job is not None and old.node == node else None
             if job is None:
