@@ -589,6 +589,8 @@ def make_job(cluster, namespace: str, name: str, parallelism: int, cpu: str = "1
                  "template": {"metadata": {"labels": dict(labels or {})}, "spec": spec}}})
 
 
+@pytest.mark.skipif(not hasattr(__import__("flotilla.kwok.cluster", fromlist=["x"]), "JOB_CONTROLLERS"),
+                    reason="the KWOK fixtures run no Job controller here")
 def test_the_seed_two_queue_example_through_batch_jobs(harness):
     """The seed's example with real Jobs: Job A (40, queue A) runs 32 + 8; Job B (50, queue B) arrives: within three
     cycles A keeps 32, its 8 on the second node are told DisruptionTarget and deleted, B runs 32 there, and 18 of B
