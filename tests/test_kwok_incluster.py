@@ -663,3 +663,22 @@ def test_a_pod_deleted_or_bound_by_someone_else_while_queued_leaves_its_queue(ha
                    "taken": ("cancelled", "pod bound to node node-1 by someone else")}
     assert sorted(j["id"] for j in harness.store.list_jobs(queue="B")) == \
         sorted(uid.replace("-", "") for uid in uids.values())
+
+
+def test_a_pod_made_again_under_the_same_name_is_never_bound_for_the_old_one(harness):
+    from flotilla.core.model import Job
+    from flotilla.kubernetes.intake import POD_NAME, POD_NAMESPACE, POD_UID, job_id_of
+
+    c = harness.cluster
+    old = make_pod(c, "team-b", "again")["metadata"]["uid"]
+    c.client.delete(pod_path("team-b", "again"), {"gracePeriodSeconds": 0})
+    harness.settle(lambda pods: not any(p["metadata"].get("uid") == old for p in pods), "old pod gone")
+    new = make_pod(c, "team-b", "again")["metadata"]["uid"]
+    job = Job(job_id_of(old), "B", "s", annotations={POD_UID: old, POD_NAMESPACE: "team-b", POD_NAME: "again"})
+    harness.backend._bind(job, "node-1")     # the start a cycle would hand over for the old pod
+    pod = next(p for p in c.pods() if p["metadata"]["name"] == "again")
+    assert (pod["metadata"]["uid"], pod["spec"].get("nodeName")) == (new, None)
+    events = harness.backend.poll_events()
+    assert [(e.job_id, e.kind) for e in events] == [(job_id_of(old), "failed")]
+    assert events[0].reason.startswith("pod team-b/again not bound: it was deleted, replaced or bound since it was "
+                                       "queued (")
