@@ -578,7 +578,7 @@ class KubernetesCluster:
         if kind == "preempted" and pod is not None and pod.incluster:
             # Said before the delete, so that the pod's Job (podFailurePolicy) can tell a preemption from a failure.
             self.reporter.disruption_target(namespace, name, pod.uid,
-                                            f"flotilla: preempted to make room for jobs with a larger fair share "
+                                            f"flotilla: preempted by the scheduler to make room for other jobs "
                                             f"(job {job.id})")
         try:
             self.client.delete(pod_path(namespace, name), {"apiVersion": "v1", "kind": "DeleteOptions",
