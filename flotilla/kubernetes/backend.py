@@ -141,7 +141,7 @@ class KubernetesCluster:
         if bind not in ("node-name", "binding"):
             raise ValueError(f"bind must be 'node-name' or 'binding', not {bind!r}")
         self.name = name
-        self.client = client or KubeClient.from_kubeconfig(kubeconfig, context, pool_size=max(8, workers + 4))
+        self.client = client or KubeClient.from_kubeconfig(kubeconfig, context, pool_size=max(8, workers + 6))
         self.settings = settings or PodSettings()
         self.duration_of = duration_of
         self.priority_classes = list(priority_classes)
@@ -183,6 +183,7 @@ class KubernetesCluster:
         #: The waiting in-cluster pods (flotilla.kubernetes.intake), kept from the pod, namespace and PodGroup watches.
         self.intake = IntakeTracker(self.settings.scheduler_name)
         self._reporter = None
+        self._side_errors: dict[str, str] = {}          # namespaces/podgroups informer -> its last error
         self._pool = ThreadPoolExecutor(max_workers=workers, thread_name_prefix=f"kube-{name}")
         self._threads: list[threading.Thread] = []
         self.counters = {"created": 0, "deleted": 0, "create_errors": 0, "relists": 0, "watch_events": 0}
@@ -789,6 +790,7 @@ class KubernetesCluster:
         elif kind == "pods":
             self._replace_pods(items)
         elif kind == "namespaces":
+            self._side_errors.pop(kind, None)
             live = {(obj.get("metadata") or {}).get("name") for obj in items}
             for name in [name for name in self.intake.namespaces if name not in live]:
                 self.intake.on_namespace("DELETED", {"metadata": {"name": name}})
@@ -801,6 +803,7 @@ class KubernetesCluster:
                     for obj in items}
             for key in [key for key in self.intake.podgroups if key not in live]:
                 self.intake.on_podgroup("DELETED", {"metadata": {"namespace": key[0], "name": key[1]}})
+            self._side_errors.pop(kind, None)
             self.intake.set_podgroups_problem(None)
             for obj in items:
                 self.intake.on_podgroup("MODIFIED", obj)
@@ -821,7 +824,9 @@ class KubernetesCluster:
     def _informer_failed(self, kind: str, exc: Exception) -> None:
         text = forbidden_message(exc) if isinstance(exc, ApiError) and exc.status == 403 else str(exc)
         if kind not in self._synced:   # namespaces, PodGroups: the intake waits, scheduling goes on
-            log.warning("kubernetes.watch_failed", cluster=self.name, kind=kind, error=text)
+            if self._side_errors.get(kind) != text:   # once per distinct error, not once per retry
+                self._side_errors[kind] = text
+                log.warning("kubernetes.watch_failed", cluster=self.name, kind=kind, error=text)
             return
         with self._lock:
             was = self.available
@@ -995,7 +1000,7 @@ def backend_from_config(cluster_config, config=None, **kwargs) -> KubernetesClus
     )
     if getattr(cluster_config, "in_cluster", False):
         workers = getattr(cluster_config, "workers", None) or 32
-        options["client"] = KubeClient.from_in_cluster(pool_size=max(8, workers + 4))
+        options["client"] = KubeClient.from_in_cluster(pool_size=max(8, workers + 6))
     for attr, key in (("bind", "bind"), ("workers", "workers"), ("node_selector", "node_selector"),
                       ("delete_finished", "delete_finished"), ("stuck_pod_expiry", "stuck_pod_expiry"),
                       ("node_lost_timeout", "node_lost_timeout"),
