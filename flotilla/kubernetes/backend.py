@@ -183,6 +183,8 @@ class KubernetesCluster:
         #: The waiting in-cluster pods (flotilla.kubernetes.intake), kept from the pod, namespace and PodGroup watches.
         self.intake = IntakeTracker(self.settings.scheduler_name)
         self._reporter = None
+        self._report_pool: ThreadPoolExecutor | None = None
+        self._reporting: list = []                       # the futures of the batch being written
         self._side_errors: dict[str, str] = {}          # namespaces/podgroups informer -> its last error
         self._pool = ThreadPoolExecutor(max_workers=workers, thread_name_prefix=f"kube-{name}")
         self._threads: list[threading.Thread] = []
@@ -211,6 +213,8 @@ class KubernetesCluster:
 
     def close(self) -> None:
         self._stop.set()
+        if self._report_pool is not None:
+            self._report_pool.shutdown(wait=True, cancel_futures=True)
         self._pool.shutdown(wait=True, cancel_futures=False)
         self.client.close()
 
@@ -503,11 +507,26 @@ class KubernetesCluster:
         with self._lock:
             return list(self.intake.waiting.values())
 
-    def report_waiting(self, notes) -> None:
-        """Tell waiting in-cluster pods why they wait: ``(namespace, name, uid, reason)`` each (pool threads;
-        the reporter writes a pod at most once per its interval and only when the reason changed)."""
-        if notes:
-            self._pool.submit(self._report_waiting, list(notes))
+    def report_waiting(self, notes) -> bool:
+        """Tell waiting in-cluster pods why they wait: ``(namespace, name, uid, reason)`` each.
+
+        Written by a small pool of its own, so that bindings never queue behind these writes; the reporter
+        writes a pod at most once per its interval and only when the reason changed. While the last batch
+        is still being written, a new one is dropped (False): the loop hands over every reason again each
+        cycle, so nothing is lost but a repeat.
+        """
+        if not notes:
+            return True
+        with self._lock:
+            if any(not future.done() for future in self._reporting):
+                return False
+            if self._report_pool is None:
+                self._report_pool = ThreadPoolExecutor(max_workers=4, thread_name_prefix=f"kube-{self.name}-report")
+            batch = list(notes)
+            size = -(-len(batch) // 4)
+            self._reporting = [self._report_pool.submit(self._report_waiting, batch[i:i + size])
+                               for i in range(0, len(batch), size)]
+        return True
 
     def _report_waiting(self, notes) -> None:
         reporter = self.reporter

@@ -118,8 +118,6 @@ class ClusterIntake:
             counts["left"] += len(gone)
             if stored or gone:
                 log.info("intake.pods", cluster=name, stored=len(stored), left=len(gone), parked=len(parked))
-            backend.report_waiting([(a.pod.namespace, a.pod.name, a.pod.uid, why)
-                                    for a, why in refused.values() if why])
         return counts
 
     # -- admission -----------------------------------------------------------------------
@@ -280,8 +278,8 @@ class ClusterIntake:
     # -- why not ---------------------------------------------------------------------------
     def explain(self, backends: Mapping[str, object], decisions, queued: Mapping[str, tuple], scheduled: set[str]
                 ) -> None:
-        """Tell each waiting, stored, still queued pod the scheduler's reason for it (at most
-        :data:`REPORT_LIMIT` per cluster and cycle, taking turns)."""
+        """Tell each waiting pod why: a parked one its refusal, a stored one still queued the scheduler's reason
+        (at most :data:`REPORT_LIMIT` per cluster and cycle, taking turns; repeats cost no write)."""
         if decisions is None:
             return
         for name, backend in sorted(self.backends(backends).items()):
@@ -291,7 +289,10 @@ class ClusterIntake:
             start = self._report_from.get(name, 0) % max(1, len(pods))
             turn = pods[start:] + pods[:start]
             for pod in turn[:REPORT_LIMIT]:
-                if pod.uid in parked:
+                entry = parked.get(pod.uid)
+                if entry is not None:
+                    if entry[1]:      # refused or waiting for its gang: told why (a gated pod: nothing)
+                        notes.append((pod.namespace, pod.name, pod.uid, entry[1]))
                     continue
                 held = queued.get(pod.job_id)
                 if held is None or pod.job_id in scheduled:
