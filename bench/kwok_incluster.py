@@ -177,6 +177,14 @@ def run_ceiling(cluster: kwok.FakeCluster, client: KubeClient, recorder: Recorde
     return stats
 
 
+def free_port() -> int:
+    import socket
+
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
 def flotilla_config(cluster: kwok.FakeCluster, queues: int, workdir: Path, period: float) -> Path:
     queue_lines = "\n".join(f"  - {{name: q{i}, weight: 1, namespaces: [{NAMESPACE}]}}" for i in range(queues))
     path = workdir / "flotilla.yaml"
@@ -199,7 +207,8 @@ def run_flotilla(cluster: kwok.FakeCluster, recorder: RecorderProcess, count: in
     t0 = time.time()
     with open(log, "wb") as out:
         proc = subprocess.Popen([sys.executable, "-m", "flotilla.scheduler_main", "serve", "--config", str(config),
-                                 "--port", "0"], stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
+                                 "--listen", f"127.0.0.1:{free_port()}"],
+                                stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
                                 cwd=str(Path(__file__).resolve().parent.parent))
         try:
             done = recorder.wait("running", count, timeout)
