@@ -594,7 +594,7 @@ def make_job(cluster, namespace: str, name: str, parallelism: int, cpu: str = "1
 def test_the_seed_two_queue_example_through_batch_jobs(harness):
     """The seed's example with real Jobs: Job A (40, queue A) runs 32 + 8; Job B (50, queue B) arrives: within three
     cycles A keeps 32, its 8 on the second node are told DisruptionTarget and deleted, B runs 32 there, and 18 of B
-    wait told why. A's Job controller makes 8 new pods for the 8 it lost: new jobs, queued again."""
+    wait told why. A's Job does not count the 8 as failures (podFailurePolicy on DisruptionTarget)."""
     c = harness.cluster
     make_job(c, "team-a", "job-a", 40, priority_class="armada-preemptible")
     harness.seen(40)
@@ -631,13 +631,14 @@ def test_the_seed_two_queue_example_through_batch_jobs(harness):
         assert len([p for p in live(pods, "team-b") if not p["spec"].get("nodeName")]) == 18
     finally:
         recorder.stop()
-    harness.seen(18 + 8)   # B's 18, and the 8 pods A's Job controller made anew
     harness.cycle()
     jobs = harness.store.list_jobs(queue="A")
     states = sorted(j["state"] for j in jobs)
     assert states.count("preempted") == 8 and states.count("running") == 32
     job_a = c.client.get("/apis/batch/v1/namespaces/team-a/jobs/job-a")
-    assert job_a["status"].get("failed", 0) == 0     # the preemptions were ignored by its podFailurePolicy
+    # The preemptions were ignored by its podFailurePolicy: none counts as a failure. (The controller makes their
+    # replacements after its pod-failure backoff, minutes here; each is a new pod, so a new job, see the docs.)
+    assert (job_a["status"].get("failed", 0), job_a["status"]["active"]) == (0, 32)
 
 
 def test_a_pod_deleted_or_bound_by_someone_else_while_queued_leaves_its_queue(harness):
