@@ -88,6 +88,82 @@ class PriorityClassConfig(Model):
         return PriorityClass(self.name, self.priority, self.preemptible)
 
 
+#: Most rules in one retry policy, and most retries one rule may allow.
+MAX_RETRY_RULES = 32
+MAX_RETRY_LIMIT = 100
+
+
+def _exit_codes(value: Any) -> int | str:
+    """One entry of a rule's ``exitCodes``: a code (``42``) or an inclusive range (``"1-9"``), each within 0-255.
+
+    Kept as written, normalised (``"42"`` becomes 42, ``" 1 - 9"`` becomes ``"1-9"``), so the policy reads back
+    as the user gave it.
+    """
+    if isinstance(value, bool) or not isinstance(value, (int, str)):
+        raise ValueError(f"expected an exit code (0-255) or a range such as \"1-9\", got {value!r}")
+    text = str(value).strip()
+    low, sep, high = text.partition("-")
+    try:
+        bounds = (int(low), int(high)) if sep else (int(low), int(low))
+    except ValueError:
+        raise ValueError(f"expected an exit code (0-255) or a range such as \"1-9\", got {value!r}") from None
+    for code in bounds:
+        if not 0 <= code <= 255:
+            raise ValueError(f"exit code {code} is out of range: exit codes are 0-255")
+    if bounds[0] > bounds[1]:
+        raise ValueError(f"range {text!r} is empty: its low end must come first")
+    return bounds[0] if bounds[0] == bounds[1] else f"{bounds[0]}-{bounds[1]}"
+
+
+def _failure_cause(value: Any) -> str:
+    """One entry of a rule's ``reasons``: a name of :data:`flotilla.core.backend.FAILURE_CAUSES`."""
+    import difflib
+
+    from flotilla.core.backend import FAILURE_CAUSES
+
+    if value in FAILURE_CAUSES:
+        return value
+    close = difflib.get_close_matches(str(value), FAILURE_CAUSES, n=1, cutoff=0.6)
+    hint = f"; did you mean {close[0]!r}?" if close else ""
+    raise ValueError(f"unknown reason {value!r} (known: {', '.join(FAILURE_CAUSES)}){hint}")
+
+
+class RetryRuleConfig(Model):
+    """One rule of a retry policy: what failures it matches (``exitCodes`` or ``reasons``) and what it decides.
+
+    ``action: retry`` runs the job again while it has had fewer than ``limit`` retries (every retry of the job
+    counts, whatever its cause), then fails it; ``action: fail`` fails it at once.
+    """
+
+    #: Exit codes of the job's first failed container: codes (``42``) and inclusive ranges (``"1-9"``), 0-255.
+    exit_codes: list[Annotated[int | str, BeforeValidator(_exit_codes)]] | None = Field(
+        None, alias="exitCodes", min_length=1, max_length=256)
+    #: Failure causes: OOMKilled, DeadlineExceeded, Evicted, NodeLost, Stuck, LeaseExpired.
+    reasons: list[Annotated[str, BeforeValidator(_failure_cause)]] | None = Field(None, min_length=1, max_length=16)
+    action: Literal["retry", "fail"]
+    #: Retries a ``retry`` rule allows the job (0-100); a ``fail`` rule has none.
+    limit: int | None = Field(None, ge=0, le=MAX_RETRY_LIMIT)
+
+    @model_validator(mode="after")
+    def _one_matcher_and_a_limit(self) -> RetryRuleConfig:
+        if (self.exit_codes is None) == (self.reasons is None):
+            raise ValueError("give exactly one of exitCodes or reasons")
+        if self.action == "retry" and self.limit is None:
+            raise ValueError("a retry rule needs a limit (the retries it allows, 0-100)")
+        if self.action == "fail" and self.limit is not None:
+            raise ValueError("a fail rule takes no limit")
+        return self
+
+    def describe(self) -> str:
+        """``exit 42: retry, limit 2``, ``OOMKilled, Evicted: fail``: the rule as events name it."""
+        what = f"exit {','.join(map(str, self.exit_codes))}" if self.exit_codes is not None else ", ".join(self.reasons)
+        return f"{what}: retry, limit {self.limit}" if self.action == "retry" else f"{what}: fail"
+
+
+#: A retry policy: ordered rules, the first that matches a failure decides (none: the service's defaults).
+RetryPolicy = Annotated[list[RetryRuleConfig], Field(max_length=MAX_RETRY_RULES)]
+
+
 class QueueConfig(Model):
     name: Name
     weight: float = Field(1.0, gt=0)
@@ -96,6 +172,8 @@ class QueueConfig(Model):
     group_owners: list[str] = Field(default_factory=list, alias="groupOwners")
     #: The queue this one shares out the fair share of (hierarchical queues); only leaf queues hold jobs.
     parent: Name | None = None
+    #: Whether a failed run of the queue's jobs runs again: ordered rules, first match wins (docs/policies.md).
+    retry_policy: RetryPolicy = Field(default_factory=list, alias="retryPolicy")
 
     @field_validator("limits")
     @classmethod
