@@ -220,7 +220,9 @@ BAD_RULES = [
     ("{exitCodes: [256], action: fail}", "retryPolicy[0].exitCodes[0]",
      "exit code 256 is out of range: exit codes are 0-255"),
     ("{exitCodes: ['3-300'], action: fail}", "retryPolicy[0].exitCodes[0]",
-     "exit code 300 is out of range: exit codes are 0-255"),
+     "expected an exit code (0-255) or a range of them such as \"1-9\", got '3-300'"),
+    ("{exitCodes: [-1], action: fail}", "retryPolicy[0].exitCodes[0]",
+     "exit code -1 is out of range: exit codes are 0-255"),
     ("{exitCodes: [1], action: retry, limit: -1}", "retryPolicy[0].limit", "Input should be greater than or equal to 0"),
     ("{exitCodes: [1], action: retry, limit: 101}", "retryPolicy[0].limit",
      "Input should be less than or equal to 100"),
@@ -292,3 +294,11 @@ def test_a_bad_simulated_exit_code_is_refused_with_its_path():
         assert (rejection.field, rejection.message) == (
             "annotations.flotilla.io/simulated-exit-code",
             f"expected an exit code 1-255 (a run that succeeds has none), got {text!r}")
+
+
+def test_exit_codes_read_back_as_meant():
+    from flotilla.config.models import RetryRuleConfig
+
+    rule = RetryRuleConfig.model_validate({"exitCodes": [42, "9-1", "3", 7.0, "0", "255-255"], "action": "fail"})
+    assert rule.exit_codes == [42, "1-9", 3, 7, 0, 255]
+    assert rule.describe() == "exit 42,1-9,3,7,0,255: fail"

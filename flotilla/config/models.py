@@ -11,9 +11,13 @@ the offending line.
 
 from __future__ import annotations
 
+import difflib
+import re
 from typing import TYPE_CHECKING, Annotated, Any, Iterator, Literal, Union
 
 from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, PrivateAttr, field_validator, model_validator
+
+from flotilla.core.backend import FAILURE_CAUSES
 
 from flotilla.core.model import ClusterSnapshot, Node, PriorityClass, Queue, Taint, Toleration
 from flotilla.core.quantities import QuantityError, parse_duration, parse_quantity, resource_name_problem
@@ -93,39 +97,46 @@ MAX_RETRY_RULES = 32
 MAX_RETRY_LIMIT = 100
 
 
+#: An exit code, 0-255, as text without leading zeros; an entry of ``exitCodes`` given as text is one or two of them.
+_CODE = r"(25[0-5]|2[0-4][0-9]|1[0-9]{2}|[1-9]?[0-9])"
+EXIT_CODE_TEXT = rf"^{_CODE}(-{_CODE})?$"
+
+
 def _exit_codes(value: Any) -> int | str:
     """One entry of a rule's ``exitCodes``: a code (``42``) or an inclusive range (``"1-9"``), each within 0-255.
 
-    Kept as written, normalised (``"42"`` becomes 42, ``" 1 - 9"`` becomes ``"1-9"``), so the policy reads back
-    as the user gave it.
+    Kept as written, normalised (``"42"`` becomes 42, ``"9-1"`` becomes ``"1-9"``), so the policy reads back as
+    the user meant it. Exactly what the API's schema states: an integer 0-255, or text matching
+    :data:`EXIT_CODE_TEXT`.
     """
-    if isinstance(value, bool) or not isinstance(value, (int, str)):
-        raise ValueError(f"expected an exit code (0-255) or a range such as \"1-9\", got {value!r}")
-    text = str(value).strip()
-    low, sep, high = text.partition("-")
-    try:
-        bounds = (int(low), int(high)) if sep else (int(low), int(low))
-    except ValueError:
-        raise ValueError(f"expected an exit code (0-255) or a range such as \"1-9\", got {value!r}") from None
-    for code in bounds:
-        if not 0 <= code <= 255:
-            raise ValueError(f"exit code {code} is out of range: exit codes are 0-255")
-    if bounds[0] > bounds[1]:
-        raise ValueError(f"range {text!r} is empty: its low end must come first")
-    return bounds[0] if bounds[0] == bounds[1] else f"{bounds[0]}-{bounds[1]}"
+    if isinstance(value, float) and value.is_integer():
+        value = int(value)
+    if isinstance(value, int) and not isinstance(value, bool):
+        if not 0 <= value <= 255:
+            raise ValueError(f"exit code {value} is out of range: exit codes are 0-255")
+        return value
+    match = re.match(EXIT_CODE_TEXT, value) if isinstance(value, str) else None
+    if match is None:
+        raise ValueError(f"expected an exit code (0-255) or a range of them such as \"1-9\", got {value!r}")
+    codes = [int(part) for part in value.split("-")]
+    low, high = min(codes), max(codes)
+    return low if low == high else f"{low}-{high}"
 
 
-def _failure_cause(value: Any) -> str:
+def _failure_cause(value: Any) -> Any:
     """One entry of a rule's ``reasons``: a name of :data:`flotilla.core.backend.FAILURE_CAUSES`."""
-    import difflib
-
-    from flotilla.core.backend import FAILURE_CAUSES
-
     if value in FAILURE_CAUSES:
         return value
     close = difflib.get_close_matches(str(value), FAILURE_CAUSES, n=1, cutoff=0.6)
     hint = f"; did you mean {close[0]!r}?" if close else ""
     raise ValueError(f"unknown reason {value!r} (known: {', '.join(FAILURE_CAUSES)}){hint}")
+
+
+#: The rules between a rule's fields, stated in its JSON Schema as the validator checks them.
+_RULE_SCHEMA = {"allOf": [
+    {"oneOf": [{"required": ["exitCodes"]}, {"required": ["reasons"]}]},
+    {"oneOf": [{"properties": {"action": {"const": "retry"}}, "required": ["limit"]},
+               {"properties": {"action": {"const": "fail"}}, "not": {"required": ["limit"]}}]}]}
 
 
 class RetryRuleConfig(Model):
@@ -135,14 +146,18 @@ class RetryRuleConfig(Model):
     counts, whatever its cause), then fails it; ``action: fail`` fails it at once.
     """
 
+    model_config = ConfigDict(json_schema_extra=_RULE_SCHEMA)
+
     #: Exit codes of the job's first failed container: codes (``42``) and inclusive ranges (``"1-9"``), 0-255.
-    exit_codes: list[Annotated[int | str, BeforeValidator(_exit_codes)]] | None = Field(
+    exit_codes: list[Annotated[Union[Annotated[int, Field(ge=0, le=255)], Annotated[str, Field(pattern=EXIT_CODE_TEXT)]],
+                               BeforeValidator(_exit_codes)]] = Field(
         None, alias="exitCodes", min_length=1, max_length=256)
     #: Failure causes: OOMKilled, DeadlineExceeded, Evicted, NodeLost, Stuck, LeaseExpired.
-    reasons: list[Annotated[str, BeforeValidator(_failure_cause)]] | None = Field(None, min_length=1, max_length=16)
+    reasons: list[Annotated[Literal[FAILURE_CAUSES], BeforeValidator(_failure_cause)]] = Field(  # type: ignore[valid-type]
+        None, min_length=1, max_length=16)
     action: Literal["retry", "fail"]
     #: Retries a ``retry`` rule allows the job (0-100); a ``fail`` rule has none.
-    limit: int | None = Field(None, ge=0, le=MAX_RETRY_LIMIT)
+    limit: int = Field(None, ge=0, le=MAX_RETRY_LIMIT)
 
     @model_validator(mode="after")
     def _one_matcher_and_a_limit(self) -> RetryRuleConfig:
