@@ -2,10 +2,12 @@
 
 A benchmark, not a test: it prints figures and asserts nothing.
 
-    python bench/reserve_churn.py --base /path/to/a/worktree/of/main [--until 3h]
+    python bench/reserve_churn.py --base /path/to/a/worktree/of/main [--until 3h] [--backfill 8]
 
 Runs ``examples/policies/reservation.yaml`` on its workload (a stream of
 1-core jobs, preemptible 1-hour backfill jobs, a 64-core gang at 30 minutes)
+with ``--backfill`` backfill jobs every 10 minutes instead of 4 (so that
+their queue's head waits past ``reservation.after``),
 for ``--until`` simulated time, once with this tree's code and once with
 the tree given by ``--base`` (``git worktree add --detach /tmp/base main``),
 each in a subprocess whose ``PYTHONPATH`` is that tree. Every committed
@@ -22,6 +24,7 @@ import json
 import os
 import subprocess
 import sys
+import tempfile
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -73,13 +76,19 @@ def main() -> None:
     parser.add_argument("--config", default=str(CONFIG))
     parser.add_argument("--workload", default=str(WORKLOAD))
     parser.add_argument("--until", default="3h")
+    parser.add_argument("--backfill", type=int, default=8, help="backfill jobs submitted every 10 minutes")
     args = parser.parse_args()
+    text = Path(args.workload).read_text()
+    if "queue: fill, count: 4," in text:
+        text = text.replace("queue: fill, count: 4,", f"queue: fill, count: {args.backfill},")
+    workload = Path(tempfile.mkdtemp()) / "workload.yaml"
+    workload.write_text(text)
     rows = [("base", Path(args.base).resolve()), ("this tree", ROOT)]
-    print(f"{args.config} on {args.workload}, {args.until} simulated")
+    print(f"{args.config} on {args.workload} ({args.backfill} backfill jobs every 10 minutes), {args.until} simulated")
     print(f"{'code':<10} {'backfill for backfill':>22} {'all preemptions':>16} {'fill preempted':>15} "
           f"{'gang starts at':>15}")
     for name, tree in rows:
-        c = run_tree(tree, str(Path(args.config).resolve()), str(Path(args.workload).resolve()), args.until)
+        c = run_tree(tree, str(Path(args.config).resolve()), str(workload), args.until)
         start = "never" if c["gangStart"] is None else f"{c['gangStart'] / 60:.0f} min"
         print(f"{name:<10} {c['backfillForBackfill']:>22} {c['preempted']:>16} {c['fillPreemptions']:>15} "
               f"{start:>15}")
