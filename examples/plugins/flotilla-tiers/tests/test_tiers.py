@@ -76,7 +76,7 @@ def test_a_higher_tier_takes_back_the_nodes_a_lower_tier_holds(flotilla_cycle):
                             config="evict: {protectedFractionOfFairShare: 0}")
     assert result.scheduled == {f"p-{i}": "node-1" for i in range(1, 6)}
     assert result.preempted == ["b-4", "b-5", "b-6", "b-7", "b-8"]
-    assert result.shares == {"A": 0.0, "B": 0.0, "batch": 0.375, "prod": 0.625}
+    assert result.shares == {"batch": 0.375, "prod": 0.625}
 
 
 def test_queue_limits_hold_though_the_policy_never_mentions_them(flotilla_cycle):
