@@ -6,7 +6,6 @@ most what leaves it at that floor (Volcano's reclaim rule), the rest of its evic
 
 from __future__ import annotations
 
-import shlex
 import textwrap
 from pathlib import Path
 
@@ -185,38 +184,23 @@ def test_the_fraction_is_bounded(tmp_path, value, message):
     assert message in result.stderr
 
 
-def guide_section() -> str:
-    text = (ROOT / "docs" / "policies.md").read_text()
-    start = text.index("## Protected fair share")
-    return text[start:text.index("\n## ", start + 1)]
-
-
-def guide_commands() -> list[list[str]]:
-    """The ``sh`` commands of the guide's section, continuation lines joined, without the leading ``flotilla``."""
-    import re
-
-    blocks = re.findall(r"```sh\n(.*?)```", guide_section(), re.S)
-    commands = [shlex.split(block.replace("\\\n", " ")) for block in blocks]
-    assert all(command[0] == "flotilla" for command in commands)
-    return [command[1:] for command in commands]
-
-
 def test_the_policies_guide_examples_run_as_written_with_the_outcomes_it_states(tmp_path, monkeypatch):
     import json
 
     from click.testing import CliRunner
 
+    from docs_examples import commands, run_documented, section
     from flotilla.scheduler_main import main
 
-    monkeypatch.chdir(ROOT)
-    once, simulate = guide_commands()
+    text = section("policies.md", "Protected fair share")
+    once, simulate = commands(text)
     assert once == ["schedule-once", "--state", "examples/policies/protected-fair-share-state.yaml"]
-    out = json.loads(CliRunner().invoke(main, once).stdout)
+    out = run_documented(once)
     assert (out["scheduled"], out["preempted"]) == ([], [])
     assert out["reasons"] == {"a-2": "0/1 nodes fit: 1 insufficient cpu"}
     assert out["queues"]["B"]["share"] == 0.625
-    section = guide_section()
-    assert "`a-2` waits\nwith `0/1 nodes fit: 1 insufficient cpu`" in section
+    monkeypatch.chdir(ROOT)
+    assert "`a-2` waits\nwith `0/1 nodes fit: 1 insufficient cpu`" in text
 
     # The table's two rows: the example's config as written, then with the floor off.
     floor_off = tmp_path / "floor-off.yaml"
@@ -232,5 +216,5 @@ def test_the_policies_guide_examples_run_as_written_with_the_outcomes_it_states(
         b = report["queues"]["B"]
         rows.append(f"| {report['utilisation']:.1%} | {b['meanShare']:g} | {b['preemptions']} |")
     assert rows == ["| 93.8% | 0.625 | 0 |", "| 67.2% | 0.3125 | 1 |"]
-    assert f"| `protectedFractionOfFairShare: 1` {rows[0]}" in section
-    assert f"| `protectedFractionOfFairShare: 0` {rows[1]}" in section
+    assert f"| `protectedFractionOfFairShare: 1` {rows[0]}" in text
+    assert f"| `protectedFractionOfFairShare: 0` {rows[1]}" in text
