@@ -29,6 +29,9 @@ class NodeSearch:
         #: allowed types within one domain.
         self.topology_cache: dict[str, dict[tuple[str, str], list[int]]] = {}
         self.place_types_cache: dict[tuple, list[int]] = {}
+        #: Node type -> level -> the type's nodes' free room added up, while no node of the type changes (the
+        #: statement drops a type's entry when one of its nodes does; empty unless a topology gang asked).
+        self.type_room: dict[int, dict[int, list[int]]] = {}
 
     def interned_types(self, types: list[int]) -> list[int]:
         """The one list object equal to ``types`` this cycle (callers key caches by ``id(types)``)."""

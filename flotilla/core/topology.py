@@ -164,18 +164,18 @@ def gang_places(session, gang: Gang, members: Sequence[Job], clusters: Sequence[
     search = DomainSearch(label, [], len(in_clusters), Counter())
     if not in_clusters:
         return search
-    index = session.index
-    levels = index.levels
+    levels = session.index.levels
     # Evicted jobs' room may be taken (allocate's second pass): the bound counts it, the order does not.
     if level is None:
         level = levels[1] if session.evicted and len(levels) > 1 else EVICTED
     bound_level = level
     new = [m for m in members if m.id not in session.evicted]
     demand = _sum((session.vector(m) for m in new), len(session.space))
-    # Types any member may use (members usually share one allowed list): the room outside them is no room.
+    # Types any member may use (members usually share their requirements): the room outside them is no room.
+    distinct = {(m.queue, m.priority_class, id(m.node_selector), id(m.tolerations), m.affinity): m for m in new}
     allowed_lists = {}
     for cluster in {key[0] for key, _ in in_clusters}:
-        for member in new:
+        for member in distinct.values():
             types = session.allowed_types(member, cluster)[0]
             allowed_lists[id(types)] = types
     usable = set().union(*allowed_lists.values()) if allowed_lists else set()
@@ -186,12 +186,12 @@ def gang_places(session, gang: Gang, members: Sequence[Job], clusters: Sequence[
         if not mine:
             search.outcomes["no node the members may use"] += 1
             continue
-        room = index.free_total(mine, bound_level)
+        room = _room(session, mine, bound_level)
         short = [names[r] for r, need in enumerate(demand) if need > room[r]]
         if short:
             search.outcomes["insufficient " + ", ".join(short)] += 1
             continue
-        free = index.free_total(mine, EVICTED) if bound_level != EVICTED else room
+        free = _room(session, mine, EVICTED) if bound_level != EVICTED else room
         left = tuple(f - d for f, d in zip(free, demand))
         # Domains that hold the gang in really free room first, tightest first; then those needing evicted room.
         ranked.append((any(x < 0 for x in left), left, value, cluster))
@@ -216,6 +216,24 @@ def no_domain_reason(gang: Gang, size: int, search: DomainSearch) -> str:
     detail = ", ".join(f"{count} {why}" for why, count in sorted(search.outcomes.items(),
                                                                  key=lambda kv: (-kv[1], kv[0])))
     return f"{head}: 0/{search.total} domains fit: {detail}"
+
+
+def _room(session, types: Sequence[int], level: int) -> list[int]:
+    """The free room at ``level`` of the nodes of ``types`` added up, from per-type sums kept for the cycle
+    (a statement drops a type's sums when one of its nodes changes: placing a gang recomputes one domain)."""
+    cache = session.type_room
+    index = session.index
+    total = [0] * len(session.space)
+    for t in types:
+        per_level = cache.get(t)
+        if per_level is None:
+            per_level = cache[t] = {}
+        room = per_level.get(level)
+        if room is None:
+            room = per_level[level] = index.free_total((t,), level)
+        for r, amount in enumerate(room):
+            total[r] += amount
+    return total
 
 
 def _sum(vectors, width: int) -> Vector:
