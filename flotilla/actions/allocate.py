@@ -374,7 +374,8 @@ class Allocate:
             if running is not None:
                 clusters = [running.cluster]
         # A topology gang tries the domains of its label, tightest first; any other gang each cluster whole.
-        domains = gang_places(session, gang, members, clusters, self.gang_places) if gang.uniformity_label else None
+        domains = gang_places(session, gang, members, clusters, self.gang_places, demand=vec) \
+            if gang.uniformity_label else None
         places = domains.places if domains is not None else [GangPlace(cluster) for cluster in clusters]
         best = 0
         for place in places:

@@ -83,7 +83,7 @@ class Preempt:
         if gang is not None and gang.uniformity_label:
             # A topology gang displaces within one domain of its label, tried in the order allocate tries them.
             level = max(session.priority_class(m).priority for m in members)
-            places = gang_places(session, gang, members, clusters, {}, level).places
+            places = gang_places(session, gang, members, clusters, {}, level, vec).places
         else:
             places = clusters if len(members) > 1 else [None]
         for cluster in places:

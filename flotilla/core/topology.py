@@ -34,6 +34,7 @@ from __future__ import annotations
 
 import re
 from collections import Counter
+from operator import add, gt, sub
 from dataclasses import dataclass
 from typing import Sequence
 
@@ -146,58 +147,78 @@ class DomainSearch:
 
 
 def gang_places(session, gang: Gang, members: Sequence[Job], clusters: Sequence[str],
-                placed: dict[str, GangPlace], level: int | None = None) -> DomainSearch:
+                placed: dict[str, GangPlace], level: int | None = None, demand: Vector | None = None) -> DomainSearch:
     """The domains of ``clusters`` to try for a topology gang's ``members`` (those still to place), in order.
 
     See the module docstring for the order. Domains whose total free room at
-    ``level`` cannot hold the members' requests are left out and counted as
+    ``level`` cannot hold the members' requests (``demand``, their summed
+    vectors, given when the caller has it) are left out and counted as
     ``insufficient <resource>``. ``level`` is the priority whose room the
     caller may take (preempt: the gang's priority); None for allocate's,
     which counts evicted jobs' room (its second pass may take it).
     """
     label = gang.uniformity_label
-    domains = domain_types(session, label)
     anchor = anchored_place(session, gang, placed)
     if anchor is not None:
         return DomainSearch(label, [anchor], 1, Counter())
-    in_clusters = [(key, types) for key, types in domains.items() if key[0] in clusters]
-    search = DomainSearch(label, [], len(in_clusters), Counter())
-    if not in_clusters:
+    evicted = session.evicted
+    new = [m for m in members if m.id not in evicted] if evicted else members
+    if demand is None or len(new) != len(members):
+        demand = _sum(map(session.vector, new), len(session.space))
+    usable, total, unusable = _usable_domains(session, label, clusters, new)
+    search = DomainSearch(label, [], total, Counter())
+    if unusable:
+        search.outcomes["no node the members may use"] = unusable
+    if not usable:
         return search
     levels = session.index.levels
     # Evicted jobs' room may be taken (allocate's second pass): the bound counts it, the order does not.
     if level is None:
-        level = levels[1] if session.evicted and len(levels) > 1 else EVICTED
-    bound_level = level
-    new = [m for m in members if m.id not in session.evicted]
-    demand = _sum((session.vector(m) for m in new), len(session.space))
-    # Types any member may use (members usually share their requirements): the room outside them is no room.
-    distinct = {(m.queue, m.priority_class, id(m.node_selector), id(m.tolerations), m.affinity): m for m in new}
-    allowed_lists = {}
-    for cluster in {key[0] for key, _ in in_clusters}:
-        for member in distinct.values():
-            types = session.allowed_types(member, cluster)[0]
-            allowed_lists[id(types)] = types
-    usable = set().union(*allowed_lists.values()) if allowed_lists else set()
+        level = levels[1] if evicted and len(levels) > 1 else EVICTED
     names = session.space.names
     ranked = []
-    for (cluster, value), types in in_clusters:
-        mine = [t for t in types if t in usable]
-        if not mine:
-            search.outcomes["no node the members may use"] += 1
-            continue
-        room = _room(session, mine, bound_level)
-        short = [names[r] for r, need in enumerate(demand) if need > room[r]]
-        if short:
+    for cluster, value, types in usable:
+        room = _room(session, types, level)
+        if any(map(gt, demand, room)):
+            short = [names[r] for r, need in enumerate(demand) if need > room[r]]
             search.outcomes["insufficient " + ", ".join(short)] += 1
             continue
-        free = _room(session, mine, EVICTED) if bound_level != EVICTED else room
-        left = tuple(f - d for f, d in zip(free, demand))
+        free = _room(session, types, EVICTED) if level != EVICTED else room
+        left = tuple(map(sub, free, demand))
         # Domains that hold the gang in really free room first, tightest first; then those needing evicted room.
-        ranked.append((any(x < 0 for x in left), left, value, cluster))
+        ranked.append((min(left) < 0, left, value, cluster))
     ranked.sort()
     search.places = [GangPlace(cluster, label, value) for _, _, value, cluster in ranked]
     return search
+
+
+def _usable_domains(session, label: str, clusters: Sequence[str], members: Sequence[Job]):
+    """The domains of ``clusters`` as ``(cluster, value, types)``, their types cut to those some member may use
+    (the room outside them is no room for the gang); how many domains there are; how many have no such type.
+
+    Cached per cycle by the members' allowed node types (gangs usually share them).
+    """
+    # Members usually share their requirements: one allowed-types call per distinct requirement.
+    distinct = {(m.queue, m.priority_class, id(m.node_selector), id(m.tolerations), m.affinity): m for m in members}
+    allowed = {}
+    for cluster in clusters:
+        for member in distinct.values():
+            types = session.allowed_types(member, cluster)[0]
+            allowed[id(types)] = types
+    key = ("usable", label, tuple(clusters), tuple(sorted(allowed)))
+    cache = session.topology_cache
+    hit = cache.get(key)
+    if hit is None:
+        usable_types = set().union(*allowed.values()) if allowed else set()
+        usable, total = [], 0
+        for (cluster, value), types in domain_types(session, label).items():
+            if cluster in clusters:
+                total += 1
+                mine = [t for t in types if t in usable_types]
+                if mine:
+                    usable.append((cluster, value, mine))
+        hit = cache[key] = (usable, total, total - len(usable))
+    return hit
 
 
 def every_place(session, gang: Gang | None, clusters: Sequence[str]) -> list[GangPlace]:
@@ -222,18 +243,16 @@ def _room(session, types: Sequence[int], level: int) -> list[int]:
     """The free room at ``level`` of the nodes of ``types`` added up, from per-type sums kept for the cycle
     (a statement drops a type's sums when one of its nodes changes: placing a gang recomputes one domain)."""
     cache = session.type_room
-    index = session.index
-    total = [0] * len(session.space)
+    total = None
     for t in types:
         per_level = cache.get(t)
         if per_level is None:
             per_level = cache[t] = {}
         room = per_level.get(level)
         if room is None:
-            room = per_level[level] = index.free_total((t,), level)
-        for r, amount in enumerate(room):
-            total[r] += amount
-    return total
+            room = per_level[level] = session.index.free_total((t,), level)
+        total = room if total is None else list(map(add, total, room))
+    return total if total is not None else [0] * len(session.space)
 
 
 def _sum(vectors, width: int) -> Vector:
