@@ -244,3 +244,39 @@ def test_the_policies_guide_example_gives_what_the_guide_says():
     reason = "gang h of 4 does not fit in any single rack domain: 0/2 domains fit: 2 insufficient cpu"
     assert out["reasons"] == {f"h-{i}": reason for i in range(1, 5)}
     assert reason in guide
+
+
+def test_a_simulated_stream_of_topology_gangs_runs_each_gang_in_one_rack(tmp_path):
+    """Simulated: 4 racks of 4 16-core nodes, gangs of 2 to 6 8-core jobs arriving all along, with evictions.
+    Every cycle, every running topology gang is in one rack (check_invariants); every gang runs in the end."""
+    from flotilla.config import load_config
+    from flotilla.simulate import Simulation, check_invariants, load_workload
+
+    groups = "\n".join(f"      - {{count: 4, namePrefix: r{r}-node, resources: {{cpu: 16}}, labels: {{rack: r{r}}}}}"
+                       for r in range(1, 5))
+    (tmp_path / "flotilla.yaml").write_text(config(extra="evict: {probability: 0.5}\ncycle: {period: 1m}\n"
+                                                          "clusters:\n  - name: sim\n    kind: simulated\n"
+                                                          "    nodes:\n" + groups + "\n"))
+    (tmp_path / "workload.yaml").write_text(textwrap.dedent("""\
+        submissions:
+          - {at: 0s, queue: A, count: 12, requests: {cpu: 8}, duration: 20m, every: 5m, times: 8,
+             priorityClass: armada-preemptible, gang: {cardinality: 6, nodeUniformityLabel: rack}}
+          - {at: 1m, queue: B, count: 8, requests: {cpu: 8}, duration: 15m, every: 7m, times: 6,
+             priorityClass: armada-preemptible, gang: {cardinality: 2, nodeUniformityLabel: rack}}
+          - {at: 2m, queue: B, count: 4, requests: {cpu: 4}, duration: 10m, every: 3m, times: 10}
+        """))
+    cfg = load_config(tmp_path / "flotilla.yaml")
+    workload = load_workload(tmp_path / "workload.yaml", cfg)
+    seen = {"cycles": 0, "topology gangs running": 0}
+
+    def on_cycle(sim, info):
+        check_invariants(sim, info)
+        seen["cycles"] += 1
+        seen["topology gangs running"] += len({j.gang.id for j in sim.running_jobs() if j.gang is not None})
+
+    report = Simulation(cfg, workload, on_cycle=on_cycle).run()
+    assert report["queues"]["A"]["finished"] == 12 * 8
+    assert report["queues"]["B"]["finished"] == 8 * 6 + 4 * 10
+    # Evictions moved gangs (members preempted: A 6, B 16), and every gang, moved or not, stayed in one rack.
+    assert (report["queues"]["A"]["preemptions"], report["queues"]["B"]["preemptions"]) == (6, 16)
+    assert seen == {"cycles": 72, "topology gangs running": 530}
