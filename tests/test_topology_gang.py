@@ -280,3 +280,54 @@ def test_a_simulated_stream_of_topology_gangs_runs_each_gang_in_one_rack(tmp_pat
     # Evictions moved gangs (members preempted: A 6, B 16), and every gang, moved or not, stayed in one rack.
     assert (report["queues"]["A"]["preemptions"], report["queues"]["B"]["preemptions"]) == (6, 16)
     assert seen == {"cycles": 72, "topology gangs running": 530}
+
+
+def test_reserve_holds_nodes_of_one_rack_for_a_topology_gang(tmp_path):
+    # Two 16-core jobs, waiting an hour; nothing can be preempted. By load alone the least busy pair is n1 (2 cores
+    # used) and n3 (4), in two racks; the gang reserves r2's n3 and n4 (8 used) over r1's n1 and n2 (12).
+    state = textwrap.dedent("""
+        now: 3600
+        clusters:
+          - name: sim
+            nodes:
+              - {name: n1, resources: {cpu: 16}, labels: {rack: r1}}
+              - {name: n2, resources: {cpu: 16}, labels: {rack: r1}}
+              - {name: n3, resources: {cpu: 16}, labels: {rack: r2}}
+              - {name: n4, resources: {cpu: 16}, labels: {rack: r2}}
+        jobs:
+          - {id: x1, queue: B, requests: {cpu: 2}, state: running, node: n1}
+          - {id: x2, queue: B, requests: {cpu: 10}, state: running, node: n2}
+          - {id: x3, queue: B, requests: {cpu: 4}, state: running, node: n3}
+          - {id: x4, queue: B, requests: {cpu: 4}, state: running, node: n4}
+        """) + gang(size=2, cpu=16)
+    cfg = config(extra="actions: [evict, reserve, allocate, preempt, lease]\nreservation: {after: 10m}\n")
+    out = run_once(tmp_path, cfg, state)
+    assert out["reasons"] == {f"g-{i}": "waiting for 2 reserved nodes (n3, n4)" for i in (1, 2)}
+    out = run_once(tmp_path, cfg, state.replace(f", annotations: {{{LABEL}: rack}}", ""))
+    assert out["reasons"]["g-1"] == "waiting for 2 reserved nodes (n1, n3)"
+
+
+def test_preempt_displaces_within_one_rack_for_a_topology_gang(tmp_path):
+    # Every node full. n1 runs a job that cannot be preempted, so r1 cannot hold two 16-core jobs even by
+    # preempting; r2's preemptible jobs make way. Per member, without the label, n2 (r1) would go first.
+    state = textwrap.dedent("""
+        clusters:
+          - name: sim
+            nodes:
+              - {name: n1, resources: {cpu: 16}, labels: {rack: r1}}
+              - {name: n2, resources: {cpu: 16}, labels: {rack: r1}}
+              - {name: n3, resources: {cpu: 16}, labels: {rack: r2}}
+              - {name: n4, resources: {cpu: 16}, labels: {rack: r2}}
+        jobs:
+          - {id: x1, queue: B, requests: {cpu: 16}, state: running, node: n1}
+          - {id: x2, queue: B, requests: {cpu: 16}, state: running, node: n2, priorityClass: armada-preemptible}
+          - {id: x3, queue: B, requests: {cpu: 16}, state: running, node: n3, priorityClass: armada-preemptible}
+          - {id: x4, queue: B, requests: {cpu: 16}, state: running, node: n4, priorityClass: armada-preemptible}
+        """) + gang(size=2, cpu=16)
+    cfg = config(extra="actions: [allocate, preempt, lease]\n")
+    out = run_once(tmp_path, cfg, state)
+    assert placements(out) == {"g-1": "n3", "g-2": "n4"}
+    assert out["preempted"] == ["x3", "x4"]
+    out = run_once(tmp_path, cfg, state.replace(f", annotations: {{{LABEL}: rack}}", ""))
+    assert placements(out) == {"g-1": "n2", "g-2": "n3"}
+    assert out["preempted"] == ["x2", "x3"]

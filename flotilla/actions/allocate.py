@@ -407,7 +407,7 @@ class Allocate:
             stmt.discard()
             best = max(best, placed)
             if domains is not None:
-                domains.failed(place, placed, len(members))
+                domains.failed(placed, len(members))
         reason = no_domain_reason(gang, len(members), domains) if domains is not None else \
             f"gang {gang.id}: {best} of {len(members)} members fit"
         for member in members:

@@ -141,8 +141,8 @@ class DomainSearch:
     #: Why domains failed, counted: "insufficient cpu", "fits 3 of 4 members", ...
     outcomes: Counter
 
-    def failed(self, place: GangPlace, placed: int, size: int) -> None:
-        """Record that only ``placed`` of the gang's ``size`` members fit in ``place``."""
+    def failed(self, placed: int, size: int) -> None:
+        """Record that only ``placed`` of the gang's ``size`` members fit in the domain just tried."""
         self.outcomes[f"fits {placed} of {size} members"] += 1
 
 
