@@ -2,11 +2,11 @@
 
 A gang whose jobs carry ``armadaproject.io/gangNodeUniformityLabel: rack``
 runs wholly within one *domain*: the nodes of one cluster whose label
-``rack`` has one value. Nodes without the label belong to no domain. The
-node index keeps every label key some held job uses (selectors, node
-affinity, and these gangs), so nodes of different domains are of
-different node types and a domain is a list of node types: restricting a
-member's search to it costs nothing per node.
+``rack`` has one value. Nodes without the label (or with an empty value)
+belong to no domain. The node index keeps every label key some held job
+uses (selectors, node affinity, and these gangs), so nodes of different
+domains are of different node types and a domain is a list of node types:
+restricting a member's search to it costs nothing per node.
 
 The domains a gang may use are tried one by one, each all or nothing
 through a statement (allocate, preempt and reserve all go through
@@ -81,7 +81,7 @@ def domain_types(session, label: str) -> dict[tuple[str, str], list[int]]:
         found = {}
         for node_type in session.index.types:
             value = node_type.labels.get(label)
-            if value is not None and node_type.nodes:
+            if value and node_type.nodes:  # an empty value, like a missing label, is no domain (as in Armada)
                 found.setdefault((node_type.cluster, value), []).append(node_type.id)
         cache[label] = found = dict(sorted(found.items()))
     return found
