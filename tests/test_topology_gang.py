@@ -226,25 +226,16 @@ def test_the_service_refuses_a_bad_or_disagreeing_label_with_its_path(tmp_path):
 
 
 def test_the_policies_guide_example_gives_what_the_guide_says():
-    import json
-    from pathlib import Path
+    from docs_examples import commands, run_documented, section
 
-    from click.testing import CliRunner
-
-    from flotilla.scheduler_main import main
-
-    root = Path(__file__).resolve().parent.parent
-    guide = (root / "docs" / "policies.md").read_text()
-    assert "flotilla schedule-once --state examples/policies/topology-state.yaml" in guide
-    result = CliRunner().invoke(main, ["schedule-once", "--state",
-                                       str(root / "examples" / "policies" / "topology-state.yaml")])
-    assert result.exit_code == 0, result.output
-    out = json.loads(result.stdout)
+    text = section("policies.md", "Topology-aware gangs")
+    (argv,) = commands(text)
+    assert argv == ["schedule-once", "--state", "examples/policies/topology-state.yaml"]
+    out = run_documented(argv)
     assert placements(out) == {"g-1": "n5", "g-2": "n5", "g-3": "n6", "g-4": "n6"}
     reason = "gang h of 4 does not fit in any single rack domain: 0/2 domains fit: 2 insufficient cpu"
     assert out["reasons"] == {f"h-{i}": reason for i in range(1, 5)}
-    assert reason in guide
-
+    assert reason in text
 
 def test_a_simulated_stream_of_topology_gangs_runs_each_gang_in_one_rack(tmp_path):
     """Simulated: 4 racks of 4 16-core nodes, gangs of 2 to 6 8-core jobs arriving all along, with evictions.
