@@ -132,6 +132,7 @@ class CycleState:
         self.index: NodeIndex | None = None
         self.rebuilds = 0
         self.syncs = 0
+        self.stopped_running: list[str] = []
 
     # -- bringing up to date ----------------------------------------------------------
     def sync(self, snapshot: Snapshot, indexed_resources: Sequence[str]) -> None:
@@ -139,6 +140,9 @@ class CycleState:
         self.syncs += 1
         self.classes = {pc.name: pc for pc in snapshot.priority_classes}
         self.default_class = snapshot.default_priority_class
+        #: Ids of the jobs held as running that the snapshot no longer shows running (finished, failed, or back
+        #: in their queue), as this sync found them; empty after a rebuild, which keeps no history.
+        self.stopped_running: list[str] = []
         if self.index is not None:
             try:
                 self._update(snapshot, tuple(indexed_resources))
@@ -341,6 +345,7 @@ class CycleState:
 
         # Apply: running jobs first (their room), then foreign usage, then queues.
         gangs_changed = self._gangs_stale or any(job.gang is not None for job in new_jobs)
+        self.stopped_running = gone_running
         for job_id in gone_running:
             gangs_changed |= self._unbind(job_id)
         for cluster_name, job in changed_running:
