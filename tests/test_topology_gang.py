@@ -237,15 +237,17 @@ def test_the_policies_guide_example_gives_what_the_guide_says():
     assert out["reasons"] == {f"h-{i}": reason for i in range(1, 5)}
     assert reason in text
 
+
 def test_a_simulated_stream_of_topology_gangs_runs_each_gang_in_one_rack(tmp_path):
-    """Simulated: 4 racks of 4 16-core nodes, gangs of 2 to 6 8-core jobs arriving all along, with evictions.
-    Every cycle, every running topology gang is in one rack (check_invariants); every gang runs in the end."""
+    """Simulated: 4 racks of 4 16-core nodes, gangs of 2 to 6 8-core jobs arriving all along, with evictions (no
+    floor under fair share, so gangs are evicted and placed again). Every cycle, every running topology gang is in one rack (check_invariants); every gang runs in the end."""
     from flotilla.config import load_config
     from flotilla.simulate import Simulation, check_invariants, load_workload
 
     groups = "\n".join(f"      - {{count: 4, namePrefix: r{r}-node, resources: {{cpu: 16}}, labels: {{rack: r{r}}}}}"
                        for r in range(1, 5))
-    (tmp_path / "flotilla.yaml").write_text(config(extra="evict: {probability: 0.5}\ncycle: {period: 1m}\n"
+    (tmp_path / "flotilla.yaml").write_text(config(extra="evict: {probability: 0.5, protectedFractionOfFairShare: 0}\n"
+                                                          "cycle: {period: 1m}\n"
                                                           "clusters:\n  - name: sim\n    kind: simulated\n"
                                                           "    nodes:\n" + groups + "\n"))
     (tmp_path / "workload.yaml").write_text(textwrap.dedent("""\
