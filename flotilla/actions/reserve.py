@@ -37,6 +37,7 @@ from collections import deque
 import structlog
 
 from flotilla.core.nodeindex import EVICTED, NONPREEMPTIBLE
+from flotilla.core.topology import every_place, place_types
 from flotilla.core.units import iter_units
 
 log = structlog.get_logger("flotilla.actions.reserve")
@@ -139,11 +140,12 @@ class Reserve:
 
     @staticmethod
     def _fits_now(session, queue, members) -> bool:
-        """Would the unit fit in free space right now, on one cluster (tried, then undone)?"""
-        for cluster in sorted({t.cluster for t in session.index.types}):
+        """Would the unit fit in free space right now, on one cluster (one domain for a topology gang), tried
+        then undone?"""
+        for place in every_place(session, members[0].gang, sorted({t.cluster for t in session.index.types})):
             stmt = session.statement()
             for member in members:
-                types, _ = session.allowed_types(member, cluster)
+                types, _ = place_types(session, member, place)
                 node = session.find_node(member, session.vector(member), EVICTED, types, queue) if types else None
                 if node is None:
                     break
@@ -156,14 +158,16 @@ class Reserve:
 
     @staticmethod
     def _choose_nodes(session, members, taken) -> list[tuple[str, str]]:
-        """The nodes of one cluster with the least running on them that would hold the unit once emptied.
+        """The nodes of one cluster (one domain for a topology gang) with the least running on them that would
+        hold the unit once emptied.
 
         Nodes another unit has reserved (``taken``, by cluster and name) are not shared.
         """
         index = session.index
         best = None
-        for cluster in sorted({t.cluster for t in index.types}):
-            allowed = [set(session.allowed_types(m, cluster)[0]) for m in members]
+        for place in every_place(session, members[0].gang, sorted({t.cluster for t in index.types})):
+            cluster = place.cluster
+            allowed = [set(place_types(session, m, place)[0]) for m in members]
             nodes = [i for i, node in enumerate(index.nodes)
                      if node.cluster == cluster and (node.cluster, node.name) not in taken
                      and any(index.type_of[i] in a for a in allowed)]
