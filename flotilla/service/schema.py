@@ -10,9 +10,11 @@ lock), so a migration never runs twice.
 
 Tables:
 
-* ``queues`` - name, weight, limits, owners, groupOwners, namespaces (v7: whose in-cluster pods may use it);
+* ``queues`` - name, weight, limits, owners, groupOwners, retry policy (v7),
+  namespaces (v8: whose in-cluster pods may use it);
 * ``job_sets`` - (queue, name), when first used;
-* ``jobs`` - one row per job, its current state, the normalised spec; ``source`` (v7) says where it came
+* ``jobs`` - one row per job, its current state, the normalised spec, its
+  own retry policy (v7; read only when a run of it fails); ``source`` (v8) says where it came
   from: ``api``, or ``cluster`` for an in-cluster pod (``pod_namespace``, ``pod_name``, ``pod_uid``: the
   pod it stands for, whose uid also makes the job id, see :mod:`flotilla.service.intake`);
 * ``leases`` - one row per job handed to a cluster: cluster, nodes, when
@@ -61,7 +63,8 @@ queues = sa.Table(
     sa.Column("limits", sa.Text, nullable=False, server_default="{}"),
     sa.Column("owners", sa.Text, nullable=False, server_default="[]"),
     sa.Column("group_owners", sa.Text, nullable=False, server_default="[]"),
-    sa.Column("namespaces", sa.Text, nullable=False, server_default="[]"),   # v7
+    sa.Column("retry_policy", sa.Text, nullable=True),     # v7: its rules as JSON; null: none
+    sa.Column("namespaces", sa.Text, nullable=False, server_default="[]"),   # v8
     sa.Column("created", sa.Float, nullable=False),
     sa.Column("updated", sa.Float, nullable=False),
 )
@@ -97,13 +100,14 @@ jobs = sa.Table(
     sa.Column("annotations", sa.Text, nullable=False, server_default="{}"),
     sa.Column("spec", sa.Text, nullable=False),
     sa.Column("retries", sa.Integer, nullable=False, server_default="0"),
+    sa.Column("retry_policy", sa.Text, nullable=True),     # v7: the job's own rules as JSON; null: none
     # 0: none; 1: cancelled by a user; 2: active deadline exceeded (stopped, then failed).
     sa.Column("stop_requested", sa.Integer, nullable=False, server_default="0"),
     sa.Column("reason", sa.Text, nullable=False, server_default=""),
     sa.Column("started", sa.Float, nullable=True),
     sa.Column("finished", sa.Float, nullable=True),
     sa.Column("updated", sa.Float, nullable=False),
-    # v7: "api" (submitted) or "cluster" (an in-cluster pod: these three name it).
+    # v8: "api" (submitted) or "cluster" (an in-cluster pod: these three name it).
     sa.Column("source", sa.String(16), nullable=False, server_default="api"),
     sa.Column("pod_namespace", sa.String(255), nullable=True),
     sa.Column("pod_name", sa.String(255), nullable=True),
@@ -248,6 +252,16 @@ def _v6(conn: sa.Connection) -> None:
 
 
 def _v7(conn: sa.Connection) -> None:
+    """Retry policies: ``queues.retry_policy`` and ``jobs.retry_policy`` (JSON rules, null for none).
+
+    A database created by this code's v1 has the columns already; one created earlier gets them here.
+    """
+    for table in ("queues", "jobs"):
+        if "retry_policy" not in {column["name"] for column in sa.inspect(conn).get_columns(table)}:
+            conn.execute(sa.text(f"ALTER TABLE {table} ADD COLUMN retry_policy TEXT"))
+
+
+def _v8(conn: sa.Connection) -> None:
     """In-cluster pods: ``queues.namespaces``; ``jobs.source`` and the pod a job of source ``cluster`` stands for.
 
     Existing queues admit no namespace and existing jobs are ``api`` jobs,
@@ -271,7 +285,8 @@ MIGRATIONS: list[tuple[int, str, Callable[[sa.Connection], None]]] = [
     (4, "events.pod: the pod of a multi-pod job an event is about", _v4),
     (5, "lease renewal per cluster: cluster_reports and leases.seen", _v5),
     (6, "event ids never reused on SQLite (AUTOINCREMENT)", _v6),
-    (7, "in-cluster pods: queues.namespaces, jobs.source and the pod", _v7),
+    (7, "retry policies of queues and jobs", _v7),
+    (8, "in-cluster pods: queues.namespaces, jobs.source and the pod", _v8),
 ]
 
 LATEST = MIGRATIONS[-1][0]
