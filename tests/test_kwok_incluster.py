@@ -444,7 +444,12 @@ def test_status_watch_dashboard_metrics_and_logs_show_in_cluster_jobs(kwok, tmp_
             self.proc = subprocess.Popen([*FLOTILLA, "--log-level", "info", "serve", "--config", str(self.config)],
                                          cwd=REPO, env=env_for(), stdout=subprocess.DEVNULL,
                                          stderr=open(self.log, "ab"))
-            wait_for(lambda: self.proc.poll() is None and _health(self.url), timeout=30)
+            try:
+                wait_for(lambda: self.proc.poll() is None and _health(self.url), timeout=60)
+            except BaseException:
+                self.proc.kill()   # never left running: it would bind later tests' pods
+                self.proc.wait(30)
+                raise
             return self
 
     srv = InfoServer(tmp_path, SERVE_CONFIG + f"  - {{name: a, kind: kubernetes, kubeconfig: {cluster.kubeconfig}, "
