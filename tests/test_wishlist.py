@@ -191,3 +191,30 @@ def test_the_documented_free_room_example():
     assert run_documented(argv[0]) == {"templates": {"cpu-16": {"cluster": "sim", "jobs": 3, "nodes": 1},
                                                      "cpu-64": {"cluster": "sim", "jobs": 3, "nodes": 1}},
                                        "unfit": {}}
+
+
+def test_first_fit_decreasing_packs_as_plain_first_fit_decreasing():
+    import random
+
+    from flotilla.core.wishlist import first_fit_decreasing
+
+    def plain(vectors, capacity):
+        nodes = []
+        for vec in sorted(vectors, reverse=True):
+            for free in nodes:
+                if all(a <= f for a, f in zip(vec, free)):
+                    break
+            else:
+                free = list(capacity)
+                nodes.append(free)
+            for r, amount in enumerate(vec):
+                free[r] -= amount
+        return len(nodes)
+
+    rng = random.Random(7)
+    shapes = [(1000, 4), (2000, 8), (4000, 16), (500, 1), (8000, 2), (3000, 30)]
+    for _ in range(200):
+        vectors = [rng.choice(shapes) for _ in range(rng.randrange(1, 80))]
+        capacity = (rng.choice([8000, 16000]), rng.choice([32, 64]))
+        assert first_fit_decreasing(vectors, capacity) == plain(vectors, capacity)
+    assert first_fit_decreasing([(6, 0)] * 3, (16, 0)) == 2

@@ -36,7 +36,7 @@ from typing import Iterable, Sequence
 
 from flotilla.core.decisions import Placement
 from flotilla.core.model import ClusterSnapshot, Job, JobState, Node, Snapshot
-from flotilla.core.nodeindex import EVICTED
+from flotilla.core.nodeindex import EVICTED, FOREIGN, FOREIGN_USER
 from flotilla.core.quantities import format_quantity
 from flotilla.core.resources import Vector
 
@@ -70,20 +70,32 @@ def compute_wishlist(scheduler, snapshot: Snapshot, waiting: Sequence[Job], temp
     session = scheduler.open_session(probe)
     index = session.index
     positions = [index.position[(template.cluster, name)] for template, name in zip(templates, names)]
-    rooms = [_Room(session, template, p, set(positions)) for template, p in zip(templates, positions)]
+    for p in positions:   # a template node is a shape, not room: the node search must never offer it
+        index.bind(p, _TEMPLATE_HOLDER, FOREIGN_USER, index.allocatable[p], FOREIGN)
+    units = [(unit, [session.vector(m) for m in unit], [session.allowed_types(m)[0] for m in unit])
+             for unit in _units(session)]
+    placed_somewhere = [False] * len(units)
+    wishes = []
+    for template, p in zip(templates, positions):
+        room = _Room(session, template.cluster, p)
+        for u, (unit, vecs, allowed) in enumerate(units):
+            if room.place(unit, vecs, allowed):
+                placed_somewhere[u] = True
+        room.give_back()
+        wishes.append(TemplateWish(template.name, template.cluster, room.jobs,
+                                   first_fit_decreasing(room.new, room.capacity)))
     unfit: dict[str, str] = {}
-    for unit in _units(session):
-        vecs = [session.vector(member) for member in unit]
-        allowed = [session.allowed_types(member)[0] for member in unit]
-        outcomes = [room.place(unit, vecs, allowed) for room in rooms]
-        if all(outcome is None for outcome in outcomes):
+    for (unit, vecs, allowed), placed in zip(units, placed_somewhere):
+        if not placed:
             for member, vec, types in zip(unit, vecs, allowed):
                 unfit[member.id] = (_no_template(session, member, vec, types, positions)
                                     or f"gang {member.gang.id if member.gang else member.id}: no template fits "
                                        f"every member with the free room")
-    wishes = [TemplateWish(template.name, template.cluster, room.jobs, first_fit_decreasing(room.new, room.capacity))
-              for template, room in zip(templates, rooms)]
     return Wishlist(wishes, unfit)
+
+
+#: What holds a template node's room in the probe's index (``FOREIGN_USER`` usage: no job id has a NUL).
+_TEMPLATE_HOLDER = f"{FOREIGN_USER}/template"
 
 
 def _probe(snapshot: Snapshot, waiting: Sequence[Job], templates: Sequence[Node], scheduled: Sequence[Placement],
@@ -128,81 +140,76 @@ def _units(session) -> Iterable[list[Job]]:
 
 
 class _Room:
-    """One template's account: the free room it leaves on its cluster's existing nodes, the jobs it unblocks
-    and the requests its new nodes would hold."""
+    """One template's pass: the existing nodes' free room its jobs take (bound in the probe's index, given back
+    at the end), the jobs it unblocks and the requests its new nodes would hold."""
 
-    def __init__(self, session, template: Node, position: int, template_positions: set[int]):
+    def __init__(self, session, cluster: str, position: int):
         self.session = session
         self.index = session.index
-        self.cluster = template.cluster
+        self.cluster = cluster
         self.position = position
         self.capacity: Vector = self.index.allocatable[position]
-        self.templates = template_positions
-        self.level = self.index.level_of[EVICTED]
-        #: Existing nodes' free room where this account has taken some (else the index's free row holds).
-        self.free: dict[int, list[int]] = {}
-        #: Host ports this account's jobs bind, per existing node.
-        self.ports: set[tuple[int, str, int]] = set()
         self.jobs = 0
         self.new: list[Vector] = []
+        #: ``(node, job)`` for every job this pass put in free room, to give the room back.
+        self.taken: list[tuple[int, Job]] = []
         self._cluster_types: dict[int, list[int]] = {}
 
-    def place(self, unit: list[Job], vecs: list[Vector], allowed: list[list[int]]) -> int | None:
-        """Put ``unit`` in free room and on new nodes of the template: how many members need a new node.
-
-        None (and nothing taken) when some member fits neither; 0 when the
-        free room holds it all (the template is not credited with it).
-        """
-        taken: list[tuple[int, Vector, Job]] = []
+    def place(self, unit: list[Job], vecs: list[Vector], allowed: list[list[int]]) -> bool:
+        """Put ``unit`` in free room, the rest on new nodes of the template; False (nothing taken) when some
+        member fits neither. The template is credited with the unit only if some member needs a new node."""
+        mark = len(self.taken)
         new: list[Vector] = []
         type_of = self.index.type_of
         for k in sorted(range(len(unit)), key=vecs.__getitem__, reverse=True):
             job, vec, types = unit[k], vecs[k], allowed[k]
             i = self._existing(job, vec, types)
             if i is not None:
-                self._take(i, vec, job, -1)
-                taken.append((i, vec, job))
+                self._bind(i, job, vec)
             elif type_of[self.position] in types and all(a <= c for a, c in zip(vec, self.capacity)):
                 new.append(vec)
             else:
-                for i, vec, job in taken:
-                    self._take(i, vec, job, 1)
-                return None
+                self._unbind(mark)
+                return False
         if new:
             self.new.extend(new)
             self.jobs += len(unit)
-        return len(new)
+        return True
+
+    def give_back(self) -> None:
+        """Undo every placement of this pass: the index is as the probe opened it, for the next template."""
+        self._unbind(0)
 
     def _existing(self, job: Job, vec: Vector, types: list[int]) -> int | None:
-        """An existing node of the cluster with room for ``job`` left, or None."""
-        index, free, ports = self.index, self.free, job.host_ports
-        check = bool(ports) or bool(self.session.node_filter_fns)
-        for i in index.iter_fitting(vec, EVICTED, self._in_cluster(types)):
-            if i in self.templates:
-                continue
-            row = free.get(i)
-            if row is not None and any(a > f for a, f in zip(vec, row)):
-                continue
-            if check and (not self.session.node_allowed(job, i)
-                          or any((i, protocol, port) in self.ports for protocol, port in ports)):
-                continue
-            return i
+        """An existing node of the cluster with room for ``job`` left (the smallest that fits), or None."""
+        session, index = self.session, self.index
+        types = self._in_cluster(types)
+        if not job.host_ports and not session.node_filter_fns:
+            return index.find(vec, EVICTED, types, "any", job.queue)
+        for i in index.iter_fitting(vec, EVICTED, types):
+            if session.node_allowed(job, i):
+                return i
         return None
+
+    def _bind(self, i: int, job: Job, vec: Vector) -> None:
+        self.index.bind(i, job.id, job.queue, vec, self.session.job_level(job))
+        if job.host_ports:
+            self.session.state.ports.add(i, job.id, job.host_ports)
+        self.taken.append((i, job))
+
+    def _unbind(self, mark: int) -> None:
+        """Take off every job placed since ``taken[mark]``, last first."""
+        while len(self.taken) > mark:
+            i, job = self.taken.pop()
+            self.index.unbind(i, job.id)
+            if job.host_ports:
+                self.session.state.ports.remove(i, job.id, job.host_ports)
 
     def _in_cluster(self, types: list[int]) -> list[int]:
         found = self._cluster_types.get(id(types))   # allowed_types interns equal lists: one object each
         if found is None:
             found = self._cluster_types[id(types)] = [t for t in types if self.index.types[t].cluster == self.cluster]
         return found
-
-    def _take(self, i: int, vec: Vector, job: Job, sign: int) -> None:
-        row = self.free.get(i)
-        if row is None:
-            row = self.free[i] = list(self.index.free[i][self.level])
-        for r, amount in enumerate(vec):
-            row[r] += sign * amount
-        for protocol, port in job.host_ports:
-            (self.ports.add if sign < 0 else self.ports.discard)((i, protocol, port))
 
 
 def _no_template(session, job: Job, vec: Vector, types: list[int], positions: list[int]) -> str | None:
@@ -235,15 +242,28 @@ def _no_template(session, job: Job, vec: Vector, types: list[int], positions: li
 
 
 def first_fit_decreasing(vectors: list[tuple[int, ...]], capacity: tuple[int, ...]) -> int:
-    """How many nodes of ``capacity`` hold every vector: largest first (index order), each in the first that fits."""
+    """How many nodes of ``capacity`` hold every vector: largest first (index order), each in the first that fits.
+
+    Equal vectors come one after another, and the nodes before the one the
+    previous of them took could not hold it then and hold less now: the
+    search for the next starts there, so a few job shapes over thousands of
+    nodes cost a pass per shape, not per job.
+    """
     nodes: list[list[int]] = []
+    previous: tuple[int, ...] | None = None
+    start = 0
     for vec in sorted(vectors, reverse=True):
-        for free in nodes:
+        if vec != previous:
+            previous, start = vec, 0
+        for n in range(start, len(nodes)):
+            free = nodes[n]
             if all(a <= f for a, f in zip(vec, free)):
                 break
         else:
             free = list(capacity)
             nodes.append(free)
+            n = len(nodes) - 1
+        start = n
         for r, amount in enumerate(vec):
             free[r] -= amount
     return len(nodes)
