@@ -136,7 +136,7 @@ def build_snapshot(state: StateFile, config: FlotillaConfig, source: SourceMap) 
     queues = _queues(state, config, problems)
     queued = _jobs(state, config, clusters, queues, problems)
     _check_gangs(state, problems)
-    known = _resource_names(clusters, state, config)
+    known = _resource_names(clusters, queued, config)
     problems += unknown_resource_problems(queue_limit_names("queues", state.queues), known,
                                           "no cluster has it and no job asks for it")
     error = source.first(problems)
@@ -150,10 +150,14 @@ def build_snapshot(state: StateFile, config: FlotillaConfig, source: SourceMap) 
                     config.default_priority_class, now=state.now)
 
 
-def _resource_names(clusters: list[ClusterSnapshot], state: StateFile, config: FlotillaConfig) -> set[str]:
-    """The resource names the state's nodes have and its jobs ask for, and the config's nodes have."""
+def _resource_names(clusters: list[ClusterSnapshot], queued: list[Job], config: FlotillaConfig) -> set[str]:
+    """The resource names the state's nodes have and its jobs ask for, and the config's nodes have.
+
+    The jobs' requests mappings are interned (one per distinct shape), so a million jobs cost a handful of reads.
+    """
+    running = (job.requests for cluster in clusters for job in cluster.running)
     return (names_in(node.resources for cluster in clusters for node in cluster.nodes)
-            | names_in(spec.requests for spec in state.jobs) | config_provided_names(config))
+            | names_in(job.requests for job in queued) | names_in(running) | config_provided_names(config))
 
 
 def _clusters(state: StateFile, config: FlotillaConfig, problems: Problems) -> list[ClusterSnapshot]:
