@@ -154,6 +154,10 @@ class _Room:
         #: ``(node, job)`` for every job this pass put in free room, to give the room back.
         self.taken: list[tuple[int, Job]] = []
         self._cluster_types: dict[int, list[int]] = {}
+        #: Room only shrinks in a pass, except when a unit that did not fit gives back what it took (each such
+        #: return counts one here): a request that found no room stays without until the next return.
+        self._returns = 0
+        self._no_room: dict[tuple, int] = {}
 
     def place(self, unit: list[Job], vecs: list[Vector], allowed: list[list[int]]) -> bool:
         """Put ``unit`` in free room, the rest on new nodes of the template; False (nothing taken) when some
@@ -185,7 +189,13 @@ class _Room:
         session, index = self.session, self.index
         types = self._in_cluster(types)
         if not job.host_ports and not session.node_filter_fns:
-            return index.find(vec, EVICTED, types, "any", job.queue)
+            key = (vec, id(types))
+            if self._no_room.get(key) == self._returns:
+                return None
+            found = index.find(vec, EVICTED, types, "any", job.queue)
+            if found is None:
+                self._no_room[key] = self._returns
+            return found
         for i in index.iter_fitting(vec, EVICTED, types):
             if session.node_allowed(job, i):
                 return i
@@ -199,6 +209,8 @@ class _Room:
 
     def _unbind(self, mark: int) -> None:
         """Take off every job placed since ``taken[mark]``, last first."""
+        if len(self.taken) > mark:
+            self._returns += 1
         while len(self.taken) > mark:
             i, job = self.taken.pop()
             self.index.unbind(i, job.id)
