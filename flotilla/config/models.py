@@ -528,6 +528,8 @@ class FlotillaConfig(Model):
     def check(self) -> list[tuple[FieldPath, str]]:
         """Cross-field problems as ``(path, message)``; the loader reports the earliest in the file."""
         from flotilla.actions import available_actions
+        from flotilla.config.actionorder import action_order_problems
+        from flotilla.config.resourcenames import config_problems as resource_name_problems
 
         problems: list[tuple[FieldPath, str]] = []
         known = available_actions()
@@ -536,6 +538,8 @@ class FlotillaConfig(Model):
                 problems.append((("actions", i), f"unknown action {action!r} (known: {', '.join(known)})"))
             elif action in self.actions[:i]:
                 problems.append((("actions", i), f"duplicate action {action!r} (first at actions[{self.actions.index(action)}])"))
+        if not problems:   # an order of known, distinct actions: refuse one that cannot work
+            problems += action_order_problems(self.actions)
         if "reserve" in self.actions and self.reservation.after is None:
             problems.append((("actions", self.actions.index("reserve")),
                              "the reserve action needs reservation.after (how long a unit waits before it reserves)"))
@@ -559,6 +563,7 @@ class FlotillaConfig(Model):
                                          f"duplicate node name {name!r} (first in clusters[{c}].nodes[{first[name]}])"))
                         break
                     first[name] = g
+        problems += resource_name_problems(self)
         return problems
 
     def to_core_priority_classes(self) -> list[PriorityClass]:

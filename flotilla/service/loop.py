@@ -277,7 +277,8 @@ class ServiceLoop:
         templates = self.scheduler.config.node_templates
         if templates:   # published with the cycle's status: GET /v1/wishlist and the wishlist metrics
             self.last_wishlist = compute_wishlist(self.scheduler, snapshot, decisions.queued,
-                                                  [t.to_core() for t in templates]).to_dict()
+                                                  [t.to_core() for t in templates], decisions.scheduled,
+                                                  decisions.preempted).to_dict()
         t5 = time.perf_counter()
         c5 = time.thread_time()
 
