@@ -93,26 +93,34 @@ def make_pods(client: KubeClient, recorder: RecorderProcess, run: str, jobs: int
 def delete_run(client: KubeClient, recorder: RecorderProcess, workers: int = 32, timeout: float = 600) -> None:
     """Delete the Jobs and every pod of the namespace (the Job controller's finalizer taken off first)."""
     started = time.monotonic()
-    for item in client.get(JOBS)["items"]:
-        try:
-            client.delete(f"{JOBS}/{item['metadata']['name']}", {"propagationPolicy": "Orphan"})
-        except ApiError as exc:
-            if exc.status != 404:
+    deadline = time.monotonic() + timeout
+
+    def attempt(method: str, path: str, body: dict) -> None:
+        while True:
+            try:
+                client.request(method, path, body, timeout=60,
+                               content_type="application/merge-patch+json" if method == "PATCH" else
+                               "application/json")
+                return
+            except ApiError as exc:
+                if exc.status in (404, 409):
+                    return
                 raise
+            except KubeError:
+                if time.monotonic() > deadline:
+                    raise
+                time.sleep(1)   # the API server is busy with the deletions: ask again
 
     def delete(pod: dict) -> None:
         path = pod_path(NAMESPACE, pod["metadata"]["name"])
-        try:
-            if pod["metadata"].get("finalizers"):
-                client.patch(path, {"metadata": {"finalizers": None}})
-            client.delete(path, {"gracePeriodSeconds": 0})
-        except ApiError as exc:
-            if exc.status != 404:
-                raise
+        if pod["metadata"].get("finalizers"):
+            attempt("PATCH", path, {"metadata": {"finalizers": None}})
+        attempt("DELETE", path, {"gracePeriodSeconds": 0})
 
-    deadline = time.monotonic() + timeout
+    for item in client.get(JOBS)["items"]:
+        attempt("DELETE", f"{JOBS}/{item['metadata']['name']}", {"propagationPolicy": "Background"})
     while time.monotonic() < deadline:
-        pods = client.get(pod_path(NAMESPACE))["items"]
+        pods = client.request("GET", pod_path(NAMESPACE), timeout=60)["items"]
         if not pods:
             break
         with ThreadPoolExecutor(workers) as pool:
