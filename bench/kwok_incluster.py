@@ -57,7 +57,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from kwok_throughput import CpuMeter, RecorderProcess, cpu_seconds, start_kube_scheduler, stop_process  # noqa: E402
 
-from flotilla.kubernetes.client import ApiError, KubeClient, KubeError, pod_path  # noqa: E402
+from flotilla.kubernetes.client import KubeClient, pod_path  # noqa: E402
 from flotilla.kwok import cluster as kwok  # noqa: E402
 
 IMAGE = "registry.k8s.io/pause:3.10"
@@ -209,6 +209,17 @@ def run_flotilla(cluster: kwok.FakeCluster, recorder: RecorderProcess, count: in
     return stats
 
 
+def install_crds(client: KubeClient) -> None:
+    """deploy/crds/ (Volcano's PodGroup), as a cluster Flotilla serves has them."""
+    import yaml
+
+    crds = Path(__file__).resolve().parent.parent / "deploy" / "crds"
+    for path in sorted(crds.glob("*.yaml")):
+        for doc in yaml.safe_load_all(path.read_text()):
+            if doc:
+                client.post("/apis/apiextensions.k8s.io/v1/customresourcedefinitions", doc, parse=False)
+
+
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(prog="kwok_throughput.py --in-cluster", description=__doc__.split("\n\n")[0])
     parser.add_argument("--in-cluster", action="store_true", help=argparse.SUPPRESS)
@@ -242,6 +253,7 @@ def main(argv=None) -> int:
                       controllers=kwok.JOB_CONTROLLERS)
     print(f"  up in {time.monotonic() - started:.1f}s", file=sys.stderr)
     client = cluster.client(pool_size=args.workers + 8)
+    install_crds(client)
     results: dict = {"nodes": args.nodes, "pods": args.jobs, "jobs": args.job_count, "queues": args.queues,
                      "cpus": os.cpu_count(), "podsFrom": "batch/v1 Jobs, made by the Job controller",
                      "order": [run for run in RUNS if run not in args.skip]}
