@@ -7,6 +7,27 @@ every running member of its gang, wherever it runs. Evicted jobs stop
 counting for their queue and go to the front of it; ``allocate`` may return
 them to their own node, and those it does not become preemptions. Nothing is
 stopped here: eviction exists only inside the session.
+
+Protected fair share (``evict.protectedFractionOfFairShare``, *f*, default
+1), with shares as the core measures them (:mod:`flotilla.core.shares`):
+
+* a queue at or below *f* times its fair share keeps every job
+  (armada-scheduler.txt's protected fraction);
+* a queue above it loses at most what leaves it at that floor, so a
+  preemption to fair share never leaves its victim's queue below the floor
+  afterwards (Volcano's reclaim rule: a victim's queue keeps its deserved
+  share).
+
+A chosen job may lose its room only to a job of another queue whose class
+has an equal or higher priority (allocate's rule), so only such jobs are at
+risk; the others return for certain. A queue that would end below its floor
+were all its jobs at risk preempted takes units back (a gang whole): its
+higher priority classes first, then in the order it would offer them to
+``allocate``, until it would not. Those jobs are not evicted: they stay on
+their nodes as if returned, and nothing may take their room this cycle. This
+is decided here, before ``allocate``, because once another job has taken an
+evicted job's room the job can no longer return. *f* = 0 turns the floor
+off; above 1 it spares queues somewhat over their fair share too.
 """
 
 from __future__ import annotations
@@ -16,6 +37,7 @@ import time
 import structlog
 
 from flotilla.core.nodeindex import NONPREEMPTIBLE
+from flotilla.core.shares import weight_vector
 
 log = structlog.get_logger("flotilla.actions.evict")
 
@@ -44,6 +66,9 @@ class Evict:
                 for member in members:
                     if member.id in session.running and member.id not in chosen:
                         chosen[member.id] = member
+        fraction = session.settings.evict_protected_fraction
+        if fraction > 0 and chosen:
+            chosen = self._protect(session, chosen, fraction)
         stmt = session.statement()
         for job in chosen.values():
             stmt.evict(job)
@@ -52,3 +77,72 @@ class Evict:
         stmt.commit()
         session.counters["evicted"] += len(chosen)
         session.timings[self.name] = time.perf_counter() - started
+
+    @staticmethod
+    def _protect(session, chosen: dict, fraction: float) -> dict:
+        """``chosen`` less the units its queues take back to stay at ``fraction`` of their fair share (see above).
+
+        Work is per chosen job and per queue: queued jobs are read only as each queue's count per priority
+        class, which the queue keeps.
+        """
+        weights = weight_vector(session.space.names, session.settings.share_weights)
+        pool_cost = sum(w * a for w, a in zip(weights, session.pool)) or 1.0
+        running = session.running
+
+        def cost(job) -> float:
+            return sum(w * a for w, a in zip(weights, running[job.id].vec))
+
+        # Only a job whose priority class is at or below that of some other queue's queued job can lose its
+        # room (allocate's rule); the others return for certain and count as kept.
+        top = _top_queued_priorities(session)
+        kept: dict[str, float] = {}
+        at_risk: dict[str, list] = {}
+        for job in chosen.values():
+            rival = top[0][0] if top and top[0][1] != job.queue else (top[1][0] if len(top) > 1 else None)
+            if rival is not None and running[job.id].level <= rival:
+                kept[job.queue] = kept.get(job.queue, 0.0) - cost(job)
+                at_risk.setdefault(job.queue, []).append(job)
+        kept_back: set[str] = set()
+        for name in sorted(at_risk):
+            queue = session.queues[name]
+            kept[name] += sum(w * a for w, a in zip(weights, queue.allocated))
+            # A hair of tolerance: a queue exactly at its floor in exact arithmetic counts as at it.
+            floor = fraction * queue.fair_share * pool_cost - 1e-9 * pool_cost
+            if kept[name] >= floor:
+                continue
+            # Higher priority classes first, then the order the queue offers its evicted jobs to allocate.
+            order = sorted(at_risk[name], key=lambda j: (-running[j.id].level, *session.job_sort_key(j, 0), j.id))
+            for job in order:
+                if kept[name] >= floor:
+                    break
+                if job.id in kept_back:
+                    continue
+                gang = job.gang
+                unit = [m for m in session.gangs.get(gang.id, ()) if m.id in chosen] if gang is not None else [job]
+                for member in unit:
+                    kept_back.add(member.id)
+                    kept[member.queue] = kept.get(member.queue, 0.0) + cost(member)
+        if kept_back:
+            session.counters["protected"] += len(kept_back)
+            if session.debug:
+                log.debug("evict.protected", jobs=sorted(kept_back))
+        return {job_id: job for job_id, job in chosen.items() if job_id not in kept_back}
+
+
+def _top_queued_priorities(session) -> list[tuple[int, str]]:
+    """The two highest ``(priority, queue)`` over queues, each queue by its highest queued priority class.
+
+    Cordoned queues start nothing new, so they take no room and are left out.
+    """
+    classes, default = session.priority_classes, session.default_priority_class
+    best: list[tuple[int, str]] = []
+    for queue in session.queues.values():
+        if not queue.queued or queue.name in session.cordoned:
+            continue
+        found = [classes[name or default].priority for name, n in queue.queued.classes.items()
+                 if n > 0 and (name or default) in classes]
+        if found:
+            best.append((max(found), queue.name))
+            best.sort(key=lambda pq: -pq[0])
+            del best[2:]
+    return best

@@ -231,6 +231,9 @@ ClusterConfig = Annotated[Union[SimulatedClusterConfig, KubernetesClusterConfig]
 
 class EvictConfig(Model):
     probability: float = Field(1.0, ge=0, le=1)
+    #: Preemption to fair share keeps every queue at this fraction of its fair share at least (0: no floor; above 1
+    #: it spares queues somewhat above their fair share too); see flotilla.actions.evict.
+    protected_fraction_of_fair_share: float = Field(1.0, ge=0, le=10, alias="protectedFractionOfFairShare")
 
 
 class AllocateConfig(Model):

@@ -18,10 +18,11 @@ from dataclasses import dataclass
 from typing import Any, Mapping
 
 from flotilla.core.backend import PodTemplate
-from flotilla.core.model import (GANG_CARDINALITY_ANNOTATION, GANG_ID_ANNOTATION, Gang, Job, JobState, Node,
-                                 Taint, Toleration)
+from flotilla.core.model import (GANG_CARDINALITY_ANNOTATION, GANG_ID_ANNOTATION, GANG_NODE_UNIFORMITY_LABEL_ANNOTATION,
+                                 Gang, Job, JobState, Node, Taint, Toleration)
 from flotilla.core.nodeaffinity import AffinityError, parse_node_affinity
 from flotilla.core.quantities import QuantityError, format_quantity, parse_quantity
+from flotilla.core.topology import uniformity_label_problem
 from flotilla.kubernetes.requests import effective_requests
 from flotilla.kubernetes.services import OWNED, exposure_manifests
 
@@ -144,6 +145,8 @@ def pod_manifest(job: Job, node: str | None, attempt: int, settings: PodSettings
     if job.gang is not None:
         annotations[GANG_ID_ANNOTATION] = job.gang.id
         annotations[GANG_CARDINALITY_ANNOTATION] = str(job.gang.cardinality)
+        if job.gang.uniformity_label:
+            annotations[GANG_NODE_UNIFORMITY_LABEL_ANNOTATION] = job.gang.uniformity_label
     if duration is not None:
         annotations[KWOK_COMPLETE_DELAY] = f"{max(0, int(round(duration * 1000)))}ms"
     spec = copy.deepcopy(dict(template.pod_spec)) if template is not None else _stand_in_spec(job, settings)
@@ -352,6 +355,9 @@ def job_from_pod(pod: Mapping[str, Any], cluster: str, requests_cache: dict | No
             gang = Gang(ann[GANG_ID_ANNOTATION], int(ann.get(GANG_CARDINALITY_ANNOTATION, "1")))
         except ValueError:
             gang = None
+        label = ann.get(GANG_NODE_UNIFORMITY_LABEL_ANNOTATION)
+        if gang is not None and label and uniformity_label_problem(label) is None:
+            gang = Gang(gang.id, gang.cardinality, uniformity_label=label)
     requests = pod_requests(pod)
     if requests_cache is not None:  # identical request mappings shared, as the core expects of bulk jobs
         key = tuple(sorted(requests.items()))

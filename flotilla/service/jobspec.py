@@ -23,7 +23,8 @@ from typing import Annotated, Any, Sequence
 from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, ValidationError, model_validator
 
 from flotilla.core.model import (GANG_CARDINALITY_ANNOTATION, GANG_ID_ANNOTATION, GANG_MIN_AVAILABLE_ANNOTATION,
-                                 NAMESPACE_ANNOTATION, parse_min_available)
+                                 GANG_NODE_UNIFORMITY_LABEL_ANNOTATION, NAMESPACE_ANNOTATION, parse_min_available)
+from flotilla.core.topology import uniformity_label_problem
 from flotilla.core.nodeaffinity import AffinityError, parse_node_affinity
 from flotilla.core.quantities import QuantityError, format_quantity, parse_quantity, resource_name_problem
 from flotilla.kubernetes.podspec import OS_LABEL, PodSpec, host_ports, refused_placement_fields, stored_pod_spec
@@ -310,6 +311,15 @@ def validate_jobs(file: JobFile, settings: ServiceSettings) -> list[NewJob]:
             elif isinstance(message := parse_min_available(minimum, size), str):
                 reject(f"annotations.{GANG_MIN_AVAILABLE_ANNOTATION}", message)
 
+        uniformity = job.annotations.get(GANG_NODE_UNIFORMITY_LABEL_ANNOTATION)
+        if uniformity is not None:
+            if gang_id is None and len(pods) < 2:
+                reject(f"annotations.{GANG_NODE_UNIFORMITY_LABEL_ANNOTATION}",
+                       f"only a gang or a job of several pods runs in one domain of a label; set {GANG_ID_ANNOTATION} "
+                       f"too")
+            elif (message := uniformity_label_problem(uniformity)) is not None:
+                reject(f"annotations.{GANG_NODE_UNIFORMITY_LABEL_ANNOTATION}", message)
+
         if len(problems) > before:
             continue
         spec_out = job.model_dump(mode="json", exclude_none=True)
@@ -335,6 +345,14 @@ def validate_jobs(file: JobFile, settings: ServiceSettings) -> list[NewJob]:
             for m in members:
                 problems.append(Rejection(m.index, m.client_id, f"annotations.{GANG_CARDINALITY_ANNOTATION}",
                                           f"gang {gang_id!r} has inconsistent cardinality ({detail})"))
+            continue
+        labels = sorted({m.annotations.get(GANG_NODE_UNIFORMITY_LABEL_ANNOTATION, "") for m in members})
+        if len(labels) > 1:
+            detail = ", ".join(f"job {m.index} says {m.annotations.get(GANG_NODE_UNIFORMITY_LABEL_ANNOTATION) or 'none'}"
+                               for m in members)
+            for m in members:
+                problems.append(Rejection(m.index, m.client_id, f"annotations.{GANG_NODE_UNIFORMITY_LABEL_ANNOTATION}",
+                                          f"gang {gang_id!r} members disagree on the uniformity label ({detail})"))
             continue
         if len(members) != cards[0]:
             for m in members:
