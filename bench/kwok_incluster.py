@@ -192,21 +192,44 @@ def run_flotilla(cluster: kwok.FakeCluster, recorder: RecorderProcess, count: in
     meter = ClusterCpu(cluster)
     t0 = time.time()
     with open(log, "wb") as out:
+        port = free_port()
         proc = subprocess.Popen([sys.executable, "-m", "flotilla.scheduler_main", "serve", "--config", str(config),
-                                 "--listen", f"127.0.0.1:{free_port()}"],
+                                 "--listen", f"127.0.0.1:{port}"],
                                 stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
                                 cwd=str(Path(__file__).resolve().parent.parent))
         try:
             done = recorder.wait("running", count, timeout)
             cpu = meter.stop(flotilla=cpu_seconds(proc.pid))
+            phases = cycle_phases(port, workdir / "metrics.txt")
             if not done and proc.poll() is not None:
                 print(f"  flotilla serve ended ({proc.returncode}); see {log}", file=sys.stderr)
         finally:
             stop_process(proc)
     stats = recorder.stats(t0, count)
     stats["cpuSeconds"] = cpu
+    stats["cyclePhaseSeconds"] = phases
     stats["log"] = str(log)
     return stats
+
+
+def cycle_phases(port: int, path: Path) -> dict[str, float]:
+    """Seconds spent in each phase of Flotilla's cycles (its /metrics), the whole scrape kept in ``path``."""
+    import urllib.request
+
+    try:
+        text = urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=30).read().decode()
+    except OSError as exc:
+        return {"error": str(exc)}
+    path.write_text(text)
+    out: dict[str, float] = {}
+    for line in text.splitlines():
+        if line.startswith("flotilla_cycle_phase_seconds_sum{"):
+            phase = line.split('phase="', 1)[1].split('"', 1)[0]
+            out[phase] = round(float(line.rsplit(" ", 1)[1]), 2)
+        elif line.startswith(("flotilla_cycle_seconds_sum", "flotilla_cycle_seconds_count")):
+            out[line.split(" ", 1)[0].replace("flotilla_cycle_seconds_", "cycles_")] = round(
+                float(line.rsplit(" ", 1)[1]), 2)
+    return out
 
 
 def install_crds(client: KubeClient) -> None:
