@@ -43,3 +43,23 @@ def run_documented(argv: list[str]) -> dict:
         os.chdir(cwd)
     assert result.exit_code == 0, result.output
     return json.loads(result.stdout)
+
+
+def blocks(text: str, language: str) -> list[str]:
+    """The contents of the fenced ``language`` blocks in ``text``, in order."""
+    return re.findall(rf"```{language}\n(.*?)```", text, re.S)
+
+
+def refused(config_yaml: str, argv: list[str], tmp_path: Path) -> str:
+    """Run a documented command in ``tmp_path`` (where the docs' ``flotilla.yaml`` is written, the repository's
+    ``examples`` linked); it must fail with exit code 2. Its stderr."""
+    (tmp_path / "flotilla.yaml").write_text(config_yaml)
+    (tmp_path / "examples").symlink_to(REPO / "examples")
+    cwd = os.getcwd()
+    os.chdir(tmp_path)
+    try:
+        result = CliRunner().invoke(main, argv)
+    finally:
+        os.chdir(cwd)
+    assert result.exit_code == 2, result.output
+    return result.stderr

@@ -16,7 +16,8 @@ Protected fair share (``evict.protectedFractionOfFairShare``, *f*, default
 * a queue above it loses at most what leaves it at that floor, so a
   preemption to fair share never leaves its victim's queue below the floor
   afterwards (Volcano's reclaim rule: a victim's queue keeps its deserved
-  share).
+  share). In a queue tree the floor is the victim's own queue's; room
+  moving between branches is left to the fair shares.
 
 A chosen job may lose its room only to a job of another queue whose class
 has an equal or higher priority (allocate's rule), so only such jobs are at
@@ -87,41 +88,48 @@ class Evict:
         """
         weights = weight_vector(session.space.names, session.settings.share_weights)
         pool_cost = sum(w * a for w, a in zip(weights, session.pool)) or 1.0
-        running = session.running
+        running, queues = session.running, session.queues
 
         def cost(job) -> float:
             return sum(w * a for w, a in zip(weights, running[job.id].vec))
 
-        # Only a job whose priority class is at or below that of some other queue's queued job can lose its
-        # room (allocate's rule); the others return for certain and count as kept.
-        top = _top_queued_priorities(session)
-        kept: dict[str, float] = {}
-        at_risk: dict[str, list] = {}
+        # A job may lose its room only to another queue's job of a priority class at least as high (allocate's
+        # rule); jobs no such rival exists for return for certain and count as kept. The floor is the job's own
+        # queue's: an inner queue of a tree would count moves inside its branch as losses, which they are not.
+        rival = _rivals(session)
+        costs: dict[str, float] = {}
+        under: dict[str, list] = {}               # queue -> its jobs at risk
         for job in chosen.values():
-            rival = top[0][0] if top and top[0][1] != job.queue else (top[1][0] if len(top) > 1 else None)
-            if rival is not None and running[job.id].level <= rival:
-                kept[job.queue] = kept.get(job.queue, 0.0) - cost(job)
-                at_risk.setdefault(job.queue, []).append(job)
+            top = rival(job.queue)
+            if top is not None and running[job.id].level <= top:
+                costs[job.id] = cost(job)
+                under.setdefault(job.queue, []).append(job)
+        if not under:
+            return chosen
+        # What each queue would keep were all its jobs at risk preempted.
+        kept = {name: sum(w * a for w, a in zip(weights, queues[name].allocated))
+                - sum(costs[job.id] for job in jobs) for name, jobs in under.items()}
+        risked = {name: {job.id for job in jobs} for name, jobs in under.items()}
         kept_back: set[str] = set()
-        for name in sorted(at_risk):
-            queue = session.queues[name]
-            kept[name] += sum(w * a for w, a in zip(weights, queue.allocated))
+        for name in sorted(under):
+            queue = queues[name]
             # A hair of tolerance: a queue exactly at its floor in exact arithmetic counts as at it.
             floor = fraction * queue.fair_share * pool_cost - 1e-9 * pool_cost
             if kept[name] >= floor:
                 continue
             # Higher priority classes first, then the order the queue offers its evicted jobs to allocate.
-            order = sorted(at_risk[name], key=lambda j: (-running[j.id].level, *session.job_sort_key(j, 0), j.id))
+            order = sorted(under[name], key=lambda j: (-running[j.id].level, *session.job_sort_key(j, 0), j.id))
             for job in order:
                 if kept[name] >= floor:
                     break
-                if job.id in kept_back:
-                    continue
+                if job.id in kept_back or costs[job.id] <= 0:
+                    continue  # taken back already, or costs nothing: keeping it would not lift the queue
                 gang = job.gang
                 unit = [m for m in session.gangs.get(gang.id, ()) if m.id in chosen] if gang is not None else [job]
                 for member in unit:
                     kept_back.add(member.id)
-                    kept[member.queue] = kept.get(member.queue, 0.0) + cost(member)
+                    if member.id in risked.get(member.queue, ()):
+                        kept[member.queue] += costs[member.id]
         if kept_back:
             session.counters["protected"] += len(kept_back)
             if session.debug:
@@ -129,20 +137,26 @@ class Evict:
         return {job_id: job for job_id, job in chosen.items() if job_id not in kept_back}
 
 
-def _top_queued_priorities(session) -> list[tuple[int, str]]:
-    """The two highest ``(priority, queue)`` over queues, each queue by its highest queued priority class.
+def _rivals(session):
+    """``rival(queue)``: the highest priority class queued in any queue but ``queue``, or None.
 
-    Cordoned queues start nothing new, so they take no room and are left out.
+    Cordoned queues start nothing new, so they take no room and are left out. Per queue, cached.
     """
     classes, default = session.priority_classes, session.default_priority_class
-    best: list[tuple[int, str]] = []
+    tops: list[tuple[int, str]] = []          # (priority, queue), highest first
     for queue in session.queues.values():
         if not queue.queued or queue.name in session.cordoned:
             continue
         found = [classes[name or default].priority for name, n in queue.queued.classes.items()
                  if n > 0 and (name or default) in classes]
         if found:
-            best.append((max(found), queue.name))
-            best.sort(key=lambda pq: -pq[0])
-            del best[2:]
-    return best
+            tops.append((max(found), queue.name))
+    tops.sort(key=lambda t: -t[0])
+    cache: dict[str, int | None] = {}
+
+    def rival(name: str) -> int | None:
+        if name not in cache:
+            cache[name] = next((priority for priority, queue in tops if queue != name), None)
+        return cache[name]
+
+    return rival

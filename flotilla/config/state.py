@@ -19,6 +19,8 @@ from pydantic import BeforeValidator, Field, ValidationError
 from flotilla.config.errors import FieldPath
 from flotilla.config.models import (FlotillaConfig, Model, Name, Quantities, QueueConfig, TaintConfig, TolerationConfig,
                                     inner_queues, queue_tree_problems)
+from flotilla.config.resourcenames import (config_provided_names, deferred_config_problems, names_in,
+                                          queue_limit_names, unknown_resource_problems)
 from flotilla.config.source import SourceMap, load_yaml, read_yaml_file
 from flotilla.core.nodeaffinity import AffinityError, parse_node_affinity
 from flotilla.core.model import (GANG_MIN_AVAILABLE_ANNOTATION, GANG_NODE_UNIFORMITY_LABEL_ANNOTATION, ClusterSnapshot,
@@ -135,11 +137,28 @@ def build_snapshot(state: StateFile, config: FlotillaConfig, source: SourceMap) 
     queues = _queues(state, config, problems)
     queued = _jobs(state, config, clusters, queues, problems)
     _check_gangs(state, problems)
+    known = _resource_names(clusters, queued, config)
+    problems += unknown_resource_problems(queue_limit_names("queues", state.queues), known,
+                                          "no cluster has it and no job asks for it")
     error = source.first(problems)
+    if error is not None:
+        raise error
+    # The config's own names, when it left the clusters to this file: the error is the config's, at its line.
+    error = config.source.first(deferred_config_problems(config, known))
     if error is not None:
         raise error
     return Snapshot(clusters, queued, list(queues.values()), config.to_core_priority_classes(),
                     config.default_priority_class, now=state.now)
+
+
+def _resource_names(clusters: list[ClusterSnapshot], queued: list[Job], config: FlotillaConfig) -> set[str]:
+    """The resource names the state's nodes have and its jobs ask for, and the config's nodes have.
+
+    The jobs' requests mappings are interned (one per distinct shape), so a million jobs cost a handful of reads.
+    """
+    running = (job.requests for cluster in clusters for job in cluster.running)
+    return (names_in(node.resources for cluster in clusters for node in cluster.nodes)
+            | names_in(job.requests for job in queued) | names_in(running) | config_provided_names(config))
 
 
 def _clusters(state: StateFile, config: FlotillaConfig, problems: Problems) -> list[ClusterSnapshot]:

@@ -328,6 +328,34 @@ def failure_reason(pod: Mapping[str, Any]) -> str:
     return "; ".join(parts) or "pod failed"
 
 
+#: A failed pod's own reasons that mean its node went away (shut down, lost): retry policies' ``NodeLost``.
+NODE_GONE_REASONS = frozenset({"NodeLost", "Shutdown", "NodeShutdown", "Terminated"})
+
+
+def failure_details(pod: Mapping[str, Any]) -> tuple[int | None, str]:
+    """A failed pod's exit code and cause, as retry policies match them (:data:`flotilla.core.backend.FAILURE_CAUSES`).
+
+    A pod the kubelet failed itself (``status.reason``: Evicted, DeadlineExceeded, a node shut down) has that
+    cause and no exit code: its containers were killed for it, whatever code they died with. Otherwise the exit
+    code is that of the first container (init containers first) that exited non-zero, and the cause ``OOMKilled``
+    when that container was killed for memory.
+    """
+    status = pod.get("status") or {}
+    reason = status.get("reason") or ""
+    if reason:
+        if reason in ("Evicted", "DeadlineExceeded"):
+            return None, reason
+        return None, "NodeLost" if reason in NODE_GONE_REASONS else ""
+    for group in ("initContainerStatuses", "containerStatuses"):
+        for container in status.get(group) or ():
+            terminated = (container.get("state") or {}).get("terminated") or \
+                (container.get("lastState") or {}).get("terminated")
+            code = terminated.get("exitCode", 0) if terminated else 0
+            if isinstance(code, int) and code != 0:
+                return code, "OOMKilled" if terminated.get("reason") == "OOMKilled" else ""
+    return None, ""
+
+
 def waiting_reason(pod: Mapping[str, Any]) -> str:
     """Why a pod that has not started is waiting (``ErrImagePull: ...``), or ``""``."""
     status = pod.get("status") or {}
@@ -439,7 +467,8 @@ def node_from_object(obj: Mapping[str, Any], cluster: str) -> Node:
     )
 
 
-__all__ = ["ATTEMPT", "FAKE_NODE", "JOB_ID", "KWOK_COMPLETE_DELAY", "PodSettings", "QUEUE", "is_ours", "is_terminal",
+__all__ = ["ATTEMPT", "FAKE_NODE", "JOB_ID", "KWOK_COMPLETE_DELAY", "PodSettings", "QUEUE", "failure_details", "is_ours",
+           "is_terminal",
            "container_outcomes", "failure_reason", "job_from_pod", "label_value", "owned_fields", "POD_NUMBER",
            "waiting_reason", "node_from_object", "node_ready", "pod_manifest", "pod_name",
            "pod_host_ports", "pod_phase", "pod_requests"]

@@ -74,9 +74,18 @@ class OwnerFairShare:
     @hookimpl
     def flotilla_session_open(self, session):
         owner, measure, vector = self.owner, self.measure(session), session.vector
+        costs: dict[int, float] = {}
+
+        def cost(job) -> float:
+            # Jobs loaded in bulk share their requests mapping: one sum per distinct shape, not per job.
+            found = costs.get(id(job.requests))
+            if found is None:
+                found = costs[id(job.requests)] = measure(vector(job))
+            return found
+
         running: dict[tuple[str, str], float] = defaultdict(float)
         for r in session.running.values():
-            running[(r.job.queue, owner(r.job))] += measure(r.vec)
+            running[(r.job.queue, owner(r.job))] += cost(r.job)
         keys: dict[str, float] = {}
         for queue in session.queues.values():
             by_owner: dict[str, list[tuple]] = {}
@@ -89,7 +98,7 @@ class OwnerFairShare:
                 used = running[(queue.name, name)]
                 for entry in entries:
                     job = entry[3]
-                    used += measure(vector(job))
+                    used += cost(job)
                     keys[job.id] = used / weight
         get = keys.get
         session.add_job_order(lambda job: (get(job.id, 0.0),))

@@ -36,6 +36,7 @@ from pydantic import Field, ValidationError, field_validator, model_validator
 from flotilla.config.errors import ConfigError
 from flotilla.config.models import (Duration, FlotillaConfig, Model, Quantities, QueueConfig, TolerationConfig,
                                     inner_queues, queue_tree_problems)
+from flotilla.config.resourcenames import config_provided_names, names_in, queue_limit_names, unknown_resource_problems
 from flotilla.config.source import SourceMap, load_yaml, read_yaml_file
 from flotilla.core.model import Gang, Job, Queue, Toleration
 from flotilla.core.topology import uniformity_label_problem
@@ -204,6 +205,11 @@ def _check(parsed: WorkloadFile, config: FlotillaConfig, source: SourceMap) -> W
         entries.append(_Prepared(i, spec, pc, requests, dict(spec.node_selector),
                                  tuple(t.to_core() for t in spec.tolerations)))
         per_queue[spec.queue] = per_queue.get(spec.queue, 0) + spec.count * spec.times
+    known = config_provided_names(config) | names_in(spec.requests for spec in parsed.submissions)
+    error = source.first(unknown_resource_problems(queue_limit_names("queues", parsed.queues), known,
+                                                   "no cluster has it and no job asks for it"))
+    if error is not None:
+        raise error
     total = sum(per_queue.values())
     return Workload(source.file, entries, list(queues.values()), total, per_queue)
 
