@@ -15,6 +15,7 @@ from typing import Sequence
 from flotilla.core.cyclestate import QueueState
 from flotilla.core.model import Job
 from flotilla.core.resources import Vector
+from flotilla.core.whynot import nodes_available
 
 
 class NodeSearch:
@@ -23,6 +24,8 @@ class NodeSearch:
     def _open_node_search(self) -> None:
         self._allowed_cache: dict[tuple, tuple[list[int], str | None]] = {}
         self._allowed_by_identity: dict[tuple, tuple] = {}
+        #: Per requirements (the value key of ``_allowed_cache``), the refused nodes per refusal.
+        self._refused_nodes: dict[tuple, Counter[str]] = {}
         self._interned_types: dict[tuple[int, ...], list[int]] = {}
         self._preferred_cache: dict[tuple, list[list[int]]] = {}
 
@@ -59,15 +62,31 @@ class NodeSearch:
                 allowed.append(node_type.id)
         why = None
         if not allowed:
-            total = sum(refusals.values())
-            detail = ", ".join(f"{count} {reason}" for reason, count in sorted(refusals.items(), key=lambda kv: (-kv[1], kv[0])))
-            why = f"0/{total} nodes match: {detail}" if total else "no nodes"
+            why = nodes_available(0, refusals) if refusals else "no nodes"
         # Equal lists are one object, so callers may key caches by id(types) across queues.
         allowed = self._interned_types.setdefault(tuple(allowed), allowed)
         result = (allowed, why)
         self._allowed_cache[key] = result
+        self._refused_nodes[key] = refusals
         self._allowed_by_identity[fast] = (result, selector, tolerations)
         return result
+
+    def refused_nodes(self, job: Job, cluster: str | None = None) -> Counter[str]:
+        """The nodes the predicates refuse ``job`` (optionally in one cluster), counted per refusal.
+
+        Each node counts once, under the first predicate that refused its
+        type. The same object for jobs of the same requirements all cycle
+        (a reason's wording is shared by identity); read when a failure is
+        worded, never while placing.
+        """
+        selector = job.node_selector
+        key = (job.queue, job.priority_class, tuple(sorted(selector.items())) if selector else (), job.tolerations,
+               job.affinity, cluster)
+        refusals = self._refused_nodes.get(key)
+        if refusals is None:
+            self.allowed_types(job, cluster)
+            refusals = self._refused_nodes[key]
+        return refusals
 
     def find_node(self, job: Job, vec: Vector, level: int, types: Sequence[int], queue: QueueState) -> int | None:
         """Best node for ``job`` at ``level``: tier by tier, smallest fit, or best score when scorers exist.
