@@ -24,8 +24,9 @@ class NodeSearch:
     def _open_node_search(self) -> None:
         self._allowed_cache: dict[tuple, tuple[list[int], str | None]] = {}
         self._allowed_by_identity: dict[tuple, tuple] = {}
-        #: Per requirements (the value key of ``_allowed_cache``), the refused nodes per refusal.
-        self._refused_nodes: dict[tuple, Counter[str]] = {}
+        #: Per requirements (the value key of ``_allowed_cache``), the refused nodes per refusal (interned).
+        self._refused_nodes: dict[tuple, tuple[tuple[str, int], ...]] = {}
+        self._refusals_interned: dict[tuple, tuple[tuple[str, int], ...]] = {}
         self._interned_types: dict[tuple[int, ...], list[int]] = {}
         self._preferred_cache: dict[tuple, list[list[int]]] = {}
 
@@ -67,16 +68,17 @@ class NodeSearch:
         allowed = self._interned_types.setdefault(tuple(allowed), allowed)
         result = (allowed, why)
         self._allowed_cache[key] = result
-        self._refused_nodes[key] = refusals
+        refused = tuple(sorted(refusals.items()))
+        self._refused_nodes[key] = self._refusals_interned.setdefault(refused, refused)
         self._allowed_by_identity[fast] = (result, selector, tolerations)
         return result
 
-    def refused_nodes(self, job: Job, cluster: str | None = None) -> Counter[str]:
-        """The nodes the predicates refuse ``job`` (optionally in one cluster), counted per refusal.
+    def refused_nodes(self, job: Job, cluster: str | None = None) -> tuple[tuple[str, int], ...]:
+        """The nodes the predicates refuse ``job`` (optionally in one cluster): ``(refusal, nodes)`` pairs.
 
         Each node counts once, under the first predicate that refused its
-        type. The same object for jobs of the same requirements all cycle
-        (a reason's wording is shared by identity); read when a failure is
+        type. Equal answers are one object all cycle, whatever the queue (a
+        reason's wording is shared by identity); read when a failure is
         worded, never while placing.
         """
         selector = job.node_selector

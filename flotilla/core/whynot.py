@@ -141,7 +141,7 @@ class WhyNot:
         job = shortfall.job
         causes: Counter[str] = Counter()
         if job is not None:
-            causes.update(self.refused_nodes(job, shortfall.cluster))
+            causes.update(dict(self.refused_nodes(job, shortfall.cluster)))
         fitting, short = self.index.shortfall(shortfall.vec, shortfall.level, shortfall.types)
         for name, count in zip(self.space.names, short):
             if count:
