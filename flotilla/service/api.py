@@ -369,14 +369,25 @@ def create_app(store: Store, settings: ServiceSettings, loop=None, *, admin_endp
         return {"queues": [{**q.to_dict(), "parent": parents.get(q.name), "cordoned": q.name in cordoned}
                            for q in store.list_queues()]}
 
-    @admin_only.post("/v1/queues/{name}/{action}", tags=["queues"],
-              summary="Cordon a queue (it accepts jobs, schedules nothing new) or uncordon it (administrators)")
-    def cordon_queue(name: str, action: Literal["cordon", "uncordon"], who: Identity = Depends(identity)) -> dict:
-        admin(who)
-        if store.get_queue(name) is None:
-            raise ApiError(404, f"queue {name!r} does not exist")
-        store.set_cordon("queue", name, action == "cordon")
-        return {"queue": name, "cordoned": action == "cordon"}
+    def queue_cordon_route(cordon: bool):
+        """``POST /v1/queues/{name}/cordon`` or ``/uncordon``: two fixed paths, so that no other method or
+        word after a queue's name (``GET .../pending``) is taken for an action."""
+        def endpoint(name: str, who: Identity = Depends(identity)) -> dict:
+            admin(who)
+            if store.get_queue(name) is None:
+                raise ApiError(404, f"queue {name!r} does not exist")
+            store.set_cordon("queue", name, cordon)
+            return {"queue": name, "cordoned": cordon}
+
+        endpoint.__name__ = "cordon_queue" if cordon else "uncordon_queue"
+        return endpoint
+
+    admin_only.post("/v1/queues/{name}/cordon", tags=["queues"],
+                    summary="Cordon a queue: it accepts jobs, schedules nothing new (administrators)")(
+        queue_cordon_route(True))
+    admin_only.post("/v1/queues/{name}/uncordon", tags=["queues"],
+                    summary="Uncordon a queue: its jobs are scheduled again (administrators)")(
+        queue_cordon_route(False))
 
     # -- nodes -------------------------------------------------------------------------
     @app.get("/v1/nodes", tags=["nodes"], summary="Draining nodes: draining while jobs run, drained once empty")
