@@ -36,6 +36,7 @@ figure, and Flotilla's ratio to each baseline, in one run.
     python bench/kwok_throughput.py                       # 1,000 nodes, 10,000 jobs
     python bench/kwok_throughput.py --nodes 100 --jobs 1000 --json out.json
     python bench/kwok_throughput.py --pod-spec examples/jobs/train.yaml   # every run's pods: that podSpec
+    python bench/kwok_throughput.py --in-cluster          # pods from 100 batch/v1 Jobs (bench/kwok_incluster.py)
 
 With ``--pod-spec`` (a job file; its first job), every run creates that
 job's pod instead of a one-container stand-in: its podSpec checked as at
@@ -293,6 +294,35 @@ def run_kube_scheduler(cluster: kwok.FakeCluster, bin_dir: Path, client: KubeCli
             list(pool.map(lambda job: client.create_pod(NAMESPACE, manifest(job, None, settings)), jobs))
         return time.monotonic() - started
 
+    created = None
+    if not streaming:
+        print(f"kube-scheduler: creating {len(jobs)} pending pods ...", file=sys.stderr)
+        created = create_all()
+        recorder.wait("seen", len(jobs), 60)
+        print(f"  created in {created:.1f}s ({len(jobs) / created:.0f}/s); starting kube-scheduler", file=sys.stderr)
+    meter = CpuMeter(cluster)
+    t0 = time.time()
+    proc, log = start_kube_scheduler(cluster, bin_dir)
+    try:
+        if streaming:
+            print("kube-scheduler running; creating the pods now", file=sys.stderr)
+            time.sleep(5)  # informers synced, nothing to schedule yet
+            t0 = time.time()
+            created = create_all()
+            print(f"  created in {created:.1f}s ({len(jobs) / created:.0f}/s)", file=sys.stderr)
+        recorder.wait("running", len(jobs), timeout)
+        cpu = meter.stop(**{"kube-scheduler": cpu_seconds(proc.pid)})
+    finally:
+        stop_process(proc)
+    stats = recorder.stats(t0, len(jobs))
+    stats["creationSeconds"] = round(created, 2)
+    stats["cpuSeconds"] = cpu
+    stats["log"] = str(log)
+    return stats
+
+
+def start_kube_scheduler(cluster: kwok.FakeCluster, bin_dir: Path) -> tuple[subprocess.Popen, Path]:
+    """kube-scheduler on ``cluster`` (client limits 5,000/10,000 QPS, no leader election); the process and its log."""
     workdir = Path(tempfile.mkdtemp(prefix="flotilla-bench-"))
     config = workdir / "scheduler.yaml"
     config.write_text(f"""apiVersion: kubescheduler.config.k8s.io/v1
@@ -304,40 +334,21 @@ clientConnection:
 leaderElection:
   leaderElect: false
 """)
-    created = None
-    if not streaming:
-        print(f"kube-scheduler: creating {len(jobs)} pending pods ...", file=sys.stderr)
-        created = create_all()
-        recorder.wait("seen", len(jobs), 60)
-        print(f"  created in {created:.1f}s ({len(jobs) / created:.0f}/s); starting kube-scheduler", file=sys.stderr)
-    log = open(workdir / "kube-scheduler.log", "wb")
-    meter = CpuMeter(cluster)
-    t0 = time.time()
-    proc = subprocess.Popen([str(bin_dir / "kube-scheduler"), "--config", str(config), "--secure-port", "0",
-                             "--authentication-skip-lookup=true", "-v", "1"],
-                            stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL)
+    log_path = workdir / "kube-scheduler.log"
+    with open(log_path, "wb") as log:
+        proc = subprocess.Popen([str(bin_dir / "kube-scheduler"), "--config", str(config), "--secure-port", "0",
+                                 "--authentication-skip-lookup=true", "-v", "1"],
+                                stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL)
+    return proc, log_path
+
+
+def stop_process(proc: subprocess.Popen, timeout: float = 10) -> None:
+    proc.terminate()
     try:
-        if streaming:
-            print("kube-scheduler running; creating the pods now", file=sys.stderr)
-            time.sleep(5)  # informers synced, nothing to schedule yet
-            t0 = time.time()
-            created = create_all()
-            print(f"  created in {created:.1f}s ({len(jobs) / created:.0f}/s)", file=sys.stderr)
-        recorder.wait("running", len(jobs), timeout)
-        cpu = meter.stop(**{"kube-scheduler": cpu_seconds(proc.pid)})
-    finally:
-        proc.terminate()
-        try:
-            proc.wait(10)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait()
-        log.close()
-    stats = recorder.stats(t0, len(jobs))
-    stats["creationSeconds"] = round(created, 2)
-    stats["cpuSeconds"] = cpu
-    stats["log"] = str(workdir / "kube-scheduler.log")
-    return stats
+        proc.wait(timeout)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        proc.wait()
 
 
 def run_flotilla(cluster: kwok.FakeCluster, recorder: RecorderProcess, jobs: list[Job], queues: int, workers: int,
@@ -451,7 +462,12 @@ def run_ceiling(cluster: kwok.FakeCluster, recorder: RecorderProcess, count: int
 
 
 def main(argv=None) -> int:
+    if "--in-cluster" in (sys.argv[1:] if argv is None else argv):
+        from kwok_incluster import main as in_cluster
+        return in_cluster(argv)
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--in-cluster", action="store_true",
+                        help="pods made in the cluster by batch/v1 Jobs instead (bench/kwok_incluster.py)")
     parser.add_argument("--nodes", type=int, default=1000)
     parser.add_argument("--jobs", type=int, default=10000)
     parser.add_argument("--queues", type=int, default=10)

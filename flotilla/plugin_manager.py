@@ -117,7 +117,7 @@ def make_backends(config, pm=None, kinds: Sequence[str] | None = None, **options
     Each comes from the ``flotilla_cluster_backend`` hook of ``pm`` (the
     scheduler's plugin manager, so the config's plugins are asked first;
     default: the built-in backends alone). ``options`` reach every answer
-    (``clock``, ``duration_of``). A cluster nobody answers for is an error.
+    (``clock``, ``duration_of``, ``exit_code_of``). A cluster nobody answers for is an error.
     """
     if pm is None:
         pm = new_plugin_manager()

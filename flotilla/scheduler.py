@@ -34,6 +34,7 @@ def session_settings(config) -> SessionSettings:
     """The config values a session reads, as plain values (no pydantic in the hot path)."""
     return SessionSettings(
         evict_probability=config.evict.probability,
+        evict_protected_fraction=config.evict.protected_fraction_of_fair_share,
         lookahead=config.allocate.lookahead,
         node_candidates=getattr(config.allocate, "node_candidates", 16),
         preempt_max_candidates=config.preempt.max_candidates,

@@ -133,7 +133,8 @@ def wishlist(config_path, state_path, seed, indent):
         raise UserError("the config lists no nodeTemplates: nothing to wish for")
     actions = [action for action in scheduler.actions if action.name != "lease"]
     decisions = scheduler.run_cycle(snapshot, random.Random(seed), actions=actions)
-    result = compute_wishlist(scheduler, snapshot, decisions.queued, [t.to_core() for t in config.node_templates])
+    result = compute_wishlist(scheduler, snapshot, decisions.queued, [t.to_core() for t in config.node_templates],
+                              decisions.scheduled, decisions.preempted)
     click.echo(json.dumps(result.to_dict(), indent=indent or None))
 
 

@@ -5,6 +5,10 @@ The toolchain comes from ``FLOTILLA_K8S_BIN`` (``scripts/test`` exports what
 ``scripts/k8s-tools``. Without it the tests are skipped locally and fail
 under CI (``CI`` set), where ``.ci/run`` is expected to have built it.
 
+Both clusters run kube-controller-manager's Job controller, garbage
+collector and pod GC (``JOB_CONTROLLERS``), so a test may create real
+``batch/v1`` Jobs, and have Volcano's PodGroup CRD (``deploy/crds/``).
+
 Cluster names carry the pytest process id, so engineers running the suite at
 the same time on one machine never share a cluster; clusters left behind
 by a killed run are removed at the next start.
@@ -23,6 +27,7 @@ import pytest
 from flotilla.kubernetes.client import KubeClient, KubeError, pod_path
 
 NODES = 2
+CRDS = Path(__file__).resolve().parent.parent / "deploy" / "crds"
 NODE_TEMPLATE = """
 namePrefix: node
 resources: {cpu: 32, memory: 128Gi, pods: 110}
@@ -41,15 +46,23 @@ class TestCluster:
         return self.client.get("/api/v1/pods")["items"]
 
     def reset(self, nodes: int = NODES) -> None:
-        """Back to ``nodes`` empty 32-core nodes: every pod and every other node deleted at once."""
+        """Back to ``nodes`` empty 32-core nodes: every Job, PodGroup, pod and other node deleted at once."""
         from flotilla.kwok.cluster import create_nodes, load_node_template, wait_nodes_ready
 
-        for pod in self.pods():
-            meta = pod["metadata"]
+        for group, resource in (("batch/v1", "jobs"), ("scheduling.volcano.sh/v1beta1", "podgroups")):
             try:
-                self.client.delete(pod_path(meta["namespace"], meta["name"]), {"gracePeriodSeconds": 0})
+                items = self.client.get(f"/apis/{group}/{resource}")["items"]
             except KubeError:
-                pass
+                items = []  # a cluster without the CRD
+            for item in items:
+                meta = item["metadata"]
+                try:
+                    # Background: the garbage collector deletes a Job's pods, as `kubectl delete job` has it do.
+                    self.client.delete(f"/apis/{group}/namespaces/{meta['namespace']}/{resource}/{meta['name']}",
+                                       {"gracePeriodSeconds": 0, "propagationPolicy": "Background"})
+                except KubeError:
+                    pass
+        self.delete_all_pods()
         wanted = {f"node-{i}" for i in range(1, nodes + 1)}
         for node in self.client.get("/api/v1/nodes")["items"]:
             if node["metadata"]["name"] not in wanted:
@@ -61,7 +74,21 @@ class TestCluster:
         deadline = time.monotonic() + 30
         while self.pods() and time.monotonic() < deadline:
             time.sleep(0.1)
+            # A Job controller's sync under way as its Job went may still have made a pod; delete it too.
+            self.delete_all_pods()
         assert not self.pods(), "pods left after reset"
+
+    def delete_all_pods(self) -> None:
+        """Delete every pod now, finalizers (a Job's tracking one) taken off first so that none lingers."""
+        for pod in self.pods():
+            meta = pod["metadata"]
+            path = pod_path(meta["namespace"], meta["name"])
+            try:
+                if meta.get("finalizers"):
+                    self.client.patch(path, {"metadata": {"finalizers": None}})
+                self.client.delete(path, {"gracePeriodSeconds": 0})
+            except KubeError:
+                pass
 
     def create_namespace(self, name: str) -> None:
         """Make ``name`` exist (Flotilla creates no namespaces: a job's must be there already)."""
@@ -90,6 +117,28 @@ class TestCluster:
             if time.monotonic() > deadline:
                 raise AssertionError(f"timed out waiting for {what}; have "
                                      f"{sorted((p['metadata']['name'], p['status'].get('phase')) for p in pods)}")
+            time.sleep(0.1)
+
+
+def install_crds(client: KubeClient, timeout: float = 30.0) -> None:
+    """Create deploy/crds/'s CustomResourceDefinitions and wait until the API server serves them."""
+    import yaml
+
+    crds = [doc for path in sorted(CRDS.glob("*.yaml")) for doc in yaml.safe_load_all(path.read_text()) if doc]
+    base = "/apis/apiextensions.k8s.io/v1/customresourcedefinitions"
+    for crd in crds:
+        try:
+            client.post(base, crd)
+        except KubeError as exc:
+            if getattr(exc, "status", None) != 409:
+                raise
+    deadline = time.monotonic() + timeout
+    for crd in crds:
+        while True:
+            status = client.get(f"{base}/{crd['metadata']['name']}").get("status") or {}
+            if any(c["type"] == "Established" and c["status"] == "True" for c in status.get("conditions") or ()):
+                break
+            assert time.monotonic() < deadline, f"CRD {crd['metadata']['name']} not established"
             time.sleep(0.1)
 
 
@@ -149,7 +198,7 @@ def kwok_clusters(tmp_path_factory):
     """Two fake clusters (``a`` and ``b``), each with two 32-core nodes, for the whole session."""
     from concurrent.futures import ThreadPoolExecutor
 
-    from flotilla.kwok.cluster import down, up
+    from flotilla.kwok.cluster import JOB_CONTROLLERS, down, up
 
     bin_dir = _toolchain()
     _cleanup_stale(bin_dir)
@@ -160,9 +209,12 @@ def kwok_clusters(tmp_path_factory):
     started = time.monotonic()
     try:
         # One at a time: kwokctl edits the shared kubeconfig file.
-        fakes = {key: up(name, NODES, template, kubeconfig=kubeconfig, bin_dir=bin_dir, timeout=120)
+        fakes = {key: up(name, NODES, template, kubeconfig=kubeconfig, bin_dir=bin_dir, timeout=120,
+                         controllers=JOB_CONTROLLERS)
                  for key, name in names.items()}
         clusters = {key: TestCluster(f.name, f.kubeconfig, f.context, f.client()) for key, f in fakes.items()}
+        for cluster in clusters.values():
+            install_crds(cluster.client)
         print(f"\nkwok: clusters {', '.join(names.values())} up in {time.monotonic() - started:.1f}s")
         yield clusters
     finally:

@@ -4,11 +4,12 @@ answer as its typed exception carrying the API's error body."""
 from __future__ import annotations
 
 import asyncio
+import json
 import subprocess
 import sys
 
 import pytest
-from serve_process import ORDER, REPO, Server, env_for, free_port, wait_for, write_file
+from serve_process import ORDER, REPO, Server, cli, env_for, free_port, wait_for, write_file
 
 from flotilla.client import (ApiError, AsyncClient, Cancellation, Client, Conflict, ConnectionFailed, ErrorBody,
                              Event, Forbidden, Invalid, Job, NotFound, PayloadTooLarge, Queue, QueueDeletion,
@@ -132,6 +133,28 @@ def test_queue_operations(server):
         assert admin.nodes() == {}
         assert admin.set_cluster_available("c1", False) is False
         assert admin.set_cluster_available("c1", True) is True
+
+
+def test_a_queue_retry_policy_through_the_client_and_the_cli(server):
+    rules = [{"exitCodes": [42, "1-9"], "action": "retry", "limit": 2}, {"reasons": ["OOMKilled"], "action": "fail"}]
+    with client(server, "admin-token") as admin:
+        created = admin.create_queue("R", owners=["alice"], retry_policy=rules)
+        assert created.retry_policy == tuple(rules) and admin.queue("R").retry_policy == tuple(rules)
+        bad = error_of(lambda: admin.update_queue("R", retry_policy=[{"reasons": ["Evictd"], "action": "fail"}]))
+        assert (bad.status, bad.field) == (422, "retryPolicy[0].reasons[0]")
+        assert admin.queue("R").retry_policy == tuple(rules)      # nothing half-written
+        assert admin.update_queue("R", owners=["alice"]).retry_policy == ()
+    out = cli(server, "admin", "queue", "update", "R", "--owner", "alice", "--output", "json",
+              "--retry-policy", "[{exitCodes: [42], action: retry, limit: 2}]")
+    assert out.returncode == 0, out.stderr
+    assert json.loads(out.stdout)["retryPolicy"] == [{"exitCodes": [42], "action": "retry", "limit": 2}]
+    out = cli(server, "admin", "queue", "update", "R", "--retry-policy", "[{exitCodes: [300], action: fail}]")
+    assert out.returncode == 1 and "retryPolicy[0].exitCodes[0]" in out.stderr, out.stderr
+    out = cli(server, "admin", "queue", "update", "R", "--retry-policy", "{exitCodes: [42]}")
+    assert out.returncode == 2 and "--retry-policy expects a list of rules" in out.stderr, out.stderr
+    with client(server, "admin-token") as admin:
+        assert admin.queue("R").retry_policy == ({"exitCodes": [42], "action": "retry", "limit": 2},)
+        admin.delete_queue("R")
 
 
 def error_of(call) -> ApiError:

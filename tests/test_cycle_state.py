@@ -2,7 +2,7 @@
 
 A small world of two clusters changes at random between cycles: placements
 start (or fail to), preemptions stop jobs that come back to the queue, jobs
-finish, new jobs arrive (gangs, GPU jobs with a selector, unshared request
+finish, new jobs arrive (gangs, some held to one zone, GPU jobs with a selector, unshared request
 mappings, jobs no node can run, which ``enqueue`` sets aside), nodes are cordoned, relabelled, added or removed, foreign usage
 moves, queue weights and limits change and queues (some under a parent)
 come and go. Each cycle, one scheduler keeps its state and another rebuilds
@@ -78,7 +78,8 @@ class World:
         roll = rng.random()
         if roll < 0.1:
             size = rng.choice([2, 3])
-            gang = Gang(f"g{self.serial}", size)
+            # Every third gang in one zone (a topology gang): its label key comes and goes with it.
+            gang = Gang(f"g{self.serial}", size, uniformity_label="zone" if self.serial % 3 == 0 else "")
             for k in range(size):
                 self.add_queued(Job(f"j{self.serial}-{k}", queue, "s", rng.randrange(2), pc, submitted,
                                     rng.choice(SHAPES), gang=gang))

@@ -70,3 +70,23 @@ def test_every_manifest_passes_a_server_side_dry_run(kwok_clusters):
         for doc in namespaces:
             core.delete_namespace(doc["metadata"]["name"])
         api.close()
+
+
+def test_the_podgroup_crd_is_volcanos_v1beta1_with_the_fields_of_its_schema():
+    [crd] = [doc for doc in yaml.safe_load_all((DEPLOY / "crds" / "scheduling.volcano.sh_podgroups.yaml").read_text())
+             if doc]
+    assert (crd["kind"], crd["metadata"]["name"], crd["spec"]["group"], crd["spec"]["scope"]) == (
+        "CustomResourceDefinition", "podgroups.scheduling.volcano.sh", "scheduling.volcano.sh", "Namespaced")
+    assert crd["spec"]["names"] == {"kind": "PodGroup", "listKind": "PodGroupList", "plural": "podgroups",
+                                    "singular": "podgroup", "shortNames": ["pg", "podgroup-v1beta1"]}
+    [version] = crd["spec"]["versions"]
+    assert (version["name"], version["served"], version["storage"], version["subresources"]) == (
+        "v1beta1", True, True, {"status": {}})
+    schema = version["schema"]["openAPIV3Schema"]["properties"]
+    assert sorted(schema["spec"]["properties"]) == ["minMember", "minResources", "minTaskMember", "networkTopology",
+                                                   "preemptable", "priorityClassName", "queue"]
+    assert sorted(schema["status"]["properties"]) == ["conditions", "failed", "phase", "running", "succeeded"]
+    assert schema["spec"]["properties"]["minMember"] == {
+        "description": schema["spec"]["properties"]["minMember"]["description"],
+        "type": "integer", "format": "int32", "minimum": 0}
+    assert "default" not in schema["spec"]["properties"]["queue"]

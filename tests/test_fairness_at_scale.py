@@ -22,10 +22,12 @@ NODES = 100
 PER_NODE = 32
 
 
-def run_cycle(weight_a: float, weight_b: float, lookahead: int | None = None):
+def run_cycle(weight_a: float, weight_b: float, lookahead: int | None = None, floor: float | None = None):
     scheduler = Scheduler(load_config(None))
     if lookahead is not None:
         scheduler.settings.lookahead = lookahead
+    if floor is not None:
+        scheduler.settings.evict_protected_fraction = floor
     nodes = [Node(f"n{i:03d}", "c1", {"cpu": 32000, "memory": 256 * GIB}) for i in range(NODES)]
     requests = {"cpu": 1000, "memory": 4 * GIB}
     running = [Job(f"a-{i}", "A", "s", 0, "armada-preemptible", float(i), requests, state=JobState.RUNNING,
@@ -39,7 +41,8 @@ def run_cycle(weight_a: float, weight_b: float, lookahead: int | None = None):
 
 @pytest.mark.parametrize("lookahead", [None, 100_000])
 def test_equal_weights_end_at_1600_each_on_alternate_nodes(lookahead):
-    decisions = run_cycle(1, 1, lookahead)
+    # The seed's rule alone: every job of A is evicted (no floor under its fair share).
+    decisions = run_cycle(1, 1, lookahead, floor=0)
     # A returns to every even node, B takes every odd node whole.
     odd = {f"n{i:03d}" for i in range(1, NODES, 2)}
     assert [job.id for job in decisions.preempted] == sorted(
@@ -47,6 +50,19 @@ def test_equal_weights_end_at_1600_each_on_alternate_nodes(lookahead):
     assert [p.job.id for p in decisions.scheduled] == [f"b-{i}" for i in range(1600)]
     assert Counter(p.node for p in decisions.scheduled) == {node: PER_NODE for node in odd}
     assert [job.id for job in decisions.queued] == [f"b-{i}" for i in range(1600, 3200)]
+    assert {name: (q.fair_share, q.share, q.allocated["cpu"]) for name, q in decisions.queues.items()} == {
+        "A": (0.5, 0.5, "1600"), "B": (0.5, 0.5, "1600")}
+
+
+@pytest.mark.parametrize("lookahead", [None, 100_000])
+def test_with_the_floor_a_keeps_its_first_1600_and_b_takes_the_other_nodes_whole(lookahead):
+    # protectedFractionOfFairShare 1 (the default): A (3,200 cores, fair share 1,600) is evicted only beyond
+    # its fair share, a-1600 on, in job order; their room, nodes n050..n099, is B's.
+    decisions = run_cycle(1, 1, lookahead)
+    assert decisions.counters["evicted"] == 1600 and decisions.counters["protected"] == 1600
+    assert [job.id for job in decisions.preempted] == sorted(f"a-{i}" for i in range(1600, NODES * PER_NODE))
+    assert [p.job.id for p in decisions.scheduled] == [f"b-{i}" for i in range(1600)]
+    assert Counter(p.node for p in decisions.scheduled) == {f"n{i:03d}": PER_NODE for i in range(50, NODES)}
     assert {name: (q.fair_share, q.share, q.allocated["cpu"]) for name, q in decisions.queues.items()} == {
         "A": (0.5, 0.5, "1600"), "B": (0.5, 0.5, "1600")}
 

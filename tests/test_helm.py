@@ -132,6 +132,15 @@ def test_the_rendered_rbac_has_exactly_the_verbs_of_deploy_rbac(helm, tmp_path):
     assert ((""), ("pods",), ("create", "delete", "list", "watch")) in [(g[0], r, v) for g, r, v in plain]
 
 
+def test_the_chart_ships_deploy_crds_unchanged(helm, tmp_path):
+    shipped = sorted(p.name for p in (CHART / "crds").iterdir())
+    assert shipped == sorted(p.name for p in (DEPLOY / "crds").glob("*.yaml")) == ["scheduling.volcano.sh_podgroups.yaml"]
+    for name in shipped:
+        assert (CHART / "crds" / name).read_text() == (DEPLOY / "crds" / name).read_text(), name
+    crds = [doc for doc in render(helm, tmp_path, "--include-crds") if doc["kind"] == "CustomResourceDefinition"]
+    assert [doc["metadata"]["name"] for doc in crds] == ["podgroups.scheduling.volcano.sh"]
+
+
 def test_a_release_of_another_name_names_its_objects_after_it(helm, tmp_path):
     docs = render(helm, tmp_path, release="batch", namespace="sched")
     names = sorted((doc["kind"], doc["metadata"]["name"]) for doc in docs)

@@ -167,3 +167,35 @@ def test_a_node_not_ready_past_node_lost_timeout_has_its_jobs_requeued_elsewhere
 
 def other(node: str) -> str:
     return "node-2" if node == "node-1" else "node-1"
+
+
+def test_a_retry_rule_for_exit_42_gives_three_runs_on_kwok_then_fails_the_job(kwok, tmp_path):
+    queue_a = "  - {name: A, weight: 1, owners: [alice]}\n"
+    config = CONFIG.replace(queue_a, queue_a[:-2] + ", retryPolicy: [{exitCodes: [42], action: retry, limit: 2}]}\n")
+    assert config != CONFIG
+    # Finished pods are kept a while, so that the three runs' pods can be read back.
+    srv = Server(tmp_path, config + cluster_entry("a", kwok["a"], finishedPodRetention="120s")).start()
+    try:
+        [job_id] = submit(srv, tmp_path, "exit42", [
+            {"annotations": {"kwok.flotilla.io/exit-code": "42", "flotilla.io/simulated-duration": "1s"},
+             "podSpec": pod_spec("train")}])
+        events = watch(srv, "exit42")
+        rule = "queue retryPolicy rule 1 (exit 42: retry, limit 2)"
+        exited = "container train exited 42 (Error)"
+        run = [("leased", ""), ("pending", ""), ("running", "")]
+        assert [(e["kind"], e["reason"]) for e in events] == [
+            ("submitted", "by alice"), ("queued", ""),
+            *run, ("run-failed", exited), ("queued", f"{rule}: retry 1 of 2"),
+            *run, ("run-failed", exited), ("queued", f"{rule}: retry 2 of 2"),
+            *run, ("failed", f"{exited}; {rule}: gave up after 2 retries")]
+        record = status(srv, job_id)
+        assert (record["state"], record["retries"], record["reason"]) == \
+            ("failed", 2, f"{exited}; {rule}: gave up after 2 retries")
+        # Three pods were made, one per run (attempts 0, 1 and 2), and each failed with exit code 42.
+        pods = [p for p in kwok["a"].pods() if (p["metadata"].get("annotations") or {}).get("flotilla.io/job-id")
+                == job_id]
+        assert sorted((p["metadata"]["annotations"]["flotilla.io/attempt"], p["status"]["phase"],
+                       p["status"]["containerStatuses"][0]["state"]["terminated"]["exitCode"]) for p in pods) == \
+            [("0", "Failed", 42), ("1", "Failed", 42), ("2", "Failed", 42)]
+    finally:
+        srv.kill()

@@ -120,7 +120,7 @@ def test_stages_cover_ready_complete_deadline_delete_without_jitter():
                 stages[doc["metadata"]["name"]] = doc["spec"]
     assert set(stages) == {"flotilla-node-initialize", "flotilla-node-not-ready", "flotilla-pod-ready",
                            "flotilla-pod-complete", "flotilla-pod-deadline", "flotilla-pod-delete", "flotilla-pod-exit",
-                           "flotilla-pod-image-pull-error"}
+                           "flotilla-pod-image-pull-error", "flotilla-pod-terminate"}
     for name, spec in stages.items():
         delay = spec.get("delay") or {}
         assert "jitterDurationMilliseconds" not in delay and "jitterDurationFrom" not in delay, name
@@ -128,6 +128,8 @@ def test_stages_cover_ready_complete_deadline_delete_without_jitter():
         '.metadata.annotations["pod-complete.stage.kwok.x-k8s.io/delay"]'
     assert stages["flotilla-pod-delete"]["delay"]["durationFrom"]["expressionFrom"] == ".metadata.deletionTimestamp"
     assert stages["flotilla-pod-complete"]["next"]["statusTemplate"].strip().endswith("phase: Succeeded")
+    # A deleted pod held by finalizers (a Job controller's) ends at its deletion time, as a kubelet ends it.
+    assert stages["flotilla-pod-terminate"]["delay"]["durationFrom"]["expressionFrom"] == ".metadata.deletionTimestamp"
 
 
 def test_node_template_short_form_and_manifest(tmp_path):

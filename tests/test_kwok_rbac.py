@@ -196,3 +196,94 @@ def test_deploy_rbac_lets_flotilla_read_pod_logs_and_no_more_of_pods(kwok, tmp_p
     finally:
         client.close()
         apply_rbac(cluster)
+
+
+def granted(rbac_docs) -> set[tuple[str, str, str]]:
+    role = next(doc for doc in rbac_docs if doc["kind"] == "ClusterRole")
+    return {(group, resource, verb) for rule in role["rules"] for group in rule["apiGroups"]
+            for resource in rule["resources"] for verb in rule["verbs"]}
+
+
+def test_the_cluster_role_grants_exactly_the_verbs_flotilla_uses():
+    assert granted(list(yaml.safe_load_all(RBAC.read_text()))) == {
+        ("", "pods", "list"), ("", "pods", "watch"), ("", "pods", "create"), ("", "pods", "delete"),
+        ("", "pods/log", "get"), ("", "pods/binding", "create"), ("", "pods/status", "patch"),
+        ("", "events", "create"),
+        ("", "nodes", "list"), ("", "nodes", "watch"), ("", "nodes", "patch"),
+        ("", "namespaces", "get"), ("", "namespaces", "list"), ("", "namespaces", "watch"),
+        ("scheduling.volcano.sh", "podgroups", "get"), ("scheduling.volcano.sh", "podgroups", "list"),
+        ("scheduling.volcano.sh", "podgroups", "watch"),
+        ("", "services", "create"), ("", "services", "delete"),
+        ("networking.k8s.io", "ingresses", "create"), ("networking.k8s.io", "ingresses", "delete"),
+        ("scheduling.k8s.io", "priorityclasses", "list"), ("scheduling.k8s.io", "priorityclasses", "create")}
+
+
+def test_the_service_account_tells_in_cluster_pods_why_and_reads_their_queues_and_gangs(kwok, tmp_path):
+    """What in-cluster scheduling needs, as the API server authorizes it: allowed, and nothing next to it."""
+    from flotilla.kubernetes.conditions import PodReporter
+
+    cluster = kwok["b"]
+    cluster.create_namespace("team-a")
+    apply_rbac(cluster)
+
+    def allowed(verb: str, resource: str, subresource: str = "", group: str = "") -> bool:
+        review = cluster.client.post("/apis/authorization.k8s.io/v1/subjectaccessreviews", {
+            "apiVersion": "authorization.k8s.io/v1", "kind": "SubjectAccessReview",
+            "spec": {"user": "system:serviceaccount:flotilla:flotilla",
+                     "groups": ["system:serviceaccounts", "system:serviceaccounts:flotilla"],
+                     "resourceAttributes": {"namespace": "team-a", "verb": verb, "resource": resource,
+                                            "subresource": subresource, "group": group}}})
+        return review["status"]["allowed"]
+
+    checks = {
+        ("patch", "pods", "status", ""): True, ("update", "pods", "status", ""): False,
+        ("create", "pods", "binding", ""): True,
+        ("create", "events", "", ""): True, ("patch", "events", "", ""): False, ("delete", "events", "", ""): False,
+        ("list", "events", "", ""): False, ("create", "events", "", "events.k8s.io"): False,
+        ("get", "namespaces", "", ""): True, ("list", "namespaces", "", ""): True,
+        ("watch", "namespaces", "", ""): True, ("create", "namespaces", "", ""): False,
+        ("update", "namespaces", "", ""): False,
+        ("get", "podgroups", "", "scheduling.volcano.sh"): True,
+        ("list", "podgroups", "", "scheduling.volcano.sh"): True,
+        ("watch", "podgroups", "", "scheduling.volcano.sh"): True,
+        ("create", "podgroups", "", "scheduling.volcano.sh"): False,
+        ("update", "podgroups", "", "scheduling.volcano.sh"): False,
+        ("delete", "podgroups", "", "scheduling.volcano.sh"): False,
+        ("patch", "podgroups", "status", "scheduling.volcano.sh"): False,
+        ("get", "jobs", "", "batch"): False,
+    }
+    assert {key: allowed(*key) for key in checks} == checks
+
+    # And through the ServiceAccount's own token, as Flotilla in a pod would do it.
+    pod = cluster.client.post("/api/v1/namespaces/team-a/pods", {
+        "apiVersion": "v1", "kind": "Pod", "metadata": {"name": "waiting", "namespace": "team-a"},
+        "spec": {"schedulerName": "flotilla", "containers": [{"name": "main", "image": "busybox"}]}})
+    cluster.client.post("/apis/scheduling.volcano.sh/v1beta1/namespaces/team-a/podgroups", {
+        "apiVersion": "scheduling.volcano.sh/v1beta1", "kind": "PodGroup",
+        "metadata": {"name": "gang", "namespace": "team-a"}, "spec": {"minMember": 2}})
+    token, ca, environ = in_cluster_files(cluster, tmp_path)
+    client = KubeClient.from_in_cluster(token, ca, environ)
+    try:
+        reporter = PodReporter(client)
+        uid = pod["metadata"]["uid"]
+        assert reporter.unschedulable("team-a", "waiting", uid, "namespace team-a may not use queue A") is True
+        reporter.disruption_target("team-a", "waiting", uid, "flotilla: preempted")
+        written = cluster.client.get("/api/v1/namespaces/team-a/pods/waiting")["status"]["conditions"]
+        assert sorted((c["type"], c["status"], c["message"]) for c in written) == [
+            ("DisruptionTarget", "True", "flotilla: preempted"),
+            ("PodScheduled", "False", "flotilla: namespace team-a may not use queue A")]
+        events = cluster.client.get("/api/v1/namespaces/team-a/events",
+                                    fieldSelector=f"involvedObject.uid={uid}")["items"]
+        assert sorted(e["reason"] for e in events) == ["FailedScheduling", "Preempted"]
+        groups = client.get("/apis/scheduling.volcano.sh/v1beta1/podgroups")
+        assert [g["metadata"]["name"] for g in groups["items"]] == ["gang"]
+        assert client.get("/apis/scheduling.volcano.sh/v1beta1/namespaces/team-a/podgroups/gang")["spec"] == \
+            {"minMember": 2}
+        namespaces = client.get("/api/v1/namespaces")
+        assert "team-a" in [n["metadata"]["name"] for n in namespaces["items"]]
+        for path, version in (("/api/v1/namespaces", namespaces["metadata"]["resourceVersion"]),
+                              ("/apis/scheduling.volcano.sh/v1beta1/podgroups",
+                               groups["metadata"]["resourceVersion"])):
+            assert [e for e in client.watch(path, version, timeout_seconds=1) if e["type"] != "BOOKMARK"] == []
+    finally:
+        client.close()

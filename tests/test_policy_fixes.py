@@ -59,10 +59,11 @@ def test_higher_priority_jobs_take_back_the_room_of_lower_priority_ones(tmp_path
     """B's 25000 jobs may take any evicted room; A's own returning 20000 jobs only that of its 20000 jobs.
 
     Alternating: a-1, b-1, a-2, b-2, then a-3 and a-4 would need the room of A's 25000 jobs, which B
-    takes (b-3, b-4) beside a-5 and a-6. Urgency preemption is off so only fair share acts.
+    takes (b-3, b-4) beside a-5 and a-6. Urgency preemption is off so only fair share acts, and so is the
+    protected fraction of fair share, which would keep A's 25000 jobs first (tests/test_protected_fair_share.py).
     """
     state = EQUAL_PRIORITY_STATE.replace("queue: B, priorityClass: armada-preemptible", "queue: B, priorityClass: armada-high")
-    out = run_once(tmp_path, with_classes("preempt: {enabled: false}"), state)
+    out = run_once(tmp_path, with_classes("preempt: {enabled: false}\nevict: {protectedFractionOfFairShare: 0}"), state)
     assert placements(out) == {f"b-{i}": "node-1" for i in range(1, 5)}
     assert out["preempted"] == ["a-3", "a-4", "a-7", "a-8"]
 

@@ -144,3 +144,114 @@ def test_max_units_limits_the_reservations_and_nodes_are_not_shared(tmp_path, un
     out = run_once(tmp_path, cfg, TWO_GANGS)
     assert out["scheduled"] == []
     assert {job: out["reasons"][job] for job in expected} == expected
+
+
+# -- churn: who may reserve --------------------------------------------------------------------------------------
+def reserve_config(extra: str = ""):
+    import textwrap
+
+    from flotilla.config import parse_config
+    from scenario import config
+
+    return parse_config(config(queues="queues: [{name: F}, {name: G}, {name: J}, {name: K}]", extra=textwrap.dedent("""
+        actions: [evict, reserve, allocate, lease]
+        evict: {probability: 0}
+        reservation: {after: 10m}
+        """) + extra), "c.yaml")
+
+
+BACKFILL_HEAD = """
+now: 3600
+clusters:
+  - name: c1
+    nodes:
+      - {name: node-1, resources: {cpu: 4}}
+jobs:
+  - {id: f-1, queue: F, priorityClass: armada-preemptible, requests: {cpu: 4}, state: running, node: node-1}
+  - {id: g-1, queue: G, priorityClass: armada-preemptible, requests: {cpu: 4}, submitted: 0}
+"""
+
+
+def test_a_backfill_job_never_reserves_so_never_preempts_another_backfill_job():
+    """g-1 (preemptible) has headed G for an hour and does not fit: it waits, f-1 keeps running."""
+    import textwrap
+
+    from flotilla.config import parse_state
+    from flotilla.scheduler import Scheduler
+
+    cfg = reserve_config()
+    decisions = Scheduler(cfg).run_cycle(parse_state(textwrap.dedent(BACKFILL_HEAD), "s.yaml", cfg))
+    assert decisions.scheduled == [] and decisions.preempted == []
+    assert decisions.reasons == {"g-1": "0/1 nodes are available: 1 Insufficient cpu"}
+    assert decisions.counters["reserved_units"] == 0
+
+
+REQUEUED = """
+now: 3600
+clusters:
+  - name: c1
+    nodes:
+      - {name: node-1, resources: {cpu: 8}}
+jobs:
+  - {id: j-1, queue: J, requests: {cpu: 8}, submitted: 0, state: running, node: node-1}
+"""
+
+
+def test_a_job_back_in_its_queue_waits_reservation_after_again_before_it_reserves():
+    """j-1 (submitted at 0) runs; at 3660 its node is lost and it is queued again while k-1 took node-1.
+
+    Waited since submission it would reserve at once; waited since it was queued again, it reserves only
+    ten minutes later, at 4260.
+    """
+    import textwrap
+    from dataclasses import replace
+
+    from flotilla.config import parse_state
+    from flotilla.core.model import Job, JobState
+    from flotilla.scheduler import Scheduler
+
+    cfg = reserve_config()
+    scheduler = Scheduler(cfg)
+    snapshot = parse_state(textwrap.dedent(REQUEUED), "s.yaml", cfg)
+    assert scheduler.run_cycle(snapshot).scheduled == []
+    j1 = snapshot.clusters[0].running[0]
+    k1 = Job("k-1", "K", requests=dict(j1.requests), submitted=3650, state=JobState.RUNNING, cluster="c1",
+             node="node-1")
+    snapshot.clusters[0].running = [k1]
+    snapshot.queued = [replace(j1, state=JobState.QUEUED, cluster=None, node=None)]
+    reasons = {}
+    for now in (3660, 3900, 4259, 4260):
+        snapshot.now = now
+        reasons[now] = scheduler.run_cycle(snapshot).reasons["j-1"]
+    assert reasons == {3660: "0/1 nodes are available: 1 Insufficient cpu", 3900: "0/1 nodes are available: 1 Insufficient cpu",
+                       4259: "0/1 nodes are available: 1 Insufficient cpu", 4260: "waiting for 1 reserved node (node-1)"}
+
+
+# The reservation example's stream and gang, with twice its backfill: fill's head jobs wait past ``after``.
+CHURN_WORKLOAD = WORKLOAD.replace("queue: fill, count: 4,", "queue: fill, count: 8,")
+
+
+def test_three_hours_of_backfill_preempt_backfill_only_for_jobs_that_are_not():
+    """Every job preempted in three simulated hours is backfill, preempted in a cycle that placed a job that is
+    not backfill on its node (the gang's or the stream's reservation); the gang still starts 26 minutes in."""
+    import textwrap
+
+    text = config_yaml(queues=QUEUES, nodes=NODES, extra=FIXED + "reservation: {after: 10m}\n").replace(
+        "actions: [evict, allocate, preempt, lease]", "actions: [evict, reserve, allocate, preempt, lease]")
+    from flotilla.config import parse_config
+    from flotilla.simulate import parse_workload
+
+    config = parse_config(text, "c.yaml")
+    workload = parse_workload(textwrap.dedent(CHURN_WORKLOAD), "w.yaml", config)
+    _, report, watch = simulate(config, workload, until=3 * 3600)
+    preempted = backfill_for_backfill = 0
+    for _, decisions, _, _ in watch.cycles:
+        firm_nodes = {(p.cluster, p.node) for p in decisions.scheduled if p.job.priority_class != "armada-preemptible"}
+        for job in decisions.preempted:
+            assert job.priority_class == "armada-preemptible"
+            preempted += 1
+            backfill_for_backfill += (job.cluster, job.node) not in firm_nodes
+    assert backfill_for_backfill == 0
+    assert preempted == report["queues"]["fill"]["preemptions"] > 0
+    t, started, _ = gang_start(watch)
+    assert t - ARRIVAL == 26 * 60

@@ -28,7 +28,9 @@ def test_non_queue_aware_packing_mixes_queues_on_a_node(tmp_path):
 
     The seed warns that non-queue-aware packing interleaves queues on nodes. Here, once node-2's
     free room is gone, node-1 (where A has returned fewer jobs) is the smallest fit for b-25..b-28,
-    so A loses a-29..a-32 on node-1 as well as a-37..a-40 on node-2.
+    so A loses a-29..a-32 on node-1 as well as a-37..a-40 on node-2. The seed evicts every job of A,
+    so the protected fraction of fair share is off here (with it, A keeps a-1..a-32 on node-1 from the
+    start: tests/test_protected_fair_share.py).
     """
     plugins = """
     plugins:
@@ -37,7 +39,8 @@ def test_non_queue_aware_packing_mixes_queues_on_a_node(tmp_path):
       - name: priorityclass
       - name: predicates
     """
-    out = run_once(tmp_path, config(plugins=plugins), (EXAMPLES / "two-queues.yaml").read_text())
+    cfg = config(plugins=plugins, extra="evict: {protectedFractionOfFairShare: 0}")
+    out = run_once(tmp_path, cfg, (EXAMPLES / "two-queues.yaml").read_text())
     on_node_1 = [p["job"] for p in out["scheduled"] if p["node"] == "node-1"]
     assert on_node_1 == ["b-25", "b-26", "b-27", "b-28"]
     assert len(out["scheduled"]) == 32

@@ -468,7 +468,8 @@ MIXED_CONFIG = config_yaml(
     queues="[{name: A, weight: 1}, {name: B, weight: 2}, {name: C, weight: 1}]",
     nodes="- {count: 4, namePrefix: small, resources: {cpu: 16, memory: 64Gi}}\n"
           "      - {count: 2, namePrefix: big, resources: {cpu: 32, memory: 128Gi}}",
-    extra="evict: {probability: 0.5}\n").replace("period: 1s", "period: 30s")
+    # No floor under fair share: the pinned figures below are of the plain evict rule.
+    extra="evict: {probability: 0.5, protectedFractionOfFairShare: 0}\n").replace("period: 1s", "period: 30s")
 # Preemptible and not, gangs, jobs ending at the same time and between cycles, queues coming and going.
 MIXED_WORKLOAD = """
     submissions:

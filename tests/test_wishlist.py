@@ -116,3 +116,105 @@ def test_the_example_files(tmp_path):
     assert json.loads(result.stdout) == {
         "templates": {"cpu-16": {"cluster": "sim", "jobs": 6, "nodes": 2}, "cpu-64": {"cluster": "sim", "jobs": 7, "nodes": 1}},
         "unfit": {"huge": "fits no node: cpu 100 > largest 64"}}
+
+
+FREE_ROOM_TEMPLATES = """
+nodeTemplates:
+  - {name: cpu-16, cluster: c1, resources: {cpu: 16, memory: 64Gi}}
+"""
+
+# node-1 has 6 of its 16 cores free: room for one member of a gang of three 6-core jobs, not for all three.
+FREE_ROOM_STATE = """
+clusters:
+  - name: c1
+    nodes:
+      - {name: node-1, resources: {cpu: 16, memory: 64Gi}}
+jobs:
+  - {id: r-1, queue: A, requests: {cpu: 10}, state: running, node: node-1}
+  - {id: g-1, queue: B, requests: {cpu: 6}, gang: {id: g, cardinality: 3}, submitted: 1}
+  - {id: g-2, queue: B, requests: {cpu: 6}, gang: {id: g, cardinality: 3}, submitted: 1}
+  - {id: g-3, queue: B, requests: {cpu: 6}, gang: {id: g, cardinality: 3}, submitted: 1}
+"""
+
+
+def wish(tmp_path, state, templates=FREE_ROOM_TEMPLATES, queues="queues: [{name: A}, {name: B}]"):
+    result = CliRunner().invoke(main, ["wishlist", "--config", str(write(tmp_path, config(queues, extra=templates))),
+                                       "--state", str(write(tmp_path, state, "state.yaml"))])
+    assert result.exit_code == 0, result.output
+    return json.loads(result.stdout)
+
+
+def write(tmp_path, text, name="flotilla.yaml"):
+    path = tmp_path / name
+    path.write_text(text)
+    return path
+
+
+def test_a_gang_counts_the_free_room_on_existing_nodes(tmp_path):
+    # One member on node-1's 6 free cores, two on one new 16-core node (without the free room: 6+6, 6 on two).
+    assert wish(tmp_path, FREE_ROOM_STATE) == {"templates": {"cpu-16": {"cluster": "c1", "jobs": 3, "nodes": 1}},
+                                               "unfit": {}}
+
+
+def test_the_free_room_is_what_the_cycle_leaves(tmp_path):
+    # s-1 starts on node-1 in the cycle (4 cores): 2 are left, no member fits there; 6+6 and 6 need two nodes.
+    state = FREE_ROOM_STATE + "  - {id: s-1, queue: A, requests: {cpu: 4}, submitted: 0}\n"
+    assert wish(tmp_path, state) == {"templates": {"cpu-16": {"cluster": "c1", "jobs": 3, "nodes": 2}}, "unfit": {}}
+
+
+def test_a_job_that_fits_the_free_room_is_not_credited_but_takes_it(tmp_path):
+    # A's limit (half the 16-core pool) holds s-2 back although node-1 has room: no template would help it.
+    # It is ahead of the gang (queue A before B), so the gang's members find only 4 free cores: two nodes.
+    state = FREE_ROOM_STATE + "  - {id: s-2, queue: A, requests: {cpu: 2}, submitted: 0}\n"
+    out = wish(tmp_path, state, queues="queues: [{name: A, limits: {cpu: 0.5}}, {name: B}]")
+    assert out == {"templates": {"cpu-16": {"cluster": "c1", "jobs": 3, "nodes": 2}}, "unfit": {}}
+
+
+def test_free_room_the_job_may_not_use_is_not_counted(tmp_path):
+    # The 6 free cores are on another cluster (a gang never spans clusters), or behind a taint the gang does
+    # not tolerate: two new nodes either way.
+    other = FREE_ROOM_STATE.replace("jobs:", "  - name: c2\n    nodes:\n"
+                                             "      - {name: node-9, resources: {cpu: 6, memory: 64Gi}}\njobs:")
+    other = other.replace("{name: node-1, resources: {cpu: 16,", "{name: node-1, resources: {cpu: 10,")
+    other = other.replace("node: node-1}", "node: node-1, cluster: c1}")
+    assert wish(tmp_path, other) == {"templates": {"cpu-16": {"cluster": "c1", "jobs": 3, "nodes": 2}}, "unfit": {}}
+    tainted = FREE_ROOM_STATE.replace("memory: 64Gi}}", "memory: 64Gi}, taints: [{key: team, value: x}]}", 1)
+    tainted = tainted.replace("  - {id: r-1, queue: A,", "  - {id: r-1, queue: A, tolerations: [{key: team, operator: Exists}],")
+    assert wish(tmp_path, tainted) == {"templates": {"cpu-16": {"cluster": "c1", "jobs": 3, "nodes": 2}}, "unfit": {}}
+
+
+def test_the_documented_free_room_example():
+    from docs_examples import commands, run_documented, section
+
+    argv = [a for a in commands(section("policies.md", "The node wishlist")) if a[-1].endswith("wishlist-gang-state.yaml")]
+    assert len(argv) == 1
+    assert run_documented(argv[0]) == {"templates": {"cpu-16": {"cluster": "sim", "jobs": 3, "nodes": 1},
+                                                     "cpu-64": {"cluster": "sim", "jobs": 3, "nodes": 1}},
+                                       "unfit": {}}
+
+
+def test_first_fit_decreasing_packs_as_plain_first_fit_decreasing():
+    import random
+
+    from flotilla.core.wishlist import first_fit_decreasing
+
+    def plain(vectors, capacity):
+        nodes = []
+        for vec in sorted(vectors, reverse=True):
+            for free in nodes:
+                if all(a <= f for a, f in zip(vec, free)):
+                    break
+            else:
+                free = list(capacity)
+                nodes.append(free)
+            for r, amount in enumerate(vec):
+                free[r] -= amount
+        return len(nodes)
+
+    rng = random.Random(7)
+    shapes = [(1000, 4), (2000, 8), (4000, 16), (500, 1), (8000, 2), (3000, 30)]
+    for _ in range(200):
+        vectors = [rng.choice(shapes) for _ in range(rng.randrange(1, 80))]
+        capacity = (rng.choice([8000, 16000]), rng.choice([32, 64]))
+        assert first_fit_decreasing(vectors, capacity) == plain(vectors, capacity)
+    assert first_fit_decreasing([(6, 0)] * 3, (16, 0)) == 2

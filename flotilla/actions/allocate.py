@@ -33,6 +33,7 @@ import structlog
 
 from flotilla.core.nodeindex import EVICTED
 from flotilla.actions.pickers import FlatPicker, TreePicker
+from flotilla.core.topology import GangPlace, gang_places, no_domain_reason, place_types
 from flotilla.core.units import KnownMisfits, QueueUnits
 from flotilla.core.whynot import Shortfall
 from flotilla.core.statement import place
@@ -85,8 +86,8 @@ class Allocate:
         self.job_valid = (valid_fns[0] if len(valid_fns) == 1 else session.job_valid) if valid_fns else None
         #: (vector, node types) that found no node at any level: free space only shrinks during allocate.
         self.shapes_without_room: set[tuple] = set()
-        #: Elastic gangs whose core was placed this cycle -> its cluster.
-        self.gang_clusters: dict[str, str] = {}
+        #: Gangs placed this cycle -> where (their cluster, and their domain for a topology gang).
+        self.gang_places: dict[str, GangPlace] = {}
         evicted_by_queue: dict[str, list] = {}
         for job in session.evicted.values():
             evicted_by_queue.setdefault(job.queue, []).append(job)
@@ -298,27 +299,30 @@ class Allocate:
                     free[r] -= amount
         return all(amount <= room for amount, room in zip(vec, free))
 
-    def _elastic_cluster(self, session, gang) -> tuple[str | None, str | None]:
-        """The cluster an elastic gang runs on, or why its other members cannot go yet."""
-        cluster = self.gang_clusters.get(gang.id)
-        if cluster is None:
+    def _elastic_cluster(self, session, gang) -> tuple[GangPlace | None, str | None]:
+        """Where an elastic gang runs (its cluster, and its domain for a topology gang), or why its other
+        members cannot go yet."""
+        place = self.gang_places.get(gang.id)
+        if place is None:
             for member in session.gangs[gang.id]:
                 if member.id in session.running and member.id not in session.evicted:
-                    cluster = session.node_name(session.running[member.id].node)[0]
+                    node = session.index.nodes[session.running[member.id].node]
+                    label = gang.uniformity_label
+                    place = GangPlace(node.cluster, label, node.labels.get(label, "") if label else "")
                     break
-        if cluster is None:
+        if place is None:
             return None, f"gang {gang.id}: waiting for its minimum of {gang.min_available} to start"
-        return cluster, None
+        return place, None
 
     def _place_elastic_member(self, session, queue, job, vec) -> bool:
-        """One member of an elastic gang beyond its minimum: on the gang's cluster, when there is room."""
-        cluster, why = self._elastic_cluster(session, job.gang)
+        """One member of an elastic gang beyond its minimum: on the gang's cluster (and domain), when there is room."""
+        place, why = self._elastic_cluster(session, job.gang)
         if why is None and job.id in session.evicted:
             return self._return_evicted(session, queue, job, vec)
         reason = why or session.job_valid(job) or session.admit(queue, job, vec)
         types = ()
         if not reason:
-            types, reason = session.allowed_types(job, cluster)
+            types, reason = place_types(session, job, place)
         if reason:
             if job.id not in session.evicted:
                 session.failures[job.id] = reason
@@ -360,11 +364,15 @@ class Allocate:
         clusters = sorted({session.node_name(session.running[m.id].node)[0] for m in evicted}) if evicted else \
             sorted({node_type.cluster for node_type in session.index.types})
         if gang.min_available:
-            running_cluster, _ = self._elastic_cluster(session, gang)
-            if running_cluster is not None:
-                clusters = [running_cluster]
+            running, _ = self._elastic_cluster(session, gang)
+            if running is not None:
+                clusters = [running.cluster]
+        # A topology gang tries the domains of its label, tightest first; any other gang each cluster whole.
+        domains = gang_places(session, gang, members, clusters, self.gang_places, demand=vec) \
+            if gang.uniformity_label else None
+        places = domains.places if domains is not None else [GangPlace(cluster) for cluster in clusters]
         best = 0
-        for cluster in clusters:
+        for place in places:
             stmt = session.statement()
             placed = 0
             for member in members:
@@ -375,7 +383,7 @@ class Allocate:
                         break
                     stmt.unevict(member)
                 else:
-                    types, _ = session.allowed_types(member, cluster)
+                    types, _ = place_types(session, member, place)
                     node = self._find(session, queue, member, member_vec, types) if types else None
                     if node is None:
                         break
@@ -387,13 +395,15 @@ class Allocate:
                 if any(member.queue != queue.name for member in members):
                     # Members of other queues changed those queues' allocations: their offers are recomputed.
                     self.picker.steady = False
-                if gang.min_available:
-                    self.gang_clusters[gang.id] = cluster
-                log.debug("allocate.gang", gang=gang.id, queue=queue.name, cluster=cluster, members=placed)
+                self.gang_places[gang.id] = place
+                log.debug("allocate.gang", gang=gang.id, queue=queue.name, place=str(place), members=placed)
                 return True
             stmt.discard()
             best = max(best, placed)
-        reason = f"gang {gang.id}: {best} of {len(members)} members fit"
+            if domains is not None:
+                domains.failed(placed, len(members))
+        reason = no_domain_reason(gang, len(members), domains) if domains is not None else \
+            f"gang {gang.id}: {best} of {len(members)} members fit"
         for member in members:
             if member.id not in session.evicted:
                 session.failures[member.id] = reason

@@ -25,6 +25,7 @@ from itertools import islice
 import structlog
 
 from flotilla.core.nodeindex import EVICTED
+from flotilla.core.topology import gang_places, place_types
 from flotilla.core.units import iter_units
 
 log = structlog.get_logger("flotilla.actions.preempt")
@@ -78,7 +79,14 @@ class Preempt:
         if members[0].gang is not None and session.gang_ready(members[0].gang, members):
             return 0
         clusters = sorted({t.cluster for t in session.index.types})
-        for cluster in clusters if len(members) > 1 else [None]:
+        gang = members[0].gang
+        if gang is not None and gang.uniformity_label:
+            # A topology gang displaces within one domain of its label, tried in the order allocate tries them.
+            level = max(session.priority_class(m).priority for m in members)
+            places = gang_places(session, gang, members, clusters, {}, level, vec).places
+        else:
+            places = clusters if len(members) > 1 else [None]
+        for cluster in places:
             stmt = session.statement()
             victims_taken = 0
             for member in members:
@@ -95,7 +103,7 @@ class Preempt:
         return 0
 
     def _place_one(self, session, stmt, job, cluster) -> int | None:
-        types, _ = session.allowed_types(job, cluster)
+        types, _ = place_types(session, job, cluster)
         if not types:
             return None
         vec = session.vector(job)

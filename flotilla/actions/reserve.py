@@ -1,11 +1,17 @@
 """``reserve``: reservation and backfill, so that big units never starve (volcano-scheduler.txt).
 
 A unit (job or gang) that heads its queue, cannot fit, and has waited longer
-than ``reservation.after`` reserves the nodes that would fit it soonest:
+than ``reservation.after`` since it was last queued reserves the nodes that
+would fit it soonest:
 those of one cluster with the least running on them (the least to evict or
 finish), as many as hold the unit once emptied. At most
 ``reservation.maxUnits`` units hold reservations at once (the longest
-waiting first).
+waiting first). A job is last queued when it is submitted or when it goes
+back to its queue: preempted by a cycle, or gone from the running jobs
+between cycles (a lost node, a lease that expired), so a job put back waits
+its ``after`` again before it may reserve. Backfill units (any member
+preemptible) never reserve: they may run on reserved nodes anyway, and one
+reserving would preempt other backfill jobs only to be preempted in turn.
 
 While the reservation holds, no new job starts on a reserved node unless it
 is preemptible (backfill): a node filter refuses the others, so the node
@@ -26,10 +32,12 @@ across cycles.
 from __future__ import annotations
 
 import time
+from collections import deque
 
 import structlog
 
 from flotilla.core.nodeindex import EVICTED, NONPREEMPTIBLE
+from flotilla.core.topology import every_place, place_types
 from flotilla.core.units import iter_units
 
 log = structlog.get_logger("flotilla.actions.reserve")
@@ -41,6 +49,12 @@ class Reserve:
     def __init__(self):
         #: Unit key (gang id or job id) -> reserved (cluster, node) names, kept across cycles.
         self.reservations: dict[str, list[tuple[str, str]]] = {}
+        #: Job id -> when it last went back to its queue (or stopped running), kept until ``after`` has passed.
+        self.requeued: dict[str, float] = {}
+        #: ``(time, job id)`` as recorded (times never decrease): what to forget first.
+        self._expiry: deque[tuple[float, str]] = deque()
+        #: The last cycle's preemptions (its session's dict, complete once that cycle ended) and its time.
+        self._last_preempted: tuple[dict, float] | None = None
 
     def execute(self, session) -> None:
         started = time.perf_counter()
@@ -48,6 +62,7 @@ class Reserve:
         if after is None:
             session.timings[self.name] = time.perf_counter() - started
             return
+        self._note_requeued(session, after)
         heads: dict[str, tuple] = {}
         for queue in session.queues.values():
             if queue.queued:
@@ -57,11 +72,13 @@ class Reserve:
                     heads[key] = (queue, members)
                     break
         self.reservations = {key: nodes for key, nodes in self.reservations.items() if key in heads}
-        waiting = sorted(heads.items(), key=lambda kv: (min(m.submitted for m in kv[1][1]), kv[0]))
+        since = {key: self._queued_since(members) for key, (_, members) in heads.items()}
+        waiting = sorted(heads.items(), key=lambda kv: (since[kv[0]], kv[0]))
         for key, (queue, members) in waiting:
             if key in self.reservations or len(self.reservations) >= session.settings.reservation_max_units:
                 continue
-            if session.now - min(m.submitted for m in members) < after or self._fits_now(session, queue, members):
+            if session.now - since[key] < after or _is_backfill(session, members) or \
+                    self._fits_now(session, queue, members):
                 continue
             taken = {name for names in self.reservations.values() for name in names}
             nodes = self._choose_nodes(session, members, taken)
@@ -98,13 +115,37 @@ class Reserve:
         session.timings[self.name] = time.perf_counter() - started
 
     # -- helpers ------------------------------------------------------------
+    def _note_requeued(self, session, after: float) -> None:
+        """Record the jobs that went back to their queues since the last cycle; forget those ``after`` ago."""
+        now, requeued, expiry = session.now, self.requeued, self._expiry
+        if self._last_preempted is not None:
+            preempted, when = self._last_preempted
+            for job_id in preempted:
+                requeued[job_id] = when
+                expiry.append((when, job_id))
+        # The session's own dict: later actions of this cycle fill it; read at the next cycle.
+        self._last_preempted = (session.preempted, now)
+        for job_id in session.state.stopped_running:
+            requeued[job_id] = now
+            expiry.append((now, job_id))
+        while expiry and now - expiry[0][0] >= after:
+            when, job_id = expiry.popleft()
+            if requeued.get(job_id) == when:
+                del requeued[job_id]
+
+    def _queued_since(self, members) -> float:
+        """When the unit was last queued: the latest of its members' submissions and returns to the queue."""
+        requeued = self.requeued
+        return max(max(m.submitted, requeued.get(m.id, m.submitted)) for m in members)
+
     @staticmethod
     def _fits_now(session, queue, members) -> bool:
-        """Would the unit fit in free space right now, on one cluster (tried, then undone)?"""
-        for cluster in sorted({t.cluster for t in session.index.types}):
+        """Would the unit fit in free space right now, on one cluster (one domain for a topology gang), tried
+        then undone?"""
+        for place in every_place(session, members[0].gang, sorted({t.cluster for t in session.index.types})):
             stmt = session.statement()
             for member in members:
-                types, _ = session.allowed_types(member, cluster)
+                types, _ = place_types(session, member, place)
                 node = session.find_node(member, session.vector(member), EVICTED, types, queue) if types else None
                 if node is None:
                     break
@@ -117,14 +158,16 @@ class Reserve:
 
     @staticmethod
     def _choose_nodes(session, members, taken) -> list[tuple[str, str]]:
-        """The nodes of one cluster with the least running on them that would hold the unit once emptied.
+        """The nodes of one cluster (one domain for a topology gang) with the least running on them that would
+        hold the unit once emptied.
 
         Nodes another unit has reserved (``taken``, by cluster and name) are not shared.
         """
         index = session.index
         best = None
-        for cluster in sorted({t.cluster for t in index.types}):
-            allowed = [set(session.allowed_types(m, cluster)[0]) for m in members]
+        for place in every_place(session, members[0].gang, sorted({t.cluster for t in index.types})):
+            cluster = place.cluster
+            allowed = [set(place_types(session, m, place)[0]) for m in members]
             nodes = [i for i, node in enumerate(index.nodes)
                      if node.cluster == cluster and (node.cluster, node.name) not in taken
                      and any(index.type_of[i] in a for a in allowed)]
@@ -170,6 +213,16 @@ class Reserve:
         log.info("reserve.placed", unit=members[0].gang.id if members[0].gang else members[0].id,
                  preempted=sum(1 for op in stmt.ops if op[0] == "preempt"))
         return True
+
+
+def _is_backfill(session, members) -> bool:
+    """Whether some member is preemptible (a class the snapshot does not define counts as not)."""
+    classes, default = session.priority_classes, session.default_priority_class
+    for member in members:
+        pc = classes.get(member.priority_class or default)
+        if pc is not None and pc.preemptible:
+            return True
+    return False
 
 
 def _first_fit(session, members, nodes, allowed, room):

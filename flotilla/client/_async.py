@@ -5,7 +5,7 @@ from __future__ import annotations
 import asyncio
 import os
 import time
-from typing import Any, AsyncIterator, Iterable, Mapping
+from typing import Any, AsyncIterator, Iterable, Mapping, Sequence
 
 import httpx
 
@@ -148,14 +148,18 @@ class AsyncClient:
         return await self._send(Calls.pending(name, limit))
 
     async def create_queue(self, name: str, *, weight: float = 1.0, limits: Mapping[str, float] | None = None,
-                     owners: Iterable[str] = (), group_owners: Iterable[str] = ()) -> Queue:
+                           owners: Iterable[str] = (), group_owners: Iterable[str] = (),
+                           retry_policy: Sequence[Mapping[str, Any]] = ()) -> Queue:
         """Create a queue (administrators; :class:`Conflict` when it exists)."""
-        return await self._send(Calls.create_queue(queue_body(name, weight, limits, owners, group_owners)))
+        body = queue_body(name, weight, limits, owners, group_owners, retry_policy)
+        return await self._send(Calls.create_queue(body))
 
     async def update_queue(self, name: str, *, weight: float = 1.0, limits: Mapping[str, float] | None = None,
-                     owners: Iterable[str] = (), group_owners: Iterable[str] = ()) -> Queue:
-        """Replace a queue's weight, limits and owners (administrators)."""
-        return await self._send(Calls.update_queue(queue_body(name, weight, limits, owners, group_owners)))
+                           owners: Iterable[str] = (), group_owners: Iterable[str] = (),
+                           retry_policy: Sequence[Mapping[str, Any]] = ()) -> Queue:
+        """Replace a queue's weight, limits, owners and retry policy (administrators)."""
+        body = queue_body(name, weight, limits, owners, group_owners, retry_policy)
+        return await self._send(Calls.update_queue(body))
 
     async def delete_queue(self, name: str, *, force: bool = False) -> QueueDeletion:
         """Delete a queue and its history (administrators); ``force`` cancels its jobs first, else a queue with

@@ -87,9 +87,9 @@ def _selector(job_set: str | None, job_ids: Iterable[str] | None) -> dict:
 
 
 def queue_body(name: str, weight: float, limits: Mapping[str, float] | None, owners: Iterable[str],
-               group_owners: Iterable[str]) -> dict:
+               group_owners: Iterable[str], retry_policy: Iterable[Mapping[str, Any]] = ()) -> dict:
     return {"name": name, "weight": weight, "limits": dict(limits or {}), "owners": list(owners),
-            "groupOwners": list(group_owners)}
+            "groupOwners": list(group_owners), "retryPolicy": [dict(rule) for rule in retry_policy]}
 
 
 def read_job_file(path: str | os.PathLike) -> dict:

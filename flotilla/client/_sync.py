@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import os
 import time
-from typing import Any, Iterable, Iterator, Mapping
+from typing import Any, Iterable, Iterator, Mapping, Sequence
 
 import httpx
 
@@ -145,14 +145,16 @@ class Client:
         return self._send(Calls.pending(name, limit))
 
     def create_queue(self, name: str, *, weight: float = 1.0, limits: Mapping[str, float] | None = None,
-                     owners: Iterable[str] = (), group_owners: Iterable[str] = ()) -> Queue:
+                     owners: Iterable[str] = (), group_owners: Iterable[str] = (),
+                     retry_policy: Sequence[Mapping[str, Any]] = ()) -> Queue:
         """Create a queue (administrators; :class:`Conflict` when it exists)."""
-        return self._send(Calls.create_queue(queue_body(name, weight, limits, owners, group_owners)))
+        return self._send(Calls.create_queue(queue_body(name, weight, limits, owners, group_owners, retry_policy)))
 
     def update_queue(self, name: str, *, weight: float = 1.0, limits: Mapping[str, float] | None = None,
-                     owners: Iterable[str] = (), group_owners: Iterable[str] = ()) -> Queue:
-        """Replace a queue's weight, limits and owners (administrators)."""
-        return self._send(Calls.update_queue(queue_body(name, weight, limits, owners, group_owners)))
+                     owners: Iterable[str] = (), group_owners: Iterable[str] = (),
+                     retry_policy: Sequence[Mapping[str, Any]] = ()) -> Queue:
+        """Replace a queue's weight, limits, owners and retry policy (administrators)."""
+        return self._send(Calls.update_queue(queue_body(name, weight, limits, owners, group_owners, retry_policy)))
 
     def delete_queue(self, name: str, *, force: bool = False) -> QueueDeletion:
         """Delete a queue and its history (administrators); ``force`` cancels its jobs first, else a queue with

@@ -151,7 +151,8 @@ class Event:
 
 @dataclass(frozen=True)
 class Queue:
-    """A queue: weight, limits (fractions of the pool), owners; ``jobs`` (counts by state) when described."""
+    """A queue: weight, limits (fractions of the pool), owners, retry rules; ``jobs`` (counts by state) when
+    described."""
 
     name: str
     weight: float = 1.0
@@ -161,13 +162,16 @@ class Queue:
     parent: str | None = None
     cordoned: bool | None = None
     jobs: Mapping[str, int] | None = None
+    #: Its retry policy's rules, as the API gives them (``{"exitCodes": [42], "action": "retry", "limit": 2}``).
+    retry_policy: tuple[Mapping[str, Any], ...] = ()
     raw: Mapping[str, Any] = _raw()
 
     @classmethod
     def parse(cls, data: Mapping[str, Any]) -> Queue:
         return cls(name=data["name"], weight=data.get("weight", 1.0), limits=dict(data.get("limits") or {}),
                    owners=tuple(data.get("owners") or ()), group_owners=tuple(data.get("groupOwners") or ()),
-                   parent=data.get("parent"), cordoned=data.get("cordoned"), jobs=data.get("jobs"), raw=data)
+                   parent=data.get("parent"), cordoned=data.get("cordoned"), jobs=data.get("jobs"),
+                   retry_policy=tuple(data.get("retryPolicy") or ()), raw=data)
 
 
 @dataclass(frozen=True)

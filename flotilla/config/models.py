@@ -11,9 +11,13 @@ the offending line.
 
 from __future__ import annotations
 
+import difflib
+import re
 from typing import TYPE_CHECKING, Annotated, Any, Iterator, Literal, Union
 
 from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, PrivateAttr, field_validator, model_validator
+
+from flotilla.core.backend import FAILURE_CAUSES
 
 from flotilla.core.model import ClusterSnapshot, Node, PriorityClass, Queue, Taint, Toleration
 from flotilla.core.quantities import QuantityError, parse_duration, parse_quantity, resource_name_problem
@@ -88,6 +92,93 @@ class PriorityClassConfig(Model):
         return PriorityClass(self.name, self.priority, self.preemptible)
 
 
+#: Most rules in one retry policy, and most retries one rule may allow.
+MAX_RETRY_RULES = 32
+MAX_RETRY_LIMIT = 100
+
+
+#: An exit code, 0-255, as text without leading zeros; an entry of ``exitCodes`` given as text is one or two of them.
+_CODE = r"(25[0-5]|2[0-4][0-9]|1[0-9]{2}|[1-9]?[0-9])"
+EXIT_CODE_TEXT = rf"^{_CODE}(-{_CODE})?$"
+
+
+def _exit_codes(value: Any) -> int | str:
+    """One entry of a rule's ``exitCodes``: a code (``42``) or an inclusive range (``"1-9"``), each within 0-255.
+
+    Kept as written, normalised (``"42"`` becomes 42, ``"9-1"`` becomes ``"1-9"``), so the policy reads back as
+    the user meant it. Exactly what the API's schema states: an integer 0-255, or text matching
+    :data:`EXIT_CODE_TEXT`.
+    """
+    if isinstance(value, float) and value.is_integer():
+        value = int(value)
+    if isinstance(value, int) and not isinstance(value, bool):
+        if not 0 <= value <= 255:
+            raise ValueError(f"exit code {value} is out of range: exit codes are 0-255")
+        return value
+    match = re.match(EXIT_CODE_TEXT, value) if isinstance(value, str) else None
+    if match is None:
+        raise ValueError(f"expected an exit code (0-255) or a range of them such as \"1-9\", got {value!r}")
+    codes = [int(part) for part in value.split("-")]
+    low, high = min(codes), max(codes)
+    return low if low == high else f"{low}-{high}"
+
+
+def _failure_cause(value: Any) -> Any:
+    """One entry of a rule's ``reasons``: a name of :data:`flotilla.core.backend.FAILURE_CAUSES`."""
+    if value in FAILURE_CAUSES:
+        return value
+    close = difflib.get_close_matches(str(value), FAILURE_CAUSES, n=1, cutoff=0.6)
+    hint = f"; did you mean {close[0]!r}?" if close else ""
+    raise ValueError(f"unknown reason {value!r} (known: {', '.join(FAILURE_CAUSES)}){hint}")
+
+
+#: The rules between a rule's fields, stated in its JSON Schema as the validator checks them.
+_RULE_SCHEMA = {"allOf": [
+    {"oneOf": [{"required": ["exitCodes"]}, {"required": ["reasons"]}]},
+    {"oneOf": [{"properties": {"action": {"const": "retry"}}, "required": ["limit"]},
+               {"properties": {"action": {"const": "fail"}}, "not": {"required": ["limit"]}}]}]}
+
+
+class RetryRuleConfig(Model):
+    """One rule of a retry policy: what failures it matches (``exitCodes`` or ``reasons``) and what it decides.
+
+    ``action: retry`` runs the job again while it has had fewer than ``limit`` retries (every retry of the job
+    counts, whatever its cause), then fails it; ``action: fail`` fails it at once.
+    """
+
+    model_config = ConfigDict(json_schema_extra=_RULE_SCHEMA)
+
+    #: Exit codes of the job's first failed container: codes (``42``) and inclusive ranges (``"1-9"``), 0-255.
+    exit_codes: list[Annotated[Union[Annotated[int, Field(ge=0, le=255)], Annotated[str, Field(pattern=EXIT_CODE_TEXT)]],
+                               BeforeValidator(_exit_codes)]] = Field(
+        None, alias="exitCodes", min_length=1, max_length=256)
+    #: Failure causes: OOMKilled, DeadlineExceeded, Evicted, NodeLost, Stuck, LeaseExpired.
+    reasons: list[Annotated[Literal[FAILURE_CAUSES], BeforeValidator(_failure_cause)]] = Field(  # type: ignore[valid-type]
+        None, min_length=1, max_length=16)
+    action: Literal["retry", "fail"]
+    #: Retries a ``retry`` rule allows the job (0-100); a ``fail`` rule has none.
+    limit: int = Field(None, ge=0, le=MAX_RETRY_LIMIT)
+
+    @model_validator(mode="after")
+    def _one_matcher_and_a_limit(self) -> RetryRuleConfig:
+        if (self.exit_codes is None) == (self.reasons is None):
+            raise ValueError("give exactly one of exitCodes or reasons")
+        if self.action == "retry" and self.limit is None:
+            raise ValueError("a retry rule needs a limit (the retries it allows, 0-100)")
+        if self.action == "fail" and self.limit is not None:
+            raise ValueError("a fail rule takes no limit")
+        return self
+
+    def describe(self) -> str:
+        """``exit 42: retry, limit 2``, ``OOMKilled, Evicted: fail``: the rule as events name it."""
+        what = f"exit {','.join(map(str, self.exit_codes))}" if self.exit_codes is not None else ", ".join(self.reasons)
+        return f"{what}: retry, limit {self.limit}" if self.action == "retry" else f"{what}: fail"
+
+
+#: A retry policy: ordered rules, the first that matches a failure decides (none: the service's defaults).
+RetryPolicy = Annotated[list[RetryRuleConfig], Field(max_length=MAX_RETRY_RULES)]
+
+
 class QueueConfig(Model):
     name: Name
     weight: float = Field(1.0, gt=0)
@@ -96,6 +187,8 @@ class QueueConfig(Model):
     group_owners: list[str] = Field(default_factory=list, alias="groupOwners")
     #: The queue this one shares out the fair share of (hierarchical queues); only leaf queues hold jobs.
     parent: Name | None = None
+    #: Whether a failed run of the queue's jobs runs again: ordered rules, first match wins (docs/policies.md).
+    retry_policy: RetryPolicy = Field(default_factory=list, alias="retryPolicy")
 
     @field_validator("limits")
     @classmethod
@@ -231,6 +324,9 @@ ClusterConfig = Annotated[Union[SimulatedClusterConfig, KubernetesClusterConfig]
 
 class EvictConfig(Model):
     probability: float = Field(1.0, ge=0, le=1)
+    #: Preemption to fair share keeps every queue at this fraction of its fair share at least (0: no floor; above 1
+    #: it spares queues somewhat above their fair share too); see flotilla.actions.evict.
+    protected_fraction_of_fair_share: float = Field(1.0, ge=0, le=10, alias="protectedFractionOfFairShare")
 
 
 class AllocateConfig(Model):
@@ -424,6 +520,8 @@ class FlotillaConfig(Model):
     def check(self) -> list[tuple[FieldPath, str]]:
         """Cross-field problems as ``(path, message)``; the loader reports the earliest in the file."""
         from flotilla.actions import available_actions
+        from flotilla.config.actionorder import action_order_problems
+        from flotilla.config.resourcenames import config_problems as resource_name_problems
 
         problems: list[tuple[FieldPath, str]] = []
         known = available_actions()
@@ -432,6 +530,8 @@ class FlotillaConfig(Model):
                 problems.append((("actions", i), f"unknown action {action!r} (known: {', '.join(known)})"))
             elif action in self.actions[:i]:
                 problems.append((("actions", i), f"duplicate action {action!r} (first at actions[{self.actions.index(action)}])"))
+        if not problems:   # an order of known, distinct actions: refuse one that cannot work
+            problems += action_order_problems(self.actions)
         if "reserve" in self.actions and self.reservation.after is None:
             problems.append((("actions", self.actions.index("reserve")),
                              "the reserve action needs reservation.after (how long a unit waits before it reserves)"))
@@ -455,6 +555,7 @@ class FlotillaConfig(Model):
                                          f"duplicate node name {name!r} (first in clusters[{c}].nodes[{first[name]}])"))
                         break
                     first[name] = g
+        problems += resource_name_problems(self)
         return problems
 
     def to_core_priority_classes(self) -> list[PriorityClass]:

@@ -19,10 +19,13 @@ from pydantic import BeforeValidator, Field, ValidationError
 from flotilla.config.errors import FieldPath
 from flotilla.config.models import (FlotillaConfig, Model, Name, Quantities, QueueConfig, TaintConfig, TolerationConfig,
                                     inner_queues, queue_tree_problems)
+from flotilla.config.resourcenames import (config_provided_names, deferred_config_problems, names_in,
+                                          queue_limit_names, unknown_resource_problems)
 from flotilla.config.source import SourceMap, load_yaml, read_yaml_file
 from flotilla.core.nodeaffinity import AffinityError, parse_node_affinity
-from flotilla.core.model import (GANG_MIN_AVAILABLE_ANNOTATION, ClusterSnapshot, Gang, Job, JobState, Node, Queue,
-                                 Snapshot, parse_min_available)
+from flotilla.core.model import (GANG_MIN_AVAILABLE_ANNOTATION, GANG_NODE_UNIFORMITY_LABEL_ANNOTATION, ClusterSnapshot,
+                                 Gang, Job, JobState, Node, Queue, Snapshot, parse_min_available)
+from flotilla.core.topology import uniformity_label_problem
 
 
 def _seconds(value: Any) -> float:
@@ -134,11 +137,28 @@ def build_snapshot(state: StateFile, config: FlotillaConfig, source: SourceMap) 
     queues = _queues(state, config, problems)
     queued = _jobs(state, config, clusters, queues, problems)
     _check_gangs(state, problems)
+    known = _resource_names(clusters, queued, config)
+    problems += unknown_resource_problems(queue_limit_names("queues", state.queues), known,
+                                          "no cluster has it and no job asks for it")
     error = source.first(problems)
+    if error is not None:
+        raise error
+    # The config's own names, when it left the clusters to this file: the error is the config's, at its line.
+    error = config.source.first(deferred_config_problems(config, known))
     if error is not None:
         raise error
     return Snapshot(clusters, queued, list(queues.values()), config.to_core_priority_classes(),
                     config.default_priority_class, now=state.now)
+
+
+def _resource_names(clusters: list[ClusterSnapshot], queued: list[Job], config: FlotillaConfig) -> set[str]:
+    """The resource names the state's nodes have and its jobs ask for, and the config's nodes have.
+
+    The jobs' requests mappings are interned (one per distinct shape), so a million jobs cost a handful of reads.
+    """
+    running = (job.requests for cluster in clusters for job in cluster.running)
+    return (names_in(node.resources for cluster in clusters for node in cluster.nodes)
+            | names_in(job.requests for job in queued) | names_in(running) | config_provided_names(config))
 
 
 def _clusters(state: StateFile, config: FlotillaConfig, problems: Problems) -> list[ClusterSnapshot]:
@@ -237,17 +257,23 @@ def _jobs(state: StateFile, config: FlotillaConfig, clusters: list[ClusterSnapsh
 
 
 def _gang(j: int, spec: StateJob, problems: Problems) -> Gang | None:
-    """The job's gang, elastic when the ``flotilla.io/gang-min-available`` annotation gives its minimum."""
+    """The job's gang, elastic when the ``flotilla.io/gang-min-available`` annotation gives its minimum, held to
+    one domain of a node label by ``armadaproject.io/gangNodeUniformityLabel``."""
+    label = spec.annotations.get(GANG_NODE_UNIFORMITY_LABEL_ANNOTATION)
+    if label is not None:
+        why = uniformity_label_problem(label) if spec.gang is not None else \
+            "only a gang's jobs take a uniformity label (set gang: {id, cardinality})"
+        if why is not None:
+            problems.append((("jobs", j, "annotations", GANG_NODE_UNIFORMITY_LABEL_ANNOTATION), why))
+            label = None
     if spec.gang is None:
         return None
     text = spec.annotations.get(GANG_MIN_AVAILABLE_ANNOTATION)
-    if text is None:
-        return Gang(spec.gang.id, spec.gang.cardinality)
-    minimum = parse_min_available(text, spec.gang.cardinality)
+    minimum = parse_min_available(text, spec.gang.cardinality) if text is not None else 0
     if isinstance(minimum, str):
         problems.append((("jobs", j, "annotations", GANG_MIN_AVAILABLE_ANNOTATION), minimum))
-        return Gang(spec.gang.id, spec.gang.cardinality)
-    return Gang(spec.gang.id, spec.gang.cardinality, minimum)
+        minimum = 0
+    return Gang(spec.gang.id, spec.gang.cardinality, minimum, label or "")
 
 
 def _placement(j: int, spec: StateJob, clusters: list[ClusterSnapshot], node_names: Mapping[str, set[str]],
@@ -275,7 +301,8 @@ def _placement(j: int, spec: StateJob, clusters: list[ClusterSnapshot], node_nam
 
 
 def _check_gangs(state: StateFile, problems: Problems) -> None:
-    """Members of a gang agree on its cardinality, are exactly that many, and share one queue."""
+    """Members of a gang agree on its cardinality and uniformity label, are exactly that many, and share one
+    queue."""
     members: dict[str, list[int]] = {}
     for j, spec in enumerate(state.jobs):
         if spec.gang is not None:
@@ -292,6 +319,12 @@ def _check_gangs(state: StateFile, problems: Problems) -> None:
                 problems.append((("jobs", j, "gang", "cardinality"),
                                  f"gang {gang_id!r} members disagree on cardinality: {member.gang.cardinality} here, "
                                  f"{cardinality} at jobs[{indices[0]}]"))
+            label, head_label = (job.annotations.get(GANG_NODE_UNIFORMITY_LABEL_ANNOTATION) for job in (member, head))
+            if label != head_label:
+                problems.append((("jobs", j, "annotations", GANG_NODE_UNIFORMITY_LABEL_ANNOTATION),
+                                 f"gang {gang_id!r} members disagree on the uniformity label: "
+                                 f"{label if label is not None else 'none'} here, "
+                                 f"{head_label if head_label is not None else 'none'} at jobs[{indices[0]}]"))
             if member.queue != head.queue:
                 problems.append((("jobs", j, "queue"),
                                  f"gang {gang_id!r} members must share one queue: {member.queue!r} here, "

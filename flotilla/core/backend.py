@@ -56,9 +56,21 @@ class ClusterDecisions:
     templates: Mapping[str, PodTemplate] = field(default_factory=dict)
 
 
+#: Why a run failed, as far as a cluster can tell, by the names retry policies match on: the container ran out of
+#: memory, the pod passed its active deadline, the pod was evicted (node pressure, API eviction), its node was lost
+#: (NotReady or deleted, shut down), it was stuck (never started within the cluster's stuckPodExpiry), its lease
+#: expired (the cluster stopped reporting it; the service's own finding).
+FAILURE_CAUSES = ("OOMKilled", "DeadlineExceeded", "Evicted", "NodeLost", "Stuck", "LeaseExpired")
+
+
 @dataclass(frozen=True, slots=True)
 class JobEvent:
-    """Something that happened to a job on a cluster. ``kind``: running, succeeded, failed, preempted, cancelled, lost."""
+    """Something that happened to a job on a cluster. ``kind``: running, succeeded, failed, preempted, cancelled, lost.
+
+    A ``failed`` or ``lost`` event may say more for retry policies: ``exit_code``, the exit code of the job's
+    first failed container (None when no container failed on its own: killed for the platform's reasons, never
+    started), and ``cause``, one of :data:`FAILURE_CAUSES` (``""``: none of them).
+    """
 
     job_id: str
     kind: str
@@ -66,6 +78,8 @@ class JobEvent:
     node: str | None = None
     time: float = 0.0
     reason: str = ""
+    exit_code: int | None = None
+    cause: str = ""
 
 
 @runtime_checkable
@@ -101,7 +115,8 @@ class SimulatedCluster:
     """A cluster in memory, on any clock.
 
     Jobs run from ``apply`` until ``duration_of(job)`` seconds have passed on
-    ``clock`` (``None``: until stopped). Every start is checked against the
+    ``clock`` (``None``: until stopped), then succeed, or fail with the exit
+    code ``exit_code_of(job)`` when that is not None. Every start is checked against the
     node's resources, so a scheduler bug shows up as :class:`OverAllocation`
     instead of a quietly impossible schedule.
 
@@ -115,11 +130,13 @@ class SimulatedCluster:
     """
 
     def __init__(self, name: str, nodes: Sequence[Node], clock: Callable[[], float] = time.time,
-                 duration_of: Callable[[Job], float | None] = lambda job: None):
+                 duration_of: Callable[[Job], float | None] = lambda job: None,
+                 exit_code_of: Callable[[Job], int | None] = lambda job: None):
         self.name = name
         self.nodes = {node.name: node for node in nodes}
         self.clock = clock
         self.duration_of = duration_of
+        self.exit_code_of = exit_code_of
         self.available = True
         self._runs: dict[str, _Run] = {}
         #: job id -> the running job, in the order of ``_runs``.
@@ -191,7 +208,7 @@ class SimulatedCluster:
             heapq.heappush(self._due, (run.ends, job.id, next(self._seq), run))
         self._events.append(JobEvent(job.id, "running", self.name, node.name, now))
 
-    def _stop(self, job_id: str, kind: str, now: float, reason: str) -> None:
+    def _stop(self, job_id: str, kind: str, now: float, reason: str, exit_code: int | None = None) -> None:
         run = self._runs.pop(job_id, None)
         if run is None:
             return
@@ -199,7 +216,7 @@ class SimulatedCluster:
         used = self._used[run.job.node]
         for name, amount in run.job.requests.items():
             used[name] -= amount
-        self._events.append(JobEvent(job_id, kind, self.name, run.job.node, now, reason))
+        self._events.append(JobEvent(job_id, kind, self.name, run.job.node, now, reason, exit_code))
 
     def _finish_due(self) -> None:
         now = self.clock()
@@ -207,7 +224,11 @@ class SimulatedCluster:
         while due and due[0][0] <= now:
             ends, job_id, _, run = heapq.heappop(due)
             if runs.get(job_id) is run:
-                self._stop(job_id, "succeeded", ends, "")
+                code = self.exit_code_of(run.job)
+                if code is None:
+                    self._stop(job_id, "succeeded", ends, "")
+                else:
+                    self._stop(job_id, "failed", ends, f"exited {code}", code)
 
 
 class SimulatedBackendPlugin:
@@ -217,9 +238,10 @@ class SimulatedBackendPlugin:
     def flotilla_cluster_backend(self, cluster_config, options):
         if getattr(cluster_config, "kind", None) != "simulated":
             return None
-        kwargs = {key: options[key] for key in ("clock", "duration_of") if options.get(key) is not None}
+        kwargs = {key: options[key] for key in ("clock", "duration_of", "exit_code_of") if options.get(key) is not None}
         return SimulatedCluster(cluster_config.name, list(cluster_config.expand()), **kwargs)
 
 
-__all__ = ["ClusterBackend", "ClusterDecisions", "PodTemplate", "ClusterUnavailable", "JobEvent", "OverAllocation",
+__all__ = ["FAILURE_CAUSES", "ClusterBackend", "ClusterDecisions", "PodTemplate", "ClusterUnavailable", "JobEvent",
+           "OverAllocation",
            "SimulatedBackendPlugin", "SimulatedCluster"]

@@ -132,6 +132,7 @@ class CycleState:
         self.index: NodeIndex | None = None
         self.rebuilds = 0
         self.syncs = 0
+        self.stopped_running: list[str] = []
 
     # -- bringing up to date ----------------------------------------------------------
     def sync(self, snapshot: Snapshot, indexed_resources: Sequence[str]) -> None:
@@ -139,6 +140,9 @@ class CycleState:
         self.syncs += 1
         self.classes = {pc.name: pc for pc in snapshot.priority_classes}
         self.default_class = snapshot.default_priority_class
+        #: Ids of the jobs held as running that the snapshot no longer shows running (finished, failed, or back
+        #: in their queue), as this sync found them; empty after a rebuild, which keeps no history.
+        self.stopped_running: list[str] = []
         if self.index is not None:
             try:
                 self._update(snapshot, tuple(indexed_resources))
@@ -180,6 +184,10 @@ class CycleState:
         for affinity, number in affinities.items():
             for label in affinity.label_keys:
                 self.label_uses[label] += number
+        # Topology gangs' uniformity labels: each domain is then a set of node types.
+        for gang in filter(None, map(_GANG, every_job)):
+            if gang.uniformity_label:
+                self.label_uses[gang.uniformity_label] += 1
         selector_keys = set(self.label_uses)
         self._labels_changed = False
         space = ResourceSpace(resource_names, indexed_resources)
@@ -337,6 +345,7 @@ class CycleState:
 
         # Apply: running jobs first (their room), then foreign usage, then queues.
         gangs_changed = self._gangs_stale or any(job.gang is not None for job in new_jobs)
+        self.stopped_running = gone_running
         for job_id in gone_running:
             gangs_changed |= self._unbind(job_id)
         for cluster_name, job in changed_running:
@@ -347,7 +356,8 @@ class CycleState:
             if held is not None:
                 if held.node == i and held.vec == vec and held.level == level and held.job.queue == job.queue \
                         and held.job.host_ports == job.host_ports:
-                    if held.job.node_selector or job.node_selector or held.job.affinity or job.affinity:
+                    if held.job.node_selector or job.node_selector or held.job.affinity or job.affinity or \
+                            held.job.gang or job.gang:
                         self._count_labels(held.job, -1)
                         self._count_labels(job, 1)
                     held.job = job
@@ -362,7 +372,7 @@ class CycleState:
             value = entries.pop(key)
             job = value[-1] if value.__class__ is tuple else value
             gangs_changed |= job.gang is not None
-            if job.node_selector or job.affinity:
+            if job.node_selector or job.affinity or job.gang:
                 self._count_labels(job, -1)
             self.queues[job.queue].queued.remove(job)
         placed_entries, self.placed_entries = self.placed_entries, {}
@@ -373,7 +383,7 @@ class CycleState:
                 self.seq += 1
             entries[id(job)] = entry
             self.queues[job.queue].queued.add(entry)
-            if job.node_selector or job.affinity:
+            if job.node_selector or job.affinity or job.gang:
                 self._count_labels(job, 1)
         if self._labels_changed:
             self._sync_indexed_labels()
@@ -483,16 +493,19 @@ class CycleState:
     def _bind(self, job: Job, i: int, vec: Vector, level: int) -> None:
         self.index.bind(i, job.id, job.queue, vec, level)
         self._hold(job, i, vec, level)
-        if job.node_selector or job.affinity:
+        if job.node_selector or job.affinity or job.gang:
             self._count_labels(job, 1)
 
     def _count_labels(self, job: Job, sign: int) -> None:
-        """Count ``job``'s selector keys in (1) or out (-1) of the held jobs'."""
+        """Count the label keys ``job`` reads (selector, node affinity, its gang's uniformity label) in (1) or
+        out (-1) of the held jobs'."""
         uses = self.label_uses
         labels = job.node_selector or ()
         if job.affinity is not None:
             labels = (*labels, *job.affinity.label_keys)
             self.affinity_jobs += sign
+        if job.gang is not None and job.gang.uniformity_label:
+            labels = (*labels, job.gang.uniformity_label)
         for label in labels:
             uses[label] += sign
             if not uses[label]:
@@ -528,7 +541,7 @@ class CycleState:
         queue = self.queues[held.job.queue]
         queue.running -= 1
         charge(queue, held.vec, -1)
-        if held.job.node_selector or held.job.affinity:
+        if held.job.node_selector or held.job.affinity or held.job.gang:
             self._count_labels(held.job, -1)
         return held.job.gang is not None
 
@@ -569,7 +582,7 @@ class CycleState:
         for job_id, job in session.preempted.items():
             del self.running[job_id]
             del self.running_jobs[job_id]
-            if job.node_selector or job.affinity:
+            if job.node_selector or job.affinity or job.gang:
                 self._count_labels(job, -1)
             self._gangs_stale |= job.gang is not None
         self._gangs_stale |= any(placement.job.gang is not None for placement in session.scheduled)

@@ -55,7 +55,9 @@ def flotilla_cluster_backend(cluster_config, config, options):
     ``config`` the whole config, ``options`` what the caller's run needs of
     every backend (a mapping; ``clock``: a function giving the time the
     backend should act on, ``duration_of``: a job's run time on a
-    simulated cluster, or None); take what applies, ignore the rest.
+    simulated cluster, or None; ``exit_code_of``: the exit code a job
+    fails with at its end on a simulated cluster, or None to succeed);
+    take what applies, ignore the rest.
 
     ``firstresult``: the first plugin that answers wins. Plugins of the
     config's ``plugins`` list are asked first, in config order, then the

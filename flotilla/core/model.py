@@ -18,6 +18,8 @@ GANG_ID_ANNOTATION = "armadaproject.io/gangId"
 GANG_CARDINALITY_ANNOTATION = "armadaproject.io/gangCardinality"
 #: An elastic gang's minimum (Volcano's minAvailable): it starts once this many fit on one cluster.
 GANG_MIN_AVAILABLE_ANNOTATION = "flotilla.io/gang-min-available"
+#: Armada's topology constraint: every member of the gang on nodes sharing one value of this node label.
+GANG_NODE_UNIFORMITY_LABEL_ANNOTATION = "armadaproject.io/gangNodeUniformityLabel"
 #: Who submitted the job (stamped by the service on every job it accepts).
 OWNER_ANNOTATION = "flotilla.io/owner"
 #: The Kubernetes namespace the job's pods go to.
@@ -88,11 +90,16 @@ class Gang:
     An *elastic* gang (``min_available`` set, below ``cardinality``) starts
     once its first ``min_available`` members fit together on one cluster; the
     others then run one by one as room appears, on that cluster.
+
+    A *topology* gang (``uniformity_label`` set, a node label key) runs all
+    its members on nodes sharing one value of that label (one rack, block
+    or zone: a *domain*); see :mod:`flotilla.core.topology`.
     """
 
     id: str
     cardinality: int
     min_available: int = 0
+    uniformity_label: str = ""
 
 
 def parse_min_available(text: str, cardinality: int) -> int | str:

@@ -29,6 +29,17 @@ class NodeSearch:
         self._refusals_interned: dict[tuple, tuple[tuple[str, int], ...]] = {}
         self._interned_types: dict[tuple[int, ...], list[int]] = {}
         self._preferred_cache: dict[tuple, list[list[int]]] = {}
+        #: Topology gangs (:mod:`flotilla.core.topology`): label -> its domains' node types, and a member's
+        #: allowed types within one domain.
+        self.topology_cache: dict[str, dict[tuple[str, str], list[int]]] = {}
+        self.place_types_cache: dict[tuple, list[int]] = {}
+        #: Node type -> level -> the type's nodes' free room added up, while no node of the type changes (the
+        #: statement drops a type's entry when one of its nodes does; empty unless a topology gang asked).
+        self.type_room: dict[int, dict[int, list[int]]] = {}
+
+    def interned_types(self, types: list[int]) -> list[int]:
+        """The one list object equal to ``types`` this cycle (callers key caches by ``id(types)``)."""
+        return self._interned_types.setdefault(tuple(types), types)
 
     def allowed_types(self, job: Job, cluster: str | None = None) -> tuple[list[int], str | None]:
         """Node types the predicates accept for ``job`` (optionally in one cluster), and why not if none.

@@ -49,6 +49,9 @@ class SessionSettings:
     """The config values the actions read, as plain values (no pydantic in the hot path)."""
 
     evict_probability: float = 1.0
+    #: ``evict.protectedFractionOfFairShare``: preemption to fair share keeps a queue at this fraction of its fair
+    #: share (:mod:`flotilla.actions.evict`).
+    evict_protected_fraction: float = 1.0
     lookahead: int = 1000
     node_candidates: int = 16
     preempt_max_candidates: int = 1000

@@ -25,10 +25,17 @@ def place(session, job: Job, node: int, vec) -> None:
     the same order.
     """
     session.index.bind(node, job.id, job.queue, vec, session.job_level(job))
+    if session.type_room:
+        _touch(session, node)
     if job.host_ports:
         session.state.ports.add(node, job.id, job.host_ports)
     charge(session.queues[job.queue], vec, 1)
     _record_placement(session, job, node)
+
+
+def _touch(session, node: int) -> None:
+    """Node ``node``'s free space changed: its type's summed free room (:mod:`flotilla.core.topology`) is stale."""
+    session.type_room.pop(session.index.type_of[node], None)
 
 
 def _record_placement(session, job: Job, node: int) -> None:
@@ -58,6 +65,8 @@ class Statement:
         s = self.session
         vec = s.vector(job)
         s.index.bind(node, job.id, job.queue, vec, s.job_level(job))
+        if s.type_room:
+            _touch(s, node)
         if job.host_ports:
             s.state.ports.add(node, job.id, job.host_ports)
         charge(s.queues[job.queue], vec, 1)
@@ -69,6 +78,8 @@ class Statement:
         running = s.running[job.id]
         s.index.unbind(running.node, job.id)
         s.index.bind(running.node, job.id, job.queue, running.vec, running.level)
+        if s.type_room:
+            _touch(s, running.node)
         charge(s.queues[job.queue], running.vec, 1)
         self.ops.append(("unevict", job, running.node, 0))
 
@@ -78,6 +89,8 @@ class Statement:
         running = s.running[job.id]
         s.index.unbind(running.node, job.id)
         s.index.bind(running.node, job.id, job.queue, running.vec, EVICTED)
+        if s.type_room:
+            _touch(s, running.node)
         charge(s.queues[job.queue], running.vec, -1)
         self.ops.append(("evict", job, running.node, 0))
 
@@ -86,6 +99,8 @@ class Statement:
         s = self.session
         running = s.running[job.id]
         _, _, level = s.index.unbind(running.node, job.id)
+        if s.type_room:
+            _touch(s, running.node)
         if job.host_ports:
             s.state.ports.remove(running.node, job.id, job.host_ports)
         if level != EVICTED:
@@ -118,7 +133,10 @@ class Statement:
     def discard(self) -> None:
         s = self.session
         self._close()
+        room = s.type_room
         for op, job, node, level in reversed(self.ops):
+            if room:
+                _touch(s, node)
             if op == "allocate":
                 vec = s.vector(job)
                 s.index.unbind(node, job.id)

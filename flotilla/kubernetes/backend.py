@@ -64,7 +64,8 @@ from flotilla.core.quantities import QuantityError, parse_duration
 from flotilla.kubernetes.client import (ApiError, Gone, KubeClient, KubeError, Unreachable, WatchBroken,
                                         forbidden_message, pod_path)
 from flotilla.kubernetes.services import OWNED, exposure_manifests, object_path, owner_reference
-from flotilla.kubernetes.pods import (ATTEMPT, DURATION, JOB_ID, PodSettings, failure_reason, is_ours, job_deadline,
+from flotilla.kubernetes.pods import (ATTEMPT, DURATION, JOB_ID, PodSettings, failure_details, failure_reason, is_ours,
+                                      job_deadline,
                                       job_from_pod, job_grace_period, job_namespace, node_from_object, node_ready,
                                       pod_manifest, pod_name, pod_phase, pod_requests, waiting_reason)
 
@@ -95,6 +96,8 @@ class _Pod:
     reason: str = ""                  # why it failed
     waiting: str = ""                 # why it has not started
     owned: tuple[str, ...] = ()       # its services and ingresses ("services/NAME")
+    exit_code: int | None = None      # a failed pod's: its first failed container's, when it failed on its own
+    cause: str = ""                   # a failed pod's, for retry policies (flotilla.core.backend.FAILURE_CAUSES)
 
 
 #: What was reported of a pod that ends its story (nothing more is said about it).
@@ -370,8 +373,9 @@ class KubernetesCluster:
         return events
 
     # -- writes (pool threads) ----------------------------------------------------------------
-    def _emit(self, job_id: str, kind: str, node: str | None, reason: str = "", run: int | None = None) -> None:
-        self._events.append((JobEvent(job_id, kind, self.name, node, self.clock(), reason), run))
+    def _emit(self, job_id: str, kind: str, node: str | None, reason: str = "", run: int | None = None,
+              exit_code: int | None = None, cause: str = "") -> None:
+        self._events.append((JobEvent(job_id, kind, self.name, node, self.clock(), reason, exit_code, cause), run))
 
     def _check_namespace(self, namespace: str) -> None:
         """Raise :class:`NamespaceMissing` unless ``namespace`` exists (remembered once seen)."""
@@ -542,12 +546,12 @@ class KubernetesCluster:
             self._pool.submit(self._delete_finished, key)
 
     # -- the platform's failures: stuck pods, lost nodes (checked at every poll) -------------------
-    def _give_up(self, pod: _Pod, reason: str, grace: int = 0) -> None:
+    def _give_up(self, pod: _Pod, reason: str, cause: str, grace: int = 0) -> None:
         """Report ``pod``'s job ``lost`` (the service retries it elsewhere) and remove the pod."""
         self._reported[pod.key] = "lost"
         self._starting.pop(pod.key, None)
         self._ignore_delete.add(pod.key)
-        self._emit(pod.job.id, "lost", pod.node, reason)
+        self._emit(pod.job.id, "lost", pod.node, reason, cause=cause)
         log.warning("kubernetes.pod_given_up", cluster=self.name, job=pod.job.id, reason=reason)
         self._pool.submit(self._delete_finished, pod.key, grace)
 
@@ -567,7 +571,8 @@ class KubernetesCluster:
                 log.warning("kubernetes.held_start_given_up", cluster=self.name, job=job.id, node=node)
                 self._drop_held(job.id, None)
                 self._emit(job.id, "lost", node, f"node {node} has no room for the pod and nothing on it is "
-                                                  f"leaving (held for stuckPodExpiry {self.stuck_pod_expiry:g}s)")
+                                                  f"leaving (held for stuckPodExpiry {self.stuck_pod_expiry:g}s)",
+                           cause="Stuck")
 
     def _give_up_stuck_and_lost(self, now: float) -> None:
         if self._held:
@@ -581,7 +586,7 @@ class KubernetesCluster:
                     continue
                 why = f" ({pod.waiting})" if pod.waiting else ""
                 self._give_up(pod, f"pod stuck: not started within stuckPodExpiry "
-                                   f"{self.stuck_pod_expiry:g}s{why}")
+                                   f"{self.stuck_pod_expiry:g}s{why}", "Stuck")
         if self.node_lost_timeout is not None:
             for name, down in list(self._nodes_down.items()):
                 since, deleted, handled = down
@@ -597,7 +602,7 @@ class KubernetesCluster:
                         # Force (no grace) when the node is gone: no kubelet is left to confirm.
                         grace = 0 if deleted else job_grace_period(pod.job, self.settings)
                         self._give_up(pod, f"node {name} lost: {what} for {now - since:.0f}s "
-                                           f"(nodeLostTimeout {self.node_lost_timeout:g}s)", grace)
+                                           f"(nodeLostTimeout {self.node_lost_timeout:g}s)", "NodeLost", grace)
 
     # -- priority classes ------------------------------------------------------------------
     def _setup_priority_classes(self) -> bool:
@@ -774,9 +779,11 @@ class KubernetesCluster:
                 job = job_from_pod(obj, self.name, self._requests_cache)
             owned = old.owned if old is not None else \
                 tuple(item for item in (meta.get("annotations") or {}).get(OWNED, "").split(",") if item)
+            exit_code, cause = failure_details(obj) if phase == "Failed" else (None, "")
             pod = _Pod(key, node, phase, deleting, job=job,
                        reason=failure_reason(obj) if phase == "Failed" else "",
-                       waiting=waiting_reason(obj) if phase == "Pending" else "", owned=owned)
+                       waiting=waiting_reason(obj) if phase == "Pending" else "", owned=owned,
+                       exit_code=exit_code, cause=cause)
             self._pods[key] = pod
             if phase == "Pending" and not deleting and key not in self._reported:
                 self._starting.setdefault(key, self.clock())
@@ -813,7 +820,10 @@ class KubernetesCluster:
             if reported is None and pod.phase == "Succeeded":
                 self._emit(job_id, "running", pod.node)
             self._reported[pod.key] = kind
-            self._emit(job_id, kind, pod.node, pod.reason if kind != "succeeded" else "")
+            if kind == "succeeded":
+                self._emit(job_id, kind, pod.node)
+            else:
+                self._emit(job_id, kind, pod.node, pod.reason, exit_code=pod.exit_code, cause=pod.cause)
             if self.delete_finished and not pod.deleting:
                 self._ignore_delete.add(pod.key)
                 if self.finished_pod_retention > 0:   # kept (holding nothing) so that its log can be read

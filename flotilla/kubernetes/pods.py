@@ -18,10 +18,11 @@ from dataclasses import dataclass
 from typing import Any, Mapping
 
 from flotilla.core.backend import PodTemplate
-from flotilla.core.model import (GANG_CARDINALITY_ANNOTATION, GANG_ID_ANNOTATION, Gang, Job, JobState, Node,
-                                 Taint, Toleration)
+from flotilla.core.model import (GANG_CARDINALITY_ANNOTATION, GANG_ID_ANNOTATION, GANG_NODE_UNIFORMITY_LABEL_ANNOTATION,
+                                 Gang, Job, JobState, Node, Taint, Toleration)
 from flotilla.core.nodeaffinity import AffinityError, parse_node_affinity
 from flotilla.core.quantities import QuantityError, format_quantity, parse_quantity
+from flotilla.core.topology import uniformity_label_problem
 from flotilla.kubernetes.requests import effective_requests
 from flotilla.kubernetes.services import OWNED, exposure_manifests
 
@@ -144,6 +145,8 @@ def pod_manifest(job: Job, node: str | None, attempt: int, settings: PodSettings
     if job.gang is not None:
         annotations[GANG_ID_ANNOTATION] = job.gang.id
         annotations[GANG_CARDINALITY_ANNOTATION] = str(job.gang.cardinality)
+        if job.gang.uniformity_label:
+            annotations[GANG_NODE_UNIFORMITY_LABEL_ANNOTATION] = job.gang.uniformity_label
     if duration is not None:
         annotations[KWOK_COMPLETE_DELAY] = f"{max(0, int(round(duration * 1000)))}ms"
     spec = copy.deepcopy(dict(template.pod_spec)) if template is not None else _stand_in_spec(job, settings)
@@ -325,6 +328,34 @@ def failure_reason(pod: Mapping[str, Any]) -> str:
     return "; ".join(parts) or "pod failed"
 
 
+#: A failed pod's own reasons that mean its node went away (shut down, lost): retry policies' ``NodeLost``.
+NODE_GONE_REASONS = frozenset({"NodeLost", "Shutdown", "NodeShutdown", "Terminated"})
+
+
+def failure_details(pod: Mapping[str, Any]) -> tuple[int | None, str]:
+    """A failed pod's exit code and cause, as retry policies match them (:data:`flotilla.core.backend.FAILURE_CAUSES`).
+
+    A pod the kubelet failed itself (``status.reason``: Evicted, DeadlineExceeded, a node shut down) has that
+    cause and no exit code: its containers were killed for it, whatever code they died with. Otherwise the exit
+    code is that of the first container (init containers first) that exited non-zero, and the cause ``OOMKilled``
+    when that container was killed for memory.
+    """
+    status = pod.get("status") or {}
+    reason = status.get("reason") or ""
+    if reason:
+        if reason in ("Evicted", "DeadlineExceeded"):
+            return None, reason
+        return None, "NodeLost" if reason in NODE_GONE_REASONS else ""
+    for group in ("initContainerStatuses", "containerStatuses"):
+        for container in status.get(group) or ():
+            terminated = (container.get("state") or {}).get("terminated") or \
+                (container.get("lastState") or {}).get("terminated")
+            code = terminated.get("exitCode", 0) if terminated else 0
+            if isinstance(code, int) and code != 0:
+                return code, "OOMKilled" if terminated.get("reason") == "OOMKilled" else ""
+    return None, ""
+
+
 def waiting_reason(pod: Mapping[str, Any]) -> str:
     """Why a pod that has not started is waiting (``ErrImagePull: ...``), or ``""``."""
     status = pod.get("status") or {}
@@ -352,6 +383,9 @@ def job_from_pod(pod: Mapping[str, Any], cluster: str, requests_cache: dict | No
             gang = Gang(ann[GANG_ID_ANNOTATION], int(ann.get(GANG_CARDINALITY_ANNOTATION, "1")))
         except ValueError:
             gang = None
+        label = ann.get(GANG_NODE_UNIFORMITY_LABEL_ANNOTATION)
+        if gang is not None and label and uniformity_label_problem(label) is None:
+            gang = Gang(gang.id, gang.cardinality, uniformity_label=label)
     requests = pod_requests(pod)
     if requests_cache is not None:  # identical request mappings shared, as the core expects of bulk jobs
         key = tuple(sorted(requests.items()))
@@ -433,7 +467,8 @@ def node_from_object(obj: Mapping[str, Any], cluster: str) -> Node:
     )
 
 
-__all__ = ["ATTEMPT", "FAKE_NODE", "JOB_ID", "KWOK_COMPLETE_DELAY", "PodSettings", "QUEUE", "is_ours", "is_terminal",
+__all__ = ["ATTEMPT", "FAKE_NODE", "JOB_ID", "KWOK_COMPLETE_DELAY", "PodSettings", "QUEUE", "failure_details", "is_ours",
+           "is_terminal",
            "container_outcomes", "failure_reason", "job_from_pod", "label_value", "owned_fields", "POD_NUMBER",
            "waiting_reason", "node_from_object", "node_ready", "pod_manifest", "pod_name",
            "pod_host_ports", "pod_phase", "pod_requests"]

@@ -43,19 +43,26 @@ def kwok() -> None:
 @click.option("--kubeconfig", default="~/.kube/config", show_default=True,
               help="Kubeconfig file the cluster's context is added to.")
 @click.option("--timeout", type=float, default=180, show_default=True, help="Seconds to wait for the cluster.")
-def up(name, nodes, node_template, kubeconfig, timeout):
+@click.option("--controllers", default="", metavar="LIST",
+              help="Also run kube-controller-manager with these controllers (comma-separated; 'jobs' is "
+                   "job,garbagecollector,podgc: kubectl-created Jobs make their pods). Only when creating.")
+def up(name, nodes, node_template, kubeconfig, timeout, controllers):
     """Start fake cluster NAME (etcd, kube-apiserver, kwok-controller) with N nodes; print its context.
 
     Running it again on an existing cluster starts whatever is stopped and
     adds nodes up to --nodes. stdout is the kubeconfig context alone, for
     `context: ...` in a Flotilla config.
     """
-    from flotilla.kwok.cluster import KwokError
+    from flotilla.kwok.cluster import JOB_CONTROLLERS, KwokError
     from flotilla.kwok.cluster import up as kwok_up
 
+    wanted: list[str] = []
+    for item in filter(None, (c.strip() for c in controllers.split(","))):
+        wanted += JOB_CONTROLLERS if item == "jobs" else [item]
     started = time.monotonic()
     try:
-        cluster = kwok_up(name, nodes, node_template, kubeconfig=kubeconfig, timeout=timeout)
+        cluster = kwok_up(name, nodes, node_template, kubeconfig=kubeconfig, timeout=timeout,
+                          controllers=tuple(dict.fromkeys(wanted)))
     except (KwokError, OSError) as exc:
         _fail(exc)
     click.echo(f"cluster {name}: {nodes} nodes ready in {time.monotonic() - started:.1f}s; "

@@ -12,6 +12,14 @@ our Stage documents (``flotilla/kwok/stages/*.yaml``): nodes become Ready at
 once, pods Running at once and Succeeded after the duration the backend
 writes on them, deleted pods go after their grace period.
 
+With ``controllers`` (say :data:`JOB_CONTROLLERS`), ``up`` runs
+kube-controller-manager too, with only those controllers: the Job
+controller makes a ``batch/v1`` Job's pods, the garbage collector deletes
+what a deleted owner leaves, the pod GC finishes deleted pods no kubelet
+will (unscheduled ones). The rest stays off for the reasons above; without
+the ServiceAccount admission plugin the controllers' pods need no
+ServiceAccount either.
+
 Then ``up`` creates N fake nodes (annotation ``kwok.x-k8s.io/node: fake``)
 from a template and returns the kubeconfig and context to use.
 """
@@ -34,6 +42,13 @@ import yaml
 STAGES_DIR = Path(__file__).resolve().parent / "stages"
 REPO = Path(__file__).resolve().parents[2]
 TOOLS = ("etcd", "kube-apiserver", "kwok", "kwokctl")
+#: What a cluster whose tests create ``batch/v1`` Jobs runs of kube-controller-manager.
+JOB_CONTROLLERS = ("job", "garbagecollector", "podgc")
+#: kube-controller-manager's flags besides ``--controllers``: one instance, so no leader election to wait
+#: for; client limits well above its default 20 requests/s, or the Job controller making thousands of pods
+#: (the benchmark's 10,000) would wait on its own rate limiter rather than on the API server.
+CONTROLLER_MANAGER_ARGS = ("leader-elect=false", "kube-api-qps=2000", "kube-api-burst=4000",
+                           "concurrent-job-syncs=20", "concurrent-gc-syncs=20")
 DEFAULT_KUBECONFIG = "~/.kube/config"
 
 DEFAULT_NODE: dict[str, Any] = {
@@ -220,8 +235,12 @@ def wait_nodes_ready(client, names: list[str], timeout: float = 120.0) -> None:
 
 def up(name: str, nodes: int = 0, node_template: str | os.PathLike | None = None,
        kubeconfig: str = DEFAULT_KUBECONFIG, bin_dir: Path | None = None, timeout: float = 180.0,
-       extra_args: list[str] = ()) -> FakeCluster:
-    """Create (or reuse, if it is already running) the fake cluster ``name`` with ``nodes`` nodes."""
+       extra_args: list[str] = (), controllers: tuple[str, ...] = ()) -> FakeCluster:
+    """Create (or reuse, if it is already running) the fake cluster ``name`` with ``nodes`` nodes.
+
+    ``controllers``: kube-controller-manager's controllers to run (none: no
+    controller-manager). A cluster that exists keeps what it was created with.
+    """
     bin_dir = bin_dir or find_bin_dir()
     kubeconfig_path = os.path.expanduser(kubeconfig)
     Path(kubeconfig_path).parent.mkdir(parents=True, exist_ok=True)
@@ -234,7 +253,7 @@ def up(name: str, nodes: int = 0, node_template: str | os.PathLike | None = None
         _add_nodes(cluster, template, nodes, timeout)
         return cluster
     for attempt in (1, 2):
-        _create(name, kubeconfig_path, bin_dir, timeout, extra_args)
+        _create(name, kubeconfig_path, bin_dir, timeout, extra_args, controllers)
         try:
             _add_nodes(cluster, template, nodes, timeout)
             return cluster
@@ -247,7 +266,8 @@ def up(name: str, nodes: int = 0, node_template: str | os.PathLike | None = None
     return cluster
 
 
-def _create(name: str, kubeconfig_path: str, bin_dir: Path, timeout: float, extra_args) -> None:
+def _create(name: str, kubeconfig_path: str, bin_dir: Path, timeout: float, extra_args,
+            controllers: tuple[str, ...] = ()) -> None:
     wd = workdir(name)
     config = wd.parent.parent / f"flotilla-{name}-stages.yaml"
     config.parent.mkdir(parents=True, exist_ok=True)
@@ -267,6 +287,19 @@ def _create(name: str, kubeconfig_path: str, bin_dir: Path, timeout: float, extr
             # the not-ready taint that TaintNodesByCondition puts on every new node off again.
             "--extra-args", "kube-apiserver=disable-admission-plugins=ServiceAccount,TaintNodesByCondition",
             "--timeout", f"{int(timeout)}s", "--wait", f"{int(timeout)}s"]
+    if controllers:
+        unknown = [c for c in controllers if not c.replace("-", "").isalnum()]
+        if unknown:
+            raise KwokError(f"not a controller name: {', '.join(unknown)}")
+        kcm = bin_dir / "kube-controller-manager"
+        if not kcm.exists():
+            raise KwokError(f"{kcm} missing; run scripts/k8s-tools")
+        args[args.index("--components") + 1] += ",kube-controller-manager"
+        args += ["--kube-controller-manager-binary", str(kcm)]
+        # Right after the API server's: kwokctl 0.8 orders components' patches by their first --extra-args.
+        args += ["--extra-args", f"kube-controller-manager=controllers={','.join(controllers)}"]
+        for flag in CONTROLLER_MANAGER_ARGS:
+            args += ["--extra-args", f"kube-controller-manager={flag}"]
     for extra in extra_args:
         args += ["--extra-args", extra]
     result = _run(args, timeout=timeout + 30, env=_kwokctl_env(bin_dir))
@@ -400,5 +433,5 @@ def start(name: str, bin_dir: Path | None = None, timeout: float = 120.0) -> lis
     return started
 
 
-__all__ = ["FakeCluster", "KwokError", "create_nodes", "down", "find_bin_dir", "load_node_template", "render_node",
+__all__ = ["JOB_CONTROLLERS", "FakeCluster", "KwokError", "create_nodes", "down", "find_bin_dir", "load_node_template", "render_node",
            "start", "start_component", "stop_component", "up", "wait_nodes_ready", "wait_ready"]

@@ -6,7 +6,10 @@ together (or evicted together), all at once, on one cluster. An elastic gang
 its minimum is placed all at once on one cluster, the rest one by one on that
 cluster as room appears (allocate). A gang that
 cannot be placed is passed over like any job that does not fit, so it never
-blocks a smaller job behind it.
+blocks a smaller job behind it. A topology gang (annotation
+``armadaproject.io/gangNodeUniformityLabel``) is placed within one domain of
+that node label by the actions (:mod:`flotilla.core.topology`); this plugin
+only says when a gang is complete.
 """
 
 from __future__ import annotations

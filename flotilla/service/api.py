@@ -53,7 +53,7 @@ from flotilla.service.openapi import QueuePending, state_input_rules
 from flotilla.service.pending import DEFAULT_LIMIT, HEAD_MAX, PendingView
 from flotilla.service.jobspec import JobFile, field_path, rejections_from_errors, validate_jobs
 from flotilla.service.logs import LOG_RESPONSES, MAX_TAIL, PodLogs
-from flotilla.service.settings import DEFAULT_LIMITS, QueueSpec, ServiceSettings
+from flotilla.service.settings import DEFAULT_LIMITS, QueueSpec, ServiceSettings, rule_dicts
 from flotilla.service.roles.status import StatusReader
 from flotilla.service.ui.docs import mount_docs
 from flotilla.service.ui.protect import SecurityHeaders
@@ -74,7 +74,11 @@ class QueueBody(QueueConfig):
     parent: None = Field(None, description="always null: parent queues are set in the config file")
 
     def spec(self) -> QueueSpec:
-        return QueueSpec(self.name, self.weight, dict(self.limits), tuple(self.owners), tuple(self.group_owners))
+        return self.spec_for(self.name)
+
+    def spec_for(self, name: str) -> QueueSpec:
+        return QueueSpec(name, self.weight, dict(self.limits), tuple(self.owners), tuple(self.group_owners),
+                         retry_policy=rule_dicts(self.retry_policy))
 
 
 class QueueUpdateBody(QueueBody):
@@ -83,9 +87,6 @@ class QueueUpdateBody(QueueBody):
     name: str | None = Field(None, min_length=1, max_length=255, pattern=ID_PATTERN,
                              description="the queue's name: the path's; when sent, it must equal the path's",
                              json_schema_extra={"readOnly": True})
-
-    def spec_for(self, name: str) -> QueueSpec:
-        return QueueSpec(name, self.weight, dict(self.limits), tuple(self.owners), tuple(self.group_owners))
 
 
 def _one_of_required(*names: str) -> dict:

@@ -372,10 +372,11 @@ def watch(ctx, queue, job_set, after, until_done, no_follow, output, url, token)
 
 # -- queues ------------------------------------------------------------------------------------
 
-QUEUE_COLUMNS = [("name", "name"), ("weight", "weight"), ("limits", "limits"), ("owners", "owners"),
-                 ("groupOwners", "groupOwners")]
-#: ``queue list`` also says which queues are cordoned.
-QUEUE_LIST_COLUMNS = [*QUEUE_COLUMNS, ("parent", "parent"), ("cordoned", "cordoned")]
+_QUEUE_SETTINGS = [("name", "name"), ("weight", "weight"), ("limits", "limits"), ("owners", "owners"),
+                   ("groupOwners", "groupOwners")]
+QUEUE_COLUMNS = [*_QUEUE_SETTINGS, ("retryPolicy", "retryPolicy")]
+#: ``queue list`` also says which queues are cordoned (and leaves the retry rules to ``describe``).
+QUEUE_LIST_COLUMNS = [*_QUEUE_SETTINGS, ("parent", "parent"), ("cordoned", "cordoned")]
 
 
 @click.group("queue")
@@ -383,7 +384,21 @@ def queue_group():
     """Create, update, list, describe and delete queues (create/update/delete: administrators)."""
 
 
-def _queue_body(name, weight, limits, owners, group_owners) -> dict:
+def _retry_rules(text: str | None) -> list:
+    """``--retry-policy``: the rules as YAML or JSON (a list); the server checks each rule and names the bad one."""
+    if text is None:
+        return []
+    try:
+        rules = yaml.safe_load(text)
+    except yaml.YAMLError as exc:
+        raise CommandError(f"--retry-policy is not YAML or JSON: {exc}", EXIT_USAGE) from None
+    if not isinstance(rules, list):
+        raise CommandError("--retry-policy expects a list of rules, e.g. "
+                           "'[{exitCodes: [42], action: retry, limit: 2}]'", EXIT_USAGE)
+    return rules
+
+
+def _queue_body(name, weight, limits, owners, group_owners, retry_policy=None) -> dict:
     parsed = {}
     for item in limits:
         key, sep, value = item.partition("=")
@@ -393,10 +408,14 @@ def _queue_body(name, weight, limits, owners, group_owners) -> dict:
             raise CommandError(f"--limit expects RESOURCE=FRACTION, e.g. cpu=0.5; got {item!r}", EXIT_USAGE) from None
         if not sep:
             raise CommandError(f"--limit expects RESOURCE=FRACTION, got {item!r}", EXIT_USAGE)
-    return {"name": name, "weight": weight, "limits": parsed, "owners": list(owners), "group_owners": list(group_owners)}
+    return {"name": name, "weight": weight, "limits": parsed, "owners": list(owners), "group_owners": list(group_owners),
+            "retry_policy": _retry_rules(retry_policy)}
 
 
 def _queue_options(fn):
+    fn = click.option("--retry-policy", "retry_policy", metavar="RULES",
+                      help="Retry rules as YAML or JSON, e.g. '[{exitCodes: [42], action: retry, limit: 2}]' "
+                           "(docs/policies.md); none: the defaults.")(fn)
     fn = click.option("--group-owner", "group_owners", multiple=True, help="A group that owns the queue (repeatable).")(fn)
     fn = click.option("--owner", "owners", multiple=True, help="A user who owns the queue (repeatable).")(fn)
     fn = click.option("--limit", "limits", multiple=True, help="RESOURCE=FRACTION of the pool, e.g. cpu=0.5.")(fn)
@@ -410,10 +429,10 @@ def _queue_options(fn):
 @output_option
 @connection_options
 @click.pass_context
-def queue_create(ctx, name, weight, limits, owners, group_owners, output, url, token):
+def queue_create(ctx, name, weight, limits, owners, group_owners, retry_policy, output, url, token):
     """Create a queue."""
     _remember(ctx, url, token)
-    body = _queue_body(name, weight, limits, owners, group_owners)
+    body = _queue_body(name, weight, limits, owners, group_owners, retry_policy)
     emit(dict(_call(ctx, lambda c: c.create_queue(**body)).raw), output, QUEUE_COLUMNS)
 
 
@@ -423,10 +442,10 @@ def queue_create(ctx, name, weight, limits, owners, group_owners, output, url, t
 @output_option
 @connection_options
 @click.pass_context
-def queue_update(ctx, name, weight, limits, owners, group_owners, output, url, token):
+def queue_update(ctx, name, weight, limits, owners, group_owners, retry_policy, output, url, token):
     """Replace a queue's settings."""
     _remember(ctx, url, token)
-    body = _queue_body(name, weight, limits, owners, group_owners)
+    body = _queue_body(name, weight, limits, owners, group_owners, retry_policy)
     emit(dict(_call(ctx, lambda c: c.update_queue(**body)).raw), output, QUEUE_COLUMNS)
 
 

@@ -22,18 +22,22 @@ from typing import Annotated, Any, Sequence
 
 from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, ValidationError, model_validator
 
+from flotilla.config.models import RetryPolicy
 from flotilla.core.model import (GANG_CARDINALITY_ANNOTATION, GANG_ID_ANNOTATION, GANG_MIN_AVAILABLE_ANNOTATION,
-                                 NAMESPACE_ANNOTATION, parse_min_available)
+                                 GANG_NODE_UNIFORMITY_LABEL_ANNOTATION, NAMESPACE_ANNOTATION, parse_min_available)
+from flotilla.core.topology import uniformity_label_problem
 from flotilla.core.nodeaffinity import AffinityError, parse_node_affinity
 from flotilla.core.quantities import QuantityError, format_quantity, parse_quantity, resource_name_problem
 from flotilla.kubernetes.podspec import OS_LABEL, PodSpec, host_ports, refused_placement_fields, stored_pod_spec
 from flotilla.kubernetes.requests import POD_LEVEL_RESOURCES, effective_requests, is_pod_level_resource
 from flotilla.kubernetes.services import IngressSpec, ServiceSpec, exposed_ports
 from flotilla.service.bounds import BoundsError, check_value, job_file_problems, shown_text
-from flotilla.service.settings import ServiceSettings
+from flotilla.service.settings import ServiceSettings, rule_dicts
 from flotilla.service.store import NewJob, Pod, Rejection, SubmissionRejected
 
 SIMULATED_DURATION_ANNOTATION = "flotilla.io/simulated-duration"
+#: On a simulated cluster of ``serve``, the job's run ends in failure with this exit code (1-255) instead of success.
+SIMULATED_EXIT_CODE_ANNOTATION = "flotilla.io/simulated-exit-code"
 
 
 def _stringify(value: Any) -> Any:
@@ -87,6 +91,8 @@ class JobItem(BaseModel):
     #: Exposing the first pod: created with it, in its namespace, gone with it (flotilla/kubernetes/services.py).
     services: list[ServiceSpec] = Field(default_factory=list)
     ingress: list[IngressSpec] = Field(default_factory=list)
+    #: The job's own retry rules, tried before its queue's (docs/policies.md, "Retry policies").
+    retryPolicy: RetryPolicy | None = None
 
 
 class JobFile(BaseModel):
@@ -310,6 +316,20 @@ def validate_jobs(file: JobFile, settings: ServiceSettings) -> list[NewJob]:
             elif isinstance(message := parse_min_available(minimum, size), str):
                 reject(f"annotations.{GANG_MIN_AVAILABLE_ANNOTATION}", message)
 
+        uniformity = job.annotations.get(GANG_NODE_UNIFORMITY_LABEL_ANNOTATION)
+        if uniformity is not None:
+            if gang_id is None and len(pods) < 2:
+                reject(f"annotations.{GANG_NODE_UNIFORMITY_LABEL_ANNOTATION}",
+                       f"only a gang or a job of several pods runs in one domain of a label; set {GANG_ID_ANNOTATION} "
+                       f"too")
+            elif (message := uniformity_label_problem(uniformity)) is not None:
+                reject(f"annotations.{GANG_NODE_UNIFORMITY_LABEL_ANNOTATION}", message)
+
+        exit_text = job.annotations.get(SIMULATED_EXIT_CODE_ANNOTATION)
+        if exit_text is not None and exit_code_of_annotations(job.annotations) is None:
+            reject(f"annotations.{SIMULATED_EXIT_CODE_ANNOTATION}",
+                   f"expected an exit code 1-255 (a run that succeeds has none), got {shown_text(exit_text)!r}")
+
         if len(problems) > before:
             continue
         spec_out = job.model_dump(mode="json", exclude_none=True)
@@ -317,11 +337,14 @@ def validate_jobs(file: JobFile, settings: ServiceSettings) -> list[NewJob]:
         spec_out.pop("podSpecs", None)
         spec_out["podSpec" if job.podSpec is not None else "podSpecs"] = \
             stored_specs[0] if job.podSpec is not None else stored_specs
+        rules = list(rule_dicts(job.retryPolicy))
+        if rules:
+            spec_out["retryPolicy"] = rules
         out.append(NewJob(index=index, client_id=cid, priority=job.priority, priority_class=priority_class,
                           pods=pods, grace_period=grace, deadline=float(deadline),
                           annotations={**job.annotations, **({NAMESPACE_ANNOTATION: job.namespace} if job.namespace else {})},
                           spec=spec_out,
-                          gang_id=gang_id or None, gang_cardinality=cardinality))
+                          gang_id=gang_id or None, gang_cardinality=cardinality, retry_policy=rules))
 
     # Gangs: every member in this submission, with one cardinality.
     gangs: dict[str, list[NewJob]] = {}
@@ -335,6 +358,14 @@ def validate_jobs(file: JobFile, settings: ServiceSettings) -> list[NewJob]:
             for m in members:
                 problems.append(Rejection(m.index, m.client_id, f"annotations.{GANG_CARDINALITY_ANNOTATION}",
                                           f"gang {gang_id!r} has inconsistent cardinality ({detail})"))
+            continue
+        labels = sorted({m.annotations.get(GANG_NODE_UNIFORMITY_LABEL_ANNOTATION, "") for m in members})
+        if len(labels) > 1:
+            detail = ", ".join(f"job {m.index} says {m.annotations.get(GANG_NODE_UNIFORMITY_LABEL_ANNOTATION) or 'none'}"
+                               for m in members)
+            for m in members:
+                problems.append(Rejection(m.index, m.client_id, f"annotations.{GANG_NODE_UNIFORMITY_LABEL_ANNOTATION}",
+                                          f"gang {gang_id!r} members disagree on the uniformity label ({detail})"))
             continue
         if len(members) != cards[0]:
             for m in members:
@@ -404,5 +435,14 @@ def duration_of_annotations(annotations: dict) -> float | None:
         return None
 
 
+def exit_code_of_annotations(annotations: dict) -> int | None:
+    """The exit code in ``flotilla.io/simulated-exit-code`` (1-255), else None (the run succeeds)."""
+    text = annotations.get(SIMULATED_EXIT_CODE_ANNOTATION)
+    if text is None or not text.strip().isdigit() or len(text.strip()) > 3:
+        return None
+    code = int(text)
+    return code if 1 <= code <= 255 else None
+
+
 __all__ = ["JobFile", "JobItem", "PodSpec", "prepare", "parse_file", "validate_jobs", "rejections_from_errors",
-           "SIMULATED_DURATION_ANNOTATION"]
+           "SIMULATED_DURATION_ANNOTATION", "SIMULATED_EXIT_CODE_ANNOTATION", "exit_code_of_annotations"]

@@ -7,7 +7,8 @@ a cycle in which the cluster answered (its ``snapshot`` and ``poll_events``
 worked): every job it reports running gets its lease renewed. A lease that
 expires gives the job a ``lease-expired`` event and sends it back to its
 queue (``queued``), at most ``lease.maxRetries`` times; the next expiry fails
-it with the reason.
+it with the reason. Retry policies (:mod:`flotilla.service.retry`) may decide
+otherwise, for expiries and for every other failed run.
 
 :func:`apply_reports` takes the active jobs (the loop's
 :class:`~flotilla.service.store.ActiveCopy`, which it updates) and the reports,
@@ -27,11 +28,12 @@ a job of several pods (``podSpecs``) by ``ID#0``, ``ID#1``, ...
 from __future__ import annotations
 
 import heapq
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from operator import attrgetter
 from typing import Mapping, Sequence
 
 from flotilla.core.backend import JobEvent
+from flotilla.service.retry import Failure, Policies, decide
 
 QUEUED, LEASED, PENDING, RUNNING = "queued", "leased", "pending", "running"
 SUCCEEDED, FAILED, PREEMPTED, CANCELLED = "succeeded", "failed", "preempted", "cancelled"
@@ -82,8 +84,18 @@ class IngestResult:
     counts: dict[str, int] = field(default_factory=dict)
 
 
+#: The failures the service finds itself: a lease not renewed in time, a job past its active deadline.
+LEASE_EXPIRED = Failure(True, cause="LeaseExpired")
+DEADLINE = Failure(False, cause="DeadlineExceeded")
+
+
 def apply_reports(copy, reports: Mapping[str, ClusterReport], now: float, lease_timeout: float,
-                  max_retries: int) -> IngestResult:
+                  max_retries: int, policies: Policies | None = None) -> IngestResult:
+    """Apply the clusters' ``reports`` to the active jobs of ``copy`` (see the module docstring).
+
+    A failed or lost run runs again or fails as the job's and its queue's retry policies say (``policies``;
+    None: the defaults, platform failures retried up to ``max_retries`` times).
+    """
     active = copy.jobs
     changes = Changes()
     stops: dict[str, list[tuple[str, object]]] = {}
@@ -118,26 +130,50 @@ def apply_reports(copy, reports: Mapping[str, ClusterReport], now: float, lease_
         if stop_rest and job.npods > 1:
             stop_pods(job, skip)
 
-    def requeue_or_fail(job, kind: str, reason: str, when: float, pod: int | None = None) -> None:
+    def rules_of(job) -> tuple:
+        return policies.rules(job.id, job.queue) if policies is not None else ()
+
+    def retry_or_fail(job, failure: Failure, reason: str, when: float, pod: int | None = None,
+                      announced: bool = False, skip: str | None = None) -> None:
+        """A run that failed: the retry policy (:mod:`flotilla.service.retry`) says whether the job runs again.
+
+        ``announced``: the run's end has had its event already (``lease-expired``); otherwise it gets one here,
+        ``run-failed`` when the job runs again, its final ``failed`` when not.
+        """
+        decision = decide(rules_of(job), failure, max_retries)
         retries = job.retries + 1
+        if decision.retry and job.retries < decision.limit:
+            if not announced:
+                event(job, "run-failed", when, reason, job.cluster, node_text(job), pod)
+                if job.npods > 1:
+                    stop_pods(job, skip)
+            changes.lease_deletes.add(job.id)
+            changes.lease_updates.pop(job.id, None)
+            copy.drop(job.id)
+            update(job, state=QUEUED, retries=retries, cluster=None, node=None, started=None,
+                   stop_requested=STOP_NONE, reason=f"{reason} ({decision.retry_text(retries)})")
+            event(job, "queued", when, decision.retry_text(retries))
+        elif announced:
+            why = decision.fail_text(reason)
+            update(job, state=FAILED, retries=retries, finished=when, reason=why)
+            event(job, "failed", when, why)
+        else:
+            finish(job, FAILED, decision.fail_text(reason), when, stop_rest=True, skip=skip, pod=pod)
+
+    def requeue_or_fail(job, kind: str, reason: str, when: float, pod: int | None = None,
+                        failure: Failure = Failure(True)) -> None:
+        """The platform lost the run (``kind``: its event, ``lease-expired``)."""
         event(job, kind, when, reason, job.cluster, node_text(job), pod)
         changes.lease_deletes.add(job.id)
         changes.lease_updates.pop(job.id, None)
         copy.drop(job.id)
         if job.stop_requested == STOP_CANCEL:
-            update(job, state=CANCELLED, retries=retries, finished=when)
+            update(job, state=CANCELLED, retries=job.retries + 1, finished=when)
             event(job, "cancelled", when, "cancelled while its cluster was unreachable")
         elif job.stop_requested == STOP_DEADLINE:
-            update(job, state=FAILED, retries=retries, finished=when, reason="active deadline exceeded")
-            event(job, "failed", when, "active deadline exceeded")
-        elif retries > max_retries:
-            why = f"{reason}; gave up after {max_retries} retries"
-            update(job, state=FAILED, retries=retries, finished=when, reason=why)
-            event(job, "failed", when, why)
+            retry_or_fail(job, DEADLINE, "active deadline exceeded", when, announced=True)
         else:
-            update(job, state=QUEUED, retries=retries, cluster=None, node=None, started=None,
-                   reason=f"{reason} (retry {retries} of {max_retries})")
-            event(job, "queued", when, f"retry {retries} of {max_retries}")
+            retry_or_fail(job, failure, reason, when, announced=True)
 
     # 1. What each cluster reported, in order.
     for cluster, report in reports.items():
@@ -150,7 +186,7 @@ def apply_reports(copy, reports: Mapping[str, ClusterReport], now: float, lease_
             # A pod of a multi-pod job: its own events (pod-running, pod-succeeded) and the job's say which.
             pod = int(ev.job_id.split("#", 1)[1]) if "#" in ev.job_id else None
             if pod is not None and kind in ("failed", "lost"):
-                ev = JobEvent(ev.job_id, kind, ev.cluster, ev.node, ev.time, f"pod {pod}: {ev.reason or kind}")
+                ev = replace(ev, reason=f"pod {pod}: {ev.reason or kind}")
             if pod is not None and kind in ("running", "succeeded"):
                 event(job, f"pod-{kind}", when, "", cluster, ev.node, pod)
             if kind == "running":
@@ -168,22 +204,27 @@ def apply_reports(copy, reports: Mapping[str, ClusterReport], now: float, lease_
                 if job.pods_done >= job.npods:
                     finish(job, SUCCEEDED, ev.reason, when)
             elif kind == "failed":
-                finish(job, FAILED, ev.reason or f"failed on {cluster}", when, stop_rest=True, skip=ev.job_id,
-                       pod=pod)
+                reason = ev.reason or f"failed on {cluster}"
+                if job.stop_requested == STOP_CANCEL:
+                    finish(job, FAILED, reason, when, stop_rest=True, skip=ev.job_id, pod=pod)
+                else:
+                    failure = DEADLINE if job.stop_requested == STOP_DEADLINE else \
+                        Failure(False, ev.exit_code, ev.cause)
+                    retry_or_fail(job, failure, reason, when, pod, skip=ev.job_id)
             elif kind == "preempted":
                 finish(job, PREEMPTED, ev.reason or f"preempted on {cluster}", when, stop_rest=True, skip=ev.job_id)
             elif kind == "cancelled":
                 if job.stop_requested == STOP_CANCEL:
                     finish(job, CANCELLED, ev.reason or "cancelled", when, stop_rest=True, skip=ev.job_id)
                 elif job.stop_requested == STOP_DEADLINE:
-                    finish(job, FAILED, "active deadline exceeded", when, stop_rest=True, skip=ev.job_id)
+                    retry_or_fail(job, DEADLINE, "active deadline exceeded", when, skip=ev.job_id)
                 else:
                     finish(job, FAILED, f"stopped by cluster {cluster}: {ev.reason or 'cancelled'}", when,
                            stop_rest=True, skip=ev.job_id)
             elif kind == "lost":
                 stop_pods(job)
                 requeue_or_fail(job, "lease-expired", f"lost on cluster {cluster}: {ev.reason or 'no reason given'}",
-                                when, pod)
+                                when, pod, Failure(True, ev.exit_code, ev.cause))
 
     # 2. Heartbeats: renew the leases of what each cluster runs; stop what it should not run.
     for cluster, report in reports.items():
@@ -240,7 +281,7 @@ def apply_reports(copy, reports: Mapping[str, ClusterReport], now: float, lease_
         stop_pods(job)
         requeue_or_fail(job, "lease-expired",
                         f"lease on cluster {job.cluster} not renewed for {now - job.renewed_at:.0f}s "
-                        f"(timeout {lease_timeout:g}s)", now)
+                        f"(timeout {lease_timeout:g}s)", now, failure=LEASE_EXPIRED)
 
     # 4. Stops asked for (cancel) or due (active deadline), on clusters that answered. A job to stop
     #    that its cluster does not run (never started there) is finished at once.
@@ -253,7 +294,7 @@ def apply_reports(copy, reports: Mapping[str, ClusterReport], now: float, lease_
             if job.stop_requested == STOP_CANCEL:
                 finish(job, CANCELLED, "cancelled", now)
             else:
-                finish(job, FAILED, "active deadline exceeded", now)
+                retry_or_fail(job, DEADLINE, "active deadline exceeded", now)
             continue
         stop_pods(job)
     later = []

@@ -41,7 +41,7 @@ from flotilla.core.decisions import Placement
 from flotilla.core.wishlist import compute_wishlist
 from flotilla.core.model import ClusterSnapshot, Job, JobState, Queue, Snapshot
 from flotilla.plugin_manager import make_backends
-from flotilla.service.jobspec import duration_of_annotations
+from flotilla.service.jobspec import duration_of_annotations, exit_code_of_annotations
 from flotilla.service.leases import ClusterReport, job_of
 from flotilla.service.pending import head_size
 from flotilla.service.settings import ServiceSettings
@@ -86,9 +86,11 @@ def service_backends(config, pm=None, clock: Callable[[], float] = time.time) ->
 
     Simulated clusters run on ``clock`` (the wall clock in ``serve``), each
     job for the duration in its ``flotilla.io/simulated-duration``
-    annotation, or until it is stopped.
+    annotation, or until it is stopped; a job annotated
+    ``flotilla.io/simulated-exit-code`` then fails with that exit code.
     """
-    return make_backends(config, pm, clock=clock, duration_of=lambda job: duration_of_annotations(job.annotations))
+    return make_backends(config, pm, clock=clock, duration_of=lambda job: duration_of_annotations(job.annotations),
+                         exit_code_of=lambda job: exit_code_of_annotations(job.annotations))
 
 
 class QueuedJobs:
@@ -269,7 +271,8 @@ class ServiceLoop:
         templates = self.scheduler.config.node_templates
         if templates:   # published with the cycle's status: GET /v1/wishlist and the wishlist metrics
             self.last_wishlist = compute_wishlist(self.scheduler, snapshot, decisions.queued,
-                                                  [t.to_core() for t in templates]).to_dict()
+                                                  [t.to_core() for t in templates], decisions.scheduled,
+                                                  decisions.preempted).to_dict()
         t5 = time.perf_counter()
         c5 = time.thread_time()
 

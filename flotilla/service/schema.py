@@ -10,9 +10,10 @@ lock), so a migration never runs twice.
 
 Tables:
 
-* ``queues`` - name, weight, limits, owners, groupOwners;
+* ``queues`` - name, weight, limits, owners, groupOwners, retry policy (v7);
 * ``job_sets`` - (queue, name), when first used;
-* ``jobs`` - one row per job, its current state, the normalised spec;
+* ``jobs`` - one row per job, its current state, the normalised spec, its
+  own retry policy (v7; read only when a run of it fails);
 * ``leases`` - one row per job handed to a cluster: cluster, nodes, when
   leased and last renewed (deleted when the job leaves the cluster);
 * ``cluster_reports`` - per cluster, when it last answered (v5): a lease
@@ -59,6 +60,7 @@ queues = sa.Table(
     sa.Column("limits", sa.Text, nullable=False, server_default="{}"),
     sa.Column("owners", sa.Text, nullable=False, server_default="[]"),
     sa.Column("group_owners", sa.Text, nullable=False, server_default="[]"),
+    sa.Column("retry_policy", sa.Text, nullable=True),     # v7: its rules as JSON; null: none
     sa.Column("created", sa.Float, nullable=False),
     sa.Column("updated", sa.Float, nullable=False),
 )
@@ -94,6 +96,7 @@ jobs = sa.Table(
     sa.Column("annotations", sa.Text, nullable=False, server_default="{}"),
     sa.Column("spec", sa.Text, nullable=False),
     sa.Column("retries", sa.Integer, nullable=False, server_default="0"),
+    sa.Column("retry_policy", sa.Text, nullable=True),     # v7: the job's own rules as JSON; null: none
     # 0: none; 1: cancelled by a user; 2: active deadline exceeded (stopped, then failed).
     sa.Column("stop_requested", sa.Integer, nullable=False, server_default="0"),
     sa.Column("reason", sa.Text, nullable=False, server_default=""),
@@ -239,6 +242,16 @@ def _v6(conn: sa.Connection) -> None:
     conn.execute(sa.text("INSERT INTO sqlite_sequence (name, seq) VALUES ('events', :seq)"), {"seq": largest})
 
 
+def _v7(conn: sa.Connection) -> None:
+    """Retry policies: ``queues.retry_policy`` and ``jobs.retry_policy`` (JSON rules, null for none).
+
+    A database created by this code's v1 has the columns already; one created earlier gets them here.
+    """
+    for table in ("queues", "jobs"):
+        if "retry_policy" not in {column["name"] for column in sa.inspect(conn).get_columns(table)}:
+            conn.execute(sa.text(f"ALTER TABLE {table} ADD COLUMN retry_policy TEXT"))
+
+
 MIGRATIONS: list[tuple[int, str, Callable[[sa.Connection], None]]] = [
     (1, "queues, job sets, jobs, leases, events", _v1),
     (2, "scheduler leader and status", _v2),
@@ -246,6 +259,7 @@ MIGRATIONS: list[tuple[int, str, Callable[[sa.Connection], None]]] = [
     (4, "events.pod: the pod of a multi-pod job an event is about", _v4),
     (5, "lease renewal per cluster: cluster_reports and leases.seen", _v5),
     (6, "event ids never reused on SQLite (AUTOINCREMENT)", _v6),
+    (7, "retry policies of queues and jobs", _v7),
 ]
 
 LATEST = MIGRATIONS[-1][0]

@@ -27,10 +27,13 @@ class QueueSpec:
     group_owners: tuple[str, ...] = ()
     #: From the config file only (the API makes top-level queues); the store does not keep it.
     parent: str | None = None
+    #: The queue's retry rules as the API shows them (``{"exitCodes": [42], "action": "retry", "limit": 2}``).
+    retry_policy: tuple[Mapping[str, Any], ...] = ()
 
     def to_dict(self) -> dict:
         return {"name": self.name, "weight": self.weight, "limits": dict(self.limits),
-                "owners": list(self.owners), "groupOwners": list(self.group_owners)}
+                "owners": list(self.owners), "groupOwners": list(self.group_owners),
+                "retryPolicy": [dict(rule) for rule in self.retry_policy]}
 
 
 @dataclass(frozen=True, slots=True)
@@ -184,6 +187,12 @@ def _oidc(section: Any) -> OidcSettings | None:
     )
 
 
+def rule_dicts(rules: Any) -> tuple[dict, ...]:
+    """Retry rules (config models, or their dicts) as the dicts the store and the API keep."""
+    return tuple(r.model_dump(by_alias=True, exclude_none=True) if hasattr(r, "model_dump") else dict(r)
+                 for r in rules or ())
+
+
 def from_config(config: Any) -> ServiceSettings:
     """Read the service's settings off a loaded :class:`FlotillaConfig` (or anything shaped like it)."""
     queues = tuple(
@@ -194,6 +203,7 @@ def from_config(config: Any) -> ServiceSettings:
             owners=tuple(_get(q, "owners", default=()) or ()),
             group_owners=tuple(_get(q, "group_owners", default=None) or _get(q, "groupOwners", default=()) or ()),
             parent=_get(q, "parent", default=None),
+            retry_policy=rule_dicts(_get(q, "retry_policy", default=None) or _get(q, "retryPolicy", default=())),
         )
         for q in _get(config, "queues", default=[]) or []
     )

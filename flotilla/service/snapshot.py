@@ -12,10 +12,13 @@ cycle hands over the same list objects as the last one.
 
 from __future__ import annotations
 
+from dataclasses import replace
 from itertools import chain
 
-from flotilla.core.model import GANG_MIN_AVAILABLE_ANNOTATION, Gang, Job, JobState, Toleration, parse_min_available
+from flotilla.core.model import (GANG_MIN_AVAILABLE_ANNOTATION, GANG_NODE_UNIFORMITY_LABEL_ANNOTATION, Gang, Job,
+                                 JobState, Toleration, parse_min_available)
 from flotilla.core.nodeaffinity import AffinityError, NodeAffinity, parse_node_affinity
+from flotilla.core.topology import uniformity_label_problem
 from flotilla.service.leases import pod_ids
 
 # Read by the cluster backends (see flotilla.kubernetes.pods): grace period and active deadline, in seconds.
@@ -87,6 +90,9 @@ class Converter:
         minimum = record.annotations.get(GANG_MIN_AVAILABLE_ANNOTATION) if gang is not None else None
         if minimum is not None and isinstance(parsed := parse_min_available(minimum, gang.cardinality), int):
             gang = Gang(gang.id, gang.cardinality, parsed)  # checked at submission; a stored bad value is ignored
+        label = record.annotations.get(GANG_NODE_UNIFORMITY_LABEL_ANNOTATION) if gang is not None else None
+        if label and uniformity_label_problem(label) is None:
+            gang = replace(gang, uniformity_label=label)
         ids = pod_ids(record.id, record.npods)
         annotations = {**record.annotations, GRACE_ANNOTATION: f"{record.grace_period:g}",
                        DEADLINE_ANNOTATION: f"{record.deadline:g}"}

@@ -16,7 +16,7 @@ set's log, in the same transaction::
 
     queued -> leased -> pending -> running -> succeeded | failed
        ^        |          |          |
-       +--------+----------+----------+  lease-expired (retries left) / lost
+       +--------+----------+----------+  lease-expired (retries left) / lost, run-failed (a retry policy)
     any active state -> cancelled | preempted | failed
 """
 
@@ -39,6 +39,7 @@ from sqlalchemy import event as sa_event
 from flotilla.core.model import OWNER_ANNOTATION
 from flotilla.service import schema
 from flotilla.service.leases import pod_ids
+from flotilla.service.retry import Policies, dump_policy
 from flotilla.service.schema import cluster_reports, cordons, events, job_sets, jobs, leases, queues
 from flotilla.service.settings import QueueSpec
 
@@ -51,7 +52,8 @@ NONTERMINAL = (QUEUED, *ACTIVE)
 
 EVENT_KINDS = ("submitted", "queued", "leased", "pending", "running", "succeeded", "failed", "preempted",
                "cancelled", "lease-expired", "reprioritized", "cancelling", "deleted",
-               "pod-running", "pod-succeeded")   # the last two: one pod of a multi-pod job, with its podNumber
+               "pod-running", "pod-succeeded",   # one pod of a multi-pod job, with its podNumber
+               "run-failed")                     # a failed run that its retry policy runs again
 #: The state an event puts its job in; events not listed leave the state as it is.
 EVENT_STATE = {"queued": QUEUED, "leased": LEASED, "pending": PENDING, "running": RUNNING,
                "succeeded": SUCCEEDED, "failed": FAILED, "preempted": PREEMPTED, "cancelled": CANCELLED}
@@ -172,6 +174,8 @@ class NewJob:
     gang_id: str | None = None
     gang_cardinality: int | None = None
     gang_pods: int | None = None
+    #: The job's own retry rules (dicts as the job spec gives them), tried before its queue's.
+    retry_policy: list[dict] = field(default_factory=list)
 
 
 @dataclass(slots=True)
@@ -495,12 +499,13 @@ class Store:
     def _queue_row(spec: QueueSpec, now: float) -> dict:
         return {"name": spec.name, "weight": float(spec.weight), "limits": _dump(dict(spec.limits)),
                 "owners": _dump(list(spec.owners)), "group_owners": _dump(list(spec.group_owners)),
-                "updated": now}
+                "retry_policy": dump_policy(spec.retry_policy), "updated": now}
 
     @staticmethod
     def _queue_spec(row) -> QueueSpec:
         return QueueSpec(row.name, row.weight, json.loads(row.limits), tuple(json.loads(row.owners)),
-                         tuple(json.loads(row.group_owners)))
+                         tuple(json.loads(row.group_owners)),
+                         retry_policy=tuple(json.loads(row.retry_policy)) if row.retry_policy else ())
 
     def sync_queues(self, specs: Iterable[QueueSpec], now: float | None = None) -> None:
         """Make the config's queues exist with the config's values; queues made through the API stay."""
@@ -667,6 +672,7 @@ class Store:
                     "gang_id": job.gang_id, "gang_cardinality": job.gang_cardinality, "gang_pods": job.gang_pods,
                     "grace_period": job.grace_period, "deadline": job.deadline,
                     "annotations": _dump({**job.annotations, OWNER_ANNOTATION: owner}), "spec": _dump(job.spec), "retries": 0,
+                    "retry_policy": dump_policy(job.retry_policy),
                     "stop_requested": STOP_NONE, "reason": "", "started": None, "finished": None, "updated": now,
                 })
                 ev = {"queue": queue, "job_set": job_set, "job_id": job_id, "time": now, "cluster": None,
@@ -957,13 +963,24 @@ class Store:
                     active.load(self._load_active(conn, beats=beats), beats)
                 else:
                     active = self._refresh_active(conn, copy)
-                result = apply_reports(active, reports, now, lease_timeout, max_retries)
+                result = apply_reports(active, reports, now, lease_timeout, max_retries, self._policies(conn))
                 self._write_changes(conn, result.changes, now)
         except BaseException:
             if copy is not None:
                 copy.reset()  # apply_reports changed the copy; the store did not take it
             raise
         return result
+
+    @staticmethod
+    def _policies(conn) -> Policies:
+        """The retry rules of jobs and queues, read in ``conn``'s transaction only when a run fails."""
+        def read_job(job_id: str) -> str | None:
+            return conn.execute(sa.select(jobs.c.retry_policy).where(jobs.c.id == job_id)).scalar()
+
+        def read_queue(name: str) -> str | None:
+            return conn.execute(sa.select(queues.c.retry_policy).where(queues.c.name == name)).scalar()
+
+        return Policies(read_job, read_queue)
 
     @staticmethod
     def _update_many(conn, table, key, updates: Mapping[str, dict]) -> None:

@@ -302,7 +302,8 @@ class Simulation:
 
 
 def check_invariants(sim: Simulation, info: CycleInfo) -> None:
-    """No node over its resources, no gang partly running: assert after a cycle (used by the tests)."""
+    """No node over its resources, no gang partly running, a topology gang in one domain: assert after a cycle
+    (used by the tests)."""
     for backend in sim.backends.values():
         for name, node in backend.nodes.items():
             used = backend.used(name)
@@ -317,6 +318,12 @@ def check_invariants(sim: Simulation, info: CycleInfo) -> None:
         assert len(members) == members[0].gang.cardinality, \
             f"t={info.time}: gang {gang_id} runs {len(members)} of {members[0].gang.cardinality} members"
         assert len({job.cluster for job in members}) == 1, f"t={info.time}: gang {gang_id} spans clusters"
+        label = members[0].gang.uniformity_label
+        if label:
+            nodes = sim.backends[members[0].cluster].nodes
+            values = {nodes[job.node].labels.get(label) for job in members}
+            assert len(values) == 1 and None not in values, \
+                f"t={info.time}: topology gang {gang_id} spans {label} values {sorted(map(str, values))}"
 
 
 __all__ = ["CycleInfo", "NoProgress", "SchedulerBug", "Simulation", "SimulationError", "check_invariants",

@@ -11,6 +11,7 @@
         requests: {cpu: 1}
         duration: 10m                   # runtime once started
         gang: {cardinality: 4}          # optional: groups of 4 from this batch
+                                        # (nodeUniformityLabel: rack keeps each group in one rack)
 
 Extra fields (all optional): ``priority`` (lower runs first within a queue),
 ``nodeSelector``, ``tolerations`` (Kubernetes form), and ``every`` + ``times``
@@ -30,17 +31,28 @@ import os
 from dataclasses import dataclass
 from typing import Iterator
 
-from pydantic import Field, ValidationError, model_validator
+from pydantic import Field, ValidationError, field_validator, model_validator
 
 from flotilla.config.errors import ConfigError
 from flotilla.config.models import (Duration, FlotillaConfig, Model, Quantities, QueueConfig, TolerationConfig,
                                     inner_queues, queue_tree_problems)
+from flotilla.config.resourcenames import config_provided_names, names_in, queue_limit_names, unknown_resource_problems
 from flotilla.config.source import SourceMap, load_yaml, read_yaml_file
 from flotilla.core.model import Gang, Job, Queue, Toleration
+from flotilla.core.topology import uniformity_label_problem
 
 
 class GangSpec(Model):
     cardinality: int = Field(ge=1)
+    #: Every member on nodes sharing one value of this label (Armada's gangNodeUniformityLabel).
+    node_uniformity_label: str = Field("", alias="nodeUniformityLabel")
+
+    @field_validator("node_uniformity_label")
+    @classmethod
+    def _label(cls, value: str) -> str:
+        if value and (why := uniformity_label_problem(value)):
+            raise ValueError(why)
+        return value
 
 
 class Submission(Model):
@@ -131,7 +143,8 @@ class Workload:
             for i in range(spec.count):
                 if spec.gang is not None and i % spec.gang.cardinality == 0:
                     gang_seq[queue] = gang_seq.get(queue, 0) + 1
-                    gang = Gang(f"{queue}-g{gang_seq[queue]:0{width[queue]}d}", spec.gang.cardinality)
+                    gang = Gang(f"{queue}-g{gang_seq[queue]:0{width[queue]}d}", spec.gang.cardinality,
+                                uniformity_label=spec.gang.node_uniformity_label)
                 seq[queue] = seq.get(queue, 0) + 1
                 jobs.append(Job(f"{queue}-{seq[queue]:0{width[queue]}d}", queue, spec.job_set, spec.priority,
                                 entry.priority_class, at, entry.requests, entry.node_selector, entry.tolerations,
@@ -192,6 +205,11 @@ def _check(parsed: WorkloadFile, config: FlotillaConfig, source: SourceMap) -> W
         entries.append(_Prepared(i, spec, pc, requests, dict(spec.node_selector),
                                  tuple(t.to_core() for t in spec.tolerations)))
         per_queue[spec.queue] = per_queue.get(spec.queue, 0) + spec.count * spec.times
+    known = config_provided_names(config) | names_in(spec.requests for spec in parsed.submissions)
+    error = source.first(unknown_resource_problems(queue_limit_names("queues", parsed.queues), known,
+                                                   "no cluster has it and no job asks for it"))
+    if error is not None:
+        raise error
     total = sum(per_queue.values())
     return Workload(source.file, entries, list(queues.values()), total, per_queue)
 

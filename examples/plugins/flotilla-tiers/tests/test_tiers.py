@@ -71,10 +71,12 @@ def test_a_higher_tier_takes_back_the_nodes_a_lower_tier_holds(flotilla_cycle):
                       f"state: running, node: node-1}}\n" for i in range(1, 9))
     state = NODE_8 + "queues: [{name: prod}, {name: batch}]\njobs:\n" + running + \
         jobs("p", "prod", 5, ", priorityClass: armada-preemptible")
-    result = flotilla_cycle(state, plugins=plugins(tiers={"prod": 0, "batch": 1}))
+    # As the package's flotilla.yaml: no floor under batch's fair share.
+    result = flotilla_cycle(state, plugins=plugins(tiers={"prod": 0, "batch": 1}),
+                            config="evict: {protectedFractionOfFairShare: 0}")
     assert result.scheduled == {f"p-{i}": "node-1" for i in range(1, 6)}
     assert result.preempted == ["b-4", "b-5", "b-6", "b-7", "b-8"]
-    assert result.shares == {"A": 0.0, "B": 0.0, "batch": 0.375, "prod": 0.625}
+    assert result.shares == {"batch": 0.375, "prod": 0.625}
 
 
 def test_queue_limits_hold_though_the_policy_never_mentions_them(flotilla_cycle):
