@@ -329,6 +329,7 @@ class Allocate:
             return False
         node = self._find(session, queue, job, vec, types)
         if node is None:
+            cluster = place if place is None or place.__class__ is str else place.cluster
             session.failures[job.id] = Shortfall(vec, EVICTED, types, job, cluster)
             return False
         stmt = session.statement()
