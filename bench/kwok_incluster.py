@@ -5,12 +5,19 @@ A benchmark, not a test. One fake cluster (a real etcd and kube-apiserver,
 kwok-controller as the kubelets, kube-controller-manager's Job controller,
 garbage collector and pod GC) with 1,000 nodes of 32 cores. Every run's
 10,000 pods come from 100 ``batch/v1`` Jobs of 100 pods (one core each, in
-10 queues by their ``flotilla.io/queue`` label), made by the Job
-controller, as ``kubectl create`` of those Jobs makes them. The pods of a
-run are all made, pending, before t0; pod creation is the Job controller's
-work and is reported apart (``jobPodsPerSecond``), not counted in the
-figures. One watch on the API server (not either scheduler's own view)
-times every pod: when it is first seen bound, when first seen Running.
+10 queues by their ``flotilla.io/queue`` label) in a namespace of the
+run's own, made by the Job controller, as ``kubectl create`` of those Jobs
+makes them. The pods of a run are all made, pending, before t0; pod
+creation is the Job controller's work and is reported apart
+(``jobPodsPerSecond``), not counted in the figures. One watch on the API
+server per run (not the scheduler's own view) times every pod: when it is
+first seen bound, when first seen Running.
+
+A run's pods keep running after it (deleting 10,000 pods that carry the Job
+controller's finalizer costs the API server more than making them): the
+nodes have room for the three runs (30,000 of 32,000 cores), and each run
+schedules beside the pods of those before it. Flotilla runs last, so it
+works on the fullest cluster and sees the most pods.
 
 * kube-scheduler (same Kubernetes version, client limits 5,000/10,000 QPS
   as scheduler_perf does): pods with ``schedulerName: default-scheduler``;
@@ -50,21 +57,28 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from kwok_throughput import CpuMeter, RecorderProcess, cpu_seconds, start_kube_scheduler, stop_process  # noqa: E402
 
-from flotilla.kubernetes.client import ApiError, KubeClient, KubeError, pod_path  # noqa: E402
+from flotilla.kubernetes.client import KubeClient, pod_path  # noqa: E402
 from flotilla.kwok import cluster as kwok  # noqa: E402
 
-NAMESPACE = "bench"
-JOBS = f"/apis/batch/v1/namespaces/{NAMESPACE}/jobs"
 IMAGE = "registry.k8s.io/pause:3.10"
+
+
+#: The runs, in order: run name -> (key of the figures, the pods' schedulerName).
+RUNS = {"kube-scheduler": ("kubeScheduler", "default-scheduler"), "ceiling": ("ceiling", "nobody"),
+        "flotilla": ("flotilla", "flotilla")}
 
 
 class ClusterCpu(CpuMeter):
     COMPONENTS = ("kube-apiserver", "etcd", "kwok-controller", "kube-controller-manager")
 
 
+def namespace_of(run: str) -> str:
+    return f"bench-{run}"
+
+
 def job_manifest(run: str, index: int, pods: int, queues: int, scheduler: str) -> dict:
     return {"apiVersion": "batch/v1", "kind": "Job",
-            "metadata": {"name": f"{run}-{index:03d}", "namespace": NAMESPACE, "labels": {"bench-run": run}},
+            "metadata": {"name": f"{run}-{index:03d}", "namespace": namespace_of(run), "labels": {"bench-run": run}},
             "spec": {"parallelism": pods, "completions": pods, "backoffLimit": pods,
                      "template": {
                          "metadata": {"labels": {"bench-run": run, "flotilla.io/queue": f"q{index % queues}"}},
@@ -80,7 +94,8 @@ def make_pods(client: KubeClient, recorder: RecorderProcess, run: str, jobs: int
     count = jobs * pods
     started = time.monotonic()
     with ThreadPoolExecutor(8) as pool:
-        list(pool.map(lambda i: client.post(JOBS, job_manifest(run, i, pods, queues, scheduler), parse=False),
+        list(pool.map(lambda i: client.post(f"/apis/batch/v1/namespaces/{namespace_of(run)}/jobs",
+                                            job_manifest(run, i, pods, queues, scheduler), parse=False),
                       range(jobs)))
     print(f"{run}: {jobs} Jobs of {pods} pods created; the Job controller makes their pods ...", file=sys.stderr)
     if not recorder.wait("seen", count, timeout):
@@ -88,38 +103,6 @@ def make_pods(client: KubeClient, recorder: RecorderProcess, run: str, jobs: int
     made = time.monotonic() - started
     print(f"  {count} pods pending after {made:.1f}s ({count / made:.0f}/s)", file=sys.stderr)
     return {"jobPodsSeconds": round(made, 1), "jobPodsPerSecond": round(count / made, 1)}
-
-
-def delete_run(client: KubeClient, recorder: RecorderProcess, workers: int = 32, timeout: float = 600) -> None:
-    """Delete the Jobs and every pod of the namespace (the Job controller's finalizer taken off first)."""
-    started = time.monotonic()
-    for item in client.get(JOBS)["items"]:
-        try:
-            client.delete(f"{JOBS}/{item['metadata']['name']}", {"propagationPolicy": "Orphan"})
-        except ApiError as exc:
-            if exc.status != 404:
-                raise
-
-    def delete(pod: dict) -> None:
-        path = pod_path(NAMESPACE, pod["metadata"]["name"])
-        try:
-            if pod["metadata"].get("finalizers"):
-                client.patch(path, {"metadata": {"finalizers": None}})
-            client.delete(path, {"gracePeriodSeconds": 0})
-        except ApiError as exc:
-            if exc.status != 404:
-                raise
-
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        pods = client.get(pod_path(NAMESPACE))["items"]
-        if not pods:
-            break
-        with ThreadPoolExecutor(workers) as pool:
-            list(pool.map(delete, pods))
-        time.sleep(0.5)
-    recorder.reset()
-    print(f"  deleted in {time.monotonic() - started:.1f}s", file=sys.stderr)
 
 
 def run_kube_scheduler(cluster: kwok.FakeCluster, bin_dir: Path, recorder: RecorderProcess, count: int,
@@ -138,15 +121,15 @@ def run_kube_scheduler(cluster: kwok.FakeCluster, bin_dir: Path, recorder: Recor
     return stats
 
 
-def _bind_part(kubeconfig: str, context: str, pods: list[tuple[str, str]], first_node: int, nodes: int,
-               threads: int) -> float:
+def _bind_part(kubeconfig: str, context: str, namespace: str, pods: list[tuple[str, str]], first_node: int,
+               nodes: int, threads: int) -> float:
     """One ceiling writer process: bind its pods to nodes round-robin; its CPU seconds."""
     client = KubeClient.from_kubeconfig(kubeconfig, context, pool_size=threads + 4)
     started = time.process_time()
 
     def bind(item):
         i, (name, uid) = item
-        client.post(pod_path(NAMESPACE, name) + "/binding", {
+        client.post(pod_path(namespace, name) + "/binding", {
             "apiVersion": "v1", "kind": "Binding", "metadata": {"name": name, "uid": uid},
             "target": {"apiVersion": "v1", "kind": "Node", "name": f"node-{1 + (first_node + i) % nodes}"}},
             parse=False)
@@ -162,15 +145,17 @@ def run_ceiling(cluster: kwok.FakeCluster, client: KubeClient, recorder: Recorde
     import multiprocessing
     from concurrent.futures import ProcessPoolExecutor
 
-    pending = sorted((p["metadata"]["name"], p["metadata"]["uid"]) for p in client.get(pod_path(NAMESPACE))["items"])
+    namespace = namespace_of("ceiling")
+    pending = sorted((p["metadata"]["name"], p["metadata"]["uid"])
+                     for p in client.request("GET", pod_path(namespace), timeout=120)["items"])
     parts = [pending[i::processes] for i in range(processes)]
     ctx = multiprocessing.get_context("spawn")
     with ProcessPoolExecutor(processes, mp_context=ctx) as pool:
         list(pool.map(time.sleep, [0.5] * processes))   # interpreters started before t0
         meter = ClusterCpu(cluster)
         t0 = time.time()
-        cpus = list(pool.map(_bind_part, *zip(*[(cluster.kubeconfig, cluster.context, part, i, nodes, threads)
-                                                  for i, part in enumerate(parts)])))
+        cpus = list(pool.map(_bind_part, *zip(*[(cluster.kubeconfig, cluster.context, namespace, part, i, nodes,
+                                                   threads) for i, part in enumerate(parts)])))
     recorder.wait("running", count, timeout)
     stats = recorder.stats(t0, count)
     stats["cpuSeconds"] = meter.stop(writers=sum(cpus))
@@ -186,14 +171,15 @@ def free_port() -> int:
 
 
 def flotilla_config(cluster: kwok.FakeCluster, queues: int, workdir: Path, period: float) -> Path:
-    queue_lines = "\n".join(f"  - {{name: q{i}, weight: 1, namespaces: [{NAMESPACE}]}}" for i in range(queues))
+    namespace = namespace_of("flotilla")
+    queue_lines = "\n".join(f"  - {{name: q{i}, weight: 1, namespaces: [{namespace}]}}" for i in range(queues))
     path = workdir / "flotilla.yaml"
     path.write_text(f"""queues:
 {queue_lines}
 cycle: {{period: {period}}}
 store: {{url: "sqlite:///{workdir / 'store.db'}"}}
 clusters:
-  - {{name: bench, kind: kubernetes, kubeconfig: {cluster.kubeconfig}, context: {cluster.context}, namespace: {NAMESPACE}}}
+  - {{name: bench, kind: kubernetes, kubeconfig: {cluster.kubeconfig}, context: {cluster.context}, namespace: {namespace}}}
 """)
     return path
 
@@ -206,21 +192,55 @@ def run_flotilla(cluster: kwok.FakeCluster, recorder: RecorderProcess, count: in
     meter = ClusterCpu(cluster)
     t0 = time.time()
     with open(log, "wb") as out:
+        port = free_port()
         proc = subprocess.Popen([sys.executable, "-m", "flotilla.scheduler_main", "serve", "--config", str(config),
-                                 "--listen", f"127.0.0.1:{free_port()}"],
+                                 "--listen", f"127.0.0.1:{port}"],
                                 stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
                                 cwd=str(Path(__file__).resolve().parent.parent))
         try:
             done = recorder.wait("running", count, timeout)
             cpu = meter.stop(flotilla=cpu_seconds(proc.pid))
+            phases = cycle_phases(port, workdir / "metrics.txt")
             if not done and proc.poll() is not None:
                 print(f"  flotilla serve ended ({proc.returncode}); see {log}", file=sys.stderr)
         finally:
             stop_process(proc)
     stats = recorder.stats(t0, count)
     stats["cpuSeconds"] = cpu
+    stats["cyclePhaseSeconds"] = phases
     stats["log"] = str(log)
     return stats
+
+
+def cycle_phases(port: int, path: Path) -> dict[str, float]:
+    """Seconds spent in each phase of Flotilla's cycles (its /metrics), the whole scrape kept in ``path``."""
+    import urllib.request
+
+    try:
+        text = urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=30).read().decode()
+    except OSError as exc:
+        return {"error": str(exc)}
+    path.write_text(text)
+    out: dict[str, float] = {}
+    for line in text.splitlines():
+        if line.startswith("flotilla_cycle_phase_seconds_sum{"):
+            phase = line.split('phase="', 1)[1].split('"', 1)[0]
+            out[phase] = round(float(line.rsplit(" ", 1)[1]), 2)
+        elif line.startswith(("flotilla_cycle_seconds_sum", "flotilla_cycle_seconds_count")):
+            out[line.split(" ", 1)[0].replace("flotilla_cycle_seconds_", "cycles_")] = round(
+                float(line.rsplit(" ", 1)[1]), 2)
+    return out
+
+
+def install_crds(client: KubeClient) -> None:
+    """deploy/crds/ (Volcano's PodGroup), as a cluster Flotilla serves has them."""
+    import yaml
+
+    crds = Path(__file__).resolve().parent.parent / "deploy" / "crds"
+    for path in sorted(crds.glob("*.yaml")):
+        for doc in yaml.safe_load_all(path.read_text()):
+            if doc:
+                client.post("/apis/apiextensions.k8s.io/v1/customresourcedefinitions", doc, parse=False)
 
 
 def main(argv=None) -> int:
@@ -242,6 +262,9 @@ def main(argv=None) -> int:
     if args.jobs % args.job_count:
         parser.error(f"--jobs {args.jobs} is not a multiple of --job-count {args.job_count}")
     per_job = args.jobs // args.job_count
+    runs = len([run for run in RUNS if run not in args.skip])
+    if runs * args.jobs > args.nodes * 32:
+        parser.error(f"{runs} runs of {args.jobs} one-core pods do not fit on {args.nodes} nodes of 32 cores")
 
     bin_dir = kwok.find_bin_dir()
     template = Path(tempfile.mkdtemp(prefix="flotilla-bench-")) / "node.yaml"
@@ -253,37 +276,32 @@ def main(argv=None) -> int:
                       controllers=kwok.JOB_CONTROLLERS)
     print(f"  up in {time.monotonic() - started:.1f}s", file=sys.stderr)
     client = cluster.client(pool_size=args.workers + 8)
+    install_crds(client)
     results: dict = {"nodes": args.nodes, "pods": args.jobs, "jobs": args.job_count, "queues": args.queues,
-                     "cpus": os.cpu_count(), "podsFrom": "batch/v1 Jobs, made by the Job controller"}
+                     "cpus": os.cpu_count(), "podsFrom": "batch/v1 Jobs, made by the Job controller",
+                     "order": [run for run in RUNS if run not in args.skip]}
     try:
-        try:
+        for run in results["order"]:
+            key, scheduler = RUNS[run]
+            namespace = namespace_of(run)
             client.post("/api/v1/namespaces", {"apiVersion": "v1", "kind": "Namespace",
-                                               "metadata": {"name": NAMESPACE}})
-        except ApiError as exc:
-            if exc.status != 409:
-                raise
-        recorder = RecorderProcess(cluster, NAMESPACE)
-        runs = [("kubeScheduler", "kube-scheduler", "default-scheduler"), ("ceiling", "ceiling", "nobody"),
-                ("flotilla", "flotilla", "flotilla")]
-        for key, run, scheduler in runs:
-            if run in args.skip:
-                continue
-            made = make_pods(client, recorder, run, args.job_count, per_job, args.queues, scheduler, args.timeout)
-            print(f"{run}: binding {args.jobs} pods ...", file=sys.stderr)
-            if key == "kubeScheduler":
-                stats = run_kube_scheduler(cluster, bin_dir, recorder, args.jobs, args.timeout)
-            elif key == "ceiling":
-                processes = 4
-                stats = run_ceiling(cluster, client, recorder, args.jobs, args.nodes, processes,
-                                    max(1, args.workers // processes), args.timeout)
-            else:
-                stats = run_flotilla(cluster, recorder, args.jobs, args.queues, args.period, args.timeout)
+                                               "metadata": {"name": namespace}})
+            recorder = RecorderProcess(cluster, namespace)
+            try:
+                made = make_pods(client, recorder, run, args.job_count, per_job, args.queues, scheduler, args.timeout)
+                print(f"{run}: binding {args.jobs} pods ...", file=sys.stderr)
+                if key == "kubeScheduler":
+                    stats = run_kube_scheduler(cluster, bin_dir, recorder, args.jobs, args.timeout)
+                elif key == "ceiling":
+                    processes = 4
+                    stats = run_ceiling(cluster, client, recorder, args.jobs, args.nodes, processes,
+                                        max(1, args.workers // processes), args.timeout)
+                else:
+                    stats = run_flotilla(cluster, recorder, args.jobs, args.queues, args.period, args.timeout)
+            finally:
+                recorder.close()
             results[key] = {**made, **stats}
             print(json.dumps(results[key]), file=sys.stderr)
-            delete_run(client, recorder, args.workers)
-        recorder.close()
-    except KeyboardInterrupt:
-        raise
     finally:
         client.close()
         if not args.keep:

@@ -147,7 +147,7 @@ class Recorder:
 
 
 def _recorder_main(kubeconfig: str, context: str, namespace: str, conn) -> None:
-    recorder = Recorder(KubeClient.from_kubeconfig(kubeconfig, context), namespace)
+    recorder = Recorder(KubeClient.from_kubeconfig(kubeconfig, context, timeout=60.0), namespace)
     while True:
         command, args = conn.recv()
         if command == "stop":

@@ -69,6 +69,8 @@ class Server:
             except httpx.HTTPError:
                 pass
             time.sleep(0.1)
+        self.proc.kill()   # not left running: it would go on scheduling (and binding pods) for later tests
+        self.proc.wait(30)
         raise AssertionError("serve did not come up")
 
     def kill(self, sig=signal.SIGKILL) -> int:

@@ -185,6 +185,10 @@ class QueueConfig(Model):
     limits: dict[str, float] = Field(default_factory=dict)
     owners: list[str] = Field(default_factory=list)
     group_owners: list[str] = Field(default_factory=list, alias="groupOwners")
+    #: Namespaces whose in-cluster pods (``schedulerName`` pods on a ``kind: kubernetes`` cluster) may use the
+    #: queue; a pod from any other namespace is refused and told so. Empty: none may.
+    namespaces: list[Annotated[str, Field(pattern=r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$", max_length=63)]] = \
+        Field(default_factory=list)
     #: The queue this one shares out the fair share of (hierarchical queues); only leaf queues hold jobs.
     parent: Name | None = None
     #: Whether a failed run of the queue's jobs runs again: ordered rules, first match wins (docs/policies.md).
@@ -317,6 +321,10 @@ class KubernetesClusterConfig(Model):
     finished_pod_retention: Duration = Field(0.0, alias="finishedPodRetention")
     #: A job's ingress hosts are <pod>-<port>.<ingressDomain>; none: its ingress routes by path.
     ingress_domain: str | None = Field(None, alias="ingressDomain")
+    #: Pods whose ``spec.schedulerName`` is this, unbound, are jobs Flotilla schedules (in-cluster pods, see
+    #: docs/kubernetes.md); the pods Flotilla creates carry it too.
+    scheduler_name: str = Field("flotilla", alias="schedulerName", min_length=1, max_length=253,
+                                pattern=r"^[a-z0-9]([-a-z0-9.]*[a-z0-9])?$")
 
 
 ClusterConfig = Annotated[Union[SimulatedClusterConfig, KubernetesClusterConfig], Field(discriminator="kind")]

@@ -64,6 +64,8 @@ from flotilla.core.quantities import QuantityError, parse_duration
 from flotilla.kubernetes.client import (ApiError, Gone, KubeClient, KubeError, Unreachable, WatchBroken,
                                         forbidden_message, pod_path)
 from flotilla.kubernetes.services import OWNED, exposure_manifests, object_path, owner_reference
+from flotilla.kubernetes.intake import (PODGROUPS_PATH, POD_NAME, POD_NAMESPACE, POD_UID, IntakeTracker,
+                                        bound_by_flotilla)
 from flotilla.kubernetes.pods import (ATTEMPT, DURATION, JOB_ID, PodSettings, failure_details, failure_reason, is_ours,
                                       job_deadline,
                                       job_from_pod, job_grace_period, job_namespace, node_from_object, node_ready,
@@ -96,6 +98,8 @@ class _Pod:
     reason: str = ""                  # why it failed
     waiting: str = ""                 # why it has not started
     owned: tuple[str, ...] = ()       # its services and ingresses ("services/NAME")
+    incluster: bool = False           # an in-cluster pod Flotilla bound (not one it created)
+    uid: str = ""
     exit_code: int | None = None      # a failed pod's: its first failed container's, when it failed on its own
     cause: str = ""                   # a failed pod's, for retry policies (flotilla.core.backend.FAILURE_CAUSES)
 
@@ -140,7 +144,7 @@ class KubernetesCluster:
         if bind not in ("node-name", "binding"):
             raise ValueError(f"bind must be 'node-name' or 'binding', not {bind!r}")
         self.name = name
-        self.client = client or KubeClient.from_kubeconfig(kubeconfig, context, pool_size=max(8, workers + 4))
+        self.client = client or KubeClient.from_kubeconfig(kubeconfig, context, pool_size=max(8, workers + 6))
         self.settings = settings or PodSettings()
         self.duration_of = duration_of
         self.priority_classes = list(priority_classes)
@@ -179,6 +183,12 @@ class KubernetesCluster:
         self._pcs_done = False
         self._namespaces: set[str] = set()
         self._requests_cache: dict = {}
+        #: The waiting in-cluster pods (flotilla.kubernetes.intake), kept from the pod, namespace and PodGroup watches.
+        self.intake = IntakeTracker(self.settings.scheduler_name)
+        self._reporter = None
+        self._report_pool: ThreadPoolExecutor | None = None
+        self._reporting: list = []                       # the futures of the batch being written
+        self._side_errors: dict[str, str] = {}          # namespaces/podgroups informer -> its last error
         self._pool = ThreadPoolExecutor(max_workers=workers, thread_name_prefix=f"kube-{name}")
         self._threads: list[threading.Thread] = []
         self.counters = {"created": 0, "deleted": 0, "create_errors": 0, "relists": 0, "watch_events": 0}
@@ -190,7 +200,8 @@ class KubernetesCluster:
         if self._threads:
             return
         node_params = {"labelSelector": self.node_selector} if self.node_selector else {}
-        for kind, path, params in (("nodes", "/api/v1/nodes", node_params), ("pods", "/api/v1/pods", {})):
+        for kind, path, params in (("nodes", "/api/v1/nodes", node_params), ("pods", "/api/v1/pods", {}),
+                                   ("namespaces", "/api/v1/namespaces", {}), ("podgroups", PODGROUPS_PATH, {})):
             thread = threading.Thread(target=self._informer, args=(kind, path, params), daemon=True,
                                       name=f"kube-{self.name}-{kind}")
             thread.start()
@@ -205,6 +216,8 @@ class KubernetesCluster:
 
     def close(self) -> None:
         self._stop.set()
+        if self._report_pool is not None:
+            self._report_pool.shutdown(wait=True, cancel_futures=True)
         self._pool.shutdown(wait=True, cancel_futures=False)
         self.client.close()
 
@@ -390,6 +403,9 @@ class KubernetesCluster:
         self._namespaces.add(namespace)
 
     def _create(self, job: Job, node: str, attempt: int, template: PodTemplate | None = None) -> None:
+        if POD_UID in job.annotations:
+            self._bind(job, node)
+            return
         duration = self.duration_of(job) if self.duration_of else None
         if duration is not None:
             deadline = job_deadline(job, self.settings)
@@ -441,6 +457,88 @@ class KubernetesCluster:
             kill = self._kill_on_create.pop(job.id, None)
         if kill is not None:
             self._delete(job, (namespace, name), kill, self._starts.get(job.id, 0))
+
+    def _bind(self, job: Job, node: str) -> None:
+        """Bind an in-cluster pod to ``node`` (``pods/binding``), only the very pod that was queued (its uid)."""
+        namespace, name, uid = job.annotations[POD_NAMESPACE], job.annotations[POD_NAME], job.annotations[POD_UID]
+        body = {"apiVersion": "v1", "kind": "Binding",
+                "metadata": {"name": name, "namespace": namespace, "uid": uid, "annotations": {JOB_ID: job.id}},
+                "target": {"apiVersion": "v1", "kind": "Node", "name": node}}
+        try:
+            self.client.post(pod_path(namespace, name) + "/binding", body, parse=False)
+        except ApiError as exc:
+            if exc.status == 403:
+                self._create_failed(job, node, "lost", forbidden_message(exc))
+            elif exc.status in (404, 409):
+                # Gone, made again under its name (another uid), or bound meanwhile: never this pod's place.
+                self._create_failed(job, node, "failed", f"pod {namespace}/{name} not bound: it was deleted, "
+                                                         f"replaced or bound since it was queued ({exc})")
+            else:
+                self._create_failed(job, node, "failed", f"binding refused: {exc}")
+            return
+        except Unreachable as exc:
+            self._create_failed(job, node, "lost", f"API server unreachable: {exc}")
+            return
+        with self._lock:
+            self.counters["bound"] = self.counters.get("bound", 0) + 1
+            self._job_pod[job.id] = (namespace, name)
+            kill = self._kill_on_create.pop(job.id, None)
+        if kill is not None:
+            self._delete(job, (namespace, name), kill, self._starts.get(job.id, 0))
+
+    # -- in-cluster pods: what the scheduling loop takes in, and what it tells them ---------------------
+    @property
+    def reporter(self):
+        """The :class:`~flotilla.kubernetes.conditions.PodReporter` writing Flotilla's word onto in-cluster pods."""
+        if self._reporter is None:
+            from flotilla.kubernetes.conditions import PodReporter
+            self._reporter = PodReporter(self.client)
+        return self._reporter
+
+    def take_intake(self):
+        """The waiting in-cluster pods new or changed since the last call, and those that left (job id -> why)."""
+        with self._lock:
+            return self.intake.take()
+
+    def intake_resync(self) -> set[str]:
+        """Offer every waiting in-cluster pod again at the next take; returns their job ids."""
+        with self._lock:
+            self.intake.resync()
+            return {pod.job_id for pod in self.intake.waiting.values()}
+
+    def waiting_pods(self) -> list:
+        """The waiting in-cluster pods (:class:`~flotilla.kubernetes.intake.InClusterPod`), a copy."""
+        with self._lock:
+            return list(self.intake.waiting.values())
+
+    def report_waiting(self, notes) -> bool:
+        """Tell waiting in-cluster pods why they wait: ``(namespace, name, uid, reason)`` each.
+
+        Written by a small pool of its own, so that bindings never queue behind these writes; the reporter
+        writes a pod at most once per its interval and only when the reason changed. While the last batch
+        is still being written, a new one is dropped (False): the loop hands over every reason again each
+        cycle, so nothing is lost but a repeat.
+        """
+        if not notes:
+            return True
+        with self._lock:
+            if any(not future.done() for future in self._reporting):
+                return False
+            if self._report_pool is None:
+                self._report_pool = ThreadPoolExecutor(max_workers=4, thread_name_prefix=f"kube-{self.name}-report")
+            batch = list(notes)
+            size = -(-len(batch) // 4)
+            self._reporting = [self._report_pool.submit(self._report_waiting, batch[i:i + size])
+                               for i in range(0, len(batch), size)]
+        return True
+
+    def _report_waiting(self, notes) -> None:
+        reporter = self.reporter
+        for namespace, name, uid, reason in notes:
+            try:
+                reporter.unschedulable(namespace, name, uid, reason)
+            except Exception:  # the reporter logs its own failures; nothing here may stop the pool
+                log.exception("kubernetes.report_failed", cluster=self.name, pod=f"{namespace}/{name}")
 
     def _expose(self, job: Job, node: str, pod: dict, template: PodTemplate) -> bool:
         """Create the job's services and ingresses, owned by its first pod; on a refusal, remove the pod again."""
@@ -500,6 +598,12 @@ class KubernetesCluster:
             return
         namespace, name = key
         grace = self._grace_of(key, job)
+        pod = self._pods.get(key)
+        if kind == "preempted" and pod is not None and pod.incluster:
+            # Said before the delete, so that the pod's Job (podFailurePolicy) can tell a preemption from a failure.
+            self.reporter.disruption_target(namespace, name, pod.uid,
+                                            f"flotilla: preempted by the scheduler to make room for other jobs "
+                                            f"(job {job.id})")
         try:
             self.client.delete(pod_path(namespace, name), {"apiVersion": "v1", "kind": "DeleteOptions",
                                                            "gracePeriodSeconds": grace})
@@ -551,7 +655,7 @@ class KubernetesCluster:
         self._reported[pod.key] = "lost"
         self._starting.pop(pod.key, None)
         self._ignore_delete.add(pod.key)
-        self._emit(pod.job.id, "lost", pod.node, reason, cause=cause)
+        self._emit(pod.job.id, "failed" if pod.incluster else "lost", pod.node, reason, cause=cause)
         log.warning("kubernetes.pod_given_up", cluster=self.name, job=pod.job.id, reason=reason)
         self._pool.submit(self._delete_finished, pod.key, grace)
 
@@ -652,8 +756,7 @@ class KubernetesCluster:
                     resource_version = listing["metadata"]["resourceVersion"]
                     with self._lock:
                         self.counters["relists"] += 1
-                        (self._replace_nodes if kind == "nodes" else self._replace_pods)(listing.get("items", []))
-                        self._synced[kind] = True
+                        self._replace(kind, listing.get("items", []))
                     backoff = 0.1
                 for event in self.client.watch(path, resource_version, self.watch_timeout, self._stop, **params):
                     broken = 0
@@ -662,11 +765,31 @@ class KubernetesCluster:
                     if event["type"] != "BOOKMARK":
                         with self._lock:
                             self.counters["watch_events"] += 1
-                            (self._on_node if kind == "nodes" else self._on_pod)(event["type"], obj)
+                            self._on_event(kind, event["type"], obj)
                     if rv:
                         resource_version = rv
             except Gone:
                 resource_version = None
+            except ApiError as exc:
+                if kind != "podgroups" or exc.status not in (403, 404):
+                    self._informer_failed(kind, exc)
+                    resource_version = None
+                    self._stop.wait(backoff)
+                    backoff = min(backoff * 2, 2.0)
+                    continue
+                # No PodGroup CRD (or no right to read it): pods naming a PodGroup are refused, saying so; looked
+                # for again every minute, so installing the CRD later works without a restart.
+                problem = (f"the PodGroup CRD ({PODGROUPS_PATH}) is not installed on cluster {self.name}"
+                           if exc.status == 404 else f"cannot read PodGroups on cluster {self.name}: "
+                                                     f"{forbidden_message(exc)}")
+                with self._lock:
+                    first = self.intake.podgroups_problem != problem
+                    self.intake.set_podgroups_problem(problem)
+                    self.intake.podgroups_synced = True
+                if first:
+                    log.warning("kubernetes.podgroups_unavailable", cluster=self.name, reason=problem)
+                resource_version = None
+                self._stop.wait(60.0)
             except WatchBroken as exc:
                 # A stream that was flowing ended abruptly: watch again from the last version seen. If the
                 # server is really gone, connecting fails next and the cluster is marked unavailable then.
@@ -685,8 +808,50 @@ class KubernetesCluster:
                 self._stop.wait(backoff)
                 backoff = min(backoff * 2, 2.0)
 
+    def _replace(self, kind: str, items: list[dict]) -> None:
+        if kind == "nodes":
+            self._replace_nodes(items)
+        elif kind == "pods":
+            self._replace_pods(items)
+        elif kind == "namespaces":
+            self._side_errors.pop(kind, None)
+            live = {(obj.get("metadata") or {}).get("name") for obj in items}
+            for name in [name for name in self.intake.namespaces if name not in live]:
+                self.intake.on_namespace("DELETED", {"metadata": {"name": name}})
+            for obj in items:
+                self.intake.on_namespace("MODIFIED", obj)
+            self.intake.namespaces_synced = True
+            return
+        else:
+            live = {((obj.get("metadata") or {}).get("namespace"), (obj.get("metadata") or {}).get("name"))
+                    for obj in items}
+            for key in [key for key in self.intake.podgroups if key not in live]:
+                self.intake.on_podgroup("DELETED", {"metadata": {"namespace": key[0], "name": key[1]}})
+            self._side_errors.pop(kind, None)
+            self.intake.set_podgroups_problem(None)
+            for obj in items:
+                self.intake.on_podgroup("MODIFIED", obj)
+            self.intake.podgroups_synced = True
+            return
+        self._synced[kind] = True
+
+    def _on_event(self, kind: str, event: str, obj: dict) -> None:
+        if kind == "nodes":
+            self._on_node(event, obj)
+        elif kind == "pods":
+            self._on_pod(event, obj)
+        elif kind == "namespaces":
+            self.intake.on_namespace(event, obj)
+        else:
+            self.intake.on_podgroup(event, obj)
+
     def _informer_failed(self, kind: str, exc: Exception) -> None:
         text = forbidden_message(exc) if isinstance(exc, ApiError) and exc.status == 403 else str(exc)
+        if kind not in self._synced:   # namespaces, PodGroups: the intake waits, scheduling goes on
+            if self._side_errors.get(kind) != text:   # once per distinct error, not once per retry
+                self._side_errors[kind] = text
+                log.warning("kubernetes.watch_failed", cluster=self.name, kind=kind, error=text)
+            return
         with self._lock:
             was = self.available
             changed = self._error != f"{kind}: {text}"
@@ -730,6 +895,7 @@ class KubernetesCluster:
             meta = obj["metadata"]
             live.add((meta.get("namespace", ""), meta["name"]))
             self._on_pod("MODIFIED", obj)
+        self.intake.replace_pods({obj["metadata"].get("uid") for obj in items})
         for key in [key for key in self._pods if key not in live]:
             old = self._pods[key]
             self._on_pod("DELETED", {"metadata": {"namespace": key[0], "name": key[1]}, "_cached": old})
@@ -747,6 +913,7 @@ class KubernetesCluster:
     def _on_pod_change(self, kind: str, obj: dict) -> None:
         meta = obj["metadata"]
         key = (meta.get("namespace", ""), meta["name"])
+        self.intake.on_pod(kind, obj)
         if kind == "DELETED":
             old = self._pods.pop(key, None)
             if old is None or old.job is None:
@@ -756,6 +923,8 @@ class KubernetesCluster:
             job_id = old.job.id
             if self._job_pod.get(job_id) == key:
                 del self._job_pod[job_id]
+            if old.incluster and self._reporter is not None:
+                self._reporter.forget(old.uid)
             if key in self._ignore_delete:
                 self._ignore_delete.discard(key)
                 if self._stopping.get(job_id) and self._reported.get(key) == self._stopping[job_id]:
@@ -763,7 +932,8 @@ class KubernetesCluster:
             elif self._reported.get(key) not in _FINAL and job_id not in self._held_ids:
                 # (A held job's earlier pod going says nothing about the start waiting for its room.)
                 self._inflight.pop(job_id, None)
-                self._emit(job_id, "lost", old.node, "pod deleted outside Flotilla")
+                # An in-cluster pod is the user's: gone, it is not made again (its controller makes a new one).
+                self._emit(job_id, "failed" if old.incluster else "lost", old.node, "pod deleted outside Flotilla")
             self._reported.pop(key, None)
             self._starting.pop(key, None)
             self._finished.pop(key, None)
@@ -773,7 +943,8 @@ class KubernetesCluster:
         deleting = bool(meta.get("deletionTimestamp"))
         node = spec.get("nodeName")
         old = self._pods.get(key)
-        if is_ours(obj):
+        incluster = not is_ours(obj) and node is not None and bound_by_flotilla(obj, self.settings.scheduler_name)
+        if is_ours(obj) or incluster:
             job = old.job if old is not None and old.job is not None and old.node == node else None
             if job is None:
                 job = job_from_pod(obj, self.name, self._requests_cache)
@@ -783,9 +954,10 @@ class KubernetesCluster:
             pod = _Pod(key, node, phase, deleting, job=job,
                        reason=failure_reason(obj) if phase == "Failed" else "",
                        waiting=waiting_reason(obj) if phase == "Pending" else "", owned=owned,
-                       exit_code=exit_code, cause=cause)
+                       exit_code=exit_code, cause=cause, incluster=incluster, uid=meta.get("uid", ""))
             self._pods[key] = pod
-            if phase == "Pending" and not deleting and key not in self._reported:
+            if phase == "Pending" and not deleting and key not in self._reported and not incluster:
+                # (An in-cluster pod that does not start is its owner's to see to: Flotilla did not make it.)
                 self._starting.setdefault(key, self.clock())
             else:
                 self._starting.pop(key, None)
@@ -824,7 +996,7 @@ class KubernetesCluster:
                 self._emit(job_id, kind, pod.node)
             else:
                 self._emit(job_id, kind, pod.node, pod.reason, exit_code=pod.exit_code, cause=pod.cause)
-            if self.delete_finished and not pod.deleting:
+            if self.delete_finished and not pod.deleting and not pod.incluster:   # the user's pods stay
                 self._ignore_delete.add(pod.key)
                 if self.finished_pod_retention > 0:   # kept (holding nothing) so that its log can be read
                     self._finished[pod.key] = self.clock() + self.finished_pod_retention
@@ -856,7 +1028,7 @@ def backend_from_config(cluster_config, config=None, **kwargs) -> KubernetesClus
     )
     if getattr(cluster_config, "in_cluster", False):
         workers = getattr(cluster_config, "workers", None) or 32
-        options["client"] = KubeClient.from_in_cluster(pool_size=max(8, workers + 4))
+        options["client"] = KubeClient.from_in_cluster(pool_size=max(8, workers + 6))
     for attr, key in (("bind", "bind"), ("workers", "workers"), ("node_selector", "node_selector"),
                       ("delete_finished", "delete_finished"), ("stuck_pod_expiry", "stuck_pod_expiry"),
                       ("node_lost_timeout", "node_lost_timeout"),

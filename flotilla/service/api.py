@@ -78,7 +78,7 @@ class QueueBody(QueueConfig):
 
     def spec_for(self, name: str) -> QueueSpec:
         return QueueSpec(name, self.weight, dict(self.limits), tuple(self.owners), tuple(self.group_owners),
-                         retry_policy=rule_dicts(self.retry_policy))
+                         tuple(self.namespaces), retry_policy=rule_dicts(self.retry_policy))
 
 
 class QueueUpdateBody(QueueBody):

@@ -35,6 +35,9 @@ from typing import Mapping, Sequence
 from flotilla.core.backend import JobEvent
 from flotilla.service.retry import Failure, Policies, decide
 
+#: The annotation an in-cluster pod's job carries (flotilla.kubernetes.intake.POD_UID).
+IN_CLUSTER_POD = "flotilla.io/pod-uid"
+
 QUEUED, LEASED, PENDING, RUNNING = "queued", "leased", "pending", "running"
 SUCCEEDED, FAILED, PREEMPTED, CANCELLED = "succeeded", "failed", "preempted", "cancelled"
 STOP_NONE, STOP_CANCEL, STOP_DEADLINE = 0, 1, 2
@@ -205,7 +208,8 @@ def apply_reports(copy, reports: Mapping[str, ClusterReport], now: float, lease_
                     finish(job, SUCCEEDED, ev.reason, when)
             elif kind == "failed":
                 reason = ev.reason or f"failed on {cluster}"
-                if job.stop_requested == STOP_CANCEL:
+                if job.stop_requested == STOP_CANCEL or IN_CLUSTER_POD in job.annotations:
+                    # (An in-cluster pod that failed is its owner's to make again: its job is not retried.)
                     finish(job, FAILED, reason, when, stop_rest=True, skip=ev.job_id, pod=pod)
                 else:
                     failure = DEADLINE if job.stop_requested == STOP_DEADLINE else \

@@ -41,6 +41,7 @@ from flotilla.core.decisions import Placement
 from flotilla.core.wishlist import compute_wishlist
 from flotilla.core.model import ClusterSnapshot, Job, JobState, Queue, Snapshot
 from flotilla.plugin_manager import make_backends
+from flotilla.service.intake import ClusterIntake
 from flotilla.service.jobspec import duration_of_annotations, exit_code_of_annotations
 from flotilla.service.leases import ClusterReport, job_of
 from flotilla.service.pending import head_size
@@ -68,6 +69,8 @@ class CycleReport:
     preempted: int = 0
     stopped: int = 0
     counts: dict[str, int] = field(default_factory=dict)
+    #: In-cluster pods this cycle: stored as jobs, parked (refused or waiting for their gang), left.
+    intake: dict[str, int] = field(default_factory=dict)
     timings: dict[str, float] = field(default_factory=dict)
     #: CPU seconds of the loop's thread per phase: on a shared machine, what the cycle itself cost.
     cpu: dict[str, float] = field(default_factory=dict)
@@ -76,7 +79,7 @@ class CycleReport:
         return {"cycle": self.number, "started": self.started, "seconds": round(self.seconds, 4),
                 "clusters": self.clusters, "unavailable": self.unavailable, "queued": self.queued,
                 "running": self.running, "leased": self.leased, "preempted": self.preempted,
-                "stopped": self.stopped, "events": self.counts,
+                "stopped": self.stopped, "events": self.counts, **({"intake": self.intake} if self.intake else {}),
                 "timings": {k: round(v, 4) for k, v in self.timings.items()},
                 "cpu": {k: round(v, 4) for k, v in self.cpu.items()}}
 
@@ -164,6 +167,7 @@ class ServiceLoop:
         self._reported: dict[str, tuple[list[Job], set[str]]] = {}  # cluster -> its last running list, their ids
         self.last_snapshot: Snapshot | None = None      # the last cycle's, and the clusters it was built from
         self.last_clusters: dict[str, ClusterSnapshot] = {}
+        self.intake = ClusterIntake(store)     # in-cluster pods (flotilla.service.intake)
 
     # -- one cycle ------------------------------------------------------------------
     def run_cycle(self) -> CycleReport:
@@ -228,6 +232,10 @@ class ServiceLoop:
                                           bool(getattr(backend, "enforces_deadlines", False)))
         report.clusters = sorted(snaps)
         self.last_nodes = self.node_states(snaps)
+        if snaps and self.intake.backends(self.backends):
+            report.intake = self.intake.run(
+                self.backends, snaps, self.store.list_queues(),
+                {pc.name for pc in self.scheduler.priority_classes()}, self.settings.default_priority_class, now)
         t1 = time.perf_counter()
         c1 = time.thread_time()
 
@@ -328,6 +336,8 @@ class ServiceLoop:
             cluster, nodes = leased[job_id]
             known[job_id] = (pod.queue, pod.job_set, cluster, ",".join(dict.fromkeys(nodes)))
         self.store.mark_pending(pending, self.clock(), known)
+        if self.intake.backends(self.backends):
+            self.intake.explain(self.backends, decisions, self.queued.jobs, set(done_leased))
         t7 = time.perf_counter()
         c7 = time.thread_time()
         report.timings = {"clusters": t1 - t0, "ingest": t2 - t1, "stop": t3 - t2, "load": t4 - t3,
@@ -393,6 +403,7 @@ class ServiceLoop:
             self.active = ActiveCopy()
             self.running_pods = RunningPods()
             self._queued_list = None
+            self.intake.resync = True
 
     def reconfigure(self, scheduler, settings: ServiceSettings) -> None:
         """A reloaded config: the next cycle runs ``scheduler`` (plugins and their args) with ``settings``."""

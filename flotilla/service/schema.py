@@ -10,10 +10,13 @@ lock), so a migration never runs twice.
 
 Tables:
 
-* ``queues`` - name, weight, limits, owners, groupOwners, retry policy (v7);
+* ``queues`` - name, weight, limits, owners, groupOwners, retry policy (v7),
+  namespaces (v8: whose in-cluster pods may use it);
 * ``job_sets`` - (queue, name), when first used;
 * ``jobs`` - one row per job, its current state, the normalised spec, its
-  own retry policy (v7; read only when a run of it fails);
+  own retry policy (v7; read only when a run of it fails); ``source`` (v8) says where it came
+  from: ``api``, or ``cluster`` for an in-cluster pod (``pod_namespace``, ``pod_name``, ``pod_uid``: the
+  pod it stands for, whose uid also makes the job id, see :mod:`flotilla.service.intake`);
 * ``leases`` - one row per job handed to a cluster: cluster, nodes, when
   leased and last renewed (deleted when the job leaves the cluster);
 * ``cluster_reports`` - per cluster, when it last answered (v5): a lease
@@ -61,6 +64,7 @@ queues = sa.Table(
     sa.Column("owners", sa.Text, nullable=False, server_default="[]"),
     sa.Column("group_owners", sa.Text, nullable=False, server_default="[]"),
     sa.Column("retry_policy", sa.Text, nullable=True),     # v7: its rules as JSON; null: none
+    sa.Column("namespaces", sa.Text, nullable=False, server_default="[]"),   # v8
     sa.Column("created", sa.Float, nullable=False),
     sa.Column("updated", sa.Float, nullable=False),
 )
@@ -103,6 +107,11 @@ jobs = sa.Table(
     sa.Column("started", sa.Float, nullable=True),
     sa.Column("finished", sa.Float, nullable=True),
     sa.Column("updated", sa.Float, nullable=False),
+    # v8: "api" (submitted) or "cluster" (an in-cluster pod: these three name it).
+    sa.Column("source", sa.String(16), nullable=False, server_default="api"),
+    sa.Column("pod_namespace", sa.String(255), nullable=True),
+    sa.Column("pod_name", sa.String(255), nullable=True),
+    sa.Column("pod_uid", sa.String(64), nullable=True),
     sa.UniqueConstraint("queue", "client_id", name="uq_jobs_queue_client_id"),
 )
 sa.Index("ix_jobs_state_queue", jobs.c.state, jobs.c.queue)
@@ -252,6 +261,23 @@ def _v7(conn: sa.Connection) -> None:
             conn.execute(sa.text(f"ALTER TABLE {table} ADD COLUMN retry_policy TEXT"))
 
 
+def _v8(conn: sa.Connection) -> None:
+    """In-cluster pods: ``queues.namespaces``; ``jobs.source`` and the pod a job of source ``cluster`` stands for.
+
+    Existing queues admit no namespace and existing jobs are ``api`` jobs,
+    as they were. A database whose v1 ran with these definitions has the
+    columns already.
+    """
+    have = {column["name"] for column in sa.inspect(conn).get_columns("queues")}
+    if "namespaces" not in have:
+        conn.execute(sa.text("ALTER TABLE queues ADD COLUMN namespaces TEXT NOT NULL DEFAULT '[]'"))
+    have = {column["name"] for column in sa.inspect(conn).get_columns("jobs")}
+    for name, ddl in (("source", "VARCHAR(16) NOT NULL DEFAULT 'api'"), ("pod_namespace", "VARCHAR(255)"),
+                      ("pod_name", "VARCHAR(255)"), ("pod_uid", "VARCHAR(64)")):
+        if name not in have:
+            conn.execute(sa.text(f"ALTER TABLE jobs ADD COLUMN {name} {ddl}"))
+
+
 MIGRATIONS: list[tuple[int, str, Callable[[sa.Connection], None]]] = [
     (1, "queues, job sets, jobs, leases, events", _v1),
     (2, "scheduler leader and status", _v2),
@@ -260,6 +286,7 @@ MIGRATIONS: list[tuple[int, str, Callable[[sa.Connection], None]]] = [
     (5, "lease renewal per cluster: cluster_reports and leases.seen", _v5),
     (6, "event ids never reused on SQLite (AUTOINCREMENT)", _v6),
     (7, "retry policies of queues and jobs", _v7),
+    (8, "in-cluster pods: queues.namespaces, jobs.source and the pod", _v8),
 ]
 
 LATEST = MIGRATIONS[-1][0]

@@ -25,6 +25,8 @@ class QueueSpec:
     limits: Mapping[str, float] = field(default_factory=dict)
     owners: tuple[str, ...] = ()
     group_owners: tuple[str, ...] = ()
+    #: Namespaces whose in-cluster pods may use the queue (see flotilla.service.intake).
+    namespaces: tuple[str, ...] = ()
     #: From the config file only (the API makes top-level queues); the store does not keep it.
     parent: str | None = None
     #: The queue's retry rules as the API shows them (``{"exitCodes": [42], "action": "retry", "limit": 2}``).
@@ -33,7 +35,8 @@ class QueueSpec:
     def to_dict(self) -> dict:
         return {"name": self.name, "weight": self.weight, "limits": dict(self.limits),
                 "owners": list(self.owners), "groupOwners": list(self.group_owners),
-                "retryPolicy": [dict(rule) for rule in self.retry_policy]}
+                "retryPolicy": [dict(rule) for rule in self.retry_policy],
+                "namespaces": list(self.namespaces)}
 
 
 @dataclass(frozen=True, slots=True)
@@ -204,6 +207,7 @@ def from_config(config: Any) -> ServiceSettings:
             group_owners=tuple(_get(q, "group_owners", default=None) or _get(q, "groupOwners", default=()) or ()),
             parent=_get(q, "parent", default=None),
             retry_policy=rule_dicts(_get(q, "retry_policy", default=None) or _get(q, "retryPolicy", default=())),
+            namespaces=tuple(_get(q, "namespaces", default=()) or ()),
         )
         for q in _get(config, "queues", default=[]) or []
     )

@@ -499,12 +499,13 @@ class Store:
     def _queue_row(spec: QueueSpec, now: float) -> dict:
         return {"name": spec.name, "weight": float(spec.weight), "limits": _dump(dict(spec.limits)),
                 "owners": _dump(list(spec.owners)), "group_owners": _dump(list(spec.group_owners)),
-                "retry_policy": dump_policy(spec.retry_policy), "updated": now}
+                "retry_policy": dump_policy(spec.retry_policy), "namespaces": _dump(list(spec.namespaces)),
+                "updated": now}
 
     @staticmethod
     def _queue_spec(row) -> QueueSpec:
         return QueueSpec(row.name, row.weight, json.loads(row.limits), tuple(json.loads(row.owners)),
-                         tuple(json.loads(row.group_owners)),
+                         tuple(json.loads(row.group_owners)), tuple(json.loads(row.namespaces)),
                          retry_policy=tuple(json.loads(row.retry_policy)) if row.retry_policy else ())
 
     def sync_queues(self, specs: Iterable[QueueSpec], now: float | None = None) -> None:
@@ -688,6 +689,75 @@ class Store:
                 self._insert_events(conn, event_rows)
         return out
 
+    # -- in-cluster pods (flotilla.service.intake) -------------------------------
+    def known_jobs(self, job_ids: Iterable[str]) -> dict[str, tuple[str | None, str]]:
+        """Which of ``job_ids`` exist: id -> (gang id, state)."""
+        out: dict[str, tuple[str | None, str]] = {}
+        with self.read() as conn:
+            for part in chunks(sorted(set(job_ids))):
+                for row in conn.execute(sa.select(jobs.c.id, jobs.c.gang_id, jobs.c.state).where(jobs.c.id.in_(part))):
+                    out[row.id] = (row.gang_id, row.state)
+        return out
+
+    def gang_known(self, queue: str, gang_id: str) -> bool:
+        with self.read() as conn:
+            return conn.execute(sa.select(jobs.c.id).where(jobs.c.queue == queue, jobs.c.gang_id == gang_id)
+                                .limit(1)).first() is not None
+
+    def queued_from_cluster(self, cluster: str) -> dict[str, str]:
+        """The queued in-cluster jobs of ``cluster``: job id -> pod uid (a new leader's reconciliation)."""
+        with self.read() as conn:
+            return dict(conn.execute(sa.select(jobs.c.id, jobs.c.pod_uid).where(
+                jobs.c.state == QUEUED, jobs.c.source == "cluster",
+                jobs.c.spec.like(f'%"cluster":{json.dumps(cluster)}%'))).all())
+
+    def intake(self, rows: Sequence[dict], gone: Mapping[str, str], now: float | None = None) -> list[str]:
+        """In-cluster pods in one transaction: ``rows`` (job rows keyed by their pod's uid) stored unless their
+        id is known, and the queued jobs of ``gone`` (id -> why) cancelled. Returns the ids stored.
+
+        Idempotent: a pod offered twice (a new leader offers every waiting pod again) is stored once.
+        """
+        now = time.time() if now is None else now
+        stored: list[str] = []
+        if not rows and not gone:
+            return stored
+        with self.write() as conn:
+            known: set[str] = set()
+            for part in chunks(sorted({row["id"] for row in rows})):
+                known.update(conn.execute(sa.select(jobs.c.id).where(jobs.c.id.in_(part))).scalars())
+            queue_names = set(conn.execute(sa.select(queues.c.name)).scalars())
+            fresh, event_rows, sets = [], [], set()
+            for row in rows:
+                if row["id"] in known or row["queue"] not in queue_names:
+                    continue
+                known.add(row["id"])
+                fresh.append({"client_id": None, "state": QUEUED, "cluster": None, "node": None, "retries": 0,
+                              "stop_requested": STOP_NONE, "reason": "", "started": None, "finished": None,
+                              "updated": now, "source": "cluster", **row})
+                ev = {"queue": row["queue"], "job_set": row["job_set"], "job_id": row["id"], "time": now,
+                      "cluster": None, "node": None, "reason": ""}
+                event_rows.append({**ev, "kind": "submitted",
+                                   "reason": f"pod {row['pod_namespace']}/{row['pod_name']} (uid {row['pod_uid']})"})
+                event_rows.append({**ev, "kind": "queued"})
+                sets.add((row["queue"], row["job_set"]))
+                stored.append(row["id"])
+            for queue, job_set in sorted(sets):
+                if not conn.execute(sa.select(job_sets.c.name)
+                                    .where(job_sets.c.queue == queue, job_sets.c.name == job_set)).first():
+                    conn.execute(job_sets.insert().values(queue=queue, name=job_set, created=now))
+            if fresh:
+                conn.execute(jobs.insert(), fresh)
+            cancelled = []
+            for part in chunks(sorted(gone)):
+                cancelled.extend(conn.execute(sa.select(jobs.c.id, jobs.c.queue, jobs.c.job_set)
+                                              .where(jobs.c.id.in_(part), jobs.c.state == QUEUED)))
+            for r in cancelled:
+                conn.execute(jobs.update().where(jobs.c.id == r.id, jobs.c.state == QUEUED)
+                             .values(state=CANCELLED, reason=gone[r.id], finished=now, updated=now))
+                event_rows.append(self._event(r._mapping, "cancelled", now, reason=gone[r.id]))
+            self._insert_events(conn, event_rows)
+        return stored
+
     # -- cancel / reprioritize ------------------------------------------------
     def _select_jobs(self, conn, queue: str, job_set: str | None, job_ids: Sequence[str] | None,
                      states: Sequence[str]) -> list:
@@ -759,6 +829,9 @@ class Store:
             "annotations": json.loads(row.annotations), "retries": row.retries, "reason": row.reason,
             "started": row.started, "finished": row.finished, "updated": row.updated,
             "cancelRequested": row.stop_requested == STOP_CANCEL,
+            "source": row.source,
+            **({"pod": {"namespace": row.pod_namespace, "name": row.pod_name, "uid": row.pod_uid}}
+               if row.source == "cluster" else {}),
         }
 
     def get_job(self, job_id: str) -> dict | None:

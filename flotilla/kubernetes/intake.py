@@ -1,0 +1,312 @@
+"""In-cluster pods: pods made with kubectl (or by a Job controller) that name Flotilla as their scheduler.
+
+A pod on a ``kind: kubernetes`` cluster whose ``spec.schedulerName`` is the
+cluster's ``schedulerName`` setting, that has no node and that Flotilla did
+not create (no ``flotilla.io/job-id`` label), is a job Flotilla schedules.
+This module reads such pods (:func:`read_pod`: what the job needs of them,
+and the placement fields Flotilla would not honour, with their paths) and
+keeps, from the backend's watch events alone, the ones waiting
+(:class:`IntakeTracker`): the scheduling loop takes what changed since its
+last look each cycle, never a listing of every pod
+(:mod:`flotilla.service.intake` decides queue, priority class and gangs).
+
+Flotilla binds such a pod through ``pods/binding`` with the pod's uid in the
+Binding's metadata (the API server refuses it for a pod deleted and made
+again since) and the annotation ``flotilla.io/job-id``, which the API server
+copies onto the pod: that is how a bound pod is told to be Flotilla's doing
+from one bound by anyone else (which leaves the queue).
+"""
+
+from __future__ import annotations
+
+import calendar
+import time
+from dataclasses import dataclass, field
+from typing import Any, Mapping
+
+from flotilla.core.model import GANG_CARDINALITY_ANNOTATION, GANG_ID_ANNOTATION, GANG_MIN_AVAILABLE_ANNOTATION
+from flotilla.core.nodeaffinity import AffinityError, parse_node_affinity
+from flotilla.kubernetes.pods import JOB_ID, is_ours, pod_host_ports, pod_phase, pod_requests
+
+QUEUE_LABEL = "flotilla.io/queue"
+JOB_SET_LABEL = "flotilla.io/job-set"
+#: Volcano's annotation naming the pod's PodGroup (in the pod's namespace).
+GROUP_NAME_ANNOTATION = "scheduling.k8s.io/group-name"
+PODGROUP_GROUP = "scheduling.volcano.sh"
+PODGROUP_VERSION = "v1beta1"
+PODGROUPS_PATH = f"/apis/{PODGROUP_GROUP}/{PODGROUP_VERSION}/podgroups"
+#: Kubernetes' default terminationGracePeriodSeconds.
+DEFAULT_GRACE = 30.0
+
+#: Annotations an in-cluster job carries in the store: the pod it stands for.
+POD_UID = "flotilla.io/pod-uid"
+POD_NAMESPACE = "flotilla.io/pod-namespace"
+POD_NAME = "flotilla.io/pod-name"
+
+
+def job_id_of(uid: str) -> str:
+    """The store's job id for the pod with ``uid``: the uid's 32 hex digits (one pod, one job, whoever looks)."""
+    return uid.replace("-", "").lower()[:32]
+
+
+@dataclass(frozen=True, slots=True)
+class InClusterPod:
+    """What a job needs of a waiting in-cluster pod (equal for two reads of an unchanged pod)."""
+
+    uid: str
+    namespace: str
+    name: str
+    labels: Mapping[str, str]
+    owner: str                     # the controlling owner's name, "" without one
+    priority_class: str            # spec.priorityClassName, "" without one
+    submitted: float               # creationTimestamp
+    requests: Mapping[str, int]
+    node_selector: Mapping[str, str]
+    tolerations: tuple
+    host_ports: tuple
+    node_affinity: Any
+    grace_period: float
+    deadline: float                # activeDeadlineSeconds, 0 without one
+    annotations: Mapping[str, str]  # the gang annotations the pod carries
+    group_name: str | None         # its Volcano PodGroup
+    problems: tuple = ()           # (field path, why) of what Flotilla would not honour
+    gated: bool = False            # schedulingGates still set: not ready to schedule
+
+    @property
+    def job_id(self) -> str:
+        return job_id_of(self.uid)
+
+    @property
+    def key(self) -> tuple[str, str]:
+        return self.namespace, self.name
+
+
+def _timestamp(text: str | None) -> float:
+    if not text:
+        return time.time()
+    try:
+        return float(calendar.timegm(time.strptime(text, "%Y-%m-%dT%H:%M:%SZ")))
+    except ValueError:
+        return time.time()
+
+
+_NOT_HONOURED = (
+    ("affinity.podAffinity", lambda s: bool((s.get("affinity") or {}).get("podAffinity")),
+     "pod affinity is not honoured by Flotilla's placement"),
+    ("affinity.podAntiAffinity", lambda s: bool((s.get("affinity") or {}).get("podAntiAffinity")),
+     "pod anti-affinity is not honoured by Flotilla's placement (for one pod per node, give the pods the same "
+     "hostPort)"),
+    ("topologySpreadConstraints", lambda s: bool(s.get("topologySpreadConstraints")),
+     "topology spread constraints are not honoured by Flotilla's placement"),
+    ("resourceClaims", lambda s: bool(s.get("resourceClaims")),
+     "resource claims (dynamic resource allocation) are not honoured by Flotilla's placement"),
+)
+
+
+def spec_problems(spec: Mapping[str, Any]) -> list[tuple[str, str]]:
+    """``(field path, why)`` for every placement field of ``spec`` Flotilla would not honour (as the API
+    refuses them for submitted jobs, :func:`flotilla.kubernetes.podspec.refused_placement_fields`)."""
+    out = [(path, why) for path, given, why in _NOT_HONOURED if given(spec)]
+    seen: dict[tuple[str, int], str] = {}
+    for group in ("containers", "initContainers"):
+        for c, container in enumerate(spec.get(group) or ()):
+            if (container.get("resources") or {}).get("claims"):
+                out.append((f"spec.{group}[{c}].resources.claims",
+                            "resource claims (dynamic resource allocation) are not honoured by Flotilla's placement"))
+            if group == "initContainers" and container.get("restartPolicy") != "Always":
+                continue
+            for p, port in enumerate(container.get("ports") or ()):
+                number = port.get("hostPort") or (port.get("containerPort") if spec.get("hostNetwork") else None)
+                if not number:
+                    continue
+                key = (port.get("protocol") or "TCP", int(number))
+                path = f"spec.{group}[{c}].ports[{p}].hostPort"
+                if key in seen:
+                    out.append((path, f"hostPort {key[1]}/{key[0]} is also used by {seen[key]}: a pod cannot bind "
+                                      f"one host port twice"))
+                else:
+                    seen[key] = path
+    out = [(path if path.startswith("spec.") else f"spec.{path}", why) for path, why in out]
+    try:
+        parse_node_affinity((spec.get("affinity") or {}).get("nodeAffinity"))
+    except AffinityError as exc:
+        out.append(("spec.affinity.nodeAffinity" + (f".{exc.path}" if exc.path else ""), exc.message))
+    return out
+
+
+def read_pod(obj: Mapping[str, Any]) -> InClusterPod:
+    """The :class:`InClusterPod` of a waiting pod object."""
+    meta = obj["metadata"]
+    spec = obj.get("spec") or {}
+    annotations = meta.get("annotations") or {}
+    owner = next((ref.get("name", "") for ref in meta.get("ownerReferences") or () if ref.get("controller")), "")
+    problems = spec_problems(spec)
+    try:
+        affinity = parse_node_affinity((spec.get("affinity") or {}).get("nodeAffinity"))
+        affinity_spec = (spec.get("affinity") or {}).get("nodeAffinity") if affinity is not None else None
+    except AffinityError:
+        affinity_spec = None
+    selector = dict(spec.get("nodeSelector") or {})
+    if (spec.get("os") or {}).get("name"):
+        selector.setdefault("kubernetes.io/os", spec["os"]["name"])
+    try:
+        requests = {name: amount for name, amount in pod_requests(obj).items() if amount}
+    except (ValueError, ArithmeticError) as exc:
+        requests = {}
+        problems.append(("spec.containers.resources", f"unreadable quantity: {exc}"))
+    grace = spec.get("terminationGracePeriodSeconds")
+    deadline = spec.get("activeDeadlineSeconds")
+    return InClusterPod(
+        uid=meta.get("uid", ""), namespace=meta.get("namespace", "default"), name=meta["name"],
+        labels=dict(meta.get("labels") or {}), owner=owner, priority_class=spec.get("priorityClassName") or "",
+        submitted=_timestamp(meta.get("creationTimestamp")), requests=requests, node_selector=selector,
+        tolerations=tuple(tuple(sorted(t.items())) for t in spec.get("tolerations") or ()),
+        host_ports=tuple(tuple(pair) for pair in pod_host_ports(spec)), node_affinity=affinity_spec,
+        grace_period=float(max(1, grace)) if isinstance(grace, (int, float)) else DEFAULT_GRACE,
+        deadline=float(deadline) if isinstance(deadline, (int, float)) and deadline > 0 else 0.0,
+        annotations={k: str(annotations[k]) for k in (GANG_ID_ANNOTATION, GANG_CARDINALITY_ANNOTATION,
+                                                      GANG_MIN_AVAILABLE_ANNOTATION) if k in annotations},
+        group_name=annotations.get(GROUP_NAME_ANNOTATION) or None,
+        problems=tuple(problems), gated=bool(spec.get("schedulingGates")))
+
+
+def scheduler_of(obj: Mapping[str, Any]) -> str:
+    return (obj.get("spec") or {}).get("schedulerName") or "default-scheduler"
+
+
+def bound_by_flotilla(obj: Mapping[str, Any], scheduler_name: str) -> bool:
+    """An in-cluster pod Flotilla bound (its Binding's ``flotilla.io/job-id`` annotation is on the pod)."""
+    meta = obj.get("metadata") or {}
+    return (not is_ours(obj) and scheduler_of(obj) == scheduler_name and bool((obj.get("spec") or {}).get("nodeName"))
+            and (meta.get("annotations") or {}).get(JOB_ID) == job_id_of(meta.get("uid", "")))
+
+
+@dataclass
+class Arrival:
+    """A waiting pod, new or changed, with what the cluster says about it besides the pod."""
+
+    pod: InClusterPod
+    namespace_queue: str | None       # its namespace's flotilla.io/queue label
+    group_min: int | None = None      # its PodGroup's minMember (None: no such PodGroup seen)
+    group_problem: str | None = None  # why its PodGroup cannot be read
+
+
+@dataclass
+class IntakeTracker:
+    """The waiting in-cluster pods of one cluster, kept from watch events (the backend calls it under its lock).
+
+    ``take`` hands over what changed since the last take: pods new or
+    changed (``Arrival``) and pods that left (job id -> why: deleted, bound
+    by someone else, finished); ``resync`` makes the next take offer every
+    waiting pod again (a new leader, who must check them all against the
+    store once).
+    """
+
+    scheduler_name: str = "flotilla"
+    waiting: dict[str, InClusterPod] = field(default_factory=dict)       # uid -> pod
+    changed: set[str] = field(default_factory=set)
+    gone: dict[str, str] = field(default_factory=dict)
+    namespaces: dict[str, str | None] = field(default_factory=dict)      # namespace -> its queue label
+    podgroups: dict[tuple[str, str], int] = field(default_factory=dict)  # (namespace, name) -> minMember
+    podgroups_problem: str | None = None     # the CRD is missing (or unreadable): said on every such pod
+    namespaces_synced: bool = False
+    podgroups_synced: bool = False
+
+    def mine(self, obj: Mapping[str, Any]) -> bool:
+        return scheduler_of(obj) == self.scheduler_name and not is_ours(obj)
+
+    def on_pod(self, kind: str, obj: Mapping[str, Any]) -> None:
+        """A pod event (any pod: the others are ignored here)."""
+        meta = obj.get("metadata") or {}
+        uid = meta.get("uid")
+        if not uid:
+            return
+        if kind == "DELETED":
+            if self.waiting.pop(uid, None) is not None:
+                self.changed.discard(uid)
+                self.gone[job_id_of(uid)] = "pod deleted while queued"
+            return
+        if not self.mine(obj):
+            return
+        spec = obj.get("spec") or {}
+        node = spec.get("nodeName")
+        if node or meta.get("deletionTimestamp") or pod_phase(obj) in ("Succeeded", "Failed"):
+            if self.waiting.pop(uid, None) is not None:
+                self.changed.discard(uid)
+                if node and not bound_by_flotilla(obj, self.scheduler_name):
+                    self.gone[job_id_of(uid)] = f"pod bound to node {node} by someone else"
+                elif not node:
+                    self.gone[job_id_of(uid)] = "pod deleted while queued" if meta.get("deletionTimestamp") \
+                        else f"pod {pod_phase(obj)} before it was scheduled"
+            return
+        pod = read_pod(obj)
+        if self.waiting.get(uid) != pod:
+            self.waiting[uid] = pod
+            self.changed.add(uid)
+            self.gone.pop(pod.job_id, None)
+
+    def replace_pods(self, live_uids: set[str]) -> None:
+        """After a relist: waiting pods absent from it were deleted meanwhile."""
+        for uid in [uid for uid in self.waiting if uid not in live_uids]:
+            self.on_pod("DELETED", {"metadata": {"uid": uid}})
+
+    def on_namespace(self, kind: str, obj: Mapping[str, Any]) -> None:
+        meta = obj.get("metadata") or {}
+        name = meta.get("name", "")
+        label = None if kind == "DELETED" else (meta.get("labels") or {}).get(QUEUE_LABEL)
+        if kind == "DELETED":
+            before = self.namespaces.pop(name, None)
+        else:
+            before = self.namespaces.get(name, "\0")
+            self.namespaces[name] = label
+        if before != label:
+            self.changed.update(uid for uid, pod in self.waiting.items() if pod.namespace == name)
+
+    def on_podgroup(self, kind: str, obj: Mapping[str, Any]) -> None:
+        meta = obj.get("metadata") or {}
+        key = (meta.get("namespace", ""), meta.get("name", ""))
+        if kind == "DELETED":
+            before = self.podgroups.pop(key, None)
+            now = None
+        else:
+            before = self.podgroups.get(key)
+            try:
+                now = max(1, int((obj.get("spec") or {}).get("minMember") or 1))
+            except (TypeError, ValueError):
+                now = 1
+            self.podgroups[key] = now
+        if before != now:
+            self.changed.update(uid for uid, pod in self.waiting.items()
+                                if pod.group_name == key[1] and pod.namespace == key[0])
+
+    def set_podgroups_problem(self, problem: str | None) -> None:
+        if problem != self.podgroups_problem:
+            self.podgroups_problem = problem
+            self.changed.update(uid for uid, pod in self.waiting.items() if pod.group_name)
+
+    @property
+    def ready(self) -> bool:
+        """Namespaces (queue labels) and PodGroups read once: before that a pod's queue is not known."""
+        return self.namespaces_synced and self.podgroups_synced
+
+    def arrival(self, pod: InClusterPod) -> Arrival:
+        group_min = group_problem = None
+        if pod.group_name:
+            group_problem = self.podgroups_problem
+            if group_problem is None:
+                group_min = self.podgroups.get((pod.namespace, pod.group_name))
+        return Arrival(pod, self.namespaces.get(pod.namespace), group_min, group_problem)
+
+    def take(self) -> tuple[list[Arrival], dict[str, str]]:
+        if not self.ready:
+            return [], {}
+        arrivals = [self.arrival(self.waiting[uid]) for uid in sorted(self.changed) if uid in self.waiting]
+        gone, self.gone, self.changed = self.gone, {}, set()
+        return arrivals, gone
+
+    def resync(self) -> None:
+        self.changed.update(self.waiting)
+
+
+__all__ = ["Arrival", "GROUP_NAME_ANNOTATION", "InClusterPod", "IntakeTracker", "JOB_SET_LABEL", "PODGROUPS_PATH",
+           "POD_NAME", "POD_NAMESPACE", "POD_UID", "QUEUE_LABEL", "bound_by_flotilla", "job_id_of", "read_pod"]

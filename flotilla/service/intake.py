@@ -1,0 +1,305 @@
+"""In-cluster pods into the store: which queue, job set, priority class and gang; refusals told on the pod.
+
+Each cycle the leader's loop takes, from every Kubernetes backend, the
+waiting in-cluster pods that are new or changed and those that left
+(:class:`~flotilla.kubernetes.intake.IntakeTracker`: watch events only, no
+listing), and writes them in one transaction (:meth:`Store.intake`): a pod
+becomes a queued job of source ``cluster`` whose id is its uid's 32 hex
+digits, so the same pod is never stored twice, whichever leader offers it
+and however often; a pod that left while queued cancels its job.
+
+How a pod maps to a job:
+
+* queue: the pod's label ``flotilla.io/queue``, else its namespace's;
+  the queue must exist and list the pod's namespace in ``namespaces``;
+* job set: the label ``flotilla.io/job-set``, else the controlling owner's
+  name (a Job's), else the pod's name;
+* priority class: ``spec.priorityClassName``, which must name a Flotilla
+  priority class, else the default one;
+* requests as kube-scheduler counts them; nodeSelector, tolerations, node
+  affinity, host ports as for submitted jobs (what a submitted job is
+  refused for, a pod is refused for, with its field path);
+* gangs: ``armadaproject.io/gangId`` and ``gangCardinality`` (and
+  ``flotilla.io/gang-min-available``) on the pods, stored once all members
+  wait; or Volcano's ``scheduling.k8s.io/group-name``: the pods of that
+  PodGroup are stored as one gang once ``minMember`` of them wait (its
+  minimum is ``minMember``; pods of the group that come later are stored
+  one by one, as Volcano places them beyond its minimum).
+
+A pod that cannot be stored yet (refused, or a gang not complete) is
+*parked*: it is told why with ``PodScheduled=False`` (the
+:class:`~flotilla.kubernetes.conditions.PodReporter`), and looked at again
+when it changes, a member of its gang arrives, or the queues change. A
+waiting pod that is stored is told the scheduler's reason each cycle it
+stays queued (the dashboard's reasons), at most one write per pod per the
+reporter's interval and only when the reason changed.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Iterable, Mapping
+
+import structlog
+
+from flotilla.core.model import (GANG_CARDINALITY_ANNOTATION, GANG_ID_ANNOTATION, GANG_MIN_AVAILABLE_ANNOTATION,
+                                 OWNER_ANNOTATION, parse_min_available)
+from flotilla.kubernetes.intake import JOB_SET_LABEL, POD_NAME, POD_NAMESPACE, POD_UID, QUEUE_LABEL, Arrival
+
+log = structlog.get_logger("flotilla.service.intake")
+
+#: Waiting pods told the scheduler's reason per cluster and cycle (the rest are told in later cycles).
+REPORT_LIMIT = 2_000
+
+
+def _dump(value) -> str:
+    return json.dumps(value, separators=(",", ":"), sort_keys=True)
+
+
+class ClusterIntake:
+    """The loop's intake step (see the module docstring); ``resync`` after every change of leader."""
+
+    def __init__(self, store):
+        self.store = store
+        self.parked: dict[str, dict[str, tuple[Arrival, str]]] = {}   # cluster -> uid -> (arrival, why)
+        self.resync = True
+        self._queues_key = None
+        self._report_from: dict[str, int] = {}
+
+    @staticmethod
+    def backends(backends: Mapping[str, object]) -> dict[str, object]:
+        return {name: b for name, b in backends.items() if hasattr(b, "take_intake")}
+
+    def run(self, backends: Mapping[str, object], answered: Iterable[str], queues, priority_classes: set[str],
+            default_priority_class: str, now: float) -> dict[str, int]:
+        """Take in what each answering cluster's pods did since the last cycle; returns counts for the report."""
+        counts = {"taken": 0, "parked": 0, "left": 0}
+        mine = self.backends(backends)
+        if not mine:
+            return counts
+        queue_map = {q.name: q for q in queues}
+        key = tuple((q.name, tuple(q.namespaces)) for q in queues) + (tuple(sorted(priority_classes)),
+                                                                      default_priority_class)
+        queues_changed = key != self._queues_key
+        self._queues_key = key
+        resync, self.resync = self.resync, False
+        for name in sorted(set(answered) & set(mine)):
+            backend = mine[name]
+            parked = self.parked.setdefault(name, {})
+            extra_gone: dict[str, str] = {}
+            if resync:
+                waiting = backend.intake_resync()
+                parked.clear()
+                for job_id in self.store.queued_from_cluster(name):
+                    if job_id not in waiting:
+                        extra_gone[job_id] = "pod gone while no scheduler led"
+            arrivals, gone = backend.take_intake()
+            gone.update(extra_gone)
+            if gone:
+                for uid in [uid for uid, (a, _) in parked.items() if a.pod.job_id in gone]:
+                    del parked[uid]
+            fresh = {a.pod.uid: a for a in arrivals}
+            for uid in fresh:
+                parked.pop(uid, None)
+            if queues_changed or resync:
+                again = dict(parked)
+                parked.clear()
+            else:   # members of the gangs that arrivals belong to are looked at again with them
+                keys = {self._gang_key(a) for a in arrivals} - {None}
+                again = {uid: entry for uid, entry in parked.items() if self._gang_key(entry[0]) in keys}
+                for uid in again:
+                    del parked[uid]
+            candidates = list(fresh.values()) + [entry[0] for uid, entry in again.items() if uid not in fresh]
+            rows, refused = self._admit(name, candidates, queue_map, priority_classes, default_priority_class)
+            parked.update(refused)
+            stored = self.store.intake(rows, gone, now) if rows or gone else []
+            counts["taken"] += len(stored)
+            counts["parked"] += len(refused)
+            counts["left"] += len(gone)
+            if stored or gone:
+                log.info("intake.pods", cluster=name, stored=len(stored), left=len(gone), parked=len(parked))
+        return counts
+
+    # -- admission -----------------------------------------------------------------------
+    @staticmethod
+    def _gang_key(arrival: Arrival):
+        pod = arrival.pod
+        if pod.group_name:
+            return ("podgroup", pod.namespace, pod.group_name)
+        gang = pod.annotations.get(GANG_ID_ANNOTATION)
+        return ("gang", pod.namespace, gang) if gang else None
+
+    def _admit(self, cluster: str, candidates: list[Arrival], queues: Mapping, priority_classes: set[str],
+               default_pc: str) -> tuple[list[dict], dict[str, tuple[Arrival, str]]]:
+        rows: list[dict] = []
+        refused: dict[str, tuple[Arrival, str]] = {}
+        if not candidates:
+            return rows, refused
+        known = self.store.known_jobs(a.pod.job_id for a in candidates)
+        gangs: dict[tuple, list[tuple[Arrival, dict]]] = {}
+        known_gangs: set[str] = {gang for gang, _ in known.values() if gang}
+        for arrival in candidates:
+            pod = arrival.pod
+            if pod.job_id in known:
+                continue          # stored already (by this leader or an earlier one): nothing to do
+            if pod.gated:
+                refused[pod.uid] = (arrival, "")   # kube-scheduler's own rule: nothing is said of a gated pod
+                continue
+            row, why = self._row(cluster, arrival, queues, priority_classes, default_pc)
+            if why is not None:
+                refused[pod.uid] = (arrival, why)
+                continue
+            gang = self._gang_key(arrival)
+            if gang is None:
+                rows.append(row)
+            else:
+                gangs.setdefault(gang, []).append((arrival, row))
+        for gang, members in sorted(gangs.items()):
+            kind, namespace, name = gang
+            first = members[0][0]
+            if kind == "podgroup":
+                gang_id = f"podgroup/{namespace}/{name}"
+                minimum = first.group_min
+                if gang_id in known_gangs or self._gang_stored(members[0][1]["queue"], gang_id):
+                    for _, row in members:   # its minimum is placed already: later pods go one by one
+                        rows.append(row)
+                    continue
+                if len(members) < minimum:
+                    for arrival, _ in members:
+                        refused[arrival.pod.uid] = (arrival, f"PodGroup {namespace}/{name}: {len(members)} of its "
+                                                             f"minMember {minimum} pods waiting")
+                    continue
+                for _, row in members:
+                    annotations = json.loads(row["annotations"])
+                    annotations[GANG_MIN_AVAILABLE_ANNOTATION] = str(minimum)
+                    row.update(gang_id=gang_id, gang_cardinality=len(members), gang_pods=len(members),
+                               annotations=_dump(annotations))
+                    rows.append(row)
+                continue
+            gang_id = f"{namespace}/{name}"
+            cardinality = int(first.pod.annotations[GANG_CARDINALITY_ANNOTATION])
+            mismatch = [a for a, _ in members if a.pod.annotations.get(GANG_CARDINALITY_ANNOTATION)
+                        != first.pod.annotations[GANG_CARDINALITY_ANNOTATION]]
+            if mismatch:
+                detail = ", ".join(f"{a.pod.name} says {a.pod.annotations.get(GANG_CARDINALITY_ANNOTATION)}"
+                                   for a, _ in members)
+                for arrival, _ in members:
+                    refused[arrival.pod.uid] = (arrival, f"metadata.annotations.{GANG_CARDINALITY_ANNOTATION}: gang "
+                                                         f"{name!r} has inconsistent cardinality ({detail})")
+                continue
+            if len(members) != cardinality:
+                for arrival, _ in members:
+                    refused[arrival.pod.uid] = (arrival, f"gang {name!r}: {len(members)} of its {cardinality} pods "
+                                                         f"waiting")
+                continue
+            for _, row in members:
+                row.update(gang_id=gang_id, gang_cardinality=cardinality, gang_pods=cardinality)
+                rows.append(row)
+        return rows, refused
+
+    def _gang_stored(self, queue: str, gang_id: str) -> bool:
+        return self.store.gang_known(queue, gang_id)
+
+    def _row(self, cluster: str, arrival: Arrival, queues: Mapping, priority_classes: set[str],
+             default_pc: str) -> tuple[dict | None, str | None]:
+        """The job row for a pod, or why it is refused (naming the field, the namespace, the queue)."""
+        pod = arrival.pod
+        if pod.problems:
+            return None, "; ".join(f"{path}: {why}" for path, why in pod.problems)
+        queue_name = pod.labels.get(QUEUE_LABEL) or arrival.namespace_queue
+        if not queue_name:
+            return None, (f"no queue: label the pod or its namespace {pod.namespace!r} with {QUEUE_LABEL}")
+        queue = queues.get(queue_name)
+        where = "pod label" if pod.labels.get(QUEUE_LABEL) else f"label of namespace {pod.namespace!r}"
+        if queue is None:
+            return None, f"queue {queue_name!r} (from the {where} {QUEUE_LABEL}) does not exist"
+        if pod.namespace not in queue.namespaces:
+            allowed = ", ".join(queue.namespaces) or "none"
+            return None, (f"namespace {pod.namespace!r} may not use queue {queue_name!r} (the queue's namespaces: "
+                          f"{allowed})")
+        priority_class = pod.priority_class or default_pc
+        if priority_class not in priority_classes:
+            return None, (f"spec.priorityClassName: {priority_class!r} is not a Flotilla priority class (known: "
+                          f"{', '.join(sorted(priority_classes))})")
+        annotations = {POD_UID: pod.uid, POD_NAMESPACE: pod.namespace, POD_NAME: pod.name,
+                       OWNER_ANNOTATION: pod.namespace}
+        if pod.group_name:
+            if arrival.group_problem:
+                return None, f"metadata.annotations.scheduling.k8s.io/group-name: {arrival.group_problem}"
+            if arrival.group_min is None:
+                return None, f"PodGroup {pod.namespace}/{pod.group_name} does not exist (yet)"
+            if GANG_ID_ANNOTATION in pod.annotations:
+                return None, (f"metadata.annotations: give either scheduling.k8s.io/group-name or "
+                              f"{GANG_ID_ANNOTATION}, not both")
+        else:
+            gang = pod.annotations.get(GANG_ID_ANNOTATION)
+            text = pod.annotations.get(GANG_CARDINALITY_ANNOTATION)
+            if gang is not None or text is not None:
+                if not gang:
+                    return None, (f"metadata.annotations.{GANG_ID_ANNOTATION}: a gang needs both {GANG_ID_ANNOTATION} "
+                                  f"and {GANG_CARDINALITY_ANNOTATION}; gangId is missing")
+                try:
+                    cardinality = int(text) if text is not None else 0
+                except ValueError:
+                    cardinality = 0
+                if cardinality < 1:
+                    return None, (f"metadata.annotations.{GANG_CARDINALITY_ANNOTATION}: gang cardinality must be a "
+                                  f"whole number of pods, at least 1; got {text!r}")
+                annotations[GANG_ID_ANNOTATION] = gang
+                annotations[GANG_CARDINALITY_ANNOTATION] = str(cardinality)
+                minimum = pod.annotations.get(GANG_MIN_AVAILABLE_ANNOTATION)
+                if minimum is not None:
+                    problem = parse_min_available(minimum, cardinality)
+                    if isinstance(problem, str):
+                        return None, f"metadata.annotations.{GANG_MIN_AVAILABLE_ANNOTATION}: {problem}"
+                    annotations[GANG_MIN_AVAILABLE_ANNOTATION] = minimum
+            elif GANG_MIN_AVAILABLE_ANNOTATION in pod.annotations:
+                return None, (f"metadata.annotations.{GANG_MIN_AVAILABLE_ANNOTATION}: only a gang has a minimum; "
+                              f"set {GANG_ID_ANNOTATION} too")
+        spec_pod: dict = {"requests": dict(pod.requests)}
+        if pod.node_selector:
+            spec_pod["nodeSelector"] = dict(pod.node_selector)
+        if pod.tolerations:
+            spec_pod["tolerations"] = [dict(t) for t in pod.tolerations]
+        if pod.host_ports:
+            spec_pod["hostPorts"] = [list(p) for p in pod.host_ports]
+        if pod.node_affinity:
+            spec_pod["nodeAffinity"] = pod.node_affinity
+        job_set = pod.labels.get(JOB_SET_LABEL) or pod.owner or pod.name
+        return {
+            "id": pod.job_id, "queue": queue_name, "job_set": job_set, "owner": pod.namespace, "priority": 0,
+            "priority_class": priority_class, "submitted": pod.submitted, "pods": _dump([spec_pod]), "npods": 1,
+            "gang_id": None, "gang_cardinality": None, "gang_pods": None, "grace_period": pod.grace_period,
+            "deadline": pod.deadline, "annotations": _dump(annotations),
+            "spec": _dump({"cluster": cluster, "pod": {"namespace": pod.namespace, "name": pod.name, "uid": pod.uid}}),
+            "pod_namespace": pod.namespace, "pod_name": pod.name, "pod_uid": pod.uid,
+        }, None
+
+    # -- why not ---------------------------------------------------------------------------
+    def explain(self, backends: Mapping[str, object], decisions, queued: Mapping[str, tuple], scheduled: set[str]
+                ) -> None:
+        """Tell each waiting pod why: a parked one its refusal, a stored one still queued the scheduler's reason
+        (at most :data:`REPORT_LIMIT` per cluster and cycle, taking turns; repeats cost no write)."""
+        if decisions is None:
+            return
+        for name, backend in sorted(self.backends(backends).items()):
+            pods = backend.waiting_pods()
+            parked = self.parked.get(name, {})
+            notes = []
+            start = self._report_from.get(name, 0) % max(1, len(pods))
+            turn = pods[start:] + pods[:start]
+            for pod in turn[:REPORT_LIMIT]:
+                entry = parked.get(pod.uid)
+                if entry is not None:
+                    if entry[1]:      # refused or waiting for its gang: told why (a gated pod: nothing)
+                        notes.append((pod.namespace, pod.name, pod.uid, entry[1]))
+                    continue
+                held = queued.get(pod.job_id)
+                if held is None or pod.job_id in scheduled:
+                    continue
+                notes.append((pod.namespace, pod.name, pod.uid, decisions.explain(held[1][0])))
+            self._report_from[name] = start + REPORT_LIMIT
+            backend.report_waiting(notes)
+
+
+__all__ = ["ClusterIntake", "REPORT_LIMIT"]

@@ -1,0 +1,149 @@
+"""In-cluster pods without a cluster: what is read off a pod, the admission rules, the store's idempotent intake,
+the queue API's ``namespaces`` (the KWOK tests are in test_kwok_incluster.py)."""
+
+from __future__ import annotations
+
+from fastapi.testclient import TestClient
+
+from flotilla.kubernetes.intake import Arrival, IntakeTracker, job_id_of, read_pod
+from flotilla.service.intake import ClusterIntake
+from flotilla.service.settings import QueueSpec
+from flotilla.service.store import Store
+
+UID = "0f1e2d3c-4b5a-6978-8796-a5b4c3d2e1f0"
+
+
+def pod(name="p", namespace="team-a", uid=UID, node=None, labels=None, annotations=None, **spec) -> dict:
+    body = {"schedulerName": "flotilla", "containers": [
+        {"name": "c", "resources": {"requests": {"cpu": "500m", "memory": "1Gi"}}},
+        {"name": "d", "resources": {"limits": {"cpu": "1"}}}],
+        "initContainers": [{"name": "i", "resources": {"requests": {"cpu": "2"}}}],
+        "overhead": {"cpu": "100m"}, **spec}
+    if node:
+        body["nodeName"] = node
+    return {"metadata": {"name": name, "namespace": namespace, "uid": uid, "labels": labels or {},
+                         "annotations": annotations or {}, "creationTimestamp": "2026-01-02T03:04:05Z",
+                         "ownerReferences": [{"kind": "Job", "name": "train", "controller": True}]},
+            "spec": body, "status": {"phase": "Pending"}}
+
+
+def test_a_pod_is_read_as_kube_scheduler_counts_it():
+    got = read_pod(pod(tolerations=[{"key": "gpu", "operator": "Exists"}], nodeSelector={"pool": "a"}))
+    # containers 0.5 + 1 = 1.5 cpu; the init container alone needs 2; overhead 0.1 on top.
+    assert dict(got.requests) == {"cpu": 2100, "memory": 2**30}
+    assert (got.job_id, got.owner, got.submitted) == ("0f1e2d3c4b5a69788796a5b4c3d2e1f0", "train", 1767323045.0)
+    assert dict(got.node_selector) == {"pool": "a"} and got.tolerations == ((("key", "gpu"), ("operator", "Exists")),)
+    assert got.problems == ()
+
+
+def test_placement_fields_flotilla_does_not_honour_are_named_by_path():
+    got = read_pod(pod(topologySpreadConstraints=[{"maxSkew": 1}], containers=[
+        {"name": "a", "ports": [{"containerPort": 80, "hostPort": 8080}]},
+        {"name": "b", "ports": [{"containerPort": 81, "hostPort": 8080}]}],
+        affinity={"nodeAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": {"nodeSelectorTerms": [
+            {"matchExpressions": [{"key": "k", "operator": "Bogus"}]}]}}}))
+    assert [path for path, _ in got.problems] == [
+        "spec.topologySpreadConstraints", "spec.containers[1].ports[0].hostPort",
+        "spec.affinity.nodeAffinity.requiredDuringSchedulingIgnoredDuringExecution.nodeSelectorTerms[0]."
+        "matchExpressions[0].operator"]
+
+
+def test_the_tracker_follows_watch_events_only():
+    tracker = IntakeTracker("flotilla", namespaces_synced=True, podgroups_synced=True)
+    tracker.on_namespace("ADDED", {"metadata": {"name": "team-a", "labels": {"flotilla.io/queue": "A"}}})
+    tracker.on_pod("ADDED", pod())
+    tracker.on_pod("ADDED", pod("other", uid="u2", schedulerName="default-scheduler"))
+    arrivals, gone = tracker.take()
+    assert [(a.pod.name, a.namespace_queue) for a in arrivals] == [("p", "A")] and gone == {}
+    tracker.on_pod("MODIFIED", pod())                                  # unchanged: nothing new
+    assert tracker.take() == ([], {})
+    tracker.on_pod("MODIFIED", pod(node="node-1"))                     # bound by someone else
+    assert tracker.take() == ([], {job_id_of(UID): "pod bound to node node-1 by someone else"})
+    tracker.on_pod("ADDED", pod("q", uid="u3"))
+    tracker.take()
+    tracker.on_pod("DELETED", pod("q", uid="u3"))
+    assert tracker.take() == ([], {"u3": "pod deleted while queued"})
+
+
+def queues():
+    return [QueueSpec("A", namespaces=("team-a",)), QueueSpec("B", namespaces=("team-b",))]
+
+
+def test_admission_rules_and_idempotent_intake(tmp_path):
+    store = Store(f"sqlite:///{tmp_path}/s.db")
+    store.sync_queues(queues())
+    intake = ClusterIntake(store)
+    arrivals = [Arrival(read_pod(pod()), "A"),
+                Arrival(read_pod(pod("b", namespace="team-b", uid="u-b")), "A"),
+                Arrival(read_pod(pod("c", uid="u-c", priorityClassName="nope")), "A"),
+                Arrival(read_pod(pod("d", uid="u-d")), None)]
+    rows, refused = intake._admit("east", arrivals, {q.name: q for q in queues()}, {"default"}, "default")
+    assert [r["id"] for r in rows] == [job_id_of(UID)]
+    assert {a.pod.name: why for a, why in refused.values()} == {
+        "b": "namespace 'team-b' may not use queue 'A' (the queue's namespaces: team-a)",
+        "c": "spec.priorityClassName: 'nope' is not a Flotilla priority class (known: default)",
+        "d": "no queue: label the pod or its namespace 'team-a' with flotilla.io/queue"}
+    assert store.intake(rows, {}) == [job_id_of(UID)]
+    assert store.intake(rows, {}) == []           # offered again (a new leader): stored once
+    job = store.get_job(job_id_of(UID))
+    assert (job["source"], job["pod"], job["jobSet"], job["owner"], job["state"]) == (
+        "cluster", {"namespace": "team-a", "name": "p", "uid": UID}, "train", "team-a", "queued")
+    assert store.queued_from_cluster("east") == {job_id_of(UID): UID}
+    assert store.intake([], {job_id_of(UID): "pod deleted while queued"}) == []
+    assert (store.get_job(job_id_of(UID))["state"], store.get_job(job_id_of(UID))["reason"]) == \
+        ("cancelled", "pod deleted while queued")
+    assert [e["kind"] for e in store.all_events()] == ["submitted", "queued", "cancelled"]
+    store.close()
+
+
+def test_a_gang_by_annotations_waits_for_all_its_members(tmp_path):
+    store = Store(f"sqlite:///{tmp_path}/s.db")
+    store.sync_queues(queues())
+    intake = ClusterIntake(store)
+    gang = {"armadaproject.io/gangId": "g", "armadaproject.io/gangCardinality": "3"}
+    members = [Arrival(read_pod(pod(f"g{i}", uid=f"u{i}", annotations=gang)), "A") for i in range(3)]
+    rows, refused = intake._admit("east", members[:2], {q.name: q for q in queues()}, {"default"}, "default")
+    assert rows == [] and {why for _, why in refused.values()} == {"gang 'g': 2 of its 3 pods waiting"}
+    rows, refused = intake._admit("east", members, {q.name: q for q in queues()}, {"default"}, "default")
+    assert refused == {} and [(r["gang_id"], r["gang_cardinality"]) for r in rows] == [("team-a/g", 3)] * 3
+    store.close()
+
+
+def test_the_queue_api_takes_namespaces_and_refuses_a_bad_one(tmp_path):
+    from flotilla.scheduler import Scheduler
+    from flotilla.service.server import build_service
+    from service_fixtures import config, headers
+
+    cfg = config()
+    service = build_service(cfg, Scheduler(cfg), store_url=f"sqlite:///{tmp_path}/api.db", backends={})
+    with TestClient(service.app) as client:
+        ok = client.post("/v1/queues", json={"name": "K", "namespaces": ["team-a", "team-b"]}, headers=headers("root"))
+        assert ok.status_code == 200, ok.text
+        assert client.get("/v1/queues/K", headers=headers("root")).json()["namespaces"] == ["team-a", "team-b"]
+        bad = client.post("/v1/queues", json={"name": "L", "namespaces": ["Team_A"]}, headers=headers("root"))
+        assert bad.status_code == 422 and "namespaces" in bad.text
+    service.close()
+
+
+def test_without_the_podgroup_crd_such_pods_are_refused_saying_so(tmp_path):
+    store = Store(f"sqlite:///{tmp_path}/s.db")
+    store.sync_queues(queues())
+    tracker = IntakeTracker("flotilla", namespaces_synced=True, podgroups_synced=True)
+    tracker.on_namespace("ADDED", {"metadata": {"name": "team-a", "labels": {"flotilla.io/queue": "A"}}})
+    tracker.on_pod("ADDED", pod(annotations={"scheduling.k8s.io/group-name": "pg"}))
+    tracker.set_podgroups_problem("the PodGroup CRD (/apis/scheduling.volcano.sh/v1beta1/podgroups) is not "
+                                  "installed on cluster east")
+    arrivals, _ = tracker.take()
+    rows, refused = ClusterIntake(store)._admit("east", arrivals, {q.name: q for q in queues()}, {"default"},
+                                                "default")
+    assert rows == [] and [why for _, why in refused.values()] == [
+        "metadata.annotations.scheduling.k8s.io/group-name: the PodGroup CRD "
+        "(/apis/scheduling.volcano.sh/v1beta1/podgroups) is not installed on cluster east"]
+    # The CRD installed, its PodGroup (minMember 1) seen: the pod is offered again and stored as a gang of one.
+    tracker.set_podgroups_problem(None)
+    tracker.on_podgroup("ADDED", {"metadata": {"namespace": "team-a", "name": "pg"}, "spec": {"minMember": 1}})
+    arrivals, _ = tracker.take()
+    rows, refused = ClusterIntake(store)._admit("east", arrivals, {q.name: q for q in queues()}, {"default"},
+                                                "default")
+    assert refused == {} and [(r["gang_id"], r["gang_cardinality"]) for r in rows] == [("podgroup/team-a/pg", 1)]
+    store.close()
