@@ -14,7 +14,7 @@ from __future__ import annotations
 import gc
 import random
 import time
-from typing import Mapping, Sequence
+from typing import Callable, Mapping, Sequence
 
 import structlog
 
@@ -92,8 +92,12 @@ class Scheduler:
         return session
 
     def run_cycle(self, snapshot: Snapshot, rng: random.Random | None = None,
-                  backends: Mapping | None = None, actions: Sequence | None = None) -> Decisions:
+                  backends: Mapping | None = None, actions: Sequence | None = None, head: int = 0,
+                  head_key: Callable | None = None) -> Decisions:
         """Run the actions on ``snapshot``; ``backends`` (by cluster name) receive the lease.
+
+        With ``head``, the decisions also hold each queue's first ``head``
+        waiting jobs in order (``Decisions.heads``; distinct by ``head_key``).
 
         Python's cyclic garbage collector is paused for the cycle: a cycle
         allocates hundreds of thousands of small tuples (heap entries, index
@@ -105,13 +109,13 @@ class Scheduler:
         paused = gc.isenabled()
         gc.disable()
         try:
-            return self._run_cycle(snapshot, rng, backends, actions)
+            return self._run_cycle(snapshot, rng, backends, actions, head, head_key)
         finally:
             if paused:
                 gc.enable()
 
     def _run_cycle(self, snapshot: Snapshot, rng: random.Random | None, backends: Mapping | None,
-                   actions: Sequence | None) -> Decisions:
+                   actions: Sequence | None, head: int = 0, head_key: Callable | None = None) -> Decisions:
         started = time.perf_counter()
         state = self.state if self.state is not None else CycleState()
         self.state = None  # until the cycle ends well: a failure part-way leaves no half-changed state
@@ -120,7 +124,7 @@ class Scheduler:
         opened = time.perf_counter()
         for action in actions if actions is not None else self.actions:
             action.execute(session)
-        decisions = session.close()
+        decisions = session.close(head, head_key)
         self.pm.hook.flotilla_session_close(session=session, decisions=decisions)
         if self.keep_state:
             state.commit_cycle(session)

@@ -9,7 +9,7 @@ so a plugin package's tests use them with no import and no conftest:
         result = flotilla_cycle(STATE, plugins=[{"name": "tiers", "args": {"tiers": {"prod": 0}}},
                                                 "bestfit", "gang", "priorityclass", "predicates"])
         assert result.scheduled == {"p-1": "node-1"}
-        assert result.queued == {"b-1": "0/1 nodes fit: 1 insufficient cpu"}
+        assert result.queued == {"b-1": "0/1 nodes are available: 1 Insufficient cpu"}
 
 ``flotilla_cycle(state, plugins=None, config=None, seed=0) -> CycleResult``
     One cycle of every configured action but ``lease``, exactly as

@@ -41,7 +41,7 @@ def test_full_node_examines_one_job_per_queue_and_shape():
     assert decisions.counters["skipped"] == skipped
     assert decisions.counters["considered"] == 4 + skipped
     reasons = decisions.reasons
-    short = "0/1 nodes fit: 1 insufficient cpu"
+    short = "0/1 nodes are available: 1 Insufficient cpu"
     # a-1 .. a-50 were passed over (50 = the lookahead); the rest of A was never reached.
     assert {job_id: reasons[job_id] for job_id in (f"a-{i}" for i in range(1, 100))} == {
         f"a-{i}": short if i <= 50 else "lookahead 50 reached in queue A" for i in range(1, 100)}

@@ -116,10 +116,17 @@ def test_a_plugin_list_without_predicates_still_refuses_tainted_and_non_matching
     out = run_once(tmp_path, config(plugins="plugins: [{name: drf}]"), state)
     assert placements(out) == {"tol-1": "gpu-1", "tol-2": "drain-1", "big-1": "plain-1"}
     assert out["queued"] == ["big-2", "big-3", "big-4", "sel-1", "sel-2"]
-    assert out["reasons"]["sel-1"] == ("0/4 nodes match: 2 didn't match nodeSelector kind=gpu, "
-                                       "1 had untolerated taint nvidia.com/gpu=present:NoSchedule, 1 unschedulable")
-    assert out["reasons"]["sel-2"] == "0/4 nodes match: 3 didn't match nodeSelector kind=disk, 1 unschedulable"
-    assert out["reasons"]["big-2"] == "0/1 nodes fit: 1 insufficient cpu"
+    assert out["reasons"]["sel-1"] == (
+        "0/4 nodes are available: 1 node(s) didn't match Pod's node affinity/selector, "
+        "1 node(s) had untolerated taint {maintenance: }, 1 node(s) had untolerated taint {nvidia.com/gpu: present}, "
+        "1 node(s) were unschedulable")
+    assert out["reasons"]["sel-2"] == (
+        "0/4 nodes are available: 1 node(s) didn't match Pod's node affinity/selector, "
+        "1 node(s) had untolerated taint {maintenance: }, 1 node(s) had untolerated taint {nvidia.com/gpu: present}, "
+        "1 node(s) were unschedulable")
+    assert out["reasons"]["big-2"] == (
+        "0/4 nodes are available: 1 Insufficient cpu, 1 node(s) had untolerated taint {maintenance: }, "
+        "1 node(s) had untolerated taint {nvidia.com/gpu: present}, 1 node(s) were unschedulable")
 
 
 def test_listing_predicates_changes_nothing(tmp_path):

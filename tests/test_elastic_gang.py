@@ -37,7 +37,7 @@ def test_minimum_four_of_eight_with_room_for_six_then_the_rest_when_room_frees()
     assert placed == {"e-1": ("c1", "c1-2"), "e-2": ("c1", "c1-2"), "e-3": ("c1", "c1-2"), "e-4": ("c1", "c1-2"),
                       "e-5": ("c1", "c1-1"), "e-6": ("c1", "c1-1")}
     # c2 has room for 3, but the gang runs on c1 only.
-    assert first.reasons == {"e-7": "0/2 nodes fit: 2 insufficient cpu", "e-8": "0/2 nodes fit: 2 insufficient cpu"}
+    assert first.reasons == {"e-7": "0/2 nodes are available: 2 Insufficient cpu", "e-8": "0/2 nodes are available: 2 Insufficient cpu"}
 
     # Next cycle: the six run, x has finished.
     running = [replace(p.job, state=JobState.RUNNING, cluster=p.cluster, node=p.node) for p in first.scheduled]

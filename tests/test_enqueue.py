@@ -30,7 +30,7 @@ def test_jobs_that_fit_no_node_are_set_aside_with_the_reason(tmp_path):
     assert placements(out) == {"fine": "node-1"}
     assert out["reasons"] == {
         "huge": "fits no node: cpu 64 > largest 32",
-        "nowhere": "0/2 nodes match: 2 didn't match nodeSelector zone=b",
+        "nowhere": "0/2 nodes are available: 2 node(s) didn't match Pod's node affinity/selector",
         "g-1": "gang g: g-2: fits no node: cpu 40 > largest 32",
         "g-2": "fits no node: cpu 40 > largest 32",
     }
@@ -56,6 +56,6 @@ def test_set_aside_once_then_skipped_until_the_nodes_change(tmp_path):
     big.queued = [j for j in big.queued if j.id != "fine"]
     third = scheduler.run_cycle(big)
     assert {p.job.id: p.node for p in third.scheduled} == {"g-1": "node-1", "g-2": "node-3"}
-    assert third.reasons == {"huge": "0/3 nodes fit: 3 insufficient cpu",
-                             "nowhere": "0/3 nodes match: 3 didn't match nodeSelector zone=b"}
+    assert third.reasons == {"huge": "0/3 nodes are available: 3 Insufficient cpu",
+                             "nowhere": "0/3 nodes are available: 3 node(s) didn't match Pod's node affinity/selector"}
     assert set(enqueue.set_aside) == {"nowhere"}

@@ -169,7 +169,7 @@ jobs:
     # Best fit would stack every job on node-1; 8080/TCP is held there, then on node-2 and node-3 in turn.
     assert placements(out) == {"q-1": "node-2", "q-2": "node-3", "u-1": "node-1", "n-1": "node-1"}
     assert out["reasons"] == {
-        "q-3": "no node that fits has host port 8080/TCP free"}
+        "q-3": "0/3 nodes are available: 3 node(s) didn't have free ports for the requested pod ports"}
 
 
 def test_preempting_for_a_host_port_takes_its_holder(tmp_path):
@@ -203,7 +203,7 @@ jobs:
 """
     out = run_once(tmp_path, config(extra="evict: {probability: 0}"), state)
     assert placements(out) == {} and out["preempted"] == []
-    assert out["reasons"] == {"urgent": "no node that fits has host port 8080/TCP free"}
+    assert out["reasons"] == {"urgent": "0/1 nodes are available: 1 node(s) didn't have free ports for the requested pod ports"}
 
 
 def test_served_jobs_with_one_host_port_land_on_distinct_nodes_of_a_simulated_cluster(tmp_path):
@@ -286,7 +286,7 @@ def test_required_node_affinity_places_jobs_only_on_matching_nodes(tmp_path, ter
 def test_a_term_with_nothing_and_no_terms_match_no_node(tmp_path, terms):
     nodes, reasons = _whole_nodes(tmp_path, _required(*terms), copies=1)
     assert nodes == set()
-    assert reasons == {"j0": "0/6 nodes match: 6 didn't match node affinity"}
+    assert reasons == {"j0": "0/6 nodes are available: 6 node(s) didn't match Pod's node affinity/selector"}
 
 
 def test_preferred_node_affinity_orders_nodes_by_weight_within_the_required(tmp_path):
@@ -346,5 +346,5 @@ def test_served_jobs_with_required_node_affinity_run_only_where_it_matches(tmp_p
     assert store.get_job(ids[0])["node"] == "c2-node-2"
     assert store.get_job(ids[1])["state"] == "queued"
     (pod,) = [pod for pod in loop.last_decisions.queued if pod.id == ids[1]]
-    assert loop.last_decisions.explain(pod) == "0/4 nodes match: 4 didn't match node affinity"
+    assert loop.last_decisions.explain(pod) == "0/4 nodes are available: 4 node(s) didn't match Pod's node affinity/selector"
     store.close()

@@ -210,7 +210,7 @@ def test_the_seed_two_queue_example_through_pods(harness):
             "18 pods told why")
         waiting = [p for p in live(pods, "team-b") if not p["spec"].get("nodeName")]
         assert len(waiting) == 18
-        assert {condition(p, "PodScheduled")["message"] for p in waiting} == {"flotilla: 0/2 nodes fit: 2 insufficient cpu"}
+        assert {condition(p, "PodScheduled")["message"] for p in waiting} == {"flotilla: 0/2 nodes are available: 2 Insufficient cpu"}
         assert {(condition(p, "PodScheduled")["status"], condition(p, "PodScheduled")["reason"]) for p in waiting} \
             == {("False", "Unschedulable")}
     finally:

@@ -205,10 +205,10 @@ jobs:
               for q in "ab" for i in range(1, 5))
     out = run_once(tmp_path, config(plugins=plugins), state)
     assert placements(out) == {"b-1": "node-1", "b-2": "node-1", "b-3": "node-1", "b-4": "node-1"}
-    assert out["reasons"] == {f"a-{i}": "0/1 nodes fit: 1 insufficient cpu" for i in range(1, 5)}
+    assert out["reasons"] == {f"a-{i}": "0/1 nodes are available: 1 Insufficient cpu" for i in range(1, 5)}
     limited = run_once(tmp_path, config("queues: [{name: A}, {name: B, limits: {cpu: 0.5}}]", plugins), state)
     assert placements(limited) == {"b-1": "node-1", "b-2": "node-1", "a-1": "node-1", "a-2": "node-1"}
-    assert limited["reasons"] == {"a-3": "0/1 nodes fit: 1 insufficient cpu", "a-4": "0/1 nodes fit: 1 insufficient cpu",
+    assert limited["reasons"] == {"a-3": "0/1 nodes are available: 1 Insufficient cpu", "a-4": "0/1 nodes are available: 1 Insufficient cpu",
                                   "b-3": "queue B at its cpu limit 0.5", "b-4": "queue B at its cpu limit 0.5"}
 
 

@@ -31,7 +31,7 @@ def test_a_small_job_no_longer_evicts_the_only_job_of_a_queue_it_would_leave_at_
     """The default config: A's 3-core preemptible job waits; B keeps its 20-core job; nothing is evicted."""
     decisions = cycle(None, STATE)
     assert decisions.scheduled == [] and decisions.preempted == []
-    assert decisions.reasons == {"a-2": "0/1 nodes fit: 1 insufficient cpu"}
+    assert decisions.reasons == {"a-2": "0/1 nodes are available: 1 Insufficient cpu"}
     assert (decisions.counters.get("evicted", 0), decisions.counters.get("protected", 0)) == (0, 1)
     assert {name: q.allocated for name, q in decisions.queues.items()} == {"A": {"cpu": "10"}, "B": {"cpu": "20"}}
 
@@ -197,10 +197,10 @@ def test_the_policies_guide_examples_run_as_written_with_the_outcomes_it_states(
     assert once == ["schedule-once", "--state", "examples/policies/protected-fair-share-state.yaml"]
     out = run_documented(once)
     assert (out["scheduled"], out["preempted"]) == ([], [])
-    assert out["reasons"] == {"a-2": "0/1 nodes fit: 1 insufficient cpu"}
+    assert out["reasons"] == {"a-2": "0/1 nodes are available: 1 Insufficient cpu"}
     assert out["queues"]["B"]["share"] == 0.625
     monkeypatch.chdir(ROOT)
-    assert "`a-2` waits\nwith `0/1 nodes fit: 1 insufficient cpu`" in text
+    assert "`a-2` waits\nwith `0/1 nodes are available: 1 Insufficient cpu`" in text
 
     # The table's two rows: the example's config as written, then with the floor off.
     floor_off = tmp_path / "floor-off.yaml"

@@ -106,7 +106,7 @@ def check_two_queues_cycle(stdout: str) -> None:
     assert out["scheduled"] == [{"job": f"b-{i}", "cluster": "sim", "node": "node-2"} for i in range(1, 33)]
     assert out["preempted"] == [f"a-{i}" for i in range(33, 41)]
     assert out["queued"] == [f"b-{i}" for i in range(33, 51)]
-    assert out["reasons"]["b-33"] == "0/2 nodes fit: 2 insufficient cpu"
+    assert out["reasons"]["b-33"] == "0/2 nodes are available: 2 Insufficient cpu"
     assert out["queues"] == {"A": {"fairShare": 0.5, "share": 0.5, "allocated": {"cpu": "32"}},
                              "B": {"fairShare": 0.5, "share": 0.5, "allocated": {"cpu": "32"}}}
 

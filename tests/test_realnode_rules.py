@@ -146,7 +146,7 @@ def test_required_node_affinity_on_the_real_node(real_node, tmp_path):
         assert job_pods(real_node).get(here, {}).get("spec", {}).get("affinity") in (None, _affinity("real-1"))
         reason = wait_for(lambda: waiting_reason(srv, nowhere), timeout=30)
         assert status(srv, nowhere)["state"] == "queued"
-        assert reason == "0/1 nodes match: 1 didn't match node affinity"
+        assert reason == "0/1 nodes are available: 1 node(s) didn't match Pod's node affinity/selector"
         assert nowhere not in job_pods(real_node)
     finally:
         srv.kill()
@@ -163,7 +163,7 @@ def test_two_jobs_with_one_host_port_take_turns_on_the_real_node(real_node, tmp_
         wait_for(lambda: status(srv, first)["state"] == "running", timeout=60)
         assert status(srv, second)["state"] == "queued"
         assert wait_for(lambda: waiting_reason(srv, second), timeout=30) == \
-            "no node that fits has host port 8080/TCP free"
+            "0/1 nodes are available: 1 node(s) didn't have free ports for the requested pod ports"
         for job_id in (first, second):
             wait_for(lambda: status(srv, job_id)["state"] == "succeeded", timeout=60)
         evs = events(srv)

@@ -182,7 +182,7 @@ def test_a_backfill_job_never_reserves_so_never_preempts_another_backfill_job():
     cfg = reserve_config()
     decisions = Scheduler(cfg).run_cycle(parse_state(textwrap.dedent(BACKFILL_HEAD), "s.yaml", cfg))
     assert decisions.scheduled == [] and decisions.preempted == []
-    assert decisions.reasons == {"g-1": "0/1 nodes fit: 1 insufficient cpu"}
+    assert decisions.reasons == {"g-1": "0/1 nodes are available: 1 Insufficient cpu"}
     assert decisions.counters["reserved_units"] == 0
 
 
@@ -223,8 +223,8 @@ def test_a_job_back_in_its_queue_waits_reservation_after_again_before_it_reserve
     for now in (3660, 3900, 4259, 4260):
         snapshot.now = now
         reasons[now] = scheduler.run_cycle(snapshot).reasons["j-1"]
-    assert reasons == {3660: "0/1 nodes fit: 1 insufficient cpu", 3900: "0/1 nodes fit: 1 insufficient cpu",
-                       4259: "0/1 nodes fit: 1 insufficient cpu", 4260: "waiting for 1 reserved node (node-1)"}
+    assert reasons == {3660: "0/1 nodes are available: 1 Insufficient cpu", 3900: "0/1 nodes are available: 1 Insufficient cpu",
+                       4259: "0/1 nodes are available: 1 Insufficient cpu", 4260: "waiting for 1 reserved node (node-1)"}
 
 
 # The reservation example's stream and gang, with twice its backfill: fill's head jobs wait past ``after``.

@@ -20,7 +20,7 @@ def test_two_queue_preemption_to_fair_share(tmp_path):
         "B": {"fairShare": 0.5, "share": 0.5, "allocated": {"cpu": "32"}},
     }
     assert set(out["reasons"]) == set(out["queued"])
-    assert out["reasons"]["b-33"] == "0/2 nodes fit: 2 insufficient cpu"
+    assert out["reasons"]["b-33"] == "0/2 nodes are available: 2 Insufficient cpu"
 
 
 def test_non_queue_aware_packing_mixes_queues_on_a_node(tmp_path):
@@ -206,9 +206,11 @@ jobs:
     out = run_once(tmp_path, config(), state)
     assert placements(out) == {"t-1": "gpu-1", "c-1": "cpu-1"}
     assert out["queued"] == ["c-2", "s-1"]
-    assert out["reasons"]["s-1"] == ("0/2 nodes match: 1 didn't match nodeSelector kind=gpu, "
-                                     "1 had untolerated taint nvidia.com/gpu=present:NoSchedule")
-    assert out["reasons"]["c-2"] == "0/1 nodes fit: 1 insufficient cpu"
+    assert out["reasons"]["s-1"] == ("0/2 nodes are available: 1 node(s) didn't match Pod's node affinity/selector, "
+                                     "1 node(s) had untolerated taint {nvidia.com/gpu: present}")
+    # The full node and the tainted one are both counted (kube-scheduler's wording and counts).
+    assert out["reasons"]["c-2"] == \
+        "0/2 nodes are available: 1 Insufficient cpu, 1 node(s) had untolerated taint {nvidia.com/gpu: present}"
 
 
 def test_unschedulable_job_at_the_head_of_a_queue_blocks_nothing(tmp_path):
@@ -216,7 +218,7 @@ def test_unschedulable_job_at_the_head_of_a_queue_blocks_nothing(tmp_path):
     out = run_once(tmp_path, config(), state)
     assert sorted(placements(out)) == [f"a-{i}" for i in range(1, 6)]
     assert out["queued"] == ["big-1"]
-    assert out["reasons"]["big-1"] == "0/2 nodes fit: 2 insufficient cpu"
+    assert out["reasons"]["big-1"] == "0/2 nodes are available: 2 Insufficient cpu"
 
 
 def test_lookahead_gives_up_on_a_queue_and_says_so(tmp_path):

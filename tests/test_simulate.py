@@ -358,7 +358,7 @@ def test_no_progress_exits_with_a_clear_message(tmp_path):
     assert result.exit_code == EXIT_NO_PROGRESS
     line = result.stderr.strip().splitlines()[-1]
     assert line.startswith("error: no progress at t=1m: 1 job(s) can never start")
-    assert "B-1: 0/2 nodes fit: 2 insufficient cpu" in line
+    assert "B-1: 0/2 nodes are available: 2 Insufficient cpu" in line
     partial = json.loads((tmp_path / "r.json").read_text())
     assert partial["queues"]["A"]["finished"] == 2 and "no progress" in partial["error"]
 

@@ -53,7 +53,7 @@ def test_a_cycle_is_the_one_schedule_once_runs(flotilla_cycle, tmp_path):
     result = flotilla_cycle(state)
     assert result.scheduled == {f"b-{i}": "node-2" for i in range(1, 33)}
     assert result.preempted == [f"a-{i}" for i in range(33, 41)]
-    assert result.queued == {f"b-{i}": "0/2 nodes fit: 2 insufficient cpu" for i in range(33, 51)}
+    assert result.queued == {f"b-{i}": "0/2 nodes are available: 2 Insufficient cpu" for i in range(33, 51)}
     assert result.shares == {"A": 0.5, "B": 0.5}
     assert result.output == run_once(tmp_path, None, state.read_text())
 
@@ -64,7 +64,7 @@ def test_a_plugin_class_runs_in_the_list_before_its_package_is_installed(flotill
                                  queued={"a-1": "job set x is refused", "b-1": "job set x is refused"},
                                  shares={"A": 0.25, "B": 0.5}, output=result.output)
     # The class alone is the plugin with no arguments.
-    assert flotilla_cycle(SMALL, plugins=BUILT_INS + [RefuseJobSet]).queued == {"b-2": "0/1 nodes fit: 1 insufficient cpu"}
+    assert flotilla_cycle(SMALL, plugins=BUILT_INS + [RefuseJobSet]).queued == {"b-2": "0/1 nodes are available: 1 Insufficient cpu"}
 
 
 def test_state_and_config_come_as_text_files_or_mappings(flotilla_cycle, tmp_path):

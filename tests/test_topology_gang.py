@@ -135,7 +135,7 @@ def test_an_elastic_topology_gang_adds_its_members_in_its_rack_only(tmp_path):
     first = scheduler.run_cycle(snapshot)
     assert {p.job.id: p.node for p in first.scheduled} == {"g-1": "n5", "g-2": "n5"}
     # Searched in r2 only: its four nodes, none with room.
-    assert first.reasons["g-3"] == "0/4 nodes fit: 4 insufficient cpu"
+    assert first.reasons["g-3"] == "0/4 nodes are available: 4 Insufficient cpu"
 
     # Next cycle: x6 has finished, so n6 (r2) has room; g-3 and g-4 go there.
     running = [replace(p.job, state=JobState.RUNNING, cluster=p.cluster, node=p.node) for p in first.scheduled]

@@ -29,12 +29,17 @@ from test_service_e2e import CONFIG
 # -- metrics: bounded labels (findings 5 and 6) ------------------------------------------------------------
 #: One reason as each producer words it (the file that makes it), and the category it counts under.
 PRODUCED_REASONS = [
-    ("0/4 nodes fit: 4 insufficient cpu", "insufficient_resources"),                   # core/whynot.py
-    ("2/4 nodes fit: room taken by other jobs this cycle", "insufficient_resources"),  # core/whynot.py
+    ("0/4 nodes are available: 4 Insufficient cpu", "insufficient_resources"),          # core/whynot.py
+    ("0/4 nodes are available: 3 Insufficient cpu, 1 node(s) were unschedulable", "insufficient_resources"),
+    ("2/4 nodes are available: room taken by other jobs this cycle", "insufficient_resources"),  # core/whynot.py
     ("fits no node: cpu 64 > largest 8", "insufficient_resources"),                     # actions/enqueue.py
-    ("0/4 nodes match: 4 didn't match nodeSelector project=secret-x", "node_selector"),  # core/feasibility.py
-    ("0/4 nodes match: 3 had untolerated taint gpu=yes:NoSchedule, 1 unschedulable", "taint"),
-    ("0/4 nodes match: 4 unschedulable", "unschedulable"),
+    ("0/4 nodes are available: 4 node(s) didn't match Pod's node affinity/selector", "node_selector"),  # feasibility
+    ("0/4 nodes are available: 3 node(s) had untolerated taint {gpu: yes}, 1 node(s) were unschedulable", "taint"),
+    ("0/4 nodes are available: 4 node(s) were unschedulable", "unschedulable"),
+    ("0/2 nodes are available: 1 Insufficient cpu, 1 node(s) didn't have free ports for the requested pod ports",
+     "insufficient_resources"),
+    ("0/2 nodes are available: 2 node(s) didn't have free ports for the requested pod ports", "host_ports"),
+    ("0/2 nodes are available: 2 node(s) were refused by a node filter", "other"),
     ("no nodes", "no_nodes"),                                                           # core/nodesearch.py
     ("queue A at its cpu limit 0.5", "queue_limit"),                                    # core/limits.py
     ("queue A is cordoned: it schedules nothing new", "queue_cordoned"),                # core/units.py
@@ -58,9 +63,9 @@ def test_every_produced_reason_has_its_category(reason, category):
 
 def test_categories_are_the_fixed_set_and_sum_counts():
     assert {category for _, category in PRODUCED_REASONS} == set(REASON_CATEGORIES)
-    assert reason_categories({"0/4 nodes match: 4 didn't match nodeSelector p=a": 2,
-                              "0/4 nodes match: 4 didn't match nodeSelector p=b": 3,
-                              "0/4 nodes fit: 4 insufficient cpu": 1}) == {"node_selector": 5,
+    assert reason_categories({"0/4 nodes are available: 4 node(s) didn't match Pod's node affinity/selector": 2,
+                              "0/5 nodes are available: 5 node(s) didn't match Pod's node affinity/selector": 3,
+                              "0/4 nodes are available: 4 Insufficient cpu": 1}) == {"node_selector": 5,
                                                                           "insufficient_resources": 1}
 
 
@@ -143,13 +148,13 @@ def test_metrics_stay_small_and_quote_no_job_spec_after_hostile_methods_and_sele
         bob.cookies.set("flotilla_token", "bob-token")
         alice_page = alice.get("/ui/queues/A")
         assert alice_page.status_code == 200
-        assert "didn&#39;t match nodeSelector project=secret-x-" in alice_page.text
+        assert "0/4 nodes are available: 4 node(s) didn&#39;t match Pod&#39;s node affinity/selector" in alice_page.text
         with srv.http("root") as root:   # an administrator reads them too
             root.cookies.set("flotilla_token", "admin-token")
-            assert "didn&#39;t match nodeSelector project=secret-x-" in root.get("/ui/queues/A").text
+            assert "0/4 nodes are available: 4 node(s) didn&#39;t match Pod&#39;s node affinity/selector" in root.get("/ui/queues/A").text
         bob_page = bob.get("/ui/queues/A")
         assert bob_page.status_code == 200
-        assert "secret-x" not in bob_page.text
+        assert "secret-x" not in bob_page.text and "affinity/selector" not in bob_page.text
         assert re.findall(r"<tr><td>(\w+)</td><td class=\"num\">(\d+)</td></tr>", bob_page.text) == [
             ("node_selector", "1000"), ("not_reached", "500")]
     finally:

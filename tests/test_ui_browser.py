@@ -84,7 +84,7 @@ def test_dashboard_in_chromium(tmp_path):
                 api_counts = alice.get("/v1/queues/A").json()["jobs"]
                 shown = {s: int(page.text_content(f'td[data-state="{s}"]')) for s in api_counts}
                 assert shown == api_counts
-                assert page.text_content("#reasons td") == "0/4 nodes fit: 4 insufficient cpu"
+                assert page.text_content("#reasons td") == "0/4 nodes are available: 4 Insufficient cpu"
 
                 # A job set, then a job: the table lists the set's jobs; the job page shows why it waits.
                 page.click('tr[data-jobset="huge"] a')
@@ -93,7 +93,7 @@ def test_dashboard_in_chromium(tmp_path):
                     sorted(big)
                 page.click(f'tr[data-job="{big[0]}"] a')
                 assert page.text_content("#state").strip() == "queued"
-                assert page.text_content("#waiting") == "0/4 nodes fit: 4 insufficient cpu"
+                assert page.text_content("#waiting") == "0/4 nodes are available: 4 Insufficient cpu"
                 assert page.locator("#events li").evaluate_all("items => items.map(i => i.dataset.kind)") == \
                     ["submitted", "queued"]
 

@@ -31,7 +31,6 @@ import time
 
 import structlog
 
-from flotilla.core.hostports import describe
 from flotilla.core.nodeindex import EVICTED
 from flotilla.actions.pickers import FlatPicker, TreePicker
 from flotilla.core.topology import GangPlace, gang_places, no_domain_reason, place_types
@@ -68,11 +67,6 @@ def requirements_key(job) -> tuple:
     return id(job.requests), job.priority_class, id(selector) if selector else 0, id(job.tolerations)
 
 
-def ports_failure(session, job, vec, types, queue) -> str | Shortfall:
-    """Why a job binding host ports found no node: its ports when some node has the room, else the room."""
-    if session.index.find(vec, EVICTED, types, "any", queue.name) is None:
-        return Shortfall(vec, EVICTED, types)
-    return f"no node that fits has host port {describe(job.host_ports)} free"
 
 
 class Allocate:
@@ -260,10 +254,10 @@ class Allocate:
             node = self._find(session, queue, job, vec, types)
         if node is None and job.host_ports:
             # Its ports, not its key, may be what failed: jobs of the same key without them are not misfits.
-            session.failures[job.id] = ports_failure(session, job, vec, types, queue)
+            session.failures[job.id] = Shortfall(vec, EVICTED, types, job)
             return False
         if node is None:
-            session.failures[job.id] = failure = Shortfall(vec, EVICTED, types)
+            session.failures[job.id] = failure = Shortfall(vec, EVICTED, types, job)
             if job.affinity is None:  # its types are its affinity's: not those of its key's other jobs
                 run.misfits.by_key[requirements_key(job)] = failure
             if run.covers_all:
@@ -335,7 +329,8 @@ class Allocate:
             return False
         node = self._find(session, queue, job, vec, types)
         if node is None:
-            session.failures[job.id] = Shortfall(vec, EVICTED, types)
+            cluster = place if place is None or place.__class__ is str else place.cluster
+            session.failures[job.id] = Shortfall(vec, EVICTED, types, job, cluster)
             return False
         stmt = session.statement()
         stmt.allocate(job, node)

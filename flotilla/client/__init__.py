@@ -21,9 +21,11 @@ from flotilla.client._sync import Client
 from flotilla.client.errors import (ApiError, BadRequest, Conflict, ConnectionFailed, ErrorBody, ErrorItem,
                                     FlotillaError, Forbidden, Invalid, NotFound, PayloadTooLarge, ServerError,
                                     Unauthorized)
-from flotilla.client.models import Cancellation, Event, Job, Queue, QueueDeletion, Submission, SubmittedJob
+from flotilla.client.models import (Cancellation, Event, Job, PendingJob, Queue, QueueDeletion, QueuePending, Submission,
+                                    SubmittedJob)
 
 __all__ = ["ApiError", "AsyncClient", "BadRequest", "Cancellation", "Client", "Conflict", "ConnectionFailed",
            "DEFAULT_URL", "ErrorBody", "ErrorItem", "Event", "FlotillaError", "Forbidden", "Invalid", "Job",
-           "NotFound", "PayloadTooLarge", "Queue", "QueueDeletion", "ServerError", "Submission", "SubmittedJob",
+           "NotFound", "PayloadTooLarge", "PendingJob", "Queue", "QueueDeletion", "QueuePending", "ServerError",
+           "Submission", "SubmittedJob",
            "Unauthorized", "client_config_path", "read_job_file", "resolve"]

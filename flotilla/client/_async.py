@@ -12,7 +12,7 @@ import httpx
 from flotilla.client._requests import (Call, Calls, event_line, headers, log_params, queue_body,
                                        raise_for_error, read_job_file, resolve, watch_params)
 from flotilla.client.errors import ConnectionFailed
-from flotilla.client.models import Cancellation, Event, Job, Queue, QueueDeletion, Submission
+from flotilla.client.models import Cancellation, Event, Job, Queue, QueueDeletion, QueuePending, Submission
 
 
 class AsyncClient:
@@ -140,6 +140,12 @@ class AsyncClient:
     async def queue(self, name: str) -> Queue:
         """One queue, with its job counts by state in ``jobs``."""
         return await self._send(Calls.queue(name))
+
+    async def pending(self, name: str, limit: int | None = None) -> QueuePending:
+        """Queue ``name``'s queued jobs from the head in scheduling order, with reasons and positions as of the last
+        cycle (at most ``limit``, 1..1000; the server's default 100). The queue's owners and administrators only:
+        to anyone else :class:`NotFound`, as for a missing queue."""
+        return await self._send(Calls.pending(name, limit))
 
     async def create_queue(self, name: str, *, weight: float = 1.0, limits: Mapping[str, float] | None = None,
                            owners: Iterable[str] = (), group_owners: Iterable[str] = (),

@@ -13,7 +13,7 @@ import httpx
 import yaml
 
 from flotilla.client.errors import error_for
-from flotilla.client.models import Cancellation, Job, Queue, QueueDeletion, Submission
+from flotilla.client.models import Cancellation, Job, Queue, QueueDeletion, QueuePending, Submission
 
 DEFAULT_URL = "http://127.0.0.1:8080"
 
@@ -137,6 +137,11 @@ class Calls:
     @staticmethod
     def queue(name: str) -> Call:
         return Call("GET", f"/v1/queues/{name}", Queue.parse)
+
+    @staticmethod
+    def pending(name: str, limit: int | None) -> Call:
+        return Call("GET", f"/v1/queues/{name}/pending", QueuePending.parse,
+                    params={"limit": limit} if limit is not None else None)
 
     @staticmethod
     def create_queue(body: dict) -> Call:

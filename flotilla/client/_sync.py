@@ -11,7 +11,7 @@ import httpx
 from flotilla.client._requests import (Call, Calls, event_line, headers, log_params, queue_body,
                                        raise_for_error, read_job_file, resolve, watch_params)
 from flotilla.client.errors import ConnectionFailed
-from flotilla.client.models import Cancellation, Event, Job, Queue, QueueDeletion, Submission
+from flotilla.client.models import Cancellation, Event, Job, Queue, QueueDeletion, QueuePending, Submission
 
 
 class Client:
@@ -137,6 +137,12 @@ class Client:
     def queue(self, name: str) -> Queue:
         """One queue, with its job counts by state in ``jobs``."""
         return self._send(Calls.queue(name))
+
+    def pending(self, name: str, limit: int | None = None) -> QueuePending:
+        """Queue ``name``'s queued jobs from the head in scheduling order, with reasons and positions as of the last
+        cycle (at most ``limit``, 1..1000; the server's default 100). The queue's owners and administrators only:
+        to anyone else :class:`NotFound`, as for a missing queue."""
+        return self._send(Calls.pending(name, limit))
 
     def create_queue(self, name: str, *, weight: float = 1.0, limits: Mapping[str, float] | None = None,
                      owners: Iterable[str] = (), group_owners: Iterable[str] = (),

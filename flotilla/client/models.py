@@ -61,6 +61,8 @@ class Job:
     started: float | None = None
     finished: float | None = None
     cancel_requested: bool = False
+    #: A queued job's place in its queue's scheduling order as of the last cycle (1: next); None otherwise.
+    position: int | None = None
     raw: Mapping[str, Any] = _raw()
 
     @classmethod
@@ -70,7 +72,45 @@ class Job:
                    priority_class=data.get("priorityClass"), cluster=data.get("cluster"), node=data.get("node"),
                    reason=data.get("reason"), retries=data.get("retries") or 0, submitted=data.get("submitted"),
                    started=data.get("started"), finished=data.get("finished"),
-                   cancel_requested=bool(data.get("cancelRequested", False)), raw=data)
+                   cancel_requested=bool(data.get("cancelRequested", False)), position=data.get("position"),
+                   raw=data)
+
+
+@dataclass(frozen=True)
+class PendingJob:
+    """One job of a queue's pending list: its position (1: next), why it waits, and what orders it."""
+
+    position: int
+    id: str
+    job_set: str
+    reason: str
+    priority: int = 0
+    priority_class: str | None = None
+    submitted: float | None = None
+    raw: Mapping[str, Any] = _raw()
+
+    @classmethod
+    def parse(cls, data: Mapping[str, Any]) -> PendingJob:
+        return cls(position=data["position"], id=data["id"], job_set=data.get("jobSet", ""),
+                   reason=data.get("reason", ""), priority=data.get("priority") or 0,
+                   priority_class=data.get("priorityClass"), submitted=data.get("submitted"), raw=data)
+
+
+@dataclass(frozen=True)
+class QueuePending:
+    """A queue's queued jobs from the head in scheduling order, as of cycle ``cycle``; ``queued``: how many now."""
+
+    queue: str
+    jobs: tuple[PendingJob, ...]
+    queued: int = 0
+    cycle: int | None = None
+    time: float | None = None
+    raw: Mapping[str, Any] = _raw()
+
+    @classmethod
+    def parse(cls, data: Mapping[str, Any]) -> QueuePending:
+        return cls(queue=data["queue"], jobs=tuple(PendingJob.parse(j) for j in data.get("jobs", [])),
+                   queued=data.get("queued") or 0, cycle=data.get("cycle"), time=data.get("time"), raw=data)
 
 
 @dataclass(frozen=True)
@@ -150,4 +190,5 @@ class QueueDeletion:
                    tuple(data.get("cancelling", [])), data)
 
 
-__all__ = ["Cancellation", "Event", "Job", "Queue", "QueueDeletion", "Submission", "SubmittedJob"]
+__all__ = ["Cancellation", "Event", "Job", "PendingJob", "Queue", "QueueDeletion", "QueuePending", "Submission",
+           "SubmittedJob"]

@@ -47,6 +47,9 @@ class Decisions:
     explain: Callable[[Job], str] = field(repr=False, default=lambda job: "")
     timings: dict[str, float] = field(default_factory=dict)
     counters: dict[str, int] = field(default_factory=dict)
+    #: Per queue, the head of what stays queued in the order the queue offers it next, and whether more follow
+    #: (:meth:`~flotilla.core.session.Session.queue_heads`); only when the cycle was asked for them.
+    heads: dict[str, tuple[list[Job], bool]] = field(default_factory=dict)
 
     @cached_property
     def reasons(self) -> dict[str, str]:

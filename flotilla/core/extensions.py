@@ -67,8 +67,11 @@ class JobOrder(Protocol):
 class Predicate(Protocol):
     """May ``job`` go on nodes of this type? None for yes, a short reason for no.
 
-    The core's Kubernetes feasibility (:mod:`flotilla.core.feasibility`:
-    unschedulable nodes, nodeSelector, NoSchedule and NoExecute taints) is
+    The reason is printed after a count of the nodes it refused, as
+    kube-scheduler's are (``0/8 nodes are available: 3 node(s) are in
+    another rack``), so word it to follow ``node(s)``. The core's Kubernetes
+    feasibility (:mod:`flotilla.core.feasibility`: unschedulable nodes,
+    NoSchedule and NoExecute taints, nodeSelector and node affinity) is
     always asked first; a plugin's predicate can only refuse more. Called once
     per job requirements and node type and cached for the cycle: depend only
     on the job's queue, priority class, node selector and tolerations.

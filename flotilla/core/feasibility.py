@@ -4,13 +4,18 @@ The session registers :func:`node_type_refusal` as its first predicate,
 before any plugin's, so these rules hold whatever the config's plugin list:
 
 * ``unschedulable`` nodes take no new jobs;
+* every ``NoSchedule`` and ``NoExecute`` taint must be tolerated
+  (``PreferNoSchedule`` is only a preference and never refuses);
 * every ``nodeSelector`` entry must equal the node's label;
 * required node affinity: one of its terms must match the node
   (:mod:`flotilla.core.nodeaffinity`; the label keys it reads are indexed,
   so node types tell them apart, and the node's name when it uses
-  ``matchFields``);
-* every ``NoSchedule`` and ``NoExecute`` taint must be tolerated
-  (``PreferNoSchedule`` is only a preference and never refuses).
+  ``matchFields``).
+
+The checks run in kube-scheduler's filter order (NodeUnschedulable,
+TaintToleration, NodeAffinity) and a refusal is worded as its filter words
+it, so that a reason counts each node under the same cause kube-scheduler
+would (``1 node(s) had untolerated taint {gpu: yes}``).
 
 Plugins may add predicates of their own (all must agree); none can lift
 these. Resource fit is not decided here: the node index answers it per node;
@@ -23,21 +28,35 @@ from flotilla.core.quantities import format_quantity
 
 REFUSING_EFFECTS = ("NoSchedule", "NoExecute")
 
+#: kube-scheduler's words for each cause, as they follow a count of nodes (``3 node(s) were unschedulable``).
+UNSCHEDULABLE = "node(s) were unschedulable"
+NOT_SELECTED = "node(s) didn't match Pod's node affinity/selector"
+PORTS_TAKEN = "node(s) didn't have free ports for the requested pod ports"
+#: A node a plugin's node filter refused (the reserve action keeps reserved nodes for the jobs they wait for).
+FILTERED = "node(s) were refused by a node filter"
+
+
+def untolerated_taint(key: str, value: str) -> str:
+    return f"node(s) had untolerated taint {{{key}: {value}}}"
+
+
+def insufficient(resource: str) -> str:
+    return f"Insufficient {resource}"
+
 
 def node_type_refusal(job, node_type) -> str | None:
     """Why ``job`` may not go on nodes of ``node_type`` (Kubernetes' wording), or None if it may."""
     if node_type.unschedulable:
-        return "unschedulable"
-    for key, value in job.node_selector.items():
-        if node_type.labels.get(key) != value:
-            return f"didn't match nodeSelector {key}={value}"
-    affinity = job.affinity
-    if affinity is not None and not affinity.allows(node_type.labels):
-        return "didn't match node affinity"
+        return UNSCHEDULABLE
     for taint in node_type.taints:
         if taint.effect in REFUSING_EFFECTS and not any(t.tolerates(taint) for t in job.tolerations):
-            shown = f"{taint.key}={taint.value}" if taint.value else taint.key
-            return f"had untolerated taint {shown}:{taint.effect}"
+            return untolerated_taint(taint.key, taint.value)
+    for key, value in job.node_selector.items():
+        if node_type.labels.get(key) != value:
+            return NOT_SELECTED
+    affinity = job.affinity
+    if affinity is not None and not affinity.allows(node_type.labels):
+        return NOT_SELECTED
     return None
 
 

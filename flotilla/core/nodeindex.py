@@ -695,25 +695,27 @@ class NodeIndex:
                             total[r] += amount * n
         return total
 
-    def shortfall(self, vec: Vector, level: int, types: Sequence[int]) -> tuple[int, int, list[int]]:
-        """Nodes of ``types``: how many, on how many ``vec`` fits, and per resource on how many it is short.
+    def shortfall(self, vec: Vector, level: int, types: Sequence[int]) -> tuple[list[int], list[int]]:
+        """Nodes of ``types`` at ``level``: those ``vec`` fits on, and per resource how many are short of it first.
 
-        A scan, used only to explain a failure once per distinct request.
+        A node short of several resources counts once, under the first of
+        them in the space's order, so the counts and the fitting nodes add
+        up to the nodes of ``types``. A scan, used only to explain a failure
+        once per distinct request.
         """
         k = self.level_of[level]
         counts = [0] * len(vec)
-        total = fitting = 0
+        fitting = []
         for t in types:
             for i in self.types[t].nodes:
-                total += 1
                 row = self.free[i][k]
-                short = False
                 for r, amount in enumerate(vec):
                     if amount > row[r]:
                         counts[r] += 1
-                        short = True
-                fitting += not short
-        return total, fitting, counts
+                        break
+                else:
+                    fitting.append(i)
+        return fitting, counts
 
 
 def _first_fit(vecs: list[Vector], vec: Vector, bound: Vector | None) -> Vector | None:

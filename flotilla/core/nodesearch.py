@@ -15,6 +15,7 @@ from typing import Sequence
 from flotilla.core.cyclestate import QueueState
 from flotilla.core.model import Job
 from flotilla.core.resources import Vector
+from flotilla.core.whynot import nodes_available
 
 
 class NodeSearch:
@@ -23,6 +24,9 @@ class NodeSearch:
     def _open_node_search(self) -> None:
         self._allowed_cache: dict[tuple, tuple[list[int], str | None]] = {}
         self._allowed_by_identity: dict[tuple, tuple] = {}
+        #: Per requirements (the value key of ``_allowed_cache``), the refused nodes per refusal (interned).
+        self._refused_nodes: dict[tuple, tuple[tuple[str, int], ...]] = {}
+        self._refusals_interned: dict[tuple, tuple[tuple[str, int], ...]] = {}
         self._interned_types: dict[tuple[int, ...], list[int]] = {}
         self._preferred_cache: dict[tuple, list[list[int]]] = {}
         #: Topology gangs (:mod:`flotilla.core.topology`): label -> its domains' node types, and a member's
@@ -70,15 +74,32 @@ class NodeSearch:
                 allowed.append(node_type.id)
         why = None
         if not allowed:
-            total = sum(refusals.values())
-            detail = ", ".join(f"{count} {reason}" for reason, count in sorted(refusals.items(), key=lambda kv: (-kv[1], kv[0])))
-            why = f"0/{total} nodes match: {detail}" if total else "no nodes"
+            why = nodes_available(0, refusals) if refusals else "no nodes"
         # Equal lists are one object, so callers may key caches by id(types) across queues.
         allowed = self._interned_types.setdefault(tuple(allowed), allowed)
         result = (allowed, why)
         self._allowed_cache[key] = result
+        refused = tuple(sorted(refusals.items()))
+        self._refused_nodes[key] = self._refusals_interned.setdefault(refused, refused)
         self._allowed_by_identity[fast] = (result, selector, tolerations)
         return result
+
+    def refused_nodes(self, job: Job, cluster: str | None = None) -> tuple[tuple[str, int], ...]:
+        """The nodes the predicates refuse ``job`` (optionally in one cluster): ``(refusal, nodes)`` pairs.
+
+        Each node counts once, under the first predicate that refused its
+        type. Equal answers are one object all cycle, whatever the queue (a
+        reason's wording is shared by identity); read when a failure is
+        worded, never while placing.
+        """
+        selector = job.node_selector
+        key = (job.queue, job.priority_class, tuple(sorted(selector.items())) if selector else (), job.tolerations,
+               job.affinity, cluster)
+        refusals = self._refused_nodes.get(key)
+        if refusals is None:
+            self.allowed_types(job, cluster)
+            refusals = self._refused_nodes[key]
+        return refusals
 
     def find_node(self, job: Job, vec: Vector, level: int, types: Sequence[int], queue: QueueState) -> int | None:
         """Best node for ``job`` at ``level``: tier by tier, smallest fit, or best score when scorers exist.

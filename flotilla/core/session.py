@@ -156,10 +156,47 @@ class Session(ExtensionRegistry, NodeSearch, WhyNot):
             stmt.preempt(job)
         stmt.commit()
 
+    def queue_heads(self, limit: int, key: Callable[[str], object] | None = None) -> dict[str, tuple[list[Job], bool]]:
+        """Each queue's head: its queued jobs not placed this cycle, in the order the queue offers them next.
+
+        Per queue with queued jobs, the jobs up to the ``limit``-th distinct
+        ``key(job.id)`` (the id itself without ``key``; the service counts a
+        job of several pods once), and whether more follow. Read from the cycle's
+        queue order (a plugin's job order included) as far as ``limit``
+        reaches, before the cycle settles it; nothing else is walked.
+        """
+        placed = self.scheduled_ids
+        heads: dict[str, tuple[list[Job], bool]] = {}
+        for queue in self.queues.values():
+            if not queue.queued:
+                continue
+            order = self.queued_in_order(queue)
+            jobs: list[Job] = []
+            seen: set = set()
+            position = 0
+            more = False
+            while (entry := order.at(position)) is not None:
+                position += 1
+                job = entry[-1]
+                if job.id in placed:
+                    continue
+                mark = job.id if key is None else key(job.id)
+                if mark not in seen:
+                    if len(seen) == limit:
+                        more = True
+                        break
+                    seen.add(mark)
+                jobs.append(job)
+            if jobs:
+                heads[queue.name] = (jobs, more)
+        return heads
+
     # -- closing ----------------------------------------------------------
-    def close(self) -> Decisions:
+    def close(self, head: int = 0, head_key: Callable[[str], object] | None = None) -> Decisions:
+        """The cycle's decisions; with ``head``, each queue's first ``head`` waiting jobs too (:meth:`queue_heads`)."""
         self.preempt_evicted()
         self._freeze_explanations()
+        heads = self.queue_heads(head, head_key) if head > 0 else {}
         queued = self.snapshot.queued
         if self.scheduled_ids:
             # Placed jobs are the snapshot's own objects: told apart by identity (an int), which spares hashing
@@ -184,6 +221,7 @@ class Session(ExtensionRegistry, NodeSearch, WhyNot):
             explain=self.explain,
             timings=dict(self.timings),
             counters=dict(self.counters),
+            heads=heads,
         )
         return decisions
 

@@ -7,14 +7,29 @@ asks (:meth:`WhyNot.explain`) and, for every distinct shortfall, once when
 the session closes, while the node index still shows this cycle's room.
 Jobs of one shape share one failure object, so a million misfits cost a
 handful of wordings.
+
+A shortfall is worded in kube-scheduler's style: every node of the job's
+cluster (or of every cluster) counted once, under the first check it
+fails, in kube-scheduler's filter order: the predicates' refusal of its
+type (unschedulable, an untolerated taint, node affinity or selector), then
+the first resource it is short of, then a host port held there, then a
+plugin's node filter::
+
+    0/3 nodes are available: 1 Insufficient cpu, 1 node(s) had untolerated taint {gpu: yes}, 1 node(s) were unschedulable
+
+Causes are listed by count, largest first (ties by text), so the first one
+is the most common (the metrics' reason category is read from it), and
+the counts add up to the nodes.
 """
 
 from __future__ import annotations
 
+from collections import Counter
 from itertools import repeat
 from operator import attrgetter
-from typing import Sequence, Union
+from typing import Mapping, Sequence, Union
 
+from flotilla.core.feasibility import FILTERED, PORTS_TAKEN, insufficient
 from flotilla.core.model import Job
 from flotilla.core.resources import Vector
 
@@ -22,21 +37,32 @@ _ID = attrgetter("id")
 
 
 class Shortfall:
-    """No node had room for a job: its vector, the level it was searched at, and the node types it may use.
+    """No node had room for a job: its vector, the level it was searched at, the node types it may use, and
+    the job (with its cluster, when it was bound to one) whose other causes the wording counts.
 
-    Worded on demand from the node index as ``"3/10 nodes fit: 7 insufficient cpu"``.
+    Worded on demand as ``"0/10 nodes are available: 7 Insufficient cpu, 3 node(s) were unschedulable"``.
+    Jobs of one requirements key share one shortfall: their refusals, ports and filters are the same.
     """
 
-    __slots__ = ("vec", "level", "types")
+    __slots__ = ("vec", "level", "types", "job", "cluster", "key")
 
-    def __init__(self, vec: Vector, level: int, types: Sequence[int]):
+    def __init__(self, vec: Vector, level: int, types: Sequence[int], job: Job | None = None,
+                 cluster: str | None = None):
         self.vec = vec
         self.level = level
         self.types = types
+        self.job = job
+        self.cluster = cluster
+        #: What its wording depends on (:meth:`WhyNot._shortfall_key`), once known.
+        self.key: tuple | None = None
 
-    def key(self) -> tuple:
-        """Equal shortfalls (same vector, level and node types object) read the same."""
-        return self.vec, self.level, id(self.types)
+
+def nodes_available(available: int, causes: Mapping[str, int]) -> str:
+    """``"<available>/<total> nodes are available: <count> <cause>, ..."``, causes largest count first."""
+    total = available + sum(causes.values())
+    listed = sorted(((count, cause) for cause, count in causes.items() if count), key=lambda kv: (-kv[0], kv[1]))
+    detail = ", ".join(f"{count} {cause}" for count, cause in listed) or "room taken by other jobs this cycle"
+    return f"{available}/{total} nodes are available: {detail}"
 
 
 #: What an action records for a job it could not place: a reason, or a shortfall worded when asked.
@@ -93,13 +119,46 @@ class WhyNot:
             return self.unexamined_reason.get(job.queue, "not reached this cycle")
         if isinstance(failure, str):
             return failure
-        text = self._shortfalls.get(failure.key())
+        text = self._shortfalls.get(self._shortfall_key(failure))
         return text if text is not None else self._word(failure)
 
+    def _shortfall_key(self, shortfall: Shortfall) -> tuple:
+        """What a shortfall's wording depends on: equal keys read the same (kept on the shortfall)."""
+        key = shortfall.key
+        if key is None:
+            job = shortfall.job
+            if job is None:
+                key = shortfall.vec, shortfall.level, id(shortfall.types)
+            else:
+                key = (shortfall.vec, shortfall.level, id(shortfall.types),
+                       id(self.refused_nodes(job, shortfall.cluster)), job.host_ports,
+                       job.priority_class if self.node_filter_fns else None)
+            shortfall.key = key
+        return key
+
     def _word(self, shortfall: Shortfall) -> str:
-        total, fitting, counts = self.index.shortfall(shortfall.vec, shortfall.level, shortfall.types)
-        short = [f"{count} insufficient {name}" for name, count in zip(self.space.names, counts) if count]
-        return f"{fitting}/{total} nodes fit: {', '.join(short) or 'room taken by other jobs this cycle'}"
+        """Every node of the job's clusters counted once, under the first check it fails (module docstring)."""
+        job = shortfall.job
+        causes: Counter[str] = Counter()
+        if job is not None:
+            causes.update(dict(self.refused_nodes(job, shortfall.cluster)))
+        fitting, short = self.index.shortfall(shortfall.vec, shortfall.level, shortfall.types)
+        for name, count in zip(self.space.names, short):
+            if count:
+                causes[insufficient(name)] += count
+        available = len(fitting)
+        if job is not None and (job.host_ports or self.node_filter_fns):
+            ports, held = job.host_ports, self.state.ports
+            filters = self.node_filter_fns
+            available = 0
+            for i in fitting:
+                if ports and not held.free(i, ports):
+                    causes[PORTS_TAKEN] += 1
+                elif filters and not all(fn(job, i) for fn in filters):
+                    causes[FILTERED] += 1
+                else:
+                    available += 1
+        return nodes_available(available, causes)
 
     def _freeze_explanations(self) -> None:
         """Word the node shortfalls now: the index lives on and changes in the next cycle.
@@ -113,6 +172,6 @@ class WhyNot:
             distinct.update((id(failure), failure) for failure in misfits.by_key.values())
         for failure in distinct.values():
             if failure.__class__ is Shortfall:
-                key = failure.key()
+                key = self._shortfall_key(failure)
                 if key not in self._shortfalls:
                     self._shortfalls[key] = self._word(failure)

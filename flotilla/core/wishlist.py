@@ -39,6 +39,7 @@ from flotilla.core.model import ClusterSnapshot, Job, JobState, Node, Snapshot
 from flotilla.core.nodeindex import EVICTED, FOREIGN, FOREIGN_USER
 from flotilla.core.quantities import format_quantity
 from flotilla.core.resources import Vector
+from flotilla.core.whynot import nodes_available
 
 
 @dataclass(slots=True)
@@ -238,8 +239,7 @@ def _no_template(session, job: Job, vec: Vector, types: list[int], positions: li
                 if reason:
                     refusals[reason] += 1
                     break
-        detail = ", ".join(f"{count} {reason}" for reason, count in sorted(refusals.items(), key=lambda kv: (-kv[1], kv[0])))
-        return f"0/{len(positions)} nodes match: {detail}"
+        return nodes_available(0, refusals)
     largest = [0] * len(vec)
     for p in fitting:
         alloc = index.allocatable[p]

@@ -2,7 +2,9 @@
 
 A job the caller may not see answers 404, the same as a missing job, so that
 job ids of other queues do not leak; a queue answers 404 when missing and 403
-when the caller may see it but not act in it.
+when the caller may see it but not act in it. A queue's pending jobs (their
+ids, reasons and order) are the owners' and administrators' only: to anyone
+else the queue answers 404 there, as a job does.
 """
 
 from __future__ import annotations
@@ -30,3 +32,11 @@ def visible_job(store: Store, job_id: str, who: Identity) -> dict:
     if job is None or (not who.admin and (queue is None or not may_act(who, queue))):
         raise ApiError(404, f"job {job_id!r} not found")
     return job
+
+
+def owned_queue(store: Store, name: str, who: Identity) -> QueueSpec:
+    """The queue ``name`` when ``who`` may act in it (administrators always); else 404, as for a missing one."""
+    queue = store.get_queue(name)
+    if queue is None or not may_act(who, queue):
+        raise ApiError(404, f"queue {name!r} not found")
+    return queue

@@ -13,13 +13,14 @@ Endpoints (all under ``/v1``)::
     POST   /submit                                  job file (JSON) -> {"jobs": [{id, clientId, existing}]}
     POST   /cancel                                  {queue, jobSetId?, jobIds?, states?}
     POST   /reprioritize                            {queue, jobSetId?, jobIds?, priority}
-    GET    /jobs/{id}                               a job's record
+    GET    /jobs/{id}                               a job's record (queued: its reason and position)
     GET    /jobs/{id}/logs                          ?pod=N&tail=N&follow=1: its container's log (text)
     GET    /queues/{q}/jobsets/{js}/jobs            the job set's jobs
     GET    /queues/{q}/jobsets/{js}/events          ?after=ID&follow=1&format=jsonl|sse (Last-Event-ID honoured)
     GET    /queues                                  every queue
     POST   /queues                                  create (admins)
     GET    /queues/{q}                              describe: settings and job counts by state
+    GET    /queues/{q}/pending                      ?limit=N: the queue's head in scheduling order, with reasons
     PUT    /queues/{q}                              update (admins)
     DELETE /queues/{q}                              delete (admins); refused while it has active jobs
     GET    /health                                  no token needed
@@ -48,7 +49,8 @@ from flotilla.service.auth import Authenticator, Identity, Unauthenticated, may_
 from flotilla.service.bounds import ID_PATTERN, INT64_MAX, PRIORITY_MAX, PRIORITY_MIN
 from flotilla.service.errors import ApiError, ErrorItem
 from flotilla.service.guard import BoundedRoute, Guard
-from flotilla.service.openapi import state_input_rules
+from flotilla.service.openapi import QueuePending, state_input_rules
+from flotilla.service.pending import DEFAULT_LIMIT, HEAD_MAX, PendingView
 from flotilla.service.jobspec import JobFile, field_path, rejections_from_errors, validate_jobs
 from flotilla.service.logs import LOG_RESPONSES, MAX_TAIL, PodLogs
 from flotilla.service.settings import DEFAULT_LIMITS, QueueSpec, ServiceSettings, rule_dicts
@@ -240,9 +242,14 @@ def create_app(store: Store, settings: ServiceSettings, loop=None, *, admin_endp
         return {"reprioritized": store.reprioritize(body.queue, body.priority, body.jobSetId, body.jobIds,
                                                     by=who.user)}
 
-    @app.get("/v1/jobs/{job_id}", tags=["jobs"], summary="A job's state and record")
+    pending = PendingView(store, status_reader.get)
+
+    @app.get("/v1/jobs/{job_id}", tags=["jobs"], summary="A job's state and record",
+             description="A queued job's `reason` says why it waits and `position` where it stands in its queue's "
+                         "scheduling order (1: the job the queue offers next), as of the last cycle; `position` is "
+                         "null for a job that is not queued.")
     def job_status(job_id: str, who: Identity = Depends(identity)) -> dict:
-        return access.visible_job(store, job_id, who)
+        return pending.job(access.visible_job(store, job_id, who))
 
     pod_logs = PodLogs(settings, loop)
     app.state.pod_logs = pod_logs
@@ -363,14 +370,25 @@ def create_app(store: Store, settings: ServiceSettings, loop=None, *, admin_endp
         return {"queues": [{**q.to_dict(), "parent": parents.get(q.name), "cordoned": q.name in cordoned}
                            for q in store.list_queues()]}
 
-    @admin_only.post("/v1/queues/{name}/{action}", tags=["queues"],
-              summary="Cordon a queue (it accepts jobs, schedules nothing new) or uncordon it (administrators)")
-    def cordon_queue(name: str, action: Literal["cordon", "uncordon"], who: Identity = Depends(identity)) -> dict:
-        admin(who)
-        if store.get_queue(name) is None:
-            raise ApiError(404, f"queue {name!r} does not exist")
-        store.set_cordon("queue", name, action == "cordon")
-        return {"queue": name, "cordoned": action == "cordon"}
+    def queue_cordon_route(cordon: bool):
+        """``POST /v1/queues/{name}/cordon`` or ``/uncordon``: two fixed paths, so that no other method or
+        word after a queue's name (``GET .../pending``) is taken for an action."""
+        def endpoint(name: str, who: Identity = Depends(identity)) -> dict:
+            admin(who)
+            if store.get_queue(name) is None:
+                raise ApiError(404, f"queue {name!r} does not exist")
+            store.set_cordon("queue", name, cordon)
+            return {"queue": name, "cordoned": cordon}
+
+        endpoint.__name__ = "cordon_queue" if cordon else "uncordon_queue"
+        return endpoint
+
+    admin_only.post("/v1/queues/{name}/cordon", tags=["queues"],
+                    summary="Cordon a queue: it accepts jobs, schedules nothing new (administrators)")(
+        queue_cordon_route(True))
+    admin_only.post("/v1/queues/{name}/uncordon", tags=["queues"],
+                    summary="Uncordon a queue: its jobs are scheduled again (administrators)")(
+        queue_cordon_route(False))
 
     # -- nodes -------------------------------------------------------------------------
     @app.get("/v1/nodes", tags=["nodes"], summary="Draining nodes: draining while jobs run, drained once empty")
@@ -400,6 +418,17 @@ def create_app(store: Store, settings: ServiceSettings, loop=None, *, admin_endp
     def describe_queue(name: str, who: Identity = Depends(identity)) -> dict:
         queue = queue_for(name, who, act=False)
         return {**queue.to_dict(), "jobs": store.queue_counts(name)}
+
+    @app.get("/v1/queues/{name}/pending", tags=["queues"], response_model=QueuePending,
+             summary="The queue's queued jobs in scheduling order, with reasons and positions (owners, administrators)",
+             description="Positions and reasons as of the last cycle (`cycle`, `time`); a job that has left the "
+                         "queue since is not listed, so positions may skip numbers. To anyone who may not act in "
+                         "the queue it answers 404, as for a missing queue.")
+    def queue_pending(name: str, limit: int = Query(DEFAULT_LIMIT, ge=1, le=HEAD_MAX,
+                                                    description="at most this many jobs, from the head"),
+                      who: Identity = Depends(identity)) -> dict:
+        access.owned_queue(store, name, who)
+        return pending.queue(name, limit)
 
     @admin_only.put("/v1/queues/{name}", tags=["queues"], summary="Update a queue (administrators)")
     def update_queue(name: str, body: QueueUpdateBody, who: Identity = Depends(identity)) -> dict:

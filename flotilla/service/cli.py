@@ -261,6 +261,10 @@ def reprioritize(ctx, queue, job_set, job_ids, priority, output, url, token):
 
 JOB_COLUMNS = [("id", "id"), ("queue", "queue"), ("jobSet", "jobSet"), ("clientId", "clientId"), ("state", "state"),
                ("cluster", "cluster"), ("node", "node"), ("priority", "priority"), ("reason", "reason")]
+#: One job's status also says where a queued job stands in its queue.
+STATUS_COLUMNS = [*JOB_COLUMNS[:5], ("position", "position"), *JOB_COLUMNS[5:]]
+PENDING_COLUMNS = [("position", "position"), ("id", "id"), ("jobSet", "jobSet"), ("priority", "priority"),
+                   ("reason", "reason")]
 
 
 @click.command("status")
@@ -270,7 +274,11 @@ JOB_COLUMNS = [("id", "id"), ("queue", "queue"), ("jobSet", "jobSet"), ("clientI
 @connection_options
 @click.pass_context
 def status(ctx, job_id, job_set, output, url, token):
-    """A job's state (queued, leased, pending, running, succeeded, failed, preempted, cancelled) and record."""
+    """A job's state (queued, leased, pending, running, succeeded, failed, preempted, cancelled) and record.
+
+    A queued job's REASON says why it waits and POSITION where it stands in
+    its queue's scheduling order (1: next), as of the last cycle.
+    """
     _remember(ctx, url, token)
     if job_set:
         rows = [dict(job.raw) for job in _call(ctx, lambda c: c.jobs(*job_set))]
@@ -279,7 +287,7 @@ def status(ctx, job_id, job_set, output, url, token):
     if not job_id:
         raise CommandError("give JOB_ID or --job-set QUEUE JOBSET", EXIT_USAGE)
     record = dict(_call(ctx, lambda c: c.status(job_id)).raw)
-    emit(record, output, JOB_COLUMNS)
+    emit(record, output, STATUS_COLUMNS)
 
 
 @click.command("logs")
@@ -467,6 +475,25 @@ def queue_describe(ctx, name, output, url, token):
         _table([record["jobs"]], [(s, s) for s in record["jobs"]])
     else:
         emit(record, output)
+
+
+@queue_group.command("pending")
+@click.argument("name")
+@click.option("--limit", type=click.IntRange(1, 1000), default=100, show_default=True,
+              help="At most this many jobs, from the head of the queue.")
+@output_option
+@connection_options
+@click.pass_context
+def queue_pending(ctx, name, limit, output, url, token):
+    """The queue's queued jobs in scheduling order: position (1: next), id, job set, priority, why it waits.
+
+    As of the last cycle; a job that left the queue since is not listed.
+    The queue's owners and administrators only (others: 404, as for a
+    missing queue).
+    """
+    _remember(ctx, url, token)
+    result = dict(_call(ctx, lambda c: c.pending(name, limit)).raw)
+    emit(result, output, PENDING_COLUMNS, result["jobs"])
 
 
 @queue_group.command("delete")

@@ -44,6 +44,7 @@ from flotilla.plugin_manager import make_backends
 from flotilla.service.intake import ClusterIntake
 from flotilla.service.jobspec import duration_of_annotations, exit_code_of_annotations
 from flotilla.service.leases import ClusterReport, job_of
+from flotilla.service.pending import head_size
 from flotilla.service.settings import ServiceSettings
 from flotilla.service.snapshot import DEADLINE_ANNOTATION, GRACE_ANNOTATION, Converter, RunningPods
 from flotilla.service.store import ActiveCopy, QueuedJob, Store
@@ -272,7 +273,8 @@ class ServiceLoop:
         t4 = time.perf_counter()
         c4 = time.thread_time()
 
-        decisions = self.scheduler.run_cycle(snapshot, self.rng, actions=self.actions)
+        decisions = self.scheduler.run_cycle(snapshot, self.rng, actions=self.actions,
+                                             head=head_size(len(snapshot.queues)), head_key=job_of)
         self.last_decisions = decisions
         templates = self.scheduler.config.node_templates
         if templates:   # published with the cycle's status: GET /v1/wishlist and the wishlist metrics

@@ -15,11 +15,16 @@ bodies, and the components they reference) and gives
 Responses keep their schemas as they are: an error answer may quote the
 refused value. A client (or schemathesis) generating from the document then
 sends only what the API takes.
+
+The answers whose shape the document states are modelled here
+(:class:`QueuePending`, ``GET /v1/queues/{name}/pending``).
 """
 
 from __future__ import annotations
 
 from typing import Any
+
+from pydantic import BaseModel, Field
 
 from flotilla.service.bounds import INT64_MAX, INT64_MIN
 
@@ -48,6 +53,28 @@ def _refine(node: dict) -> None:
         node["propertyNames"] = {"pattern": TEXT_PATTERN}
 
 
+class PendingJob(BaseModel):
+    """One queued job of a queue's head: where it stands and why it waits."""
+
+    position: int = Field(ge=1, description="1: the job the queue offers next (as of the last cycle)")
+    id: str
+    jobSet: str
+    priority: int
+    priorityClass: str
+    submitted: float
+    reason: str = Field(description="why the last cycle left it queued, in kube-scheduler's words for nodes")
+
+
+class QueuePending(BaseModel):
+    """A queue's queued jobs in scheduling order, from the head."""
+
+    queue: str
+    cycle: int | None = Field(description="the cycle the positions and reasons are from; null before the first")
+    time: float | None = Field(description="when that cycle started (Unix seconds)")
+    queued: int = Field(ge=0, description="the queue's queued jobs now")
+    jobs: list[PendingJob]
+
+
 def state_input_rules(document: dict[str, Any]) -> dict[str, Any]:
     """State the rules above in ``document`` (an OpenAPI document), in place; returns it."""
     components = document.get("components", {}).get("schemas", {})
@@ -74,4 +101,4 @@ def state_input_rules(document: dict[str, Any]) -> dict[str, Any]:
     return document
 
 
-__all__ = ["TEXT_PATTERN", "state_input_rules"]
+__all__ = ["PendingJob", "QueuePending", "TEXT_PATTERN", "state_input_rules"]

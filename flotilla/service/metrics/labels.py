@@ -9,15 +9,15 @@ what tenants wrote. So:
   or ``unmatched``; the ``code`` label is the status (100..599);
 * why jobs wait is counted by :func:`reason_category`, one of
   :data:`REASON_CATEGORIES`: a reason's text can quote job-spec values
-  (``didn't match nodeSelector project=secret-x``), and stays behind
-  authorization (the queue's owners and administrators see it on the
-  dashboard and the job pages).
+  (a job's id in a gang's reason, a plugin's refusal) and node taints, and
+  stays behind authorization (the queue's owners and administrators see it
+  on the dashboard, the job pages and the pending API).
 
 :data:`REASON_PREFIXES` is the one mapping from reason text to category. Its
 entries follow where the texts are made: ``flotilla/core/whynot.py`` (node
-shortfalls, not reached), ``flotilla/core/nodesearch.py`` (predicate
-refusals, no nodes), ``flotilla/core/feasibility.py`` (nodeSelector, taints,
-unschedulable), ``flotilla/core/limits.py`` (queue limits),
+shortfalls in kube-scheduler's words, not reached), ``flotilla/core/nodesearch.py``
+(predicate refusals, no nodes), ``flotilla/core/feasibility.py`` (the causes'
+words: node affinity/selector, taints, unschedulable, host ports, Insufficient), ``flotilla/core/limits.py`` (queue limits),
 ``flotilla/core/units.py`` (cordoned queues), ``flotilla/plugins`` (gang,
 priorityclass), ``flotilla/actions`` (enqueue, reserve, allocate's gangs and
 lookahead) and ``flotilla/service/roles/status.py`` (past the per-cycle
@@ -38,6 +38,7 @@ REASON_CATEGORIES = (
     "node_selector",           # the nodeSelector matches no node (or node affinity, from a plugin)
     "taint",                   # the nodes that match have taints the job does not tolerate
     "unschedulable",           # the nodes that match are cordoned in Kubernetes (spec.unschedulable)
+    "host_ports",              # the nodes with room hold a host port the job binds
     "no_nodes",                # there are no nodes at all
     "queue_limit",             # the queue (or a parent) is at one of its resource limits
     "queue_cordoned",          # the queue is cordoned: it schedules nothing new
@@ -49,14 +50,19 @@ REASON_CATEGORIES = (
     OTHER,                     # any other reason (a third-party plugin's)
 )
 
+#: The head of a node reason (``flotilla/core/whynot.py``): its causes follow, the most common first.
+_AVAILABLE = r"\d+/\d+ nodes are available: "
+
 #: (pattern, category), first match wins; matched against the start of a reason.
 REASON_PREFIXES: tuple[tuple[re.Pattern, str], ...] = tuple((re.compile(pattern), category) for pattern, category in (
     (r"gang ", "gang"),
-    (r"\d+/\d+ nodes fit: ", "insufficient_resources"),
+    (_AVAILABLE + r"\d+ Insufficient ", "insufficient_resources"),
+    (_AVAILABLE + r"room taken by other jobs this cycle$", "insufficient_resources"),
     (r"fits no node: ", "insufficient_resources"),
-    (r"0/\d+ nodes match: \d+ didn't match nodeSelector ", "node_selector"),
-    (r"0/\d+ nodes match: \d+ had untolerated taint ", "taint"),
-    (r"0/\d+ nodes match: \d+ unschedulable", "unschedulable"),
+    (_AVAILABLE + r"\d+ node\(s\) didn't match Pod's node affinity/selector", "node_selector"),
+    (_AVAILABLE + r"\d+ node\(s\) had untolerated taint ", "taint"),
+    (_AVAILABLE + r"\d+ node\(s\) were unschedulable", "unschedulable"),
+    (_AVAILABLE + r"\d+ node\(s\) didn't have free ports ", "host_ports"),
     (r"no nodes$", "no_nodes"),
     (r"queue \S+ at its \S+ limit ", "queue_limit"),
     (r"queue \S+ is cordoned", "queue_cordoned"),
@@ -77,8 +83,8 @@ def method_label(method: str) -> str:
 def reason_category(reason: str) -> str:
     """The category of a queued job's reason (one of :data:`REASON_CATEGORIES`); never the text itself.
 
-    A predicate refusal (``0/N nodes match: ...``) takes the category of its most common refusal, the
-    first one listed.
+    A node reason (``0/N nodes are available: ...``) takes the category of its most common cause, the
+    first one listed; a cause only a plugin words (its predicate's refusal, a node filter) is ``other``.
     """
     for pattern, category in REASON_PREFIXES:
         if pattern.match(reason):

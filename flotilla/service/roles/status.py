@@ -10,7 +10,8 @@ Reasons: every queued job's reason is counted per queue, for the first
 counted per queue under :data:`NOT_COUNTED` (one pass at C speed: a cycle
 with a million queued jobs does not build a million reasons). The first
 :data:`JOB_REASON_LIMIT` jobs keep their own reason for the dashboard's job
-page.
+page. Each queue's head in scheduling order, with reasons, is published too
+(``pending``; :mod:`flotilla.service.pending`): the API's positions.
 """
 
 from __future__ import annotations
@@ -27,6 +28,7 @@ import sqlalchemy as sa
 
 from flotilla.core.quantities import parse_quantity
 from flotilla.service.leases import job_of
+from flotilla.service.pending import published_heads
 from flotilla.service.schema import scheduler_status
 from flotilla.service.store import Store
 
@@ -73,6 +75,7 @@ def status_body(report, decisions, leader: str, term: int | None, wishlist: dict
     clusters = {name: True for name in report.clusters} | {name: False for name in report.unavailable}
     return {"cycle": report.number, "time": report.started, "seconds": report.seconds, "leader": leader,
             "term": term, "queues": queues, "reasons": reasons, "jobReasons": job_reasons,
+            "pending": published_heads(decisions) if decisions is not None else {},
             "clusters": dict(sorted(clusters.items())), **({"wishlist": wishlist} if wishlist is not None else {}),
             "nodes": dict(nodes or {})}
 

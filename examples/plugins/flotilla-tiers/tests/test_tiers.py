@@ -35,7 +35,7 @@ def test_prod_takes_the_nodes_batch_holds(flotilla_cycle):
     assert result.scheduled == {"prod-1": "node-1", "prod-2": "node-1", "prod-3": "node-1", "prod-4": "node-1",
                                 "prod-5": "node-2", "prod-6": "node-2"}
     assert result.preempted == ["batch-1", "batch-2", "batch-3", "batch-4", "batch-7", "batch-8"]
-    assert result.queued == {"batch-9": "0/2 nodes fit: 2 insufficient cpu"}
+    assert result.queued == {"batch-9": "0/2 nodes are available: 2 Insufficient cpu"}
     assert result.shares == {"batch": 0.25, "prod": 0.75}
 
 
@@ -43,7 +43,7 @@ def test_the_first_tier_is_served_before_the_next_gets_anything(flotilla_cycle):
     state = NODE_8 + "queues: [{name: prod}, {name: batch}]\njobs:\n" + jobs("b", "batch", 6) + jobs("p", "prod", 6)
     result = flotilla_cycle(state, plugins=plugins(tiers={"prod": 0, "batch": 1}))
     assert result.scheduled == {**{f"p-{i}": "node-1" for i in range(1, 7)}, "b-1": "node-1", "b-2": "node-1"}
-    assert result.queued == {f"b-{i}": "0/1 nodes fit: 1 insufficient cpu" for i in range(3, 7)}
+    assert result.queued == {f"b-{i}": "0/1 nodes are available: 1 Insufficient cpu" for i in range(3, 7)}
     assert result.shares == {"A": 0.0, "B": 0.0, "batch": 0.25, "prod": 0.75}
 
 
@@ -84,7 +84,7 @@ def test_queue_limits_hold_though_the_policy_never_mentions_them(flotilla_cycle)
         jobs("b", "batch", 8) + jobs("p", "prod", 4)
     result = flotilla_cycle(state, plugins=plugins(tiers={"prod": 0, "batch": 1}))
     assert result.scheduled == {"p-1": "node-1", "p-2": "node-1", **{f"b-{i}": "node-1" for i in range(1, 7)}}
-    assert result.queued == {"b-7": "0/1 nodes fit: 1 insufficient cpu", "b-8": "0/1 nodes fit: 1 insufficient cpu",
+    assert result.queued == {"b-7": "0/1 nodes are available: 1 Insufficient cpu", "b-8": "0/1 nodes are available: 1 Insufficient cpu",
                              "p-3": "queue prod at its cpu limit 0.25", "p-4": "queue prod at its cpu limit 0.25"}
 
 

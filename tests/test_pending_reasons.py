@@ -1,0 +1,99 @@
+"""Why a job waits, in kube-scheduler's words: every node counted once, under the first check it fails."""
+
+from __future__ import annotations
+
+from flotilla.service.metrics.labels import reason_category
+
+# n1 is full (a 4-core job runs there), n2 is empty but tainted: the waiting job's reason names both.
+FULL_AND_TAINTED = """
+clusters:
+  - name: c1
+    nodes:
+      - {name: n1, resources: {cpu: 4, memory: 16Gi}}
+      - name: n2
+        resources: {cpu: 4, memory: 16Gi}
+        taints: [{key: dedicated, value: infra, effect: NoSchedule}]
+jobs:
+  - {id: run-1, queue: A, requests: {cpu: 4}, state: running, cluster: c1, node: n1}
+  - {id: wait-1, queue: A, requests: {cpu: 2}, submitted: 1}
+"""
+
+
+def test_a_full_node_and_a_tainted_node_are_both_counted(flotilla_cycle):
+    result = flotilla_cycle(FULL_AND_TAINTED)
+    assert result.scheduled == {}
+    assert result.queued == {
+        "wait-1": "0/2 nodes are available: 1 Insufficient cpu, 1 node(s) had untolerated taint {dedicated: infra}"}
+    assert reason_category(result.queued["wait-1"]) == "insufficient_resources"
+
+
+# Five nodes, each failing a different first check; the counts add up to five.
+EVERY_CAUSE = """
+clusters:
+  - name: c1
+    nodes:
+      - {name: busy-1, resources: {cpu: 4, memory: 16Gi}}
+      - {name: busy-2, resources: {cpu: 4, memory: 16Gi}}
+      - {name: off-1, resources: {cpu: 8, memory: 16Gi}, unschedulable: true}
+      - name: gpu-1
+        resources: {cpu: 8, memory: 16Gi}
+        labels: {kind: gpu}
+        taints: [{key: nvidia.com/gpu, value: present, effect: NoSchedule}]
+      - {name: small-1, resources: {cpu: 8, memory: 1Gi}}
+jobs:
+  - {id: run-1, queue: A, requests: {cpu: 4}, state: running, cluster: c1, node: busy-1}
+  - {id: run-2, queue: A, requests: {cpu: 3}, state: running, cluster: c1, node: busy-2}
+  - {id: wait-1, queue: A, requests: {cpu: 2, memory: 2Gi}, submitted: 1}
+"""
+
+
+def test_every_node_counts_once_under_its_first_failing_check(flotilla_cycle):
+    # busy-1 and busy-2 lack cpu (busy-1 lacks memory too, counted once: under cpu, the first resource short);
+    # small-1 lacks memory only; off-1 is unschedulable before anything else; gpu-1's taint refuses it.
+    result = flotilla_cycle(EVERY_CAUSE)
+    assert result.queued == {"wait-1": "0/5 nodes are available: 2 Insufficient cpu, 1 Insufficient memory, "
+                                       "1 node(s) had untolerated taint {nvidia.com/gpu: present}, "
+                                       "1 node(s) were unschedulable"}
+
+
+SELECTED_NOWHERE = """
+clusters:
+  - name: c1
+    nodes:
+      - {name: n1, resources: {cpu: 8}, labels: {zone: a}}
+      - {name: n2, resources: {cpu: 8}, labels: {zone: a}}
+      - name: n3
+        resources: {cpu: 8}
+        labels: {zone: b}
+        taints: [{key: dedicated, value: infra, effect: NoExecute}]
+jobs:
+  - {id: sel-1, queue: A, requests: {cpu: 1}, nodeSelector: {zone: c}, submitted: 1}
+"""
+
+
+def test_no_node_matches_reads_the_same_way(flotilla_cycle):
+    # n3's taint is checked before its labels (kube-scheduler's filter order): it counts under the taint.
+    result = flotilla_cycle(SELECTED_NOWHERE)
+    reason = result.queued["sel-1"]
+    assert reason == ("0/3 nodes are available: 2 node(s) didn't match Pod's node affinity/selector, "
+                      "1 node(s) had untolerated taint {dedicated: infra}")
+    assert reason_category(reason) == "node_selector"
+
+
+HOST_PORTS = """
+clusters:
+  - name: c1
+    nodes:
+      - {name: n1, resources: {cpu: 8}}
+      - {name: n2, resources: {cpu: 1}}
+jobs:
+  - {id: web-1, queue: A, requests: {cpu: 1}, hostPorts: [{port: 8080}], state: running, cluster: c1, node: n1}
+  - {id: web-2, queue: A, requests: {cpu: 2}, hostPorts: [{port: 8080}], submitted: 1}
+"""
+
+
+def test_a_held_host_port_is_counted_per_node(flotilla_cycle):
+    result = flotilla_cycle(HOST_PORTS)
+    reason = result.queued["web-2"]
+    assert reason == ("0/2 nodes are available: 1 Insufficient cpu, "
+                      "1 node(s) didn't have free ports for the requested pod ports")
