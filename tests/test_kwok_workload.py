@@ -114,7 +114,7 @@ def test_a_job_in_a_namespace_that_does_not_exist_fails_with_that_reason(kwok, t
     srv = Server(tmp_path, CONFIG + one_cluster(cluster)).start()
     try:
         body = {"queue": "A", "jobSetId": "nowhere", "jobs": [{
-            "namespace": "team-b", "podSpec": {"containers": [{
+            "namespace": "no-such-team", "podSpec": {"containers": [{
                 "name": "main", "image": "busybox", "resources": {"limits": {"cpu": "1"}}}]}}]}
         out = cli(srv, "alice", "submit", str(write_file(tmp_path, "nowhere.yaml", body)), "--output", "json")
         assert out.returncode == 0, out.stderr
@@ -122,7 +122,7 @@ def test_a_job_in_a_namespace_that_does_not_exist_fails_with_that_reason(kwok, t
         assert watched.returncode == 5, watched.stderr
         events = [json.loads(line) for line in watched.stdout.splitlines()]
         assert [e["kind"] for e in events] == ["submitted", "queued", "leased", "pending", "failed"]
-        assert events[-1]["reason"] == "namespace 'team-b' does not exist on cluster a"
+        assert events[-1]["reason"] == "namespace 'no-such-team' does not exist on cluster a"
     finally:
         srv.kill()
     assert our_pods(cluster) == {}
