@@ -65,15 +65,19 @@ def never_fits(session, job) -> str | None:
     types, why = session.allowed_types(job)
     if not types:
         return why
-    vec = session.vector(job)
+    index = session.index
+    return fits_no_node(session, session.vector(job), (i for t in types for i in index.types[t].nodes))
+
+
+def fits_no_node(session, vec, positions) -> str | None:
+    """Why ``vec`` fits none of the nodes at ``positions`` even empty (what it asks past the largest), or None."""
     index = session.index
     largest = [0] * len(vec)
-    for t in types:
-        for i in index.types[t].nodes:
-            alloc = index.allocatable[i]
-            if all(a <= f for a, f in zip(vec, alloc)):
-                return None
-            largest = [max(m, f) for m, f in zip(largest, alloc)]
+    for i in positions:
+        alloc = index.allocatable[i]
+        if all(a <= f for a, f in zip(vec, alloc)):
+            return None
+        largest = [max(m, f) for m, f in zip(largest, alloc)]
     names = session.space.names
     short = [f"{names[r]} {format_quantity(a, names[r])} > largest {format_quantity(largest[r], names[r])}"
              for r, a in enumerate(vec) if a > largest[r]]

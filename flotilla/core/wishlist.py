@@ -35,9 +35,9 @@ from dataclasses import dataclass, field
 from typing import Iterable, Sequence
 
 from flotilla.core.decisions import Placement
+from flotilla.core.feasibility import fits_no_node
 from flotilla.core.model import ClusterSnapshot, Job, JobState, Node, Snapshot
 from flotilla.core.nodeindex import EVICTED, FOREIGN, FOREIGN_USER
-from flotilla.core.quantities import format_quantity
 from flotilla.core.resources import Vector
 from flotilla.core.whynot import nodes_available
 
@@ -240,17 +240,7 @@ def _no_template(session, job: Job, vec: Vector, types: list[int], positions: li
                     refusals[reason] += 1
                     break
         return nodes_available(0, refusals)
-    largest = [0] * len(vec)
-    for p in fitting:
-        alloc = index.allocatable[p]
-        if all(a <= f for a, f in zip(vec, alloc)):
-            return None
-        largest = [max(m, f) for m, f in zip(largest, alloc)]
-    names = session.space.names
-    short = [f"{names[r]} {format_quantity(a, names[r])} > largest {format_quantity(largest[r], names[r])}"
-             for r, a in enumerate(vec) if a > largest[r]]
-    return "fits no node: " + (", ".join(short) or "no single node has all of " +
-                               ", ".join(f"{n} {format_quantity(a, n)}" for n, a in zip(names, vec) if a))
+    return fits_no_node(session, vec, fitting)
 
 
 def first_fit_decreasing(vectors: list[tuple[int, ...]], capacity: tuple[int, ...]) -> int:
