@@ -97,3 +97,30 @@ def test_a_held_host_port_is_counted_per_node(flotilla_cycle):
     reason = result.queued["web-2"]
     assert reason == ("0/2 nodes are available: 1 Insufficient cpu, "
                       "1 node(s) didn't have free ports for the requested pod ports")
+
+
+def test_a_cycles_reasons_tell_its_own_room_after_the_next_cycle_changed_it():
+    # Wordings are made when asked; those not asked for by the next sync are made just before it changes the
+    # node index. Read after the next cycle freed the node, the first cycle's reasons still count its room.
+    from flotilla.config import load_config
+    from flotilla.core.model import ClusterSnapshot, Job, JobState, Node, Queue, Snapshot
+    from flotilla.scheduler import Scheduler
+
+    scheduler = Scheduler(load_config(None), ["allocate"])
+    node = Node("n1", "c1", {"cpu": 4000, "memory": 2**34})
+    running = Job("run-1", "A", requests={"cpu": 4000}, state=JobState.RUNNING, cluster="c1", node="n1")
+    waiting = [Job("wait-1", "A", requests={"cpu": 2000}, submitted=1.0),
+               Job("wait-2", "B", requests={"cpu": 3000}, submitted=2.0)]
+
+    def snapshot(jobs_running, queued):
+        return Snapshot([ClusterSnapshot("c1", [node], jobs_running, {})], queued, [Queue("A"), Queue("B")],
+                        scheduler.priority_classes(), scheduler.config.default_priority_class)
+
+    first = scheduler.run_cycle(snapshot([running], list(waiting)))
+    assert first.scheduled == []
+    assert first.explain(waiting[0]) == "0/1 nodes are available: 1 Insufficient cpu"
+    # run-1 finished and both waiting jobs were cancelled: the next cycle's index has the whole node free.
+    second = scheduler.run_cycle(snapshot([], []))
+    assert second.scheduled == [] and scheduler.state.index.free[0][0][0] == 4000
+    # wait-2's reason was never asked for before the second cycle: it too tells the first cycle's room.
+    assert [first.explain(job) for job in waiting] == ["0/1 nodes are available: 1 Insufficient cpu"] * 2

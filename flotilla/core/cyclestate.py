@@ -38,9 +38,9 @@ from __future__ import annotations
 
 from collections import Counter, deque
 from dataclasses import dataclass, field
-from itertools import chain, compress, count, islice
+from itertools import chain, compress, count, groupby, islice
 from operator import attrgetter, is_, itemgetter, le, not_
-from typing import Sequence
+from typing import Callable, Sequence
 
 from flotilla.core.hostports import HostPorts
 from flotilla.core.model import Job, PriorityClass, Snapshot
@@ -125,6 +125,14 @@ def job_level(classes: dict[str, PriorityClass], default: str, job: Job) -> int:
     return pc.priority if pc.preemptible else NONPREEMPTIBLE
 
 
+def _gangs_of(members) -> dict[str, list[Job]]:
+    """Gang members (jobs with a gang, in order) grouped by gang id."""
+    gangs: dict[str, list[Job]] = {}
+    for job in members:
+        gangs.setdefault(job.gang.id, []).append(job)
+    return gangs
+
+
 class CycleState:
     """The node index, running jobs, queues and their orders, kept between cycles (see the module docstring)."""
 
@@ -133,10 +141,18 @@ class CycleState:
         self.rebuilds = 0
         self.syncs = 0
         self.stopped_running: list[str] = []
+        self._before_change: list[Callable[[], None]] = []
+
+    def before_next_change(self, fn: Callable[[], None]) -> None:
+        """Call ``fn`` once, before the next sync changes anything (a closed session words what it explains)."""
+        self._before_change.append(fn)
 
     # -- bringing up to date ----------------------------------------------------------
     def sync(self, snapshot: Snapshot, indexed_resources: Sequence[str]) -> None:
         """Make the state describe ``snapshot``: incrementally when only jobs and usage changed."""
+        waiting, self._before_change = self._before_change, []
+        for fn in waiting:
+            fn()
         self.syncs += 1
         self.classes = {pc.name: pc for pc in snapshot.priority_classes}
         self.default_class = snapshot.default_priority_class
@@ -167,7 +183,8 @@ class CycleState:
             resource_names.update(node.resources)
         every_job = running_jobs + snapshot.queued
         # Distinct request and selector mappings, gathered by identity in C loops (a million jobs share a few).
-        requests = list(map(_REQUESTS, every_job))
+        # Jobs loaded in bulk share one mapping in long runs: a run's first is enough, then distinct by identity.
+        requests = [next(run) for _, run in groupby(map(_REQUESTS, every_job), id)]
         for mapping in dict(zip(map(id, requests), requests)).values():
             resource_names.update(mapping)
         selectors = list(filter(None, map(_SELECTOR, every_job)))
@@ -184,10 +201,12 @@ class CycleState:
         for affinity, number in affinities.items():
             for label in affinity.label_keys:
                 self.label_uses[label] += number
+        # Gang members, running first then queued (one pass serves the gangs below and their labels).
+        gang_jobs = list(filter(_GANG, every_job))
         # Topology gangs' uniformity labels: each domain is then a set of node types.
-        for gang in filter(None, map(_GANG, every_job)):
-            if gang.uniformity_label:
-                self.label_uses[gang.uniformity_label] += 1
+        for job in gang_jobs:
+            if job.gang.uniformity_label:
+                self.label_uses[job.gang.uniformity_label] += 1
         selector_keys = set(self.label_uses)
         self._labels_changed = False
         space = ResourceSpace(resource_names, indexed_resources)
@@ -266,7 +285,7 @@ class CycleState:
             self.queues[name].queued = order
         del per_queue
         self._set_fair_shares()
-        self.gangs = self._gangs(snapshot)
+        self.gangs = _gangs_of(gang_jobs)
         self._gangs_stale = False
         self.placed_entries: dict[str, tuple] = {}
         #: The queued jobs as of the last sync, while ``entries`` holds exactly them (a cycle that places
@@ -354,11 +373,13 @@ class CycleState:
             level = job_level(self.classes, self.default_class, job)
             held = self.running.get(job.id)
             if held is not None:
-                if held.node == i and held.vec == vec and held.level == level and held.job.queue == job.queue \
-                        and held.job.host_ports == job.host_ports:
-                    if held.job.node_selector or job.node_selector or held.job.affinity or job.affinity or \
-                            held.job.gang or job.gang:
-                        self._count_labels(held.job, -1)
+                was = held.job
+                # Ports are almost always the one empty tuple: identity answers before equality is asked.
+                if held.node == i and held.vec == vec and held.level == level and was.queue == job.queue \
+                        and (was.host_ports is job.host_ports or was.host_ports == job.host_ports):
+                    if was.node_selector or job.node_selector or was.affinity is not job.affinity or \
+                            was.gang is not job.gang:
+                        self._count_labels(was, -1)
                         self._count_labels(job, 1)
                     held.job = job
                     self.running_jobs[job.id] = job
@@ -562,10 +583,7 @@ class CycleState:
     @staticmethod
     def _gangs(snapshot: Snapshot) -> dict[str, list[Job]]:
         """Gang members by gang id: running ones first, then queued, in snapshot order."""
-        gangs: dict[str, list[Job]] = {}
-        for job in filter(_GANG, chain(snapshot.running(), snapshot.queued)):
-            gangs.setdefault(job.gang.id, []).append(job)
-        return gangs
+        return _gangs_of(filter(_GANG, chain(snapshot.running(), snapshot.queued)))
 
     # -- after a cycle ---------------------------------------------------------------
     def commit_cycle(self, session) -> None:

@@ -195,7 +195,7 @@ class Session(ExtensionRegistry, NodeSearch, WhyNot):
     def close(self, head: int = 0, head_key: Callable[[str], object] | None = None) -> Decisions:
         """The cycle's decisions; with ``head``, each queue's first ``head`` waiting jobs too (:meth:`queue_heads`)."""
         self.preempt_evicted()
-        self._freeze_explanations()
+        self._close_explanations()
         heads = self.queue_heads(head, head_key) if head > 0 else {}
         queued = self.snapshot.queued
         if self.scheduled_ids:

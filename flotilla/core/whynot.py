@@ -3,10 +3,12 @@
 A mixin of :class:`~flotilla.core.session.Session`. An action records a
 job's :data:`Failure`: a reason (a string, worded at once) or a
 :class:`Shortfall` (no node had room), which is worded only when someone
-asks (:meth:`WhyNot.explain`) and, for every distinct shortfall, once when
-the session closes, while the node index still shows this cycle's room.
-Jobs of one shape share one failure object, so a million misfits cost a
-handful of wordings.
+asks (:meth:`WhyNot.explain`). Once the session has closed, a wording is
+kept; and before the next cycle changes the node index, every distinct
+shortfall not yet asked about is worded while the index still shows this
+cycle's room (:meth:`~flotilla.core.cyclestate.CycleState.before_next_change`).
+A cycle whose explanations nobody reads words none. Jobs of one shape
+share one failure object, so a million misfits cost a handful of wordings.
 
 A shortfall is worded in kube-scheduler's style: every node of the job's
 cluster (or of every cluster) counted once, under the first check it
@@ -82,6 +84,8 @@ class WhyNot:
         #: Per queue, why its jobs were not reached (cordoned, lookahead used up).
         self.unexamined_reason: dict[str, str] = {}
         self._shortfalls: dict[tuple, str] = {}
+        #: Set when the session closes: the room the wordings count no longer changes in this session.
+        self._explanations_final = False
 
     def pass_over(self, jobs: list[Job], misfits) -> None:
         """Record that allocate passed over ``jobs``, known misfits of one queue, with their keys' failures.
@@ -119,8 +123,13 @@ class WhyNot:
             return self.unexamined_reason.get(job.queue, "not reached this cycle")
         if isinstance(failure, str):
             return failure
-        text = self._shortfalls.get(self._shortfall_key(failure))
-        return text if text is not None else self._word(failure)
+        key = self._shortfall_key(failure)
+        text = self._shortfalls.get(key)
+        if text is None:
+            text = self._word(failure)
+            if self._explanations_final:
+                self._shortfalls[key] = text
+        return text
 
     def _shortfall_key(self, shortfall: Shortfall) -> tuple:
         """What a shortfall's wording depends on: equal keys read the same (kept on the shortfall)."""
@@ -159,6 +168,11 @@ class WhyNot:
                 else:
                     available += 1
         return nodes_available(available, causes)
+
+    def _close_explanations(self) -> None:
+        """The session closes: keep wordings from now on, and word the rest before the index next changes."""
+        self._explanations_final = True
+        self.state.before_next_change(self._freeze_explanations)
 
     def _freeze_explanations(self) -> None:
         """Word the node shortfalls now: the index lives on and changes in the next cycle.
