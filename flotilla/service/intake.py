@@ -38,7 +38,7 @@ reporter's interval and only when the reason changed.
 from __future__ import annotations
 
 import json
-from typing import Iterable, Mapping
+from typing import AbstractSet as Set, Iterable, Mapping
 
 import structlog
 
@@ -71,15 +71,19 @@ class ClusterIntake:
         return {name: b for name, b in backends.items() if hasattr(b, "take_intake")}
 
     def run(self, backends: Mapping[str, object], answered: Iterable[str], queues, priority_classes: set[str],
-            default_priority_class: str, now: float) -> dict[str, int]:
-        """Take in what each answering cluster's pods did since the last cycle; returns counts for the report."""
+            default_priority_class: str, now: float, preemptible: Set[str] = frozenset()) -> dict[str, int]:
+        """Take in what each answering cluster's pods did since the last cycle; returns counts for the report.
+
+        ``preemptible``: the names of the preemptible priority classes (a PodGroup's ``preemptable`` is checked
+        against them)."""
         counts = {"taken": 0, "parked": 0, "left": 0}
         mine = self.backends(backends)
         if not mine:
             return counts
         queue_map = {q.name: q for q in queues}
         key = tuple((q.name, tuple(q.namespaces)) for q in queues) + (tuple(sorted(priority_classes)),
-                                                                      default_priority_class)
+                                                                      default_priority_class,
+                                                                      tuple(sorted(preemptible)))
         queues_changed = key != self._queues_key
         self._queues_key = key
         resync, self.resync = self.resync, False
@@ -110,7 +114,8 @@ class ClusterIntake:
                 for uid in again:
                     del parked[uid]
             candidates = list(fresh.values()) + [entry[0] for uid, entry in again.items() if uid not in fresh]
-            rows, refused = self._admit(name, candidates, queue_map, priority_classes, default_priority_class)
+            rows, refused = self._admit(name, candidates, queue_map, priority_classes, default_priority_class,
+                                        preemptible)
             parked.update(refused)
             stored = self.store.intake(rows, gone, now) if rows or gone else []
             counts["taken"] += len(stored)
@@ -130,14 +135,14 @@ class ClusterIntake:
         return ("gang", pod.namespace, gang) if gang else None
 
     def _admit(self, cluster: str, candidates: list[Arrival], queues: Mapping, priority_classes: set[str],
-               default_pc: str) -> tuple[list[dict], dict[str, tuple[Arrival, str]]]:
+               default_pc: str, preemptible: Set[str] = frozenset()
+               ) -> tuple[list[dict], dict[str, tuple[Arrival, str]]]:
         rows: list[dict] = []
         refused: dict[str, tuple[Arrival, str]] = {}
         if not candidates:
             return rows, refused
         known = self.store.known_jobs(a.pod.job_id for a in candidates)
         gangs: dict[tuple, list[tuple[Arrival, dict]]] = {}
-        known_gangs: set[str] = {gang for gang, _ in known.values() if gang}
         for arrival in candidates:
             pod = arrival.pod
             if pod.job_id in known:
@@ -145,7 +150,7 @@ class ClusterIntake:
             if pod.gated:
                 refused[pod.uid] = (arrival, "")   # kube-scheduler's own rule: nothing is said of a gated pod
                 continue
-            row, why = self._row(cluster, arrival, queues, priority_classes, default_pc)
+            row, why = self._row(cluster, arrival, queues, priority_classes, default_pc, preemptible)
             if why is not None:
                 refused[pod.uid] = (arrival, why)
                 continue
@@ -156,37 +161,35 @@ class ClusterIntake:
                 gangs.setdefault(gang, []).append((arrival, row))
         for gang, members in sorted(gangs.items()):
             kind, namespace, name = gang
+            members.sort(key=lambda member: member[0].pod.name)
             first = members[0][0]
-            if kind == "podgroup":
-                gang_id = f"podgroup/{namespace}/{name}"
-                minimum = first.group_min
-                if gang_id in known_gangs or self._gang_stored(members[0][1]["queue"], gang_id):
-                    for _, row in members:   # its minimum is placed already: later pods go one by one
-                        rows.append(row)
+            gang_id = f"podgroup/{namespace}/{name}" if kind == "podgroup" else f"{namespace}/{name}"
+            if kind == "gang":
+                mismatch = [a for a, _ in members if a.pod.annotations.get(GANG_CARDINALITY_ANNOTATION)
+                            != first.pod.annotations[GANG_CARDINALITY_ANNOTATION]]
+                if mismatch:
+                    detail = ", ".join(f"{a.pod.name} says {a.pod.annotations.get(GANG_CARDINALITY_ANNOTATION)}"
+                                       for a, _ in members)
+                    for arrival, _ in members:
+                        refused[arrival.pod.uid] = (arrival, f"metadata.annotations.{GANG_CARDINALITY_ANNOTATION}: "
+                                                             f"gang {name!r} has inconsistent cardinality ({detail})")
                     continue
+            cardinality, queued, started = self._gang_live(members[0][1]["queue"], gang_id)
+            if queued or started:
+                self._join(kind, name, gang_id, members, cardinality, queued, started, rows, refused)
+                continue
+            if kind == "podgroup":
+                minimum = first.group_min
                 if len(members) < minimum:
                     for arrival, _ in members:
                         refused[arrival.pod.uid] = (arrival, f"PodGroup {namespace}/{name}: {len(members)} of its "
                                                              f"minMember {minimum} pods waiting")
                     continue
                 for _, row in members:
-                    annotations = json.loads(row["annotations"])
-                    annotations[GANG_MIN_AVAILABLE_ANNOTATION] = str(minimum)
-                    row.update(gang_id=gang_id, gang_cardinality=len(members), gang_pods=len(members),
-                               annotations=_dump(annotations))
+                    self._into_gang(row, gang_id, len(members), minimum)
                     rows.append(row)
                 continue
-            gang_id = f"{namespace}/{name}"
             cardinality = int(first.pod.annotations[GANG_CARDINALITY_ANNOTATION])
-            mismatch = [a for a, _ in members if a.pod.annotations.get(GANG_CARDINALITY_ANNOTATION)
-                        != first.pod.annotations[GANG_CARDINALITY_ANNOTATION]]
-            if mismatch:
-                detail = ", ".join(f"{a.pod.name} says {a.pod.annotations.get(GANG_CARDINALITY_ANNOTATION)}"
-                                   for a, _ in members)
-                for arrival, _ in members:
-                    refused[arrival.pod.uid] = (arrival, f"metadata.annotations.{GANG_CARDINALITY_ANNOTATION}: gang "
-                                                         f"{name!r} has inconsistent cardinality ({detail})")
-                continue
             if len(members) != cardinality:
                 for arrival, _ in members:
                     refused[arrival.pod.uid] = (arrival, f"gang {name!r}: {len(members)} of its {cardinality} pods "
@@ -197,41 +200,112 @@ class ClusterIntake:
                 rows.append(row)
         return rows, refused
 
-    def _gang_stored(self, queue: str, gang_id: str) -> bool:
-        return self.store.gang_known(queue, gang_id)
+    @staticmethod
+    def _into_gang(row: dict, gang_id: str, cardinality: int, minimum: int) -> None:
+        """Make ``row`` a member of a PodGroup gang of ``cardinality`` pods whose minimum is ``minimum``."""
+        annotations = json.loads(row["annotations"])
+        annotations[GANG_MIN_AVAILABLE_ANNOTATION] = str(max(1, min(minimum, cardinality)))
+        row.update(gang_id=gang_id, gang_cardinality=cardinality, gang_pods=cardinality,
+                   annotations=_dump(annotations))
+
+    def _join(self, kind: str, name: str, gang_id: str, members: list[tuple[Arrival, dict]], cardinality: int,
+              queued: int, started: int, rows: list[dict], refused: dict) -> None:
+        """Pods arriving for a gang whose members are stored already (live, not finished).
+
+        While none of the gang has started, a pod fills a place left empty (a member deleted while queued,
+        made again by its controller): it joins the gang, which starts once complete. Once the gang has
+        started, its all-or-nothing is past, and pods that come later are placed one by one, as room appears
+        (as an elastic gang's members beyond its minimum are). A pod of a complete gang that has not started
+        is placed one by one if it belongs to a PodGroup (Volcano places pods beyond minMember so), and refused
+        if it carries gang annotations (the gang has its gangCardinality pods already).
+        """
+        if kind == "gang":
+            said = int(members[0][0].pod.annotations[GANG_CARDINALITY_ANNOTATION])
+            if said != cardinality:
+                for arrival, _ in members:
+                    refused[arrival.pod.uid] = (arrival, f"metadata.annotations.{GANG_CARDINALITY_ANNOTATION}: gang "
+                                                         f"{name!r} was stored with cardinality {cardinality}, this "
+                                                         f"pod says {said}")
+                return
+        if started:
+            rows.extend(row for _, row in members)
+            return
+        vacancy = max(0, cardinality - queued)
+        for arrival, row in members[:vacancy]:
+            if kind == "podgroup":
+                self._into_gang(row, gang_id, cardinality, arrival.group_min or cardinality)
+            else:
+                row.update(gang_id=gang_id, gang_cardinality=cardinality, gang_pods=cardinality)
+            rows.append(row)
+        for arrival, row in members[vacancy:]:
+            if kind == "podgroup":
+                rows.append(row)
+            else:
+                refused[arrival.pod.uid] = (arrival, f"gang {name!r} has its {cardinality} pods queued already")
+
+    def _gang_live(self, queue: str, gang_id: str) -> tuple[int, int, int]:
+        return self.store.gang_live(queue, gang_id)
 
     def _row(self, cluster: str, arrival: Arrival, queues: Mapping, priority_classes: set[str],
-             default_pc: str) -> tuple[dict | None, str | None]:
+             default_pc: str, preemptible: Set[str] = frozenset()) -> tuple[dict | None, str | None]:
         """The job row for a pod, or why it is refused (naming the field, the namespace, the queue)."""
         pod = arrival.pod
         if pod.problems:
             return None, "; ".join(f"{path}: {why}" for path, why in pod.problems)
-        queue_name = pod.labels.get(QUEUE_LABEL) or arrival.namespace_queue
-        if not queue_name:
-            return None, (f"no queue: label the pod or its namespace {pod.namespace!r} with {QUEUE_LABEL}")
-        queue = queues.get(queue_name)
-        where = "pod label" if pod.labels.get(QUEUE_LABEL) else f"label of namespace {pod.namespace!r}"
-        if queue is None:
-            return None, f"queue {queue_name!r} (from the {where} {QUEUE_LABEL}) does not exist"
-        if pod.namespace not in queue.namespaces:
-            allowed = ", ".join(queue.namespaces) or "none"
-            return None, (f"namespace {pod.namespace!r} may not use queue {queue_name!r} (the queue's namespaces: "
-                          f"{allowed})")
-        priority_class = pod.priority_class or default_pc
-        if priority_class not in priority_classes:
-            return None, (f"spec.priorityClassName: {priority_class!r} is not a Flotilla priority class (known: "
-                          f"{', '.join(sorted(priority_classes))})")
-        annotations = {POD_UID: pod.uid, POD_NAMESPACE: pod.namespace, POD_NAME: pod.name,
-                       OWNER_ANNOTATION: pod.namespace}
+        group = arrival.group
         if pod.group_name:
             if arrival.group_problem:
                 return None, f"metadata.annotations.scheduling.k8s.io/group-name: {arrival.group_problem}"
-            if arrival.group_min is None:
+            if group is None:
                 return None, f"PodGroup {pod.namespace}/{pod.group_name} does not exist (yet)"
+            if group.problems:
+                return None, "; ".join(group.problems)
             if GANG_ID_ANNOTATION in pod.annotations:
                 return None, (f"metadata.annotations: give either scheduling.k8s.io/group-name or "
                               f"{GANG_ID_ANNOTATION}, not both")
         else:
+            group = None
+        # The queue: the pod's own label, else its PodGroup's spec.queue, else its namespace's label (the most
+        # specific word first; a pod and its group disagreeing is refused, since a gang has one queue).
+        label = pod.labels.get(QUEUE_LABEL)
+        if label and group is not None and group.queue and group.queue != label:
+            return None, (f"metadata.labels.{QUEUE_LABEL}: the pod says queue {label!r}, its PodGroup {group.key} "
+                          f"spec.queue says {group.queue!r}; a gang has one queue")
+        if label:
+            queue_name, where = label, f"pod label {QUEUE_LABEL}"
+        elif group is not None and group.queue:
+            queue_name, where = group.queue, f"PodGroup {group.key} spec.queue"
+        else:
+            queue_name, where = arrival.namespace_queue, f"label {QUEUE_LABEL} of namespace {pod.namespace!r}"
+        if not queue_name:
+            return None, (f"no queue: label the pod or its namespace {pod.namespace!r} with {QUEUE_LABEL}")
+        queue = queues.get(queue_name)
+        if queue is None:
+            return None, f"queue {queue_name!r} (from the {where}) does not exist"
+        if pod.namespace not in queue.namespaces:
+            allowed = ", ".join(queue.namespaces) or "none"
+            return None, (f"namespace {pod.namespace!r} may not use queue {queue_name!r} (the queue's namespaces: "
+                          f"{allowed})")
+        if pod.priority_class and group is not None and group.priority_class \
+                and group.priority_class != pod.priority_class:
+            return None, (f"spec.priorityClassName: the pod says {pod.priority_class!r}, its PodGroup {group.key} "
+                          f"spec.priorityClassName says {group.priority_class!r}")
+        priority_class = pod.priority_class or (group.priority_class if group is not None else None) or default_pc
+        if priority_class not in priority_classes:
+            field_path = "spec.priorityClassName" if pod.priority_class or group is None or not group.priority_class \
+                else f"PodGroup {group.key} spec.priorityClassName"
+            return None, (f"{field_path}: {priority_class!r} is not a Flotilla priority class (known: "
+                          f"{', '.join(sorted(priority_classes))})")
+        if group is not None and group.preemptable is not None \
+                and group.preemptable != (priority_class in preemptible):
+            kind = "preemptible" if priority_class in preemptible else "not preemptible"
+            wanted = "a preemptible" if group.preemptable else "a non-preemptible"
+            return None, (f"PodGroup {group.key} spec.preemptable: {str(group.preemptable).lower()} disagrees with "
+                          f"priority class {priority_class!r}, which is {kind} (in Flotilla a priority class says "
+                          f"whether its jobs may be preempted: name {wanted} one)")
+        annotations = {POD_UID: pod.uid, POD_NAMESPACE: pod.namespace, POD_NAME: pod.name,
+                       OWNER_ANNOTATION: pod.namespace}
+        if not pod.group_name:
             gang = pod.annotations.get(GANG_ID_ANNOTATION)
             text = pod.annotations.get(GANG_CARDINALITY_ANNOTATION)
             if gang is not None or text is not None:

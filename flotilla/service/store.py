@@ -704,6 +704,22 @@ class Store:
             return conn.execute(sa.select(jobs.c.id).where(jobs.c.queue == queue, jobs.c.gang_id == gang_id)
                                 .limit(1)).first() is not None
 
+    def gang_live(self, queue: str, gang_id: str) -> tuple[int, int, int]:
+        """A stored gang's live members: ``(cardinality, queued, started)``; ``(0, 0, 0)`` when none is live.
+
+        ``started`` counts the members leased, pending or running; finished members are not counted (a gang
+        whose members all finished is formed anew by pods that come later).
+        """
+        with self.read() as conn:
+            rows = conn.execute(sa.select(jobs.c.gang_cardinality, jobs.c.state, sa.func.count())
+                                .where(jobs.c.queue == queue, jobs.c.gang_id == gang_id,
+                                       jobs.c.state.in_(NONTERMINAL))
+                                .group_by(jobs.c.gang_cardinality, jobs.c.state)).all()
+        cardinality = max((row[0] or 0 for row in rows), default=0)
+        queued = sum(row[2] for row in rows if row[1] == QUEUED)
+        started = sum(row[2] for row in rows if row[1] != QUEUED)
+        return cardinality, queued, started
+
     def queued_from_cluster(self, cluster: str) -> dict[str, str]:
         """The queued in-cluster jobs of ``cluster``: job id -> pod uid (a new leader's reconciliation)."""
         with self.read() as conn:
