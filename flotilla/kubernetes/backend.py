@@ -506,6 +506,40 @@ class KubernetesCluster:
             self.intake.resync()
             return {pod.job_id for pod in self.intake.waiting.values()}
 
+    def take_bound(self) -> dict[str, tuple[str, bool]]:
+        """The waiting in-cluster pods Flotilla bound since the last call: job id -> (node, running)."""
+        with self._lock:
+            return self.intake.take_bound()
+
+    def bound_in_cluster(self) -> dict[str, tuple[str, bool]]:
+        """Every live in-cluster pod Flotilla bound: job id -> (node, running) (a new leader checks them once)."""
+        with self._lock:
+            self.intake.take_bound()
+            return {pod.job.id: (pod.node, pod.phase == "Running") for pod in self._pods.values()
+                    if pod.incluster and pod.job is not None and pod.node and not pod.deleting
+                    and pod.phase not in ("Succeeded", "Failed")}
+
+    def delete_cancelled(self, pods) -> int:
+        """Delete the waiting in-cluster pods whose jobs were cancelled through Flotilla (``(namespace, name, uid,
+        message)`` each), gracefully, each told why first by a ``Cancelled`` Event; pods no longer waiting are
+        left alone. Returns how many deletions were started."""
+        with self._lock:
+            mine = [pod for pod in pods if pod[2] in self.intake.waiting]
+        for namespace, name, uid, message in mine:
+            self._pool.submit(self._delete_cancelled, namespace, name, uid, message)
+        return len(mine)
+
+    def _delete_cancelled(self, namespace: str, name: str, uid: str, message: str) -> None:
+        self.reporter.cancelled(namespace, name, uid, message)
+        try:   # the uid as precondition: a pod made again under the name since is not this job's
+            self.client.delete(pod_path(namespace, name), {"apiVersion": "v1", "kind": "DeleteOptions",
+                                                           "preconditions": {"uid": uid}})
+        except ApiError as exc:
+            if exc.status not in (404, 409):
+                log.warning("kubernetes.delete_failed", cluster=self.name, pod=f"{namespace}/{name}", error=str(exc))
+        except Unreachable as exc:
+            log.warning("kubernetes.delete_unreachable", cluster=self.name, pod=f"{namespace}/{name}", error=str(exc))
+
     def waiting_pods(self) -> list:
         """The waiting in-cluster pods (:class:`~flotilla.kubernetes.intake.InClusterPod`), a copy."""
         with self._lock:

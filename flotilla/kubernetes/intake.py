@@ -288,6 +288,7 @@ class IntakeTracker:
     podgroups_problem: str | None = None     # the CRD is missing (or unreadable): said on every such pod
     namespaces_synced: bool = False
     podgroups_synced: bool = False
+    bound: dict[str, tuple[str, bool]] = field(default_factory=dict)   # job id -> (node, running): bound by Flotilla
 
     def mine(self, obj: Mapping[str, Any]) -> bool:
         return scheduler_of(obj) == self.scheduler_name and not is_ours(obj)
@@ -310,6 +311,8 @@ class IntakeTracker:
         if node or meta.get("deletionTimestamp") or pod_phase(obj) in ("Succeeded", "Failed"):
             if self.waiting.pop(uid, None) is not None:
                 self.changed.discard(uid)
+                if node and bound_by_flotilla(obj, self.scheduler_name) and not meta.get("deletionTimestamp"):
+                    self.bound[job_id_of(uid)] = (node, pod_phase(obj) == "Running")
                 if node and not bound_by_flotilla(obj, self.scheduler_name):
                     self.gone[job_id_of(uid)] = f"pod bound to node {node} by someone else"
                 elif not node:
@@ -377,6 +380,12 @@ class IntakeTracker:
         arrivals = [self.arrival(self.waiting[uid]) for uid in sorted(self.changed) if uid in self.waiting]
         gone, self.gone, self.changed = self.gone, {}, set()
         return arrivals, gone
+
+    def take_bound(self) -> dict[str, tuple[str, bool]]:
+        """The waiting pods Flotilla bound since the last call: job id -> (node, running). The service checks
+        them against the store, so that a bind made by a leader that stopped before recording it is adopted."""
+        bound, self.bound = self.bound, {}
+        return bound
 
     def resync(self) -> None:
         self.changed.update(self.waiting)

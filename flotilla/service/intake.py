@@ -65,6 +65,8 @@ class ClusterIntake:
         self.resync = True
         self._queues_key = None
         self._report_from: dict[str, int] = {}
+        self._cancel_cursor = 0
+        self._doomed: list[tuple[str, str, str, str]] = []   # waiting pods whose jobs were cancelled: deleted
 
     @staticmethod
     def backends(backends: Mapping[str, object]) -> dict[str, object]:
@@ -87,16 +89,32 @@ class ClusterIntake:
         queues_changed = key != self._queues_key
         self._queues_key = key
         resync, self.resync = self.resync, False
+        if resync:   # cancellations from here on come as events; those before, from the waiting pods' jobs
+            self._cancel_cursor = self.store.last_event_id()
+            cancelled = []
+        else:
+            self._cancel_cursor, cancelled = self.store.cancelled_from_cluster(self._cancel_cursor)
         for name in sorted(set(answered) & set(mine)):
             backend = mine[name]
             parked = self.parked.setdefault(name, {})
             extra_gone: dict[str, str] = {}
+            self._doomed = [(namespace, pod, uid, self._cancel_message(job_id, reason))
+                            for job_id, namespace, pod, uid, reason in cancelled]
             if resync:
                 waiting = backend.intake_resync()
+                bound = backend.bound_in_cluster() if hasattr(backend, "bound_in_cluster") else {}
                 parked.clear()
                 for job_id in self.store.queued_from_cluster(name):
-                    if job_id not in waiting:
+                    if job_id not in waiting and job_id not in bound:
                         extra_gone[job_id] = "pod gone while no scheduler led"
+            else:
+                bound = backend.take_bound() if hasattr(backend, "take_bound") else {}
+            if bound:   # bound by Flotilla while its job was queued (a leader that stopped before recording it)
+                adopted = self.store.adopt_bound(name, bound, now)
+                if adopted:
+                    counts["adopted"] = counts.get("adopted", 0) + len(adopted)
+                    log.warning("intake.adopted", cluster=name, jobs=len(adopted),
+                                reason="queued jobs whose pods Flotilla had bound: recorded on their nodes")
             arrivals, gone = backend.take_intake()
             gone.update(extra_gone)
             if gone:
@@ -114,10 +132,15 @@ class ClusterIntake:
                 for uid in again:
                     del parked[uid]
             candidates = list(fresh.values()) + [entry[0] for uid, entry in again.items() if uid not in fresh]
+            if gone and candidates:   # first, so that a pod made again for a gang's member finds its place empty
+                self.store.intake([], gone, now)
             rows, refused = self._admit(name, candidates, queue_map, priority_classes, default_priority_class,
                                         preemptible)
             parked.update(refused)
-            stored = self.store.intake(rows, gone, now) if rows or gone else []
+            if self._doomed and hasattr(backend, "delete_cancelled"):
+                backend.delete_cancelled(self._doomed)
+            left = {} if gone and candidates else gone   # (taken already, above)
+            stored = self.store.intake(rows, left, now) if rows or left else []
             counts["taken"] += len(stored)
             counts["parked"] += len(refused)
             counts["left"] += len(gone)
@@ -146,6 +169,8 @@ class ClusterIntake:
         for arrival in candidates:
             pod = arrival.pod
             if pod.job_id in known:
+                if known[pod.job_id][1] == "cancelled":   # cancelled through Flotilla while no leader looked
+                    self._doomed.append((pod.namespace, pod.name, pod.uid, self._cancel_message(pod.job_id, "")))
                 continue          # stored already (by this leader or an earlier one): nothing to do
             if pod.gated:
                 refused[pod.uid] = (arrival, "")   # kube-scheduler's own rule: nothing is said of a gated pod
@@ -199,6 +224,12 @@ class ClusterIntake:
                 row.update(gang_id=gang_id, gang_cardinality=cardinality, gang_pods=cardinality)
                 rows.append(row)
         return rows, refused
+
+    @staticmethod
+    @staticmethod
+    def _cancel_message(job_id: str, reason: str) -> str:
+        return (f"job {job_id} was cancelled through Flotilla" + (f" ({reason})" if reason else "")
+                + ": the pod is deleted (a controller that owns it may make a new pod, which is a new job)")
 
     @staticmethod
     def _into_gang(row: dict, gang_id: str, cardinality: int, minimum: int) -> None:
