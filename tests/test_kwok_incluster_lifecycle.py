@@ -184,8 +184,8 @@ def test_a_new_leader_takes_over_binds_its_predecessor_made_before_recording_the
 @pytest.mark.skipif(not hasattr(__import__("flotilla.kwok.cluster", fromlist=["x"]), "JOB_CONTROLLERS"),
                     reason="the KWOK fixtures run no Job controller here")
 def test_a_preempted_job_pod_is_made_again_and_the_new_pod_queues_and_runs(kwok, tmp_path):
-    """`flotilla serve` schedules: Job A's two pods fill the room; Job B's pod takes one place by fair share (the
-    victim told DisruptionTarget). A's Job ignores that failure (podFailurePolicy) and makes a new pod after its
+    """`flotilla serve` schedules: Job A's two preemptible pods fill the room; Job B's pod, of a higher priority
+    class, takes one place (the victim told DisruptionTarget). A's Job ignores that failure (podFailurePolicy) and makes a new pod after its
     backoff; it queues in A as a new job, and runs once B's Job is deleted."""
     import json
 
@@ -195,7 +195,7 @@ def test_a_preempted_job_pod_is_made_again_and_the_new_pod_queues_and_runs(kwok,
     cluster = kwok["a"]
     make_namespace(cluster, "team-a", "A")
     make_namespace(cluster, "team-b", "B")
-    fill(cluster, {"node-1": 0, "node-2": 2})
+    fill(cluster, {"node-1": 1, "node-2": 1})   # one free core on each node
     config = SERVE_CONFIG.replace(
         "  - {name: armada-default, priority: 30000, preemptible: false}\n",
         "  - {name: armada-default, priority: 30000, preemptible: false}\n"
@@ -211,28 +211,29 @@ def test_a_preempted_job_pod_is_made_again_and_the_new_pod_queues_and_runs(kwok,
 
     try:
         make_job(cluster, "team-a", "job-a", 2, priority_class="armada-preemptible")
-        pods = cluster.wait_pods(lambda pods: bound_per_node(pods, "team-a") == {"node-2": 2}, timeout=60,
-                                 what="A's two pods bound")
+        pods = cluster.wait_pods(lambda pods: bound_per_node(pods, "team-a") == {"node-1": 1, "node-2": 1},
+                                 timeout=60, what="A's two pods bound")
         first = {p["metadata"]["uid"].replace("-", "") for p in live(pods, "team-a")}
-        make_job(cluster, "team-b", "job-b", 1, priority_class="armada-preemptible")
-        pods = cluster.wait_pods(lambda pods: bound_per_node(pods, "team-b") == {"node-2": 1}
-                                 and bound_per_node(pods, "team-a") == {"node-2": 1}, timeout=60,
+        make_job(cluster, "team-b", "job-b", 1)   # armada-default: urgent, it preempts a preemptible pod
+        pods = cluster.wait_pods(lambda pods: len(bound_per_node(pods, "team-b")) == 1
+                                 and sum(bound_per_node(pods, "team-a").values()) == 1, timeout=60,
                                  what="B's pod bound in a victim's place")
+        [node] = bound_per_node(pods, "team-b")
         victim = wait_for(lambda: next((j for j in jobs("A") if j["state"] == "preempted"), None), timeout=60)
-        assert victim["id"] in first
+        assert victim["id"] in first and victim["node"] == node
         # The Job controller's replacement (after its 10 s pod-failure backoff): a new pod, a new job, queued in A.
-        new = wait_for(lambda: next((j for j in jobs("A") if j["id"] not in first and j["state"] == "queued"), None),
-                       timeout=120)
-        assert (new["jobSet"], new["pod"]["namespace"]) == ("job-a", "team-a")
+        new = wait_for(lambda: next((j for j in jobs("A") if j["id"] not in first), None), timeout=120)
+        assert (new["state"], new["jobSet"], new["pod"]["namespace"]) == ("queued", "job-a", "team-a")
         assert new["pod"]["name"].startswith("job-a-")
         cluster.client.delete("/apis/batch/v1/namespaces/team-b/jobs/job-b",
                               {"gracePeriodSeconds": 0, "propagationPolicy": "Background"})
-        pods = cluster.wait_pods(lambda pods: bound_per_node(pods, "team-a") == {"node-2": 2}
+        pods = cluster.wait_pods(lambda pods: bound_per_node(pods, "team-a") == {"node-1": 1, "node-2": 1}
                                  and not live(pods, "team-b"), timeout=120, what="the replacement bound")
-        assert new["id"] in {p["metadata"]["uid"].replace("-", "") for p in live(pods, "team-a")}
-        running = wait_for(lambda: sorted(j["id"] for j in jobs("A") if j["state"] == "running") or None, timeout=60)
-        assert running == sorted((first - {victim["id"]}) | {new["id"]})
-        assert sorted(j["state"] for j in jobs("A")) == ["preempted", "running", "running"]
+        assert {p["metadata"]["uid"].replace("-", ""): p["spec"]["nodeName"] for p in live(pods, "team-a")
+                if p["spec"]["nodeName"] == node} == {new["id"]: node}
+        wait_for(lambda: sorted(j["state"] for j in jobs("A")) == ["preempted", "running", "running"], timeout=60)
+        assert sorted(j["id"] for j in jobs("A") if j["state"] == "running") == \
+            sorted((first - {victim["id"]}) | {new["id"]})
         job_a = cluster.client.get("/apis/batch/v1/namespaces/team-a/jobs/job-a")
         assert (job_a["status"].get("failed", 0), job_a["status"]["active"]) == (0, 2)
     finally:
