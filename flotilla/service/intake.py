@@ -10,12 +10,13 @@ and however often; a pod that left while queued cancels its job.
 
 How a pod maps to a job:
 
-* queue: the pod's label ``flotilla.io/queue``, else its namespace's;
-  the queue must exist and list the pod's namespace in ``namespaces``;
+* queue: the pod's label ``flotilla.io/queue``, else its PodGroup's
+  ``spec.queue``, else its namespace's label; the queue must exist and list
+  the pod's namespace in ``namespaces``;
 * job set: the label ``flotilla.io/job-set``, else the controlling owner's
   name (a Job's), else the pod's name;
-* priority class: ``spec.priorityClassName``, which must name a Flotilla
-  priority class, else the default one;
+* priority class: ``spec.priorityClassName``, else its PodGroup's, which
+  must name a Flotilla priority class, else the default one;
 * requests as kube-scheduler counts them; nodeSelector, tolerations, node
   affinity, host ports as for submitted jobs (what a submitted job is
   refused for, a pod is refused for, with its field path);
@@ -23,8 +24,17 @@ How a pod maps to a job:
   ``flotilla.io/gang-min-available``) on the pods, stored once all members
   wait; or Volcano's ``scheduling.k8s.io/group-name``: the pods of that
   PodGroup are stored as one gang once ``minMember`` of them wait (its
-  minimum is ``minMember``; pods of the group that come later are stored
-  one by one, as Volcano places them beyond its minimum).
+  minimum is ``minMember``; the PodGroup fields Flotilla does not honour
+  are refused on its pods, :func:`~flotilla.kubernetes.intake.read_podgroup`).
+  A pod coming for a gang already stored fills a place left empty while
+  the gang has not started, and is stored one by one otherwise (``_join``).
+
+A queued job cancelled through Flotilla has its waiting pod deleted (the
+store's ``cancelled`` events, read from a cursor; at a change of leader,
+the waiting pods' jobs). A pod Flotilla bound while its job is queued in
+the store (a leader that stopped after the bind, before its record) is
+recorded where it runs (:meth:`Store.adopt_bound`), never cancelled nor
+bound again.
 
 A pod that cannot be stored yet (refused, or a gang not complete) is
 *parked*: it is told why with ``PodScheduled=False`` (the
