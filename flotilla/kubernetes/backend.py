@@ -161,6 +161,9 @@ class KubernetesCluster:
         self._stop = threading.Event()
         self._nodes: dict[str, Node] = {}
         self._pods: dict[tuple[str, str], _Pod] = {}
+        #: The keys of ``_pods`` bound to each node: a node's questions (its load, a pod leaving it) read its
+        #: own pods, not every pod of the cluster.
+        self._pods_on: dict[str, set[tuple[str, str]]] = {}
         self._job_pod: dict[str, tuple[str, str]] = {}   # job id -> its live pod
         self._attempts: dict[str, int] = {}
         self._inflight: dict[str, Job] = {}              # started, pod not seen yet
@@ -309,18 +312,39 @@ class KubernetesCluster:
                 self._release_held(placement.node)
 
     # -- held starts (see the module docstring) ------------------------------------------------
+    def _put_pod(self, key: tuple[str, str], pod: _Pod) -> None:
+        old = self._pods.get(key)
+        if old is not None and old.node != pod.node and old.node is not None:
+            self._pods_on[old.node].discard(key)
+        self._pods[key] = pod
+        if pod.node is not None:
+            self._pods_on.setdefault(pod.node, set()).add(key)
+
+    def _pop_pod(self, key: tuple[str, str]) -> _Pod | None:
+        old = self._pods.pop(key, None)
+        if old is not None and old.node is not None:
+            on = self._pods_on[old.node]
+            on.discard(key)
+            if not on:
+                del self._pods_on[old.node]
+        return old
+
+    def _pods_of_node(self, node: str) -> list[_Pod]:
+        pods = self._pods
+        return [pods[key] for key in self._pods_on.get(node, ())]
+
     def _leaving(self, node: str) -> bool:
         """Whether a pod on ``node`` is on its way out (deleted, or ours being stopped) and still holds room."""
-        return any(pod.node == node and pod.phase not in ("Succeeded", "Failed")
+        return any(pod.phase not in ("Succeeded", "Failed")
                    and (pod.deleting or (pod.job is not None and pod.job.id in self._stopping))
-                   for pod in self._pods.values())
+                   for pod in self._pods_of_node(node))
 
     def _node_load(self, node: str) -> dict[str, int]:
         """What the kubelet counts on ``node``: its live pods (terminating ones too) and the pods being created."""
         load: dict[str, int] = {}
         created = set()
-        for pod in self._pods.values():
-            if pod.node != node or pod.phase in ("Succeeded", "Failed"):
+        for pod in self._pods_of_node(node):
+            if pod.phase in ("Succeeded", "Failed"):
                 continue
             if pod.job is not None:
                 created.add(pod.job.id)
@@ -700,8 +724,8 @@ class KubernetesCluster:
                 if deleted:   # handled once; a node of that name that comes back starts afresh
                     del self._nodes_down[name]
                 what = "deleted" if deleted else "NotReady"
-                for pod in list(self._pods.values()):
-                    if pod.node == name and pod.job is not None and not pod.deleting \
+                for pod in self._pods_of_node(name):
+                    if pod.job is not None and not pod.deleting \
                             and pod.phase not in ("Succeeded", "Failed") and self._reported.get(pod.key) not in _FINAL:
                         # Force (no grace) when the node is gone: no kubelet is left to confirm.
                         grace = 0 if deleted else job_grace_period(pod.job, self.settings)
@@ -915,7 +939,7 @@ class KubernetesCluster:
         key = (meta.get("namespace", ""), meta["name"])
         self.intake.on_pod(kind, obj)
         if kind == "DELETED":
-            old = self._pods.pop(key, None)
+            old = self._pop_pod(key)
             if old is None or old.job is None:
                 return
             for item in old.owned:   # its services and ingresses go with it (no garbage collector needed)
@@ -955,7 +979,7 @@ class KubernetesCluster:
                        reason=failure_reason(obj) if phase == "Failed" else "",
                        waiting=waiting_reason(obj) if phase == "Pending" else "", owned=owned,
                        exit_code=exit_code, cause=cause, incluster=incluster, uid=meta.get("uid", ""))
-            self._pods[key] = pod
+            self._put_pod(key, pod)
             if phase == "Pending" and not deleting and key not in self._reported and not incluster:
                 # (An in-cluster pod that does not start is its owner's to see to: Flotilla did not make it.)
                 self._starting.setdefault(key, self.clock())
@@ -976,7 +1000,7 @@ class KubernetesCluster:
             self._pod_events(pod, job_id)
         else:
             requests = old.requests if old is not None and old.requests is not None else pod_requests(obj)
-            self._pods[key] = _Pod(key, node, phase, deleting, requests=requests)
+            self._put_pod(key, _Pod(key, node, phase, deleting, requests=requests))
 
     def _pod_events(self, pod: _Pod, job_id: str) -> None:
         reported = self._reported.get(pod.key)
