@@ -164,6 +164,11 @@ class KubernetesCluster:
         #: The keys of ``_pods`` bound to each node: a node's questions (its load, a pod leaving it) read its
         #: own pods, not every pod of the cluster.
         self._pods_on: dict[str, set[tuple[str, str]]] = {}
+        #: Our pods (made or bound by Flotilla), the ones a snapshot looks at one by one.
+        self._own: dict[tuple[str, str], _Pod] = {}
+        #: What everyone else's live pods use on each node, kept as their events arrive: a snapshot copies it
+        #: instead of walking pods that are not Flotilla's.
+        self._foreign_on: dict[str, dict[str, int]] = {}
         self._job_pod: dict[str, tuple[str, str]] = {}   # job id -> its live pod
         self._attempts: dict[str, int] = {}
         self._inflight: dict[str, Job] = {}              # started, pod not seen yet
@@ -255,21 +260,21 @@ class KubernetesCluster:
             nodes = list(self._nodes.values())
             running: list[Job] = []
             seen: set[str] = set()
-            foreign: dict[str, dict[str, int]] = {}
-            for pod in self._pods.values():
-                if pod.node is None or pod.node not in self._nodes or pod.phase in ("Succeeded", "Failed"):
+            known = self._nodes
+            # Everyone else's pods, as their events left them; then ours, one by one.
+            foreign = {node: dict(used) for node, used in self._foreign_on.items() if node in known}
+            for pod in self._own.values():
+                if pod.node is None or pod.node not in known or pod.phase in ("Succeeded", "Failed"):
                     continue
-                requests = pod.requests
-                if pod.job is not None:
-                    job_id = pod.job.id
-                    if pod.deleting or job_id in self._stopping or self._job_pod.get(job_id) != pod.key \
-                            or self._reported.get(pod.key) == "lost":
-                        # No longer the job's, but on its node until gone: the kubelet still counts it.
-                        requests = pod.job.requests
-                    else:
-                        running.append(pod.job)
-                        seen.add(job_id)
-                        continue
+                job_id = pod.job.id
+                if pod.deleting or job_id in self._stopping or self._job_pod.get(job_id) != pod.key \
+                        or self._reported.get(pod.key) == "lost":
+                    # No longer the job's, but on its node until gone: the kubelet still counts it.
+                    requests = pod.job.requests
+                else:
+                    running.append(pod.job)
+                    seen.add(job_id)
+                    continue
                 used = foreign.setdefault(pod.node, {})
                 for resource, amount in requests.items():
                     used[resource] = used.get(resource, 0) + amount
@@ -314,20 +319,45 @@ class KubernetesCluster:
     # -- held starts (see the module docstring) ------------------------------------------------
     def _put_pod(self, key: tuple[str, str], pod: _Pod) -> None:
         old = self._pods.get(key)
-        if old is not None and old.node != pod.node and old.node is not None:
-            self._pods_on[old.node].discard(key)
+        if old is not None:
+            self._unindex(key, old)
         self._pods[key] = pod
         if pod.node is not None:
             self._pods_on.setdefault(pod.node, set()).add(key)
+        if pod.job is not None:
+            self._own[key] = pod   # (an update keeps its place: snapshots list our pods in a stable order)
+        else:
+            self._own.pop(key, None)
+            if pod.node is not None and pod.phase not in ("Succeeded", "Failed"):
+                self._charge_foreign(pod.node, pod.requests, 1)
 
     def _pop_pod(self, key: tuple[str, str]) -> _Pod | None:
         old = self._pods.pop(key, None)
-        if old is not None and old.node is not None:
+        if old is not None:
+            self._unindex(key, old)
+            self._own.pop(key, None)
+        return old
+
+    def _unindex(self, key: tuple[str, str], old: _Pod) -> None:
+        """Take ``old``'s part out of the per-node indexes (``_own`` is the caller's to change)."""
+        if old.node is not None:
             on = self._pods_on[old.node]
             on.discard(key)
             if not on:
                 del self._pods_on[old.node]
-        return old
+        if old.job is None and old.node is not None and old.phase not in ("Succeeded", "Failed"):
+            self._charge_foreign(old.node, old.requests, -1)
+
+    def _charge_foreign(self, node: str, requests: Mapping[str, int] | None, sign: int) -> None:
+        used = self._foreign_on.setdefault(node, {})
+        for resource, amount in (requests or {}).items():
+            left = used.get(resource, 0) + sign * amount
+            if left:
+                used[resource] = left
+            else:
+                used.pop(resource, None)
+        if not used:
+            del self._foreign_on[node]
 
     def _pods_of_node(self, node: str) -> list[_Pod]:
         pods = self._pods
