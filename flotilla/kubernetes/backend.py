@@ -569,7 +569,7 @@ class KubernetesCluster:
         """Every live in-cluster pod Flotilla bound: job id -> (node, running) (a new leader checks them once)."""
         with self._lock:
             self.intake.take_bound()
-            return {pod.job.id: (pod.node, pod.phase == "Running") for pod in self._pods.values()
+            return {pod.job.id: (pod.node, pod.phase == "Running") for pod in self._own.values()
                     if pod.incluster and pod.job is not None and pod.node and not pod.deleting
                     and pod.phase not in ("Succeeded", "Failed")}
 
