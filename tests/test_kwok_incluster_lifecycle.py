@@ -185,8 +185,8 @@ def test_a_new_leader_takes_over_binds_its_predecessor_made_before_recording_the
                     reason="the KWOK fixtures run no Job controller here")
 def test_a_preempted_job_pod_is_made_again_and_the_new_pod_queues_and_runs(kwok, tmp_path):
     """`flotilla serve` schedules: Job A's two preemptible pods fill the room; Job B's pod, of a higher priority
-    class, takes one place (the victim told DisruptionTarget). A's Job ignores that failure (podFailurePolicy) and makes a new pod after its
-    backoff; it queues in A as a new job, and runs once B's Job is deleted."""
+    class, takes one place. A's Job ignores the victim's end (podFailurePolicy on DisruptionTarget: it counts no
+    failure) and makes a new pod after its backoff; it queues in A as a new job, and runs once B's Job is deleted."""
     import json
 
     from serve_process import Server, cli, wait_for
