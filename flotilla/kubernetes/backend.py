@@ -104,6 +104,8 @@ class _Pod:
     cause: str = ""                   # a failed pod's, for retry policies (flotilla.core.backend.FAILURE_CAUSES)
 
 
+#: The phases of a pod that has ended.
+_ENDED = frozenset({"Succeeded", "Failed"})
 #: What was reported of a pod that ends its story (nothing more is said about it).
 _FINAL = ("succeeded", "failed", "preempted", "cancelled", "lost")
 #: Pod failure reasons that are the platform's, not the job's: the job is retried, not failed.
@@ -261,19 +263,24 @@ class KubernetesCluster:
             running: list[Job] = []
             seen: set[str] = set()
             known = self._nodes
-            # Everyone else's pods, as their events left them; then ours, one by one.
+            # Everyone else's pods, as their events left them; then ours, one by one (names bound locally: this
+            # loop is per pod and per cycle).
             foreign = {node: dict(used) for node, used in self._foreign_on.items() if node in known}
+            stopping, job_pod_of, reported_of = self._stopping, self._job_pod.get, self._reported.get
+            append, see = running.append, seen.add
             for pod in self._own.values():
-                if pod.node is None or pod.node not in known or pod.phase in ("Succeeded", "Failed"):
+                node = pod.node
+                if node is None or node not in known or pod.phase in _ENDED:
                     continue
-                job_id = pod.job.id
-                if pod.deleting or job_id in self._stopping or self._job_pod.get(job_id) != pod.key \
-                        or self._reported.get(pod.key) == "lost":
+                job = pod.job
+                job_id = job.id
+                if pod.deleting or job_id in stopping or job_pod_of(job_id) != pod.key \
+                        or reported_of(pod.key) == "lost":
                     # No longer the job's, but on its node until gone: the kubelet still counts it.
-                    requests = pod.job.requests
+                    requests = job.requests
                 else:
-                    running.append(pod.job)
-                    seen.add(job_id)
+                    append(job)
+                    see(job_id)
                     continue
                 used = foreign.setdefault(pod.node, {})
                 for resource, amount in requests.items():
