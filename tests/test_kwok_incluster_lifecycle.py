@@ -27,6 +27,15 @@ def make_podgroup(cluster, namespace: str, name: str, **spec) -> None:
                                                       "spec": spec})
 
 
+def podgroups_seen(harness, *keys: tuple[str, str], timeout: float = 60.0) -> None:
+    """Wait (liveness only) until the backend's PodGroup watch has shown ``keys`` ((namespace, name) each): a pod
+    whose PodGroup is not seen yet is told so, and looked at again only at a later cycle."""
+    deadline = time.monotonic() + timeout
+    while not all(key in harness.backend.intake.podgroups for key in keys):
+        assert time.monotonic() < deadline, f"the watch showed {sorted(harness.backend.intake.podgroups)}"
+        time.sleep(0.05)
+
+
 def messages(pods, prefix: str) -> dict[str, str | None]:
     return {p["metadata"]["name"]: (condition(p, "PodScheduled") or {}).get("message")
             for p in pods if p["metadata"]["name"].startswith(prefix)}
@@ -45,6 +54,7 @@ def test_a_podgroup_gives_queue_and_priority_class_and_fields_not_honoured_are_r
         make_pod(c, "team-b2", f"sized-{i}", annotations={"scheduling.k8s.io/group-name": "sized"})
     make_pod(c, "team-b2", "steady-0", annotations={"scheduling.k8s.io/group-name": "steady"})
     harness.seen(5)
+    podgroups_seen(harness, ("team-b2", "gang"), ("team-b2", "sized"), ("team-b2", "steady"))
     for _ in range(3):
         harness.cycle()
     expected = {"sized-0": "flotilla: PodGroup team-b2/sized spec.minResources is not supported",
@@ -77,6 +87,7 @@ def test_a_late_pod_fills_its_queued_gangs_empty_place_and_the_gang_starts(harne
         make_pod(c, "team-b", f"g-{i}", annotations=gang)
         make_pod(c, "team-b", f"v-{i}", annotations={"scheduling.k8s.io/group-name": "pg"})
     harness.seen(4)
+    podgroups_seen(harness, ("team-b", "pg"))
     harness.cycle()
     assert sorted((j["pod"]["name"], j["gang"]["id"], j["state"]) for j in harness.store.list_jobs(queue="B")) == [
         ("g-0", "team-b/g", "queued"), ("g-1", "team-b/g", "queued"),
@@ -86,7 +97,10 @@ def test_a_late_pod_fills_its_queued_gangs_empty_place_and_the_gang_starts(harne
     harness.settle(lambda pods: not {"g-1", "v-1"} & {p["metadata"]["name"] for p in pods}, "members deleted")
     make_pod(c, "team-b", "g-2", annotations=gang)
     make_pod(c, "team-b", "v-2", annotations={"scheduling.k8s.io/group-name": "pg"})
-    harness.seen(4)
+    deadline = time.monotonic() + 60   # the backend's watch has shown the deletions and the new pods
+    while sorted(p.name for p in harness.backend.waiting_pods()) != ["g-0", "g-2", "v-0", "v-2"]:
+        assert time.monotonic() < deadline, sorted(p.name for p in harness.backend.waiting_pods())
+        time.sleep(0.05)
     harness.cycle()
     jobs = harness.store.list_jobs(queue="B", states=["queued"])
     assert sorted((j["pod"]["name"], j["gang"]["id"], j["gang"]["cardinality"]) for j in jobs) == [
