@@ -193,7 +193,9 @@ def run_flotilla(cluster: kwok.FakeCluster, recorder: RecorderProcess, count: in
     t0 = time.time()
     with open(log, "wb") as out:
         port = free_port()
-        proc = subprocess.Popen([sys.executable, "-m", "flotilla.scheduler_main", "serve", "--config", str(config),
+        # Each cycle's phases and counts go to the log (service.cycle lines, JSON) for reading afterwards.
+        proc = subprocess.Popen([sys.executable, "-m", "flotilla.scheduler_main", "--log-level", "info", "--log-json",
+                                 "serve", "--config", str(config),
                                  "--listen", f"127.0.0.1:{port}"],
                                 stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
                                 cwd=str(Path(__file__).resolve().parent.parent))

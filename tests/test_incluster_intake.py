@@ -3,6 +3,8 @@ the queue API's ``namespaces`` (the KWOK tests are in test_kwok_incluster.py).""
 
 from __future__ import annotations
 
+import json
+
 from fastapi.testclient import TestClient
 
 from flotilla.kubernetes.intake import Arrival, IntakeTracker, job_id_of, read_pod
@@ -146,4 +148,129 @@ def test_without_the_podgroup_crd_such_pods_are_refused_saying_so(tmp_path):
     rows, refused = ClusterIntake(store)._admit("east", arrivals, {q.name: q for q in queues()}, {"default"},
                                                 "default")
     assert refused == {} and [(r["gang_id"], r["gang_cardinality"]) for r in rows] == [("podgroup/team-a/pg", 1)]
+    store.close()
+
+
+def podgroup(name="pg", namespace="team-a", **spec) -> dict:
+    return {"metadata": {"namespace": namespace, "name": name}, "spec": spec}
+
+
+def test_podgroup_fields_flotilla_does_not_honour_are_named_by_path():
+    from flotilla.kubernetes.intake import read_podgroup
+
+    got = read_podgroup(podgroup(minMember=2, queue="A", priorityClassName="low", preemptable=False,
+                                 minResources={"cpu": "4"}, minTaskMember={"worker": 2},
+                                 networkTopology={"mode": "hard"}, subGroupPolicy=[{"name": "x"}]))
+    assert (got.min_member, got.queue, got.priority_class, got.preemptable) == (2, "A", "low", False)
+    assert got.problems == ("PodGroup team-a/pg spec.minResources is not supported",
+                            "PodGroup team-a/pg spec.minTaskMember is not supported",
+                            "PodGroup team-a/pg spec.networkTopology is not supported",
+                            "PodGroup team-a/pg spec.subGroupPolicy is not a PodGroup field Flotilla knows")
+    # Empty or zero asks nothing: Volcano's controllers write empty maps.
+    assert read_podgroup(podgroup(minMember=1, minResources={}, minTaskMember={})).problems == ()
+    assert read_podgroup(podgroup(minMember="3")).problems == (
+        "PodGroup team-a/pg spec.minMember: expected a whole number, at least 0; got '3'",)
+
+
+def admit_podgroup_pods(store, group_spec: dict, pods_: list[dict], namespace_queue="A",
+                        preemptible=frozenset({"low"})):
+    tracker = IntakeTracker("flotilla", namespaces_synced=True, podgroups_synced=True)
+    tracker.on_namespace("ADDED", {"metadata": {"name": "team-a", "labels": {"flotilla.io/queue": namespace_queue}
+                                                if namespace_queue else {}}})
+    tracker.on_podgroup("ADDED", podgroup(**group_spec))
+    for p in pods_:
+        tracker.on_pod("ADDED", p)
+    arrivals, _ = tracker.take()
+    return ClusterIntake(store)._admit("east", arrivals, {q.name: q for q in queues() + [QueueSpec(
+        "C", namespaces=("team-a",))]}, {"default", "low"}, "default", preemptible)
+
+
+def test_a_podgroup_gives_queue_and_priority_class_and_its_preemptable_must_agree(tmp_path):
+    store = Store(f"sqlite:///{tmp_path}/s.db")
+    store.sync_queues(queues() + [QueueSpec("C", namespaces=("team-a",))])
+    member = {"scheduling.k8s.io/group-name": "pg"}
+
+    def one(group_spec, namespace_queue="A", **pod_kwargs):
+        rows, refused = admit_podgroup_pods(store, {"minMember": 1, **group_spec},
+                                            [pod(annotations=member, **pod_kwargs)], namespace_queue)
+        if refused:
+            return [why for _, why in refused.values()]
+        return [(r["queue"], r["priority_class"]) for r in rows]
+
+    # Queue: the pod's label, else the PodGroup's spec.queue, else the namespace's label.
+    assert one({"queue": "C"}) == [("C", "default")]
+    assert one({"queue": "C"}, namespace_queue=None) == [("C", "default")]
+    assert one({}) == [("A", "default")]
+    assert one({"queue": "C"}, labels={"flotilla.io/queue": "C"}) == [("C", "default")]
+    assert one({"queue": "C"}, labels={"flotilla.io/queue": "A"}) == [
+        "metadata.labels.flotilla.io/queue: the pod says queue 'A', its PodGroup team-a/pg spec.queue says 'C'; "
+        "a gang has one queue"]
+    assert one({"queue": "nope"}) == ["queue 'nope' (from the PodGroup team-a/pg spec.queue) does not exist"]
+    # Priority class: the pod's, else the PodGroup's; both given and different: refused, saying both.
+    assert one({"priorityClassName": "low"}) == [("A", "low")]
+    assert one({"priorityClassName": "low"}, priorityClassName="low") == [("A", "low")]
+    assert one({"priorityClassName": "low"}, priorityClassName="default") == [
+        "spec.priorityClassName: the pod says 'default', its PodGroup team-a/pg spec.priorityClassName says 'low'"]
+    assert one({"priorityClassName": "high"}) == [
+        "PodGroup team-a/pg spec.priorityClassName: 'high' is not a Flotilla priority class (known: default, low)"]
+    # preemptable agrees with the priority class (Flotilla's preemptibility is the class's), or is refused.
+    assert one({"priorityClassName": "low", "preemptable": True}) == [("A", "low")]
+    assert one({"preemptable": False}) == [("A", "default")]
+    assert one({"preemptable": True}) == [
+        "PodGroup team-a/pg spec.preemptable: true disagrees with priority class 'default', which is not "
+        "preemptible (in Flotilla a priority class says whether its jobs may be preempted: name a preemptible one)"]
+    assert one({"priorityClassName": "low", "preemptable": False}) == [
+        "PodGroup team-a/pg spec.preemptable: false disagrees with priority class 'low', which is preemptible (in "
+        "Flotilla a priority class says whether its jobs may be preempted: name a non-preemptible one)"]
+    assert one({"minResources": {"cpu": "4"}, "minTaskMember": {"w": 1}}) == [
+        "PodGroup team-a/pg spec.minResources is not supported; PodGroup team-a/pg spec.minTaskMember is not "
+        "supported"]
+    assert store.list_jobs() == []
+    store.close()
+
+
+def test_a_late_member_fills_its_gangs_empty_place(tmp_path):
+    """A gang's member deleted while queued leaves a place; the pod its controller makes joins the gang (annotation
+    gangs and PodGroups alike), which then is complete again. Once a gang has started, later pods go one by one."""
+    store = Store(f"sqlite:///{tmp_path}/s.db")
+    store.sync_queues(queues())
+    intake = ClusterIntake(store)
+    qmap = {q.name: q for q in queues()}
+    gang = {"armadaproject.io/gangId": "g", "armadaproject.io/gangCardinality": "3"}
+    members = [Arrival(read_pod(pod(f"g{i}", uid=f"u{i}", annotations=gang)), "A") for i in range(3)]
+    rows, _ = intake._admit("east", members, qmap, {"default"}, "default")
+    assert store.intake(rows, {}) == ["u0", "u1", "u2"]
+    store.intake([], {"u1": "pod deleted while queued"})
+    late = Arrival(read_pod(pod("g3", uid="u3", annotations=gang)), "A")
+    extra = Arrival(read_pod(pod("g4", uid="u4", annotations=gang)), "A")
+    rows, refused = intake._admit("east", [late, extra], qmap, {"default"}, "default")
+    assert [(r["id"], r["gang_id"], r["gang_cardinality"], r["gang_pods"]) for r in rows] == [
+        ("u3", "team-a/g", 3, 3)]
+    assert [why for _, why in refused.values()] == ["gang 'g' has its 3 pods queued already"]
+    store.intake(rows, {})
+    assert sorted(j["id"] for j in store.list_jobs(states=["queued"])) == ["u0", "u2", "u3"]
+    wrong = Arrival(read_pod(pod("g5", uid="u5", annotations={**gang, "armadaproject.io/gangCardinality": "4"})), "A")
+    store.intake([], {"u3": "pod deleted while queued"})
+    _, refused = intake._admit("east", [wrong], qmap, {"default"}, "default")
+    assert [why for _, why in refused.values()] == [
+        "metadata.annotations.armadaproject.io/gangCardinality: gang 'g' was stored with cardinality 3, this pod "
+        "says 4"]
+
+    # A PodGroup (minMember 2): two stored as its gang, one deleted, the late one joins with the minimum.
+    group = {"scheduling.k8s.io/group-name": "pg"}
+    rows, _ = admit_podgroup_pods(store, {"minMember": 2}, [pod(f"v{i}", uid=f"v{i}", annotations=group)
+                                                             for i in range(2)])
+    assert store.intake(rows, {}) == ["v0", "v1"]
+    store.intake([], {"v0": "pod deleted while queued"})
+    rows, refused = admit_podgroup_pods(store, {"minMember": 2}, [pod(f"v{i}", uid=f"v{i}", annotations=group)
+                                                                   for i in (2, 3)])
+    assert refused == {}
+    assert [(r["id"], r["gang_id"], r["gang_pods"], json.loads(r["annotations"]).get("flotilla.io/gang-min-available"))
+            for r in rows] == [("v2", "podgroup/team-a/pg", 2, "2"), ("v3", None, None, None)]
+    store.intake(rows, {})
+    # Started (one member leased): a later pod is placed on its own.
+    store.record_cycle({"v1": ("east", ["node-1"])}, {}, 0.0)
+    store.intake([], {"v3": "pod deleted while queued"})
+    rows, refused = admit_podgroup_pods(store, {"minMember": 2}, [pod("v4", uid="v4", annotations=group)])
+    assert [(r["id"], r["gang_id"]) for r in rows] == [("v4", None)] and refused == {}
     store.close()

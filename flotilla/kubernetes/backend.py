@@ -104,6 +104,8 @@ class _Pod:
     cause: str = ""                   # a failed pod's, for retry policies (flotilla.core.backend.FAILURE_CAUSES)
 
 
+#: The phases of a pod that has ended.
+_ENDED = frozenset({"Succeeded", "Failed"})
 #: What was reported of a pod that ends its story (nothing more is said about it).
 _FINAL = ("succeeded", "failed", "preempted", "cancelled", "lost")
 #: Pod failure reasons that are the platform's, not the job's: the job is retried, not failed.
@@ -161,6 +163,14 @@ class KubernetesCluster:
         self._stop = threading.Event()
         self._nodes: dict[str, Node] = {}
         self._pods: dict[tuple[str, str], _Pod] = {}
+        #: The keys of ``_pods`` bound to each node: a node's questions (its load, a pod leaving it) read its
+        #: own pods, not every pod of the cluster.
+        self._pods_on: dict[str, set[tuple[str, str]]] = {}
+        #: Our pods (made or bound by Flotilla), the ones a snapshot looks at one by one.
+        self._own: dict[tuple[str, str], _Pod] = {}
+        #: What everyone else's live pods use on each node, kept as their events arrive: a snapshot copies it
+        #: instead of walking pods that are not Flotilla's.
+        self._foreign_on: dict[str, dict[str, int]] = {}
         self._job_pod: dict[str, tuple[str, str]] = {}   # job id -> its live pod
         self._attempts: dict[str, int] = {}
         self._inflight: dict[str, Job] = {}              # started, pod not seen yet
@@ -252,21 +262,26 @@ class KubernetesCluster:
             nodes = list(self._nodes.values())
             running: list[Job] = []
             seen: set[str] = set()
-            foreign: dict[str, dict[str, int]] = {}
-            for pod in self._pods.values():
-                if pod.node is None or pod.node not in self._nodes or pod.phase in ("Succeeded", "Failed"):
+            known = self._nodes
+            # Everyone else's pods, as their events left them; then ours, one by one (names bound locally: this
+            # loop is per pod and per cycle).
+            foreign = {node: dict(used) for node, used in self._foreign_on.items() if node in known}
+            stopping, job_pod_of, reported_of = self._stopping, self._job_pod.get, self._reported.get
+            append, see = running.append, seen.add
+            for pod in self._own.values():
+                node = pod.node
+                if node is None or node not in known or pod.phase in _ENDED:
                     continue
-                requests = pod.requests
-                if pod.job is not None:
-                    job_id = pod.job.id
-                    if pod.deleting or job_id in self._stopping or self._job_pod.get(job_id) != pod.key \
-                            or self._reported.get(pod.key) == "lost":
-                        # No longer the job's, but on its node until gone: the kubelet still counts it.
-                        requests = pod.job.requests
-                    else:
-                        running.append(pod.job)
-                        seen.add(job_id)
-                        continue
+                job = pod.job
+                job_id = job.id
+                if pod.deleting or job_id in stopping or job_pod_of(job_id) != pod.key \
+                        or reported_of(pod.key) == "lost":
+                    # No longer the job's, but on its node until gone: the kubelet still counts it.
+                    requests = job.requests
+                else:
+                    append(job)
+                    see(job_id)
+                    continue
                 used = foreign.setdefault(pod.node, {})
                 for resource, amount in requests.items():
                     used[resource] = used.get(resource, 0) + amount
@@ -309,18 +324,64 @@ class KubernetesCluster:
                 self._release_held(placement.node)
 
     # -- held starts (see the module docstring) ------------------------------------------------
+    def _put_pod(self, key: tuple[str, str], pod: _Pod) -> None:
+        old = self._pods.get(key)
+        if old is not None:
+            self._unindex(key, old)
+        self._pods[key] = pod
+        if pod.node is not None:
+            self._pods_on.setdefault(pod.node, set()).add(key)
+        if pod.job is not None:
+            self._own[key] = pod   # (an update keeps its place: snapshots list our pods in a stable order)
+        else:
+            self._own.pop(key, None)
+            if pod.node is not None and pod.phase not in ("Succeeded", "Failed"):
+                self._charge_foreign(pod.node, pod.requests, 1)
+
+    def _pop_pod(self, key: tuple[str, str]) -> _Pod | None:
+        old = self._pods.pop(key, None)
+        if old is not None:
+            self._unindex(key, old)
+            self._own.pop(key, None)
+        return old
+
+    def _unindex(self, key: tuple[str, str], old: _Pod) -> None:
+        """Take ``old``'s part out of the per-node indexes (``_own`` is the caller's to change)."""
+        if old.node is not None:
+            on = self._pods_on[old.node]
+            on.discard(key)
+            if not on:
+                del self._pods_on[old.node]
+        if old.job is None and old.node is not None and old.phase not in ("Succeeded", "Failed"):
+            self._charge_foreign(old.node, old.requests, -1)
+
+    def _charge_foreign(self, node: str, requests: Mapping[str, int] | None, sign: int) -> None:
+        used = self._foreign_on.setdefault(node, {})
+        for resource, amount in (requests or {}).items():
+            left = used.get(resource, 0) + sign * amount
+            if left:
+                used[resource] = left
+            else:
+                used.pop(resource, None)
+        if not used:
+            del self._foreign_on[node]
+
+    def _pods_of_node(self, node: str) -> list[_Pod]:
+        pods = self._pods
+        return [pods[key] for key in self._pods_on.get(node, ())]
+
     def _leaving(self, node: str) -> bool:
         """Whether a pod on ``node`` is on its way out (deleted, or ours being stopped) and still holds room."""
-        return any(pod.node == node and pod.phase not in ("Succeeded", "Failed")
+        return any(pod.phase not in ("Succeeded", "Failed")
                    and (pod.deleting or (pod.job is not None and pod.job.id in self._stopping))
-                   for pod in self._pods.values())
+                   for pod in self._pods_of_node(node))
 
     def _node_load(self, node: str) -> dict[str, int]:
         """What the kubelet counts on ``node``: its live pods (terminating ones too) and the pods being created."""
         load: dict[str, int] = {}
         created = set()
-        for pod in self._pods.values():
-            if pod.node != node or pod.phase in ("Succeeded", "Failed"):
+        for pod in self._pods_of_node(node):
+            if pod.phase in ("Succeeded", "Failed"):
                 continue
             if pod.job is not None:
                 created.add(pod.job.id)
@@ -505,6 +566,40 @@ class KubernetesCluster:
         with self._lock:
             self.intake.resync()
             return {pod.job_id for pod in self.intake.waiting.values()}
+
+    def take_bound(self) -> dict[str, tuple[str, bool]]:
+        """The waiting in-cluster pods Flotilla bound since the last call: job id -> (node, running)."""
+        with self._lock:
+            return self.intake.take_bound()
+
+    def bound_in_cluster(self) -> dict[str, tuple[str, bool]]:
+        """Every live in-cluster pod Flotilla bound: job id -> (node, running) (a new leader checks them once)."""
+        with self._lock:
+            self.intake.take_bound()
+            return {pod.job.id: (pod.node, pod.phase == "Running") for pod in self._own.values()
+                    if pod.incluster and pod.job is not None and pod.node and not pod.deleting
+                    and pod.phase not in ("Succeeded", "Failed")}
+
+    def delete_cancelled(self, pods) -> int:
+        """Delete the waiting in-cluster pods whose jobs were cancelled through Flotilla (``(namespace, name, uid,
+        message)`` each), gracefully, each told why first by a ``Cancelled`` Event; pods no longer waiting are
+        left alone. Returns how many deletions were started."""
+        with self._lock:
+            mine = [pod for pod in pods if pod[2] in self.intake.waiting]
+        for namespace, name, uid, message in mine:
+            self._pool.submit(self._delete_cancelled, namespace, name, uid, message)
+        return len(mine)
+
+    def _delete_cancelled(self, namespace: str, name: str, uid: str, message: str) -> None:
+        self.reporter.cancelled(namespace, name, uid, message)
+        try:   # the uid as precondition: a pod made again under the name since is not this job's
+            self.client.delete(pod_path(namespace, name), {"apiVersion": "v1", "kind": "DeleteOptions",
+                                                           "preconditions": {"uid": uid}})
+        except ApiError as exc:
+            if exc.status not in (404, 409):
+                log.warning("kubernetes.delete_failed", cluster=self.name, pod=f"{namespace}/{name}", error=str(exc))
+        except Unreachable as exc:
+            log.warning("kubernetes.delete_unreachable", cluster=self.name, pod=f"{namespace}/{name}", error=str(exc))
 
     def waiting_pods(self) -> list:
         """The waiting in-cluster pods (:class:`~flotilla.kubernetes.intake.InClusterPod`), a copy."""
@@ -700,8 +795,8 @@ class KubernetesCluster:
                 if deleted:   # handled once; a node of that name that comes back starts afresh
                     del self._nodes_down[name]
                 what = "deleted" if deleted else "NotReady"
-                for pod in list(self._pods.values()):
-                    if pod.node == name and pod.job is not None and not pod.deleting \
+                for pod in self._pods_of_node(name):
+                    if pod.job is not None and not pod.deleting \
                             and pod.phase not in ("Succeeded", "Failed") and self._reported.get(pod.key) not in _FINAL:
                         # Force (no grace) when the node is gone: no kubelet is left to confirm.
                         grace = 0 if deleted else job_grace_period(pod.job, self.settings)
@@ -915,7 +1010,7 @@ class KubernetesCluster:
         key = (meta.get("namespace", ""), meta["name"])
         self.intake.on_pod(kind, obj)
         if kind == "DELETED":
-            old = self._pods.pop(key, None)
+            old = self._pop_pod(key)
             if old is None or old.job is None:
                 return
             for item in old.owned:   # its services and ingresses go with it (no garbage collector needed)
@@ -955,7 +1050,7 @@ class KubernetesCluster:
                        reason=failure_reason(obj) if phase == "Failed" else "",
                        waiting=waiting_reason(obj) if phase == "Pending" else "", owned=owned,
                        exit_code=exit_code, cause=cause, incluster=incluster, uid=meta.get("uid", ""))
-            self._pods[key] = pod
+            self._put_pod(key, pod)
             if phase == "Pending" and not deleting and key not in self._reported and not incluster:
                 # (An in-cluster pod that does not start is its owner's to see to: Flotilla did not make it.)
                 self._starting.setdefault(key, self.clock())
@@ -976,7 +1071,7 @@ class KubernetesCluster:
             self._pod_events(pod, job_id)
         else:
             requests = old.requests if old is not None and old.requests is not None else pod_requests(obj)
-            self._pods[key] = _Pod(key, node, phase, deleting, requests=requests)
+            self._put_pod(key, _Pod(key, node, phase, deleting, requests=requests))
 
     def _pod_events(self, pod: _Pod, job_id: str) -> None:
         reported = self._reported.get(pod.key)

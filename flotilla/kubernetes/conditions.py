@@ -131,6 +131,11 @@ class PodReporter:
             self._event(namespace, name, uid, "Normal", "Preempted", "Preempting",
                         truncate(message, EVENT_MESSAGE_LIMIT))
 
+    def cancelled(self, namespace: str, name: str, uid: str, message: str) -> None:
+        """A Normal Event ``Cancelled`` on the pod: its job was cancelled through Flotilla, and it is deleted."""
+        self._event(namespace, name, uid, "Normal", "Cancelled", "Deleting",
+                    truncate(MESSAGE_PREFIX + message, EVENT_MESSAGE_LIMIT))
+
     def forget(self, uid: str) -> None:
         """Drop what is remembered of pod ``uid`` (call it when the pod is deleted)."""
         with self._lock:

@@ -181,14 +181,91 @@ def bound_by_flotilla(obj: Mapping[str, Any], scheduler_name: str) -> bool:
             and (meta.get("annotations") or {}).get(JOB_ID) == job_id_of(meta.get("uid", "")))
 
 
+#: The PodGroup spec fields Flotilla honours (see :func:`read_podgroup`).
+PODGROUP_HONOURED = ("minMember", "queue", "priorityClassName", "preemptable")
+#: Volcano's PodGroup spec fields Flotilla does not honour: a PodGroup giving one is refused (its pods never bound).
+PODGROUP_REFUSED = ("minResources", "minTaskMember", "networkTopology")
+
+
+@dataclass(frozen=True, slots=True)
+class PodGroupSpec:
+    """What Flotilla reads of a Volcano PodGroup's spec, and the fields it refuses (``problems``).
+
+    ``minMember`` is the gang's minimum; ``queue`` and ``priorityClassName``
+    stand for the pods' own when they give none; ``preemptable`` must agree
+    with the gang's priority class (Flotilla's preemptibility is the class's).
+    A field Flotilla would not honour (``minResources``, ``minTaskMember``,
+    ``networkTopology``, any field it does not know) is a problem: the
+    group's pods are refused, told the field's path, rather than placed as
+    if it were not there.
+    """
+
+    namespace: str
+    name: str
+    min_member: int = 1
+    queue: str | None = None
+    priority_class: str | None = None
+    preemptable: bool | None = None
+    problems: tuple[str, ...] = ()
+
+    @property
+    def key(self) -> str:
+        return f"{self.namespace}/{self.name}"
+
+
+def _given(value: Any) -> bool:
+    """Whether a PodGroup field asks for something: absent, null, empty and zero ask nothing."""
+    return value not in (None, "", 0, False) and value != {} and value != []
+
+
+def read_podgroup(obj: Mapping[str, Any]) -> PodGroupSpec:
+    """The :class:`PodGroupSpec` of a PodGroup object (never raises: what cannot be read is a problem)."""
+    meta = obj.get("metadata") or {}
+    namespace, name = meta.get("namespace", ""), meta.get("name", "")
+    spec = obj.get("spec") or {}
+    where = f"PodGroup {namespace}/{name}"
+    problems: list[str] = []
+    if not isinstance(spec, Mapping):
+        return PodGroupSpec(namespace, name, problems=(f"{where} spec: expected an object",))
+    minimum = spec.get("minMember")
+    if minimum is None:
+        minimum = 1
+    elif isinstance(minimum, bool) or not isinstance(minimum, int) or minimum < 0:
+        problems.append(f"{where} spec.minMember: expected a whole number, at least 0; got {minimum!r}")
+        minimum = 1
+    texts = {}
+    for field_name in ("queue", "priorityClassName"):
+        value = spec.get(field_name)
+        if value is not None and not isinstance(value, str):
+            problems.append(f"{where} spec.{field_name}: expected a string; got {value!r}")
+            value = None
+        texts[field_name] = value or None
+    preemptable = spec.get("preemptable")
+    if preemptable is not None and not isinstance(preemptable, bool):
+        problems.append(f"{where} spec.preemptable: expected true or false; got {preemptable!r}")
+        preemptable = None
+    for field_name in PODGROUP_REFUSED:
+        if _given(spec.get(field_name)):
+            problems.append(f"{where} spec.{field_name} is not supported")
+    for field_name in sorted(set(spec) - set(PODGROUP_HONOURED) - set(PODGROUP_REFUSED)):
+        problems.append(f"{where} spec.{field_name} is not a PodGroup field Flotilla knows")
+    return PodGroupSpec(namespace, name, max(1, minimum), texts["queue"], texts["priorityClassName"], preemptable,
+                        tuple(problems))
+
+
 @dataclass
 class Arrival:
     """A waiting pod, new or changed, with what the cluster says about it besides the pod."""
 
     pod: InClusterPod
-    namespace_queue: str | None       # its namespace's flotilla.io/queue label
-    group_min: int | None = None      # its PodGroup's minMember (None: no such PodGroup seen)
-    group_problem: str | None = None  # why its PodGroup cannot be read
+    namespace_queue: str | None          # its namespace's flotilla.io/queue label
+    group: PodGroupSpec | None = None    # its PodGroup (None: no such PodGroup seen)
+    group_problem: str | None = None     # why its PodGroup cannot be read
+
+    @property
+    def group_min(self) -> int | None:
+        """Its PodGroup's minMember (None: no such PodGroup seen)."""
+        return self.group.min_member if self.group is not None else None
 
 
 @dataclass
@@ -207,10 +284,11 @@ class IntakeTracker:
     changed: set[str] = field(default_factory=set)
     gone: dict[str, str] = field(default_factory=dict)
     namespaces: dict[str, str | None] = field(default_factory=dict)      # namespace -> its queue label
-    podgroups: dict[tuple[str, str], int] = field(default_factory=dict)  # (namespace, name) -> minMember
+    podgroups: dict[tuple[str, str], PodGroupSpec] = field(default_factory=dict)  # (namespace, name) -> its spec
     podgroups_problem: str | None = None     # the CRD is missing (or unreadable): said on every such pod
     namespaces_synced: bool = False
     podgroups_synced: bool = False
+    bound: dict[str, tuple[str, bool]] = field(default_factory=dict)   # job id -> (node, running): bound by Flotilla
 
     def mine(self, obj: Mapping[str, Any]) -> bool:
         return scheduler_of(obj) == self.scheduler_name and not is_ours(obj)
@@ -233,6 +311,8 @@ class IntakeTracker:
         if node or meta.get("deletionTimestamp") or pod_phase(obj) in ("Succeeded", "Failed"):
             if self.waiting.pop(uid, None) is not None:
                 self.changed.discard(uid)
+                if node and bound_by_flotilla(obj, self.scheduler_name) and not meta.get("deletionTimestamp"):
+                    self.bound[job_id_of(uid)] = (node, pod_phase(obj) == "Running")
                 if node and not bound_by_flotilla(obj, self.scheduler_name):
                     self.gone[job_id_of(uid)] = f"pod bound to node {node} by someone else"
                 elif not node:
@@ -270,10 +350,7 @@ class IntakeTracker:
             now = None
         else:
             before = self.podgroups.get(key)
-            try:
-                now = max(1, int((obj.get("spec") or {}).get("minMember") or 1))
-            except (TypeError, ValueError):
-                now = 1
+            now = read_podgroup(obj)
             self.podgroups[key] = now
         if before != now:
             self.changed.update(uid for uid, pod in self.waiting.items()
@@ -290,12 +367,12 @@ class IntakeTracker:
         return self.namespaces_synced and self.podgroups_synced
 
     def arrival(self, pod: InClusterPod) -> Arrival:
-        group_min = group_problem = None
+        group = group_problem = None
         if pod.group_name:
             group_problem = self.podgroups_problem
             if group_problem is None:
-                group_min = self.podgroups.get((pod.namespace, pod.group_name))
-        return Arrival(pod, self.namespaces.get(pod.namespace), group_min, group_problem)
+                group = self.podgroups.get((pod.namespace, pod.group_name))
+        return Arrival(pod, self.namespaces.get(pod.namespace), group, group_problem)
 
     def take(self) -> tuple[list[Arrival], dict[str, str]]:
         if not self.ready:
@@ -304,9 +381,16 @@ class IntakeTracker:
         gone, self.gone, self.changed = self.gone, {}, set()
         return arrivals, gone
 
+    def take_bound(self) -> dict[str, tuple[str, bool]]:
+        """The waiting pods Flotilla bound since the last call: job id -> (node, running). The service checks
+        them against the store, so that a bind made by a leader that stopped before recording it is adopted."""
+        bound, self.bound = self.bound, {}
+        return bound
+
     def resync(self) -> None:
         self.changed.update(self.waiting)
 
 
 __all__ = ["Arrival", "GROUP_NAME_ANNOTATION", "InClusterPod", "IntakeTracker", "JOB_SET_LABEL", "PODGROUPS_PATH",
-           "POD_NAME", "POD_NAMESPACE", "POD_UID", "QUEUE_LABEL", "bound_by_flotilla", "job_id_of", "read_pod"]
+           "POD_NAME", "POD_NAMESPACE", "POD_UID", "PodGroupSpec", "QUEUE_LABEL", "bound_by_flotilla", "job_id_of",
+           "read_pod", "read_podgroup"]

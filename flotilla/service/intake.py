@@ -10,12 +10,13 @@ and however often; a pod that left while queued cancels its job.
 
 How a pod maps to a job:
 
-* queue: the pod's label ``flotilla.io/queue``, else its namespace's;
-  the queue must exist and list the pod's namespace in ``namespaces``;
+* queue: the pod's label ``flotilla.io/queue``, else its PodGroup's
+  ``spec.queue``, else its namespace's label; the queue must exist and list
+  the pod's namespace in ``namespaces``;
 * job set: the label ``flotilla.io/job-set``, else the controlling owner's
   name (a Job's), else the pod's name;
-* priority class: ``spec.priorityClassName``, which must name a Flotilla
-  priority class, else the default one;
+* priority class: ``spec.priorityClassName``, else its PodGroup's, which
+  must name a Flotilla priority class, else the default one;
 * requests as kube-scheduler counts them; nodeSelector, tolerations, node
   affinity, host ports as for submitted jobs (what a submitted job is
   refused for, a pod is refused for, with its field path);
@@ -23,8 +24,17 @@ How a pod maps to a job:
   ``flotilla.io/gang-min-available``) on the pods, stored once all members
   wait; or Volcano's ``scheduling.k8s.io/group-name``: the pods of that
   PodGroup are stored as one gang once ``minMember`` of them wait (its
-  minimum is ``minMember``; pods of the group that come later are stored
-  one by one, as Volcano places them beyond its minimum).
+  minimum is ``minMember``; the PodGroup fields Flotilla does not honour
+  are refused on its pods, :func:`~flotilla.kubernetes.intake.read_podgroup`).
+  A pod coming for a gang already stored fills a place left empty while
+  the gang has not started, and is stored one by one otherwise (``_join``).
+
+A queued job cancelled through Flotilla has its waiting pod deleted (the
+store's ``cancelled`` events, read from a cursor; at a change of leader,
+the waiting pods' jobs). A pod Flotilla bound while its job is queued in
+the store (a leader that stopped after the bind, before its record) is
+recorded where it runs (:meth:`Store.adopt_bound`), never cancelled nor
+bound again.
 
 A pod that cannot be stored yet (refused, or a gang not complete) is
 *parked*: it is told why with ``PodScheduled=False`` (the
@@ -38,7 +48,7 @@ reporter's interval and only when the reason changed.
 from __future__ import annotations
 
 import json
-from typing import Iterable, Mapping
+from typing import AbstractSet as Set, Iterable, Mapping
 
 import structlog
 
@@ -65,34 +75,56 @@ class ClusterIntake:
         self.resync = True
         self._queues_key = None
         self._report_from: dict[str, int] = {}
+        self._cancel_cursor = 0
+        self._doomed: list[tuple[str, str, str, str]] = []   # waiting pods whose jobs were cancelled: deleted
 
     @staticmethod
     def backends(backends: Mapping[str, object]) -> dict[str, object]:
         return {name: b for name, b in backends.items() if hasattr(b, "take_intake")}
 
     def run(self, backends: Mapping[str, object], answered: Iterable[str], queues, priority_classes: set[str],
-            default_priority_class: str, now: float) -> dict[str, int]:
-        """Take in what each answering cluster's pods did since the last cycle; returns counts for the report."""
+            default_priority_class: str, now: float, preemptible: Set[str] = frozenset()) -> dict[str, int]:
+        """Take in what each answering cluster's pods did since the last cycle; returns counts for the report.
+
+        ``preemptible``: the names of the preemptible priority classes (a PodGroup's ``preemptable`` is checked
+        against them)."""
         counts = {"taken": 0, "parked": 0, "left": 0}
         mine = self.backends(backends)
         if not mine:
             return counts
         queue_map = {q.name: q for q in queues}
         key = tuple((q.name, tuple(q.namespaces)) for q in queues) + (tuple(sorted(priority_classes)),
-                                                                      default_priority_class)
+                                                                      default_priority_class,
+                                                                      tuple(sorted(preemptible)))
         queues_changed = key != self._queues_key
         self._queues_key = key
         resync, self.resync = self.resync, False
+        if resync:   # cancellations from here on come as events; those before, from the waiting pods' jobs
+            self._cancel_cursor = self.store.last_event_id()
+            cancelled = []
+        else:
+            self._cancel_cursor, cancelled = self.store.cancelled_from_cluster(self._cancel_cursor)
         for name in sorted(set(answered) & set(mine)):
             backend = mine[name]
             parked = self.parked.setdefault(name, {})
             extra_gone: dict[str, str] = {}
+            self._doomed = [(namespace, pod, uid, self._cancel_message(job_id, reason))
+                            for job_id, namespace, pod, uid, reason in cancelled]
             if resync:
                 waiting = backend.intake_resync()
+                bound = backend.bound_in_cluster() if hasattr(backend, "bound_in_cluster") else {}
                 parked.clear()
                 for job_id in self.store.queued_from_cluster(name):
-                    if job_id not in waiting:
+                    if job_id not in waiting and job_id not in bound:
                         extra_gone[job_id] = "pod gone while no scheduler led"
+            else:
+                bound = backend.take_bound() if hasattr(backend, "take_bound") else {}
+            if bound:   # bound by Flotilla while its job was queued (a leader that stopped before recording it)
+                adopted = self.store.adopt_bound(name, bound, now)
+                if adopted:
+                    counts["adopted"] = counts.get("adopted", 0) + len(adopted)
+                    log.warning("intake.adopted", cluster=name, jobs=len(adopted),
+                                reason="queued jobs whose pods Flotilla had bound: recorded on their nodes")
             arrivals, gone = backend.take_intake()
             gone.update(extra_gone)
             if gone:
@@ -110,9 +142,15 @@ class ClusterIntake:
                 for uid in again:
                     del parked[uid]
             candidates = list(fresh.values()) + [entry[0] for uid, entry in again.items() if uid not in fresh]
-            rows, refused = self._admit(name, candidates, queue_map, priority_classes, default_priority_class)
+            if gone and candidates:   # first, so that a pod made again for a gang's member finds its place empty
+                self.store.intake([], gone, now)
+            rows, refused = self._admit(name, candidates, queue_map, priority_classes, default_priority_class,
+                                        preemptible)
             parked.update(refused)
-            stored = self.store.intake(rows, gone, now) if rows or gone else []
+            if self._doomed and hasattr(backend, "delete_cancelled"):
+                backend.delete_cancelled(self._doomed)
+            left = {} if gone and candidates else gone   # (taken already, above)
+            stored = self.store.intake(rows, left, now) if rows or left else []
             counts["taken"] += len(stored)
             counts["parked"] += len(refused)
             counts["left"] += len(gone)
@@ -130,22 +168,24 @@ class ClusterIntake:
         return ("gang", pod.namespace, gang) if gang else None
 
     def _admit(self, cluster: str, candidates: list[Arrival], queues: Mapping, priority_classes: set[str],
-               default_pc: str) -> tuple[list[dict], dict[str, tuple[Arrival, str]]]:
+               default_pc: str, preemptible: Set[str] = frozenset()
+               ) -> tuple[list[dict], dict[str, tuple[Arrival, str]]]:
         rows: list[dict] = []
         refused: dict[str, tuple[Arrival, str]] = {}
         if not candidates:
             return rows, refused
         known = self.store.known_jobs(a.pod.job_id for a in candidates)
         gangs: dict[tuple, list[tuple[Arrival, dict]]] = {}
-        known_gangs: set[str] = {gang for gang, _ in known.values() if gang}
         for arrival in candidates:
             pod = arrival.pod
             if pod.job_id in known:
+                if known[pod.job_id][1] == "cancelled":   # cancelled through Flotilla while no leader looked
+                    self._doomed.append((pod.namespace, pod.name, pod.uid, self._cancel_message(pod.job_id, "")))
                 continue          # stored already (by this leader or an earlier one): nothing to do
             if pod.gated:
                 refused[pod.uid] = (arrival, "")   # kube-scheduler's own rule: nothing is said of a gated pod
                 continue
-            row, why = self._row(cluster, arrival, queues, priority_classes, default_pc)
+            row, why = self._row(cluster, arrival, queues, priority_classes, default_pc, preemptible)
             if why is not None:
                 refused[pod.uid] = (arrival, why)
                 continue
@@ -156,37 +196,35 @@ class ClusterIntake:
                 gangs.setdefault(gang, []).append((arrival, row))
         for gang, members in sorted(gangs.items()):
             kind, namespace, name = gang
+            members.sort(key=lambda member: member[0].pod.name)
             first = members[0][0]
-            if kind == "podgroup":
-                gang_id = f"podgroup/{namespace}/{name}"
-                minimum = first.group_min
-                if gang_id in known_gangs or self._gang_stored(members[0][1]["queue"], gang_id):
-                    for _, row in members:   # its minimum is placed already: later pods go one by one
-                        rows.append(row)
+            gang_id = f"podgroup/{namespace}/{name}" if kind == "podgroup" else f"{namespace}/{name}"
+            if kind == "gang":
+                mismatch = [a for a, _ in members if a.pod.annotations.get(GANG_CARDINALITY_ANNOTATION)
+                            != first.pod.annotations[GANG_CARDINALITY_ANNOTATION]]
+                if mismatch:
+                    detail = ", ".join(f"{a.pod.name} says {a.pod.annotations.get(GANG_CARDINALITY_ANNOTATION)}"
+                                       for a, _ in members)
+                    for arrival, _ in members:
+                        refused[arrival.pod.uid] = (arrival, f"metadata.annotations.{GANG_CARDINALITY_ANNOTATION}: "
+                                                             f"gang {name!r} has inconsistent cardinality ({detail})")
                     continue
+            cardinality, queued, started = self._gang_live(members[0][1]["queue"], gang_id)
+            if queued or started:
+                self._join(kind, name, gang_id, members, cardinality, queued, started, rows, refused)
+                continue
+            if kind == "podgroup":
+                minimum = first.group_min
                 if len(members) < minimum:
                     for arrival, _ in members:
                         refused[arrival.pod.uid] = (arrival, f"PodGroup {namespace}/{name}: {len(members)} of its "
                                                              f"minMember {minimum} pods waiting")
                     continue
                 for _, row in members:
-                    annotations = json.loads(row["annotations"])
-                    annotations[GANG_MIN_AVAILABLE_ANNOTATION] = str(minimum)
-                    row.update(gang_id=gang_id, gang_cardinality=len(members), gang_pods=len(members),
-                               annotations=_dump(annotations))
+                    self._into_gang(row, gang_id, len(members), minimum)
                     rows.append(row)
                 continue
-            gang_id = f"{namespace}/{name}"
             cardinality = int(first.pod.annotations[GANG_CARDINALITY_ANNOTATION])
-            mismatch = [a for a, _ in members if a.pod.annotations.get(GANG_CARDINALITY_ANNOTATION)
-                        != first.pod.annotations[GANG_CARDINALITY_ANNOTATION]]
-            if mismatch:
-                detail = ", ".join(f"{a.pod.name} says {a.pod.annotations.get(GANG_CARDINALITY_ANNOTATION)}"
-                                   for a, _ in members)
-                for arrival, _ in members:
-                    refused[arrival.pod.uid] = (arrival, f"metadata.annotations.{GANG_CARDINALITY_ANNOTATION}: gang "
-                                                         f"{name!r} has inconsistent cardinality ({detail})")
-                continue
             if len(members) != cardinality:
                 for arrival, _ in members:
                     refused[arrival.pod.uid] = (arrival, f"gang {name!r}: {len(members)} of its {cardinality} pods "
@@ -197,41 +235,118 @@ class ClusterIntake:
                 rows.append(row)
         return rows, refused
 
-    def _gang_stored(self, queue: str, gang_id: str) -> bool:
-        return self.store.gang_known(queue, gang_id)
+    @staticmethod
+    @staticmethod
+    def _cancel_message(job_id: str, reason: str) -> str:
+        return (f"job {job_id} was cancelled through Flotilla" + (f" ({reason})" if reason else "")
+                + ": the pod is deleted (a controller that owns it may make a new pod, which is a new job)")
+
+    @staticmethod
+    def _into_gang(row: dict, gang_id: str, cardinality: int, minimum: int) -> None:
+        """Make ``row`` a member of a PodGroup gang of ``cardinality`` pods whose minimum is ``minimum``."""
+        annotations = json.loads(row["annotations"])
+        annotations[GANG_MIN_AVAILABLE_ANNOTATION] = str(max(1, min(minimum, cardinality)))
+        row.update(gang_id=gang_id, gang_cardinality=cardinality, gang_pods=cardinality,
+                   annotations=_dump(annotations))
+
+    def _join(self, kind: str, name: str, gang_id: str, members: list[tuple[Arrival, dict]], cardinality: int,
+              queued: int, started: int, rows: list[dict], refused: dict) -> None:
+        """Pods arriving for a gang whose members are stored already (live, not finished).
+
+        While none of the gang has started, a pod fills a place left empty (a member deleted while queued,
+        made again by its controller): it joins the gang, which starts once complete. Once the gang has
+        started, its all-or-nothing is past, and pods that come later are placed one by one, as room appears
+        (as an elastic gang's members beyond its minimum are). A pod of a complete gang that has not started
+        is placed one by one if it belongs to a PodGroup (Volcano places pods beyond minMember so), and refused
+        if it carries gang annotations (the gang has its gangCardinality pods already).
+        """
+        if kind == "gang":
+            said = int(members[0][0].pod.annotations[GANG_CARDINALITY_ANNOTATION])
+            if said != cardinality:
+                for arrival, _ in members:
+                    refused[arrival.pod.uid] = (arrival, f"metadata.annotations.{GANG_CARDINALITY_ANNOTATION}: gang "
+                                                         f"{name!r} was stored with cardinality {cardinality}, this "
+                                                         f"pod says {said}")
+                return
+        if started:
+            rows.extend(row for _, row in members)
+            return
+        vacancy = max(0, cardinality - queued)
+        for arrival, row in members[:vacancy]:
+            if kind == "podgroup":
+                self._into_gang(row, gang_id, cardinality, arrival.group_min or cardinality)
+            else:
+                row.update(gang_id=gang_id, gang_cardinality=cardinality, gang_pods=cardinality)
+            rows.append(row)
+        for arrival, row in members[vacancy:]:
+            if kind == "podgroup":
+                rows.append(row)
+            else:
+                refused[arrival.pod.uid] = (arrival, f"gang {name!r} has its {cardinality} pods queued already")
+
+    def _gang_live(self, queue: str, gang_id: str) -> tuple[int, int, int]:
+        return self.store.gang_live(queue, gang_id)
 
     def _row(self, cluster: str, arrival: Arrival, queues: Mapping, priority_classes: set[str],
-             default_pc: str) -> tuple[dict | None, str | None]:
+             default_pc: str, preemptible: Set[str] = frozenset()) -> tuple[dict | None, str | None]:
         """The job row for a pod, or why it is refused (naming the field, the namespace, the queue)."""
         pod = arrival.pod
         if pod.problems:
             return None, "; ".join(f"{path}: {why}" for path, why in pod.problems)
-        queue_name = pod.labels.get(QUEUE_LABEL) or arrival.namespace_queue
-        if not queue_name:
-            return None, (f"no queue: label the pod or its namespace {pod.namespace!r} with {QUEUE_LABEL}")
-        queue = queues.get(queue_name)
-        where = "pod label" if pod.labels.get(QUEUE_LABEL) else f"label of namespace {pod.namespace!r}"
-        if queue is None:
-            return None, f"queue {queue_name!r} (from the {where} {QUEUE_LABEL}) does not exist"
-        if pod.namespace not in queue.namespaces:
-            allowed = ", ".join(queue.namespaces) or "none"
-            return None, (f"namespace {pod.namespace!r} may not use queue {queue_name!r} (the queue's namespaces: "
-                          f"{allowed})")
-        priority_class = pod.priority_class or default_pc
-        if priority_class not in priority_classes:
-            return None, (f"spec.priorityClassName: {priority_class!r} is not a Flotilla priority class (known: "
-                          f"{', '.join(sorted(priority_classes))})")
-        annotations = {POD_UID: pod.uid, POD_NAMESPACE: pod.namespace, POD_NAME: pod.name,
-                       OWNER_ANNOTATION: pod.namespace}
+        group = arrival.group
         if pod.group_name:
             if arrival.group_problem:
                 return None, f"metadata.annotations.scheduling.k8s.io/group-name: {arrival.group_problem}"
-            if arrival.group_min is None:
+            if group is None:
                 return None, f"PodGroup {pod.namespace}/{pod.group_name} does not exist (yet)"
+            if group.problems:
+                return None, "; ".join(group.problems)
             if GANG_ID_ANNOTATION in pod.annotations:
                 return None, (f"metadata.annotations: give either scheduling.k8s.io/group-name or "
                               f"{GANG_ID_ANNOTATION}, not both")
         else:
+            group = None
+        # The queue: the pod's own label, else its PodGroup's spec.queue, else its namespace's label (the most
+        # specific word first; a pod and its group disagreeing is refused, since a gang has one queue).
+        label = pod.labels.get(QUEUE_LABEL)
+        if label and group is not None and group.queue and group.queue != label:
+            return None, (f"metadata.labels.{QUEUE_LABEL}: the pod says queue {label!r}, its PodGroup {group.key} "
+                          f"spec.queue says {group.queue!r}; a gang has one queue")
+        if label:
+            queue_name, where = label, f"pod label {QUEUE_LABEL}"
+        elif group is not None and group.queue:
+            queue_name, where = group.queue, f"PodGroup {group.key} spec.queue"
+        else:
+            queue_name, where = arrival.namespace_queue, f"label {QUEUE_LABEL} of namespace {pod.namespace!r}"
+        if not queue_name:
+            return None, (f"no queue: label the pod or its namespace {pod.namespace!r} with {QUEUE_LABEL}")
+        queue = queues.get(queue_name)
+        if queue is None:
+            return None, f"queue {queue_name!r} (from the {where}) does not exist"
+        if pod.namespace not in queue.namespaces:
+            allowed = ", ".join(queue.namespaces) or "none"
+            return None, (f"namespace {pod.namespace!r} may not use queue {queue_name!r} (the queue's namespaces: "
+                          f"{allowed})")
+        if pod.priority_class and group is not None and group.priority_class \
+                and group.priority_class != pod.priority_class:
+            return None, (f"spec.priorityClassName: the pod says {pod.priority_class!r}, its PodGroup {group.key} "
+                          f"spec.priorityClassName says {group.priority_class!r}")
+        priority_class = pod.priority_class or (group.priority_class if group is not None else None) or default_pc
+        if priority_class not in priority_classes:
+            field_path = "spec.priorityClassName" if pod.priority_class or group is None or not group.priority_class \
+                else f"PodGroup {group.key} spec.priorityClassName"
+            return None, (f"{field_path}: {priority_class!r} is not a Flotilla priority class (known: "
+                          f"{', '.join(sorted(priority_classes))})")
+        if group is not None and group.preemptable is not None \
+                and group.preemptable != (priority_class in preemptible):
+            kind = "preemptible" if priority_class in preemptible else "not preemptible"
+            wanted = "a preemptible" if group.preemptable else "a non-preemptible"
+            return None, (f"PodGroup {group.key} spec.preemptable: {str(group.preemptable).lower()} disagrees with "
+                          f"priority class {priority_class!r}, which is {kind} (in Flotilla a priority class says "
+                          f"whether its jobs may be preempted: name {wanted} one)")
+        annotations = {POD_UID: pod.uid, POD_NAMESPACE: pod.namespace, POD_NAME: pod.name,
+                       OWNER_ANNOTATION: pod.namespace}
+        if not pod.group_name:
             gang = pod.annotations.get(GANG_ID_ANNOTATION)
             text = pod.annotations.get(GANG_CARDINALITY_ANNOTATION)
             if gang is not None or text is not None:

@@ -235,7 +235,8 @@ class ServiceLoop:
         if snaps and self.intake.backends(self.backends):
             report.intake = self.intake.run(
                 self.backends, snaps, self.store.list_queues(),
-                {pc.name for pc in self.scheduler.priority_classes()}, self.settings.default_priority_class, now)
+                {pc.name for pc in self.scheduler.priority_classes()}, self.settings.default_priority_class, now,
+                preemptible={pc.name for pc in self.scheduler.priority_classes() if pc.preemptible})
         t1 = time.perf_counter()
         c1 = time.thread_time()
 

@@ -704,12 +704,81 @@ class Store:
             return conn.execute(sa.select(jobs.c.id).where(jobs.c.queue == queue, jobs.c.gang_id == gang_id)
                                 .limit(1)).first() is not None
 
+    def gang_live(self, queue: str, gang_id: str) -> tuple[int, int, int]:
+        """A stored gang's live members: ``(cardinality, queued, started)``; ``(0, 0, 0)`` when none is live.
+
+        ``started`` counts the members leased, pending or running; finished members are not counted (a gang
+        whose members all finished is formed anew by pods that come later).
+        """
+        with self.read() as conn:
+            rows = conn.execute(sa.select(jobs.c.gang_cardinality, jobs.c.state, sa.func.count())
+                                .where(jobs.c.queue == queue, jobs.c.gang_id == gang_id,
+                                       jobs.c.state.in_(NONTERMINAL))
+                                .group_by(jobs.c.gang_cardinality, jobs.c.state)).all()
+        cardinality = max((row[0] or 0 for row in rows), default=0)
+        queued = sum(row[2] for row in rows if row[1] == QUEUED)
+        started = sum(row[2] for row in rows if row[1] != QUEUED)
+        return cardinality, queued, started
+
     def queued_from_cluster(self, cluster: str) -> dict[str, str]:
         """The queued in-cluster jobs of ``cluster``: job id -> pod uid (a new leader's reconciliation)."""
         with self.read() as conn:
             return dict(conn.execute(sa.select(jobs.c.id, jobs.c.pod_uid).where(
                 jobs.c.state == QUEUED, jobs.c.source == "cluster",
                 jobs.c.spec.like(f'%"cluster":{json.dumps(cluster)}%'))).all())
+
+    def cancelled_from_cluster(self, after: int, limit: int = 10_000) -> tuple[int, list[tuple[str, ...]]]:
+        """In-cluster jobs cancelled (and still so) by an event after ``after``: ``(cursor, rows)``, each row
+        ``(job id, pod namespace, pod name, pod uid, reason)``; ``cursor`` is where the next call starts (the
+        last event looked at: new events are read once, not again each call)."""
+        with self.read() as conn:
+            top = self._last_event_id(conn)
+            found = conn.execute(sa.select(events.c.id, events.c.job_id)
+                                 .where(events.c.id > after, events.c.id <= top, events.c.kind == CANCELLED)
+                                 .order_by(events.c.id).limit(limit)).all()
+            cursor = found[-1][0] if len(found) == limit else top
+            rows: list[tuple[str, ...]] = []
+            for part in chunks(sorted({row[1] for row in found})):
+                rows.extend(tuple(row) for row in conn.execute(
+                    sa.select(jobs.c.id, jobs.c.pod_namespace, jobs.c.pod_name, jobs.c.pod_uid, jobs.c.reason)
+                    .where(jobs.c.id.in_(part), jobs.c.source == "cluster", jobs.c.state == CANCELLED)))
+        return max(cursor, after), rows
+
+    def adopt_bound(self, cluster: str, bound: Mapping[str, tuple[str, bool]], now: float) -> list[str]:
+        """Queued in-cluster jobs whose pods a scheduler bound (``bound``: job id -> (node, running)): each
+        becomes what the bind made it, leased on ``cluster`` at that node, then pending (or running), as if this
+        leader had bound it. Jobs not queued are left as they are. Returns the ids adopted.
+
+        This is how a leader takes over a bind its predecessor made just before it stopped (the job queued
+        again meanwhile, or never marked): the pod runs once, on its node, and is never bound a second time.
+        """
+        adopted: list[str] = []
+        if not bound:
+            return adopted
+        with self.write() as conn:
+            rows = []
+            for part in chunks(sorted(bound)):
+                rows.extend(conn.execute(sa.select(jobs.c.id, jobs.c.queue, jobs.c.job_set, jobs.c.pod_namespace,
+                                                   jobs.c.pod_name)
+                                         .where(jobs.c.id.in_(part), jobs.c.state == QUEUED,
+                                                jobs.c.source == "cluster")))
+            event_rows = []
+            for r in rows:
+                node, running = bound[r.id]
+                conn.execute(leases.delete().where(leases.c.job_id == r.id))
+                conn.execute(leases.insert().values(job_id=r.id, cluster=cluster, nodes=_dump([node]), leased_at=now,
+                                                    renewed_at=now, pods_running=1 if running else 0, pods_done=0))
+                conn.execute(jobs.update().where(jobs.c.id == r.id, jobs.c.state == QUEUED).values(
+                    state=RUNNING if running else PENDING, cluster=cluster, node=node, updated=now,
+                    started=now if running else None))
+                said = f"pod {r.pod_namespace}/{r.pod_name} found bound to node {node} by Flotilla"
+                event_rows.append(self._event(r._mapping, "leased", now, cluster, node, said))
+                event_rows.append(self._event(r._mapping, "pending", now, cluster, node))
+                if running:
+                    event_rows.append(self._event(r._mapping, "running", now, cluster, node))
+                adopted.append(r.id)
+            self._insert_events(conn, event_rows)
+        return adopted
 
     def intake(self, rows: Sequence[dict], gone: Mapping[str, str], now: float | None = None) -> list[str]:
         """In-cluster pods in one transaction: ``rows`` (job rows keyed by their pod's uid) stored unless their
