@@ -82,7 +82,7 @@ def job_state(cluster, name: str) -> str:
         about = [line for line in log.read_text(errors="replace").splitlines()
                  if f"default/{name}" in line or f'"{name}"' in line or "syncing job" in line]
         lines.append(f"{log}, lines on Job {name} and Job sync errors (the last 40 of {len(about)}):")
-        lines += about[-200:]
+        lines += about[-40:]
     return "\n".join(lines)
 
 
