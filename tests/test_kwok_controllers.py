@@ -83,7 +83,34 @@ def job_state(cluster, name: str) -> str:
                  if f"default/{name}" in line or f'"{name}"' in line or "syncing job" in line]
         lines.append(f"{log}, lines on Job {name} and Job sync errors (the last 40 of {len(about)}):")
         lines += about[-40:]
+    lines += controller_metrics(cluster)
     return "\n".join(lines)
+
+
+def controller_metrics(cluster) -> list[str]:
+    """kube-controller-manager's job_controller_* metrics (syncs by result and action, syncs skipped for a stale
+    cache, pods created), read from its /metrics (open without credentials on the KWOK clusters)."""
+    import ssl
+    import urllib.request
+
+    import yaml
+
+    from flotilla.kwok.cluster import workdir
+
+    components = [c for doc in yaml.safe_load_all((workdir(cluster.name) / "kwok.yaml").read_text())
+                  if isinstance(doc, dict) and doc.get("kind") == "KwokctlConfiguration"
+                  for c in doc.get("components") or ()]
+    ports = [arg.split("=", 1)[1] for c in components if c.get("name") == "kube-controller-manager"
+             for arg in c.get("args") or () if arg.startswith("--secure-port=")]
+    if not ports:
+        return ["kube-controller-manager's port not found"]
+    try:
+        with urllib.request.urlopen(f"https://127.0.0.1:{ports[0]}/metrics", timeout=5,
+                                    context=ssl._create_unverified_context()) as response:
+            text = response.read().decode()
+    except OSError as exc:
+        return [f"kube-controller-manager metrics: {exc}"]
+    return [line for line in text.splitlines() if line.startswith("job_controller_") and "_bucket{" not in line]
 
 
 def running(cluster, name: str, count: int) -> list[dict]:
