@@ -47,14 +47,8 @@ JOB_CONTROLLERS = ("job", "garbagecollector", "podgc")
 #: kube-controller-manager's flags besides ``--controllers``: one instance, so no leader election to wait
 #: for; client limits well above its default 20 requests/s, or the Job controller making thousands of pods
 #: (the benchmark's 10,000) would wait on its own rate limiter rather than on the API server.
-#: StaleControllerConsistencyJob off: with it (beta, on by default since 1.36) the Job controller syncs a Job
-#: again only once its pod informer reports a resource version at least that of its own last pod write, and
-#: after an API server restart (``stop_component`` then ``start``) that informer can go on reporting the
-#: version it was watching from when the server went away: every later sync of a Job whose pods it has written
-#: is refused ("read version: N is not as new as written version: M"), so no replacement pod, no status.
 CONTROLLER_MANAGER_ARGS = ("leader-elect=false", "kube-api-qps=2000", "kube-api-burst=4000",
-                           "concurrent-job-syncs=20", "concurrent-gc-syncs=20",
-                           "feature-gates=StaleControllerConsistencyJob=false")
+                           "concurrent-job-syncs=20", "concurrent-gc-syncs=20")
 DEFAULT_KUBECONFIG = "~/.kube/config"
 
 DEFAULT_NODE: dict[str, Any] = {
