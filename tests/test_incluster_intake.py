@@ -274,3 +274,33 @@ def test_a_late_member_fills_its_gangs_empty_place(tmp_path):
     rows, refused = admit_podgroup_pods(store, {"minMember": 2}, [pod("v4", uid="v4", annotations=group)])
     assert [(r["id"], r["gang_id"]) for r in rows] == [("v4", None)] and refused == {}
     store.close()
+
+
+def test_a_bind_found_for_a_queued_job_is_recorded_and_cancellations_are_read_once(tmp_path):
+    store = Store(f"sqlite:///{tmp_path}/s.db")
+    store.sync_queues(queues())
+    intake = ClusterIntake(store)
+    arrivals = [Arrival(read_pod(pod(name, uid=name)), "A") for name in ("p1", "p2", "p3")]
+    rows, _ = intake._admit("east", arrivals, {q.name: q for q in queues()}, {"default"}, "default")
+    assert store.intake(rows, {}, 1.0) == ["p1", "p2", "p3"]
+    store.record_cycle({"p3": ("east", ["node-9"])}, {}, 2.0)        # leased by this leader: left as it is
+    assert store.adopt_bound("east", {"p1": ("node-1", True), "p2": ("node-2", False), "p3": ("node-3", True)},
+                             3.0) == ["p1", "p2"]
+    assert store.adopt_bound("east", {"p1": ("node-1", True)}, 4.0) == []   # once
+    got = {j["id"]: (j["state"], j["cluster"], j["node"]) for j in store.list_jobs()}
+    assert got == {"p1": ("running", "east", "node-1"), "p2": ("pending", "east", "node-2"),
+                   "p3": ("leased", "east", "node-9")}
+    assert [(e["kind"], e["node"], e["reason"]) for e in store.all_events() if e["jobId"] == "p1"] == [
+        ("submitted", None, "pod team-a/p1 (uid p1)"), ("queued", None, ""),
+        ("leased", "node-1", "pod team-a/p1 found bound to node node-1 by Flotilla"), ("pending", "node-1", ""),
+        ("running", "node-1", "")]
+    # Cancellations: read from a cursor, each once; only in-cluster jobs still cancelled.
+    cursor = store.last_event_id()
+    arrivals = [Arrival(read_pod(pod("q1", uid="q1")), "A")]
+    rows, _ = intake._admit("east", arrivals, {q.name: q for q in queues()}, {"default"}, "default")
+    store.intake(rows, {})
+    store.cancel("A", job_ids=["q1"], by="alice")
+    cursor, rows = store.cancelled_from_cluster(cursor)
+    assert rows == [("q1", "team-a", "q1", "q1", "cancelled by alice")]
+    assert store.cancelled_from_cluster(cursor) == (cursor, [])
+    store.close()

@@ -35,6 +35,9 @@ GROUP_NAME_ANNOTATION = "scheduling.k8s.io/group-name"
 PODGROUP_GROUP = "scheduling.volcano.sh"
 PODGROUP_VERSION = "v1beta1"
 PODGROUPS_PATH = f"/apis/{PODGROUP_GROUP}/{PODGROUP_VERSION}/podgroups"
+#: Binds remembered between two looks of the service (a standby, which never looks, forgets them past this;
+#: as a new leader it checks every pod Flotilla bound anyway).
+BOUND_LIMIT = 100_000
 #: Kubernetes' default terminationGracePeriodSeconds.
 DEFAULT_GRACE = 30.0
 
@@ -312,6 +315,8 @@ class IntakeTracker:
             if self.waiting.pop(uid, None) is not None:
                 self.changed.discard(uid)
                 if node and bound_by_flotilla(obj, self.scheduler_name) and not meta.get("deletionTimestamp"):
+                    if len(self.bound) >= BOUND_LIMIT:   # a standby's (a new leader looks at every bound pod)
+                        self.bound.clear()
                     self.bound[job_id_of(uid)] = (node, pod_phase(obj) == "Running")
                 if node and not bound_by_flotilla(obj, self.scheduler_name):
                     self.gone[job_id_of(uid)] = f"pod bound to node {node} by someone else"

@@ -755,9 +755,16 @@ class Store:
         adopted: list[str] = []
         if not bound:
             return adopted
+        with self.read() as conn:   # mostly binds this leader made and recorded: no write for them
+            queued = []
+            for part in chunks(sorted(bound)):
+                queued.extend(conn.execute(sa.select(jobs.c.id).where(jobs.c.id.in_(part), jobs.c.state == QUEUED,
+                                                                      jobs.c.source == "cluster")).scalars())
+        if not queued:
+            return adopted
         with self.write() as conn:
             rows = []
-            for part in chunks(sorted(bound)):
+            for part in chunks(sorted(queued)):
                 rows.extend(conn.execute(sa.select(jobs.c.id, jobs.c.queue, jobs.c.job_set, jobs.c.pod_namespace,
                                                    jobs.c.pod_name)
                                          .where(jobs.c.id.in_(part), jobs.c.state == QUEUED,
