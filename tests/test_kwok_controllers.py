@@ -48,8 +48,16 @@ def wait_for(predicate, timeout: float = 60.0, what: str = "condition", seen=Non
         if value:
             return value
         if time.monotonic() > deadline:
-            raise AssertionError(f"timed out waiting for {what}" + (f"; saw:\n{seen()}" if seen else ""))
+            raise AssertionError(f"timed out waiting for {what}" + (saw(seen) if seen else ""))
         time.sleep(0.1)
+
+
+def saw(seen) -> str:
+    """``seen()``'s report for a timeout message; a failure to read it is reported, never raised over the timeout."""
+    try:
+        return f"; saw:\n{seen()}"
+    except Exception as exc:  # noqa: BLE001 - the timeout is the failure to report
+        return f"; what the cluster showed could not be read: {exc!r}"
 
 
 def job_state(cluster, name: str) -> str:
