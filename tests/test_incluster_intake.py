@@ -303,4 +303,10 @@ def test_a_bind_found_for_a_queued_job_is_recorded_and_cancellations_are_read_on
     cursor, rows = store.cancelled_from_cluster(cursor)
     assert rows == [("q1", "team-a", "q1", "q1", "cancelled by alice")]
     assert store.cancelled_from_cluster(cursor) == (cursor, [])
+    # A queue deleted with its jobs (force): their rows are gone, their ids are said.
+    arrivals = [Arrival(read_pod(pod("q2", namespace="team-b", uid="q2")), "B")]
+    rows, _ = intake._admit("east", arrivals, {q.name: q for q in queues()}, {"default"}, "default")
+    store.intake(rows, {})
+    store.delete_queue("B", force=True, by="alice")
+    assert store.cancelled_from_cluster(cursor)[1] == [("q2", None, None, None, "its queue was deleted")]
     store.close()

@@ -140,6 +140,15 @@ def test_cancelling_a_queued_in_cluster_job_deletes_its_pod_saying_so(harness):
     harness.cycle()
     got = {j["pod"]["name"]: (j["state"], j["reason"]) for j in harness.store.list_jobs(queue="B")}
     assert got == {"big": ("cancelled", "cancelled by alice"), "kept": ("queued", "")}
+    # Its queue deleted with force (DELETE /v1/queues/B?force=true): the job goes with it, and so does its pod.
+    kept = next(j["id"] for j in harness.store.list_jobs(queue="B") if j["pod"]["name"] == "kept")
+    harness.store.delete_queue("B", force=True, by="alice")
+    harness.cycle()
+    harness.settle(lambda pods: not live(pods, "team-b"), "the deleted queue's pod deleted")
+    events = c.client.get("/api/v1/namespaces/team-b/events")["items"]
+    assert [e["message"] for e in events if e["involvedObject"]["name"] == "kept" and e["reason"] == "Cancelled"] \
+        == [f"flotilla: job {kept} was cancelled through Flotilla (its queue was deleted): the pod is deleted (a "
+            f"controller that owns it may make a new pod, which is a new job)"]
 
 
 def test_a_new_leader_takes_over_binds_its_predecessor_made_before_recording_them(kwok, tmp_path):

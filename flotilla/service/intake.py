@@ -109,7 +109,12 @@ class ClusterIntake:
             parked = self.parked.setdefault(name, {})
             extra_gone: dict[str, str] = {}
             self._doomed = [(namespace, pod, uid, self._cancel_message(job_id, reason))
-                            for job_id, namespace, pod, uid, reason in cancelled]
+                            for job_id, namespace, pod, uid, reason in cancelled if uid is not None]
+            deleted = {job_id: self._cancel_message(job_id, reason)
+                       for job_id, _, _, uid, reason in cancelled if uid is None}
+            if deleted and hasattr(backend, "waiting_pods"):
+                self._doomed.extend((pod.namespace, pod.name, pod.uid, deleted[pod.job_id])
+                                    for pod in backend.waiting_pods() if pod.job_id in deleted)
             if resync:
                 waiting = backend.intake_resync()
                 bound = backend.bound_in_cluster() if hasattr(backend, "bound_in_cluster") else {}

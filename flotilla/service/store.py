@@ -730,15 +730,19 @@ class Store:
     def cancelled_from_cluster(self, after: int, limit: int = 10_000) -> tuple[int, list[tuple[str, ...]]]:
         """In-cluster jobs cancelled (and still so) by an event after ``after``: ``(cursor, rows)``, each row
         ``(job id, pod namespace, pod name, pod uid, reason)``; ``cursor`` is where the next call starts (the
-        last event looked at: new events are read once, not again each call)."""
+        last event looked at: new events are read once, not again each call). A job deleted with its queue
+        (``deleted`` events; its row is gone) comes as ``(job id, None, None, None, "its queue was deleted")``:
+        which pod was its is known only to the cluster (the pod's uid makes its id)."""
         with self.read() as conn:
             top = self._last_event_id(conn)
-            found = conn.execute(sa.select(events.c.id, events.c.job_id)
-                                 .where(events.c.id > after, events.c.id <= top, events.c.kind == CANCELLED)
+            found = conn.execute(sa.select(events.c.id, events.c.job_id, events.c.kind)
+                                 .where(events.c.id > after, events.c.id <= top,
+                                        events.c.kind.in_((CANCELLED, "deleted")))
                                  .order_by(events.c.id).limit(limit)).all()
             cursor = found[-1][0] if len(found) == limit else top
-            rows: list[tuple[str, ...]] = []
-            for part in chunks(sorted({row[1] for row in found})):
+            rows: list[tuple[str, ...]] = [(row[1], None, None, None, "its queue was deleted")
+                                           for row in found if row[2] == "deleted"]
+            for part in chunks(sorted({row[1] for row in found if row[2] == CANCELLED})):
                 rows.extend(tuple(row) for row in conn.execute(
                     sa.select(jobs.c.id, jobs.c.pod_namespace, jobs.c.pod_name, jobs.c.pod_uid, jobs.c.reason)
                     .where(jobs.c.id.in_(part), jobs.c.source == "cluster", jobs.c.state == CANCELLED)))
