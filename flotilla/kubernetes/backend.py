@@ -291,37 +291,47 @@ class KubernetesCluster:
         return ClusterSnapshot(self.name, nodes, running, foreign)
 
     def apply(self, decisions: ClusterDecisions) -> None:
+        # The requests are handed to the workers once the bookkeeping is done and the lock is free: a worker
+        # whose request returns takes the lock to record it, and so does the watch with every pod event, so
+        # submitting thousands of starts under the lock would stall both until the last was submitted.
+        work: list[tuple] = []
         with self._lock:
-            for kind, jobs in (("preempted", decisions.preempt), ("cancelled", decisions.cancel)):
-                for job in jobs:
-                    if job.id in self._held_ids:
-                        self._drop_held(job.id, kind)
-                        continue
-                    self._stopping[job.id] = kind
-                    key = self._job_pod.get(job.id)
-                    if key is None and job.id in self._inflight:
-                        self._kill_on_create[job.id] = kind
-                        continue
-                    self._pool.submit(self._delete, job, key, kind, self._starts.get(job.id, 0))
-            for placement in decisions.start:
-                job = placement.job
-                attempt = self._attempts.get(job.id, -1) + 1
-                self._attempts[job.id] = attempt
-                self._starts[job.id] = self._starts.get(job.id, 0) + 1
-                self._stopping.pop(job.id, None)
-                running = replace(job, state=JobState.RUNNING, cluster=self.name, node=placement.node)
-                if job.id in self._held_ids:   # started again elsewhere: the old hold is void
-                    self._drop_held(job.id, None)
-                self._inflight[job.id] = running
-                template = decisions.templates.get(job.id)
-                if placement.node not in self._held and not self._leaving(placement.node):
-                    # Nothing on the node is on its way out: the scheduler counted every pod there.
-                    self._pool.submit(self._create, running, placement.node, attempt, template)
+            self._apply(decisions, work)
+        for task in work:
+            self._pool.submit(*task)
+
+    def _apply(self, decisions: ClusterDecisions, work: list[tuple]) -> None:
+        """Record the stops and starts of ``decisions`` (under the lock); the requests to make go to ``work``."""
+        for kind, jobs in (("preempted", decisions.preempt), ("cancelled", decisions.cancel)):
+            for job in jobs:
+                if job.id in self._held_ids:
+                    self._drop_held(job.id, kind)
                     continue
-                self._held.setdefault(placement.node, []).append((running, attempt, template, self._starts[job.id]))
-                self._held_ids.add(job.id)
-                self._held_since.setdefault(placement.node, self.clock())
-                self._release_held(placement.node)
+                self._stopping[job.id] = kind
+                key = self._job_pod.get(job.id)
+                if key is None and job.id in self._inflight:
+                    self._kill_on_create[job.id] = kind
+                    continue
+                work.append((self._delete, job, key, kind, self._starts.get(job.id, 0)))
+        for placement in decisions.start:
+            job = placement.job
+            attempt = self._attempts.get(job.id, -1) + 1
+            self._attempts[job.id] = attempt
+            self._starts[job.id] = self._starts.get(job.id, 0) + 1
+            self._stopping.pop(job.id, None)
+            running = replace(job, state=JobState.RUNNING, cluster=self.name, node=placement.node)
+            if job.id in self._held_ids:   # started again elsewhere: the old hold is void
+                self._drop_held(job.id, None)
+            self._inflight[job.id] = running
+            template = decisions.templates.get(job.id)
+            if placement.node not in self._held and not self._leaving(placement.node):
+                # Nothing on the node is on its way out: the scheduler counted every pod there.
+                work.append((self._create, running, placement.node, attempt, template))
+                continue
+            self._held.setdefault(placement.node, []).append((running, attempt, template, self._starts[job.id]))
+            self._held_ids.add(job.id)
+            self._held_since.setdefault(placement.node, self.clock())
+            self._release_held(placement.node)
 
     # -- held starts (see the module docstring) ------------------------------------------------
     def _put_pod(self, key: tuple[str, str], pod: _Pod) -> None:
