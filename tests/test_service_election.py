@@ -126,3 +126,42 @@ def test_an_api_replica_learns_of_events_another_process_wrote(_):
     poller.stop()
     assert replica.writes == before + 1      # one wake-up for the one commit (its two events)
     writer.close(), replica.close()
+
+
+@pytest.mark.postgres
+@pytest.mark.skipif(not POSTGRES_URL, reason="FLOTILLA_TEST_POSTGRES_URL is not set (scripts/test sets it)")
+def test_a_follower_ends_a_session_stuck_holding_the_write_lock_once_the_lease_ran_out():
+    # A leader stopped while the server still works for it (here: a statement that runs on) keeps the write lock;
+    # PostgreSQL's idle-in-transaction timeout does not end an active session. Once the lease has run out, a
+    # follower's round ends that session and takes the lead with the next term.
+    import threading
+
+    import sqlalchemy as sa
+
+    reset_postgres(POSTGRES_URL)
+    store = Store(POSTGRES_URL)
+    leader = LeaderElector(store, "stuck", lease_duration=1.0, renew_period=0.2)
+    follower = LeaderElector(store, "next", lease_duration=1.0, renew_period=0.2)
+    try:
+        assert leader.round() and leader.fence.term == 1
+        held, failed = threading.Event(), []
+
+        def stuck_writer():
+            try:
+                with store.write() as conn:
+                    held.set()
+                    conn.execute(sa.text("SELECT pg_sleep(60)"))
+            except Exception as exc:   # ended by the follower
+                failed.append(type(exc).__name__)
+
+        thread = threading.Thread(target=stuck_writer, daemon=True)
+        thread.start()
+        assert held.wait(10)
+        time.sleep(1.5)   # the lease (1 s) runs out; the stuck transaction is older than a lease
+        started = time.monotonic()
+        assert follower.round()
+        assert (follower.fence.term, follower.leader) == (2, "next")
+        thread.join(10)
+        assert failed == ["OperationalError"] and time.monotonic() - started < 10
+    finally:
+        store.close()

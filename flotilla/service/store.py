@@ -430,6 +430,28 @@ class Store:
         if not self.sqlite:
             conn.execute(sa.text("SELECT pg_advisory_xact_lock(:key)"), {"key": _PG_LOCK})
 
+    def end_stalled_writers(self, conn: sa.Connection, older_than: float) -> int:
+        """End the sessions that have held the write lock in a transaction open for over ``older_than`` seconds.
+
+        PostgreSQL ends a session idle in its transaction by itself (see
+        :func:`flotilla.service.roles.idle_session_timeout`), but not one
+        stopped while the server still works for it, such as a process paused
+        (SIGSTOP, a frozen VM) while a statement's rows were being sent to it:
+        that session keeps the write lock for as long as the pause lasts, and
+        no other replica writes meanwhile. Only an election round calls this,
+        once the leader's lease has run out. Returns how many sessions it ended;
+        0 on SQLite, which has one process.
+        """
+        if self.sqlite:
+            return 0
+        ended = conn.execute(sa.text(
+            "SELECT pg_terminate_backend(a.pid) FROM pg_locks l JOIN pg_stat_activity a ON a.pid = l.pid "
+            "WHERE l.locktype = 'advisory' AND l.granted AND l.classid = :high AND l.objid = :low "
+            "AND l.objsubid = 1 AND a.pid <> pg_backend_pid() "
+            "AND a.xact_start < clock_timestamp() - make_interval(secs => :age)"),
+            {"high": _PG_LOCK >> 32, "low": _PG_LOCK & 0xFFFFFFFF, "age": float(older_than)}).scalars().all()
+        return sum(1 for done in ended if done)
+
     @contextmanager
     def write(self) -> Iterator[sa.Connection]:
         """One serialised write transaction: all of it commits, or none of it.

@@ -84,6 +84,8 @@ class LeaderElector:
     def round(self) -> bool:
         """Try to take or renew the lead, once; returns whether this process leads now."""
         before = self.fence
+        if before is None:
+            self._end_stalled_writers()
         try:
             with self.store.write() as conn:
                 now = self.store.now(conn)
@@ -116,6 +118,23 @@ class LeaderElector:
             if self.on_change is not None:
                 self.on_change(fence is not None, fence.term if fence else None)
         return fence is not None
+
+    def _end_stalled_writers(self) -> None:
+        """A follower, when the lead's lease has run out: end a session stuck holding the write lock for longer
+        than a lease (:meth:`Store.end_stalled_writers`), so that this round's write is not kept waiting by it."""
+        if self.store.sqlite:
+            return
+        try:
+            with self.store.read() as conn:
+                row = conn.execute(sa.select(scheduler_leader).where(scheduler_leader.c.id == 1)).first()
+                if row is None or row.expires >= self.store.now(conn):
+                    return
+                ended = self.store.end_stalled_writers(conn, self.lease_duration)
+            if ended:
+                log.warning("election.stalled_writer_ended", identity=self.identity, sessions=ended,
+                            holder=row.holder, term=row.term)
+        except Exception:
+            log.exception("election.stalled_writer_check_failed", identity=self.identity)
 
     def resign(self) -> None:
         """On a clean shutdown: let the lease expire now, so a follower takes over at its next round."""
