@@ -156,6 +156,27 @@ def test_a_pod_failure_policy_ignores_a_preempted_pod_and_the_job_replaces_it(kw
 
     reporter = PodReporter(cluster.client)
     meta = victim["metadata"]
+    # The victim's last state before it goes, read from a watch started now: once the Job controller has seen it
+    # fail it takes its finalizer off and the pod is removed at once, faster than a poll may catch it Failed.
+    import threading
+
+    seen_failed: list[dict] = []
+    stop = threading.Event()
+    rv = cluster.client.get(pod_path("default", meta["name"]))["metadata"]["resourceVersion"]
+
+    def watch_victim() -> None:
+        try:
+            for event in cluster.client.watch("/api/v1/namespaces/default/pods", rv, 90, stop,
+                                              fieldSelector=f"metadata.name={meta['name']}"):
+                obj = event.get("object") or {}
+                if event["type"] in ("MODIFIED", "DELETED") and (obj.get("status") or {}).get("phase") == "Failed":
+                    seen_failed.append(obj)
+                    return
+        except Exception:   # noqa: BLE001 - the wait below reports what was (not) seen
+            pass
+
+    watcher = threading.Thread(target=watch_victim, daemon=True)
+    watcher.start()
     reporter.disruption_target(meta["namespace"], meta["name"], meta["uid"], "flotilla: preempted")
     cluster.client.delete(pod_path("default", meta["name"]), {"gracePeriodSeconds": 1})
     # The other Job's pod is deleted without the condition: an ordinary failure.
@@ -169,8 +190,11 @@ def test_a_pod_failure_policy_ignores_a_preempted_pod_and_the_job_replaces_it(kw
             assert exc.status == 404
             return None
         return pod if pod["status"].get("phase") == "Failed" else None
-    final = wait_for(lambda: ended(meta["name"]), what="the victim to fail",
-                     seen=lambda: job_state(cluster, "tolerant"))
+    try:
+        final = wait_for(lambda: seen_failed[0] if seen_failed else None, what="the victim to fail",
+                         seen=lambda: job_state(cluster, "tolerant"))
+    finally:
+        stop.set()
     conditions = {c["type"]: (c["status"], c.get("reason")) for c in final["status"]["conditions"]}
     assert conditions["DisruptionTarget"] == ("True", "PreemptionByScheduler")
     assert [s["state"]["terminated"]["exitCode"] for s in final["status"]["containerStatuses"]] == [137]
