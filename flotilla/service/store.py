@@ -453,7 +453,7 @@ class Store:
         return sum(1 for done in ended if done)
 
     @contextmanager
-    def write(self) -> Iterator[sa.Connection]:
+    def write(self, lock_timeout: float | None = None) -> Iterator[sa.Connection]:
         """One serialised write transaction: all of it commits, or none of it.
 
         Inside :meth:`fenced`, the transaction first checks the fence under
@@ -462,6 +462,8 @@ class Store:
         fence = getattr(self._local, "fence", None)
         with self.engine.connect().execution_options(flotilla_write=True) as conn:
             with conn.begin() as transaction:
+                if lock_timeout is not None and not self.sqlite:   # waiting longer for the write lock fails
+                    conn.execute(sa.text(f"SET LOCAL lock_timeout = {max(1, int(lock_timeout * 1000))}"))
                 self._lock(conn)
                 if fence is not None:
                     fence.check(conn)

@@ -87,7 +87,9 @@ class LeaderElector:
         if before is None:
             self._end_stalled_writers()
         try:
-            with self.store.write() as conn:
+            # A follower waits for the write lock one renew period at most, so that its next round can end a
+            # session stuck holding it (a leader renews as long as it takes).
+            with self.store.write(lock_timeout=self.renew_period if before is None else None) as conn:
                 now = self.store.now(conn)
                 row = conn.execute(sa.select(scheduler_leader).where(scheduler_leader.c.id == 1)).first()
                 expires = now + self.lease_duration
