@@ -154,3 +154,53 @@ def test_every_tier_and_iteration_equal_brute_force_and_a_fresh_build():
                 fresh.build()
                 assert fresh.fingerprint() == index.fingerprint()
                 assert fresh.free == index.free
+
+
+def test_relevel_equals_unbinding_and_binding_again():
+    """Evicting and returning a job moves its level in one step: the index ends as unbind-then-bind leaves it,
+    whether or not the move changes who uses the node (and so its tier)."""
+    rng = random.Random(11)
+    space = ResourceSpace({"cpu", "memory"})
+    nodes = [Node(f"n{i}", "c", {"cpu": 8000, "memory": 32 * 2**30}, {"pool": "ab"[i % 2]}) for i in range(12)]
+    twins = [NodeIndex(space, nodes, [20000, 30000], {"pool"}) for _ in range(2)]
+    for index in twins:
+        index.build()
+    relevelled, rebound = twins
+    jobs: dict[str, tuple[int, str]] = {}
+    levels = [EVICTED, 20000, 30000, NONPREEMPTIBLE]
+    moves = 0
+    for step in range(3000):
+        vec = space.vector({"cpu": rng.choice([1000, 2000]), "memory": rng.choice([2, 4]) * 2**30})
+        queue = rng.choice("ABC")
+        roll = rng.random()
+        if roll < 0.4 or not jobs:
+            node = relevelled.find(vec, EVICTED, [0, 1], "any", queue)
+            if node is not None:
+                level = rng.choice(levels)
+                for index in twins:
+                    index.bind(node, f"j{step}", queue, vec, level)
+                jobs[f"j{step}"] = (node, queue)
+        elif roll < 0.55:
+            job_id = rng.choice(sorted(jobs))
+            node, _ = jobs.pop(job_id)
+            for index in twins:
+                index.unbind(node, job_id)
+        else:
+            job_id = rng.choice(sorted(jobs))
+            node, queue = jobs[job_id]
+            level = rng.choice(levels)
+            was = relevelled.jobs[node][job_id][2]
+            assert relevelled.relevel(node, job_id, level) == was
+            _, held_vec, _ = rebound.unbind(node, job_id)
+            rebound.bind(node, job_id, queue, held_vec, level)
+            moves += 1
+        assert relevelled.free == rebound.free
+        assert relevelled.users == rebound.users
+        assert [relevelled.bucket(i) for i in range(len(nodes))] == [rebound.bucket(i) for i in range(len(nodes))]
+        assert relevelled.fingerprint() == rebound.fingerprint()
+        probe = space.vector({"cpu": 2000, "memory": 4 * 2**30})
+        for tier in ("own", "unused", "used", "any"):
+            for level in levels[:3]:
+                assert relevelled.find(probe, level, [0, 1], tier, queue) == \
+                    rebound.find(probe, level, [0, 1], tier, queue)
+    assert moves > 1000

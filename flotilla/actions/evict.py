@@ -86,26 +86,25 @@ class Evict:
         Work is per chosen job and per queue: queued jobs are read only as each queue's count per priority
         class, which the queue keeps.
         """
-        weights = weight_vector(session.space.names, session.settings.share_weights)
-        pool_cost = sum(w * a for w, a in zip(weights, session.pool)) or 1.0
         running, queues = session.running, session.queues
-
-        def cost(job) -> float:
-            return sum(w * a for w, a in zip(weights, running[job.id].vec))
-
         # A job may lose its room only to another queue's job of a priority class at least as high (allocate's
         # rule); jobs no such rival exists for return for certain and count as kept. The floor is the job's own
         # queue's: an inner queue of a tree would count moves inside its branch as losses, which they are not.
         rival = _rivals(session)
-        costs: dict[str, float] = {}
+        tops = {name: rival(name) for name in {job.queue for job in chosen.values()}}
+        if all(top is None for top in tops.values()):
+            return chosen
         under: dict[str, list] = {}               # queue -> its jobs at risk
         for job in chosen.values():
-            top = rival(job.queue)
+            top = tops[job.queue]
             if top is not None and running[job.id].level <= top:
-                costs[job.id] = cost(job)
                 under.setdefault(job.queue, []).append(job)
         if not under:
             return chosen
+        weights = weight_vector(session.space.names, session.settings.share_weights)
+        pool_cost = sum(w * a for w, a in zip(weights, session.pool)) or 1.0
+        costs = {job.id: sum(w * a for w, a in zip(weights, running[job.id].vec))
+                 for jobs in under.values() for job in jobs}
         # What each queue would keep were all its jobs at risk preempted.
         kept = {name: sum(w * a for w, a in zip(weights, queues[name].allocated))
                 - sum(costs[job.id] for job in jobs) for name, jobs in under.items()}

@@ -50,6 +50,7 @@ from flotilla.core.queuetree import assign_fair_shares, charge, link
 from flotilla.core.resources import ResourceSpace, Vector
 
 _ID = attrgetter("id")
+_NODE = attrgetter("node")
 _REQUESTS = attrgetter("requests")
 _SELECTOR = attrgetter("node_selector")
 _AFFINITY = attrgetter("affinity")
@@ -96,6 +97,10 @@ class RunningJob:
 
 class Rebuild(Exception):
     """The snapshot differs in structure: the state is rebuilt from scratch."""
+
+
+#: Stands for "no value yet" where ``None`` is a value (a job's priority class may be None).
+_NOTHING = object()
 
 
 def _less_placed(last: list[Job], queued: list[Job], placed: set[int]) -> bool:
@@ -305,7 +310,8 @@ class CycleState:
 
         # What changed, found before anything is touched (a new resource name or label key rebuilds).
         running_get = self.running_jobs.get
-        changed_running: list[tuple[str, Job]] = []
+        changed_running: list[Job] = []
+        changed_clusters: list[str] = []  # the cluster of each changed running job
         seen = 0
         for cluster in snapshot.clusters:
             jobs = cluster.running
@@ -314,12 +320,15 @@ class CycleState:
                 seen += len(jobs)
                 continue
             seen += sum(same)
-            changed_running.extend((cluster.name, job) for job in compress(jobs, map(not_, same)))
+            before = len(changed_running)
+            changed_running.extend(compress(jobs, map(not_, same)))
+            changed_clusters.extend([cluster.name] * (len(changed_running) - before))
         gone_running: list[str] = []
         # Jobs already held (typically the last cycle's placements, now running as new objects) are cheap.
-        held_before = sum(1 for _, job in changed_running if job.id in self.running)
+        changed_ids = list(map(_ID, changed_running))
+        held_before = sum(map(self.running.__contains__, changed_ids))
         if seen + held_before != len(self.running) or \
-                len({job.id for _, job in changed_running}) != len(changed_running):
+                len(set(changed_ids)) != len(changed_ids):
             present = {job.id for cluster in snapshot.clusters for job in cluster.running}
             gone_running = [job_id for job_id in self.running if job_id not in present]
 
@@ -350,28 +359,38 @@ class CycleState:
         if 2 * (len(gone_running) + len(changed_running) - held_before) > len(self.running) + slack or \
                 2 * (len(gone_queued) + len(added)) > len(self.entries) + slack:
             raise Rebuild
-        new_jobs = [job for _, job in changed_running] + added
+        new_jobs = changed_running + added
+        queues, known_names, last_requests = self.queues, space.position.keys(), None
         for job in new_jobs:
-            if job.queue not in self.queues:
+            if job.queue not in queues:
                 raise Rebuild
-            if not self.space.position.keys() >= job.requests.keys():
-                raise Rebuild
+            # Request mappings are shared by reference within a run of like jobs: each is checked once.
+            if job.requests is not last_requests:
+                last_requests = job.requests
+                if not known_names >= last_requests.keys():
+                    raise Rebuild
         # A job on a node the index does not know: let the rebuild say so. Only jobs not held as they are can
         # be there: a removed node's jobs left the state in _check_nodes, so they show up as changed here.
-        for cluster_name, job in changed_running:
-            if (cluster_name, job.node) not in position:
-                raise Rebuild
+        nodes_of_changed = list(map(position.get, zip(changed_clusters, map(_NODE, changed_running))))
+        if None in nodes_of_changed:
+            raise Rebuild
 
         # Apply: running jobs first (their room), then foreign usage, then queues.
         gangs_changed = self._gangs_stale or any(job.gang is not None for job in new_jobs)
         self.stopped_running = gone_running
         for job_id in gone_running:
             gangs_changed |= self._unbind(job_id)
-        for cluster_name, job in changed_running:
-            i = position[(cluster_name, job.node)]
-            vec = space.vector(job.requests)
-            level = job_level(self.classes, self.default_class, job)
-            held = self.running.get(job.id)
+        held_get, classes, default_class = self.running.get, self.classes, self.default_class
+        last_requests = last_class = _NOTHING
+        for job, i in zip(changed_running, nodes_of_changed):
+            # Like jobs come in runs: the vector and the level are worked out once per run.
+            if job.requests is not last_requests:
+                last_requests = job.requests
+                vec = space.vector(last_requests)
+            if job.priority_class is not last_class:
+                last_class = job.priority_class
+                level = job_level(classes, default_class, job)
+            held = held_get(job.id)
             if held is not None:
                 was = held.job
                 # Ports are almost always the one empty tuple: identity answers before equality is asked.

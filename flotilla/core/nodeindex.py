@@ -504,6 +504,42 @@ class NodeIndex:
             self._stale.add(i)
         return queue, vec, level
 
+    def relevel(self, i: int, job_id: str, level: int) -> int:
+        """Move a job bound on node ``i`` to ``level`` (what unbinding and binding it again does, in one step).
+
+        Eviction and return change only a job's level: the free space moves
+        at the levels between its old and new one, not at every level twice.
+        Returns the old level.
+        """
+        jobs = self.jobs[i]
+        queue, vec, was = jobs[job_id]
+        if level == was:
+            return was
+        if (was == EVICTED) != (level == EVICTED):
+            # The job stops (or starts) counting as a user of the node: when that changes who uses it, the
+            # node may change tier, which unbinding and binding handle.
+            users = self.users[i]
+            count = users.get(queue, 0)
+            if count == (1 if level == EVICTED else 0):
+                self.unbind(i, job_id)
+                self.bind(i, job_id, queue, vec, level)
+                return was
+            users[queue] = count - 1 if level == EVICTED else count + 1
+        jobs[job_id] = (queue, vec, level)
+        if level < was:
+            start, stop, op = self._levels_upto(level), self._levels_upto(was), add
+        else:
+            start, stop, op = self._levels_upto(was), self._levels_upto(level), sub
+        free, homes, neg = self.free[i], self._homes[i], -i
+        for k in range(start, stop):
+            old = free[k]
+            new = free[k] = tuple(map(op, old, vec))
+            for buckets in homes[k]:
+                buckets.move(old, new, neg)
+        if self._bucket[i] is not UNUSED:
+            self._stale.add(i)
+        return was
+
     def _levels_upto(self, level: int) -> int:
         """How many levels are at or below ``level`` (the ones a job bound at ``level`` changes)."""
         upto = self._upto.get(level)

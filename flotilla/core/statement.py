@@ -76,8 +76,7 @@ class Statement:
         """Return an evicted job to the node it was evicted from."""
         s = self.session
         running = s.running[job.id]
-        s.index.unbind(running.node, job.id)
-        s.index.bind(running.node, job.id, job.queue, running.vec, running.level)
+        s.index.relevel(running.node, job.id, running.level)
         if s.type_room:
             _touch(s, running.node)
         charge(s.queues[job.queue], running.vec, 1)
@@ -87,8 +86,7 @@ class Statement:
         """Take a running job off its node for this cycle; it stops counting for its queue."""
         s = self.session
         running = s.running[job.id]
-        s.index.unbind(running.node, job.id)
-        s.index.bind(running.node, job.id, job.queue, running.vec, EVICTED)
+        s.index.relevel(running.node, job.id, EVICTED)
         if s.type_room:
             _touch(s, running.node)
         charge(s.queues[job.queue], running.vec, -1)
@@ -145,13 +143,11 @@ class Statement:
                 charge(s.queues[job.queue], vec, -1)
             elif op == "unevict":
                 running = s.running[job.id]
-                s.index.unbind(node, job.id)
-                s.index.bind(node, job.id, job.queue, running.vec, EVICTED)
+                s.index.relevel(node, job.id, EVICTED)
                 charge(s.queues[job.queue], running.vec, -1)
             elif op == "evict":
                 running = s.running[job.id]
-                s.index.unbind(node, job.id)
-                s.index.bind(node, job.id, job.queue, running.vec, running.level)
+                s.index.relevel(node, job.id, running.level)
                 charge(s.queues[job.queue], running.vec, 1)
             else:  # preempt: back at the level it was taken from
                 running = s.running[job.id]

@@ -26,7 +26,6 @@ the counts add up to the nodes.
 
 from __future__ import annotations
 
-from collections import Counter
 from itertools import repeat
 from operator import attrgetter
 from typing import Mapping, Sequence, Union
@@ -62,7 +61,12 @@ class Shortfall:
 def nodes_available(available: int, causes: Mapping[str, int]) -> str:
     """``"<available>/<total> nodes are available: <count> <cause>, ..."``, causes largest count first."""
     total = available + sum(causes.values())
-    listed = sorted(((count, cause) for cause, count in causes.items() if count), key=lambda kv: (-kv[0], kv[1]))
+    if len(causes) == 1:  # the common case (one resource short everywhere): nothing to order
+        [(cause, count)] = causes.items()
+        listed = [(count, cause)] if count else []
+    else:
+        listed = sorted(((count, cause) for cause, count in causes.items() if count),
+                        key=lambda kv: (-kv[0], kv[1]))
     detail = ", ".join(f"{count} {cause}" for count, cause in listed) or "room taken by other jobs this cycle"
     return f"{available}/{total} nodes are available: {detail}"
 
@@ -148,13 +152,12 @@ class WhyNot:
     def _word(self, shortfall: Shortfall) -> str:
         """Every node of the job's clusters counted once, under the first check it fails (module docstring)."""
         job = shortfall.job
-        causes: Counter[str] = Counter()
-        if job is not None:
-            causes.update(dict(self.refused_nodes(job, shortfall.cluster)))
+        causes: dict[str, int] = dict(self.refused_nodes(job, shortfall.cluster)) if job is not None else {}
         fitting, short = self.index.shortfall(shortfall.vec, shortfall.level, shortfall.types)
         for name, count in zip(self.space.names, short):
             if count:
-                causes[insufficient(name)] += count
+                cause = insufficient(name)
+                causes[cause] = causes.get(cause, 0) + count
         available = len(fitting)
         if job is not None and (job.host_ports or self.node_filter_fns):
             ports, held = job.host_ports, self.state.ports
@@ -162,9 +165,9 @@ class WhyNot:
             available = 0
             for i in fitting:
                 if ports and not held.free(i, ports):
-                    causes[PORTS_TAKEN] += 1
+                    causes[PORTS_TAKEN] = causes.get(PORTS_TAKEN, 0) + 1
                 elif filters and not all(fn(job, i) for fn in filters):
-                    causes[FILTERED] += 1
+                    causes[FILTERED] = causes.get(FILTERED, 0) + 1
                 else:
                     available += 1
         return nodes_available(available, causes)
