@@ -229,7 +229,7 @@ class Allocate:
 
     def _place(self, session, run, unit, vec) -> bool:
         queue = run.queue
-        if isinstance(unit, list):
+        if unit.__class__ is list:
             return self._place_gang(session, queue, unit, vec)
         job = unit
         if job.gang is not None:

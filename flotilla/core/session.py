@@ -75,6 +75,7 @@ class Session(ExtensionRegistry, NodeSearch, WhyNot):
         self.debug = debug_enabled()
         self.priority_classes = {pc.name: pc for pc in snapshot.priority_classes}
         self.default_priority_class = snapshot.default_priority_class
+        self._class_levels: dict[str | None, int] = {}
 
         # The state kept between cycles, brought up to date from the snapshot; without one, built afresh.
         self.state = state if state is not None else CycleState()
@@ -111,7 +112,12 @@ class Session(ExtensionRegistry, NodeSearch, WhyNot):
         return self.priority_classes[job.priority_class or self.default_priority_class]
 
     def job_level(self, job: Job) -> int:
-        return job_level(self.priority_classes, self.default_priority_class, job)
+        """The level ``job`` holds its room at (:func:`~flotilla.core.cyclestate.job_level`), per class, cached."""
+        level = self._class_levels.get(job.priority_class)
+        if level is None:
+            level = self._class_levels[job.priority_class] = job_level(self.priority_classes,
+                                                                       self.default_priority_class, job)
+        return level
 
     def vector(self, job: Job) -> Vector:
         return self.space.vector(job.requests)

@@ -40,8 +40,8 @@ def _touch(session, node: int) -> None:
 
 def _record_placement(session, job: Job, node: int) -> None:
     """A committed placement: into the decisions, no longer a failure, told to the event handlers."""
-    cluster, name = session.node_name(node)
-    session.scheduled.append(Placement(job, cluster, name))
+    where = session.index.nodes[node]
+    session.scheduled.append(Placement(job, where.cluster, where.name))
     session.scheduled_ids.add(job.id)
     session.failures.pop(job.id, None)
     for handler in session.allocate_handlers:
