@@ -19,12 +19,13 @@ from __future__ import annotations
 
 import importlib
 from dataclasses import dataclass
-from importlib.metadata import EntryPoint, entry_points
+from importlib.metadata import EntryPoint
 from typing import Any, Mapping, Sequence
 
 import pluggy
 
 from flotilla.core import hookspecs
+from flotilla.core.entrypoints import installed
 from flotilla.core.backend import ClusterBackend
 
 ENTRY_POINT_GROUP = "flotilla.plugins"
@@ -49,7 +50,7 @@ class PluginError(Exception):
 
 
 def available_plugins() -> list[str]:
-    return sorted({ep.name for ep in entry_points(group=ENTRY_POINT_GROUP)})
+    return sorted({ep.name for ep in installed(ENTRY_POINT_GROUP)})
 
 
 class PluginNameConflict(Exception):
@@ -67,7 +68,7 @@ def find_plugin(name: str):
     ``LookupError`` if no distribution registers it, :class:`PluginNameConflict`
     if two do.
     """
-    claims = list(entry_points(group=ENTRY_POINT_GROUP, name=name))
+    claims = [ep for ep in installed(ENTRY_POINT_GROUP) if ep.name == name]
     if not claims:
         raise LookupError(name)
     if len(claims) > 1:

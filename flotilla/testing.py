@@ -58,7 +58,6 @@ import importlib
 import os
 import random
 from dataclasses import dataclass, field
-from importlib.metadata import entry_points
 from pathlib import Path
 from typing import Any, Callable, Mapping, Sequence
 
@@ -168,8 +167,10 @@ class _Plugins:
         if found is not factory:
             raise TypeError(f"plugins: {factory.__qualname__} is not importable as {target}; define it at the top "
                             f"level of a module, or name its installed entry point")
+        from flotilla.core.entrypoints import installed
+
         package = factory.__module__.partition(".")[0]
-        for ep in entry_points(group=ENTRY_POINT_GROUP):
+        for ep in installed(ENTRY_POINT_GROUP):
             if ep.value.replace(" ", "") == target:
                 return ep.name
             if ep.module.partition(".")[0] == package and _loads(ep) is factory:
@@ -187,6 +188,9 @@ class _Plugins:
         info.mkdir()
         (info / "METADATA").write_text(f"Metadata-Version: 2.1\nName: flotilla-testing-{digest}\nVersion: 0\n")
         (info / "entry_points.txt").write_text(f"[{ENTRY_POINT_GROUP}]\n{name} = {target}\n")
+        from flotilla.core.entrypoints import forget
+
+        forget()  # written within the same clock tick as the last read, the directory may look unchanged
 
 
 def _loads(ep):

@@ -11,7 +11,6 @@ Internal: not part of the plugin API (:mod:`flotilla.plugin`, :mod:`flotilla.tes
 
 from __future__ import annotations
 
-from importlib.metadata import entry_points
 from typing import Protocol
 
 from flotilla.actions.allocate import Allocate
@@ -20,6 +19,7 @@ from flotilla.actions.evict import Evict
 from flotilla.actions.lease import Lease
 from flotilla.actions.preempt import Preempt
 from flotilla.actions.reserve import Reserve
+from flotilla.core.entrypoints import installed
 
 
 class Action(Protocol):
@@ -34,15 +34,15 @@ ENTRY_POINT_GROUP = "flotilla.actions"
 
 def available_actions() -> list[str]:
     """Every action name the config may use: the built-ins in cycle order, then installed ones by name."""
-    installed = sorted({ep.name for ep in entry_points(group=ENTRY_POINT_GROUP)} - set(ACTIONS))
-    return [*ACTIONS, *installed]
+    others = sorted({ep.name for ep in installed(ENTRY_POINT_GROUP)} - set(ACTIONS))
+    return [*ACTIONS, *others]
 
 
 def get_action(name: str):
     """The action registered under ``name``, built in or from an entry point; ``KeyError`` if none."""
     if name in ACTIONS:
         return ACTIONS[name]()
-    for ep in entry_points(group=ENTRY_POINT_GROUP):
+    for ep in installed(ENTRY_POINT_GROUP):
         if ep.name == name:
             return ep.load()()
     raise KeyError(name)
