@@ -102,6 +102,8 @@ class KubeClient:
         self._rest = RESTClientObject(configuration)
         self._pool: urllib3.PoolManager = self._rest.pool_manager
         self._lock = threading.Lock()
+        #: The open watch streams and the stop event each was begun with, for :meth:`end_watches`.
+        self._watches: dict[urllib3.BaseHTTPResponse, threading.Event | None] = {}
 
     @classmethod
     def from_kubeconfig(cls, kubeconfig: str | None = None, context: str | None = None, **kwargs) -> "KubeClient":
@@ -186,7 +188,9 @@ class KubeClient:
 
         Raises :class:`Gone` when the version is too old (also when the server
         says so inside the stream), :class:`Unreachable` when the connection
-        fails or breaks. Returns normally when the server closes the watch.
+        fails or breaks. Returns normally when the server closes the watch,
+        and as soon as ``stop`` is set and :meth:`end_watches` is called with
+        it, however long the server would have kept the stream open.
         """
         query = {"watch": "1", "resourceVersion": resource_version, "allowWatchBookmarks": "true",
                  "timeoutSeconds": str(timeout_seconds), **params}
@@ -197,7 +201,13 @@ class KubeClient:
                                           retries=False)
         except (urllib3.exceptions.HTTPError, OSError) as exc:
             raise Unreachable(f"watch {self.host}{path}: {exc}") from exc
+        with self._lock:
+            self._watches[response] = stop
         try:
+            # Registered first, checked second: a stop set with end_watches() before this point is seen here,
+            # one set after it finds the response registered and shuts it.
+            if stop is not None and stop.is_set():
+                return
             if response.status >= 400:
                 raw = response.read()
                 try:
@@ -224,9 +234,24 @@ class KubeClient:
                         raise (Gone if code == 410 else ApiError)(code, status, "WATCH", path)
                     yield event
         except (urllib3.exceptions.HTTPError, OSError) as exc:
+            if stop is not None and stop.is_set():
+                return   # shut by end_watches()
             raise WatchBroken(f"watch {self.host}{path} broke: {exc}") from exc
         finally:
+            with self._lock:
+                self._watches.pop(response, None)
             response.release_conn()
+
+    def end_watches(self, stop: threading.Event) -> None:
+        """End now the open watches begun with ``stop`` (set it first): their readers return instead of waiting
+        for the server's ``timeoutSeconds``. Watches with another stop event (other users of this client) go on."""
+        with self._lock:
+            ending = [response for response, event in self._watches.items() if event is stop]
+        for response in ending:
+            try:
+                response.shutdown()
+            except OSError:
+                pass   # already closed
 
     def pod_log(self, namespace: str, name: str, *, container: str | None = None, tail_lines: int | None = None,
                 limit_bytes: int | None = None, follow: bool = False,
