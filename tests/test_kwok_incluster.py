@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import threading
 import time
+from collections import Counter
 
 import pytest
 
@@ -95,9 +96,27 @@ class Harness:
             assert time.monotonic() < deadline, f"the watch showed {len(self.backend.waiting_pods())} pods"
             time.sleep(0.05)
 
-    def settle(self, predicate, what: str, timeout: float = 60.0):
-        """Wait (liveness only) for the cluster to show what a cycle's writes did."""
-        return self.cluster.wait_pods(predicate, timeout=timeout, what=what)
+    def settle(self, predicate, what: str, timeout: float = 60.0, *, cycles: int = 0, seen=None) -> list[dict]:
+        """Wait (liveness only) for the cluster to show what a cycle's writes did: the pods, once ``predicate(pods)``.
+
+        ``cycles`` runs up to that many cycles first, stopping after the first
+        whose writes show. On timeout the AssertionError names ``what`` and
+        what ``seen(pods)`` says of the pods read last (by default each pod's
+        name and phase).
+        """
+        for _ in range(cycles):
+            self.cycle()
+            if predicate(self.cluster.pods()):
+                break
+        seen = seen or (lambda pods: sorted((p["metadata"]["name"], p["status"].get("phase")) for p in pods))
+        deadline = time.monotonic() + timeout
+        while True:
+            pods = self.cluster.pods()
+            if predicate(pods):
+                return pods
+            if time.monotonic() > deadline:
+                raise AssertionError(f"timed out waiting for {what}; saw: {seen(pods)}")
+            time.sleep(0.1)
 
     def close(self):
         for backend in self.backends.values():
@@ -131,6 +150,32 @@ def bound_per_node(pods, namespace):
 
 def condition(pod, kind):
     return next((c for c in (pod.get("status") or {}).get("conditions") or () if c["type"] == kind), None)
+
+
+def took_over(node: str, victims: list[str]):
+    """The seed example's end of preemption: B's 32 bound on ``node``, none of A's ``victims`` left."""
+    return lambda pods: bound_per_node(pods, "team-b") == {node: 32} and not any(
+        p["metadata"]["name"] in victims for p in pods)
+
+
+def told_why(count: int):
+    """``count`` of B's pods wait unbound, each told why by Flotilla."""
+    def holds(pods) -> bool:
+        return sum(1 for p in live(pods, "team-b") if not p["spec"].get("nodeName")
+                   and (condition(p, "PodScheduled") or {}).get("message", "").startswith("flotilla: ")) == count
+    return holds
+
+
+def placements(victims: list[str]):
+    """What a timeout in the seed example reports: A's and B's pods bound per node, the victims still there, and
+    B's unbound pods counted by the message they were told."""
+    def seen(pods) -> str:
+        left = sorted(p["metadata"]["name"] for p in pods if p["metadata"]["name"] in victims)
+        waiting = Counter((condition(p, "PodScheduled") or {}).get("message") for p in live(pods, "team-b")
+                          if not p["spec"].get("nodeName"))
+        return (f"A bound {bound_per_node(pods, 'team-a')}, B bound {bound_per_node(pods, 'team-b')}, "
+                f"victims left {left}, B waiting by message {dict(waiting)}")
+    return seen
 
 
 class PodRecorder:
@@ -191,23 +236,15 @@ def test_the_seed_two_queue_example_through_pods(harness):
         harness.seen(50)
         victims = sorted(p["metadata"]["name"] for p in live(c.pods(), "team-a") if p["spec"]["nodeName"] == other)
         assert len(victims) == 8
-        for _ in range(3):   # within three cycles
-            harness.cycle()
-            pods = c.pods()
-            if bound_per_node(pods, "team-b") == {other: 32} and not any(
-                    p["metadata"]["name"] in victims for p in pods):
-                break
-        pods = harness.settle(lambda pods: bound_per_node(pods, "team-b") == {other: 32}
-                              and not any(p["metadata"]["name"] in victims for p in pods), "B bound, victims gone")
+        seen = placements(victims)
+        pods = harness.settle(took_over(other, victims), "B bound, victims gone", cycles=3,   # within three cycles
+                              seen=seen)
         assert bound_per_node(pods, "team-a") == {full: 32}
         assert bound_per_node(pods, "team-b") == {other: 32}
         assert sorted(name for name in recorder.seen if name.startswith("a-")) == victims
         assert {(v["status"], v["reason"]) for v in recorder.seen.values()} == {("True", "PreemptionByScheduler")}
         # The 18 of B left wait, told why by Flotilla.
-        pods = harness.settle(lambda pods: sum(
-            1 for p in live(pods, "team-b") if not p["spec"].get("nodeName")
-            and (condition(p, "PodScheduled") or {}).get("message", "").startswith("flotilla: ")) == 18,
-            "18 pods told why")
+        pods = harness.settle(told_why(18), "18 pods told why", seen=seen)
         waiting = [p for p in live(pods, "team-b") if not p["spec"].get("nodeName")]
         assert len(waiting) == 18
         assert {condition(p, "PodScheduled")["message"] for p in waiting} == {"flotilla: 0/2 nodes are available: 2 Insufficient cpu"}
@@ -618,21 +655,13 @@ def test_the_seed_two_queue_example_through_batch_jobs(harness):
         assert len(victims) == 8
         make_job(c, "team-b", "job-b", 50, priority_class="armada-preemptible")
         harness.seen(50)
-        for _ in range(3):   # within three cycles
-            harness.cycle()
-            pods = c.pods()
-            if bound_per_node(pods, "team-b") == {other: 32} and not any(
-                    p["metadata"]["name"] in victims for p in pods):
-                break
-        pods = harness.settle(lambda pods: bound_per_node(pods, "team-b") == {other: 32}
-                              and not any(p["metadata"]["name"] in victims for p in pods), "B bound, victims gone")
+        seen = placements(victims)
+        pods = harness.settle(took_over(other, victims), "B bound, victims gone", cycles=3,   # within three cycles
+                              seen=seen)
         assert bound_per_node(pods, "team-a") == {full: 32}
         assert sorted(name for name in recorder.seen if name.startswith("job-a-")) == victims
         assert {(v["status"], v["reason"]) for v in recorder.seen.values()} == {("True", "PreemptionByScheduler")}
-        pods = harness.settle(lambda pods: sum(
-            1 for p in live(pods, "team-b") if not p["spec"].get("nodeName")
-            and (condition(p, "PodScheduled") or {}).get("message", "").startswith("flotilla: ")) == 18,
-            "18 pods told why")
+        pods = harness.settle(told_why(18), "18 pods told why", seen=seen)
         assert len([p for p in live(pods, "team-b") if not p["spec"].get("nodeName")]) == 18
     finally:
         recorder.stop()
