@@ -37,7 +37,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+import structlog
 import yaml
+
+log = structlog.get_logger("flotilla.kwok")
 
 STAGES_DIR = Path(__file__).resolve().parent / "stages"
 REPO = Path(__file__).resolve().parents[2]
@@ -331,11 +334,17 @@ def _log_tails(name: str, lines: int = 3) -> str:
 
 
 def down(name: str, kubeconfig: str = DEFAULT_KUBECONFIG, bin_dir: Path | None = None) -> bool:
-    """Delete the fake cluster ``name`` (processes, data, and its context in ``kubeconfig``). False if there was none."""
+    """Delete the fake cluster ``name`` (processes, data, and its context in ``kubeconfig``). False if there was none.
+
+    The processes are ended by :func:`stop_processes` first, each checked to be
+    the component its pid file names; ``kwokctl delete cluster``, which kills
+    whatever pid its pid files hold, then finds none left to kill.
+    """
     wd = workdir(name)
     if not wd.exists():
         return False
     bin_dir = bin_dir or find_bin_dir(build=False)
+    stop_processes(name)
     result = _run([str(bin_dir / "kwokctl"), "--name", name, "delete", "cluster",
                    "--kubeconfig", os.path.expanduser(kubeconfig)], timeout=120, env=_kwokctl_env(bin_dir))
     if result.returncode != 0:
@@ -343,6 +352,99 @@ def down(name: str, kubeconfig: str = DEFAULT_KUBECONFIG, bin_dir: Path | None =
     if wd.exists():
         shutil.rmtree(wd, ignore_errors=True)
     return True
+
+
+@dataclass(frozen=True)
+class ReusedPid:
+    """A pid file naming a live process that is not the component it was written for: its pid was reused."""
+    component: str
+    pid: int
+    cmdline: str
+
+
+def stop_processes(name: str, timeout: float = 10.0) -> list[ReusedPid]:
+    """Kill the running components of cluster ``name`` (SIGKILL, as ``kwokctl delete`` does) and remove every pid file.
+
+    A pid is killed only when its process runs the command line kwokctl
+    recorded for that component (``kwok.yaml``): the cluster's own copy of
+    the binary, with the same arguments. A cluster whose session died may
+    have left pid files whose pids the system has since given to other
+    processes; those are left running, logged (``kwok.pid_reused``) and
+    returned. Pid files of processes gone are removed too, so that nothing
+    later kills by them.
+    """
+    pids = workdir(name) / "pids"
+    if not pids.is_dir():
+        return []
+    expected = _expected_argvs(name)
+    reused: list[ReusedPid] = []
+    files = sorted(pids.glob("*.pid"), key=lambda path: _order(expected, path.stem), reverse=True)
+    for path in files:
+        pid = _read_pid(path)
+        argv = process_argv(pid) if pid is not None and _alive(pid) else None
+        if argv is not None:
+            if argv == expected.get(path.stem):
+                _kill(pid, signal.SIGKILL, timeout)
+            else:
+                reused.append(_reused(name, path.stem, pid, argv))
+        path.unlink(missing_ok=True)
+    return reused
+
+
+def _reused(name: str, component: str, pid: int, argv: list[str]) -> ReusedPid:
+    found = ReusedPid(component, pid, " ".join(argv)[:300])
+    log.warning("kwok.pid_reused", cluster=name, component=component, pid=pid, cmdline=found.cmdline,
+                action="left running")
+    return found
+
+
+def _order(expected: dict[str, list[str]], component: str) -> int:
+    """A component's place in kwok.yaml (components stop in reverse: kwok-controller first, etcd last)."""
+    return list(expected).index(component) if component in expected else -1
+
+
+def _expected_argvs(name: str) -> dict[str, list[str]]:
+    """Each component's command line as kwokctl starts it (binary, then arguments), by its pid file's name."""
+    try:
+        components = _components(name)
+    except (KwokError, OSError, yaml.YAMLError):
+        return {}
+    return {Path(c["binary"]).name: [c["binary"], *(str(a) for a in c.get("args") or ())]
+            for c in components if c.get("binary")}
+
+
+def _read_pid(path: Path) -> int | None:
+    try:
+        pid = int(path.read_text().strip())
+    except (OSError, ValueError):
+        return None
+    return pid if pid > 0 else None
+
+
+def process_argv(pid: int) -> list[str] | None:
+    """The command line of process ``pid`` from ``/proc`` (None when it is gone or cannot be read)."""
+    try:
+        raw = Path(f"/proc/{pid}/cmdline").read_bytes()
+    except OSError:
+        return None
+    return [arg.decode("utf-8", "surrogateescape") for arg in raw.split(b"\0")[:-1]]
+
+
+def _kill(pid: int, first: signal.Signals, timeout: float) -> None:
+    """Send ``first``; SIGKILL if the process still runs after ``timeout`` s; return once it is gone."""
+    try:
+        os.kill(pid, first)
+    except ProcessLookupError:
+        return
+    deadline = time.monotonic() + timeout
+    while _alive(pid):
+        if time.monotonic() > deadline:
+            try:
+                os.kill(pid, signal.SIGKILL)
+            except ProcessLookupError:
+                return
+            deadline = float("inf")
+        time.sleep(0.05)
 
 
 def _alive(pid: int) -> bool:
@@ -366,26 +468,39 @@ def _alive(pid: int) -> bool:
 
 
 def component_pid(name: str, component: str) -> int | None:
-    path = workdir(name) / "pids" / f"{component}.pid"
-    try:
-        pid = int(path.read_text().strip())
-    except (OSError, ValueError):
-        return None
-    return pid if _alive(pid) else None
+    """The pid of ``component`` of cluster ``name`` while it runs: the pid file's process, alive and running the
+    command line kwokctl recorded for the component (a pid since reused by another process is not it)."""
+    pid, _ = _checked_pid(name, component)
+    return pid
+
+
+def _checked_pid(name: str, component: str) -> tuple[int | None, tuple[int, list[str]] | None]:
+    """The component's pid if it runs, else None and, when the pid file names a live process that is not the
+    component, that pid and its command line."""
+    pid = _read_pid(workdir(name) / "pids" / f"{component}.pid")
+    argv = process_argv(pid) if pid is not None and _alive(pid) else None
+    if argv is None:
+        return None, None
+    if argv == _expected_argvs(name).get(component):
+        return pid, None
+    return None, (pid, argv)
 
 
 def stop_component(name: str, component: str = "kube-apiserver", timeout: float = 5.0) -> bool:
-    """Stop one component of the fake cluster (SIGTERM, SIGKILL after ``timeout`` s); ``start`` brings it back."""
-    pid = component_pid(name, component)
+    """Stop one component of the fake cluster (SIGTERM, SIGKILL after ``timeout`` s); ``start`` brings it back.
+
+    False if it was not running. A pid file naming another process (its pid
+    reused) is removed and that process left alone, logged (``kwok.pid_reused``).
+    """
+    pid, other = _checked_pid(name, component)
+    path = workdir(name) / "pids" / f"{component}.pid"
     if pid is None:
+        if other is not None:
+            _reused(name, component, other[0], other[1])
+            path.unlink(missing_ok=True)
         return False
-    os.kill(pid, signal.SIGTERM)
-    deadline = time.monotonic() + timeout
-    while _alive(pid):
-        if time.monotonic() > deadline:
-            os.kill(pid, signal.SIGKILL)
-        time.sleep(0.05)
-    (workdir(name) / "pids" / f"{component}.pid").unlink(missing_ok=True)
+    _kill(pid, signal.SIGTERM, timeout)
+    path.unlink(missing_ok=True)
     return True
 
 
@@ -433,5 +548,6 @@ def start(name: str, bin_dir: Path | None = None, timeout: float = 120.0) -> lis
     return started
 
 
-__all__ = ["JOB_CONTROLLERS", "FakeCluster", "KwokError", "create_nodes", "down", "find_bin_dir", "load_node_template", "render_node",
-           "start", "start_component", "stop_component", "up", "wait_nodes_ready", "wait_ready"]
+__all__ = ["JOB_CONTROLLERS", "FakeCluster", "KwokError", "ReusedPid", "create_nodes", "down", "find_bin_dir",
+           "load_node_template", "process_argv", "render_node", "start", "start_component", "stop_component",
+           "stop_processes", "up", "wait_nodes_ready", "wait_ready"]

@@ -30,7 +30,8 @@ default ``/tmp/flotilla-realnode``):
 runs (so it tears their networks down), kubelet, controller manager,
 leftover containers, containerd, the cluster, then every mount under the
 directory (deepest first), the bridge, the CNI's NAT chains and the cgroups.
-Only processes whose pids this module recorded are signalled.
+Only processes whose pids this module recorded are signalled, and only while
+they still run the command line recorded with the pid.
 
 Every phase of a start is timed; the figures go to ``timings.json`` in the
 directory (``bench/realnode.py`` reports them).
@@ -103,6 +104,10 @@ class RealNode:
     def pid_file(self, component: str) -> Path:
         return self.dir / "pids" / f"{component}.pid"
 
+    def argv_file(self, component: str) -> Path:
+        """The command line the component was started with (JSON), to tell it from a process given its pid later."""
+        return self.dir / "pids" / f"{component}.argv"
+
     def log_file(self, component: str) -> Path:
         return self.dir / "logs" / f"{component}.log"
 
@@ -149,26 +154,60 @@ def _alive(pid: int) -> bool:
 
 
 def _pid(rn: RealNode, component: str) -> int | None:
+    """The component's pid while it runs: the recorded pid, alive and running the command line it was started
+    with (a pid the system has since given to another process is not the component)."""
+    pid, _ = _checked_pid(rn, component)
+    return pid
+
+
+def _checked_pid(rn: RealNode, component: str) -> tuple[int | None, list[str] | None]:
+    """The component's pid, else None and, when the pid file names a live process that is something else, its
+    command line."""
+    from flotilla.kwok.cluster import process_argv
+
     try:
         pid = int(rn.pid_file(component).read_text().strip())
     except (OSError, ValueError):
-        return None
-    return pid if _alive(pid) else None
+        return None, None
+    argv = process_argv(pid) if pid > 0 and _alive(pid) else None
+    if argv is None:
+        return None, None
+    return (pid, None) if _started_as(rn, component, argv) else (None, argv)
+
+
+def _started_as(rn: RealNode, component: str, argv: list[str]) -> bool:
+    """Whether ``argv`` is the command line ``component`` was started with (``pids/COMPONENT.argv``); a state
+    directory without that record is checked by the binary's name alone."""
+    try:
+        recorded = json.loads(rn.argv_file(component).read_text())
+    except (OSError, ValueError):
+        return bool(argv) and Path(argv[0]).name == component
+    return argv == recorded
 
 
 def _spawn(rn: RealNode, component: str, argv: list[str]) -> int:
-    """Start ``argv`` in its own session (it outlives this process), logging to ``logs/COMPONENT.log``."""
+    """Start ``argv`` in its own session (it outlives this process), logging to ``logs/COMPONENT.log``; the pid
+    and the command line are recorded, so that the pid is only ever signalled while it is this process."""
     with open(rn.log_file(component), "ab") as log:
         proc = subprocess.Popen(argv, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
                                 start_new_session=True, cwd=rn.dir)
+    rn.argv_file(component).write_text(json.dumps(argv))
     rn.pid_file(component).write_text(str(proc.pid))
     return proc.pid
 
 
 def _end(rn: RealNode, component: str, timeout: float = 15.0) -> bool:
-    """SIGTERM the recorded process, SIGKILL after ``timeout`` s; False if it was not running."""
-    pid = _pid(rn, component)
+    """SIGTERM the recorded process, SIGKILL after ``timeout`` s; False if it was not running.
+
+    A pid file naming another process (its pid reused) is removed and that
+    process left alone, saying so.
+    """
+    pid, other = _checked_pid(rn, component)
+    if other is not None:
+        _say(f"{component}: pid file {rn.pid_file(component)} names another process ({' '.join(other)[:200]}); "
+             "left running")
     rn.pid_file(component).unlink(missing_ok=True)
+    rn.argv_file(component).unlink(missing_ok=True)
     if pid is None:
         return False
     os.kill(pid, signal.SIGTERM)
