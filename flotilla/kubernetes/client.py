@@ -245,13 +245,15 @@ class KubeClient:
     def end_watches(self, stop: threading.Event) -> None:
         """End now the open watches begun with ``stop`` (set it first): their readers return instead of waiting
         for the server's ``timeoutSeconds``. Watches with another stop event (other users of this client) go on."""
+        # Under the lock: a watch ending by itself meanwhile hands its connection back to the pool only after
+        # leaving _watches, so no connection another request has taken is shut here.
         with self._lock:
-            ending = [response for response, event in self._watches.items() if event is stop]
-        for response in ending:
-            try:
-                response.shutdown()
-            except OSError:
-                pass   # already closed
+            for response, event in self._watches.items():
+                if event is stop:
+                    try:
+                        response.shutdown()
+                    except OSError:
+                        pass   # already closed
 
     def pod_log(self, namespace: str, name: str, *, container: str | None = None, tail_lines: int | None = None,
                 limit_bytes: int | None = None, follow: bool = False,
