@@ -366,8 +366,8 @@ def stop_processes(name: str, timeout: float = 10.0) -> list[ReusedPid]:
     """Kill the running components of cluster ``name`` (SIGKILL, as ``kwokctl delete`` does) and remove every pid file.
 
     A pid is killed only when its process runs the command line kwokctl
-    recorded for that component (``kwok.yaml``): the cluster's own copy of
-    the binary, with the same arguments. A cluster whose session died may
+    recorded for that component (``kwok.yaml``): the binary's link in the
+    cluster's own ``bin/``, with the same arguments. A cluster whose session died may
     have left pid files whose pids the system has since given to other
     processes; those are left running, logged (``kwok.pid_reused``) and
     returned. Pid files of processes gone are removed too, so that nothing
@@ -431,20 +431,21 @@ def process_argv(pid: int) -> list[str] | None:
 
 
 def _kill(pid: int, first: signal.Signals, timeout: float) -> None:
-    """Send ``first``; SIGKILL if the process still runs after ``timeout`` s; return once it is gone."""
-    try:
-        os.kill(pid, first)
-    except ProcessLookupError:
-        return
-    deadline = time.monotonic() + timeout
-    while _alive(pid):
-        if time.monotonic() > deadline:
-            try:
-                os.kill(pid, signal.SIGKILL)
-            except ProcessLookupError:
-                return
-            deadline = float("inf")
-        time.sleep(0.05)
+    """Send ``first``, then SIGKILL if the process still runs ``timeout`` s later; return once it is gone, or
+    ``timeout`` s after the SIGKILL (a process stuck in the kernel), logging that it is not."""
+    for sig in dict.fromkeys((first, signal.SIGKILL)):
+        try:
+            os.kill(pid, sig)
+        except ProcessLookupError:
+            return
+        deadline = time.monotonic() + timeout
+        while _alive(pid):
+            if time.monotonic() > deadline:
+                break
+            time.sleep(0.05)
+        else:
+            return
+    log.warning("kwok.process_not_ended", pid=pid, cmdline=" ".join(process_argv(pid) or ())[:300])
 
 
 def _alive(pid: int) -> bool:

@@ -210,13 +210,8 @@ def _end(rn: RealNode, component: str, timeout: float = 15.0) -> bool:
     rn.argv_file(component).unlink(missing_ok=True)
     if pid is None:
         return False
-    os.kill(pid, signal.SIGTERM)
-    deadline = time.monotonic() + timeout
-    while _alive(pid):
-        if time.monotonic() > deadline:
-            os.kill(pid, signal.SIGKILL)
-            deadline = float("inf")
-        time.sleep(0.05)
+    from flotilla.kwok.cluster import _kill
+    _kill(pid, signal.SIGTERM, timeout)
     return True
 
 
