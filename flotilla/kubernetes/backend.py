@@ -80,8 +80,8 @@ from flotilla.kubernetes.client import (ApiError, Gone, KubeClient, KubeError, U
 from flotilla.kubernetes.services import OWNED, exposure_manifests, object_path, owner_reference
 from flotilla.kubernetes.intake import (PODGROUPS_PATH, POD_NAME, POD_NAMESPACE, POD_UID, IntakeTracker,
                                         bound_by_flotilla)
-from flotilla.kubernetes.pods import (ATTEMPT, DURATION, GRACE_PERIOD, JOB_ID, PodSettings, failure_details, failure_reason, is_ours,
-                                      job_deadline,
+from flotilla.kubernetes.pods import (ATTEMPT, DURATION, GRACE_PERIOD, JOB_ID, PodSettings, failure_details,
+                                      failure_reason, is_ours, job_deadline,
                                       job_from_pod, job_grace_period, job_namespace, node_from_object, node_ready,
                                       pod_manifest, pod_name, pod_phase, pod_requests, waiting_reason)
 
