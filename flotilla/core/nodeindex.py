@@ -350,14 +350,7 @@ class NodeIndex:
         """Node ``i``'s allocatable becomes ``vec``: every level's free space moves by the difference."""
         delta = tuple(map(sub, vec, self.allocatable[i]))
         self.allocatable[i] = vec
-        free, homes, neg = self.free[i], self._homes[i], -i
-        for k in range(len(self.levels)):
-            old = free[k]
-            new = free[k] = tuple(map(add, old, delta))
-            for buckets in homes[k]:
-                buckets.move(old, new, neg)
-        if self._bucket[i] is not UNUSED:
-            self._stale.add(i)
+        self._move_free(i, range(len(self.levels)), add, delta)
 
     def _retype(self, i: int, node: Node) -> None:
         """Node ``i`` leaves its type's buckets for those of ``node``'s type (created if new)."""
@@ -527,18 +520,23 @@ class NodeIndex:
             users[queue] = count - 1 if level == EVICTED else count + 1
         jobs[job_id] = (queue, vec, level)
         if level < was:
-            start, stop, op = self._levels_upto(level), self._levels_upto(was), add
+            self._move_free(i, range(self._levels_upto(level), self._levels_upto(was)), add, vec)
         else:
-            start, stop, op = self._levels_upto(was), self._levels_upto(level), sub
+            self._move_free(i, range(self._levels_upto(was), self._levels_upto(level)), sub, vec)
+        return was
+
+    def _move_free(self, i: int, levels: range, op, vec: Vector) -> None:
+        """Node ``i``'s free space at the levels ``levels`` moves by ``vec`` (``op``: add or sub), within the
+        bucket sets the node is in (its users, and so its tier, are unchanged). :meth:`bind` and
+        :meth:`unbind` do the same inline: they are the index's hottest calls."""
         free, homes, neg = self.free[i], self._homes[i], -i
-        for k in range(start, stop):
+        for k in levels:
             old = free[k]
             new = free[k] = tuple(map(op, old, vec))
             for buckets in homes[k]:
                 buckets.move(old, new, neg)
         if self._bucket[i] is not UNUSED:
             self._stale.add(i)
-        return was
 
     def _levels_upto(self, level: int) -> int:
         """How many levels are at or below ``level`` (the ones a job bound at ``level`` changes)."""
