@@ -13,10 +13,23 @@ A pod labelled ``flotilla.io/job-id`` is one of ours and becomes a running
 job (rebuilt from its labels and annotations, see
 :mod:`flotilla.kubernetes.pods`); any other pod bound to a node we see
 consumes that node's resources (``ClusterSnapshot.foreign``). Finished pods
-(Succeeded, Failed) hold nothing; a pod being deleted (ours preempted or
-cancelled included) still holds its resources until it is gone, as the
-kubelet counts it: the scheduler sees that room as taken (foreign usage)
-until then.
+(Succeeded, Failed) hold nothing. A pod being deleted by anyone else, an
+earlier pod of a job that has a newer one, and a pod given up (reported
+``lost``) still hold their resources until they are gone, as the kubelet
+counts them: the scheduler sees that room as taken (foreign usage).
+
+Stopped pods. A pod Flotilla itself is deleting because a decision preempted
+or cancelled its job is left out of the snapshot while it terminates (that
+pod, whatever its job does next): the cycle that stopped it already gave its
+room away, and a start placed there is held until the kubelet really has the
+room (below). Counted as well, it would show the node fuller than the
+decision left it, and the next cycles, evicting the node's other preemptible
+jobs and finding no room to return them to, would preempt them too, one
+victim after another for as long as a grace period lasts. A stopped pod
+still there ``stuck_pod_expiry`` after its delete counts again (foreign
+usage) and the starts held for its node are given up at that moment
+(``lost``, cause ``Stuck``: retried): its room is not coming, and from the
+next snapshot on the scheduler sees the node as the kubelet does.
 
 Writing. ``apply()`` returns at once: a small thread pool creates the
 started jobs' pods already bound (``spec.nodeName``; or, with
@@ -28,8 +41,8 @@ node anyway (so the next cycle cannot double-book it).
 Held starts (a nominated node). A kubelet refuses a pod the node has no
 room for yet (``OutOfcpu``), and room freed by preemption comes only when
 the victims' pods are gone, after their grace period. The scheduler counts
-every other pod (terminating ones are foreign usage in the snapshot), so a
-start on a node where nothing is leaving is created at once. On a node
+every pod but the stopped ones (above), so a start on a node where nothing
+is leaving is created at once. On a node
 where some pod is leaving (deleted, or ours being stopped, those of the
 same decisions included), a pod is created only when the node's live pods
 (terminating ones included), the pods being created and the pod itself fit
@@ -38,7 +51,8 @@ first served: the job is
 reported running there (its lease renewed, the scheduler keeps its room
 and gives it to no other job), and its pod is created as soon as a pod on
 the node is gone. A start held with nothing on its node leaving for
-``stuck_pod_expiry`` is given up (``lost``: the job is retried).
+``stuck_pod_expiry``, or held for a stopped pod that has not gone within
+it, is given up (``lost``: the job is retried).
 
 Events. Pod phases become job events: ``running``, ``succeeded``,
 ``failed`` (with the pod's reason, e.g. DeadlineExceeded, or the API
@@ -66,8 +80,8 @@ from flotilla.kubernetes.client import (ApiError, Gone, KubeClient, KubeError, U
 from flotilla.kubernetes.services import OWNED, exposure_manifests, object_path, owner_reference
 from flotilla.kubernetes.intake import (PODGROUPS_PATH, POD_NAME, POD_NAMESPACE, POD_UID, IntakeTracker,
                                         bound_by_flotilla)
-from flotilla.kubernetes.pods import (ATTEMPT, DURATION, JOB_ID, PodSettings, failure_details, failure_reason, is_ours,
-                                      job_deadline,
+from flotilla.kubernetes.pods import (ATTEMPT, DURATION, GRACE_PERIOD, JOB_ID, PodSettings, failure_details,
+                                      failure_reason, is_ours, job_deadline,
                                       job_from_pod, job_grace_period, job_namespace, node_from_object, node_ready,
                                       pod_manifest, pod_name, pod_phase, pod_requests, waiting_reason)
 
@@ -179,6 +193,9 @@ class KubernetesCluster:
         self._held_ids: set[str] = set()
         self._held_since: dict[str, float] = {}          # node -> since when nothing on it has been leaving
         self._stopping: dict[str, str] = {}              # job id -> preempted | cancelled
+        #: Pods Flotilla is deleting by a decision -> when: not counted by a snapshot (module docstring, Stopped
+        #: pods) until gone, or until ``stuck_pod_expiry`` has passed.
+        self._stopped: dict[tuple[str, str], float] = {}
         self._kill_on_create: dict[str, str] = {}        # stopped before its pod was created
         self._ignore_delete: set[tuple[str, str]] = set()
         self._reported: dict[tuple[str, str], str] = {}
@@ -286,10 +303,11 @@ class KubernetesCluster:
             # loop is per pod and per cycle).
             foreign = {node: dict(used) for node, used in self._foreign_on.items() if node in known}
             stopping, job_pod_of, reported_of = self._stopping, self._job_pod.get, self._reported.get
+            stopped = self._stopped
             append, see = running.append, seen.add
             for pod in self._own.values():
                 node = pod.node
-                if node is None or node not in known or pod.phase in _ENDED:
+                if node is None or node not in known or pod.phase in _ENDED or pod.key in stopped:
                     continue
                 job = pod.job
                 job_id = job.id
@@ -331,6 +349,7 @@ class KubernetesCluster:
                 if key is None and job.id in self._inflight:
                     self._kill_on_create[job.id] = kind
                     continue
+                self._mark_stopped(key)
                 work.append((self._delete, job, key, kind, self._starts.get(job.id, 0)))
         for placement in decisions.start:
             job = placement.job
@@ -353,6 +372,35 @@ class KubernetesCluster:
             self._release_held(placement.node)
 
     # -- held starts (see the module docstring) ------------------------------------------------
+    def _mark_stopped(self, key: tuple[str, str] | None) -> None:
+        """Leave pod ``key`` out of the snapshots from now on: Flotilla deletes it by a decision (module docstring,
+        Stopped pods). Not a pod already being deleted by someone else or given up: their room was never given."""
+        pod = self._pods.get(key) if key is not None else None
+        if key is None or key in self._stopped or self._reported.get(key) == "lost" \
+                or (pod is not None and pod.deleting and key not in self._ignore_delete):
+            return
+        self._stopped[key] = self.clock()
+
+    def _expire_stopped(self, now: float) -> None:
+        """Count again the stopped pods still there ``stuck_pod_expiry`` after their delete, and give up the starts
+        held for their nodes (module docstring, Stopped pods)."""
+        horizon = now - self.stuck_pod_expiry
+        for key in [key for key, since in self._stopped.items() if since <= horizon]:
+            del self._stopped[key]
+            pod = self._pods.get(key)
+            if pod is None or pod.node is None or pod.phase in _ENDED:
+                continue
+            log.warning("kubernetes.stopped_pod_stuck", cluster=self.name, job=pod.job.id, node=pod.node,
+                        pod=f"{key[0]}/{key[1]}")
+            for job, _, _, started in list(self._held.get(pod.node, ())):
+                if job.id not in self._held_ids or self._starts.get(job.id) != started:
+                    continue   # stale: stopped or started again since
+                log.warning("kubernetes.held_start_given_up", cluster=self.name, job=job.id, node=pod.node)
+                self._drop_held(job.id, None)
+                self._emit(job.id, "lost", pod.node,
+                           f"node {pod.node} has no room for the pod: {pod.job.id}'s pod has been terminating "
+                           f"for stuckPodExpiry {self.stuck_pod_expiry:g}s ({key[0]}/{key[1]})", cause="Stuck")
+
     def _put_pod(self, key: tuple[str, str], pod: _Pod) -> None:
         old = self._pods.get(key)
         if old is not None:
@@ -369,6 +417,7 @@ class KubernetesCluster:
 
     def _pop_pod(self, key: tuple[str, str]) -> _Pod | None:
         old = self._pods.pop(key, None)
+        self._stopped.pop(key, None)
         if old is not None:
             self._unindex(key, old)
             self._own.pop(key, None)
@@ -720,6 +769,8 @@ class KubernetesCluster:
             with self._lock:
                 self._stopping.pop(job.id, None)
             return
+        with self._lock:
+            self._mark_stopped(key)   # (a pod made after its job was stopped is marked only now)
         namespace, name = key
         grace = self._grace_of(key, job)
         pod = self._pods.get(key)
@@ -728,20 +779,24 @@ class KubernetesCluster:
             self.reporter.disruption_target(namespace, name, pod.uid,
                                             f"flotilla: preempted by the scheduler to make room for other jobs "
                                             f"(job {job.id})")
+        options = {"apiVersion": "v1", "kind": "DeleteOptions"}
+        if grace is not None:
+            options["gracePeriodSeconds"] = grace
         try:
-            self.client.delete(pod_path(namespace, name), {"apiVersion": "v1", "kind": "DeleteOptions",
-                                                           "gracePeriodSeconds": grace})
+            self.client.delete(pod_path(namespace, name), options)
         except ApiError as exc:
             if exc.status != 404:
                 log.warning("kubernetes.delete_failed", cluster=self.name, job=job.id, error=str(exc))
                 with self._lock:
                     self._stopping.pop(job.id, None)
+                    self._stopped.pop(key, None)
                 return
         except Unreachable as exc:
             # Keep it counted out; the next snapshot after reconnecting shows the pod again if it survived.
             log.warning("kubernetes.delete_unreachable", cluster=self.name, job=job.id, error=str(exc))
             with self._lock:
                 self._stopping.pop(job.id, None)
+                self._stopped.pop(key, None)
             return
         with self._lock:
             self.counters["deleted"] += 1
@@ -754,8 +809,11 @@ class KubernetesCluster:
             self._emit(job.id, kind, node, "preempted by the scheduler" if kind == "preempted" else "cancelled",
                        run=started)
 
-    def _grace_of(self, key: tuple[str, str], job: Job) -> int:
-        from flotilla.kubernetes.pods import job_grace_period
+    def _grace_of(self, key: tuple[str, str], job: Job) -> int | None:
+        """The grace period to delete ``job``'s pod with: the job's own when it names one; else None, the pod's
+        ``terminationGracePeriodSeconds``, which it was made with (a job rebuilt from its pod names none)."""
+        if getattr(job, "grace_period", None) is None and GRACE_PERIOD not in job.annotations:
+            return None
         return job_grace_period(job, self.settings)
 
     def _delete_finished(self, key: tuple[str, str], grace: int = 0) -> None:
@@ -777,6 +835,7 @@ class KubernetesCluster:
     def _give_up(self, pod: _Pod, reason: str, cause: str, grace: int = 0) -> None:
         """Report ``pod``'s job ``lost`` (the service retries it elsewhere) and remove the pod."""
         self._reported[pod.key] = "lost"
+        self._stopped.pop(pod.key, None)   # its room counts again (module docstring)
         self._starting.pop(pod.key, None)
         self._ignore_delete.add(pod.key)
         self._emit(pod.job.id, "failed" if pod.incluster else "lost", pod.node, reason, cause=cause)
@@ -803,6 +862,8 @@ class KubernetesCluster:
                            cause="Stuck")
 
     def _give_up_stuck_and_lost(self, now: float) -> None:
+        if self._stopped and self.stuck_pod_expiry is not None:
+            self._expire_stopped(now)
         if self._held:
             self._give_up_held(now)
         if self.stuck_pod_expiry is not None:
