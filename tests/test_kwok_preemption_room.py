@@ -162,3 +162,86 @@ def test_a_preempted_pod_that_does_not_go_counts_again_after_stuck_pod_expiry(kw
         assert not [p for p in cluster.pods() if p["status"].get("reason", "").startswith("OutOf")]
     finally:
         close_all(backends)
+
+
+SERVE_CONFIG = """
+priorityClasses:
+  - {name: armada-default, priority: 30000, preemptible: false}
+  - {name: armada-preemptible, priority: 20000, preemptible: true}
+defaultPriorityClass: armada-default
+queues:
+  - {name: A, weight: 1, owners: [alice]}
+  - {name: B, weight: 1, owners: [bob]}
+evict: {probability: 1.0}
+lease: {timeout: 20s}
+cycle: {period: 0.2s}
+server: {listen: "127.0.0.1:PORT"}
+store: {url: "sqlite:///DB"}
+auth:
+  tokens:
+    - {token: alice-token, user: alice}
+    - {token: bob-token, user: bob}
+clusters:
+"""
+
+
+def test_the_service_preempts_only_the_victim_while_its_pod_terminates(kwok, tmp_path):
+    """The same node through ``flotilla serve`` (its loop, store and leases): the service builds its snapshot from
+    its store's leases and the backend's foreign usage, and preempts nothing more while the victim terminates."""
+    import json
+
+    from serve_process import Server, cli, wait_for, write_file
+    from service_fixtures import job as job_entry
+
+    cluster = kwok["a"]
+    cluster.reset(nodes=1)
+    srv = Server(tmp_path, SERVE_CONFIG + f"  - {{name: kwok-a, kind: kubernetes, kubeconfig: {cluster.kubeconfig}, "
+                                          f"context: {cluster.context}}}\n").start()
+
+    def submit(user, queue, name, **spec) -> str:
+        path = write_file(tmp_path, f"{name}.yaml", {"queue": queue, "jobSetId": name,
+                                                     "jobs": [job_entry(name, **spec)]})
+        out = cli(srv, user, "submit", str(path), "--output", "json")
+        assert out.returncode == 0, out.stderr
+        [submitted] = json.loads(out.stdout)["jobs"]
+        return submitted["id"]
+
+    try:
+        ids = {}
+        for name in ("keep-1", "keep-2"):
+            ids[name] = submit("alice", "A", name, cpu="8", pc="armada-preemptible")
+            wait_for(lambda: pods_of(cluster.pods()).get(ids[name], {}).get("status", {}).get("phase") == "Running",
+                     timeout=60)
+        ids["victim"] = submit("alice", "A", "victim", cpu="16", pc="armada-preemptible",
+                               terminationGracePeriodSeconds=8)
+        wait_for(lambda: pods_of(cluster.pods()).get(ids["victim"], {}).get("status", {}).get("phase") == "Running",
+                 timeout=60)
+        names = {job_id: name for name, job_id in ids.items()}
+        ids["urgent"] = submit("bob", "B", "urgent", cpu="16")
+        names[ids["urgent"]] = "urgent"
+
+        pods = wait_for(lambda: (lambda pods: pods if pods[ids["victim"]]["metadata"].get("deletionTimestamp")
+                                 else None)(pods_of(cluster.pods())), timeout=60)
+        assert pods[ids["victim"]]["metadata"]["deletionGracePeriodSeconds"] == 8
+        while ids["victim"] in pods:
+            # While the victim's pod terminates (the service cycling every 0.2 s): the kept jobs keep their pods,
+            # the preemptor has none yet.
+            assert {names[job_id]: node for job_id, node in live(pods).items()} == {"keep-1": "node-1",
+                                                                                    "keep-2": "node-1"}
+            time.sleep(0.2)
+            pods = pods_of(cluster.pods())
+        wait_for(lambda: pods_of(cluster.pods()).get(ids["urgent"], {}).get("status", {}).get("phase") == "Running",
+                 timeout=60)
+        time.sleep(1.0)   # five more cycles
+        assert {names[job_id]: node for job_id, node in live(pods_of(cluster.pods())).items()} == {
+            "keep-1": "node-1", "keep-2": "node-1", "urgent": "node-1"}
+    finally:
+        srv.kill()
+    store = srv.store()
+    try:
+        assert [names[e["jobId"]] for e in store.all_events() if e["kind"] == "preempted"] == ["victim"]
+        states = store.job_states()
+        assert {name: states[job_id] for name, job_id in ids.items()} == {
+            "keep-1": "running", "keep-2": "running", "urgent": "running", "victim": "preempted"}
+    finally:
+        store.close()

@@ -307,12 +307,14 @@ class KubernetesCluster:
             append, see = running.append, seen.add
             for pod in self._own.values():
                 node = pod.node
-                if node is None or node not in known or pod.phase in _ENDED or pod.key in stopped:
+                if node is None or node not in known or pod.phase in _ENDED:
                     continue
                 job = pod.job
                 job_id = job.id
                 if pod.deleting or job_id in stopping or job_pod_of(job_id) != pod.key \
                         or reported_of(pod.key) == "lost":
+                    if pod.key in stopped:
+                        continue   # stopped by a decision, which gave its room away (module docstring)
                     # No longer the job's, but on its node until gone: the kubelet still counts it.
                     requests = job.requests
                 else:
