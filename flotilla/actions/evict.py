@@ -139,7 +139,7 @@ class Evict:
 def _rivals(session):
     """``rival(queue)``: the highest priority class queued in any queue but ``queue``, or None.
 
-    Cordoned queues start nothing new, so they take no room and are left out. Per queue, cached.
+    Cordoned queues start nothing new, so they take no room and are left out.
     """
     classes, default = session.priority_classes, session.default_priority_class
     tops: list[tuple[int, str]] = []          # (priority, queue), highest first
@@ -151,11 +151,8 @@ def _rivals(session):
         if found:
             tops.append((max(found), queue.name))
     tops.sort(key=lambda t: -t[0])
-    cache: dict[str, int | None] = {}
 
     def rival(name: str) -> int | None:
-        if name not in cache:
-            cache[name] = next((priority for priority, queue in tops if queue != name), None)
-        return cache[name]
+        return next((priority for priority, queue in tops if queue != name), None)
 
     return rival

@@ -80,10 +80,10 @@ from flotilla.kubernetes.client import (ApiError, Gone, KubeClient, KubeError, U
 from flotilla.kubernetes.services import OWNED, exposure_manifests, object_path, owner_reference
 from flotilla.kubernetes.intake import (PODGROUPS_PATH, POD_NAME, POD_NAMESPACE, POD_UID, IntakeTracker,
                                         bound_by_flotilla)
-from flotilla.kubernetes.pods import (ATTEMPT, DURATION, GRACE_PERIOD, JOB_ID, PodSettings, failure_details,
-                                      failure_reason, is_ours, job_deadline,
-                                      job_from_pod, job_grace_period, job_namespace, node_from_object, node_ready,
-                                      pod_manifest, pod_name, pod_phase, pod_requests, waiting_reason)
+from flotilla.kubernetes.pods import (ATTEMPT, DURATION, JOB_ID, PodSettings, failure_details, failure_reason, is_ours,
+                                      job_deadline, job_from_pod, job_grace_period, job_namespace, named_grace_period,
+                                      node_from_object, node_ready, pod_manifest, pod_name, pod_phase, pod_requests,
+                                      waiting_reason)
 
 log = structlog.get_logger("flotilla.kubernetes")
 
@@ -414,7 +414,7 @@ class KubernetesCluster:
             self._own[key] = pod   # (an update keeps its place: snapshots list our pods in a stable order)
         else:
             self._own.pop(key, None)
-            if pod.node is not None and pod.phase not in ("Succeeded", "Failed"):
+            if pod.node is not None and pod.phase not in _ENDED:
                 self._charge_foreign(pod.node, pod.requests, 1)
 
     def _pop_pod(self, key: tuple[str, str]) -> _Pod | None:
@@ -432,7 +432,7 @@ class KubernetesCluster:
             on.discard(key)
             if not on:
                 del self._pods_on[old.node]
-        if old.job is None and old.node is not None and old.phase not in ("Succeeded", "Failed"):
+        if old.job is None and old.node is not None and old.phase not in _ENDED:
             self._charge_foreign(old.node, old.requests, -1)
 
     def _charge_foreign(self, node: str, requests: Mapping[str, int] | None, sign: int) -> None:
@@ -452,7 +452,7 @@ class KubernetesCluster:
 
     def _leaving(self, node: str) -> bool:
         """Whether a pod on ``node`` is on its way out (deleted, or ours being stopped) and still holds room."""
-        return any(pod.phase not in ("Succeeded", "Failed")
+        return any(pod.phase not in _ENDED
                    and (pod.deleting or (pod.job is not None and pod.job.id in self._stopping))
                    for pod in self._pods_of_node(node))
 
@@ -461,7 +461,7 @@ class KubernetesCluster:
         load: dict[str, int] = {}
         created = set()
         for pod in self._pods_of_node(node):
-            if pod.phase in ("Succeeded", "Failed"):
+            if pod.phase in _ENDED:
                 continue
             if pod.job is not None:
                 created.add(pod.job.id)
@@ -658,7 +658,7 @@ class KubernetesCluster:
             self.intake.take_bound()
             return {pod.job.id: (pod.node, pod.phase == "Running") for pod in self._own.values()
                     if pod.incluster and pod.job is not None and pod.node and not pod.deleting
-                    and pod.phase not in ("Succeeded", "Failed")}
+                    and pod.phase not in _ENDED}
 
     def delete_cancelled(self, pods) -> int:
         """Delete the waiting in-cluster pods whose jobs were cancelled through Flotilla (``(namespace, name, uid,
@@ -814,7 +814,7 @@ class KubernetesCluster:
     def _grace_of(self, key: tuple[str, str], job: Job) -> int | None:
         """The grace period to delete ``job``'s pod with: the job's own when it names one; else None, the pod's
         ``terminationGracePeriodSeconds``, which it was made with (a job rebuilt from its pod names none)."""
-        if getattr(job, "grace_period", None) is None and GRACE_PERIOD not in job.annotations:
+        if named_grace_period(job) is None:
             return None
         return job_grace_period(job, self.settings)
 
@@ -889,7 +889,7 @@ class KubernetesCluster:
                 what = "deleted" if deleted else "NotReady"
                 for pod in self._pods_of_node(name):
                     if pod.job is not None and not pod.deleting \
-                            and pod.phase not in ("Succeeded", "Failed") and self._reported.get(pod.key) not in _FINAL:
+                            and pod.phase not in _ENDED and self._reported.get(pod.key) not in _FINAL:
                         # Force (no grace) when the node is gone: no kubelet is left to confirm.
                         grace = 0 if deleted else job_grace_period(pod.job, self.settings)
                         self._give_up(pod, f"node {name} lost: {what} for {now - since:.0f}s "
@@ -1180,7 +1180,7 @@ class KubernetesCluster:
         if pod.phase == "Running" and reported is None and not pod.deleting:
             self._reported[pod.key] = "running"
             self._emit(job_id, "running", pod.node)
-        elif pod.phase in ("Succeeded", "Failed"):
+        elif pod.phase in _ENDED:
             kind = "succeeded" if pod.phase == "Succeeded" else "failed"
             if kind == "failed" and pod.reason.split(":", 1)[0] in PLATFORM_FAILURES:
                 kind = "lost"   # the platform's doing, not the job's: retried
@@ -1204,7 +1204,7 @@ class KubernetesCluster:
         out: dict[str, list[str]] = {}
         with self._lock:
             for pod in self._pods.values():
-                if pod.job is not None and not pod.deleting and pod.phase not in ("Succeeded", "Failed"):
+                if pod.job is not None and not pod.deleting and pod.phase not in _ENDED:
                     out.setdefault(pod.node or "", []).append(pod.job.id)
         return out
 

@@ -93,13 +93,19 @@ def job_namespace(job: Job, settings: PodSettings, template: PodTemplate | None 
             or job.annotations.get(NAMESPACE) or settings.namespace)
 
 
-def job_grace_period(job: Job, settings: PodSettings) -> int:
+def named_grace_period(job: Job) -> float | None:
+    """The grace period ``job`` names itself (its attribute, else its annotation), or None."""
     value = getattr(job, "grace_period", None)
     if value is None and GRACE_PERIOD in job.annotations:
         try:
             value = float(job.annotations[GRACE_PERIOD])
         except ValueError:
             value = None
+    return value
+
+
+def job_grace_period(job: Job, settings: PodSettings) -> int:
+    value = named_grace_period(job)
     return _seconds_int(settings.grace_default if value is None else value)
 
 

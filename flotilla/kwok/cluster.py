@@ -380,13 +380,11 @@ def stop_processes(name: str, timeout: float = 10.0) -> list[ReusedPid]:
     reused: list[ReusedPid] = []
     files = sorted(pids.glob("*.pid"), key=lambda path: _order(expected, path.stem), reverse=True)
     for path in files:
-        pid = _read_pid(path)
-        argv = process_argv(pid) if pid is not None and _alive(pid) else None
-        if argv is not None:
-            if argv == expected.get(path.stem):
-                _kill(pid, signal.SIGKILL, timeout)
-            else:
-                reused.append(_reused(name, path.stem, pid, argv))
+        pid, other = _checked_pid(name, path.stem)
+        if pid is not None:
+            _kill(pid, signal.SIGKILL, timeout)
+        elif other is not None:
+            reused.append(_reused(name, path.stem, *other))
         path.unlink(missing_ok=True)
     return reused
 

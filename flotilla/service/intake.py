@@ -214,7 +214,7 @@ class ClusterIntake:
                         refused[arrival.pod.uid] = (arrival, f"metadata.annotations.{GANG_CARDINALITY_ANNOTATION}: "
                                                              f"gang {name!r} has inconsistent cardinality ({detail})")
                     continue
-            cardinality, queued, started = self._gang_live(members[0][1]["queue"], gang_id)
+            cardinality, queued, started = self.store.gang_live(members[0][1]["queue"], gang_id)
             if queued or started:
                 self._join(kind, name, gang_id, members, cardinality, queued, started, rows, refused)
                 continue
@@ -288,9 +288,6 @@ class ClusterIntake:
                 rows.append(row)
             else:
                 refused[arrival.pod.uid] = (arrival, f"gang {name!r} has its {cardinality} pods queued already")
-
-    def _gang_live(self, queue: str, gang_id: str) -> tuple[int, int, int]:
-        return self.store.gang_live(queue, gang_id)
 
     def _row(self, cluster: str, arrival: Arrival, queues: Mapping, priority_classes: set[str],
              default_pc: str, preemptible: Set[str] = frozenset()) -> tuple[dict | None, str | None]:

@@ -233,10 +233,10 @@ class ServiceLoop:
         report.clusters = sorted(snaps)
         self.last_nodes = self.node_states(snaps)
         if snaps and self.intake.backends(self.backends):
+            classes = self.scheduler.priority_classes()
             report.intake = self.intake.run(
-                self.backends, snaps, self.store.list_queues(),
-                {pc.name for pc in self.scheduler.priority_classes()}, self.settings.default_priority_class, now,
-                preemptible={pc.name for pc in self.scheduler.priority_classes() if pc.preemptible})
+                self.backends, snaps, self.store.list_queues(), {pc.name for pc in classes},
+                self.settings.default_priority_class, now, preemptible={pc.name for pc in classes if pc.preemptible})
         t1 = time.perf_counter()
         c1 = time.thread_time()
 

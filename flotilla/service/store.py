@@ -723,11 +723,6 @@ class Store:
                     out[row.id] = (row.gang_id, row.state)
         return out
 
-    def gang_known(self, queue: str, gang_id: str) -> bool:
-        with self.read() as conn:
-            return conn.execute(sa.select(jobs.c.id).where(jobs.c.queue == queue, jobs.c.gang_id == gang_id)
-                                .limit(1)).first() is not None
-
     def gang_live(self, queue: str, gang_id: str) -> tuple[int, int, int]:
         """A stored gang's live members: ``(cardinality, queued, started)``; ``(0, 0, 0)`` when none is live.
 
