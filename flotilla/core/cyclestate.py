@@ -55,11 +55,21 @@ _REQUESTS = attrgetter("requests")
 _SELECTOR = attrgetter("node_selector")
 _AFFINITY = attrgetter("affinity")
 _GANG = attrgetter("gang")
+_CLAIMS = attrgetter("claims")
 _PRIORITY = attrgetter("priority")
 _QUEUE = attrgetter("queue")
 _CLASS = attrgetter("priority_class")
 _SUBMITTED = attrgetter("submitted")
 _LAST = itemgetter(-1)
+
+
+def volume_keys(snapshot: Snapshot) -> frozenset[str]:
+    """The node label keys the clusters' volumes read (:mod:`flotilla.core.volumes`)."""
+    keys: frozenset[str] = frozenset()
+    for cluster in snapshot.clusters:
+        if cluster.volumes is not None:
+            keys |= cluster.volumes.label_keys
+    return keys
 
 
 @dataclass(slots=True, eq=False)
@@ -212,7 +222,11 @@ class CycleState:
         for job in gang_jobs:
             if job.gang.uniformity_label:
                 self.label_uses[job.gang.uniformity_label] += 1
-        selector_keys = set(self.label_uses)
+        #: How many held jobs (running or queued) name a claim; while some do, the label keys the clusters'
+        #: volumes read are indexed too (flotilla.core.volumes).
+        self.claim_jobs = sum(1 for _ in filter(None, map(_CLAIMS, every_job)))
+        self.volume_keys = volume_keys(snapshot) if self.claim_jobs else frozenset()
+        selector_keys = set(self.label_uses) | self.volume_keys
         self._labels_changed = False
         space = ResourceSpace(resource_names, indexed_resources)
         levels = [pc.priority for pc in snapshot.priority_classes]
@@ -397,7 +411,7 @@ class CycleState:
                 if held.node == i and held.vec == vec and held.level == level and was.queue == job.queue \
                         and (was.host_ports is job.host_ports or was.host_ports == job.host_ports):
                     if was.node_selector or job.node_selector or was.affinity is not job.affinity or \
-                            was.gang is not job.gang:
+                            was.gang is not job.gang or was.claims or job.claims:
                         self._count_labels(was, -1)
                         self._count_labels(job, 1)
                     held.job = job
@@ -412,7 +426,7 @@ class CycleState:
             value = entries.pop(key)
             job = value[-1] if value.__class__ is tuple else value
             gangs_changed |= job.gang is not None
-            if job.node_selector or job.affinity or job.gang:
+            if job.node_selector or job.affinity or job.gang or job.claims:
                 self._count_labels(job, -1)
             self.queues[job.queue].queued.remove(job)
         placed_entries, self.placed_entries = self.placed_entries, {}
@@ -423,8 +437,12 @@ class CycleState:
                 self.seq += 1
             entries[id(job)] = entry
             self.queues[job.queue].queued.add(entry)
-            if job.node_selector or job.affinity or job.gang:
+            if job.node_selector or job.affinity or job.gang or job.claims:
                 self._count_labels(job, 1)
+        keys = volume_keys(snapshot) if self.claim_jobs else frozenset()
+        if keys != self.volume_keys:
+            self.volume_keys = keys
+            self._labels_changed = True
         if self._labels_changed:
             self._sync_indexed_labels()
         self._set_limits(snapshot)
@@ -533,7 +551,7 @@ class CycleState:
     def _bind(self, job: Job, i: int, vec: Vector, level: int) -> None:
         self.index.bind(i, job.id, job.queue, vec, level)
         self._hold(job, i, vec, level)
-        if job.node_selector or job.affinity or job.gang:
+        if job.node_selector or job.affinity or job.gang or job.claims:
             self._count_labels(job, 1)
 
     def _count_labels(self, job: Job, sign: int) -> None:
@@ -546,6 +564,8 @@ class CycleState:
             self.affinity_jobs += sign
         if job.gang is not None and job.gang.uniformity_label:
             labels = (*labels, job.gang.uniformity_label)
+        if job.claims:
+            self.claim_jobs += sign
         for label in labels:
             uses[label] += sign
             if not uses[label]:
@@ -557,8 +577,9 @@ class CycleState:
     def _sync_indexed_labels(self) -> None:
         """A label key some job selects on came or went: node types split or merge, as a fresh build has them."""
         self._labels_changed = False
-        if self.selector_keys != self.label_uses.keys():
-            self.selector_keys = set(self.label_uses)
+        wanted = set(self.label_uses) | self.volume_keys
+        if self.selector_keys != wanted:
+            self.selector_keys = wanted
             self.index.set_indexed_labels(self.selector_keys)
 
     def _hold(self, job: Job, i: int, vec: Vector, level: int) -> None:
@@ -581,7 +602,7 @@ class CycleState:
         queue = self.queues[held.job.queue]
         queue.running -= 1
         charge(queue, held.vec, -1)
-        if held.job.node_selector or held.job.affinity or held.job.gang:
+        if held.job.node_selector or held.job.affinity or held.job.gang or held.job.claims:
             self._count_labels(held.job, -1)
         return held.job.gang is not None
 

@@ -152,6 +152,9 @@ class Job:
     host_ports: tuple[tuple[str, int], ...] = ()
     #: Required and preferred node affinity (:mod:`flotilla.core.nodeaffinity`), None for almost every job.
     affinity: NodeAffinity | None = None
+    #: The PersistentVolumeClaims its pod mounts, ``namespace/name`` (``name`` alone: the cluster's default
+    #: namespace); a cluster resolves them (:mod:`flotilla.core.volumes`). Empty for almost every job.
+    claims: tuple[str, ...] = ()
 
 
 @dataclass(slots=True)
@@ -159,13 +162,16 @@ class ClusterSnapshot:
     """One cluster at the start of a cycle: its nodes and the jobs running on them.
 
     ``foreign`` lists resources taken on a node by pods the scheduler does not
-    own (someone else's pods on a shared Kubernetes cluster).
+    own (someone else's pods on a shared Kubernetes cluster). ``volumes``
+    resolves the claims jobs name (None on a cluster without volumes).
     """
 
     name: str
     nodes: list[Node]
     running: list[Job] = field(default_factory=list)
     foreign: dict[str, Mapping[str, int]] = field(default_factory=dict)
+    #: The cluster's claims and volumes (:class:`flotilla.core.volumes.ClusterVolumes`); None: it has none.
+    volumes: object | None = None
 
 
 @dataclass(slots=True)

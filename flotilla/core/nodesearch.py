@@ -50,12 +50,13 @@ class NodeSearch:
         selector, tolerations, affinity = job.node_selector, job.tolerations, job.affinity
         # First by identity (jobs loaded in bulk share these objects; the snapshot keeps them alive for the
         # session), then by value. Node affinities compare by value (frozen, hashable).
-        fast = (job.queue, job.priority_class, id(selector) if selector else 0, id(tolerations), affinity, cluster)
+        fast = (job.queue, job.priority_class, id(selector) if selector else 0, id(tolerations), affinity, cluster,
+                job.claims)
         hit = self._allowed_by_identity.get(fast)
         if hit is not None:
             return hit[0]
         key = (job.queue, job.priority_class, tuple(sorted(selector.items())) if selector else (), tolerations,
-               affinity, cluster)
+               affinity, cluster, job.claims)
         hit = self._allowed_cache.get(key)
         if hit is not None:
             self._allowed_by_identity[fast] = (hit, selector, tolerations)
@@ -94,7 +95,7 @@ class NodeSearch:
         """
         selector = job.node_selector
         key = (job.queue, job.priority_class, tuple(sorted(selector.items())) if selector else (), job.tolerations,
-               job.affinity, cluster)
+               job.affinity, cluster, job.claims)
         refusals = self._refused_nodes.get(key)
         if refusals is None:
             self.allowed_types(job, cluster)
@@ -113,7 +114,7 @@ class NodeSearch:
         """
         if self.tier_crossing_score_fns:
             return self._find_across_tiers(job, vec, level, types, queue)
-        filtered = bool(self.node_filter_fns) or bool(job.host_ports)
+        filtered = bool(self.node_filter_fns) or bool(job.host_ports) or bool(job.claims)
         scored = bool(self.node_score_fns)
         affinity = job.affinity
         if affinity is not None and affinity.preferred:
@@ -189,7 +190,7 @@ class NodeSearch:
         index, limit = self.index, self.settings.node_candidates
         crossing, within = self.tier_crossing_score_fns, self.node_score_fns
         free, at = index.free, index.level_of[level]
-        filtered = bool(self.node_filter_fns) or bool(job.host_ports)
+        filtered = bool(self.node_filter_fns) or bool(job.host_ports) or bool(job.claims)
         preferred = job.affinity if job.affinity is not None and job.affinity.preferred else None
         best_key, best = None, None
         seen: set[int] = set()

@@ -108,9 +108,12 @@ class ExtensionRegistry:
         self.node_filter_fns.append(fn)
 
     def node_allowed(self, job: Job, i: int) -> bool:
-        """May ``job`` start on node ``i``: the node filters agree and none of its host ports is held there."""
+        """May ``job`` start on node ``i``: the node filters agree, none of its host ports is held there, and its
+        claims can be had there this cycle (:class:`~flotilla.core.volumes.VolumePicks`)."""
         ports = job.host_ports
         if ports and not self.state.ports.free(i, ports):
+            return False
+        if job.claims and self.volume_picks is not None and not self.volume_picks.allowed(job, i):
             return False
         return all(fn(job, i) for fn in self.node_filter_fns)
 

@@ -32,6 +32,7 @@ from typing import Mapping, Sequence, Union
 
 from flotilla.core.feasibility import FILTERED, PORTS_TAKEN, insufficient
 from flotilla.core.model import Job
+from flotilla.core.volumes import BIND_CONFLICT
 from flotilla.core.resources import Vector
 
 _ID = attrgetter("id")
@@ -144,7 +145,7 @@ class WhyNot:
                 key = shortfall.vec, shortfall.level, id(shortfall.types)
             else:
                 key = (shortfall.vec, shortfall.level, id(shortfall.types),
-                       id(self.refused_nodes(job, shortfall.cluster)), job.host_ports,
+                       id(self.refused_nodes(job, shortfall.cluster)), job.host_ports, job.claims,
                        job.priority_class if self.node_filter_fns else None)
             shortfall.key = key
         return key
@@ -159,13 +160,16 @@ class WhyNot:
                 cause = insufficient(name)
                 causes[cause] = causes.get(cause, 0) + count
         available = len(fitting)
-        if job is not None and (job.host_ports or self.node_filter_fns):
+        if job is not None and (job.host_ports or self.node_filter_fns or job.claims):
             ports, held = job.host_ports, self.state.ports
             filters = self.node_filter_fns
+            picks = self.volume_picks if job.claims else None
             available = 0
             for i in fitting:
                 if ports and not held.free(i, ports):
                     causes[PORTS_TAKEN] = causes.get(PORTS_TAKEN, 0) + 1
+                elif picks is not None and not picks.allowed(job, i):
+                    causes[BIND_CONFLICT] = causes.get(BIND_CONFLICT, 0) + 1
                 elif filters and not all(fn(job, i) for fn in filters):
                     causes[FILTERED] = causes.get(FILTERED, 0) + 1
                 else:

@@ -189,7 +189,7 @@ class _Room:
         """An existing node of the cluster with room for ``job`` left (the smallest that fits), or None."""
         session, index = self.session, self.index
         types = self._in_cluster(types)
-        if not job.host_ports and not session.node_filter_fns:
+        if not job.host_ports and not job.claims and not session.node_filter_fns:
             key = (vec, id(types))
             if self._no_room.get(key) == self._returns:
                 return None

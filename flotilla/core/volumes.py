@@ -1,0 +1,265 @@
+"""Persistent volume claims: where a job naming some may go, as kube-scheduler's volume plugins decide.
+
+A job names its claims (``Job.claims``: ``namespace/name``, or ``name``
+alone for the cluster's default namespace); a cluster that has volumes
+resolves them into :class:`Claim` objects (``ClusterSnapshot.volumes``, a
+:class:`ClusterVolumes`; the Kubernetes backend's is
+:mod:`flotilla.kubernetes.volumes`). A cluster without one (a simulated
+cluster) has no claims at all: such a job waits there with
+:data:`NO_VOLUMES`. The rules, in kube-scheduler's words:
+
+* **VolumeBinding** (PreFilter): a claim that does not exist, is being
+  deleted or lost its volume, and an unbound claim of an ``Immediate``
+  StorageClass, keep the job off every node of the cluster
+  (:attr:`Claim.refusal`, worded as kube-scheduler words it).
+* **VolumeBinding** (Filter), bound claims: the node must match the bound
+  PV's node affinity (:data:`NODE_CONFLICT`).
+* **VolumeZone**: a node carrying a zone or region label must carry one of
+  the values the bound PV's label gives for it (:data:`ZONE_CONFLICT`).
+* **VolumeBinding** (Filter), unbound ``WaitForFirstConsumer`` claims: the
+  node must be one where a matching available static PV could be bound, or
+  where the StorageClass may provision (its ``allowedTopologies``); a claim
+  whose ``volume.kubernetes.io/selected-node`` is already set only on that
+  node (:data:`BIND_CONFLICT`).
+* **VolumeRestrictions**: a ``ReadWriteOncePod`` claim another pod uses keeps
+  the job off every node (:attr:`Claim.refusal`); two jobs of one cycle do
+  not both take it.
+
+The first four see node labels only, so they are a predicate on node types
+(:func:`claim_refusal`, cached per cycle like node affinity; the label keys
+the volumes read are indexed while some job names a claim). What one cycle
+chooses is per node: :class:`VolumePicks` keeps, for the session, which
+static PV each placed job's claims take, so two jobs (two members of one
+gang) never take one PV and jobs sharing a claim follow its choice; the
+choices travel with the placements (``Placement.volumes``) for the backend
+to bind before the pod. Jobs naming no claim never reach this module.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Mapping, Protocol, Sequence
+
+from flotilla.core.nodeaffinity import Term
+
+#: kube-scheduler's words (VolumeBinding, VolumeZone), as they follow a count of nodes.
+NODE_CONFLICT = "node(s) had volume node affinity conflict"
+BIND_CONFLICT = "node(s) didn't find available persistent volumes to bind"
+ZONE_CONFLICT = "node(s) had no available volume zone"
+PV_MISSING = "node(s) unavailable due to one or more pvc(s) bound to non-existent pv(s)"
+UNBOUND_IMMEDIATE = "pod has unbound immediate PersistentVolumeClaims"
+RWOP_CONFLICT = "node has pod using PersistentVolumeClaim with the same name and ReadWriteOncePod access mode"
+#: A cluster that has no volumes (simulated): a job naming claims cannot run there.
+NO_VOLUMES = "cluster has no persistent volume claims (simulated clusters have no volumes)"
+
+
+def not_found(name: str) -> str:
+    return f'persistentvolumeclaim "{name}" not found'
+
+
+@dataclass(frozen=True, slots=True)
+class VolumeOption:
+    """One way an unbound claim may be bound: a static PV (``pv``) or provisioning (``pv`` empty).
+
+    ``terms``: the node selector terms (ORed) a node must match for it; None: any node. ``size``: the PV's
+    capacity (the smallest that matches is taken, as kube-scheduler takes it).
+    """
+
+    pv: str
+    terms: tuple[Term, ...] | None = None
+    size: int = 0
+
+    def allows(self, labels: Mapping[str, str]) -> bool:
+        terms = self.terms
+        return terms is None or any(term.matches(labels) for term in terms)
+
+
+@dataclass(frozen=True, slots=True)
+class Claim:
+    """A claim as a cluster resolves it.
+
+    ``refusal``: why no node of the cluster will do (the claim is missing, unbound ``Immediate``, its
+    ``ReadWriteOncePod`` volume in use...), else empty. A bound claim: ``terms`` (its PV's node affinity, None:
+    any node) and ``zones`` (``(label, values)`` of its PV's zone labels). An unbound claim to bind at first
+    consumer: ``options``, where it may be bound (None for a bound claim).
+    """
+
+    key: str
+    refusal: str = ""
+    terms: tuple[Term, ...] | None = None
+    zones: tuple[tuple[str, frozenset[str]], ...] = ()
+    options: tuple[VolumeOption, ...] | None = None
+    rwop: bool = False
+
+    @property
+    def chooses(self) -> bool:
+        """Whether placing a job decides something for this claim (a PV or a node), or two jobs could clash."""
+        return self.options is not None or self.rwop
+
+
+class ClusterVolumes(Protocol):
+    """A cluster's claims, volumes and storage classes as one cycle sees them (fixed for the cycle)."""
+
+    #: The node label keys the volumes' rules read (``NAME_FIELD`` for the node's name): indexed while a job
+    #: names a claim, so node types tell nodes apart by them.
+    label_keys: frozenset[str]
+
+    def claims(self, names: tuple[str, ...]) -> tuple[Claim, ...]:
+        """The claims ``names`` (a job's ``Job.claims``) resolved, in order; equal answers for equal names."""
+
+
+def zones_allow(zones: tuple[tuple[str, frozenset[str]], ...], labels: Mapping[str, str]) -> bool:
+    """VolumeZone: a node with none of the zone labels passes; else each PV zone label must list the node's value."""
+    if not any(key in labels for key in ZONE_KEYS):
+        return True
+    for key, values in zones:
+        value = labels.get(key)
+        if value is None:
+            value = labels.get(GA_ZONE_KEY.get(key, key))
+        if value is None or value not in values:
+            return False
+    return True
+
+
+#: The topology labels VolumeZone reads (the beta ones map to the GA ones on the node).
+ZONE_KEYS = ("topology.kubernetes.io/zone", "topology.kubernetes.io/region",
+             "failure-domain.beta.kubernetes.io/zone", "failure-domain.beta.kubernetes.io/region")
+GA_ZONE_KEY = {"failure-domain.beta.kubernetes.io/zone": "topology.kubernetes.io/zone",
+               "failure-domain.beta.kubernetes.io/region": "topology.kubernetes.io/region"}
+
+
+def claim_refusal(claims: Sequence[Claim], labels: Mapping[str, str]) -> str | None:
+    """Why a node with ``labels`` cannot hold a job with ``claims`` (kube-scheduler's words), or None."""
+    for claim in claims:
+        if claim.refusal:
+            return claim.refusal
+    for claim in claims:
+        terms = claim.terms
+        if terms is not None and not any(term.matches(labels) for term in terms):
+            return NODE_CONFLICT
+    for claim in claims:
+        options = claim.options
+        if options is not None and not any(option.allows(labels) for option in options):
+            return BIND_CONFLICT
+    for claim in claims:
+        if claim.zones and not zones_allow(claim.zones, labels):
+            return ZONE_CONFLICT
+    return None
+
+
+def volume_predicate(views: Mapping[str, ClusterVolumes]):
+    """The node-type predicate the session registers while some job names a claim."""
+    def volumes(job, node_type) -> str | None:
+        names = job.claims
+        if not names:
+            return None
+        view = views.get(node_type.cluster)
+        if view is None:
+            return NO_VOLUMES
+        return claim_refusal(view.claims(names), node_type.labels)
+    return volumes
+
+
+class VolumePicks:
+    """What one cycle's placements chose for their claims (see the module docstring).
+
+    ``by_job``: job id -> ``((claim key, PV or "" to provision), ...)``; ``pv_owner``: PV -> claim key;
+    ``claim_choice``: claim key -> (PV or "", node position); ``rwop_user``: a ``ReadWriteOncePod`` claim ->
+    the job that took it.
+    """
+
+    __slots__ = ("views", "labels_of", "by_job", "pv_owner", "claim_choice", "rwop_user")
+
+    def __init__(self, views: Mapping[str, ClusterVolumes], labels_of):
+        self.views = views
+        #: node position -> (cluster, the node's labels as the predicates see them, the node's name)
+        self.labels_of = labels_of
+        self.by_job: dict[str, tuple[tuple[str, str], ...]] = {}
+        self.pv_owner: dict[str, str] = {}
+        self.claim_choice: dict[str, tuple[str, int]] = {}
+        self.rwop_user: dict[str, str] = {}
+
+    def _claims(self, job, cluster: str) -> tuple[Claim, ...] | None:
+        view = self.views.get(cluster)
+        return view.claims(job.claims) if view is not None else None
+
+    def _pick(self, job, i: int) -> tuple[tuple[str, str], ...] | None:
+        """The choices ``job`` would make on node ``i`` (None: it cannot go there this cycle)."""
+        cluster, labels = self.labels_of(i)
+        claims = self._claims(job, cluster)
+        if claims is None:
+            return None
+        picked: list[tuple[str, str]] = []
+        taken: set[str] = set()
+        for claim in claims:
+            if claim.rwop and self.rwop_user.get(claim.key, job.id) != job.id:
+                return None
+            options = claim.options
+            if options is None:
+                continue
+            chosen = self.claim_choice.get(claim.key)
+            if chosen is not None:   # another job of this cycle decided it: this one follows
+                pv, node = chosen
+                if pv:
+                    option = next((o for o in options if o.pv == pv), None)
+                    if option is None or not option.allows(labels):
+                        return None
+                elif node != i:
+                    return None
+                picked.append((claim.key, pv))
+                continue
+            best = None
+            for option in options:
+                pv = option.pv
+                if pv and (pv in self.pv_owner or pv in taken):
+                    continue
+                if not option.allows(labels):
+                    continue
+                # Static volumes first (the smallest that fits), provisioning only when none matches.
+                rank = (0 if pv else 1, option.size, pv)
+                if best is None or rank < best[0]:
+                    best = (rank, pv)
+            if best is None:
+                return None
+            if best[1]:
+                taken.add(best[1])
+            picked.append((claim.key, best[1]))
+        return tuple(picked)
+
+    def allowed(self, job, i: int) -> bool:
+        return self._pick(job, i) is not None
+
+    def take(self, job, i: int) -> tuple[tuple[str, str], ...]:
+        """Record ``job``'s choices on node ``i`` (its placement); returns them."""
+        picked = self._pick(job, i) or ()
+        cluster, _ = self.labels_of(i)
+        claims = self._claims(job, cluster) or ()
+        self.by_job[job.id] = picked
+        for key, pv in picked:
+            if key not in self.claim_choice:
+                self.claim_choice[key] = (pv, i)
+                if pv:
+                    self.pv_owner[pv] = key
+        for claim in claims:
+            if claim.rwop:
+                self.rwop_user.setdefault(claim.key, job.id)
+        return picked
+
+    def release(self, job) -> None:
+        """Undo ``job``'s choices (its placement was discarded)."""
+        picked = self.by_job.pop(job.id, None)
+        if picked is None:
+            return
+        still = {key for other in self.by_job.values() for key, _ in other}
+        for key, pv in picked:
+            if key not in still and key in self.claim_choice:
+                del self.claim_choice[key]
+                if pv:
+                    self.pv_owner.pop(pv, None)
+        for key in [key for key, user in self.rwop_user.items() if user == job.id]:
+            del self.rwop_user[key]
+
+
+__all__ = ["BIND_CONFLICT", "Claim", "ClusterVolumes", "NODE_CONFLICT", "NO_VOLUMES", "PV_MISSING", "RWOP_CONFLICT",
+           "UNBOUND_IMMEDIATE", "VolumeOption", "VolumePicks", "ZONE_CONFLICT", "claim_refusal", "not_found",
+           "volume_predicate", "zones_allow"]

@@ -1,0 +1,129 @@
+"""Persistent volume claims in the core (flotilla.core.volumes): where a job naming claims may go, as
+kube-scheduler's VolumeBinding, VolumeZone and VolumeRestrictions plugins decide, on a cluster whose
+volumes a fixed view describes (the Kubernetes backend's view is tested on KWOK in test_kwok_volumes.py)."""
+
+from __future__ import annotations
+
+from flotilla.config.loader import parse_config
+from flotilla.core.model import ClusterSnapshot, Gang, Job, Node, PriorityClass, Queue, Snapshot
+from flotilla.core.nodeaffinity import Requirement, Term
+from flotilla.core.volumes import Claim, VolumeOption, not_found
+from flotilla.scheduler import Scheduler
+
+HOST = "kubernetes.io/hostname"
+ZONE = "topology.kubernetes.io/zone"
+CONFIG = """
+queues: [{name: A}]
+"""
+
+
+def pinned(node: str) -> tuple[Term, ...]:
+    return (Term((Requirement(HOST, "In", (node,)),)),)
+
+
+class View:
+    """A cluster's claims as a fixed table (what flotilla.kubernetes.volumes builds from its informers)."""
+
+    def __init__(self, claims: dict[str, Claim], keys=(HOST,)):
+        self.table = claims
+        self.label_keys = frozenset(keys)
+
+    def claims(self, names):
+        return tuple(self.table.get(name) or Claim(name, refusal=not_found(name.split("/")[-1])) for name in names)
+
+
+def nodes(n=4, zones=None):
+    return [Node(f"node-{i}", "c1", {"cpu": 8000}, {HOST: f"node-{i}", **({ZONE: zones[i - 1]} if zones else {})})
+            for i in range(1, n + 1)]
+
+
+def cycle(jobs, view, node_list=None, scheduler=None):
+    scheduler = scheduler or Scheduler(parse_config(CONFIG, None))
+    snap = Snapshot([ClusterSnapshot("c1", node_list or nodes(), volumes=view)], jobs, [Queue("A")],
+                    [PriorityClass("armada-default", 30000, False)], "armada-default")
+    decisions = scheduler.run_cycle(snap)
+    return {p.job.id: p.node for p in decisions.scheduled}, decisions, {p.job.id: p for p in decisions.scheduled}
+
+
+def job(name, *claims, gang=None, submitted=0.0):
+    return Job(name, "A", requests={"cpu": 1000}, claims=tuple(claims), gang=gang, submitted=submitted)
+
+
+def test_a_missing_claim_keeps_the_job_off_every_node_with_its_name():
+    placed, decisions, _ = cycle([job("a", "ns/does-not-exist"), job("b")], View({}))
+    assert placed == {"b": "node-1"}
+    assert decisions.reasons["a"] == '0/4 nodes are available: 4 persistentvolumeclaim "does-not-exist" not found'
+
+
+def test_a_bound_volume_pinned_to_node_4_takes_every_pod_of_its_claim_there():
+    view = View({"ns/data": Claim("ns/data", terms=pinned("node-4"))})
+    placed, _, _ = cycle([job(f"p{k}", "ns/data", submitted=k) for k in range(3)], view)
+    assert placed == {"p0": "node-4", "p1": "node-4", "p2": "node-4"}
+
+
+def test_volume_zone_keeps_the_job_in_its_volume_zone():
+    view = View({"ns/z": Claim("ns/z", zones=((ZONE, frozenset({"b"})),))}, keys=(HOST, ZONE))
+    placed, _, _ = cycle([job("a", "ns/z")], view, nodes(4, zones=["a", "a", "b", "b"]))
+    assert placed == {"a": "node-3"}
+
+
+def test_wait_for_first_consumer_takes_the_node_of_its_only_matching_volume_and_names_it():
+    view = View({"ns/w": Claim("ns/w", options=(VolumeOption("pv-x", pinned("node-3"), 10),))})
+    placed, _, starts = cycle([job("a", "ns/w")], view)
+    assert placed == {"a": "node-3"}
+    assert starts["a"].volumes == (("ns/w", "pv-x"),)
+
+
+def test_two_claims_never_take_one_volume_and_the_second_waits_with_the_reason():
+    only = (VolumeOption("pv-x", pinned("node-3"), 10),)
+    view = View({"ns/w1": Claim("ns/w1", options=only), "ns/w2": Claim("ns/w2", options=only)})
+    placed, decisions, _ = cycle([job("a", "ns/w1"), job("b", "ns/w2", submitted=1)], view)
+    assert placed == {"a": "node-3"}
+    # Three nodes have no volume for it, and node-3's went to a.
+    assert decisions.reasons["b"] == "0/4 nodes are available: 4 node(s) didn't find available persistent volumes " \
+                                     "to bind"
+
+
+def test_the_smallest_matching_volume_is_taken_and_provisioning_only_when_none_matches():
+    options = (VolumeOption("big", pinned("node-2"), 100), VolumeOption("small", pinned("node-2"), 10),
+               VolumeOption("", None))
+    view = View({f"ns/c{k}": Claim(f"ns/c{k}", options=options) for k in range(4)})
+    placed, _, starts = cycle([job(f"j{k}", f"ns/c{k}", submitted=k) for k in range(4)], view,
+                              [Node("node-2", "c1", {"cpu": 8000}, {HOST: "node-2"})])
+    assert [starts[f"j{k}"].volumes for k in range(4)] == [(("ns/c0", "small"),), (("ns/c1", "big"),),
+                                                           (("ns/c2", ""),), (("ns/c3", ""),)]
+
+
+def test_jobs_sharing_an_unbound_claim_follow_the_first_ones_choice():
+    options = (VolumeOption("", None),)   # provisioning anywhere: the first placement picks the node
+    view = View({"ns/s": Claim("ns/s", options=options)})
+    placed, _, _ = cycle([job(f"p{k}", "ns/s", submitted=k) for k in range(3)], view)
+    assert len(set(placed.values())) == 1 and len(placed) == 3
+
+
+def test_gang_members_take_distinct_volumes_or_wait_together():
+    two = (VolumeOption("pv-a", pinned("node-1"), 10), VolumeOption("pv-b", pinned("node-2"), 10))
+    claims = {f"ns/m{k}": Claim(f"ns/m{k}", options=two) for k in range(3)}
+    view = View(claims)
+    gang = Gang("g", 2)
+    placed, _, starts = cycle([job("m0", "ns/m0", gang=gang), job("m1", "ns/m1", gang=gang)], view)
+    assert placed == {"m0": "node-1", "m1": "node-2"}
+    assert {starts["m0"].volumes, starts["m1"].volumes} == {(("ns/m0", "pv-a"),), (("ns/m1", "pv-b"),)}
+    # Three members, two volumes: none starts (the gang is placed whole or not at all).
+    gang3 = Gang("g3", 3)
+    placed, _, _ = cycle([job(f"m{k}", f"ns/m{k}", gang=gang3) for k in range(3)], view)
+    assert placed == {}
+
+
+def test_read_write_once_pod_claims_admit_one_job():
+    view = View({"ns/r": Claim("ns/r", rwop=True), "ns/used": Claim("ns/used", rwop=True, refusal=(
+        "node has pod using PersistentVolumeClaim with the same name and ReadWriteOncePod access mode"))})
+    placed, decisions, _ = cycle([job("a", "ns/r"), job("b", "ns/r", submitted=1), job("c", "ns/used")], view)
+    assert placed == {"a": "node-1"}
+    assert "ReadWriteOncePod" in decisions.reasons["c"]
+
+
+def test_a_cluster_without_volumes_keeps_jobs_naming_claims_waiting():
+    placed, decisions, _ = cycle([job("a", "ns/x")], None)
+    assert placed == {}
+    assert "cluster has no persistent volume claims" in decisions.reasons["a"]
