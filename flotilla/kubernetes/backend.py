@@ -80,6 +80,8 @@ from flotilla.kubernetes.client import (ApiError, Gone, KubeClient, KubeError, U
 from flotilla.kubernetes.services import OWNED, exposure_manifests, object_path, owner_reference
 from flotilla.kubernetes.intake import (PODGROUPS_PATH, POD_NAME, POD_NAMESPACE, POD_UID, IntakeTracker,
                                         bound_by_flotilla)
+from flotilla.kubernetes.volumes import INFORMERS as VOLUME_INFORMERS
+from flotilla.kubernetes.volumes import SELECTED_NODE, VolumeState
 from flotilla.kubernetes.pods import (ATTEMPT, DURATION, JOB_ID, PodSettings, failure_details, failure_reason, is_ours,
                                       job_deadline, job_from_pod, job_grace_period, job_namespace, named_grace_period,
                                       node_from_object, node_ready, pod_manifest, pod_name, pod_phase, pod_requests,
@@ -155,7 +157,7 @@ class KubernetesCluster:
                  workers: int = 32, delete_finished: bool = True, node_selector: str | None = None,
                  watch_timeout: int = 60, stuck_pod_expiry: float | None = 300.0,
                  node_lost_timeout: float | None = 300.0, finished_pod_retention: float = 0.0,
-                 clock: Callable[[], float] = time.time,
+                 volume_bind_timeout: float = 600.0, clock: Callable[[], float] = time.time,
                  start: bool = True):
         if bind not in ("node-name", "binding"):
             raise ValueError(f"bind must be 'node-name' or 'binding', not {bind!r}")
@@ -171,7 +173,14 @@ class KubernetesCluster:
         self.stuck_pod_expiry = stuck_pod_expiry
         self.node_lost_timeout = node_lost_timeout
         self.finished_pod_retention = finished_pod_retention
+        #: How long a start waits for its claims to be bound before its job returns to its queue (kube-scheduler's
+        #: bindTimeoutSeconds, 600 s by default).
+        self.volume_bind_timeout = volume_bind_timeout
         self.clock = clock
+        #: Claims, volumes and storage classes (flotilla.kubernetes.volumes), and the starts waiting for their
+        #: claims to be bound: job id -> (job, node, attempt, template, choices, start count, deadline).
+        self.volumes = VolumeState(self.settings.namespace)
+        self._volume_waits: dict[str, tuple] = {}
 
         self._lock = threading.RLock()
         self._stop = threading.Event()
@@ -229,7 +238,8 @@ class KubernetesCluster:
             return
         node_params = {"labelSelector": self.node_selector} if self.node_selector else {}
         for kind, path, params in (("nodes", "/api/v1/nodes", node_params), ("pods", "/api/v1/pods", {}),
-                                   ("namespaces", "/api/v1/namespaces", {}), ("podgroups", PODGROUPS_PATH, {})):
+                                   ("namespaces", "/api/v1/namespaces", {}), ("podgroups", PODGROUPS_PATH, {}),
+                                   *((kind, path, {}) for kind, path in VOLUME_INFORMERS.items())):
             thread = threading.Thread(target=self._informer, args=(kind, path, params), daemon=True,
                                       name=f"kube-{self.name}-{kind}")
             thread.start()
@@ -327,7 +337,8 @@ class KubernetesCluster:
             for job_id, job in self._inflight.items():
                 if job_id not in seen and job_id not in self._stopping and job.node in self._nodes:
                     running.append(job)
-        return ClusterSnapshot(self.name, nodes, running, foreign)
+            volumes = self.volumes.view(self._side_errors)
+        return ClusterSnapshot(self.name, nodes, running, foreign, volumes=volumes)
 
     def apply(self, decisions: ClusterDecisions) -> None:
         # The requests are handed to the workers once the bookkeeping is done and the lock is free: a worker
@@ -364,14 +375,75 @@ class KubernetesCluster:
                 self._drop_held(job.id, None)
             self._inflight[job.id] = running
             template = decisions.templates.get(job.id)
-            if placement.node not in self._held and not self._leaving(placement.node):
-                # Nothing on the node is on its way out: the scheduler counted every pod there.
-                work.append((self._create, running, placement.node, attempt, template))
+            if job.claims and (placement.volumes or self.volumes.unbound(job.claims)):
+                # Its claims are bound first (flotilla.kubernetes.volumes); the pod comes once they are.
+                self.volumes.assume(placement.volumes, placement.node)
+                work.append((self._bind_volumes, running, placement.node, attempt, template, placement.volumes,
+                             self._starts[job.id]))
                 continue
-            self._held.setdefault(placement.node, []).append((running, attempt, template, self._starts[job.id]))
-            self._held_ids.add(job.id)
-            self._held_since.setdefault(placement.node, self.clock())
-            self._release_held(placement.node)
+            self._start_pod(running, placement.node, attempt, template, work.append)
+
+    def _start_pod(self, running: Job, node: str, attempt: int, template, submit) -> None:
+        """Create the pod of a start now, or hold it until its node has room (module docstring, Held starts)."""
+        if node not in self._held and not self._leaving(node):
+            # Nothing on the node is on its way out: the scheduler counted every pod there.
+            submit((self._create, running, node, attempt, template))
+            return
+        self._held.setdefault(node, []).append((running, attempt, template, self._starts[running.id]))
+        self._held_ids.add(running.id)
+        self._held_since.setdefault(node, self.clock())
+        self._release_held(node)
+
+    # -- claims bound before the pod (flotilla.kubernetes.volumes) ------------------------------
+    def _bind_volumes(self, job: Job, node: str, attempt: int, template, choices, started: int) -> None:
+        """Write the placement's volume choices (pool thread), then wait for the job's claims to be bound."""
+        try:
+            with self._lock:
+                writes = self.volumes.bind_requests(choices, node)
+            for path, patch in writes:
+                self.client.patch(path, patch)
+        except (LookupError, ApiError, Unreachable) as exc:
+            why = forbidden_message(exc) if isinstance(exc, ApiError) and exc.status == 403 else str(exc)
+            with self._lock:
+                self.volumes.forget(choices)
+            self._create_failed(job, node, "lost", f"binding volumes: {why}")
+            return
+        with self._lock:
+            if self._starts.get(job.id) != started or job.id not in self._inflight:
+                self.volumes.forget(choices)
+                return
+            self._volume_waits[job.id] = (job, node, attempt, template, choices, started,
+                                          self.clock() + self.volume_bind_timeout)
+            self._check_volume_waits()
+
+    def _check_volume_waits(self) -> None:
+        """Start the waiting jobs whose claims are all bound; return to its queue one whose binding failed or timed
+        out (under the lock)."""
+        now = self.clock()
+        for job_id, (job, node, attempt, template, choices, started, deadline) in list(self._volume_waits.items()):
+            if self._starts.get(job_id) != started or job_id not in self._inflight:
+                del self._volume_waits[job_id]   # stopped or started again since
+                self.volumes.forget(choices)
+                continue
+            failed = [claim for claim, pv in choices if not pv and self.volumes.provisioning_failed(claim, node)]
+            unbound = self.volumes.unbound(job.claims)
+            if not unbound:
+                del self._volume_waits[job_id]
+                self._start_pod(job, node, attempt, template, lambda task: self._pool.submit(*task))
+                continue
+            if failed:
+                why = f"provisioning failed for PVC {', '.join(failed)} (its {SELECTED_NODE} was removed)"
+            elif now >= deadline:
+                why = (f"claims not bound within volumeBindTimeout {self.volume_bind_timeout:g}s: "
+                       f"{', '.join(unbound)}")
+            else:
+                continue
+            del self._volume_waits[job_id]
+            self.volumes.forget(choices)
+            self._inflight.pop(job_id, None)
+            self._kill_on_create.pop(job_id, None)
+            if self._stopping.pop(job_id, None) is None:
+                self._emit(job_id, "lost", node, f"binding volumes: {why}")
 
     # -- held starts (see the module docstring) ------------------------------------------------
     def _mark_stopped(self, key: tuple[str, str] | None) -> None:
@@ -520,6 +592,8 @@ class KubernetesCluster:
             now = self.clock()
             self._give_up_stuck_and_lost(now)
             self._delete_expired(now)
+            if self._volume_waits:
+                self._check_volume_waits()
             # An event about an earlier run of a job started again since (a delete that finished late) is
             # dropped: the service would take it for news about the new run.
             events = [ev for ev, run in self._events if run is None or run == self._starts.get(ev.job_id, 0)]
@@ -1008,6 +1082,12 @@ class KubernetesCluster:
             self._replace_nodes(items)
         elif kind == "pods":
             self._replace_pods(items)
+        elif kind in VOLUME_INFORMERS:
+            self._side_errors.pop(kind, None)
+            self.volumes.replace(kind, items)
+            if self._volume_waits:
+                self._check_volume_waits()
+            return
         elif kind == "namespaces":
             self._side_errors.pop(kind, None)
             live = {(obj.get("metadata") or {}).get("name") for obj in items}
@@ -1035,6 +1115,10 @@ class KubernetesCluster:
             self._on_node(event, obj)
         elif kind == "pods":
             self._on_pod(event, obj)
+        elif kind in VOLUME_INFORMERS:
+            self.volumes.on_event(kind, event, obj)
+            if self._volume_waits and kind == "pvcs":
+                self._check_volume_waits()
         elif kind == "namespaces":
             self.intake.on_namespace(event, obj)
         else:
@@ -1042,6 +1126,8 @@ class KubernetesCluster:
 
     def _informer_failed(self, kind: str, exc: Exception) -> None:
         text = forbidden_message(exc) if isinstance(exc, ApiError) and exc.status == 403 else str(exc)
+        if kind in VOLUME_INFORMERS:
+            self.volumes.changed()   # the claims' reason names the error
         if kind not in self._synced:   # namespaces, PodGroups: the intake waits, scheduling goes on
             if self._side_errors.get(kind) != text:   # once per distinct error, not once per retry
                 self._side_errors[kind] = text
@@ -1097,6 +1183,9 @@ class KubernetesCluster:
 
     def _on_pod(self, kind: str, obj: dict) -> None:
         self._on_pod_change(kind, obj)
+        meta = obj["metadata"]
+        self.volumes.on_pod((meta.get("namespace", ""), meta["name"]), None if kind == "DELETED" else obj,
+                            pod_phase(obj) not in _ENDED if kind != "DELETED" else False)
         if self._held:
             # A pod gone or finished frees room: the starts held for its node may go now, not a cycle later.
             old = obj.get("_cached")

@@ -26,6 +26,7 @@ from typing import Any, Mapping
 
 from flotilla.core.model import GANG_CARDINALITY_ANNOTATION, GANG_ID_ANNOTATION, GANG_MIN_AVAILABLE_ANNOTATION
 from flotilla.core.nodeaffinity import AffinityError, parse_node_affinity
+from flotilla.kubernetes.volumes import pod_claims
 from flotilla.kubernetes.pods import JOB_ID, is_ours, pod_host_ports, pod_phase, pod_requests
 
 QUEUE_LABEL = "flotilla.io/queue"
@@ -74,6 +75,7 @@ class InClusterPod:
     group_name: str | None         # its Volcano PodGroup
     problems: tuple = ()           # (field path, why) of what Flotilla would not honour
     gated: bool = False            # schedulingGates still set: not ready to schedule
+    claims: tuple = ()             # the PersistentVolumeClaims it mounts, namespace/name
 
     @property
     def job_id(self) -> str:
@@ -170,7 +172,7 @@ def read_pod(obj: Mapping[str, Any]) -> InClusterPod:
         annotations={k: str(annotations[k]) for k in (GANG_ID_ANNOTATION, GANG_CARDINALITY_ANNOTATION,
                                                       GANG_MIN_AVAILABLE_ANNOTATION) if k in annotations},
         group_name=annotations.get(GROUP_NAME_ANNOTATION) or None,
-        problems=tuple(problems), gated=bool(spec.get("schedulingGates")))
+        problems=tuple(problems), gated=bool(spec.get("schedulingGates")), claims=pod_claims(obj))
 
 
 def scheduler_of(obj: Mapping[str, Any]) -> str:

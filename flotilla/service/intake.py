@@ -382,6 +382,8 @@ class ClusterIntake:
             spec_pod["hostPorts"] = [list(p) for p in pod.host_ports]
         if pod.node_affinity:
             spec_pod["nodeAffinity"] = pod.node_affinity
+        if pod.claims:
+            spec_pod["claims"] = list(pod.claims)
         job_set = pod.labels.get(JOB_SET_LABEL) or pod.owner or pod.name
         return {
             "id": pod.job_id, "queue": queue_name, "job_set": job_set, "owner": pod.namespace, "priority": 0,

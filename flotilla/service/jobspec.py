@@ -28,6 +28,7 @@ from flotilla.core.model import (GANG_CARDINALITY_ANNOTATION, GANG_ID_ANNOTATION
 from flotilla.core.topology import uniformity_label_problem
 from flotilla.core.nodeaffinity import AffinityError, parse_node_affinity
 from flotilla.core.quantities import QuantityError, format_quantity, parse_quantity, resource_name_problem
+from flotilla.kubernetes.volumes import spec_claims
 from flotilla.kubernetes.podspec import OS_LABEL, PodSpec, host_ports, refused_placement_fields, stored_pod_spec
 from flotilla.kubernetes.requests import POD_LEVEL_RESOURCES, effective_requests, is_pod_level_resource
 from flotilla.kubernetes.services import IngressSpec, ServiceSpec, exposed_ports
@@ -272,7 +273,7 @@ def validate_jobs(file: JobFile, settings: ServiceSettings) -> list[NewJob]:
             except AffinityError as exc:
                 reject(f"{path}.affinity.nodeAffinity" + (f".{exc.path}" if exc.path else ""), exc.message)
             pods.append(Pod({k: v for k, v in requests.items() if v}, selector, tolerations, host_ports(spec),
-                            node_affinity or None))
+                            node_affinity or None, list(spec_claims(stored, job.namespace))))
             stored_specs.append(stored)
 
         exposed = exposed_ports(stored_specs[0]) if stored_specs else set()

@@ -61,6 +61,15 @@ class Converter:
             self._ports.clear()
         return self._ports.setdefault(key, key)
 
+    def claims(self, items: list | None) -> tuple:
+        """A pod's claim names as the core's tuple (shared by equal lists, in the host ports' table)."""
+        if not items:
+            return ()
+        key = tuple(items)
+        if len(self._ports) > self.LIMIT:
+            self._ports.clear()
+        return self._ports.setdefault(key, key)
+
     def affinity(self, spec: dict | None) -> NodeAffinity | None:
         """A stored ``nodeAffinity`` as the core's object; equal ones are one object."""
         if not spec:
@@ -102,7 +111,8 @@ class Converter:
                            record.submitted, pod["requests"], pod.get("nodeSelector") or {},
                            self.tolerations(pod.get("tolerations")), gang, state, cluster,
                            nodes[k] if nodes else None, annotations,
-                           self.host_ports(pod.get("hostPorts")), self.affinity(pod.get("nodeAffinity"))))
+                           self.host_ports(pod.get("hostPorts")), self.affinity(pod.get("nodeAffinity")),
+                           self.claims(pod.get("claims"))))
         return out
 
 

@@ -144,6 +144,8 @@ class Pod:
     host_ports: list[list] = field(default_factory=list)
     #: The podSpec's ``affinity.nodeAffinity`` (API field names), checked at submission; None: none.
     node_affinity: dict | None = None
+    #: The PersistentVolumeClaims the pod mounts (``namespace/name``, or ``name`` for the cluster's namespace).
+    claims: list[str] = field(default_factory=list)
 
     def to_dict(self) -> dict:
         out: dict[str, Any] = {"requests": self.requests}
@@ -155,6 +157,8 @@ class Pod:
             out["hostPorts"] = self.host_ports
         if self.node_affinity:
             out["nodeAffinity"] = self.node_affinity
+        if self.claims:
+            out["claims"] = self.claims
         return out
 
 
