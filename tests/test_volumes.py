@@ -4,6 +4,8 @@ volumes a fixed view describes (the Kubernetes backend's view is tested on KWOK 
 
 from __future__ import annotations
 
+import pytest
+
 from flotilla.config.loader import parse_config
 from flotilla.core.model import ClusterSnapshot, Gang, Job, Node, PriorityClass, Queue, Snapshot
 from flotilla.core.nodeaffinity import Requirement, Term
@@ -127,3 +129,27 @@ def test_a_cluster_without_volumes_keeps_jobs_naming_claims_waiting():
     placed, decisions, _ = cycle([job("a", "ns/x")], None)
     assert placed == {}
     assert "cluster has no persistent volume claims" in decisions.reasons["a"]
+
+
+def test_api_jobs_name_their_claims_and_only_simulated_clusters_refuse_them_with_the_path():
+    from flotilla.service.jobspec import prepare
+    from flotilla.service.settings import ClusterSpec
+    from flotilla.service.store import SubmissionRejected
+    from service_fixtures import job, job_file, settings
+
+    spec = job("j")
+    spec["namespace"] = "team-a"
+    spec["podSpec"]["volumes"] = [{"name": "scratch", "emptyDir": {}},
+                                  {"name": "data", "persistentVolumeClaim": {"claimName": "data"}}]
+    kube = settings()
+    kube = type(kube)(**{**{f: getattr(kube, f) for f in kube.__dataclass_fields__},
+                         "clusters": (ClusterSpec("k", "kubernetes"),)})
+    _, (new,) = prepare(job_file("A", "s", [spec]), kube)
+    assert new.pods[0].claims == ["team-a/data"]
+    simulated = type(kube)(**{**{f: getattr(kube, f) for f in kube.__dataclass_fields__},
+                              "clusters": (ClusterSpec("s", "simulated"),)})
+    with pytest.raises(SubmissionRejected) as refused:
+        prepare(job_file("A", "s", [spec]), simulated)
+    assert str(refused.value) == ("job 0 (clientId 'j'): podSpec.volumes[1].persistentVolumeClaim: the service's "
+                                  "clusters are all simulated, and simulated clusters have no volumes: a job naming "
+                                  "a claim could never run")

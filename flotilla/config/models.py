@@ -316,6 +316,9 @@ class KubernetesClusterConfig(Model):
     stuck_pod_expiry: Duration = Field(300.0, alias="stuckPodExpiry")
     #: A node NotReady or deleted this long has its Flotilla pods removed; their jobs are retried elsewhere.
     node_lost_timeout: Duration = Field(300.0, alias="nodeLostTimeout")
+    #: A start whose claims are not bound this long after its volume choices were written returns its job to its
+    #: queue (kube-scheduler's bindTimeoutSeconds, 600 s by default).
+    volume_bind_timeout: Duration = Field(600.0, alias="volumeBindTimeout")
     #: How long a finished pod (Succeeded, Failed) stays, holding nothing, so that its log can be read
     #: (``flotilla logs``); 0 deletes it at once, which keeps the API server's pod count at the running jobs.
     finished_pod_retention: Duration = Field(0.0, alias="finishedPodRetention")

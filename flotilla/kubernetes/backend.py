@@ -1315,7 +1315,7 @@ def backend_from_config(cluster_config, config=None, **kwargs) -> KubernetesClus
         options["client"] = KubeClient.from_in_cluster(pool_size=max(8, workers + 6))
     for attr, key in (("bind", "bind"), ("workers", "workers"), ("node_selector", "node_selector"),
                       ("delete_finished", "delete_finished"), ("stuck_pod_expiry", "stuck_pod_expiry"),
-                      ("node_lost_timeout", "node_lost_timeout"),
+                      ("node_lost_timeout", "node_lost_timeout"), ("volume_bind_timeout", "volume_bind_timeout"),
                       ("finished_pod_retention", "finished_pod_retention")):
         value = getattr(cluster_config, attr, None)
         if value is not None:

@@ -272,8 +272,15 @@ def validate_jobs(file: JobFile, settings: ServiceSettings) -> list[NewJob]:
                 parse_node_affinity(node_affinity)
             except AffinityError as exc:
                 reject(f"{path}.affinity.nodeAffinity" + (f".{exc.path}" if exc.path else ""), exc.message)
+            claims = list(spec_claims(stored, job.namespace))
+            if claims and settings.clusters and all(c.kind != "kubernetes" for c in settings.clusters):
+                for v, volume in enumerate(stored.get("volumes") or ()):
+                    if (volume.get("persistentVolumeClaim") or {}).get("claimName"):
+                        reject(f"{path}.volumes[{v}].persistentVolumeClaim",
+                               "the service's clusters are all simulated, and simulated clusters have no volumes: "
+                               "a job naming a claim could never run")
             pods.append(Pod({k: v for k, v in requests.items() if v}, selector, tolerations, host_ports(spec),
-                            node_affinity or None, list(spec_claims(stored, job.namespace))))
+                            node_affinity or None, claims))
             stored_specs.append(stored)
 
         exposed = exposed_ports(stored_specs[0]) if stored_specs else set()
