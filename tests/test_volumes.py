@@ -8,8 +8,8 @@ import pytest
 
 from flotilla.config.loader import parse_config
 from flotilla.core.model import ClusterSnapshot, Gang, Job, Node, PriorityClass, Queue, Snapshot
-from flotilla.core.nodeaffinity import Requirement, Term
-from flotilla.core.volumes import Claim, VolumeOption, not_found
+from flotilla.core.nodeaffinity import NAME_FIELD, Requirement, Term
+from flotilla.core.volumes import RWOP_CONFLICT, Claim, VolumeOption, not_found
 from flotilla.scheduler import Scheduler
 
 HOST = "kubernetes.io/hostname"
@@ -153,3 +153,114 @@ def test_api_jobs_name_their_claims_and_only_simulated_clusters_refuse_them_with
     assert str(refused.value) == ("job 0 (clientId 'j'): podSpec.volumes[1].persistentVolumeClaim: the service's "
                                   "clusters are all simulated, and simulated clusters have no volumes: a job naming "
                                   "a claim could never run")
+
+
+# -- the Kubernetes backend's view (flotilla.kubernetes.volumes), from API objects -------------------------------
+
+def _pv(name, node=None, size="1Gi", sc="local", modes=("ReadWriteOnce",), labels=None, claim_ref=None,
+        phase="Available"):
+    spec = {"capacity": {"storage": size}, "accessModes": list(modes), "storageClassName": sc}
+    if node:
+        spec["nodeAffinity"] = {"required": {"nodeSelectorTerms": [{"matchExpressions": [
+            {"key": HOST, "operator": "In", "values": [node]}]}]}}
+    if claim_ref:
+        spec["claimRef"] = {"namespace": claim_ref[0], "name": claim_ref[1]}
+    return {"metadata": {"name": name, "labels": labels or {}, "resourceVersion": "7"}, "spec": spec,
+            "status": {"phase": phase}}
+
+
+def _pvc(name, sc="local", size="1Gi", modes=("ReadWriteOnce",), volume="", phase="Pending", annotations=None,
+         selector=None, deleting=False):
+    meta = {"name": name, "namespace": "ns", "uid": f"uid-{name}", "resourceVersion": "3",
+            "annotations": annotations or {}}
+    if deleting:
+        meta["deletionTimestamp"] = "2026-01-01T00:00:00Z"
+    spec = {"storageClassName": sc, "accessModes": list(modes), "resources": {"requests": {"storage": size}}}
+    if volume:
+        spec["volumeName"] = volume
+    if selector:
+        spec["selector"] = selector
+    return {"metadata": meta, "spec": spec, "status": {"phase": phase}}
+
+
+def _sc(name, mode="WaitForFirstConsumer", provisioner="kubernetes.io/no-provisioner", topology=None):
+    obj = {"metadata": {"name": name}, "provisioner": provisioner, "volumeBindingMode": mode}
+    if topology:
+        obj["allowedTopologies"] = [{"matchLabelExpressions": [{"key": ZONE, "values": topology}]}]
+    return obj
+
+
+def _state(pvs=(), pvcs=(), classes=()):
+    from flotilla.kubernetes.volumes import VolumeState
+
+    state = VolumeState("ns")
+    state.replace("pvs", list(pvs))
+    state.replace("pvcs", list(pvcs))
+    state.replace("storageclasses", list(classes))
+    return state
+
+
+def test_the_view_resolves_claims_as_kube_schedulers_volume_binding_reads_them():
+    state = _state(
+        pvs=[_pv("small", "node-1", size="100Mi"), _pv("fits", "node-2", size="2Gi"), _pv("exact", "node-3"),
+             _pv("other-class", "node-4", sc="fast"), _pv("rwx-only", "node-4", modes=("ReadWriteMany",)),
+             _pv("taken", "node-4", claim_ref=("ns", "someone"), phase="Bound"),
+             _pv("bound-pv", "node-4", labels={ZONE: "z1__z2"}, claim_ref=("ns", "bound"), phase="Bound"),
+             _pv("labelled", "node-1", labels={"tier": "gold"})],
+        pvcs=[_pvc("wffc"), _pvc("bound", volume="bound-pv", phase="Bound"), _pvc("lost", phase="Lost", volume="x"),
+              _pvc("going", deleting=True), _pvc("now", sc="immediate"), _pvc("nosuch", sc="nope"),
+              _pvc("picky", selector={"matchLabels": {"tier": "gold"}}),
+              _pvc("dyn", sc="dynamic"), _pvc("chosen", sc="dynamic", annotations={
+                  "volume.kubernetes.io/selected-node": "node-2"}),
+              _pvc("orphan", volume="gone", phase="Bound"), _pvc("solo", modes=("ReadWriteOncePod",))],
+        classes=[_sc("local"), _sc("immediate", mode="Immediate"), _sc("fast"),
+                 _sc("dynamic", provisioner="example.com/csi", topology=["z1"])])
+    view = state.view()
+    claim = view.claim
+    assert [(o.pv, o.size) for o in claim("wffc").options] == [("fits", 2 * 2**30), ("exact", 2**30),
+                                                              ("labelled", 2**30)]
+    assert claim("ns/wffc") == claim("wffc")
+    bound = claim("bound")
+    assert bound.options is None and bound.terms[0].matches({HOST: "node-4"})
+    assert bound.zones == ((ZONE, frozenset({"z1", "z2"})),)
+    assert claim("lost").refusal == 'persistentvolumeclaim "lost" bound to non-existent persistentvolume "x"'
+    assert claim("going").refusal == 'persistentvolumeclaim "going" is being deleted'
+    assert claim("now").refusal == "pod has unbound immediate PersistentVolumeClaims"
+    assert claim("nosuch").refusal == 'storageclass.storage.k8s.io "nope" not found'
+    assert claim("missing").refusal == 'persistentvolumeclaim "missing" not found'
+    assert [o.pv for o in claim("picky").options] == ["labelled"]
+    (dynamic,) = claim("dyn").options
+    assert dynamic.pv == "" and dynamic.allows({ZONE: "z1"}) and not dynamic.allows({ZONE: "z2"})
+    (chosen,) = claim("chosen").options
+    assert chosen.allows({NAME_FIELD: "node-2"}) and not chosen.allows({NAME_FIELD: "node-1"})
+    assert claim("orphan").refusal == "node(s) unavailable due to one or more pvc(s) bound to non-existent pv(s)"
+    assert claim("solo").rwop and claim("solo").refusal == ""
+    assert {HOST, ZONE, NAME_FIELD} <= view.label_keys
+
+
+def test_read_write_once_pod_claims_in_use_and_assumed_choices_change_the_view():
+    state = _state(pvs=[_pv("a", "node-1"), _pv("b", "node-2")], pvcs=[_pvc("one"), _pvc("two"),
+                                                                      _pvc("solo", modes=("ReadWriteOncePod",))],
+                   classes=[_sc("local")])
+    user = {"metadata": {"namespace": "ns", "name": "p"},
+            "spec": {"nodeName": "node-1", "volumes": [{"name": "v", "persistentVolumeClaim": {"claimName": "solo"}}]}}
+    state.on_pod(("ns", "p"), user, True)
+    view = state.view()
+    assert view.claim("solo").refusal == RWOP_CONFLICT
+    state.on_pod(("ns", "p"), None, False)
+    assert state.view().claim("solo").refusal == ""
+    # A placement chose PV a for claim one: the next cycles see a taken and one pinned to it.
+    state.assume((("ns/one", "a"),), "node-1")
+    view = state.view()
+    assert [o.pv for o in view.claim("two").options] == ["b"]
+    assert [o.pv for o in view.claim("one").options] == ["a"]
+    assert state.bind_requests((("ns/one", "a"),), "node-1") == [("/api/v1/persistentvolumes/a", {
+        "metadata": {"annotations": {"pv.kubernetes.io/bound-by-controller": "yes"}, "resourceVersion": "7"},
+        "spec": {"claimRef": {"kind": "PersistentVolumeClaim", "apiVersion": "v1", "namespace": "ns",
+                              "name": "one", "uid": "uid-one", "resourceVersion": "3"}}})]
+    assert state.bind_requests((("ns/two", ""),), "node-2") == [(
+        "/api/v1/namespaces/ns/persistentvolumeclaims/two",
+        {"metadata": {"annotations": {"volume.kubernetes.io/selected-node": "node-2"}}})]
+    # The PV controller binds it: the assumption goes.
+    state.on_event("pvcs", "MODIFIED", _pvc("one", volume="a", phase="Bound"))
+    assert state.assumed_claims == {} and state.assumed_pvs == {} and state.unbound(("one", "ns/two")) == ["ns/two"]
