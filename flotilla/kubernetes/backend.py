@@ -401,7 +401,21 @@ class KubernetesCluster:
             with self._lock:
                 writes = self.volumes.bind_requests(choices, node)
             for path, patch in writes:
-                self.client.patch(path, patch)
+                for tries in range(3):
+                    try:
+                        self.client.patch(path, patch)
+                        break
+                    except ApiError as exc:
+                        # A PV changed since the informer saw it (its phase set, say): read it again and write with
+                        # its version while it is still free for the claim; taken meanwhile, the choice is void.
+                        if exc.status != 409 or "claimRef" not in patch.get("spec", {}) or tries == 2:
+                            raise
+                        ref = patch["spec"]["claimRef"]
+                        version = self.volumes.still_free(self.client.get(path), f"{ref['namespace']}/{ref['name']}")
+                        if version is None:
+                            raise LookupError(f"{path.rsplit('/', 1)[-1]} was bound to another claim meanwhile") \
+                                from None
+                        patch["metadata"]["resourceVersion"] = version
         except (LookupError, ApiError, Unreachable) as exc:
             why = forbidden_message(exc) if isinstance(exc, ApiError) and exc.status == 403 else str(exc)
             with self._lock:

@@ -444,6 +444,15 @@ class VolumeState:
                 out.append(key)
         return out
 
+    @staticmethod
+    def still_free(pv: Mapping[str, Any], claim_key: str) -> str | None:
+        """A PV read afresh after a write found it changed: its resourceVersion if it may still be bound to
+        ``claim_key`` (no claimRef, or one naming that claim), else None."""
+        ref = (pv.get("spec") or {}).get("claimRef")
+        if ref and f"{ref.get('namespace', '')}/{ref.get('name', '')}" != claim_key:
+            return None
+        return (pv.get("metadata") or {}).get("resourceVersion")
+
     def provisioning_failed(self, claim_key: str, node: str) -> bool:
         """kube-scheduler's check: a claim given to provisioning whose selected-node annotation was taken away."""
         namespace, _, short = claim_key.partition("/")
@@ -452,7 +461,9 @@ class VolumeState:
 
     def bind_requests(self, choices: tuple[tuple[str, str], ...], node: str) -> list[tuple[str, dict]]:
         """The API writes binding ``choices`` on ``node``: ``(path, merge patch)`` each, as kube-scheduler's binder
-        makes them (a static PV's claimRef and bound-by-controller annotation; a claim's selected-node)."""
+        makes them (a static PV's claimRef and bound-by-controller annotation; a claim's selected-node). A write
+        already done (the PV's claimRef names the claim, the claim names the node: another pod of the claim chose
+        it first) is not made again."""
         out = []
         for claim_key, pv_name in choices:
             namespace, _, short = claim_key.partition("/")
@@ -463,13 +474,15 @@ class VolumeState:
                 pv = self.pvs.get(pv_name)
                 if pv is None:
                     raise LookupError(f'persistentvolume "{pv_name}" not found')
+                if pv.claim_ref == (namespace, short) or pvc.volume_name == pv_name:
+                    continue
                 out.append((f"{PVS_PATH}/{pv_name}", {
                     "metadata": {"annotations": {BOUND_BY_CONTROLLER: "yes"},
                                  "resourceVersion": pv.resource_version},
                     "spec": {"claimRef": {"kind": "PersistentVolumeClaim", "apiVersion": "v1",
                                           "namespace": namespace, "name": short, "uid": pvc.uid,
                                           "resourceVersion": pvc.resource_version}}}))
-            else:
+            elif pvc.selected_node != node and not pvc.bound:
                 out.append((f"/api/v1/namespaces/{namespace}/persistentvolumeclaims/{short}",
                             {"metadata": {"annotations": {SELECTED_NODE: node}}}))
         return out
