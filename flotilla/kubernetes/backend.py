@@ -286,11 +286,13 @@ class KubernetesCluster:
         return False
 
     def wait_idle(self, timeout: float = 30.0) -> bool:
-        """Wait until every pod write handed over so far is done and seen by the watch (tests, benchmarks)."""
+        """Wait until every pod write handed over so far is done and seen by the watch (tests, benchmarks); a start
+        waiting for its claims to be bound has nothing in hand."""
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
             with self._lock:
-                busy = self._pool._work_queue.qsize() or self._inflight or self._kill_on_create
+                busy = self._pool._work_queue.qsize() or self._kill_on_create or \
+                    any(job_id not in self._volume_waits for job_id in self._inflight)
             if not busy:
                 return True
             time.sleep(0.02)
