@@ -163,21 +163,22 @@ def volume_predicate(views: Mapping[str, ClusterVolumes]):
 class VolumePicks:
     """What one cycle's placements chose for their claims (see the module docstring).
 
-    ``by_job``: job id -> ``((claim key, PV or "" to provision), ...)``; ``pv_owner``: PV -> claim key;
-    ``claim_choice``: claim key -> (PV or "", node position); ``rwop_user``: a ``ReadWriteOncePod`` claim ->
-    the job that took it.
+    ``by_job``: job id -> ``((claim key, PV or "" to provision), ...)``; keyed by cluster and name (clusters
+    have their own claims and volumes): ``pv_owner``: PV -> claim key; ``claim_choice``: claim -> (PV or "",
+    node position); ``rwop_user``: a ``ReadWriteOncePod`` claim -> the job that took it.
     """
 
-    __slots__ = ("views", "labels_of", "by_job", "pv_owner", "claim_choice", "rwop_user")
+    __slots__ = ("views", "labels_of", "by_job", "cluster_of", "pv_owner", "claim_choice", "rwop_user")
 
     def __init__(self, views: Mapping[str, ClusterVolumes], labels_of):
         self.views = views
         #: node position -> (cluster, the node's labels as the predicates see them, the node's name)
         self.labels_of = labels_of
         self.by_job: dict[str, tuple[tuple[str, str], ...]] = {}
-        self.pv_owner: dict[str, str] = {}
-        self.claim_choice: dict[str, tuple[str, int]] = {}
-        self.rwop_user: dict[str, str] = {}
+        self.cluster_of: dict[str, str] = {}
+        self.pv_owner: dict[tuple[str, str], str] = {}
+        self.claim_choice: dict[tuple[str, str], tuple[str, int]] = {}
+        self.rwop_user: dict[tuple[str, str], str] = {}
 
     def _claims(self, job, cluster: str) -> tuple[Claim, ...] | None:
         view = self.views.get(cluster)
@@ -192,12 +193,12 @@ class VolumePicks:
         picked: list[tuple[str, str]] = []
         taken: set[str] = set()
         for claim in claims:
-            if claim.rwop and self.rwop_user.get(claim.key, job.id) != job.id:
+            if claim.rwop and self.rwop_user.get((cluster, claim.key), job.id) != job.id:
                 return None
             options = claim.options
             if options is None:
                 continue
-            chosen = self.claim_choice.get(claim.key)
+            chosen = self.claim_choice.get((cluster, claim.key))
             if chosen is not None:   # another job of this cycle decided it: this one follows
                 pv, node = chosen
                 if pv:
@@ -211,7 +212,7 @@ class VolumePicks:
             best = None
             for option in options:
                 pv = option.pv
-                if pv and (pv in self.pv_owner or pv in taken):
+                if pv and ((cluster, pv) in self.pv_owner or pv in taken):
                     continue
                 if not option.allows(labels):
                     continue
@@ -236,13 +237,14 @@ class VolumePicks:
         claims = self._claims(job, cluster) or ()
         self.by_job[job.id] = picked
         for key, pv in picked:
-            if key not in self.claim_choice:
-                self.claim_choice[key] = (pv, i)
+            if (cluster, key) not in self.claim_choice:
+                self.claim_choice[(cluster, key)] = (pv, i)
                 if pv:
-                    self.pv_owner[pv] = key
+                    self.pv_owner[(cluster, pv)] = key
         for claim in claims:
             if claim.rwop:
-                self.rwop_user.setdefault(claim.key, job.id)
+                self.rwop_user.setdefault((cluster, claim.key), job.id)
+        self.cluster_of[job.id] = cluster
         return picked
 
     def release(self, job) -> None:
@@ -250,12 +252,13 @@ class VolumePicks:
         picked = self.by_job.pop(job.id, None)
         if picked is None:
             return
-        still = {key for other in self.by_job.values() for key, _ in other}
+        cluster = self.cluster_of.pop(job.id)
+        still = {(self.cluster_of[other], key) for other, chosen in self.by_job.items() for key, _ in chosen}
         for key, pv in picked:
-            if key not in still and key in self.claim_choice:
-                del self.claim_choice[key]
+            if (cluster, key) not in still and (cluster, key) in self.claim_choice:
+                del self.claim_choice[(cluster, key)]
                 if pv:
-                    self.pv_owner.pop(pv, None)
+                    self.pv_owner.pop((cluster, pv), None)
         for key in [key for key, user in self.rwop_user.items() if user == job.id]:
             del self.rwop_user[key]
 
