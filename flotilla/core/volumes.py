@@ -74,6 +74,62 @@ class VolumeOption:
         return terms is None or any(term.matches(labels) for term in terms)
 
 
+class Options(tuple):
+    """A claim's :class:`VolumeOption` s, with an index for the node questions asked of them.
+
+    Local PVs are pinned by one ``In`` requirement on one label (``kubernetes.io/hostname``); such options are
+    found by the node's value of that label instead of trying each, so a claim matching thousands of PVs
+    answers a node in a lookup. Claims of one shape share one object (and its index).
+    """
+
+    __slots__ = ()
+
+    def _index(self):
+        index = _INDEXES.get(id(self))
+        if index is None or index[0] is not self:
+            anywhere, by_label, general = [], {}, []
+            for option in self:
+                terms = option.terms
+                if terms is None:
+                    anywhere.append(option)
+                elif len(terms) == 1 and len(terms[0].expressions) == 1 and not terms[0].fields \
+                        and terms[0].expressions[0].operator == "In":
+                    req = terms[0].expressions[0]
+                    for value in req.values:
+                        by_label.setdefault(req.key, {}).setdefault(value, []).append(option)
+                else:
+                    general.append(option)
+            if len(_INDEXES) > 4096:
+                _INDEXES.clear()
+            index = _INDEXES[id(self)] = (self, anywhere, by_label, general)
+        return index
+
+    def matching(self, labels: Mapping[str, str]) -> list[VolumeOption]:
+        """The options a node with ``labels`` allows."""
+        _, anywhere, by_label, general = self._index()
+        out = list(anywhere)
+        for key, values in by_label.items():
+            value = labels.get(key)
+            if value is not None:
+                out.extend(values.get(value, ()))
+        out.extend(option for option in general if option.allows(labels))
+        return out
+
+    def allows(self, labels: Mapping[str, str]) -> bool:
+        _, anywhere, by_label, general = self._index()
+        if anywhere:
+            return True
+        for key, values in by_label.items():
+            value = labels.get(key)
+            if value is not None and value in values:
+                return True
+        return any(option.allows(labels) for option in general)
+
+
+#: id(Options) -> (the object, its index): built once per options object while it lives.
+_INDEXES: dict[int, tuple] = {}
+
+
 @dataclass(frozen=True, slots=True)
 class Claim:
     """A claim as a cluster resolves it.
@@ -88,8 +144,12 @@ class Claim:
     refusal: str = ""
     terms: tuple[Term, ...] | None = None
     zones: tuple[tuple[str, frozenset[str]], ...] = ()
-    options: tuple[VolumeOption, ...] | None = None
+    options: Options | None = None
     rwop: bool = False
+
+    def __post_init__(self):
+        if self.options is not None and not isinstance(self.options, Options):
+            object.__setattr__(self, "options", Options(self.options))
 
     @property
     def chooses(self) -> bool:
@@ -139,7 +199,7 @@ def claim_refusal(claims: Sequence[Claim], labels: Mapping[str, str]) -> str | N
             return NODE_CONFLICT
     for claim in claims:
         options = claim.options
-        if options is not None and not any(option.allows(labels) for option in options):
+        if options is not None and not options.allows(labels):
             return BIND_CONFLICT
     for claim in claims:
         if claim.zones and not zones_allow(claim.zones, labels):
@@ -210,11 +270,9 @@ class VolumePicks:
                 picked.append((claim.key, pv))
                 continue
             best = None
-            for option in options:
+            for option in options.matching(labels):
                 pv = option.pv
                 if pv and ((cluster, pv) in self.pv_owner or pv in taken):
-                    continue
-                if not option.allows(labels):
                     continue
                 # Static volumes first (the smallest that fits), provisioning only when none matches.
                 rank = (0 if pv else 1, option.size, pv)
@@ -263,6 +321,6 @@ class VolumePicks:
             del self.rwop_user[key]
 
 
-__all__ = ["BIND_CONFLICT", "Claim", "ClusterVolumes", "NODE_CONFLICT", "NO_VOLUMES", "PV_MISSING", "RWOP_CONFLICT",
+__all__ = ["BIND_CONFLICT", "Claim", "Options", "ClusterVolumes", "NODE_CONFLICT", "NO_VOLUMES", "PV_MISSING", "RWOP_CONFLICT",
            "UNBOUND_IMMEDIATE", "VolumeOption", "VolumePicks", "ZONE_CONFLICT", "claim_refusal", "not_found",
            "volume_predicate", "zones_allow"]

@@ -26,13 +26,14 @@ its queue with the reason.
 
 from __future__ import annotations
 
+import json
 from dataclasses import dataclass
 from typing import Any, Mapping
 
 from flotilla.core.nodeaffinity import NAME_FIELD, REQUIRED, AffinityError, Requirement, Term, parse_node_affinity
 from flotilla.core.quantities import QuantityError, parse_quantity
-from flotilla.core.volumes import (PV_MISSING, RWOP_CONFLICT, UNBOUND_IMMEDIATE, ZONE_KEYS, Claim, VolumeOption,
-                                   not_found)
+from flotilla.core.volumes import (PV_MISSING, RWOP_CONFLICT, UNBOUND_IMMEDIATE, ZONE_KEYS, Claim, Options,
+                                   VolumeOption, not_found)
 
 SELECTED_NODE = "volume.kubernetes.io/selected-node"
 BOUND_BY_CONTROLLER = "pv.kubernetes.io/bound-by-controller"
@@ -220,6 +221,9 @@ class KubeVolumes:
         self.assumed_claims, self.assumed_pvs = assumed_claims, assumed_pvs
         self._cache: dict[tuple[str, ...], tuple[Claim, ...]] = {}
         self._one: dict[str, Claim] = {}
+        self._shapes: dict[tuple, Options] = {}
+        self._free_by_class: dict[str, list[PV]] | None = None
+        self._prebound_by_claim: dict[tuple[str, str], list[PV]] | None = None
         keys: set[str] = set()
         terms = [t for pv in pvs.values() if pv.terms for t in pv.terms]
         terms += [t for sc in classes.values() if sc.topology for t in sc.topology]
@@ -286,30 +290,51 @@ class KubeVolumes:
             return Claim(key, options=(VolumeOption("", (Term(fields=(Requirement(NAME_FIELD, "In",
                                                                                    (pvc.selected_node,)),)),)),),
                          rwop=rwop)
-        options = [VolumeOption(pv.name, pv.terms, pv.capacity) for pv in self._matching(pvc, key, class_name)]
-        if sc.provisioner and sc.provisioner != NO_PROVISIONER and not pvc.volume_name:
-            options.append(VolumeOption("", sc.topology))
-        return Claim(key, options=tuple(options), rwop=rwop)
+        dynamic = sc.provisioner and sc.provisioner != NO_PROVISIONER and not pvc.volume_name
+        prebound = self._prebound().get((pvc.namespace, pvc.name))
+        if pvc.volume_name or prebound:
+            # Its own volumes only (named by the claim, or whose claimRef names it): an options object of its own.
+            named = [self.pvs[pvc.volume_name]] if pvc.volume_name in self.pvs else []
+            found = [pv for pv in (named or prebound or ()) if self._fits(pvc, pv, class_name)]
+            options = [VolumeOption(pv.name, pv.terms, pv.capacity) for pv in found]
+            return Claim(key, options=Options(options), rwop=rwop)
+        # Claims of one shape have the same free volumes: one options object (and one node index) for all.
+        shape = (class_name, pvc.access_modes, pvc.request, pvc.volume_mode,
+                 json.dumps(pvc.selector, sort_keys=True) if pvc.selector else "", bool(dynamic))
+        options = self._shapes.get(shape)
+        if options is None:
+            found = [VolumeOption(pv.name, pv.terms, pv.capacity) for pv in self._free().get(class_name, ())
+                     if self._fits(pvc, pv, class_name)]
+            if dynamic:
+                found.append(VolumeOption("", sc.topology))
+            options = self._shapes[shape] = Options(found)
+        return Claim(key, options=options, rwop=rwop)
 
-    def _matching(self, pvc: PVC, key: str, class_name: str):
-        """The available PVs ``pvc`` could be bound to (pv controller's FindMatchingVolume, delayed binding)."""
-        for pv in self.pvs.values():
-            if pvc.volume_name and pv.name != pvc.volume_name:
-                continue
-            if pv.deleting or pv.storage_class != class_name or pv.volume_mode != pvc.volume_mode:
-                continue
-            owner = self.assumed_pvs.get(pv.name)
-            if owner is not None and owner != key:
-                continue
-            if pv.claim_ref is not None and pv.claim_ref != (pvc.namespace, pvc.name):
-                continue
-            if pv.claim_ref is None and pv.phase not in ("Available", "Pending"):
-                continue
-            if pv.capacity < pvc.request or not pvc.access_modes <= pv.access_modes:
-                continue
-            if not _selector_matches(pvc.selector, pv.labels):
-                continue
-            yield pv
+    def _free(self) -> dict[str, list[PV]]:
+        """The PVs no claim has (no claimRef, none assumed), per storage class."""
+        if self._free_by_class is None:
+            self._free_by_class = {}
+            for pv in self.pvs.values():
+                if pv.claim_ref is None and not pv.deleting and pv.phase in ("Available", "Pending") \
+                        and pv.name not in self.assumed_pvs:
+                    self._free_by_class.setdefault(pv.storage_class, []).append(pv)
+        return self._free_by_class
+
+    def _prebound(self) -> dict[tuple[str, str], list[PV]]:
+        """The PVs whose claimRef names a claim not bound to them yet, per claim."""
+        if self._prebound_by_claim is None:
+            self._prebound_by_claim = {}
+            for pv in self.pvs.values():
+                if pv.claim_ref is not None and pv.phase != "Bound" and not pv.deleting:
+                    self._prebound_by_claim.setdefault(pv.claim_ref, []).append(pv)
+        return self._prebound_by_claim
+
+    @staticmethod
+    def _fits(pvc: PVC, pv: PV, class_name: str) -> bool:
+        """pv controller's FindMatchingVolume, for one volume: class, volume mode, capacity, access modes, selector."""
+        return (not pv.deleting and pv.storage_class == class_name and pv.volume_mode == pvc.volume_mode
+                and pv.capacity >= pvc.request and pvc.access_modes <= pv.access_modes
+                and _selector_matches(pvc.selector, pv.labels))
 
 
 class VolumeState:
