@@ -37,6 +37,12 @@ class NodeSearch:
         #: statement drops a type's entry when one of its nodes does; empty unless a topology gang asked).
         self.type_room: dict[int, dict[int, list[int]]] = {}
 
+    def claims_key(self, names: tuple[str, ...]):
+        """What decides where a job naming ``names`` may go, for caching: equal for claims of one shape (so thousands
+        of claims like one another are answered once per node type, not once each)."""
+        picks = self.volume_picks
+        return names if picks is None else picks.signature(names)
+
     def interned_types(self, types: list[int]) -> list[int]:
         """The one list object equal to ``types`` this cycle (callers key caches by ``id(types)``)."""
         return self._interned_types.setdefault(tuple(types), types)
@@ -56,7 +62,7 @@ class NodeSearch:
         if hit is not None:
             return hit[0]
         key = (job.queue, job.priority_class, tuple(sorted(selector.items())) if selector else (), tolerations,
-               affinity, cluster, job.claims)
+               affinity, cluster, self.claims_key(job.claims) if job.claims else ())
         hit = self._allowed_cache.get(key)
         if hit is not None:
             self._allowed_by_identity[fast] = (hit, selector, tolerations)
@@ -95,7 +101,7 @@ class NodeSearch:
         """
         selector = job.node_selector
         key = (job.queue, job.priority_class, tuple(sorted(selector.items())) if selector else (), job.tolerations,
-               job.affinity, cluster, job.claims)
+               job.affinity, cluster, self.claims_key(job.claims) if job.claims else ())
         refusals = self._refused_nodes.get(key)
         if refusals is None:
             self.allowed_types(job, cluster)
@@ -112,6 +118,13 @@ class NodeSearch:
         where one of its ports is held; preferred node affinity orders node
         types within each tier (:meth:`_find_preferred`).
         """
+        if job.claims and self.volume_picks is not None and not self.tier_crossing_score_fns \
+                and not self.node_score_fns and not self.node_filter_fns and not job.host_ports \
+                and (job.affinity is None or not job.affinity.preferred):
+            found = self.volume_picks.find(self.index, job, vec, level, types, self.in_tier, self.node_tiers_fn(queue),
+                                           self.settings.node_candidates)
+            if found is not NotImplemented:
+                return found
         if self.tier_crossing_score_fns:
             return self._find_across_tiers(job, vec, level, types, queue)
         filtered = bool(self.node_filter_fns) or bool(job.host_ports) or bool(job.claims)

@@ -128,6 +128,8 @@ class Options(tuple):
 
 #: id(Options) -> (the object, its index): built once per options object while it lives.
 _INDEXES: dict[int, tuple] = {}
+#: id(Options) -> (the object, its pinned options in the order they are taken).
+_PINNED: dict[int, tuple] = {}
 
 
 @dataclass(frozen=True, slots=True)
@@ -228,17 +230,35 @@ class VolumePicks:
     node position); ``rwop_user``: a ``ReadWriteOncePod`` claim -> the job that took it.
     """
 
-    __slots__ = ("views", "labels_of", "by_job", "cluster_of", "pv_owner", "claim_choice", "rwop_user")
+    __slots__ = ("views", "labels_of", "by_job", "cluster_of", "pv_owner", "claim_choice", "rwop_user", "exhausted",
+                 "_signatures", "_cursors", "_nodes_by_label")
 
     def __init__(self, views: Mapping[str, ClusterVolumes], labels_of):
         self.views = views
         #: node position -> (cluster, the node's labels as the predicates see them, the node's name)
         self.labels_of = labels_of
         self.by_job: dict[str, tuple[tuple[str, str], ...]] = {}
+        #: (id of an options object, node position) where no option is left this cycle: skipped at once.
+        self.exhausted: set[tuple[int, int]] = set()
+        self._signatures: dict[tuple[str, ...], tuple] = {}
+        #: id(options) -> how many of its pinned options are known taken (they are taken in order, see find).
+        self._cursors: dict[int, int] = {}
+        self._nodes_by_label: dict[str, dict[str, list[int]]] = {}
         self.cluster_of: dict[str, str] = {}
         self.pv_owner: dict[tuple[str, str], str] = {}
         self.claim_choice: dict[tuple[str, str], tuple[str, int]] = {}
         self.rwop_user: dict[tuple[str, str], str] = {}
+
+    def signature(self, names: tuple[str, ...]) -> tuple:
+        """What the node-type predicate reads of the claims ``names`` on every cluster (:meth:`NodeSearch.claims_key`):
+        claims of one shape share their options object, so their signatures are equal."""
+        found = self._signatures.get(names)
+        if found is None:
+            found = self._signatures[names] = tuple(
+                (cluster, tuple((c.refusal, c.terms, c.zones, id(c.options) if c.options is not None else None)
+                                for c in view.claims(names)))
+                for cluster, view in sorted(self.views.items()))
+        return found
 
     def _claims(self, job, cluster: str) -> tuple[Claim, ...] | None:
         view = self.views.get(cluster)
@@ -269,6 +289,8 @@ class VolumePicks:
                     return None
                 picked.append((claim.key, pv))
                 continue
+            if (id(options), i) in self.exhausted:
+                return None
             best = None
             for option in options.matching(labels):
                 pv = option.pv
@@ -279,11 +301,86 @@ class VolumePicks:
                 if best is None or rank < best[0]:
                     best = (rank, pv)
             if best is None:
+                if not taken:
+                    self.exhausted.add((id(options), i))
                 return None
             if best[1]:
                 taken.add(best[1])
             picked.append((claim.key, best[1]))
         return tuple(picked)
+
+    def find(self, index, job, vec, level: int, types, in_tier, tiers, limit: int):
+        """A node for ``job`` found from its volumes rather than by walking the fitting nodes, or ``NotImplemented``
+        when this does not apply.
+
+        It applies to the common local-volume case: one claim left to bind, whose every option is a PV pinned by
+        one label (``kubernetes.io/hostname``). Walking fitting nodes in packing order, a job would pass every node
+        whose volumes earlier jobs took (O(nodes) per job); here the free PVs are read in order instead, from a
+        cursor past the taken ones, and their nodes checked for room: of the first ``limit`` that have it, the one
+        in the earliest of the queue's node tiers, then with the least room left, wins.
+        """
+        names = job.claims
+        if len(self.views) != 1 or len(names) != 1:
+            return NotImplemented
+        ((cluster, view),) = self.views.items()
+        (claim,) = view.claims(names)
+        options = claim.options
+        if options is None or claim.rwop or claim.refusal or (cluster, claim.key) in self.claim_choice:
+            return NotImplemented
+        _, anywhere, by_label, general = options._index()
+        if anywhere or general or len(by_label) != 1:
+            return NotImplemented
+        (key,) = by_label
+        pinned = self._pinned(options, key)
+        nodes = self._nodes_by_label.get(key)
+        if nodes is None:
+            nodes = self._nodes_by_label[key] = {}
+            for i, node in enumerate(index.nodes):
+                value = node.labels.get(key)
+                if value is not None:
+                    nodes.setdefault(value, []).append(i)
+        allowed = set(types)
+        type_of, at = index.type_of, index.level_of[level]
+        start = self._cursors.get(id(options), 0)
+        while start < len(pinned) and (cluster, pinned[start][0].pv) in self.pv_owner:
+            start += 1
+        self._cursors[id(options)] = start
+        ranks = {tier: r for r, tier in enumerate(tiers)}
+        anywhere_rank = ranks.get("any")
+        best = None
+        seen = 0
+        for option, value in pinned[start:]:
+            if (cluster, option.pv) in self.pv_owner:
+                continue
+            for i in nodes.get(value, ()):
+                if type_of[i] not in allowed or not index.fits_on(i, vec, level):
+                    continue
+                rank = anywhere_rank
+                for tier, r in ranks.items():
+                    if (anywhere_rank is None or r < anywhere_rank) and tier != "any" and in_tier(i, tier, job.queue):
+                        rank = r
+                        break
+                if rank is None:
+                    continue
+                key = (rank, index.free[i][at], i)
+                if best is None or key < best:
+                    best = key
+                seen += 1
+            if seen >= limit:
+                break
+        return best[2] if best is not None else None
+
+    @staticmethod
+    def _pinned(options, key: str) -> list:
+        """``options``' pinned ones as ``(option, label value)``, smallest first (the order options are taken in)."""
+        found = _PINNED.get(id(options))
+        if found is None or found[0] is not options:
+            pairs = [(o, o.terms[0].expressions[0].values) for o in options]
+            ordered = sorted(((o, v) for o, values in pairs for v in values), key=lambda p: (p[0].size, p[0].pv))
+            if len(_PINNED) > 4096:
+                _PINNED.clear()
+            found = _PINNED[id(options)] = (options, ordered)
+        return found[1]
 
     def allowed(self, job, i: int) -> bool:
         return self._pick(job, i) is not None
@@ -310,6 +407,8 @@ class VolumePicks:
         picked = self.by_job.pop(job.id, None)
         if picked is None:
             return
+        self.exhausted.clear()
+        self._cursors.clear()
         cluster = self.cluster_of.pop(job.id)
         still = {(self.cluster_of[other], key) for other, chosen in self.by_job.items() for key, _ in chosen}
         for key, pv in picked:
