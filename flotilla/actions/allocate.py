@@ -252,8 +252,9 @@ class Allocate:
             node = None
         else:
             node = self._find(session, queue, job, vec, types)
-        if node is None and job.host_ports:
-            # Its ports, not its key, may be what failed: jobs of the same key without them are not misfits.
+        if node is None and (job.host_ports or job.pod_rules is not None or session.state.pods.anti):
+            # Its ports or pod rules (or held pods' anti-affinity selecting it), not its key, may be what failed:
+            # jobs of the same key are not misfits.
             session.failures[job.id] = Shortfall(vec, EVICTED, types, job)
             return False
         if node is None:
