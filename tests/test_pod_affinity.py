@@ -162,3 +162,32 @@ def test_a_gangs_members_count_for_each_other_while_it_is_placed(tmp_path):
         f"gang: {{id: g, cardinality: 4}}, {ANTI}}}\n"
     out = run_once(tmp_path, config(), nodes(3) + "jobs:\n" + four)
     assert placements(out) == {}
+
+
+# -- served jobs (the API, the store, the service loop) on a simulated cluster -----------------------
+
+def test_served_jobs_with_required_anti_affinity_land_one_per_node_and_the_fifth_waits(tmp_path):
+    from service_fixtures import config as service_config
+    from service_fixtures import job, job_file
+    from flotilla.service.jobspec import prepare
+    from test_service_loop import make, run_until
+
+    settings_, store, loop, clock = make(tmp_path, service_config())
+    specs = []
+    for k in range(5):
+        spec = job(f"w{k}", cpu="1")
+        spec["labels"] = {"app": "web"}
+        spec["podSpec"]["affinity"] = {"podAntiAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": [
+            {"labelSelector": {"matchLabels": {"app": "web"}}, "topologyKey": "kubernetes.io/hostname"}]}}
+        spec["annotations"] = {"flotilla.io/simulated-duration": "1h"}
+        specs.append(spec)
+    _, new = prepare(job_file("A", "s", specs), settings_)
+    ids = [s.id for s in store.submit("A", "s", "alice", new, now=clock.now)]
+    run_until(loop, clock, lambda: sum(store.get_job(i)["state"] == "running" for i in ids) == 4)
+    nodes = sorted(store.get_job(i)["node"] for i in ids[:4])
+    assert nodes == ["c1-node-1", "c1-node-2", "c2-node-1", "c2-node-2"]
+    for _ in range(3):
+        loop.run_cycle()
+        clock.now += 1
+    assert store.get_job(ids[4])["state"] == "queued"
+    store.close()

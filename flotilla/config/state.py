@@ -24,8 +24,8 @@ from flotilla.config.resourcenames import (config_provided_names, deferred_confi
 from flotilla.config.source import SourceMap, load_yaml, read_yaml_file
 from flotilla.core.nodeaffinity import AffinityError, parse_node_affinity
 from flotilla.core.podrules import parse_pod_rules
-from flotilla.core.model import (GANG_MIN_AVAILABLE_ANNOTATION, GANG_NODE_UNIFORMITY_LABEL_ANNOTATION, ClusterSnapshot,
-                                 Gang, Job, JobState, Node, Queue, Snapshot, parse_min_available)
+from flotilla.core.model import (GANG_MIN_AVAILABLE_ANNOTATION, GANG_NODE_UNIFORMITY_LABEL_ANNOTATION, HOSTNAME_LABEL,
+                                 ClusterSnapshot, Gang, Job, JobState, Node, Queue, Snapshot, parse_min_available)
 from flotilla.core.topology import uniformity_label_problem
 
 
@@ -189,7 +189,7 @@ def _clusters(state: StateFile, config: FlotillaConfig, problems: Problems) -> l
                                  f"(first at clusters[{c}].nodes[{first_node[node.name]}])"))
                 continue
             first_node[node.name] = n
-            nodes.append(Node(node.name, cluster.name, dict(node.resources), dict(node.labels),
+            nodes.append(Node(node.name, cluster.name, dict(node.resources), {HOSTNAME_LABEL: node.name, **node.labels},
                               tuple(t.to_core() for t in node.taints), node.unschedulable))
         clusters.append(ClusterSnapshot(cluster.name, nodes, running=[]))
     return clusters

@@ -25,6 +25,8 @@ GANG_NODE_UNIFORMITY_LABEL_ANNOTATION = "armadaproject.io/gangNodeUniformityLabe
 OWNER_ANNOTATION = "flotilla.io/owner"
 #: The Kubernetes namespace the job's pods go to.
 NAMESPACE_ANNOTATION = "flotilla.io/namespace"
+#: The label every Kubernetes node carries with its own name (simulated nodes too).
+HOSTNAME_LABEL = "kubernetes.io/hostname"
 
 
 class JobState(str, Enum):
