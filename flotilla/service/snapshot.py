@@ -32,10 +32,19 @@ DEFAULT_NAMESPACE = "default"
 _NO_LABELS: dict = {}
 
 
+def default_namespace(backends) -> str:
+    """The namespace jobs that name none go to: the Kubernetes backends' ``namespace`` when they agree, else
+    ``default``."""
+    found = {getattr(getattr(b, "settings", None), "namespace", None) for b in backends.values()} - {None}
+    return found.pop() if len(found) == 1 else DEFAULT_NAMESPACE
+
+
 class Converter:
     """Store records to scheduler jobs, sharing identical mappings across jobs."""
 
-    def __init__(self):
+    def __init__(self, namespace: str = DEFAULT_NAMESPACE):
+        #: The namespace of a job that names none (its clusters' ``namespace``), for pod rules.
+        self.namespace = namespace
         self._tolerations: dict[int, tuple] = {}
         self._ports: dict[tuple, tuple] = {}
         self._affinities: dict[int, tuple] = {}
@@ -129,7 +138,7 @@ class Converter:
         out = []
         for k, pod in enumerate(record.pods):
             labels = pod.get("labels") or _NO_LABELS
-            namespace = pod.get("namespace") or record.annotations.get(NAMESPACE_ANNOTATION) or DEFAULT_NAMESPACE
+            namespace = pod.get("namespace") or record.annotations.get(NAMESPACE_ANNOTATION) or self.namespace
             out.append(Job(ids[k], record.queue, record.job_set, record.priority, record.priority_class,
                            record.submitted, pod["requests"], pod.get("nodeSelector") or {},
                            self.tolerations(pod.get("tolerations")), gang, state, cluster,
@@ -147,8 +156,8 @@ class RunningPods:
     sets, or a copy read afresh (a new generation), converts everything again.
     """
 
-    def __init__(self):
-        self.converter = Converter()
+    def __init__(self, namespace: str = DEFAULT_NAMESPACE):
+        self.converter = Converter(namespace)
         self.generation: int | None = None
         self.filters: tuple | None = None
         self.pods: dict[str, tuple[object, list[Job]]] = {}        # job id -> (ActiveJob, its pods), every job
