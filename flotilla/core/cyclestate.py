@@ -166,6 +166,7 @@ class CycleState:
         #: in their queue), as this sync found them; empty after a rebuild, which keeps no history.
         self.stopped_running: list[str] = []
         if self.index is not None:
+            self.pods.prune()
             try:
                 self._update(snapshot, tuple(indexed_resources))
                 return

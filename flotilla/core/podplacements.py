@@ -36,6 +36,8 @@ AFFINITY_NOT_MATCHED = "node(s) didn't match pod affinity rules"
 ANTI_AFFINITY_NOT_MATCHED = "node(s) didn't match pod anti-affinity rules"
 EXISTING_ANTI_AFFINITY = "node(s) didn't satisfy existing pods anti-affinity rules"
 
+#: How many selectors' counts are kept between cycles at most (:meth:`PodPlacements.prune`).
+MAX_MATCHERS = 4096
 #: A matcher's parts: ``(namespaces or None for every one, selector)``, all of which a pod must match.
 Parts = tuple[tuple[frozenset | None, Selector], ...]
 
@@ -64,7 +66,8 @@ class Matcher:
 class PodPlacements:
     """Node position -> pods, and the counts the pod rules read (see the module docstring)."""
 
-    __slots__ = ("index", "where", "matchers", "by_label", "general", "anti", "anti_version", "_forbidden")
+    __slots__ = ("index", "where", "matchers", "by_label", "general", "anti", "anti_version", "_forbidden",
+                 "_by_identity")
 
     def __init__(self, index) -> None:
         #: The node index, for the nodes' labels (topology domains).
@@ -79,6 +82,8 @@ class PodPlacements:
         self.anti: dict[PodTerm, dict[str, int]] = {}
         self.anti_version = 0
         self._forbidden: dict[int, tuple] = {}
+        #: id(term or terms) -> (it, its matcher): terms are shared objects, hashed by value only once.
+        self._by_identity: dict[int, tuple[object, Matcher]] = {}
 
     def __bool__(self) -> bool:
         return bool(self.where)
@@ -155,6 +160,7 @@ class PodPlacements:
         self.matchers.clear()
         self.by_label.clear()
         self.general.clear()
+        self._by_identity.clear()
         held = list(self.where.values())
         self.anti.clear()
         for node, pod in held:
@@ -164,6 +170,42 @@ class PodPlacements:
         self.anti_version += 1
 
     # -- reading ---------------------------------------------------------------------
+    def term_matcher(self, term: PodTerm) -> Matcher:
+        """The matcher of one term's pods (found by the term object's identity first)."""
+        hit = self._by_identity.get(id(term))
+        if hit is not None and hit[0] is term:
+            return hit[1]
+        matcher = self.matcher(((term.namespaces, term.selector),))
+        self._by_identity[id(term)] = (term, matcher)
+        return matcher
+
+    def affinity_matcher(self, terms: tuple[PodTerm, ...]) -> Matcher:
+        """The matcher of the pods matching every one of ``terms`` (required affinity counts those)."""
+        hit = self._by_identity.get(id(terms))
+        if hit is not None and hit[0] is terms:
+            return hit[1]
+        matcher = self.matcher(tuple((term.namespaces, term.selector) for term in terms))
+        self._by_identity[id(terms)] = (terms, matcher)
+        return matcher
+
+    def spread_matcher(self, constraint, namespace: str) -> Matcher:
+        """The matcher of a spread constraint's pods: its selector's, in the pod's own namespace."""
+        key = id(constraint)
+        hit = self._by_identity.get(key)
+        if hit is not None and hit[0] is constraint and hit[1].parts[0][0] == frozenset((namespace,)):
+            return hit[1]
+        matcher = self.matcher(((frozenset((namespace,)), constraint.selector or _NOTHING),))
+        self._by_identity[key] = (constraint, matcher)
+        return matcher
+
+    def prune(self) -> None:
+        """Between cycles: past :data:`MAX_MATCHERS` selectors kept, start over (they are made again when asked)."""
+        if len(self.matchers) > MAX_MATCHERS:
+            self.matchers.clear()
+            self.by_label.clear()
+            self.general.clear()
+            self._by_identity.clear()
+
     def matcher(self, parts: Parts) -> Matcher:
         """The matcher for ``parts``, made and filled from the pods held when first asked."""
         matcher = self.matchers.get(parts)
@@ -238,15 +280,6 @@ def _indexing_label(parts: Parts) -> tuple[str, str] | None:
     return None
 
 
-def term_parts(term: PodTerm) -> Parts:
-    return ((term.namespaces, term.selector),)
-
-
-def affinity_parts(terms: Sequence[PodTerm]) -> Parts:
-    """Pods matching every required affinity term are the ones counted (kube-scheduler's rule)."""
-    return tuple((term.namespaces, term.selector) for term in terms)
-
-
 # -- evaluating a job's rules on one node --------------------------------------------------
 class SpreadView:
     """One hard spread constraint as one job shape sees it this cycle: its eligible domains and counts."""
@@ -307,9 +340,7 @@ def _spread_view(session, job, constraint) -> SpreadView:
         eligible = None
     elif eligible is None:
         eligible = set()
-    selector = constraint.selector or _NOTHING
-    parts = ((frozenset((job.namespace,)), selector),)
-    view = SpreadView(constraint, session.state.pods.matcher(parts), eligible, domains)
+    view = SpreadView(constraint, session.state.pods.spread_matcher(constraint, job.namespace), eligible, domains)
     cache[key] = (job.node_selector, view)
     return view
 
@@ -381,7 +412,7 @@ def pod_refusal(session, job, i: int) -> str | None:
             for term in terms:
                 if term.topology_key not in node_labels:
                     return AFFINITY_NOT_MATCHED
-            matcher = pods.matcher(affinity_parts(terms))
+            matcher = pods.affinity_matcher(terms)
             if not all(pods.domain_counts(matcher, term.topology_key).get(node_labels[term.topology_key], 0) > 0
                        for term in terms):
                 # The first pod of a group affine to itself may go where the topology keys are.
@@ -389,7 +420,7 @@ def pod_refusal(session, job, i: int) -> str | None:
                     return AFFINITY_NOT_MATCHED
         for term in rules.anti_affinity:
             value = node_labels.get(term.topology_key)
-            if value is not None and pods.domain_counts(pods.matcher(term_parts(term)), term.topology_key).get(value):
+            if value is not None and pods.domain_counts(pods.term_matcher(term), term.topology_key).get(value):
                 return ANTI_AFFINITY_NOT_MATCHED
     if pods.anti:
         for key, values in pods.forbidden(job.namespace, job.labels):
@@ -417,11 +448,11 @@ def pod_score(session, job, i: int) -> int:
     for weight, term in rules.preferred_affinity:
         value = node_labels.get(term.topology_key)
         if value is not None:
-            score += weight * pods.domain_counts(pods.matcher(term_parts(term)), term.topology_key).get(value, 0)
+            score += weight * pods.domain_counts(pods.term_matcher(term), term.topology_key).get(value, 0)
     for weight, term in rules.preferred_anti_affinity:
         value = node_labels.get(term.topology_key)
         if value is not None:
-            score -= weight * pods.domain_counts(pods.matcher(term_parts(term)), term.topology_key).get(value, 0)
+            score -= weight * pods.domain_counts(pods.term_matcher(term), term.topology_key).get(value, 0)
     for constraint in rules.spread:
         if constraint.hard:
             continue
@@ -429,8 +460,8 @@ def pod_score(session, job, i: int) -> int:
         if value is None:
             score -= 1 << 20  # kube-scheduler scores a node without the key lowest
             continue
-        parts = ((frozenset((job.namespace,)), constraint.selector or _NOTHING),)
-        score -= pods.domain_counts(pods.matcher(parts), constraint.topology_key).get(value, 0)
+        score -= pods.domain_counts(pods.spread_matcher(constraint, job.namespace), constraint.topology_key
+                                    ).get(value, 0)
     return score
 
 
