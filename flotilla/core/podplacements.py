@@ -25,7 +25,7 @@ anti-affinity, existing pods' anti-affinity).
 
 from __future__ import annotations
 
-from typing import Iterable, Mapping, Sequence
+from typing import Mapping, Sequence
 
 from flotilla.core.feasibility import REFUSING_EFFECTS
 from flotilla.core.podrules import PodRules, PodTerm, Selector
@@ -66,8 +66,8 @@ class Matcher:
 class PodPlacements:
     """Node position -> pods, and the counts the pod rules read (see the module docstring)."""
 
-    __slots__ = ("index", "where", "matchers", "by_label", "general", "anti", "anti_version", "_forbidden",
-                 "_by_identity")
+    __slots__ = ("index", "where", "matchers", "by_label", "general", "anti", "anti_by_label", "anti_general",
+                 "pods_by_label", "_by_identity")
 
     def __init__(self, index) -> None:
         #: The node index, for the nodes' labels (topology domains).
@@ -78,10 +78,13 @@ class PodPlacements:
         #: (label key, value) -> the matchers a pod must carry that label to match; ``general``: the rest.
         self.by_label: dict[tuple[str, str], list[Matcher]] = {}
         self.general: list[Matcher] = []
-        #: Required anti-affinity terms of the pods held -> domain value -> how many hold it there.
+        #: Required anti-affinity terms of the pods held -> domain value -> how many hold it there; the terms
+        #: indexed as the matchers are (by a label every pod they select carries, else ``anti_general``).
         self.anti: dict[PodTerm, dict[str, int]] = {}
-        self.anti_version = 0
-        self._forbidden: dict[int, tuple] = {}
+        self.anti_by_label: dict[tuple[str, str], set[PodTerm]] = {}
+        self.anti_general: set[PodTerm] = set()
+        #: (label key, value) -> ids of the pods carrying it; made when the first matcher is, kept after.
+        self.pods_by_label: dict[tuple[str, str], set[str]] | None = None
         #: id(term or terms) -> (it, its matcher): terms are shared objects, hashed by value only once.
         self._by_identity: dict[int, tuple[object, Matcher]] = {}
 
@@ -91,6 +94,14 @@ class PodPlacements:
     # -- binding ---------------------------------------------------------------
     def add(self, node: int, pod) -> None:
         self.where[pod.id] = (node, pod)
+        by_label = self.pods_by_label
+        if by_label is not None and pod.labels:
+            for pair in pod.labels.items():
+                held = by_label.get(pair)
+                if held is None:
+                    by_label[pair] = {pod.id}
+                else:
+                    held.add(pod.id)
         if self.matchers:
             self._count(node, pod, 1)
         rules = pod.pod_rules
@@ -102,15 +113,19 @@ class PodPlacements:
         if found is None:
             return
         node, pod = found
+        by_label = self.pods_by_label
+        if by_label is not None and pod.labels:
+            for pair in pod.labels.items():
+                held = by_label.get(pair)
+                if held is not None:
+                    held.discard(pod_id)
+                    if not held:
+                        del by_label[pair]
         if self.matchers:
             self._count(node, pod, -1)
         rules = pod.pod_rules
         if rules is not None and rules.anti_affinity:
             self._count_anti(node, rules.anti_affinity, -1)
-
-    def add_all(self, placed: Iterable[tuple[int, object]]) -> None:
-        for node, pod in placed:
-            self.add(node, pod)
 
     def _candidates(self, labels: Mapping[str, str]) -> list[Matcher]:
         found = list(self.general)
@@ -139,7 +154,14 @@ class PodPlacements:
             value = node_labels.get(term.topology_key)
             if value is None:
                 continue
-            here = self.anti.setdefault(term, {})
+            here = self.anti.get(term)
+            if here is None:
+                here = self.anti[term] = {}
+                pair = _indexing_label(((term.namespaces, term.selector),)) if term.selector is not None else None
+                if pair is None:
+                    self.anti_general.add(term)
+                else:
+                    self.anti_by_label.setdefault(pair, set()).add(term)
             count = here.get(value, 0) + sign
             if count:
                 here[value] = count
@@ -147,7 +169,14 @@ class PodPlacements:
                 here.pop(value, None)
                 if not here:
                     del self.anti[term]
-        self.anti_version += 1
+                    pair = _indexing_label(((term.namespaces, term.selector),)) if term.selector is not None else None
+                    if pair is None:
+                        self.anti_general.discard(term)
+                    else:
+                        terms_here = self.anti_by_label[pair]
+                        terms_here.discard(term)
+                        if not terms_here:
+                            del self.anti_by_label[pair]
 
     # -- nodes changing ------------------------------------------------------------
     def remap(self, moved: Sequence[int]) -> None:
@@ -157,17 +186,26 @@ class PodPlacements:
 
     def relabelled(self) -> None:
         """Nodes' labels changed: the domain counts are made again when next asked."""
-        self.matchers.clear()
-        self.by_label.clear()
-        self.general.clear()
-        self._by_identity.clear()
+        self._drop_matchers()
         held = list(self.where.values())
         self.anti.clear()
+        self.anti_by_label.clear()
+        self.anti_general.clear()
         for node, pod in held:
             rules = pod.pod_rules
             if rules is not None and rules.anti_affinity:
                 self._count_anti(node, rules.anti_affinity, 1)
-        self.anti_version += 1
+
+    def _drop_matchers(self) -> None:
+        self.matchers.clear()
+        self.by_label.clear()
+        self.general.clear()
+        self._by_identity.clear()
+
+    def prune(self) -> None:
+        """Between cycles: past :data:`MAX_MATCHERS` selectors kept, start over (they are made again when asked)."""
+        if len(self.matchers) > MAX_MATCHERS:
+            self._drop_matchers()
 
     # -- reading ---------------------------------------------------------------------
     def term_matcher(self, term: PodTerm) -> Matcher:
@@ -192,22 +230,15 @@ class PodPlacements:
         """The matcher of a spread constraint's pods: its selector's, in the pod's own namespace."""
         key = id(constraint)
         hit = self._by_identity.get(key)
-        if hit is not None and hit[0] is constraint and hit[1].parts[0][0] == frozenset((namespace,)):
+        if hit is not None and hit[0] is constraint and namespace in hit[1].parts[0][0]:
             return hit[1]
         matcher = self.matcher(((frozenset((namespace,)), constraint.selector or _NOTHING),))
         self._by_identity[key] = (constraint, matcher)
         return matcher
 
-    def prune(self) -> None:
-        """Between cycles: past :data:`MAX_MATCHERS` selectors kept, start over (they are made again when asked)."""
-        if len(self.matchers) > MAX_MATCHERS:
-            self.matchers.clear()
-            self.by_label.clear()
-            self.general.clear()
-            self._by_identity.clear()
-
     def matcher(self, parts: Parts) -> Matcher:
-        """The matcher for ``parts``, made and filled from the pods held when first asked."""
+        """The matcher for ``parts``, made and filled from the pods held when first asked (only those carrying
+        its indexing label, when it has one)."""
         matcher = self.matchers.get(parts)
         if matcher is not None:
             return matcher
@@ -217,8 +248,18 @@ class PodPlacements:
             self.general.append(matcher)
         else:
             self.by_label.setdefault(key, []).append(matcher)
-        nodes = self.index.nodes
-        for node, pod in self.where.values():
+        if self.pods_by_label is None:
+            by_label: dict[tuple[str, str], set[str]] = {}
+            for pod_id, (_, pod) in self.where.items():
+                for pair in pod.labels.items():
+                    by_label.setdefault(pair, set()).add(pod_id)
+            self.pods_by_label = by_label
+        nodes, where = self.index.nodes, self.where
+        if key is None:
+            held = where.values()
+        else:
+            held = [where[pod_id] for pod_id in self.pods_by_label.get(key, ())]
+        for node, pod in held:
             if _matches(parts, pod.namespace, pod.labels):
                 _bump(matcher, node, nodes[node].labels, 1)
         return matcher
@@ -235,21 +276,21 @@ class PodPlacements:
                     counts[value] = counts.get(value, 0) + number
         return counts
 
-    def forbidden(self, namespace: str, labels: Mapping[str, str]) -> tuple[tuple[str, frozenset], ...]:
-        """``(topology key, domain values)`` where a held pod's required anti-affinity selects such a pod."""
-        if not self.anti:
-            return ()
-        hit = self._forbidden.get(id(labels))
-        if hit is not None and hit[0] is labels and hit[1] == namespace and hit[2] == self.anti_version:
-            return hit[3]
-        by_key: dict[str, set[str]] = {}
-        for term, values in self.anti.items():
+    def forbidden(self, namespace: str, labels: Mapping[str, str]) -> list[tuple[str, dict[str, int]]]:
+        """``(topology key, domain value -> holders)`` of the held pods' required anti-affinity terms that select
+        a pod of ``namespace`` with ``labels``: it may not go to those domains."""
+        found = []
+        for term in self.anti_general:
             if term.matches(namespace, labels):
-                by_key.setdefault(term.topology_key, set()).update(values)
-        found = tuple((key, frozenset(values)) for key, values in sorted(by_key.items()))
-        if len(self._forbidden) > 10000:
-            self._forbidden.clear()
-        self._forbidden[id(labels)] = (labels, namespace, self.anti_version, found)
+                found.append((term.topology_key, self.anti[term]))
+        if labels and self.anti_by_label:
+            get = self.anti_by_label.get
+            for pair in labels.items():
+                terms = get(pair)
+                if terms:
+                    for term in terms:
+                        if term.matches(namespace, labels):
+                            found.append((term.topology_key, self.anti[term]))
         return found
 
 
@@ -424,7 +465,8 @@ def pod_refusal(session, job, i: int) -> str | None:
                 return ANTI_AFFINITY_NOT_MATCHED
     if pods.anti:
         for key, values in pods.forbidden(job.namespace, job.labels):
-            if node_labels.get(key) in values:
+            value = node_labels.get(key)
+            if value is not None and value in values:
                 return EXISTING_ANTI_AFFINITY
     return None
 
