@@ -31,6 +31,7 @@ def place(session, job: Job, node: int, vec) -> None:
         session.state.ports.add(node, job.id, job.host_ports)
     if job.claims and session.volume_picks is not None:
         session.volume_picks.take(job, node)
+    session.state.pods.add(node, job)
     charge(session.queues[job.queue], vec, 1)
     _record_placement(session, job, node)
 
@@ -75,6 +76,7 @@ class Statement:
             s.state.ports.add(node, job.id, job.host_ports)
         if job.claims and s.volume_picks is not None:
             s.volume_picks.take(job, node)
+        s.state.pods.add(node, job)
         charge(s.queues[job.queue], vec, 1)
         self.ops.append(("allocate", job, node, 0))
 
@@ -107,6 +109,7 @@ class Statement:
             _touch(s, running.node)
         if job.host_ports:
             s.state.ports.remove(running.node, job.id, job.host_ports)
+        s.state.pods.remove(job.id)
         if level != EVICTED:
             charge(s.queues[job.queue], running.vec, -1)
         self.ops.append(("preempt", job, running.node, level))
@@ -148,6 +151,7 @@ class Statement:
                     s.state.ports.remove(node, job.id, job.host_ports)
                 if job.claims and s.volume_picks is not None:
                     s.volume_picks.release(job)
+                s.state.pods.remove(job.id)
                 charge(s.queues[job.queue], vec, -1)
             elif op == "unevict":
                 running = s.running[job.id]
@@ -162,6 +166,7 @@ class Statement:
                 s.index.bind(node, job.id, job.queue, running.vec, level)
                 if job.host_ports:
                     s.state.ports.add(node, job.id, job.host_ports)
+                s.state.pods.add(node, running.job)
                 if level != EVICTED:
                     charge(s.queues[job.queue], running.vec, 1)
         self.ops.clear()

@@ -382,6 +382,11 @@ class ClusterIntake:
             spec_pod["hostPorts"] = [list(p) for p in pod.host_ports]
         if pod.node_affinity:
             spec_pod["nodeAffinity"] = pod.node_affinity
+        if pod.labels:
+            spec_pod["labels"] = dict(pod.labels)
+        spec_pod["namespace"] = pod.namespace
+        if pod.pod_rules:
+            spec_pod["podRules"] = pod.pod_rules
         if pod.claims:
             spec_pod["claims"] = list(pod.claims)
         job_set = pod.labels.get(JOB_SET_LABEL) or pod.owner or pod.name
