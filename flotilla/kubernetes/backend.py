@@ -78,12 +78,13 @@ from flotilla.core.quantities import QuantityError, parse_duration
 from flotilla.kubernetes.client import (ApiError, Gone, KubeClient, KubeError, Unreachable, WatchBroken,
                                         forbidden_message, pod_path)
 from flotilla.kubernetes.services import OWNED, exposure_manifests, object_path, owner_reference
+from flotilla.kubernetes.admission import admission_rejection, returned_label, shortfall
 from flotilla.kubernetes.intake import (PODGROUPS_PATH, POD_NAME, POD_NAMESPACE, POD_UID, IntakeTracker,
                                         bound_by_flotilla)
 from flotilla.kubernetes.pods import (ATTEMPT, DURATION, JOB_ID, PodSettings, failure_details, failure_reason, is_ours,
                                       job_deadline, job_from_pod, job_grace_period, job_namespace, named_grace_period,
                                       node_from_object, node_ready, pod_manifest, pod_name, pod_phase, pod_requests,
-                                      waiting_reason)
+                                      pod_slots, waiting_reason)
 
 log = structlog.get_logger("flotilla.kubernetes")
 
@@ -121,10 +122,9 @@ class _Pod:
 #: The phases of a pod that has ended.
 _ENDED = frozenset({"Succeeded", "Failed"})
 #: What was reported of a pod that ends its story (nothing more is said about it).
-_FINAL = ("succeeded", "failed", "preempted", "cancelled", "lost")
+_FINAL = ("succeeded", "failed", "preempted", "cancelled", "lost", "returned")
 #: Pod failure reasons that are the platform's, not the job's: the job is retried, not failed.
-PLATFORM_FAILURES = frozenset({"Evicted", "NodeLost", "Shutdown", "NodeShutdown", "Terminated",
-                               "UnexpectedAdmissionError"})
+PLATFORM_FAILURES = frozenset({"Evicted", "NodeLost", "Shutdown", "NodeShutdown", "Terminated"})
 
 
 class NamespaceMissing(Exception):
@@ -188,6 +188,11 @@ class KubernetesCluster:
         self._job_pod: dict[str, tuple[str, str]] = {}   # job id -> its live pod
         self._attempts: dict[str, int] = {}
         self._inflight: dict[str, Job] = {}              # started, pod not seen yet
+        #: Binds that passed the live check (flotilla.kubernetes.admission), pod not seen yet: node -> job id ->
+        #: requests, and job id -> node. The next check on the node counts them.
+        self._admitted_on: dict[str, dict[str, Mapping[str, int]]] = {}
+        self._admitted: dict[str, str] = {}
+        self._pod_slots: dict[str, int] = {}             # node -> its allocatable pods, when it declares them
         #: Node -> starts waiting for room on it, in order: (job, attempt, template, start count).
         self._held: dict[str, list[tuple]] = {}
         self._held_ids: set[str] = set()
@@ -218,7 +223,8 @@ class KubernetesCluster:
         self._side_errors: dict[str, str] = {}          # namespaces/podgroups informer -> its last error
         self._pool = ThreadPoolExecutor(max_workers=workers, thread_name_prefix=f"kube-{name}")
         self._threads: list[threading.Thread] = []
-        self.counters = {"created": 0, "deleted": 0, "create_errors": 0, "relists": 0, "watch_events": 0}
+        self.counters = {"created": 0, "deleted": 0, "create_errors": 0, "relists": 0, "watch_events": 0,
+                         "returned": 0}
         if start:
             self.start()
 
@@ -359,6 +365,7 @@ class KubernetesCluster:
             self._attempts[job.id] = attempt
             self._starts[job.id] = self._starts.get(job.id, 0) + 1
             self._stopping.pop(job.id, None)
+            self._unadmit(job.id)
             running = replace(job, state=JobState.RUNNING, cluster=self.name, node=placement.node)
             if job.id in self._held_ids:   # started again elsewhere: the old hold is void
                 self._drop_held(job.id, None)
@@ -500,6 +507,7 @@ class KubernetesCluster:
     def _drop_held(self, job_id: str, kind: str | None) -> None:
         """Forget a held start; ``kind`` (preempted, cancelled, lost): report the job so, no pod was made."""
         self._held_ids.discard(job_id)
+        self._unadmit(job_id)
         job = self._inflight.pop(job_id, None)
         for node, waiting in list(self._held.items()):
             waiting[:] = [entry for entry in waiting if entry[0].id != job_id]
@@ -514,6 +522,78 @@ class KubernetesCluster:
         """Job ids of the starts held per node, in order (tests, tools)."""
         with self._lock:
             return {node: [entry[0].id for entry in waiting] for node, waiting in self._held.items() if waiting}
+
+    # -- the live check just before a bind (flotilla.kubernetes.admission) ---------------------------
+    def _live_use(self, node: str) -> tuple[dict[str, int], int, dict[str, int], int]:
+        """What the kubelet of ``node`` will count: the requests and number of its live pods, whoever bound them
+        (terminating ones too), with Flotilla's binds not yet seen by the watch; then the part of both that is
+        leaving (deleted, or ours being stopped)."""
+        load: dict[str, int] = {}
+        leaving: dict[str, int] = {}
+        pods = gone = 0
+        seen = set()
+        stopping = self._stopping
+        for pod in self._pods_of_node(node):
+            if pod.phase in _ENDED:
+                continue
+            requests = pod.requests if pod.job is None else pod.job.requests
+            pods += 1
+            for resource, amount in (requests or {}).items():
+                load[resource] = load.get(resource, 0) + amount
+            if pod.job is not None:
+                seen.add(pod.job.id)
+            if pod.deleting or (pod.job is not None and pod.job.id in stopping):
+                gone += 1
+                for resource, amount in (requests or {}).items():
+                    leaving[resource] = leaving.get(resource, 0) + amount
+        for job_id, requests in self._admitted_on.get(node, {}).items():
+            if job_id in seen:
+                continue
+            pods += 1
+            for resource, amount in requests.items():
+                load[resource] = load.get(resource, 0) + amount
+        return load, pods, leaving, gone
+
+    def _admit(self, job: Job, node: str, attempt: int, template: PodTemplate | None) -> bool:
+        """Whether ``job``'s pod may be bound to ``node`` now, checked against the live view (module
+        :mod:`flotilla.kubernetes.admission`); if so, its room is reserved until the watch shows the pod.
+        Otherwise the start is held for the node when the room comes once its leaving pods are gone, else the job
+        is returned to its queue with the reason."""
+        with self._lock:
+            target = self._nodes.get(node)
+            if target is None:
+                return True   # gone from the watch: the bind itself says what becomes of it
+            load, pods, leaving, gone = self._live_use(node)
+            slots = self._pod_slots.get(node)
+            short = shortfall(job.requests, load, target.resources, pods, slots)
+            if short is None:
+                self._admitted[job.id] = node
+                self._admitted_on.setdefault(node, {})[job.id] = job.requests
+                return True
+            if gone and shortfall(job.requests, {r: v - leaving.get(r, 0) for r, v in load.items()},
+                                  target.resources, pods - gone, slots) is None:
+                self._held.setdefault(node, []).append((job, attempt, template, self._starts.get(job.id, 0)))
+                self._held_ids.add(job.id)
+                self._held_since.setdefault(node, self.clock())
+                return False
+            self.counters["returned"] += 1
+            self._inflight.pop(job.id, None)
+            self._kill_on_create.pop(job.id, None)
+            if self._stopping.pop(job.id, None) is None:
+                self._emit(job.id, "returned", node, f"not bound to node {node}: {short} there now (pods bound "
+                                                     f"there since the scheduling decision)",
+                           cause=returned_label(short), run=self._starts.get(job.id, 0))
+            log.info("kubernetes.bind_returned", cluster=self.name, job=job.id, node=node, reason=short)
+            return False
+
+    def _unadmit(self, job_id: str) -> None:
+        """Forget ``job_id``'s reserved room: its pod is seen by the watch, or its start is over."""
+        node = self._admitted.pop(job_id, None)
+        if node is not None:
+            on = self._admitted_on[node]
+            on.pop(job_id, None)
+            if not on:
+                del self._admitted_on[node]
 
     def poll_events(self) -> list[JobEvent]:
         with self._lock:
@@ -544,6 +624,8 @@ class KubernetesCluster:
         self._namespaces.add(namespace)
 
     def _create(self, job: Job, node: str, attempt: int, template: PodTemplate | None = None) -> None:
+        if not self._admit(job, node, attempt, template):
+            return
         if POD_UID in job.annotations:
             self._bind(job, node)
             return
@@ -760,6 +842,7 @@ class KubernetesCluster:
         with self._lock:
             self.counters["create_errors"] += 1
             self._inflight.pop(job.id, None)
+            self._unadmit(job.id)
             self._kill_on_create.pop(job.id, None)
             if self._stopping.pop(job.id, None) is None:
                 self._emit(job.id, kind, node, reason)
@@ -1072,6 +1155,7 @@ class KubernetesCluster:
     def _on_node_change(self, kind: str, obj: dict, name: str) -> None:
         if kind == "DELETED":
             self._nodes.pop(name, None)
+            self._pod_slots.pop(name, None)
             down = self._nodes_down.setdefault(name, [self.clock(), True, False])
             down[1] = True
         else:
@@ -1081,6 +1165,11 @@ class KubernetesCluster:
                 self._nodes_down.setdefault(name, [self.clock(), False, False])
             try:
                 self._nodes[name] = node_from_object(obj, self.name)
+                slots = pod_slots(obj)
+                if slots is None:
+                    self._pod_slots.pop(name, None)
+                else:
+                    self._pod_slots[name] = slots
             except (KeyError, ValueError) as exc:
                 log.warning("kubernetes.bad_node", cluster=self.name, node=name, error=str(exc))
 
@@ -1127,6 +1216,7 @@ class KubernetesCluster:
             elif self._reported.get(key) not in _FINAL and job_id not in self._held_ids:
                 # (A held job's earlier pod going says nothing about the start waiting for its room.)
                 self._inflight.pop(job_id, None)
+                self._unadmit(job_id)
                 # An in-cluster pod is the user's: gone, it is not made again (its controller makes a new one).
                 self._emit(job_id, "failed" if old.incluster else "lost", old.node, "pod deleted outside Flotilla")
             self._reported.pop(key, None)
@@ -1168,6 +1258,7 @@ class KubernetesCluster:
                 self._job_pod[job_id] = key
             if node is not None and job_id not in self._held_ids:
                 self._inflight.pop(job_id, None)
+                self._unadmit(job_id)
             self._pod_events(pod, job_id)
         else:
             requests = old.requests if old is not None and old.requests is not None else pod_requests(obj)
@@ -1182,13 +1273,21 @@ class KubernetesCluster:
             self._emit(job_id, "running", pod.node)
         elif pod.phase in _ENDED:
             kind = "succeeded" if pod.phase == "Succeeded" else "failed"
-            if kind == "failed" and pod.reason.split(":", 1)[0] in PLATFORM_FAILURES:
+            refused = pod.reason.split(":", 1)[0]
+            if kind == "failed" and refused in PLATFORM_FAILURES:
                 kind = "lost"   # the platform's doing, not the job's: retried
+            elif kind == "failed" and not pod.incluster and admission_rejection(refused):
+                kind = "returned"   # refused by the kubelet: the node was the wrong place then (admission module)
             if reported is None and pod.phase == "Succeeded":
                 self._emit(job_id, "running", pod.node)
             self._reported[pod.key] = kind
             if kind == "succeeded":
                 self._emit(job_id, kind, pod.node)
+            elif kind == "returned":
+                self.counters["returned"] += 1
+                node = self._nodes.get(pod.node) if pod.node is not None else None
+                self._emit(job_id, kind, pod.node, f"refused by the kubelet of node {pod.node}: {pod.reason}",
+                           cause=returned_label(refused, node.resources if node is not None else None))
             else:
                 self._emit(job_id, kind, pod.node, pod.reason, exit_code=pod.exit_code, cause=pod.cause)
             if self.delete_finished and not pod.deleting and not pod.incluster:   # the user's pods stay

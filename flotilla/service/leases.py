@@ -85,6 +85,8 @@ class IngestResult:
     stops: dict[str, list[tuple[str, object]]]   # cluster -> [(pod id, ActiveJob or None)]
     changes: Changes
     counts: dict[str, int] = field(default_factory=dict)
+    #: Binds returned to the queue this cycle, by (cluster, reason label): flotilla_binds_returned_total.
+    returned: dict[tuple[str, str], int] = field(default_factory=dict)
 
 
 #: The failures the service finds itself: a lease not renewed in time, a job past its active deadline.
@@ -103,6 +105,7 @@ def apply_reports(copy, reports: Mapping[str, ClusterReport], now: float, lease_
     changes = Changes()
     stops: dict[str, list[tuple[str, object]]] = {}
     counts: dict[str, int] = {}
+    returned: dict[tuple[str, str], int] = {}
 
     def count(name: str) -> None:
         counts[name] = counts.get(name, 0) + 1
@@ -178,6 +181,22 @@ def apply_reports(copy, reports: Mapping[str, ClusterReport], now: float, lease_
         else:
             retry_or_fail(job, failure, reason, when, announced=True)
 
+    def return_to_queue(job, reason: str, when: float, pod: int | None) -> None:
+        """The run never started where it was placed: the job is queued again as it was (its retries kept)."""
+        event(job, "returned", when, reason, job.cluster, node_text(job), pod)
+        changes.lease_deletes.add(job.id)
+        changes.lease_updates.pop(job.id, None)
+        copy.drop(job.id)
+        if job.stop_requested == STOP_CANCEL:
+            update(job, state=CANCELLED, finished=when)
+            event(job, "cancelled", when, "cancelled")
+        elif job.stop_requested == STOP_DEADLINE:
+            retry_or_fail(job, DEADLINE, "active deadline exceeded", when, announced=True)
+        else:
+            update(job, state=QUEUED, cluster=None, node=None, started=None, stop_requested=STOP_NONE,
+                   reason=reason)
+            event(job, "queued", when, reason)
+
     # 1. What each cluster reported, in order.
     for cluster, report in reports.items():
         for ev in report.events:
@@ -229,6 +248,13 @@ def apply_reports(copy, reports: Mapping[str, ClusterReport], now: float, lease_
                 stop_pods(job)
                 requeue_or_fail(job, "lease-expired", f"lost on cluster {cluster}: {ev.reason or 'no reason given'}",
                                 when, pod, Failure(True, ev.exit_code, ev.cause))
+            elif kind == "returned":
+                # Not bound, or refused by the kubelet: the node was the wrong place at that moment (another
+                # scheduler's pods took the room). Back to the queue, no retry used.
+                label = (cluster, ev.cause or "Other")
+                returned[label] = returned.get(label, 0) + 1
+                stop_pods(job, ev.job_id)
+                return_to_queue(job, ev.reason or f"returned by cluster {cluster}", when, pod)
 
     # 2. Heartbeats: renew the leases of what each cluster runs; stop what it should not run.
     for cluster, report in reports.items():
@@ -320,4 +346,4 @@ def apply_reports(copy, reports: Mapping[str, ClusterReport], now: float, lease_
         stop_pods(job)
     for entry in later:
         heapq.heappush(heap, entry)
-    return IngestResult(active, stops, changes, counts)
+    return IngestResult(active, stops, changes, counts, returned)

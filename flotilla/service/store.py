@@ -53,7 +53,8 @@ NONTERMINAL = (QUEUED, *ACTIVE)
 EVENT_KINDS = ("submitted", "queued", "leased", "pending", "running", "succeeded", "failed", "preempted",
                "cancelled", "lease-expired", "reprioritized", "cancelling", "deleted",
                "pod-running", "pod-succeeded",   # one pod of a multi-pod job, with its podNumber
-               "run-failed")                     # a failed run that its retry policy runs again
+               "run-failed",                     # a failed run that its retry policy runs again
+               "returned")                       # not bound, or refused by the kubelet: queued again, no retry used
 #: The state an event puts its job in; events not listed leave the state as it is.
 EVENT_STATE = {"queued": QUEUED, "leased": LEASED, "pending": PENDING, "running": RUNNING,
                "succeeded": SUCCEEDED, "failed": FAILED, "preempted": PREEMPTED, "cancelled": CANCELLED}
