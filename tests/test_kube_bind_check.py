@@ -41,8 +41,8 @@ class Recorder:
     def delete(self, *_, **__):
         return None
 
-    def patch(self, *_, **__):
-        return None
+    def patch(self, path, body, **_):
+        self.posts.append((path, body))
 
 
 def node(name: str, cpu: str, pods: int | None = None) -> dict:

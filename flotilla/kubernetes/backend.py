@@ -84,7 +84,7 @@ from flotilla.kubernetes.intake import (PODGROUPS_PATH, POD_NAME, POD_NAMESPACE,
 from flotilla.kubernetes.pods import (ATTEMPT, DURATION, JOB_ID, PodSettings, failure_details, failure_reason, is_ours,
                                       job_deadline, job_from_pod, job_grace_period, job_namespace, named_grace_period,
                                       node_from_object, node_ready, pod_manifest, pod_name, pod_phase, pod_requests,
-                                      pod_slots, waiting_reason)
+                                      disruption, pod_slots, waiting_reason)
 
 log = structlog.get_logger("flotilla.kubernetes")
 
@@ -117,6 +117,7 @@ class _Pod:
     uid: str = ""
     exit_code: int | None = None      # a failed pod's: its first failed container's, when it failed on its own
     cause: str = ""                   # a failed pod's, for retry policies (flotilla.core.backend.FAILURE_CAUSES)
+    disrupted: str = ""               # its DisruptionTarget condition's reason and message (evicted, preempted)
 
 
 #: The phases of a pod that has ended.
@@ -125,6 +126,12 @@ _ENDED = frozenset({"Succeeded", "Failed"})
 _FINAL = ("succeeded", "failed", "preempted", "cancelled", "lost", "returned")
 #: Pod failure reasons that are the platform's, not the job's: the job is retried, not failed.
 PLATFORM_FAILURES = frozenset({"Evicted", "NodeLost", "Shutdown", "NodeShutdown", "Terminated"})
+
+
+def _terminating(namespace: Mapping) -> bool:
+    """Whether a namespace object is being deleted."""
+    return bool((namespace.get("metadata") or {}).get("deletionTimestamp")) \
+        or (namespace.get("status") or {}).get("phase") == "Terminating"
 
 
 class NamespaceMissing(Exception):
@@ -212,6 +219,7 @@ class KubernetesCluster:
         self._synced = {"nodes": False, "pods": False}
         self._error: str = "not synced yet"
         self._known_pcs: set[str] = set()
+        self._terminating_ns: set[str] = set()           # namespaces being deleted (no Events written there)
         self._pcs_done = False
         self._namespaces: set[str] = set()
         self._requests_cache: dict = {}
@@ -375,12 +383,21 @@ class KubernetesCluster:
                 # Nothing on the node is on its way out: the scheduler counted every pod there.
                 work.append((self._create, running, placement.node, attempt, template))
                 continue
-            self._held.setdefault(placement.node, []).append((running, attempt, template, self._starts[job.id]))
-            self._held_ids.add(job.id)
-            self._held_since.setdefault(placement.node, self.clock())
+            self._hold(placement.node, running, attempt, template)
             self._release_held(placement.node)
 
     # -- held starts (see the module docstring) ------------------------------------------------
+    def _hold(self, node: str, job: Job, attempt: int, template: PodTemplate | None) -> None:
+        """Hold ``job``'s start for ``node`` until the room its leaving pods free is there; a waiting in-cluster
+        pod is nominated to the node meanwhile (``status.nominatedNodeName``, as kube-scheduler does)."""
+        self._held.setdefault(node, []).append((job, attempt, template, self._starts.get(job.id, 0)))
+        self._held_ids.add(job.id)
+        self._held_since.setdefault(node, self.clock())
+        if POD_UID in job.annotations:
+            self._report(self.reporter.nominated, job.annotations[POD_NAMESPACE], job.annotations[POD_NAME],
+                         job.annotations[POD_UID], node,
+                         f"waiting on node {node} for the pods leaving it (preempted) to be gone")
+
     def _mark_stopped(self, key: tuple[str, str] | None) -> None:
         """Leave pod ``key`` out of the snapshots from now on: Flotilla deletes it by a decision (module docstring,
         Stopped pods). Not a pod already being deleted by someone else or given up: their room was never given."""
@@ -509,6 +526,9 @@ class KubernetesCluster:
         self._held_ids.discard(job_id)
         self._unadmit(job_id)
         job = self._inflight.pop(job_id, None)
+        if job is not None and POD_UID in job.annotations:   # its nomination ends with the hold
+            self._report(self.reporter.nominated, job.annotations[POD_NAMESPACE], job.annotations[POD_NAME],
+                         job.annotations[POD_UID], None)
         for node, waiting in list(self._held.items()):
             waiting[:] = [entry for entry in waiting if entry[0].id != job_id]
             if not waiting:
@@ -572,9 +592,7 @@ class KubernetesCluster:
                 return True
             if gone and shortfall(job.requests, {r: v - leaving.get(r, 0) for r, v in load.items()},
                                   target.resources, pods - gone, slots) is None:
-                self._held.setdefault(node, []).append((job, attempt, template, self._starts.get(job.id, 0)))
-                self._held_ids.add(job.id)
-                self._held_since.setdefault(node, self.clock())
+                self._hold(node, job, attempt, template)
                 return False
             self.counters["returned"] += 1
             self._inflight.pop(job.id, None)
@@ -715,8 +733,22 @@ class KubernetesCluster:
         """The :class:`~flotilla.kubernetes.conditions.PodReporter` writing Flotilla's word onto in-cluster pods."""
         if self._reporter is None:
             from flotilla.kubernetes.conditions import PodReporter
-            self._reporter = PodReporter(self.client)
+            self._reporter = PodReporter(self.client, component=self.settings.scheduler_name,
+                                         writable=self._namespace_writable)
         return self._reporter
+
+    def _namespace_writable(self, namespace: str) -> bool:
+        """False for a namespace being deleted (its watch says so): no Event is written there."""
+        return namespace not in self._terminating_ns
+
+    def _report(self, write: Callable, *args) -> None:
+        """Hand a write of Flotilla's word on a pod (an Event, a nomination) to the reporting pool, never the binds'."""
+        with self._lock:
+            if self._stop.is_set():
+                return
+            if self._report_pool is None:
+                self._report_pool = ThreadPoolExecutor(max_workers=4, thread_name_prefix=f"kube-{self.name}-report")
+            self._report_pool.submit(write, *args)
 
     def take_intake(self):
         """The waiting in-cluster pods new or changed since the last call, and those that left (job id -> why)."""
@@ -1093,6 +1125,7 @@ class KubernetesCluster:
             self._replace_pods(items)
         elif kind == "namespaces":
             self._side_errors.pop(kind, None)
+            self._terminating_ns = {obj["metadata"]["name"] for obj in items if _terminating(obj)}
             live = {(obj.get("metadata") or {}).get("name") for obj in items}
             for name in [name for name in self.intake.namespaces if name not in live]:
                 self.intake.on_namespace("DELETED", {"metadata": {"name": name}})
@@ -1119,6 +1152,11 @@ class KubernetesCluster:
         elif kind == "pods":
             self._on_pod(event, obj)
         elif kind == "namespaces":
+            name = (obj.get("metadata") or {}).get("name")
+            if event != "DELETED" and _terminating(obj):
+                self._terminating_ns.add(name)
+            else:
+                self._terminating_ns.discard(name)
             self.intake.on_namespace(event, obj)
         else:
             self.intake.on_podgroup(event, obj)
@@ -1217,8 +1255,14 @@ class KubernetesCluster:
                 # (A held job's earlier pod going says nothing about the start waiting for its room.)
                 self._inflight.pop(job_id, None)
                 self._unadmit(job_id)
-                # An in-cluster pod is the user's: gone, it is not made again (its controller makes a new one).
-                self._emit(job_id, "failed" if old.incluster else "lost", old.node, "pod deleted outside Flotilla")
+                if not old.incluster:
+                    self._emit(job_id, "lost", old.node, "pod deleted outside Flotilla")
+                elif old.disrupted:   # evicted, or preempted by another scheduler: not its owner's doing
+                    self._emit(job_id, "failed", old.node, f"pod deleted outside Flotilla: {old.disrupted}")
+                else:
+                    # An in-cluster pod is the user's: deleted (kubectl delete job / pod), its job is cancelled
+                    # (its controller, if any, makes a new pod: a new job).
+                    self._emit(job_id, "cancelled", old.node, "pod deleted outside Flotilla", cause="Deleted")
             self._reported.pop(key, None)
             self._starting.pop(key, None)
             self._finished.pop(key, None)
@@ -1239,7 +1283,8 @@ class KubernetesCluster:
             pod = _Pod(key, node, phase, deleting, job=job,
                        reason=failure_reason(obj) if phase == "Failed" else "",
                        waiting=waiting_reason(obj) if phase == "Pending" else "", owned=owned,
-                       exit_code=exit_code, cause=cause, incluster=incluster, uid=meta.get("uid", ""))
+                       exit_code=exit_code, cause=cause, incluster=incluster, uid=meta.get("uid", ""),
+                       disrupted=disruption(obj) if incluster else "")
             self._put_pod(key, pod)
             if phase == "Pending" and not deleting and key not in self._reported and not incluster:
                 # (An in-cluster pod that does not start is its owner's to see to: Flotilla did not make it.)
@@ -1257,7 +1302,10 @@ class KubernetesCluster:
             if current is None or current == key or not deleting:
                 self._job_pod[job_id] = key
             if node is not None and job_id not in self._held_ids:
-                self._inflight.pop(job_id, None)
+                if self._inflight.pop(job_id, None) is not None and (old is None or old.node is None) \
+                        and phase not in _ENDED:
+                    # Bound by this process just now: said as kube-scheduler says it (conditions module).
+                    self._report(self.reporter.scheduled, key[0], key[1], pod.uid, node)
                 self._unadmit(job_id)
             self._pod_events(pod, job_id)
         else:

@@ -362,6 +362,15 @@ def failure_details(pod: Mapping[str, Any]) -> tuple[int | None, str]:
     return None, ""
 
 
+def disruption(pod: Mapping[str, Any]) -> str:
+    """The pod's ``DisruptionTarget=True`` condition as ``reason: message`` (evicted, preempted, a taint), or ``""``."""
+    for condition in (pod.get("status") or {}).get("conditions") or ():
+        if condition.get("type") == "DisruptionTarget" and condition.get("status") == "True":
+            reason = condition.get("reason") or "DisruptionTarget"
+            return reason + (f": {condition['message']}" if condition.get("message") else "")
+    return ""
+
+
 def waiting_reason(pod: Mapping[str, Any]) -> str:
     """Why a pod that has not started is waiting (``ErrImagePull: ...``), or ``""``."""
     status = pod.get("status") or {}
@@ -489,4 +498,4 @@ __all__ = ["ATTEMPT", "FAKE_NODE", "JOB_ID", "KWOK_COMPLETE_DELAY", "PodSettings
            "is_terminal",
            "container_outcomes", "failure_reason", "job_from_pod", "label_value", "owned_fields", "POD_NUMBER",
            "waiting_reason", "node_from_object", "node_ready", "pod_manifest", "pod_name",
-           "pod_host_ports", "pod_phase", "pod_requests", "pod_slots"]
+           "pod_host_ports", "pod_phase", "pod_requests", "pod_slots", "disruption"]

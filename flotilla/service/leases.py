@@ -237,7 +237,8 @@ def apply_reports(copy, reports: Mapping[str, ClusterReport], now: float, lease_
             elif kind == "preempted":
                 finish(job, PREEMPTED, ev.reason or f"preempted on {cluster}", when, stop_rest=True, skip=ev.job_id)
             elif kind == "cancelled":
-                if job.stop_requested == STOP_CANCEL:
+                if job.stop_requested == STOP_CANCEL or ev.cause == "Deleted":
+                    # (Deleted: an in-cluster pod its owner deleted, kubectl delete job / pod.)
                     finish(job, CANCELLED, ev.reason or "cancelled", when, stop_rest=True, skip=ev.job_id)
                 elif job.stop_requested == STOP_DEADLINE:
                     retry_or_fail(job, DEADLINE, "active deadline exceeded", when, skip=ev.job_id)
