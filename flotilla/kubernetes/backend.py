@@ -84,7 +84,8 @@ from flotilla.kubernetes.intake import (PODGROUPS_PATH, POD_NAME, POD_NAMESPACE,
 from flotilla.kubernetes.pods import (ATTEMPT, DURATION, JOB_ID, PodSettings, failure_details, failure_reason, is_ours,
                                       job_deadline, job_from_pod, job_grace_period, job_namespace, named_grace_period,
                                       node_from_object, node_ready, pod_manifest, pod_name, pod_phase, pod_requests,
-                                      disruption, pod_slots, waiting_reason)
+                                      disruption, permanent_pull_failure, pod_slots, waiting_container,
+                                      waiting_reason)
 
 log = structlog.get_logger("flotilla.kubernetes")
 
@@ -132,6 +133,10 @@ def _terminating(namespace: Mapping) -> bool:
     """Whether a namespace object is being deleted."""
     return bool((namespace.get("metadata") or {}).get("deletionTimestamp")) \
         or (namespace.get("status") or {}).get("phase") == "Terminating"
+
+
+#: A pod of ours whose image the kubelet has backed off pulling this many times fails its job (its message said).
+IMAGE_PULL_BACKOFFS = 3
 
 
 class NamespaceMissing(Exception):
@@ -213,6 +218,7 @@ class KubernetesCluster:
         self._reported: dict[tuple[str, str], str] = {}
         self._starts: dict[str, int] = {}                # job id -> times started: tells a stale delete
         self._starting: dict[tuple[str, str], float] = {}  # our pods not started yet -> first seen
+        self._pull_backoffs: dict[tuple[str, str], int] = {}  # our waiting pods -> times the kubelet backed off
         self._nodes_down: dict[str, list] = {}           # node -> [since, deleted, handled]
         self._finished: dict[tuple[str, str], float] = {}  # finished pods kept for their logs -> when to delete
         self._events: deque[tuple[JobEvent, int | None]] = deque()   # (event, the run it is about)
@@ -949,13 +955,14 @@ class KubernetesCluster:
             self._pool.submit(self._delete_finished, key)
 
     # -- the platform's failures: stuck pods, lost nodes (checked at every poll) -------------------
-    def _give_up(self, pod: _Pod, reason: str, cause: str, grace: int = 0) -> None:
-        """Report ``pod``'s job ``lost`` (the service retries it elsewhere) and remove the pod."""
+    def _give_up(self, pod: _Pod, reason: str, cause: str, grace: int = 0, kind: str = "lost") -> None:
+        """Report ``pod``'s job ``lost`` (the service retries it elsewhere; ``kind`` failed: the job's own
+        failure) and remove the pod."""
         self._reported[pod.key] = "lost"
         self._stopped.pop(pod.key, None)   # its room counts again (module docstring)
         self._starting.pop(pod.key, None)
         self._ignore_delete.add(pod.key)
-        self._emit(pod.job.id, "failed" if pod.incluster else "lost", pod.node, reason, cause=cause)
+        self._emit(pod.job.id, "failed" if pod.incluster else kind, pod.node, reason, cause=cause)
         log.warning("kubernetes.pod_given_up", cluster=self.name, job=pod.job.id, reason=reason)
         self._pool.submit(self._delete_finished, pod.key, grace)
 
@@ -1266,6 +1273,7 @@ class KubernetesCluster:
             self._reported.pop(key, None)
             self._starting.pop(key, None)
             self._finished.pop(key, None)
+            self._pull_backoffs.pop(key, None)
             return
         spec = obj.get("spec") or {}
         phase = pod_phase(obj)
@@ -1292,6 +1300,9 @@ class KubernetesCluster:
             else:
                 self._starting.pop(key, None)
             job_id = job.id
+            if phase == "Pending" and not incluster and node is not None and not deleting \
+                    and self._reported.get(key) not in _FINAL and pod.waiting != (old.waiting if old else ""):
+                self._waiting_news(pod, obj, old)
             try:
                 attempt = int((meta.get("annotations") or {}).get(ATTEMPT, "0"))
             except ValueError:
@@ -1311,6 +1322,23 @@ class KubernetesCluster:
         else:
             requests = old.requests if old is not None and old.requests is not None else pod_requests(obj)
             self._put_pod(key, _Pod(key, node, phase, deleting, requests=requests))
+
+    def _waiting_news(self, pod: _Pod, obj: dict, old: _Pod | None) -> None:
+        """A pod of ours waits on its node for a new reason: say it (the job's status shows it), or fail the job
+        when its image will never come (a permanent pull failure, or ``IMAGE_PULL_BACKOFFS`` back-offs)."""
+        found = waiting_container(obj)
+        if found is not None:
+            _, reason, message = found
+            if reason == "ImagePullBackOff" and (old is None or ": ImagePullBackOff" not in old.waiting):
+                self._pull_backoffs[pod.key] = self._pull_backoffs.get(pod.key, 0) + 1
+            backoffs = self._pull_backoffs.get(pod.key, 0)
+            if permanent_pull_failure(reason, message) or backoffs >= IMAGE_PULL_BACKOFFS:
+                why = pod.waiting if backoffs < IMAGE_PULL_BACKOFFS else \
+                    f"{pod.waiting} (the kubelet backed off pulling {backoffs} times)"
+                self._give_up(pod, f"image not pulled: {why}", "", job_grace_period(pod.job, self.settings),
+                              kind="failed")
+                return
+        self._emit(pod.job.id, "waiting", pod.node, pod.waiting, run=self._starts.get(pod.job.id, 0) or None)
 
     def _pod_events(self, pod: _Pod, job_id: str) -> None:
         reported = self._reported.get(pod.key)

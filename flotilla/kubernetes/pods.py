@@ -371,15 +371,45 @@ def disruption(pod: Mapping[str, Any]) -> str:
     return ""
 
 
-def waiting_reason(pod: Mapping[str, Any]) -> str:
-    """Why a pod that has not started is waiting (``ErrImagePull: ...``), or ``""``."""
+#: Waiting reasons of a container whose image will never come (the kubelet's images package): the job fails.
+PERMANENT_PULL_REASONS = frozenset({"ErrImageNeverPull", "InvalidImageName"})
+#: What a registry says of an image that does not exist, in an ``ErrImagePull`` message (containerd's wording).
+IMAGE_MISSING = ("not found", "manifest unknown", "repository does not exist")
+#: The waiting reasons the kubelet gives while it merely prepares a container: said only when nothing else is.
+_PREPARING = ("ContainerCreating", "PodInitializing")
+
+
+def waiting_container(pod: Mapping[str, Any]) -> tuple[str, str, str] | None:
+    """``(container, reason, message)`` of the pod's first waiting container that says why (init containers
+    first; ``ContainerCreating`` only when no container says more), or None."""
     status = pod.get("status") or {}
+    preparing = None
     for group in ("initContainerStatuses", "containerStatuses"):
         for container in status.get(group) or ():
             waiting = (container.get("state") or {}).get("waiting")
-            if waiting and waiting.get("reason") and waiting["reason"] not in ("ContainerCreating", "PodInitializing"):
-                text = f"container {container.get('name', '?')}: {waiting['reason']}"
-                return text + (f": {waiting['message']}" if waiting.get("message") else "")
+            if waiting and waiting.get("reason"):
+                found = (container.get("name", "?"), waiting["reason"], waiting.get("message") or "")
+                if waiting["reason"] not in _PREPARING:
+                    return found
+                preparing = preparing or found
+    return preparing
+
+
+def permanent_pull_failure(reason: str, message: str) -> bool:
+    """Whether a waiting container's image will never be pulled: never-pull policy, an invalid name, or an image
+    the registry says does not exist. (``ImagePullBackOff`` alone is not: the backend counts its back-offs.)"""
+    if reason in PERMANENT_PULL_REASONS:
+        return True
+    return reason == "ErrImagePull" and any(text in message.lower() for text in IMAGE_MISSING)
+
+
+def waiting_reason(pod: Mapping[str, Any]) -> str:
+    """Why a pod that has not started is waiting (``container c: ErrImagePull: ...``), or ``""``."""
+    status = pod.get("status") or {}
+    found = waiting_container(pod)
+    if found is not None:
+        name, reason, message = found
+        return f"container {name}: {reason}" + (f": {message}" if message else "")
     for condition in status.get("conditions") or ():
         if condition.get("status") == "False" and condition.get("reason"):
             return f"{condition.get('type')}: {condition['reason']}"

@@ -181,9 +181,11 @@ def apply_reports(copy, reports: Mapping[str, ClusterReport], now: float, lease_
         else:
             retry_or_fail(job, failure, reason, when, announced=True)
 
-    def return_to_queue(job, reason: str, when: float, pod: int | None) -> None:
-        """The run never started where it was placed: the job is queued again as it was (its retries kept)."""
-        event(job, "returned", when, reason, job.cluster, node_text(job), pod)
+    def return_to_queue(job, reason: str, when: float, pod: int | None, announced: bool = False) -> None:
+        """The run ended for the platform's reasons only (never bound, refused by a kubelet, its node lost): the
+        job is queued again as it was, its retries kept. ``announced``: its event is written already."""
+        if not announced:
+            event(job, "returned", when, reason, job.cluster, node_text(job), pod)
         changes.lease_deletes.add(job.id)
         changes.lease_updates.pop(job.id, None)
         copy.drop(job.id)
@@ -218,7 +220,7 @@ def apply_reports(copy, reports: Mapping[str, ClusterReport], now: float, lease_
                     job.state = RUNNING
                     job.started = when
                     copy.track_deadline(job)
-                    update(job, state=RUNNING, started=when)
+                    update(job, state=RUNNING, started=when, reason="")
                     event(job, "running", when, ev.reason, cluster, node_text(job))
             elif kind == "succeeded":
                 job.pods_done += 1
@@ -247,8 +249,19 @@ def apply_reports(copy, reports: Mapping[str, ClusterReport], now: float, lease_
                            stop_rest=True, skip=ev.job_id)
             elif kind == "lost":
                 stop_pods(job)
-                requeue_or_fail(job, "lease-expired", f"lost on cluster {cluster}: {ev.reason or 'no reason given'}",
-                                when, pod, Failure(True, ev.exit_code, ev.cause))
+                failure = Failure(True, ev.exit_code, ev.cause)
+                reason = f"lost on cluster {cluster}: {ev.reason or 'no reason given'}"
+                if ev.cause == "NodeLost" and job.stop_requested == STOP_NONE \
+                        and not any(rule.matches(failure) for rule in rules_of(job)):
+                    # Its node went away: the platform's doing, which uses none of the job's own retries (a retry
+                    # policy rule on NodeLost decides otherwise).
+                    event(job, "lease-expired", when, reason, job.cluster, node_text(job), pod)
+                    return_to_queue(job, reason, when, pod, announced=True)
+                else:
+                    requeue_or_fail(job, "lease-expired", reason, when, pod, failure)
+            elif kind == "waiting":
+                if job.state in (LEASED, PENDING) and ev.reason:
+                    update(job, reason=ev.reason)   # why its pod waits on its node, as the kubelet says
             elif kind == "returned":
                 # Not bound, or refused by the kubelet: the node was the wrong place at that moment (another
                 # scheduler's pods took the room). Back to the queue, no retry used.
