@@ -27,6 +27,7 @@ class Recorder:
     def __init__(self):
         self.created: list[tuple[str, dict]] = []
         self.posts: list[tuple[str, dict]] = []
+        self.deleted: list[tuple[str, dict]] = []
 
     def get(self, path, **_):
         return {}
@@ -38,8 +39,8 @@ class Recorder:
         self.posts.append((path, body))
         return body
 
-    def delete(self, *_, **__):
-        return None
+    def delete(self, path, body=None, **_):
+        self.deleted.append((path, body))
 
     def patch(self, path, body, **_):
         self.posts.append((path, body))

@@ -72,7 +72,7 @@ from typing import Callable, Iterable, Mapping
 
 import structlog
 
-from flotilla.core.backend import ClusterDecisions, ClusterUnavailable, JobEvent, PodTemplate
+from flotilla.core.backend import NODE_RETURNED, ClusterDecisions, ClusterUnavailable, JobEvent, PodTemplate
 from flotilla.core.model import ClusterSnapshot, Job, JobState, Node
 from flotilla.core.quantities import QuantityError, parse_duration
 from flotilla.kubernetes.client import (ApiError, Gone, KubeClient, KubeError, Unreachable, WatchBroken,
@@ -219,6 +219,9 @@ class KubernetesCluster:
         self._starts: dict[str, int] = {}                # job id -> times started: tells a stale delete
         self._starting: dict[tuple[str, str], float] = {}  # our pods not started yet -> first seen
         self._pull_backoffs: dict[tuple[str, str], int] = {}  # our waiting pods -> times the kubelet backed off
+        #: Our pods given up because their node was NotReady past nodeLostTimeout: a success they report when the
+        #: node returns is their job's (NODE_RETURNED).
+        self._lost_on_node: set[tuple[str, str]] = set()
         self._nodes_down: dict[str, list] = {}           # node -> [since, deleted, handled]
         self._finished: dict[tuple[str, str], float] = {}  # finished pods kept for their logs -> when to delete
         self._events: deque[tuple[JobEvent, int | None]] = deque()   # (event, the run it is about)
@@ -939,10 +942,13 @@ class KubernetesCluster:
             return None
         return job_grace_period(job, self.settings)
 
-    def _delete_finished(self, key: tuple[str, str], grace: int = 0) -> None:
+    def _delete_finished(self, key: tuple[str, str], grace: int | None = 0) -> None:
+        """Delete pod ``key`` with ``grace`` seconds (None: the pod's own ``terminationGracePeriodSeconds``)."""
+        options = {"apiVersion": "v1", "kind": "DeleteOptions"}
+        if grace is not None:
+            options["gracePeriodSeconds"] = grace
         try:
-            self.client.delete(pod_path(*key), {"apiVersion": "v1", "kind": "DeleteOptions",
-                                                "gracePeriodSeconds": grace})
+            self.client.delete(pod_path(*key), options)
         except KubeError:
             pass
 
@@ -955,7 +961,7 @@ class KubernetesCluster:
             self._pool.submit(self._delete_finished, key)
 
     # -- the platform's failures: stuck pods, lost nodes (checked at every poll) -------------------
-    def _give_up(self, pod: _Pod, reason: str, cause: str, grace: int = 0, kind: str = "lost") -> None:
+    def _give_up(self, pod: _Pod, reason: str, cause: str, grace: int | None = 0, kind: str = "lost") -> None:
         """Report ``pod``'s job ``lost`` (the service retries it elsewhere; ``kind`` failed: the job's own
         failure) and remove the pod."""
         self._reported[pod.key] = "lost"
@@ -1013,7 +1019,9 @@ class KubernetesCluster:
                     if pod.job is not None and not pod.deleting \
                             and pod.phase not in _ENDED and self._reported.get(pod.key) not in _FINAL:
                         # Force (no grace) when the node is gone: no kubelet is left to confirm.
-                        grace = 0 if deleted else job_grace_period(pod.job, self.settings)
+                        grace = 0 if deleted else self._grace_of(pod.key, pod.job)
+                        if not deleted:
+                            self._lost_on_node.add(pod.key)
                         self._give_up(pod, f"node {name} lost: {what} for {now - since:.0f}s "
                                            f"(nodeLostTimeout {self.node_lost_timeout:g}s)", "NodeLost", grace)
 
@@ -1274,6 +1282,7 @@ class KubernetesCluster:
             self._starting.pop(key, None)
             self._finished.pop(key, None)
             self._pull_backoffs.pop(key, None)
+            self._lost_on_node.discard(key)
             return
         spec = obj.get("spec") or {}
         phase = pod_phase(obj)
@@ -1335,13 +1344,21 @@ class KubernetesCluster:
             if permanent_pull_failure(reason, message) or backoffs >= IMAGE_PULL_BACKOFFS:
                 why = pod.waiting if backoffs < IMAGE_PULL_BACKOFFS else \
                     f"{pod.waiting} (the kubelet backed off pulling {backoffs} times)"
-                self._give_up(pod, f"image not pulled: {why}", "", job_grace_period(pod.job, self.settings),
-                              kind="failed")
+                self._give_up(pod, f"image not pulled: {why}", "", self._grace_of(pod.key, pod.job), kind="failed")
                 return
         self._emit(pod.job.id, "waiting", pod.node, pod.waiting, run=self._starts.get(pod.job.id, 0) or None)
 
     def _pod_events(self, pod: _Pod, job_id: str) -> None:
         reported = self._reported.get(pod.key)
+        if pod.phase == "Succeeded" and pod.key in self._lost_on_node:
+            # Given up while its node was NotReady, it finished meanwhile: the run succeeded after all. Said
+            # whatever the job does now (queued again, or rerun): the service keeps the success, stops a rerun.
+            self._lost_on_node.discard(pod.key)
+            self._reported[pod.key] = "succeeded"
+            self._events.append((JobEvent(job_id, "succeeded", self.name, pod.node, self.clock(),
+                                          f"succeeded on node {pod.node}, reported once the node returned",
+                                          cause=NODE_RETURNED), None))
+            return
         if reported in _FINAL:
             return
         if pod.phase == "Running" and reported is None and not pod.deleting:

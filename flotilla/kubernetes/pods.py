@@ -476,8 +476,11 @@ def _node_affinity(spec: Mapping[str, Any]):
         return None
 
 
-_STATE_TAINTS = frozenset({"node.kubernetes.io/not-ready", "node.kubernetes.io/unreachable",
-                           "node.kubernetes.io/unschedulable"})
+#: The taint that says what ``spec.unschedulable`` says (cordoned): left to ``unschedulable``, as kube-scheduler's
+#: NodeUnschedulable plugin words it.
+_CORDON_TAINT = "node.kubernetes.io/unschedulable"
+#: The taints Kubernetes' node lifecycle controller puts on a node that is not Ready (or whose kubelet is silent).
+NOT_READY_TAINTS = frozenset({"node.kubernetes.io/not-ready", "node.kubernetes.io/unreachable"})
 
 
 def node_ready(node: Mapping[str, Any]) -> bool:
@@ -500,7 +503,13 @@ def pod_slots(node: Mapping[str, Any]) -> int | None:
 
 
 def node_from_object(obj: Mapping[str, Any], cluster: str) -> Node:
-    """A scheduler node: allocatable resources, labels, taints; cordoned or not-Ready nodes are unschedulable."""
+    """A scheduler node: allocatable resources, labels, taints; a cordoned node is unschedulable.
+
+    A node that is not Ready keeps the ``node.kubernetes.io/not-ready`` (or ``unreachable``) taint the node
+    lifecycle controller gives it, and is given ``node.kubernetes.io/not-ready:NoSchedule`` when it has neither
+    (no controller running): it takes only pods that tolerate it, and a job waits with kube-scheduler's words,
+    ``node(s) had untolerated taint {node.kubernetes.io/not-ready: }``, not those of a cordoned node.
+    """
     meta = obj["metadata"]
     spec = obj.get("spec") or {}
     status = obj.get("status") or {}
@@ -511,16 +520,16 @@ def node_from_object(obj: Mapping[str, Any], cluster: str) -> Node:
             continue
         resources[name] = _quantity(value, name)
     taints = tuple(Taint(t.get("key", ""), t.get("value", ""), t.get("effect", "NoSchedule"))
-                   for t in spec.get("taints") or ()
-                   # these three say what `unschedulable` already says (cordoned, or not Ready)
-                   if t.get("key") not in _STATE_TAINTS)
+                   for t in spec.get("taints") or () if t.get("key") != _CORDON_TAINT)
+    if not node_ready(obj) and not any(t.key in NOT_READY_TAINTS for t in taints):
+        taints += (Taint("node.kubernetes.io/not-ready", "", "NoSchedule"),)
     return Node(
         name=meta["name"],
         cluster=cluster,
         resources=resources,
         labels=dict(meta.get("labels") or {}),
         taints=taints,
-        unschedulable=bool(spec.get("unschedulable")) or not node_ready(obj),
+        unschedulable=bool(spec.get("unschedulable")),
     )
 
 

@@ -32,7 +32,7 @@ from dataclasses import dataclass, field, replace
 from operator import attrgetter
 from typing import Mapping, Sequence
 
-from flotilla.core.backend import JobEvent
+from flotilla.core.backend import NODE_RETURNED, JobEvent
 from flotilla.service.retry import Failure, Policies, decide
 
 #: The annotation an in-cluster pod's job carries (flotilla.kubernetes.intake.POD_UID).
@@ -87,6 +87,9 @@ class IngestResult:
     counts: dict[str, int] = field(default_factory=dict)
     #: Binds returned to the queue this cycle, by (cluster, reason label): flotilla_binds_returned_total.
     returned: dict[tuple[str, str], int] = field(default_factory=dict)
+    #: Successes of runs given up when their node was lost, for jobs not active now (queued again): (job id,
+    #: cluster, node, time, reason). The store finishes those still queued (Store.ingest).
+    late_successes: list[tuple[str, str, str | None, float, str]] = field(default_factory=list)
 
 
 #: The failures the service finds itself: a lease not renewed in time, a job past its active deadline.
@@ -106,6 +109,7 @@ def apply_reports(copy, reports: Mapping[str, ClusterReport], now: float, lease_
     stops: dict[str, list[tuple[str, object]]] = {}
     counts: dict[str, int] = {}
     returned: dict[tuple[str, str], int] = {}
+    late_successes: list[tuple[str, str, str | None, float, str]] = []
 
     def count(name: str) -> None:
         counts[name] = counts.get(name, 0) + 1
@@ -203,6 +207,17 @@ def apply_reports(copy, reports: Mapping[str, ClusterReport], now: float, lease_
     for cluster, report in reports.items():
         for ev in report.events:
             job = active.get(job_of(ev.job_id))
+            if ev.kind == "succeeded" and ev.cause == NODE_RETURNED and "#" not in ev.job_id:
+                # A run given up when its node was lost finished meanwhile: the job keeps that success; a rerun,
+                # wherever it is, is stopped (a job of several pods is left to its rerun).
+                when = ev.time or now
+                reason = f"{ev.reason} (cluster {cluster})" if ev.reason else f"succeeded on cluster {cluster}"
+                if job is None:
+                    late_successes.append((ev.job_id, cluster, ev.node, when, reason))
+                else:
+                    stop_pods(job)
+                    finish(job, SUCCEEDED, f"{reason}; its rerun is cancelled", when)
+                continue
             if job is None or job.cluster != cluster:
                 continue          # about a job that is no longer here: a stale report
             when = ev.time or now
@@ -360,4 +375,4 @@ def apply_reports(copy, reports: Mapping[str, ClusterReport], now: float, lease_
         stop_pods(job)
     for entry in later:
         heapq.heappush(heap, entry)
-    return IngestResult(active, stops, changes, counts, returned)
+    return IngestResult(active, stops, changes, counts, returned, late_successes)

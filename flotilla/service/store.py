@@ -1138,6 +1138,8 @@ class Store:
                     active = self._refresh_active(conn, copy)
                 result = apply_reports(active, reports, now, lease_timeout, max_retries, self._policies(conn))
                 self._write_changes(conn, result.changes, now)
+                if result.late_successes:
+                    self._finish_late_successes(conn, result.late_successes, now)
         except BaseException:
             if copy is not None:
                 copy.reset()  # apply_reports changed the copy; the store did not take it
@@ -1165,6 +1167,20 @@ class Store:
         for columns, params in groups.items():
             stmt = table.update().where(key == sa.bindparam("k_")).values({c: sa.bindparam(f"v_{c}") for c in columns})
             conn.execute(stmt, params)
+
+    def _finish_late_successes(self, conn, late, now: float) -> None:
+        """Jobs queued again after their node was lost, whose first run reported success once the node returned
+        (``IngestResult.late_successes``): succeeded, if still queued (never leased again since)."""
+        rows = []
+        for job_id, cluster, node, when, reason in late:
+            row = conn.execute(sa.select(jobs.c.id, jobs.c.queue, jobs.c.job_set)
+                               .where(jobs.c.id == job_id, jobs.c.state == QUEUED)).first()
+            if row is None:
+                continue
+            conn.execute(jobs.update().where(jobs.c.id == job_id, jobs.c.state == QUEUED)
+                         .values(state=SUCCEEDED, reason=reason, finished=when, updated=now))
+            rows.append(self._event(row._mapping, "succeeded", when, cluster, node, reason))
+        self._insert_events(conn, rows)
 
     def _write_changes(self, conn, changes: "Changes", now: float) -> None:
         self._update_many(conn, jobs, jobs.c.id, {k: {**v, "updated": now} for k, v in changes.job_updates.items()})
