@@ -487,6 +487,20 @@ def _default_classes() -> list[PriorityClassConfig]:
             PriorityClassConfig(name="armada-preemptible", priority=20000, preemptible=True)]
 
 
+class ClusterPriorityClassesConfig(Model):
+    """How the PriorityClass objects of ``kind: kubernetes`` clusters rank against Flotilla's own classes.
+
+    A cluster class that the config does not name is a Flotilla priority class of priority ``value +
+    priorityOffset``, preemptible (system classes excepted), preempting unless ``preemptionPolicy: Never``
+    (:mod:`flotilla.kubernetes.priorityclasses`).
+    """
+
+    #: Added to every cluster class's value: 0 compares Kubernetes values with Flotilla priorities as they are;
+    #: -1000000000 ranks every user-definable class (at most 1000000000) at or below 0, under Flotilla's stock
+    #: classes; the system classes keep their rank above user classes either way.
+    priority_offset: int = Field(0, alias="priorityOffset", ge=-(1 << 40), le=1 << 40)
+
+
 class FlotillaConfig(Model):
     """The whole scheduler config; ``config.source`` reports later problems at their line in the file."""
 
@@ -494,6 +508,8 @@ class FlotillaConfig(Model):
     plugins: list[PluginConfig] = Field(default_factory=_default_plugins)
     priority_classes: list[PriorityClassConfig] = Field(default_factory=_default_classes, alias="priorityClasses")
     default_priority_class: str = Field("armada-default", alias="defaultPriorityClass")
+    cluster_priority_classes: ClusterPriorityClassesConfig = Field(default_factory=ClusterPriorityClassesConfig,
+                                                                   alias="clusterPriorityClasses")
     queues: list[QueueConfig] = Field(default_factory=list)
     evict: EvictConfig = Field(default_factory=EvictConfig)
     allocate: AllocateConfig = Field(default_factory=AllocateConfig)

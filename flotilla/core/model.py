@@ -33,11 +33,16 @@ class JobState(str, Enum):
 
 @dataclass(frozen=True, slots=True)
 class PriorityClass:
-    """Armada's ``(name, priority, preemptible)`` tuple."""
+    """Armada's ``(name, priority, preemptible)`` tuple, and whether its jobs may displace others.
+
+    ``preempts`` is false for a class whose jobs never displace anyone
+    (Kubernetes' ``preemptionPolicy: Never``): they wait for room instead.
+    """
 
     name: str
     priority: int
     preemptible: bool
+    preempts: bool = True
 
 
 @dataclass(frozen=True, slots=True)

@@ -78,6 +78,7 @@ from flotilla.core.quantities import QuantityError, parse_duration
 from flotilla.kubernetes.client import (ApiError, Gone, KubeClient, KubeError, Unreachable, WatchBroken,
                                         forbidden_message, pod_path)
 from flotilla.kubernetes.services import OWNED, exposure_manifests, object_path, owner_reference
+from flotilla.kubernetes.priorityclasses import PRIORITY_CLASSES_PATH, PriorityClassTracker, setup_priority_classes
 from flotilla.kubernetes.intake import (PODGROUPS_PATH, POD_NAME, POD_NAMESPACE, POD_UID, IntakeTracker,
                                         bound_by_flotilla)
 from flotilla.kubernetes.pods import (ATTEMPT, DURATION, JOB_ID, PodSettings, failure_details, failure_reason, is_ours,
@@ -212,6 +213,8 @@ class KubernetesCluster:
         self._requests_cache: dict = {}
         #: The waiting in-cluster pods (flotilla.kubernetes.intake), kept from the pod, namespace and PodGroup watches.
         self.intake = IntakeTracker(self.settings.scheduler_name)
+        #: The cluster's PriorityClass objects (flotilla.kubernetes.priorityclasses), from their own watch.
+        self.cluster_pcs = PriorityClassTracker()
         self._reporter = None
         self._report_pool: ThreadPoolExecutor | None = None
         self._reporting: list = []                       # the futures of the batch being written
@@ -229,7 +232,8 @@ class KubernetesCluster:
             return
         node_params = {"labelSelector": self.node_selector} if self.node_selector else {}
         for kind, path, params in (("nodes", "/api/v1/nodes", node_params), ("pods", "/api/v1/pods", {}),
-                                   ("namespaces", "/api/v1/namespaces", {}), ("podgroups", PODGROUPS_PATH, {})):
+                                   ("namespaces", "/api/v1/namespaces", {}), ("podgroups", PODGROUPS_PATH, {}),
+                                   ("priorityclasses", PRIORITY_CLASSES_PATH, {})):
             thread = threading.Thread(target=self._informer, args=(kind, path, params), daemon=True,
                                       name=f"kube-{self.name}-{kind}")
             thread.start()
@@ -897,35 +901,19 @@ class KubernetesCluster:
 
     # -- priority classes ------------------------------------------------------------------
     def _setup_priority_classes(self) -> bool:
-        """Create the config's priority classes that the cluster lacks; False if the cluster could not be read."""
-        path = "/apis/scheduling.k8s.io/v1/priorityclasses"
-        try:
-            existing = {item["metadata"]["name"] for item in self.client.get(path).get("items", [])}
-        except Unreachable:
+        """Create the config's priority classes that the cluster lacks (never touching one of the cluster's own,
+        :mod:`flotilla.kubernetes.priorityclasses`); False if the cluster could not be read."""
+        names = setup_priority_classes(self.client, self.priority_classes, self.name)
+        if names is None:
             return False
-        except KubeError as exc:
-            log.warning("kubernetes.priority_classes_unreadable", cluster=self.name, error=str(exc))
-            return True
-        for name, priority, preemptible in self.priority_classes:
-            if name in existing:
-                continue
-            body = {"apiVersion": "scheduling.k8s.io/v1", "kind": "PriorityClass", "metadata": {"name": name},
-                    "value": int(priority), "globalDefault": False,
-                    "preemptionPolicy": "PreemptLowerPriority",
-                    "description": f"Flotilla priority class ({'preemptible' if preemptible else 'not preemptible'})"}
-            try:
-                self.client.post(path, body)
-                existing.add(name)
-            except ApiError as exc:
-                if exc.status == 409:
-                    existing.add(name)
-                else:
-                    log.warning("kubernetes.priority_class_not_created", cluster=self.name, name=name,
-                                error=str(exc))
-            except KubeError:
-                return False
-        self._known_pcs = existing
+        self._known_pcs = names
         return True
+
+    def cluster_priority_classes(self) -> tuple[int, list]:
+        """The cluster's PriorityClass objects as the watch shows them: (a version bumped at every change, the
+        :class:`~flotilla.kubernetes.priorityclasses.ClusterPriorityClass` list)."""
+        with self._lock:
+            return self.cluster_pcs.version, list(self.cluster_pcs.classes.values())
 
     # -- informers (one thread each for nodes, pods, namespaces and PodGroups) ------------------------
     def _informer(self, kind: str, path: str, params: dict) -> None:
@@ -1004,6 +992,10 @@ class KubernetesCluster:
                 backoff = min(backoff * 2, 2.0)
 
     def _replace(self, kind: str, items: list[dict]) -> None:
+        if kind == "priorityclasses":
+            self._side_errors.pop(kind, None)
+            self.cluster_pcs.replace(items)
+            return
         if kind == "nodes":
             self._replace_nodes(items)
         elif kind == "pods":
@@ -1037,6 +1029,8 @@ class KubernetesCluster:
             self._on_pod(event, obj)
         elif kind == "namespaces":
             self.intake.on_namespace(event, obj)
+        elif kind == "priorityclasses":
+            self.cluster_pcs.on_event(event, obj)
         else:
             self.intake.on_podgroup(event, obj)
 

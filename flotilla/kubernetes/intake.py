@@ -62,6 +62,7 @@ class InClusterPod:
     labels: Mapping[str, str]
     owner: str                     # the controlling owner's name, "" without one
     priority_class: str            # spec.priorityClassName, "" without one
+    priority: int                  # spec.priority (written by admission from the class), 0 without one
     submitted: float               # creationTimestamp
     requests: Mapping[str, int]
     node_selector: Mapping[str, str]
@@ -162,6 +163,7 @@ def read_pod(obj: Mapping[str, Any]) -> InClusterPod:
     return InClusterPod(
         uid=meta.get("uid", ""), namespace=meta.get("namespace", "default"), name=meta["name"],
         labels=dict(meta.get("labels") or {}), owner=owner, priority_class=spec.get("priorityClassName") or "",
+        priority=spec["priority"] if type(spec.get("priority")) is int else 0,
         submitted=_timestamp(meta.get("creationTimestamp")), requests=requests, node_selector=selector,
         tolerations=tuple(tuple(sorted(t.items())) for t in spec.get("tolerations") or ()),
         host_ports=tuple(tuple(pair) for pair in pod_host_ports(spec)), node_affinity=affinity_spec,

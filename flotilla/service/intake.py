@@ -15,8 +15,13 @@ How a pod maps to a job:
   the pod's namespace in ``namespaces``;
 * job set: the label ``flotilla.io/job-set``, else the controlling owner's
   name (a Job's), else the pod's name;
-* priority class: ``spec.priorityClassName``, else its PodGroup's, which
-  must name a Flotilla priority class, else the default one;
+* priority class: ``spec.priorityClassName``, else its PodGroup's: a
+  Flotilla priority class, else one of the cluster's PriorityClass objects
+  (:mod:`flotilla.kubernetes.priorityclasses`); a pod given no class is of
+  the class ``(none)``, priority 0, as in Kubernetes (not the config's
+  default class, which is for API jobs). Within its queue a pod goes by its
+  Kubernetes priority (``spec.priority``, highest first), as kube-scheduler's
+  queue orders pods;
 * requests as kube-scheduler counts them; nodeSelector, tolerations, node
   affinity, host ports as for submitted jobs (what a submitted job is
   refused for, a pod is refused for, with its field path);
@@ -55,6 +60,7 @@ import structlog
 from flotilla.core.model import (GANG_CARDINALITY_ANNOTATION, GANG_ID_ANNOTATION, GANG_MIN_AVAILABLE_ANNOTATION,
                                  OWNER_ANNOTATION, parse_min_available)
 from flotilla.kubernetes.intake import JOB_SET_LABEL, POD_NAME, POD_NAMESPACE, POD_UID, QUEUE_LABEL, Arrival
+from flotilla.kubernetes.priorityclasses import NO_CLASS
 
 log = structlog.get_logger("flotilla.service.intake")
 
@@ -333,12 +339,12 @@ class ClusterIntake:
                 and group.priority_class != pod.priority_class:
             return None, (f"spec.priorityClassName: the pod says {pod.priority_class!r}, its PodGroup {group.key} "
                           f"spec.priorityClassName says {group.priority_class!r}")
-        priority_class = pod.priority_class or (group.priority_class if group is not None else None) or default_pc
+        priority_class = pod.priority_class or (group.priority_class if group is not None else None) or NO_CLASS
         if priority_class not in priority_classes:
             field_path = "spec.priorityClassName" if pod.priority_class or group is None or not group.priority_class \
                 else f"PodGroup {group.key} spec.priorityClassName"
-            return None, (f"{field_path}: {priority_class!r} is not a Flotilla priority class (known: "
-                          f"{', '.join(sorted(priority_classes))})")
+            return None, (f"{field_path}: {priority_class!r} is neither a Flotilla priority class nor a PriorityClass "
+                          f"of the cluster (known: {', '.join(sorted(priority_classes))})")
         if group is not None and group.preemptable is not None \
                 and group.preemptable != (priority_class in preemptible):
             kind = "preemptible" if priority_class in preemptible else "not preemptible"
@@ -384,7 +390,8 @@ class ClusterIntake:
             spec_pod["nodeAffinity"] = pod.node_affinity
         job_set = pod.labels.get(JOB_SET_LABEL) or pod.owner or pod.name
         return {
-            "id": pod.job_id, "queue": queue_name, "job_set": job_set, "owner": pod.namespace, "priority": 0,
+            "id": pod.job_id, "queue": queue_name, "job_set": job_set, "owner": pod.namespace,
+            "priority": -pod.priority,   # the pod's Kubernetes priority: higher first in its queue, as PrioritySort
             "priority_class": priority_class, "submitted": pod.submitted, "pods": _dump([spec_pod]), "npods": 1,
             "gang_id": None, "gang_cardinality": None, "gang_pods": None, "grace_period": pod.grace_period,
             "deadline": pod.deadline, "annotations": _dump(annotations),
