@@ -52,7 +52,7 @@ def test_placement_fields_flotilla_does_not_honour_are_named_by_path():
 
 
 def test_the_tracker_follows_watch_events_only():
-    tracker = IntakeTracker("flotilla", namespaces_synced=True, podgroups_synced=True)
+    tracker = IntakeTracker("flotilla", namespaces_synced=True, podgroups_synced=True, jobs_synced=True)
     tracker.on_namespace("ADDED", {"metadata": {"name": "team-a", "labels": {"flotilla.io/queue": "A"}}})
     tracker.on_pod("ADDED", pod())
     tracker.on_pod("ADDED", pod("other", uid="u2", schedulerName="default-scheduler"))
@@ -87,7 +87,7 @@ def test_admission_rules_and_idempotent_intake(tmp_path):
         "b": "namespace 'team-b' may not use queue 'A' (the queue's namespaces: team-a)",
         "c": "spec.priorityClassName: 'nope' is neither a Flotilla priority class nor a PriorityClass of the "
                  "cluster (known: (none), default)",
-        "d": "no queue: label the pod or its namespace 'team-a' with flotilla.io/queue"}
+        "d": "no queue: label the pod, its Job or its namespace 'team-a' with flotilla.io/queue"}
     assert store.intake(rows, {}) == [job_id_of(UID)]
     assert store.intake(rows, {}) == []           # offered again (a new leader): stored once
     job = store.get_job(job_id_of(UID))
@@ -135,7 +135,7 @@ def test_the_queue_api_takes_namespaces_and_refuses_a_bad_one(tmp_path):
 def test_without_the_podgroup_crd_such_pods_are_refused_saying_so(tmp_path):
     store = Store(f"sqlite:///{tmp_path}/s.db")
     store.sync_queues(queues())
-    tracker = IntakeTracker("flotilla", namespaces_synced=True, podgroups_synced=True)
+    tracker = IntakeTracker("flotilla", namespaces_synced=True, podgroups_synced=True, jobs_synced=True)
     tracker.on_namespace("ADDED", {"metadata": {"name": "team-a", "labels": {"flotilla.io/queue": "A"}}})
     tracker.on_pod("ADDED", pod(annotations={"scheduling.k8s.io/group-name": "pg"}))
     tracker.set_podgroups_problem("the PodGroup CRD (/apis/scheduling.volcano.sh/v1beta1/podgroups) is not "
@@ -179,7 +179,7 @@ def test_podgroup_fields_flotilla_does_not_honour_are_named_by_path():
 
 def admit_podgroup_pods(store, group_spec: dict, pods_: list[dict], namespace_queue="A",
                         preemptible=frozenset({"low"})):
-    tracker = IntakeTracker("flotilla", namespaces_synced=True, podgroups_synced=True)
+    tracker = IntakeTracker("flotilla", namespaces_synced=True, podgroups_synced=True, jobs_synced=True)
     tracker.on_namespace("ADDED", {"metadata": {"name": "team-a", "labels": {"flotilla.io/queue": namespace_queue}
                                                 if namespace_queue else {}}})
     tracker.on_podgroup("ADDED", podgroup(**group_spec))

@@ -409,7 +409,7 @@ def test_pods_refused_are_never_bound_and_told_why(harness):
     expected = {
         "wrong-namespace": "flotilla: namespace 'team-c' may not use queue 'B' (the queue's namespaces: "
                            "team-b, team-b2)",
-        "no-queue": "flotilla: no queue: label the pod or its namespace 'team-b2' with flotilla.io/queue",
+        "no-queue": "flotilla: no queue: label the pod, its Job or its namespace 'team-b2' with flotilla.io/queue",
         "bad-class": "flotilla: spec.priorityClassName: 'system-cluster-critical' is not a Flotilla priority class "
                      "(known: armada-default, armada-preemptible)",
         "anti": "flotilla: spec.affinity.podAntiAffinity: pod anti-affinity is not honoured by Flotilla's "

@@ -501,6 +501,17 @@ class ClusterPriorityClassesConfig(Model):
     priority_offset: int = Field(0, alias="priorityOffset", ge=-(1 << 40), le=1 << 40)
 
 
+class PlacementRuleConfig(Model):
+    """A placement rule: the queue of an in-cluster pod that names none (:mod:`flotilla.service.placement`)."""
+
+    #: namespace: a queue per namespace (prefix + namespace), made on first use; fixed: the queue ``queue``.
+    kind: Literal["namespace", "fixed"]
+    queue: Name | None = None
+    parent: Name | None = None
+    prefix: str = Field("", max_length=100, pattern=r"^([a-z0-9][-a-z0-9.]*)?$")
+    weight: float = Field(1.0, gt=0)
+
+
 class FlotillaConfig(Model):
     """The whole scheduler config; ``config.source`` reports later problems at their line in the file."""
 
@@ -511,6 +522,8 @@ class FlotillaConfig(Model):
     cluster_priority_classes: ClusterPriorityClassesConfig = Field(default_factory=ClusterPriorityClassesConfig,
                                                                    alias="clusterPriorityClasses")
     queues: list[QueueConfig] = Field(default_factory=list)
+    #: Placement rules for in-cluster pods whose pod, owner, PodGroup and namespace name no queue.
+    placement: list[PlacementRuleConfig] = Field(default_factory=list)
     evict: EvictConfig = Field(default_factory=EvictConfig)
     allocate: AllocateConfig = Field(default_factory=AllocateConfig)
     preempt: PreemptConfig = Field(default_factory=PreemptConfig)
@@ -567,6 +580,16 @@ class FlotillaConfig(Model):
                                                         f"(known: {', '.join(names) or 'none'})"))
         problems += _duplicates("queues", [q.name for q in self.queues], "queue")
         problems += queue_tree_problems("queues", self.queues)
+        queue_names = {q.name for q in self.queues}
+        for i, rule in enumerate(self.placement):
+            if rule.kind == "fixed" and rule.queue is None:
+                problems.append((("placement", i, "queue"), "a fixed rule names its queue"))
+            for key in ("parent", "prefix", "weight") if rule.kind == "fixed" else ("queue",):
+                if key in rule.model_fields_set:
+                    problems.append((("placement", i, key), f"a {rule.kind} rule has no {key}"))
+            if rule.parent is not None and rule.parent not in queue_names:
+                problems.append((("placement", i, "parent"), f"unknown parent queue {rule.parent!r} (a queue of "
+                                                             f"the config: {', '.join(sorted(queue_names)) or 'none'})"))
         problems += _duplicates("clusters", [c.name for c in self.clusters], "cluster")
         problems += _duplicates("nodeTemplates", [t.name for t in self.node_templates], "node template")
         for c, cluster in enumerate(self.clusters):

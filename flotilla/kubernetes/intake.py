@@ -32,6 +32,11 @@ QUEUE_LABEL = "flotilla.io/queue"
 JOB_SET_LABEL = "flotilla.io/job-set"
 #: Volcano's annotation naming the pod's PodGroup (in the pod's namespace).
 GROUP_NAME_ANNOTATION = "scheduling.k8s.io/group-name"
+#: The same, as Volcano's own job controller and Kubeflow Trainer's Volcano plugin write it.
+VOLCANO_GROUP_NAME_ANNOTATION = "scheduling.volcano.sh/group-name"
+#: Kueue's label naming the pod's (local) queue: read as a Flotilla queue's name.
+KUEUE_QUEUE_LABEL = "kueue.x-k8s.io/queue-name"
+JOBS_PATH = "/apis/batch/v1/jobs"
 PODGROUP_GROUP = "scheduling.volcano.sh"
 PODGROUP_VERSION = "v1beta1"
 PODGROUPS_PATH = f"/apis/{PODGROUP_GROUP}/{PODGROUP_VERSION}/podgroups"
@@ -61,6 +66,7 @@ class InClusterPod:
     name: str
     labels: Mapping[str, str]
     owner: str                     # the controlling owner's name, "" without one
+    owner_uid: str                 # the controlling owner's uid, "" without one
     priority_class: str            # spec.priorityClassName, "" without one
     priority: int                  # spec.priority (written by admission from the class), 0 without one
     submitted: float               # creationTimestamp
@@ -143,8 +149,14 @@ def read_pod(obj: Mapping[str, Any]) -> InClusterPod:
     meta = obj["metadata"]
     spec = obj.get("spec") or {}
     annotations = meta.get("annotations") or {}
-    owner = next((ref.get("name", "") for ref in meta.get("ownerReferences") or () if ref.get("controller")), "")
+    controller = next((ref for ref in meta.get("ownerReferences") or () if ref.get("controller")), {})
+    owner = controller.get("name", "")
     problems = spec_problems(spec)
+    group_names = {annotations.get(key) for key in (GROUP_NAME_ANNOTATION, VOLCANO_GROUP_NAME_ANNOTATION)} - {None, ""}
+    if len(group_names) > 1:
+        problems.append((f"metadata.annotations.{VOLCANO_GROUP_NAME_ANNOTATION}",
+                         f"names PodGroup {annotations[VOLCANO_GROUP_NAME_ANNOTATION]!r}, "
+                         f"{GROUP_NAME_ANNOTATION} names {annotations[GROUP_NAME_ANNOTATION]!r}: one pod, one group"))
     try:
         affinity = parse_node_affinity((spec.get("affinity") or {}).get("nodeAffinity"))
         affinity_spec = (spec.get("affinity") or {}).get("nodeAffinity") if affinity is not None else None
@@ -162,7 +174,8 @@ def read_pod(obj: Mapping[str, Any]) -> InClusterPod:
     deadline = spec.get("activeDeadlineSeconds")
     return InClusterPod(
         uid=meta.get("uid", ""), namespace=meta.get("namespace", "default"), name=meta["name"],
-        labels=dict(meta.get("labels") or {}), owner=owner, priority_class=spec.get("priorityClassName") or "",
+        labels=dict(meta.get("labels") or {}), owner=owner,
+        owner_uid=controller.get("uid", "") if controller.get("kind") == "Job" else "", priority_class=spec.get("priorityClassName") or "",
         priority=spec["priority"] if type(spec.get("priority")) is int else 0,
         submitted=_timestamp(meta.get("creationTimestamp")), requests=requests, node_selector=selector,
         tolerations=tuple(tuple(sorted(t.items())) for t in spec.get("tolerations") or ()),
@@ -171,8 +184,13 @@ def read_pod(obj: Mapping[str, Any]) -> InClusterPod:
         deadline=float(deadline) if isinstance(deadline, (int, float)) and deadline > 0 else 0.0,
         annotations={k: str(annotations[k]) for k in (GANG_ID_ANNOTATION, GANG_CARDINALITY_ANNOTATION,
                                                       GANG_MIN_AVAILABLE_ANNOTATION) if k in annotations},
-        group_name=annotations.get(GROUP_NAME_ANNOTATION) or None,
+        group_name=annotations.get(GROUP_NAME_ANNOTATION) or annotations.get(VOLCANO_GROUP_NAME_ANNOTATION) or None,
         problems=tuple(problems), gated=bool(spec.get("schedulingGates")))
+
+
+def queue_label(labels: Mapping[str, str]) -> str | None:
+    """The queue a pod's or a Job's labels name: ``flotilla.io/queue``, else Kueue's ``queue-name``."""
+    return labels.get(QUEUE_LABEL) or labels.get(KUEUE_QUEUE_LABEL) or None
 
 
 def scheduler_of(obj: Mapping[str, Any]) -> str:
@@ -266,6 +284,7 @@ class Arrival:
     namespace_queue: str | None          # its namespace's flotilla.io/queue label
     group: PodGroupSpec | None = None    # its PodGroup (None: no such PodGroup seen)
     group_problem: str | None = None     # why its PodGroup cannot be read
+    owner_queue: str | None = None       # the queue its controlling Job's labels name (queue_label)
 
     @property
     def group_min(self) -> int | None:
@@ -293,6 +312,9 @@ class IntakeTracker:
     podgroups_problem: str | None = None     # the CRD is missing (or unreadable): said on every such pod
     namespaces_synced: bool = False
     podgroups_synced: bool = False
+    #: batch/v1 Jobs whose labels name a queue: uid -> that queue (Jobs without one are not kept).
+    owner_queues: dict[str, str] = field(default_factory=dict)
+    jobs_synced: bool = False
     bound: dict[str, tuple[str, bool]] = field(default_factory=dict)   # job id -> (node, running): bound by Flotilla
 
     def mine(self, obj: Mapping[str, Any]) -> bool:
@@ -363,6 +385,27 @@ class IntakeTracker:
             self.changed.update(uid for uid, pod in self.waiting.items()
                                 if pod.group_name == key[1] and pod.namespace == key[0])
 
+    def on_job(self, kind: str, obj: Mapping[str, Any]) -> None:
+        """A batch/v1 Job event: the queue its labels name, for its pods that name none."""
+        meta = obj.get("metadata") or {}
+        uid = meta.get("uid")
+        if not uid:
+            return
+        queue = None if kind == "DELETED" else queue_label(meta.get("labels") or {})
+        before = self.owner_queues.pop(uid, None)
+        if queue:
+            self.owner_queues[uid] = queue
+        if before != queue:
+            self.changed.update(pid for pid, pod in self.waiting.items() if pod.owner_uid == uid)
+
+    def replace_jobs(self, items) -> None:
+        live = {(obj.get("metadata") or {}).get("uid") for obj in items}
+        for uid in [uid for uid in self.owner_queues if uid not in live]:
+            self.on_job("DELETED", {"metadata": {"uid": uid}})
+        for obj in items:
+            self.on_job("MODIFIED", obj)
+        self.jobs_synced = True
+
     def set_podgroups_problem(self, problem: str | None) -> None:
         if problem != self.podgroups_problem:
             self.podgroups_problem = problem
@@ -371,7 +414,7 @@ class IntakeTracker:
     @property
     def ready(self) -> bool:
         """Namespaces (queue labels) and PodGroups read once: before that a pod's queue is not known."""
-        return self.namespaces_synced and self.podgroups_synced
+        return self.namespaces_synced and self.podgroups_synced and self.jobs_synced
 
     def arrival(self, pod: InClusterPod) -> Arrival:
         group = group_problem = None
@@ -379,7 +422,8 @@ class IntakeTracker:
             group_problem = self.podgroups_problem
             if group_problem is None:
                 group = self.podgroups.get((pod.namespace, pod.group_name))
-        return Arrival(pod, self.namespaces.get(pod.namespace), group, group_problem)
+        return Arrival(pod, self.namespaces.get(pod.namespace), group, group_problem,
+                       self.owner_queues.get(pod.owner_uid) if pod.owner_uid else None)
 
     def take(self) -> tuple[list[Arrival], dict[str, str]]:
         if not self.ready:
@@ -398,6 +442,7 @@ class IntakeTracker:
         self.changed.update(self.waiting)
 
 
-__all__ = ["Arrival", "GROUP_NAME_ANNOTATION", "InClusterPod", "IntakeTracker", "JOB_SET_LABEL", "PODGROUPS_PATH",
+__all__ = ["Arrival", "GROUP_NAME_ANNOTATION", "JOBS_PATH", "KUEUE_QUEUE_LABEL", "VOLCANO_GROUP_NAME_ANNOTATION",
+           "queue_label", "InClusterPod", "IntakeTracker", "JOB_SET_LABEL", "PODGROUPS_PATH",
            "POD_NAME", "POD_NAMESPACE", "POD_UID", "PodGroupSpec", "QUEUE_LABEL", "bound_by_flotilla", "job_id_of",
            "read_pod", "read_podgroup"]

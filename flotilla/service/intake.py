@@ -10,9 +10,14 @@ and however often; a pod that left while queued cancels its job.
 
 How a pod maps to a job:
 
-* queue: the pod's label ``flotilla.io/queue``, else its PodGroup's
-  ``spec.queue``, else its namespace's label; the queue must exist and list
-  the pod's namespace in ``namespaces``;
+* queue: the pod's label ``flotilla.io/queue`` (or Kueue's
+  ``kueue.x-k8s.io/queue-name``), else its PodGroup's ``spec.queue``, else
+  the same labels on its controlling batch/v1 Job, else its namespace's
+  label; the queue must exist and list the pod's namespace in
+  ``namespaces``. Where none names one, the config's placement rules give
+  it (:mod:`flotilla.service.placement`: a queue per namespace, made on
+  first use, or a fixed queue), and that queue may take the pod whatever
+  namespaces it lists;
 * job set: the label ``flotilla.io/job-set``, else the controlling owner's
   name (a Job's), else the pod's name;
 * priority class: ``spec.priorityClassName``, else its PodGroup's: a
@@ -27,7 +32,9 @@ How a pod maps to a job:
   refused for, a pod is refused for, with its field path);
 * gangs: ``armadaproject.io/gangId`` and ``gangCardinality`` (and
   ``flotilla.io/gang-min-available``) on the pods, stored once all members
-  wait; or Volcano's ``scheduling.k8s.io/group-name``: the pods of that
+  wait; or Volcano's ``scheduling.k8s.io/group-name`` (or
+  ``scheduling.volcano.sh/group-name``, as Volcano's job controller and
+  Kubeflow Trainer write it): the pods of that
   PodGroup are stored as one gang once ``minMember`` of them wait (its
   minimum is ``minMember``; the PodGroup fields Flotilla does not honour
   are refused on its pods, :func:`~flotilla.kubernetes.intake.read_podgroup`).
@@ -59,7 +66,9 @@ import structlog
 
 from flotilla.core.model import (GANG_CARDINALITY_ANNOTATION, GANG_ID_ANNOTATION, GANG_MIN_AVAILABLE_ANNOTATION,
                                  OWNER_ANNOTATION, parse_min_available)
-from flotilla.kubernetes.intake import JOB_SET_LABEL, POD_NAME, POD_NAMESPACE, POD_UID, QUEUE_LABEL, Arrival
+from flotilla.kubernetes.intake import (JOB_SET_LABEL, KUEUE_QUEUE_LABEL, POD_NAME, POD_NAMESPACE, POD_UID, QUEUE_LABEL,
+                                       Arrival, queue_label)
+from flotilla.service.placement import place
 from flotilla.kubernetes.priorityclasses import NO_CLASS
 
 log = structlog.get_logger("flotilla.service.intake")
@@ -79,6 +88,9 @@ class ClusterIntake:
         self.store = store
         self.parked: dict[str, dict[str, tuple[Arrival, str]]] = {}   # cluster -> uid -> (arrival, why)
         self.resync = True
+        #: Placement rules (flotilla.service.placement) for pods whose pod, Job, PodGroup and namespace name no
+        #: queue; the loop sets them from its settings.
+        self.placement: tuple = ()
         self._queues_key = None
         self._report_from: dict[str, int] = {}
         self._cancel_cursor = 0
@@ -295,6 +307,21 @@ class ClusterIntake:
             else:
                 refused[arrival.pod.uid] = (arrival, f"gang {name!r} has its {cardinality} pods queued already")
 
+    def _make_queue(self, spec):
+        """A queue a placement rule makes on first use (another leader may have made it already)."""
+        existing = self.store.get_queue(spec.name)
+        if existing is not None:
+            return existing
+        try:
+            made = self.store.create_queue(spec)
+        except Exception:   # made meanwhile by another process
+            made = self.store.get_queue(spec.name)
+            if made is None:
+                raise
+        log.info("intake.queue_made", queue=spec.name, namespaces=list(spec.namespaces),
+                 reason="placement rule: a queue per namespace")
+        return made
+
     def _row(self, cluster: str, arrival: Arrival, queues: Mapping, priority_classes: set[str],
              default_pc: str, preemptible: Set[str] = frozenset()) -> tuple[dict | None, str | None]:
         """The job row for a pod, or why it is refused (naming the field, the namespace, the queue)."""
@@ -316,22 +343,32 @@ class ClusterIntake:
             group = None
         # The queue: the pod's own label, else its PodGroup's spec.queue, else its namespace's label (the most
         # specific word first; a pod and its group disagreeing is refused, since a gang has one queue).
-        label = pod.labels.get(QUEUE_LABEL)
+        key = QUEUE_LABEL if pod.labels.get(QUEUE_LABEL) else KUEUE_QUEUE_LABEL
+        label = queue_label(pod.labels)
         if label and group is not None and group.queue and group.queue != label:
-            return None, (f"metadata.labels.{QUEUE_LABEL}: the pod says queue {label!r}, its PodGroup {group.key} "
+            return None, (f"metadata.labels.{key}: the pod says queue {label!r}, its PodGroup {group.key} "
                           f"spec.queue says {group.queue!r}; a gang has one queue")
+        placed = None
         if label:
-            queue_name, where = label, f"pod label {QUEUE_LABEL}"
+            queue_name, where = label, f"pod label {key}"
         elif group is not None and group.queue:
             queue_name, where = group.queue, f"PodGroup {group.key} spec.queue"
-        else:
+        elif arrival.owner_queue:
+            queue_name, where = arrival.owner_queue, f"labels of its Job {pod.owner!r}"
+        elif arrival.namespace_queue:
             queue_name, where = arrival.namespace_queue, f"label {QUEUE_LABEL} of namespace {pod.namespace!r}"
-        if not queue_name:
-            return None, (f"no queue: label the pod or its namespace {pod.namespace!r} with {QUEUE_LABEL}")
+        else:
+            queue_name, made, where = place(self.placement, pod.namespace, queues)
+            if queue_name is None:
+                return None, (f"no queue: label the pod, its Job or its namespace {pod.namespace!r} with "
+                              f"{QUEUE_LABEL}" + (f" (placement rules: {where})" if where else ""))
+            if made is not None:
+                queues[queue_name] = self._make_queue(made)
+            placed = queue_name
         queue = queues.get(queue_name)
         if queue is None:
             return None, f"queue {queue_name!r} (from the {where}) does not exist"
-        if pod.namespace not in queue.namespaces:
+        if placed is None and pod.namespace not in queue.namespaces:
             allowed = ", ".join(queue.namespaces) or "none"
             return None, (f"namespace {pod.namespace!r} may not use queue {queue_name!r} (the queue's namespaces: "
                           f"{allowed})")

@@ -46,6 +46,7 @@ from flotilla.service.intake import ClusterIntake
 from flotilla.service.jobspec import duration_of_annotations, exit_code_of_annotations
 from flotilla.service.leases import ClusterReport, job_of
 from flotilla.service.pending import head_size
+from flotilla.service.placement import queue_parents
 from flotilla.service.settings import ServiceSettings
 from flotilla.service.snapshot import DEADLINE_ANNOTATION, GRACE_ANNOTATION, Converter, RunningPods
 from flotilla.service.store import ActiveCopy, QueuedJob, Store
@@ -236,6 +237,7 @@ class ServiceLoop:
         self.last_nodes = self.node_states(snaps)
         if snaps and self.intake.backends(self.backends):
             classes = self.priority_classes()
+            self.intake.placement = getattr(self.settings, "placement", ())
             report.intake = self.intake.run(
                 self.backends, snaps, self.store.list_queues(), {pc.name for pc in classes},
                 self.settings.default_priority_class, now, preemptible={pc.name for pc in classes if pc.preemptible})
@@ -408,7 +410,8 @@ class ServiceLoop:
             running = self.running_pods.running(name, frozenset(node.name for node in snap.nodes))
             clusters.append(ClusterSnapshot(name, snap.nodes, running, dict(snap.foreign)))
         cordoned = self.store.cordoned("queue")
-        parents = {q.name: q.parent for q in self.settings.queues}   # hierarchies come from the config file
+        # Hierarchies come from the config file, and from the placement rules for the queues they made.
+        parents = queue_parents(self.settings.queues, getattr(self.settings, "placement", ()), queue_specs)
         snapshot = Snapshot(clusters, queued, [Queue(q.name, q.weight, dict(q.limits), parents.get(q.name),
                                                      cordoned=q.name in cordoned) for q in queue_specs],
                             classes, self.settings.default_priority_class, now)
