@@ -132,3 +132,36 @@ def test_a_pod_with_no_class_is_of_class_none_and_goes_by_its_kubernetes_priorit
     assert refused == {} and sorted((r["pod_name"], r["priority_class"], r["priority"]) for r in rows) == [
         ("plain", NO_CLASS, 0), ("urgent", "default", -1000)]
     assert job_id_of(UID) in {r["id"] for r in rows}
+
+
+def test_podgroup_status_is_written_as_volcano_writes_it():
+    from flotilla.kubernetes.podgroupstatus import podgroup_status
+
+    def phase(states, reason=None, stored=True, minimum=3):
+        got = podgroup_status(minimum, dict(enumerate(states)), reason, stored)
+        cond = got["conditions"][0] if got["conditions"] else {}
+        return (got["phase"], got["running"], got["succeeded"], got["failed"], cond.get("type"), cond.get("reason"),
+                cond.get("message"))
+
+    assert phase(["waiting"] * 2) == ("Pending", 0, 0, 0, "Unschedulable", "NotEnoughTasks",
+                                      "flotilla: 2 of minMember 3 pods exist")
+    assert phase(["waiting"] * 3, "gang g does not fit") == (
+        "Inqueue", 0, 0, 0, "Unschedulable", "NotEnoughResources", "flotilla: gang g does not fit")
+    assert phase(["waiting"] * 3, "queue 'x' does not exist", stored=False) == (
+        "Pending", 0, 0, 0, "Unschedulable", "Unschedulable", "flotilla: queue 'x' does not exist")
+    assert phase(["bound", "running", "succeeded", "waiting"]) == (
+        "Running", 1, 1, 0, "Scheduled", "tasks in gang are ready to be scheduled", "3 of minMember 3 pods bound")
+    assert phase(["succeeded", "failed", "succeeded"]) == ("Completed", 0, 2, 1, None, None, None)
+
+
+def test_the_tracker_keeps_each_podgroups_members():
+    tracker = tracker_with(namespace_queue="A")
+    member = {"scheduling.volcano.sh/group-name": "pg"}
+    tracker.on_pod("ADDED", pod("a", uid="u-a", annotations=member))
+    tracker.on_pod("ADDED", pod("b", uid="u-b", annotations=member, node="node-1"))
+    tracker.on_pod("ADDED", pod("c", uid="u-c", annotations=member, schedulerName="other"))
+    assert tracker.group_members == {("team-a", "pg"): {"u-a": "waiting", "u-b": "bound"}}
+    assert tracker.groups_changed == {("team-a", "pg")}
+    tracker.on_pod("DELETED", pod("a", uid="u-a", annotations=member))
+    tracker.replace_pods({"u-x"})
+    assert tracker.group_members == {}

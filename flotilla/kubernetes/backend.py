@@ -78,6 +78,7 @@ from flotilla.core.quantities import QuantityError, parse_duration
 from flotilla.kubernetes.client import (ApiError, Gone, KubeClient, KubeError, Unreachable, WatchBroken,
                                         forbidden_message, pod_path)
 from flotilla.kubernetes.services import OWNED, exposure_manifests, object_path, owner_reference
+from flotilla.kubernetes.podgroupstatus import PodGroupReporter, podgroup_status
 from flotilla.kubernetes.priorityclasses import PRIORITY_CLASSES_PATH, PriorityClassTracker, setup_priority_classes
 from flotilla.kubernetes.intake import (JOBS_PATH, PODGROUPS_PATH, POD_NAME, POD_NAMESPACE, POD_UID, IntakeTracker,
                                         bound_by_flotilla)
@@ -215,6 +216,7 @@ class KubernetesCluster:
         self.intake = IntakeTracker(self.settings.scheduler_name)
         #: The cluster's PriorityClass objects (flotilla.kubernetes.priorityclasses), from their own watch.
         self.cluster_pcs = PriorityClassTracker()
+        self._group_reporter = None                     # PodGroup statuses (flotilla.kubernetes.podgroupstatus)
         self._reporter = None
         self._report_pool: ThreadPoolExecutor | None = None
         self._reporting: list = []                       # the futures of the batch being written
@@ -710,6 +712,38 @@ class KubernetesCluster:
             self._reporting = [self._report_pool.submit(self._report_waiting, batch[i:i + size])
                                for i in range(0, len(batch), size)]
         return True
+
+    def report_podgroups(self, reasons: Mapping[tuple[str, str], tuple[str, bool]]) -> int:
+        """Write the status of the PodGroups whose pods changed, or whose waiting pods' reason is in ``reasons``
+        ((namespace, group) -> (reason, stored in its queue)), where it changed
+        (:mod:`flotilla.kubernetes.podgroupstatus`); returns how many writes were started."""
+        with self._lock:
+            if self.intake.podgroups_problem is not None:
+                return 0
+            if self._group_reporter is None:
+                self._group_reporter = PodGroupReporter(self.client, PODGROUPS_PATH.rsplit("/", 1)[0])
+            keys = self.intake.groups_changed | set(reasons)
+            self.intake.groups_changed = set()
+            writes = []
+            for key in sorted(keys):
+                group, members = self.intake.podgroups.get(key), self.intake.group_members.get(key)
+                if group is None or not members:
+                    continue
+                reason, stored = reasons.get(key, (None, True))
+                status = podgroup_status(group.min_member, members, reason, stored)
+                if self._group_reporter.changed(key, status):
+                    writes.append((key, status))
+        for key, status in writes:
+            self._pool.submit(self._write_podgroup, key, status)
+        return len(writes)
+
+    def _write_podgroup(self, key, status) -> None:
+        try:
+            self._group_reporter.write(key, status)
+        except KubeError as exc:
+            if getattr(exc, "status", None) != 404:
+                log.warning("kubernetes.podgroup_status_failed", cluster=self.name, podgroup="/".join(key),
+                            error=str(exc))
 
     def _report_waiting(self, notes) -> None:
         reporter = self.reporter

@@ -26,6 +26,7 @@ from typing import Any, Mapping
 
 from flotilla.core.model import GANG_CARDINALITY_ANNOTATION, GANG_ID_ANNOTATION, GANG_MIN_AVAILABLE_ANNOTATION
 from flotilla.core.nodeaffinity import AffinityError, parse_node_affinity
+from flotilla.kubernetes.podgroupstatus import member_state
 from flotilla.kubernetes.pods import JOB_ID, is_ours, pod_host_ports, pod_phase, pod_requests
 
 QUEUE_LABEL = "flotilla.io/queue"
@@ -316,6 +317,10 @@ class IntakeTracker:
     owner_queues: dict[str, str] = field(default_factory=dict)
     jobs_synced: bool = False
     bound: dict[str, tuple[str, bool]] = field(default_factory=dict)   # job id -> (node, running): bound by Flotilla
+    #: The pods of each PodGroup that name this scheduler: (namespace, group) -> uid -> member state
+    #: (flotilla.kubernetes.podgroupstatus); ``groups_changed``: the groups whose pods changed since the last look.
+    group_members: dict[tuple[str, str], dict[str, str]] = field(default_factory=dict)
+    groups_changed: set[tuple[str, str]] = field(default_factory=set)
 
     def mine(self, obj: Mapping[str, Any]) -> bool:
         return scheduler_of(obj) == self.scheduler_name and not is_ours(obj)
@@ -326,6 +331,9 @@ class IntakeTracker:
         uid = meta.get("uid")
         if not uid:
             return
+        annotations = meta.get("annotations")
+        if annotations and (GROUP_NAME_ANNOTATION in annotations or VOLCANO_GROUP_NAME_ANNOTATION in annotations):
+            self._group_member(kind, obj, meta, annotations)
         if kind == "DELETED":
             if self.waiting.pop(uid, None) is not None:
                 self.changed.discard(uid)
@@ -354,10 +362,34 @@ class IntakeTracker:
             self.changed.add(uid)
             self.gone.pop(pod.job_id, None)
 
+    def _group_member(self, kind: str, obj: Mapping[str, Any], meta: Mapping[str, Any], annotations) -> None:
+        """Keep a PodGroup member's state (only pods that name a group pay for this)."""
+        key = (meta.get("namespace", ""), annotations.get(GROUP_NAME_ANNOTATION)
+               or annotations.get(VOLCANO_GROUP_NAME_ANNOTATION) or "")
+        members = self.group_members.get(key)
+        if kind == "DELETED" or not self.mine(obj):
+            if members is not None and members.pop(meta["uid"], None) is not None:
+                self.groups_changed.add(key)
+                if not members:
+                    del self.group_members[key]
+            return
+        state = member_state(obj)
+        if members is None:
+            members = self.group_members[key] = {}
+        if members.get(meta["uid"]) != state:
+            members[meta["uid"]] = state
+            self.groups_changed.add(key)
+
     def replace_pods(self, live_uids: set[str]) -> None:
         """After a relist: waiting pods absent from it were deleted meanwhile."""
         for uid in [uid for uid in self.waiting if uid not in live_uids]:
             self.on_pod("DELETED", {"metadata": {"uid": uid}})
+        for key, members in list(self.group_members.items()):
+            for uid in [uid for uid in members if uid not in live_uids]:
+                del members[uid]
+                self.groups_changed.add(key)
+            if not members:
+                del self.group_members[key]
 
     def on_namespace(self, kind: str, obj: Mapping[str, Any]) -> None:
         meta = obj.get("metadata") or {}

@@ -449,18 +449,25 @@ class ClusterIntake:
             notes = []
             start = self._report_from.get(name, 0) % max(1, len(pods))
             turn = pods[start:] + pods[:start]
+            groups: dict[tuple[str, str], tuple[str, bool]] = {}   # PodGroup -> (why its pods wait, stored)
             for pod in turn[:REPORT_LIMIT]:
                 entry = parked.get(pod.uid)
                 if entry is not None:
                     if entry[1]:      # refused or waiting for its gang: told why (a gated pod: nothing)
                         notes.append((pod.namespace, pod.name, pod.uid, entry[1]))
+                        if pod.group_name:
+                            groups.setdefault((pod.namespace, pod.group_name), (entry[1], False))
                     continue
                 held = queued.get(pod.job_id)
                 if held is None or pod.job_id in scheduled:
                     continue
                 notes.append((pod.namespace, pod.name, pod.uid, decisions.explain(held[1][0])))
+                if pod.group_name:
+                    groups.setdefault((pod.namespace, pod.group_name), (notes[-1][3], True))
             self._report_from[name] = start + REPORT_LIMIT
             backend.report_waiting(notes)
+            if hasattr(backend, "report_podgroups"):
+                backend.report_podgroups(groups)
 
 
 __all__ = ["ClusterIntake", "REPORT_LIMIT"]
