@@ -28,18 +28,19 @@ def test_cluster_classes_rank_by_value_plus_offset_and_system_classes_are_never_
     assert read_priority_class(pc_object("mine", 5, labels={"app.kubernetes.io/managed-by": "flotilla"})).managed
     own = [PriorityClass("armada-default", 30000, False), PriorityClass("armada-preemptible", 20000, True)]
     got = cluster_classes(own, [tracker.classes.values()], offset=0)
-    assert [(pc.name, pc.priority, pc.preemptible, pc.preempts) for pc in got] == [
-        ("armada-default", 30000, False, True),            # Flotilla's own class keeps its name and value
-        ("armada-preemptible", 20000, True, True),
-        ("system-cluster-critical", 2_000_000_000, False, True),
-        ("system-node-critical", 2_000_001_000, False, True),
-        (NO_CLASS, 0, True, True),
-        ("cluster-default", 10, True, True),
-        ("mine", 5, True, True),
-        ("sched-preemption-high-priority", 1000, True, True),
-        ("sched-preemption-low-priority", 1, True, True),
-        ("waits", 500, True, False),
+    assert [(pc.name, pc.priority, pc.preemptible, pc.preempts, pc.fair_share) for pc in got] == [
+        ("armada-default", 30000, False, True, True),            # Flotilla's own class keeps its name and value
+        ("armada-preemptible", 20000, True, True, True),
+        ("system-cluster-critical", 2_000_000_000, False, True, False),
+        ("system-node-critical", 2_000_001_000, False, True, False),
+        (NO_CLASS, 0, True, True, False),
+        ("cluster-default", 10, True, True, False),
+        ("mine", 5, True, True, False),
+        ("sched-preemption-high-priority", 1000, True, True, False),
+        ("sched-preemption-low-priority", 1, True, True, False),
+        ("waits", 500, True, False, False),
     ]
+    assert all(pc.fair_share for pc in cluster_classes([], [tracker.classes.values()], fair_share=True))
     shifted = {pc.name: pc.priority for pc in cluster_classes(own, [tracker.classes.values()], offset=-1000)}
     assert (shifted["sched-preemption-high-priority"], shifted[NO_CLASS], shifted["armada-default"],
             shifted["system-node-critical"]) == (0, -1000, 30000, 2_000_000_000)
@@ -53,15 +54,17 @@ def test_cluster_classes_rank_by_value_plus_offset_and_system_classes_are_never_
         "sched-preemption-low-priority"]
 
 
-def test_the_offset_setting_is_read_from_the_config():
-    assert load_config(None).cluster_priority_classes.priority_offset == 0
-    cfg = parse_config("clusterPriorityClasses: {priorityOffset: -1000000000}\n", "c.yaml")
-    assert cfg.cluster_priority_classes.priority_offset == -1_000_000_000
+def test_the_settings_are_read_from_the_config():
+    stock = load_config(None).cluster_priority_classes
+    assert (stock.priority_offset, stock.fair_share_preemption) == (0, False)
+    cfg = parse_config("clusterPriorityClasses: {priorityOffset: -1000000000, fairSharePreemption: true}\n",
+                       "c.yaml").cluster_priority_classes
+    assert (cfg.priority_offset, cfg.fair_share_preemption) == (-1_000_000_000, True)
 
 
-def _cycle(classes, running, queued):
+def _cycle(classes, running, queued, evict=0.0):
     scheduler = Scheduler(load_config(None))
-    scheduler.settings.evict_probability = 0.0
+    scheduler.settings.evict_probability = evict
     nodes = [Node("node-1", "c1", {"cpu": 4000})]
     snapshot = Snapshot([ClusterSnapshot("c1", nodes, running)], queued, [Queue("A"), Queue("B")],
                         scheduler.priority_classes() + classes, "armada-default")
@@ -92,3 +95,16 @@ def test_urgency_preemption_among_cluster_classes_follows_kubernetes():
     assert [job.id for job in decisions.preempted] == ["none-1"]
     decisions = _cycle(classes, [low], [Job("none-2", "B", "s", 0, NO_CLASS, 1.0, {"cpu": 4000})])
     assert decisions.preempted == []
+
+
+def test_preemption_to_fair_share_leaves_cluster_class_pods_unless_configured():
+    def run(fair_share):
+        classes = cluster_classes([], [[ClusterPriorityClass("batch", 5)]], fair_share=fair_share)
+        running = [Job(f"a-{i}", "A", "s", 0, "batch", 0.0, {"cpu": 2000}, state=JobState.RUNNING, cluster="c1",
+                       node="node-1") for i in range(2)]
+        decisions = _cycle(classes, running, [Job("b-1", "B", "s", 0, "batch", 1.0, {"cpu": 2000})], evict=1.0)
+        return [p.job.id for p in decisions.scheduled], [job.id for job in decisions.preempted]
+
+    # Queue A holds the whole node, B waits with a job of the same class: Kubernetes preempts nothing.
+    assert run(False) == ([], [])
+    assert run(True) == (["b-1"], ["a-1"])

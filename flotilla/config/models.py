@@ -491,7 +491,8 @@ class ClusterPriorityClassesConfig(Model):
     """How the PriorityClass objects of ``kind: kubernetes`` clusters rank against Flotilla's own classes.
 
     A cluster class that the config does not name is a Flotilla priority class of priority ``value +
-    priorityOffset``, preemptible (system classes excepted), preempting unless ``preemptionPolicy: Never``
+    priorityOffset``, preemptible (system classes excepted) by pods of higher priority, preempting unless
+    ``preemptionPolicy: Never``, and out of preemption to fair share unless ``fairSharePreemption``
     (:mod:`flotilla.kubernetes.priorityclasses`).
     """
 
@@ -499,6 +500,9 @@ class ClusterPriorityClassesConfig(Model):
     #: -1000000000 ranks every user-definable class (at most 1000000000) at or below 0, under Flotilla's stock
     #: classes; the system classes keep their rank above user classes either way.
     priority_offset: int = Field(0, alias="priorityOffset", ge=-(1 << 40), le=1 << 40)
+    #: Whether preemption to fair share (the evict action) may take pods of cluster classes; off, only a pod of
+    #: higher priority displaces them, as in Kubernetes.
+    fair_share_preemption: bool = Field(False, alias="fairSharePreemption")
 
 
 class PlacementRuleConfig(Model):

@@ -14,7 +14,10 @@ define by that name:
 * preemptible: yes (in Kubernetes any pod may be preempted by one of higher
   priority), except the system classes (values above 1,000,000,000:
   ``system-cluster-critical``, ``system-node-critical``), never preempted;
-* preempts: unless ``preemptionPolicy: Never``.
+* preempts: unless ``preemptionPolicy: Never``;
+* preemption to fair share (the evict action) takes its pods only when
+  ``clusterPriorityClasses.fairSharePreemption`` is on (off by default: in
+  Kubernetes only a pod of higher priority displaces another).
 
 ``system-cluster-critical`` (2,000,000,000) and ``system-node-critical``
 (2,000,001,000) are known on every Kubernetes cluster, as the API server
@@ -101,7 +104,7 @@ class PriorityClassTracker:
 
 
 def cluster_classes(own: Iterable[PriorityClass], clusters: Iterable[Iterable[ClusterPriorityClass]],
-                    offset: int = 0) -> list[PriorityClass]:
+                    offset: int = 0, fair_share: bool = False) -> list[PriorityClass]:
     """Flotilla's classes ``own``, then the system classes, :data:`NO_CLASS` and every cluster class ``own``
     does not name (see the module docstring). A name two clusters give different values keeps the first
     cluster's (their order: the backends' names)."""
@@ -115,7 +118,8 @@ def cluster_classes(own: Iterable[PriorityClass], clusters: Iterable[Iterable[Cl
         if pc.name in seen:
             continue
         seen.add(pc.name)
-        out.append(PriorityClass(pc.name, pc.value + offset, pc.value <= HIGHEST_USER_PRIORITY, pc.preempts))
+        out.append(PriorityClass(pc.name, pc.value + offset, pc.value <= HIGHEST_USER_PRIORITY, pc.preempts,
+                                 fair_share))
     return out
 
 

@@ -376,9 +376,11 @@ class ServiceLoop:
             return own
         setting = getattr(getattr(self.scheduler, "config", None), "cluster_priority_classes", None)
         offset = setting.priority_offset if setting is not None else 0
-        key = (tuple(own), offset, tuple((name, version) for name, (version, _) in watched.items()))
+        fair_share = setting.fair_share_preemption if setting is not None else False
+        key = (tuple(own), offset, fair_share, tuple((name, version) for name, (version, _) in watched.items()))
         if self._classes is None or self._classes[0] != key:
-            self._classes = (key, cluster_classes(own, [classes for _, classes in watched.values()], offset))
+            self._classes = (key, cluster_classes(own, [classes for _, classes in watched.values()], offset,
+                                                  fair_share))
         return self._classes[1]
 
     def build_snapshot(self, snaps: Mapping[str, ClusterSnapshot], now: float) -> Snapshot:
