@@ -592,8 +592,9 @@ class FlotillaConfig(Model):
                 if key in rule.model_fields_set:
                     problems.append((("placement", i, key), f"a {rule.kind} rule has no {key}"))
             if rule.parent is not None and rule.parent not in queue_names:
-                problems.append((("placement", i, "parent"), f"unknown parent queue {rule.parent!r} (a queue of "
-                                                             f"the config: {', '.join(sorted(queue_names)) or 'none'})"))
+                known = ", ".join(sorted(queue_names)) or "none"
+                problems.append((("placement", i, "parent"), f"unknown parent queue {rule.parent!r} (the config's "
+                                                             f"queues: {known})"))
         problems += _duplicates("clusters", [c.name for c in self.clusters], "cluster")
         problems += _duplicates("nodeTemplates", [t.name for t in self.node_templates], "node template")
         for c, cluster in enumerate(self.clusters):

@@ -212,7 +212,8 @@ class KubernetesCluster:
         self._pcs_done = False
         self._namespaces: set[str] = set()
         self._requests_cache: dict = {}
-        #: The waiting in-cluster pods (flotilla.kubernetes.intake), kept from the pod, namespace, PodGroup and Job watches.
+        #: The waiting in-cluster pods (flotilla.kubernetes.intake), kept from the pod, namespace, PodGroup and Job
+        #: watches.
         self.intake = IntakeTracker(self.settings.scheduler_name)
         #: The cluster's PriorityClass objects (flotilla.kubernetes.priorityclasses), from their own watch.
         self.cluster_pcs = PriorityClassTracker()
@@ -229,7 +230,8 @@ class KubernetesCluster:
 
     # -- lifecycle --------------------------------------------------------------------
     def start(self) -> None:
-        """Start the informers (nodes, pods, namespaces, PodGroups, PriorityClasses, Jobs), one thread each; once, and never after close()."""
+        """Start the informers (nodes, pods, namespaces, PodGroups, PriorityClasses, Jobs), one thread each; once,
+        and never after close()."""
         if self._threads or self._stop.is_set():
             return
         node_params = {"labelSelector": self.node_selector} if self.node_selector else {}
@@ -949,7 +951,7 @@ class KubernetesCluster:
         with self._lock:
             return self.cluster_pcs.version, list(self.cluster_pcs.classes.values())
 
-    # -- informers (one thread each for nodes, pods, namespaces, PodGroups, PriorityClasses and Jobs) ------------------------
+    # -- informers (one thread each for nodes, pods, namespaces, PodGroups, PriorityClasses and Jobs) ----------
     def _informer(self, kind: str, path: str, params: dict) -> None:
         """List, then watch from the list's version, until close(): its watch is shut then, and a failure seen
         while stopping is no outage to report."""
@@ -1088,7 +1090,7 @@ class KubernetesCluster:
 
     def _informer_failed(self, kind: str, exc: Exception) -> None:
         text = forbidden_message(exc) if isinstance(exc, ApiError) and exc.status == 403 else str(exc)
-        if kind not in self._synced:   # namespaces, PodGroups, PriorityClasses, Jobs: the intake waits, scheduling goes on
+        if kind not in self._synced:   # namespaces, PodGroups, PriorityClasses, Jobs: scheduling goes on
             if self._side_errors.get(kind) != text:   # once per distinct error, not once per retry
                 self._side_errors[kind] = text
                 log.warning("kubernetes.watch_failed", cluster=self.name, kind=kind, error=text)

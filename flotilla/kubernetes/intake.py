@@ -176,7 +176,8 @@ def read_pod(obj: Mapping[str, Any]) -> InClusterPod:
     return InClusterPod(
         uid=meta.get("uid", ""), namespace=meta.get("namespace", "default"), name=meta["name"],
         labels=dict(meta.get("labels") or {}), owner=owner,
-        owner_uid=controller.get("uid", "") if controller.get("kind") == "Job" else "", priority_class=spec.get("priorityClassName") or "",
+        owner_uid=controller.get("uid", "") if controller.get("kind") == "Job" else "",
+        priority_class=spec.get("priorityClassName") or "",
         priority=spec["priority"] if type(spec.get("priority")) is int else 0,
         submitted=_timestamp(meta.get("creationTimestamp")), requests=requests, node_selector=selector,
         tolerations=tuple(tuple(sorted(t.items())) for t in spec.get("tolerations") or ()),
