@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from test_incluster_intake import UID, pod, podgroup, queues
+from test_incluster_intake import SYNCED, UID, pod, podgroup, queues
 
 from flotilla.config import parse_config
 from flotilla.config.errors import ConfigError
@@ -33,7 +33,7 @@ def admit(store, tracker, placement=()):
 
 
 def tracker_with(*pods, namespace_queue=None, jobs=()):
-    tracker = IntakeTracker("flotilla", namespaces_synced=True, podgroups_synced=True, jobs_synced=True)
+    tracker = IntakeTracker("flotilla", **SYNCED)
     for namespace in ("team-a", "team-b", "fresh"):
         tracker.on_namespace("ADDED", {"metadata": {"name": namespace, "labels": {"flotilla.io/queue": namespace_queue}
                                                     if namespace_queue and namespace == "team-a" else {}}})
@@ -165,3 +165,17 @@ def test_the_tracker_keeps_each_podgroups_members():
     tracker.on_pod("DELETED", pod("a", uid="u-a", annotations=member))
     tracker.replace_pods({"u-x"})
     assert tracker.group_members == {}
+
+
+def test_a_jobsets_queue_label_names_the_queue_of_its_jobs_pods(tmp_path):
+    store = Store(f"sqlite:///{tmp_path}/s.db")
+    store.sync_queues(queues() + [QueueSpec("K", namespaces=("team-a",))])
+    job = {"metadata": {"uid": JOB_UID, "name": "train-workers-0", "labels": {},
+                        "ownerReferences": [{"kind": "JobSet", "name": "train", "uid": "js-1", "controller": True}]}}
+    tracker = tracker_with(job_pod("worker"), namespace_queue="A", jobs=[job])
+    assert [a.owner_queue for a in tracker.take()[0]] == [None]
+    tracker.on_jobset("ADDED", {"metadata": {"uid": "js-1", "labels": {"kueue.x-k8s.io/queue-name": "K"}}})
+    rows, refused = admit(store, tracker)
+    assert refused == {} and rows == {"worker": ("K", None)}
+    tracker.replace_jobs([], jobsets=True)
+    assert tracker.jobset_queues == {} and [a.owner_queue for a in tracker.take()[0]] == [None]

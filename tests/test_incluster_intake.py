@@ -14,6 +14,8 @@ from flotilla.service.settings import QueueSpec
 from flotilla.service.store import Store
 
 UID = "0f1e2d3c-4b5a-6978-8796-a5b4c3d2e1f0"
+#: Every side watch listed once: the tracker offers what it holds.
+SYNCED = dict(namespaces_synced=True, podgroups_synced=True, jobs_synced=True, jobsets_synced=True)
 
 
 def pod(name="p", namespace="team-a", uid=UID, node=None, labels=None, annotations=None, **spec) -> dict:
@@ -52,7 +54,7 @@ def test_placement_fields_flotilla_does_not_honour_are_named_by_path():
 
 
 def test_the_tracker_follows_watch_events_only():
-    tracker = IntakeTracker("flotilla", namespaces_synced=True, podgroups_synced=True, jobs_synced=True)
+    tracker = IntakeTracker("flotilla", **SYNCED)
     tracker.on_namespace("ADDED", {"metadata": {"name": "team-a", "labels": {"flotilla.io/queue": "A"}}})
     tracker.on_pod("ADDED", pod())
     tracker.on_pod("ADDED", pod("other", uid="u2", schedulerName="default-scheduler"))
@@ -135,7 +137,7 @@ def test_the_queue_api_takes_namespaces_and_refuses_a_bad_one(tmp_path):
 def test_without_the_podgroup_crd_such_pods_are_refused_saying_so(tmp_path):
     store = Store(f"sqlite:///{tmp_path}/s.db")
     store.sync_queues(queues())
-    tracker = IntakeTracker("flotilla", namespaces_synced=True, podgroups_synced=True, jobs_synced=True)
+    tracker = IntakeTracker("flotilla", **SYNCED)
     tracker.on_namespace("ADDED", {"metadata": {"name": "team-a", "labels": {"flotilla.io/queue": "A"}}})
     tracker.on_pod("ADDED", pod(annotations={"scheduling.k8s.io/group-name": "pg"}))
     tracker.set_podgroups_problem("the PodGroup CRD (/apis/scheduling.volcano.sh/v1beta1/podgroups) is not "
@@ -179,7 +181,7 @@ def test_podgroup_fields_flotilla_does_not_honour_are_named_by_path():
 
 def admit_podgroup_pods(store, group_spec: dict, pods_: list[dict], namespace_queue="A",
                         preemptible=frozenset({"low"})):
-    tracker = IntakeTracker("flotilla", namespaces_synced=True, podgroups_synced=True, jobs_synced=True)
+    tracker = IntakeTracker("flotilla", **SYNCED)
     tracker.on_namespace("ADDED", {"metadata": {"name": "team-a", "labels": {"flotilla.io/queue": namespace_queue}
                                                 if namespace_queue else {}}})
     tracker.on_podgroup("ADDED", podgroup(**group_spec))

@@ -80,7 +80,7 @@ from flotilla.kubernetes.client import (ApiError, Gone, KubeClient, KubeError, U
 from flotilla.kubernetes.services import OWNED, exposure_manifests, object_path, owner_reference
 from flotilla.kubernetes.podgroupstatus import PodGroupReporter, podgroup_status
 from flotilla.kubernetes.priorityclasses import PRIORITY_CLASSES_PATH, PriorityClassTracker, setup_priority_classes
-from flotilla.kubernetes.intake import (JOBS_PATH, PODGROUPS_PATH, POD_NAME, POD_NAMESPACE, POD_UID, IntakeTracker,
+from flotilla.kubernetes.intake import (JOBS_PATH, JOBSETS_PATH, PODGROUPS_PATH, POD_NAME, POD_NAMESPACE, POD_UID, IntakeTracker,
                                         bound_by_flotilla)
 from flotilla.kubernetes.pods import (ATTEMPT, DURATION, JOB_ID, PodSettings, failure_details, failure_reason, is_ours,
                                       job_deadline, job_from_pod, job_grace_period, job_namespace, named_grace_period,
@@ -237,7 +237,8 @@ class KubernetesCluster:
         node_params = {"labelSelector": self.node_selector} if self.node_selector else {}
         for kind, path, params in (("nodes", "/api/v1/nodes", node_params), ("pods", "/api/v1/pods", {}),
                                    ("namespaces", "/api/v1/namespaces", {}), ("podgroups", PODGROUPS_PATH, {}),
-                                   ("priorityclasses", PRIORITY_CLASSES_PATH, {}), ("jobs", JOBS_PATH, {})):
+                                   ("priorityclasses", PRIORITY_CLASSES_PATH, {}), ("jobs", JOBS_PATH, {}),
+                                   ("jobsets", JOBSETS_PATH, {})):
             thread = threading.Thread(target=self._informer, args=(kind, path, params), daemon=True,
                                       name=f"kube-{self.name}-{kind}")
             thread.start()
@@ -986,15 +987,16 @@ class KubernetesCluster:
             except ApiError as exc:
                 if self._stop.is_set():
                     return
-                if kind == "jobs" and exc.status in (403, 404):
-                    # Pods are taken in without their Jobs' queue labels; said once, looked for again each minute.
+                if kind in ("jobs", "jobsets") and exc.status in (403, 404):
+                    # Pods are taken in without their Jobs' (JobSets') queue labels; said once (a cluster without
+                    # JobSets, quietly), looked for again each minute.
                     with self._lock:
-                        self.intake.jobs_synced = True
+                        setattr(self.intake, f"{kind}_synced", True)
                     if self._side_errors.get(kind) != str(exc):
                         self._side_errors[kind] = str(exc)
-                        log.warning("kubernetes.jobs_unreadable", cluster=self.name, error=forbidden_message(exc),
-                                    reason="the flotilla.io/queue and kueue.x-k8s.io/queue-name labels of Jobs are "
-                                           "not read")
+                        if exc.status == 403 or kind == "jobs":
+                            log.warning(f"kubernetes.{kind}_unreadable", cluster=self.name,
+                                        error=forbidden_message(exc), reason=f"the queue labels of {kind} are not read")
                     resource_version = None
                     self._stop.wait(60.0)
                     continue
@@ -1044,9 +1046,9 @@ class KubernetesCluster:
             self._side_errors.pop(kind, None)
             self.cluster_pcs.replace(items)
             return
-        if kind == "jobs":
+        if kind in ("jobs", "jobsets"):
             self._side_errors.pop(kind, None)
-            self.intake.replace_jobs(items)
+            self.intake.replace_jobs(items, jobsets=kind == "jobsets")
             return
         if kind == "nodes":
             self._replace_nodes(items)
@@ -1085,6 +1087,8 @@ class KubernetesCluster:
             self.cluster_pcs.on_event(event, obj)
         elif kind == "jobs":
             self.intake.on_job(event, obj)
+        elif kind == "jobsets":
+            self.intake.on_jobset(event, obj)
         else:
             self.intake.on_podgroup(event, obj)
 

@@ -38,6 +38,7 @@ VOLCANO_GROUP_NAME_ANNOTATION = "scheduling.volcano.sh/group-name"
 #: Kueue's label naming the pod's (local) queue: read as a Flotilla queue's name.
 KUEUE_QUEUE_LABEL = "kueue.x-k8s.io/queue-name"
 JOBS_PATH = "/apis/batch/v1/jobs"
+JOBSETS_PATH = "/apis/jobset.x-k8s.io/v1alpha2/jobsets"
 PODGROUP_GROUP = "scheduling.volcano.sh"
 PODGROUP_VERSION = "v1beta1"
 PODGROUPS_PATH = f"/apis/{PODGROUP_GROUP}/{PODGROUP_VERSION}/podgroups"
@@ -286,7 +287,7 @@ class Arrival:
     namespace_queue: str | None          # its namespace's flotilla.io/queue label
     group: PodGroupSpec | None = None    # its PodGroup (None: no such PodGroup seen)
     group_problem: str | None = None     # why its PodGroup cannot be read
-    owner_queue: str | None = None       # the queue its controlling Job's labels name (queue_label)
+    owner_queue: str | None = None       # the queue its controlling Job's (or its JobSet's) labels name
 
     @property
     def group_min(self) -> int | None:
@@ -314,9 +315,12 @@ class IntakeTracker:
     podgroups_problem: str | None = None     # the CRD is missing (or unreadable): said on every such pod
     namespaces_synced: bool = False
     podgroups_synced: bool = False
-    #: batch/v1 Jobs whose labels name a queue: uid -> that queue (Jobs without one are not kept).
-    owner_queues: dict[str, str] = field(default_factory=dict)
+    #: batch/v1 Jobs whose labels name a queue or that a JobSet controls: uid -> (that queue, the JobSet's uid)
+    #: (other Jobs are not kept); JobSets whose labels name a queue: uid -> that queue.
+    owner_jobs: dict[str, tuple[str | None, str | None]] = field(default_factory=dict)
+    jobset_queues: dict[str, str] = field(default_factory=dict)
     jobs_synced: bool = False
+    jobsets_synced: bool = False
     bound: dict[str, tuple[str, bool]] = field(default_factory=dict)   # job id -> (node, running): bound by Flotilla
     #: The pods of each PodGroup that name this scheduler: (namespace, group) -> uid -> member state
     #: (flotilla.kubernetes.podgroupstatus); ``groups_changed``: the groups whose pods changed since the last look.
@@ -419,25 +423,57 @@ class IntakeTracker:
                                 if pod.group_name == key[1] and pod.namespace == key[0])
 
     def on_job(self, kind: str, obj: Mapping[str, Any]) -> None:
-        """A batch/v1 Job event: the queue its labels name, for its pods that name none."""
+        """A batch/v1 Job event: the queue its labels (or its JobSet's) name, for its pods that name none."""
+        meta = obj.get("metadata") or {}
+        uid = meta.get("uid")
+        if not uid:
+            return
+        entry = None
+        if kind != "DELETED":
+            parent = next((ref.get("uid") for ref in meta.get("ownerReferences") or ()
+                           if ref.get("controller") and ref.get("kind") == "JobSet"), None)
+            entry = (queue_label(meta.get("labels") or {}), parent)
+            if entry == (None, None):
+                entry = None
+        before = self.owner_jobs.pop(uid, None)
+        if entry is not None:
+            self.owner_jobs[uid] = entry
+        if before != entry:
+            self.changed.update(pid for pid, pod in self.waiting.items() if pod.owner_uid == uid)
+
+    def on_jobset(self, kind: str, obj: Mapping[str, Any]) -> None:
+        """A JobSet event: the queue its labels name, for the pods of its Jobs that name none."""
         meta = obj.get("metadata") or {}
         uid = meta.get("uid")
         if not uid:
             return
         queue = None if kind == "DELETED" else queue_label(meta.get("labels") or {})
-        before = self.owner_queues.pop(uid, None)
+        before = self.jobset_queues.pop(uid, None)
         if queue:
-            self.owner_queues[uid] = queue
+            self.jobset_queues[uid] = queue
         if before != queue:
-            self.changed.update(pid for pid, pod in self.waiting.items() if pod.owner_uid == uid)
+            jobs = {job for job, (_, parent) in self.owner_jobs.items() if parent == uid}
+            self.changed.update(pid for pid, pod in self.waiting.items() if pod.owner_uid in jobs)
 
-    def replace_jobs(self, items) -> None:
+    def replace_jobs(self, items, jobsets: bool = False) -> None:
+        """After a list of Jobs (or of JobSets): the ones absent from it were deleted meanwhile."""
+        kept, handle = (self.jobset_queues, self.on_jobset) if jobsets else (self.owner_jobs, self.on_job)
         live = {(obj.get("metadata") or {}).get("uid") for obj in items}
-        for uid in [uid for uid in self.owner_queues if uid not in live]:
-            self.on_job("DELETED", {"metadata": {"uid": uid}})
+        for uid in [uid for uid in kept if uid not in live]:
+            handle("DELETED", {"metadata": {"uid": uid}})
         for obj in items:
-            self.on_job("MODIFIED", obj)
-        self.jobs_synced = True
+            handle("MODIFIED", obj)
+        if jobsets:
+            self.jobsets_synced = True
+        else:
+            self.jobs_synced = True
+
+    def owner_queue(self, pod: InClusterPod) -> str | None:
+        """The queue the pod's controlling Job names, else that Job's JobSet."""
+        entry = self.owner_jobs.get(pod.owner_uid) if pod.owner_uid else None
+        if entry is None:
+            return None
+        return entry[0] or (self.jobset_queues.get(entry[1]) if entry[1] else None)
 
     def set_podgroups_problem(self, problem: str | None) -> None:
         if problem != self.podgroups_problem:
@@ -447,7 +483,7 @@ class IntakeTracker:
     @property
     def ready(self) -> bool:
         """Namespaces (queue labels) and PodGroups read once: before that a pod's queue is not known."""
-        return self.namespaces_synced and self.podgroups_synced and self.jobs_synced
+        return self.namespaces_synced and self.podgroups_synced and self.jobs_synced and self.jobsets_synced
 
     def arrival(self, pod: InClusterPod) -> Arrival:
         group = group_problem = None
@@ -456,7 +492,7 @@ class IntakeTracker:
             if group_problem is None:
                 group = self.podgroups.get((pod.namespace, pod.group_name))
         return Arrival(pod, self.namespaces.get(pod.namespace), group, group_problem,
-                       self.owner_queues.get(pod.owner_uid) if pod.owner_uid else None)
+                       self.owner_queue(pod))
 
     def take(self) -> tuple[list[Arrival], dict[str, str]]:
         if not self.ready:
@@ -475,7 +511,7 @@ class IntakeTracker:
         self.changed.update(self.waiting)
 
 
-__all__ = ["Arrival", "GROUP_NAME_ANNOTATION", "JOBS_PATH", "KUEUE_QUEUE_LABEL", "VOLCANO_GROUP_NAME_ANNOTATION",
+__all__ = ["Arrival", "GROUP_NAME_ANNOTATION", "JOBS_PATH", "JOBSETS_PATH", "KUEUE_QUEUE_LABEL", "VOLCANO_GROUP_NAME_ANNOTATION",
            "queue_label", "InClusterPod", "IntakeTracker", "JOB_SET_LABEL", "PODGROUPS_PATH",
            "POD_NAME", "POD_NAMESPACE", "POD_UID", "PodGroupSpec", "QUEUE_LABEL", "bound_by_flotilla", "job_id_of",
            "read_pod", "read_podgroup"]

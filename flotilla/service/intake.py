@@ -12,7 +12,8 @@ How a pod maps to a job:
 
 * queue: the pod's label ``flotilla.io/queue`` (or Kueue's
   ``kueue.x-k8s.io/queue-name``), else its PodGroup's ``spec.queue``, else
-  the same labels on its controlling batch/v1 Job, else its namespace's
+  the same labels on its controlling batch/v1 Job (or that Job's JobSet),
+  else its namespace's
   label; the queue must exist and list the pod's namespace in
   ``namespaces``. Where none names one, the config's placement rules give
   it (:mod:`flotilla.service.placement`: a queue per namespace, made on
