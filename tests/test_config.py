@@ -131,7 +131,7 @@ clusters:
     nodes = cfg.clusters[0].expand()
     assert [n.name for n in nodes] == ["node-1", "node-2", "node-3", "big", "gpu-1", "gpu-2"]
     assert nodes[0].resources == {"cpu": 500} and nodes[0].resources is not nodes[1].resources
-    assert nodes[2].taints == (Taint("gpu", "", "NoSchedule"),) and nodes[2].labels == {"kind": "gpu"}
+    assert nodes[2].taints == (Taint("gpu", "", "NoSchedule"),) and nodes[2].labels == {"kubernetes.io/hostname": "node-3", "kind": "gpu"}
     assert nodes[3].resources == {"memory": 2**40} and nodes[3].unschedulable
     assert nodes[4].resources == {"nvidia.com/gpu": 8}
 
@@ -292,8 +292,9 @@ def test_state_converts_to_core_objects():
     snapshot = parse_state(STATE, "s.yaml", load_config(None))
     (c1,) = snapshot.clusters
     assert [(n.name, n.cluster, dict(n.resources), dict(n.labels), n.taints, n.unschedulable) for n in c1.nodes] == [
-        ("node-1", "c1", {"cpu": 32000, "memory": 2**37}, {"zone": "a"}, (Taint("gpu"),), False),
-        ("node-2", "c1", {"cpu": 32000, "memory": 2**37}, {}, (), True),
+        ("node-1", "c1", {"cpu": 32000, "memory": 2**37}, {"kubernetes.io/hostname": "node-1", "zone": "a"},
+         (Taint("gpu"),), False),
+        ("node-2", "c1", {"cpu": 32000, "memory": 2**37}, {"kubernetes.io/hostname": "node-2"}, (), True),
     ]
     assert [(j.id, j.state, j.cluster, j.node, j.priority_class) for j in c1.running] == [
         ("a-1", JobState.RUNNING, "c1", "node-1", "armada-preemptible"),

@@ -48,9 +48,10 @@ def test_placement_fields_flotilla_does_not_honour_are_named_by_path():
         affinity={"nodeAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": {"nodeSelectorTerms": [
             {"matchExpressions": [{"key": "k", "operator": "Bogus"}]}]}}}))
     assert [path for path, _ in got.problems] == [
-        "spec.topologySpreadConstraints", "spec.containers[1].ports[0].hostPort",
+        "spec.containers[1].ports[0].hostPort",
         "spec.affinity.nodeAffinity.requiredDuringSchedulingIgnoredDuringExecution.nodeSelectorTerms[0]."
-        "matchExpressions[0].operator"]
+        "matchExpressions[0].operator",
+        "spec.topologySpreadConstraints[0].topologyKey"]
 
 
 def test_the_tracker_follows_watch_events_only():

@@ -26,6 +26,7 @@ from itertools import islice
 import structlog
 
 from flotilla.core.nodeindex import EVICTED
+from flotilla.core.podplacements import pod_refusal
 from flotilla.core.topology import gang_places, place_types
 from flotilla.core.units import iter_units
 
@@ -118,9 +119,12 @@ class Preempt:
         priority = session.priority_class(job).priority
         best = None
         fitting = session.index.iter_fitting(vec, priority, types)
+        checked = job.pod_rules is not None or bool(session.state.pods.anti)
         for i in list(islice(fitting, session.settings.preempt_max_candidates)):
             if session.node_filter_fns and not all(fn(job, i) for fn in session.node_filter_fns):
                 continue
+            if checked and pod_refusal(session, job, i) is not None:
+                continue  # victims are chosen for room and ports, not to satisfy pod rules
             found = self._victims(session, job, priority, vec, i)
             if found is None:
                 continue

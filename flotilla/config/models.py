@@ -19,7 +19,7 @@ from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, PrivateAttr,
 
 from flotilla.core.backend import FAILURE_CAUSES
 
-from flotilla.core.model import ClusterSnapshot, Node, PriorityClass, Queue, Taint, Toleration
+from flotilla.core.model import HOSTNAME_LABEL, ClusterSnapshot, Node, PriorityClass, Queue, Taint, Toleration
 from flotilla.core.quantities import QuantityError, parse_duration, parse_quantity, resource_name_problem
 
 if TYPE_CHECKING:
@@ -288,7 +288,8 @@ class SimulatedClusterConfig(Model):
         nodes: list[Node] = []
         for g, name in self.node_names():
             group = self.nodes[g]
-            nodes.append(Node(name, self.name, dict(group.resources), dict(group.labels),
+            # Every node carries its name as kubernetes.io/hostname, as a kubelet labels it.
+            nodes.append(Node(name, self.name, dict(group.resources), {HOSTNAME_LABEL: name, **group.labels},
                               tuple(t.to_core() for t in group.taints), group.unschedulable))
         return nodes
 

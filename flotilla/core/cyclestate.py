@@ -43,6 +43,7 @@ from operator import attrgetter, is_, itemgetter, le, not_
 from typing import Callable, Sequence
 
 from flotilla.core.hostports import HostPorts
+from flotilla.core.podplacements import PodPlacements
 from flotilla.core.model import Job, PriorityClass, Snapshot
 from flotilla.core.nodeindex import EVICTED, FOREIGN, FOREIGN_USER, NONPREEMPTIBLE, NodeIndex
 from flotilla.core.jobqueue import JobQueue
@@ -165,6 +166,7 @@ class CycleState:
         #: in their queue), as this sync found them; empty after a rebuild, which keeps no history.
         self.stopped_running: list[str] = []
         if self.index is not None:
+            self.pods.prune()
             try:
                 self._update(snapshot, tuple(indexed_resources))
                 return
@@ -233,12 +235,19 @@ class CycleState:
         # Running jobs, bound in bulk before the index builds its sorted lists.
         #: Host ports held per node (only jobs that bind some are in it; see flotilla.core.hostports).
         self.ports = HostPorts()
+        #: Every pod bound to a node, counted for pod rules (see flotilla.core.podplacements).
+        self.pods = PodPlacements(index)
+        self.foreign_pods = [dict(cluster.foreign_pods) for cluster in snapshot.clusters]
         self.running: dict[str, RunningJob] = {}
         self.running_jobs: dict[str, Job] = {}
         for cluster in snapshot.clusters:
             for node_name, requests in cluster.foreign.items():
                 i = index.position[(cluster.name, node_name)]
                 index.preload(i, f"{FOREIGN_USER}/{node_name}", FOREIGN_USER, space.vector(requests), FOREIGN)
+            for node_name, pods in cluster.foreign_pods.items():
+                i = index.position[(cluster.name, node_name)]
+                for pod in pods:
+                    self.pods.add(i, pod)
             for job in cluster.running:
                 i = index.position[(cluster.name, job.node)]
                 vec = space.vector(job.requests)
@@ -400,6 +409,11 @@ class CycleState:
                             was.gang is not job.gang:
                         self._count_labels(was, -1)
                         self._count_labels(job, 1)
+                    if was.labels is job.labels and was.pod_rules is job.pod_rules and was.namespace == job.namespace:
+                        self.pods.where[job.id] = (i, job)
+                    else:
+                        self.pods.remove(job.id)
+                        self.pods.add(i, job)
                     held.job = job
                     self.running_jobs[job.id] = job
                     continue
@@ -501,6 +515,8 @@ class CycleState:
                     else:  # foreign usage
                         index.unbind(i, job_id)
                 self.foreign[cluster_of[node.cluster]].pop(node.name, None)
+                for pod in self.foreign_pods[cluster_of[node.cluster]].pop(node.name, ()):
+                    self.pods.remove(pod.id)
         try:
             moved = index.update_nodes(nodes)
         except ValueError:
@@ -510,6 +526,9 @@ class CycleState:
                 held.node = moved[held.node]
             if self.ports:
                 self.ports.remap(moved)
+            self.pods.remap(moved)
+        else:
+            self.pods.relabelled()
         self.nodes = [list(cluster.nodes) for cluster in snapshot.clusters]
         self.pool = tuple(sum(col) for col in zip(*index.allocatable)) if index.nodes else space.zero
 
@@ -529,6 +548,21 @@ class CycleState:
                 if node_name in cluster.foreign:
                     index.bind(i, key, FOREIGN_USER, space.vector(cluster.foreign[node_name]), FOREIGN)
             self.foreign[k] = dict(cluster.foreign)
+        for k, cluster in enumerate(snapshot.clusters):
+            old_pods = self.foreign_pods[k]
+            new_pods = cluster.foreign_pods
+            if old_pods == new_pods:
+                continue
+            for node_name in set(old_pods) | set(new_pods):
+                was, now = old_pods.get(node_name, ()), new_pods.get(node_name, ())
+                if was is now or was == now:
+                    continue
+                i = index.position[(cluster.name, node_name)]
+                for pod in was:
+                    self.pods.remove(pod.id)
+                for pod in now:
+                    self.pods.add(i, pod)
+            self.foreign_pods[k] = dict(new_pods)
 
     def _bind(self, job: Job, i: int, vec: Vector, level: int) -> None:
         self.index.bind(i, job.id, job.queue, vec, level)
@@ -567,6 +601,7 @@ class CycleState:
         self.running_jobs[job.id] = job
         if job.host_ports:
             self.ports.add(i, job.id, job.host_ports)
+        self.pods.add(i, job)
         queue = self.queues[job.queue]
         queue.running += 1
         charge(queue, vec, 1)
@@ -578,6 +613,7 @@ class CycleState:
         self.index.unbind(held.node, job_id)
         if held.job.host_ports:
             self.ports.remove(held.node, job_id, held.job.host_ports)
+        self.pods.remove(job_id)
         queue = self.queues[held.job.queue]
         queue.running -= 1
         charge(queue, held.vec, -1)
@@ -654,6 +690,8 @@ class CycleState:
             "gangs": {gang: [job.id for job in members] for gang, members in self.gangs.items()},
             "nested": self.nested,
             "ports": {i: sorted(ports.items()) for i, ports in sorted(self.ports.held.items())},
+            "pods": sorted((pod_id, node) for pod_id, (node, _) in self.pods.where.items()),
+            "anti": sorted((repr(term), sorted(values.items())) for term, values in self.pods.anti.items()),
         }
 
 

@@ -13,6 +13,7 @@ from enum import Enum
 from typing import Mapping
 
 from flotilla.core.nodeaffinity import NodeAffinity
+from flotilla.core.podrules import PodRules
 
 GANG_ID_ANNOTATION = "armadaproject.io/gangId"
 GANG_CARDINALITY_ANNOTATION = "armadaproject.io/gangCardinality"
@@ -24,6 +25,8 @@ GANG_NODE_UNIFORMITY_LABEL_ANNOTATION = "armadaproject.io/gangNodeUniformityLabe
 OWNER_ANNOTATION = "flotilla.io/owner"
 #: The Kubernetes namespace the job's pods go to.
 NAMESPACE_ANNOTATION = "flotilla.io/namespace"
+#: The label every Kubernetes node carries with its own name (simulated nodes too).
+HOSTNAME_LABEL = "kubernetes.io/hostname"
 
 
 class JobState(str, Enum):
@@ -161,6 +164,23 @@ class Job:
     host_ports: tuple[tuple[str, int], ...] = ()
     #: Required and preferred node affinity (:mod:`flotilla.core.nodeaffinity`), None for almost every job.
     affinity: NodeAffinity | None = None
+    #: Its pod's labels and namespace, which other pods' affinity, anti-affinity and spread select by.
+    labels: Mapping[str, str] = field(default_factory=dict)
+    namespace: str = ""
+    #: Inter-pod affinity, anti-affinity and topology spread (:mod:`flotilla.core.podrules`), None for almost
+    #: every job.
+    pod_rules: PodRules | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class ForeignPod:
+    """A pod the scheduler does not own, as pod rules see it: its namespace, labels and own rules
+    (its required anti-affinity keeps matching pods out of its domain)."""
+
+    id: str
+    namespace: str
+    labels: Mapping[str, str] = field(default_factory=dict, hash=False)
+    pod_rules: PodRules | None = None
 
 
 @dataclass(slots=True)
@@ -168,13 +188,16 @@ class ClusterSnapshot:
     """One cluster at the start of a cycle: its nodes and the jobs running on them.
 
     ``foreign`` lists resources taken on a node by pods the scheduler does not
-    own (someone else's pods on a shared Kubernetes cluster).
+    own (someone else's pods on a shared Kubernetes cluster); ``foreign_pods``
+    those pods themselves, per node, for inter-pod affinity and spread (a
+    node's tuple is the same object while its pods do not change).
     """
 
     name: str
     nodes: list[Node]
     running: list[Job] = field(default_factory=list)
     foreign: dict[str, Mapping[str, int]] = field(default_factory=dict)
+    foreign_pods: dict[str, tuple[ForeignPod, ...]] = field(default_factory=dict)
 
 
 @dataclass(slots=True)

@@ -29,6 +29,7 @@ def place(session, job: Job, node: int, vec) -> None:
         _touch(session, node)
     if job.host_ports:
         session.state.ports.add(node, job.id, job.host_ports)
+    session.state.pods.add(node, job)
     charge(session.queues[job.queue], vec, 1)
     _record_placement(session, job, node)
 
@@ -69,6 +70,7 @@ class Statement:
             _touch(s, node)
         if job.host_ports:
             s.state.ports.add(node, job.id, job.host_ports)
+        s.state.pods.add(node, job)
         charge(s.queues[job.queue], vec, 1)
         self.ops.append(("allocate", job, node, 0))
 
@@ -101,6 +103,7 @@ class Statement:
             _touch(s, running.node)
         if job.host_ports:
             s.state.ports.remove(running.node, job.id, job.host_ports)
+        s.state.pods.remove(job.id)
         if level != EVICTED:
             charge(s.queues[job.queue], running.vec, -1)
         self.ops.append(("preempt", job, running.node, level))
@@ -140,6 +143,7 @@ class Statement:
                 s.index.unbind(node, job.id)
                 if job.host_ports:
                     s.state.ports.remove(node, job.id, job.host_ports)
+                s.state.pods.remove(job.id)
                 charge(s.queues[job.queue], vec, -1)
             elif op == "unevict":
                 running = s.running[job.id]
@@ -154,6 +158,7 @@ class Statement:
                 s.index.bind(node, job.id, job.queue, running.vec, level)
                 if job.host_ports:
                     s.state.ports.add(node, job.id, job.host_ports)
+                s.state.pods.add(node, running.job)
                 if level != EVICTED:
                     charge(s.queues[job.queue], running.vec, 1)
         self.ops.clear()

@@ -189,7 +189,7 @@ class _Room:
         """An existing node of the cluster with room for ``job`` left (the smallest that fits), or None."""
         session, index = self.session, self.index
         types = self._in_cluster(types)
-        if not job.host_ports and not session.node_filter_fns:
+        if not session.node_checked(job):
             key = (vec, id(types))
             if self._no_room.get(key) == self._returns:
                 return None
@@ -206,6 +206,7 @@ class _Room:
         self.index.bind(i, job.id, job.queue, vec, self.session.job_level(job))
         if job.host_ports:
             self.session.state.ports.add(i, job.id, job.host_ports)
+        self.session.state.pods.add(i, job)
         self.taken.append((i, job))
 
     def _unbind(self, mark: int) -> None:
@@ -217,6 +218,7 @@ class _Room:
             self.index.unbind(i, job.id)
             if job.host_ports:
                 self.session.state.ports.remove(i, job.id, job.host_ports)
+            self.session.state.pods.remove(job.id)
 
     def _in_cluster(self, types: list[int]) -> list[int]:
         found = self._cluster_types.get(id(types))   # allowed_types interns equal lists: one object each

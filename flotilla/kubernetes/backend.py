@@ -73,7 +73,7 @@ from typing import Callable, Iterable, Mapping
 import structlog
 
 from flotilla.core.backend import ClusterDecisions, ClusterUnavailable, JobEvent, PodTemplate
-from flotilla.core.model import ClusterSnapshot, Job, JobState, Node
+from flotilla.core.model import ClusterSnapshot, ForeignPod, Job, JobState, Node
 from flotilla.core.quantities import QuantityError, parse_duration
 from flotilla.kubernetes.client import (ApiError, Gone, KubeClient, KubeError, Unreachable, WatchBroken,
                                         forbidden_message, pod_path)
@@ -82,7 +82,8 @@ from flotilla.kubernetes.podgroupstatus import PodGroupReporter, podgroup_status
 from flotilla.kubernetes.priorityclasses import PRIORITY_CLASSES_PATH, PriorityClassTracker, setup_priority_classes
 from flotilla.kubernetes.intake import (JOBS_PATH, JOBSETS_PATH, PODGROUPS_PATH, POD_NAME, POD_NAMESPACE, POD_UID, IntakeTracker,
                                         bound_by_flotilla)
-from flotilla.kubernetes.pods import (ATTEMPT, DURATION, JOB_ID, PodSettings, failure_details, failure_reason, is_ours,
+from flotilla.kubernetes.pods import (ATTEMPT, DURATION, JOB_ID, PodSettings, failure_details, failure_reason, foreign_pod,
+                                     is_ours,
                                       job_deadline, job_from_pod, job_grace_period, job_namespace, named_grace_period,
                                       node_from_object, node_ready, pod_manifest, pod_name, pod_phase, pod_requests,
                                       waiting_reason)
@@ -118,6 +119,7 @@ class _Pod:
     uid: str = ""
     exit_code: int | None = None      # a failed pod's: its first failed container's, when it failed on its own
     cause: str = ""                   # a failed pod's, for retry policies (flotilla.core.backend.FAILURE_CAUSES)
+    foreign: ForeignPod | None = None  # someone else's, as pod rules see it (labels, namespace, anti-affinity)
 
 
 #: The phases of a pod that has ended.
@@ -187,6 +189,10 @@ class KubernetesCluster:
         #: What everyone else's live pods use on each node, kept as their events arrive: a snapshot copies it
         #: instead of walking pods that are not Flotilla's.
         self._foreign_on: dict[str, dict[str, int]] = {}
+        #: Everyone else's live pods per node, for pod affinity and spread, and each node's tuple of them as the
+        #: last snapshot gave it (dropped when one of them changes, so an unchanged node's is the same object).
+        self._foreign_pods_on: dict[str, dict[tuple[str, str], ForeignPod]] = {}
+        self._foreign_pod_tuples: dict[str, tuple[ForeignPod, ...]] = {}
         self._job_pod: dict[str, tuple[str, str]] = {}   # job id -> its live pod
         self._attempts: dict[str, int] = {}
         self._inflight: dict[str, Job] = {}              # started, pod not seen yet
@@ -336,7 +342,15 @@ class KubernetesCluster:
             for job_id, job in self._inflight.items():
                 if job_id not in seen and job_id not in self._stopping and job.node in self._nodes:
                     running.append(job)
-        return ClusterSnapshot(self.name, nodes, running, foreign)
+            tuples = self._foreign_pod_tuples
+            foreign_pods = {}
+            for node, on in self._foreign_pods_on.items():
+                if node in known:
+                    pods = tuples.get(node)
+                    if pods is None:
+                        pods = tuples[node] = tuple(on.values())
+                    foreign_pods[node] = pods
+        return ClusterSnapshot(self.name, nodes, running, foreign, foreign_pods)
 
     def apply(self, decisions: ClusterDecisions) -> None:
         # The requests are handed to the workers once the bookkeeping is done and the lock is free: a worker
@@ -425,6 +439,9 @@ class KubernetesCluster:
             self._own.pop(key, None)
             if pod.node is not None and pod.phase not in _ENDED:
                 self._charge_foreign(pod.node, pod.requests, 1)
+                if pod.foreign is not None:
+                    self._foreign_pods_on.setdefault(pod.node, {})[key] = pod.foreign
+                    self._foreign_pod_tuples.pop(pod.node, None)
 
     def _pop_pod(self, key: tuple[str, str]) -> _Pod | None:
         old = self._pods.pop(key, None)
@@ -443,6 +460,11 @@ class KubernetesCluster:
                 del self._pods_on[old.node]
         if old.job is None and old.node is not None and old.phase not in _ENDED:
             self._charge_foreign(old.node, old.requests, -1)
+            on = self._foreign_pods_on.get(old.node)
+            if on is not None and on.pop(key, None) is not None:
+                self._foreign_pod_tuples.pop(old.node, None)
+                if not on:
+                    del self._foreign_pods_on[old.node]
 
     def _charge_foreign(self, node: str, requests: Mapping[str, int] | None, sign: int) -> None:
         used = self._foreign_on.setdefault(node, {})
@@ -1223,7 +1245,10 @@ class KubernetesCluster:
             self._pod_events(pod, job_id)
         else:
             requests = old.requests if old is not None and old.requests is not None else pod_requests(obj)
-            self._put_pod(key, _Pod(key, node, phase, deleting, requests=requests))
+            labels = meta.get("labels") or {}
+            foreign = old.foreign if old is not None and old.foreign is not None and \
+                old.foreign.labels == labels else foreign_pod(key, labels, spec)
+            self._put_pod(key, _Pod(key, node, phase, deleting, requests=requests, foreign=foreign))
 
     def _pod_events(self, pod: _Pod, job_id: str) -> None:
         reported = self._reported.get(pod.key)

@@ -26,6 +26,7 @@ from typing import Any, Mapping
 
 from flotilla.core.model import GANG_CARDINALITY_ANNOTATION, GANG_ID_ANNOTATION, GANG_MIN_AVAILABLE_ANNOTATION
 from flotilla.core.nodeaffinity import AffinityError, parse_node_affinity
+from flotilla.core.podrules import parse_pod_rules
 from flotilla.kubernetes.podgroupstatus import member_state
 from flotilla.kubernetes.pods import JOB_ID, is_ours, pod_host_ports, pod_phase, pod_requests
 
@@ -82,6 +83,7 @@ class InClusterPod:
     annotations: Mapping[str, str]  # the gang annotations the pod carries
     group_name: str | None         # its Volcano PodGroup
     problems: tuple = ()           # (field path, why) of what Flotilla would not honour
+    pod_rules: Any = None          # pod affinity, anti-affinity, spread (API field names), None without
     gated: bool = False            # schedulingGates still set: not ready to schedule
 
     @property
@@ -103,19 +105,13 @@ def _timestamp(text: str | None) -> float:
 
 
 _NOT_HONOURED = (
-    ("affinity.podAffinity", lambda s: bool((s.get("affinity") or {}).get("podAffinity")),
-     "pod affinity is not honoured by Flotilla's placement"),
-    ("affinity.podAntiAffinity", lambda s: bool((s.get("affinity") or {}).get("podAntiAffinity")),
-     "pod anti-affinity is not honoured by Flotilla's placement (for one pod per node, give the pods the same "
-     "hostPort)"),
-    ("topologySpreadConstraints", lambda s: bool(s.get("topologySpreadConstraints")),
-     "topology spread constraints are not honoured by Flotilla's placement"),
     ("resourceClaims", lambda s: bool(s.get("resourceClaims")),
      "resource claims (dynamic resource allocation) are not honoured by Flotilla's placement"),
 )
 
 
-def spec_problems(spec: Mapping[str, Any]) -> list[tuple[str, str]]:
+def spec_problems(spec: Mapping[str, Any], namespace: str = "default",
+                  labels: Mapping[str, str] | None = None) -> list[tuple[str, str]]:
     """``(field path, why)`` for every placement field of ``spec`` Flotilla would not honour (as the API
     refuses them for submitted jobs, :func:`flotilla.kubernetes.podspec.refused_placement_fields`)."""
     out = [(path, why) for path, given, why in _NOT_HONOURED if given(spec)]
@@ -143,7 +139,23 @@ def spec_problems(spec: Mapping[str, Any]) -> list[tuple[str, str]]:
         parse_node_affinity((spec.get("affinity") or {}).get("nodeAffinity"))
     except AffinityError as exc:
         out.append(("spec.affinity.nodeAffinity" + (f".{exc.path}" if exc.path else ""), exc.message))
+    try:
+        parse_pod_rules(spec.get("affinity"), spec.get("topologySpreadConstraints"), namespace, labels or {})
+    except AffinityError as exc:
+        out.append((f"spec.{exc.path}", exc.message))
     return out
+
+
+def pod_rules_spec(spec: Mapping[str, Any]) -> dict | None:
+    """The podSpec's pod affinity, anti-affinity and spread constraints, as stored with the job (None: none)."""
+    affinity = {key: value for key, value in (spec.get("affinity") or {}).items()
+                if key in ("podAffinity", "podAntiAffinity") and value}
+    out: dict[str, Any] = {}
+    if affinity:
+        out["affinity"] = affinity
+    if spec.get("topologySpreadConstraints"):
+        out["topologySpreadConstraints"] = spec["topologySpreadConstraints"]
+    return out or None
 
 
 def read_pod(obj: Mapping[str, Any]) -> InClusterPod:
@@ -153,7 +165,7 @@ def read_pod(obj: Mapping[str, Any]) -> InClusterPod:
     annotations = meta.get("annotations") or {}
     controller = next((ref for ref in meta.get("ownerReferences") or () if ref.get("controller")), {})
     owner = controller.get("name", "")
-    problems = spec_problems(spec)
+    problems = spec_problems(spec, meta.get("namespace", "default"), meta.get("labels") or {})
     group_names = {annotations.get(key) for key in (GROUP_NAME_ANNOTATION, VOLCANO_GROUP_NAME_ANNOTATION)} - {None, ""}
     if len(group_names) > 1:
         problems.append((f"metadata.annotations.{VOLCANO_GROUP_NAME_ANNOTATION}",
@@ -183,6 +195,7 @@ def read_pod(obj: Mapping[str, Any]) -> InClusterPod:
         submitted=_timestamp(meta.get("creationTimestamp")), requests=requests, node_selector=selector,
         tolerations=tuple(tuple(sorted(t.items())) for t in spec.get("tolerations") or ()),
         host_ports=tuple(tuple(pair) for pair in pod_host_ports(spec)), node_affinity=affinity_spec,
+        pod_rules=pod_rules_spec(spec),
         grace_period=float(max(1, grace)) if isinstance(grace, (int, float)) else DEFAULT_GRACE,
         deadline=float(deadline) if isinstance(deadline, (int, float)) and deadline > 0 else 0.0,
         annotations={k: str(annotations[k]) for k in (GANG_ID_ANNOTATION, GANG_CARDINALITY_ANNOTATION,

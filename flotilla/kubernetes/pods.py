@@ -19,8 +19,9 @@ from typing import Any, Mapping
 
 from flotilla.core.backend import PodTemplate
 from flotilla.core.model import (GANG_CARDINALITY_ANNOTATION, GANG_ID_ANNOTATION, GANG_NODE_UNIFORMITY_LABEL_ANNOTATION,
-                                 Gang, Job, JobState, Node, Taint, Toleration)
+                                 ForeignPod, Gang, Job, JobState, Node, Taint, Toleration)
 from flotilla.core.nodeaffinity import AffinityError, parse_node_affinity
+from flotilla.core.podrules import PodRules, parse_pod_rules
 from flotilla.core.quantities import QuantityError, format_quantity, parse_quantity
 from flotilla.core.topology import uniformity_label_problem
 from flotilla.kubernetes.requests import effective_requests
@@ -426,7 +427,30 @@ def job_from_pod(pod: Mapping[str, Any], cluster: str, requests_cache: dict | No
         annotations=user_annotations,
         host_ports=pod_host_ports(spec),
         affinity=_node_affinity(spec),
+        labels=dict(labels),
+        namespace=meta.get("namespace") or "",
+        pod_rules=_pod_rules(spec, meta.get("namespace") or "default", labels),
     )
+
+
+def _pod_rules(spec: Mapping[str, Any], namespace: str, labels: Mapping[str, str]) -> PodRules | None:
+    """The pod's inter-pod affinity and spread as the core's object (None: none, or none Kubernetes accepts)."""
+    affinity = spec.get("affinity") or {}
+    if not (affinity.get("podAffinity") or affinity.get("podAntiAffinity") or spec.get("topologySpreadConstraints")):
+        return None
+    try:
+        return parse_pod_rules(affinity, spec.get("topologySpreadConstraints"), namespace, labels)
+    except AffinityError:
+        return None
+
+
+def foreign_pod(key: tuple[str, str], labels: Mapping[str, str], spec: Mapping[str, Any]) -> ForeignPod:
+    """Someone else's pod (``key`` its namespace and name) as pod rules see it: only its required anti-affinity
+    binds other pods, so only that is kept of its rules."""
+    rules = _pod_rules(spec, key[0], labels)
+    if rules is not None:
+        rules = PodRules(anti_affinity=rules.anti_affinity) if rules.anti_affinity else None
+    return ForeignPod(f"{key[0]}/{key[1]}", key[0], dict(labels), rules)
 
 
 def _node_affinity(spec: Mapping[str, Any]):

@@ -426,6 +426,11 @@ class ClusterIntake:
             spec_pod["hostPorts"] = [list(p) for p in pod.host_ports]
         if pod.node_affinity:
             spec_pod["nodeAffinity"] = pod.node_affinity
+        if pod.labels:
+            spec_pod["labels"] = dict(pod.labels)
+        spec_pod["namespace"] = pod.namespace
+        if pod.pod_rules:
+            spec_pod["podRules"] = pod.pod_rules
         job_set = pod.labels.get(JOB_SET_LABEL) or pod.owner or pod.name
         return {
             "id": pod.job_id, "queue": queue_name, "job_set": job_set, "owner": pod.namespace,

@@ -48,7 +48,8 @@ from flotilla.service.leases import ClusterReport, job_of
 from flotilla.service.pending import head_size
 from flotilla.service.placement import queue_parents
 from flotilla.service.settings import ServiceSettings
-from flotilla.service.snapshot import DEADLINE_ANNOTATION, GRACE_ANNOTATION, Converter, RunningPods
+from flotilla.service.snapshot import (DEADLINE_ANNOTATION, DEFAULT_NAMESPACE, GRACE_ANNOTATION, Converter, RunningPods,
+                                       default_namespace)
 from flotilla.service.store import ActiveCopy, QueuedJob, Store
 from flotilla.service.templates import templates_for
 
@@ -110,19 +111,20 @@ class QueuedJobs:
     submission time.
     """
 
-    def __init__(self, store: Store):
+    def __init__(self, store: Store, namespace: str = DEFAULT_NAMESPACE):
         self.store = store
+        self.namespace = namespace
         self.cursor: int | None = None
         self.jobs: dict[str, tuple[QueuedJob, list[Job]]] = {}
         self.version = 0      # bumped by every sync that changed a job: the loop's queued list is rebuilt then
-        self._converter = _Converter()
+        self._converter = _Converter(self.namespace)
 
     def sync(self) -> tuple[int, int]:
         """Bring the copy up to date; returns (jobs re-read, queued now)."""
         if self.cursor is None:
             cursor = self.store.last_event_id()  # first: a change after it is read again next time
             records = self.store.load_queued()
-            self._converter = _Converter()
+            self._converter = _Converter(self.namespace)
             self.jobs = {r.id: (r, self._converter.pods(r)) for r in records}
             self.cursor = cursor
             self.version += 1
@@ -162,9 +164,11 @@ class ServiceLoop:
         self.last_nodes: dict[str, str] = {}   # draining nodes after the last cycle: draining or drained
         self.cycle_lock = threading.Lock()
         self.in_cycle = threading.Event()
-        self.queued = QueuedJobs(store)
+        #: The namespace of jobs that name none, for pod rules: the clusters' ``namespace`` when they agree.
+        self.namespace = default_namespace(self.backends)
+        self.queued = QueuedJobs(store, self.namespace)
         self.active = ActiveCopy()
-        self.running_pods = RunningPods()
+        self.running_pods = RunningPods(self.namespace)
         self._queued_list: tuple[tuple, list[Job]] | None = None   # (what it was built from, the queued pods)
         self._reported: dict[str, tuple[list[Job], set[str]]] = {}  # cluster -> its last running list, their ids
         self.last_snapshot: Snapshot | None = None      # the last cycle's, and the clusters it was built from
@@ -424,9 +428,9 @@ class ServiceLoop:
     def forget(self) -> None:
         """Drop the copies kept between cycles; the next cycle reads the store afresh (a new leader term)."""
         with self.cycle_lock:
-            self.queued = QueuedJobs(self.store)
+            self.queued = QueuedJobs(self.store, self.namespace)
             self.active = ActiveCopy()
-            self.running_pods = RunningPods()
+            self.running_pods = RunningPods(self.namespace)
             self._queued_list = None
             self.intake.resync = True
 

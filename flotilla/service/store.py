@@ -144,6 +144,11 @@ class Pod:
     host_ports: list[list] = field(default_factory=list)
     #: The podSpec's ``affinity.nodeAffinity`` (API field names), checked at submission; None: none.
     node_affinity: dict | None = None
+    #: The pod's labels (the job's), which other pods' affinity and spread select by.
+    labels: dict[str, str] = field(default_factory=dict)
+    #: The podSpec's pod affinity, anti-affinity and spread constraints (``{affinity: {podAffinity,
+    #: podAntiAffinity}, topologySpreadConstraints}``, API field names), checked at submission; None: none.
+    pod_rules: dict | None = None
 
     def to_dict(self) -> dict:
         out: dict[str, Any] = {"requests": self.requests}
@@ -155,6 +160,10 @@ class Pod:
             out["hostPorts"] = self.host_ports
         if self.node_affinity:
             out["nodeAffinity"] = self.node_affinity
+        if self.labels:
+            out["labels"] = self.labels
+        if self.pod_rules:
+            out["podRules"] = self.pod_rules
         return out
 
 
