@@ -79,7 +79,9 @@ from flotilla.kubernetes.client import (ApiError, Gone, KubeClient, KubeError, U
                                         forbidden_message, pod_path)
 from flotilla.kubernetes.services import OWNED, exposure_manifests, object_path, owner_reference
 from flotilla.kubernetes.admission import admission_rejection, returned_label, shortfall
-from flotilla.kubernetes.intake import (PODGROUPS_PATH, POD_NAME, POD_NAMESPACE, POD_UID, IntakeTracker,
+from flotilla.kubernetes.podgroupstatus import PodGroupReporter, podgroup_status
+from flotilla.kubernetes.priorityclasses import PRIORITY_CLASSES_PATH, PriorityClassTracker, setup_priority_classes
+from flotilla.kubernetes.intake import (JOBS_PATH, JOBSETS_PATH, PODGROUPS_PATH, POD_NAME, POD_NAMESPACE, POD_UID, IntakeTracker,
                                         bound_by_flotilla)
 from flotilla.kubernetes.pods import (ATTEMPT, DURATION, JOB_ID, PodSettings, failure_details, failure_reason, foreign_pod,
                                      is_ours,
@@ -238,8 +240,12 @@ class KubernetesCluster:
         self._pcs_done = False
         self._namespaces: set[str] = set()
         self._requests_cache: dict = {}
-        #: The waiting in-cluster pods (flotilla.kubernetes.intake), kept from the pod, namespace and PodGroup watches.
+        #: The waiting in-cluster pods (flotilla.kubernetes.intake), kept from the pod, namespace, PodGroup and Job
+        #: watches.
         self.intake = IntakeTracker(self.settings.scheduler_name)
+        #: The cluster's PriorityClass objects (flotilla.kubernetes.priorityclasses), from their own watch.
+        self.cluster_pcs = PriorityClassTracker()
+        self._group_reporter = None                     # PodGroup statuses (flotilla.kubernetes.podgroupstatus)
         self._reporter = None
         self._report_pool: ThreadPoolExecutor | None = None
         self._reporting: list = []                       # the futures of the batch being written
@@ -253,12 +259,15 @@ class KubernetesCluster:
 
     # -- lifecycle --------------------------------------------------------------------
     def start(self) -> None:
-        """Start the informers (nodes, pods, namespaces, PodGroups), one thread each; once, and never after close()."""
+        """Start the informers (nodes, pods, namespaces, PodGroups, PriorityClasses, Jobs), one thread each; once,
+        and never after close()."""
         if self._threads or self._stop.is_set():
             return
         node_params = {"labelSelector": self.node_selector} if self.node_selector else {}
         for kind, path, params in (("nodes", "/api/v1/nodes", node_params), ("pods", "/api/v1/pods", {}),
-                                   ("namespaces", "/api/v1/namespaces", {}), ("podgroups", PODGROUPS_PATH, {})):
+                                   ("namespaces", "/api/v1/namespaces", {}), ("podgroups", PODGROUPS_PATH, {}),
+                                   ("priorityclasses", PRIORITY_CLASSES_PATH, {}), ("jobs", JOBS_PATH, {}),
+                                   ("jobsets", JOBSETS_PATH, {})):
             thread = threading.Thread(target=self._informer, args=(kind, path, params), daemon=True,
                                       name=f"kube-{self.name}-{kind}")
             thread.start()
@@ -852,6 +861,38 @@ class KubernetesCluster:
                                for i in range(0, len(batch), size)]
         return True
 
+    def report_podgroups(self, reasons: Mapping[tuple[str, str], tuple[str, bool]]) -> int:
+        """Write the status of the PodGroups whose pods changed, or whose waiting pods' reason is in ``reasons``
+        ((namespace, group) -> (reason, stored in its queue)), where it changed
+        (:mod:`flotilla.kubernetes.podgroupstatus`); returns how many writes were started."""
+        with self._lock:
+            if self.intake.podgroups_problem is not None:
+                return 0
+            if self._group_reporter is None:
+                self._group_reporter = PodGroupReporter(self.client, PODGROUPS_PATH.rsplit("/", 1)[0])
+            keys = self.intake.groups_changed | set(reasons)
+            self.intake.groups_changed = set()
+            writes = []
+            for key in sorted(keys):
+                group, members = self.intake.podgroups.get(key), self.intake.group_members.get(key)
+                if group is None or not members:
+                    continue
+                reason, stored = reasons.get(key, (None, True))
+                status = podgroup_status(group.min_member, members, reason, stored)
+                if self._group_reporter.changed(key, status):
+                    writes.append((key, status))
+        for key, status in writes:
+            self._pool.submit(self._write_podgroup, key, status)
+        return len(writes)
+
+    def _write_podgroup(self, key, status) -> None:
+        try:
+            self._group_reporter.write(key, status)
+        except KubeError as exc:
+            if getattr(exc, "status", None) != 404:
+                log.warning("kubernetes.podgroup_status_failed", cluster=self.name, podgroup="/".join(key),
+                            error=str(exc))
+
     def _report_waiting(self, notes) -> None:
         reporter = self.reporter
         for namespace, name, uid, reason in notes:
@@ -1049,37 +1090,21 @@ class KubernetesCluster:
 
     # -- priority classes ------------------------------------------------------------------
     def _setup_priority_classes(self) -> bool:
-        """Create the config's priority classes that the cluster lacks; False if the cluster could not be read."""
-        path = "/apis/scheduling.k8s.io/v1/priorityclasses"
-        try:
-            existing = {item["metadata"]["name"] for item in self.client.get(path).get("items", [])}
-        except Unreachable:
+        """Create the config's priority classes that the cluster lacks (never touching one of the cluster's own,
+        :mod:`flotilla.kubernetes.priorityclasses`); False if the cluster could not be read."""
+        names = setup_priority_classes(self.client, self.priority_classes, self.name)
+        if names is None:
             return False
-        except KubeError as exc:
-            log.warning("kubernetes.priority_classes_unreadable", cluster=self.name, error=str(exc))
-            return True
-        for name, priority, preemptible in self.priority_classes:
-            if name in existing:
-                continue
-            body = {"apiVersion": "scheduling.k8s.io/v1", "kind": "PriorityClass", "metadata": {"name": name},
-                    "value": int(priority), "globalDefault": False,
-                    "preemptionPolicy": "PreemptLowerPriority",
-                    "description": f"Flotilla priority class ({'preemptible' if preemptible else 'not preemptible'})"}
-            try:
-                self.client.post(path, body)
-                existing.add(name)
-            except ApiError as exc:
-                if exc.status == 409:
-                    existing.add(name)
-                else:
-                    log.warning("kubernetes.priority_class_not_created", cluster=self.name, name=name,
-                                error=str(exc))
-            except KubeError:
-                return False
-        self._known_pcs = existing
+        self._known_pcs = names
         return True
 
-    # -- informers (one thread each for nodes, pods, namespaces and PodGroups) ------------------------
+    def cluster_priority_classes(self) -> tuple[int, list]:
+        """The cluster's PriorityClass objects as the watch shows them: (a version bumped at every change, the
+        :class:`~flotilla.kubernetes.priorityclasses.ClusterPriorityClass` list)."""
+        with self._lock:
+            return self.cluster_pcs.version, list(self.cluster_pcs.classes.values())
+
+    # -- informers (one thread each for nodes, pods, namespaces, PodGroups, PriorityClasses and Jobs) ----------
     def _informer(self, kind: str, path: str, params: dict) -> None:
         """List, then watch from the list's version, until close(): its watch is shut then, and a failure seen
         while stopping is no outage to report."""
@@ -1114,6 +1139,19 @@ class KubernetesCluster:
             except ApiError as exc:
                 if self._stop.is_set():
                     return
+                if kind in ("jobs", "jobsets") and exc.status in (403, 404):
+                    # Pods are taken in without their Jobs' (JobSets') queue labels; said once (a cluster without
+                    # JobSets, quietly), looked for again each minute.
+                    with self._lock:
+                        setattr(self.intake, f"{kind}_synced", True)
+                    if self._side_errors.get(kind) != str(exc):
+                        self._side_errors[kind] = str(exc)
+                        if exc.status == 403 or kind == "jobs":
+                            log.warning(f"kubernetes.{kind}_unreadable", cluster=self.name,
+                                        error=forbidden_message(exc), reason=f"the queue labels of {kind} are not read")
+                    resource_version = None
+                    self._stop.wait(60.0)
+                    continue
                 if kind != "podgroups" or exc.status not in (403, 404):
                     self._informer_failed(kind, exc)
                     resource_version = None
@@ -1156,6 +1194,14 @@ class KubernetesCluster:
                 backoff = min(backoff * 2, 2.0)
 
     def _replace(self, kind: str, items: list[dict]) -> None:
+        if kind == "priorityclasses":
+            self._side_errors.pop(kind, None)
+            self.cluster_pcs.replace(items)
+            return
+        if kind in ("jobs", "jobsets"):
+            self._side_errors.pop(kind, None)
+            self.intake.replace_jobs(items, jobsets=kind == "jobsets")
+            return
         if kind == "nodes":
             self._replace_nodes(items)
         elif kind == "pods":
@@ -1195,12 +1241,18 @@ class KubernetesCluster:
             else:
                 self._terminating_ns.discard(name)
             self.intake.on_namespace(event, obj)
+        elif kind == "priorityclasses":
+            self.cluster_pcs.on_event(event, obj)
+        elif kind == "jobs":
+            self.intake.on_job(event, obj)
+        elif kind == "jobsets":
+            self.intake.on_jobset(event, obj)
         else:
             self.intake.on_podgroup(event, obj)
 
     def _informer_failed(self, kind: str, exc: Exception) -> None:
         text = forbidden_message(exc) if isinstance(exc, ApiError) and exc.status == 403 else str(exc)
-        if kind not in self._synced:   # namespaces, PodGroups: the intake waits, scheduling goes on
+        if kind not in self._synced:   # namespaces, PodGroups, PriorityClasses, Jobs: scheduling goes on
             if self._side_errors.get(kind) != text:   # once per distinct error, not once per retry
                 self._side_errors[kind] = text
                 log.warning("kubernetes.watch_failed", cluster=self.name, kind=kind, error=text)
