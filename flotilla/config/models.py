@@ -491,6 +491,35 @@ def _default_classes() -> list[PriorityClassConfig]:
             PriorityClassConfig(name="armada-preemptible", priority=20000, preemptible=True)]
 
 
+class ClusterPriorityClassesConfig(Model):
+    """How the PriorityClass objects of ``kind: kubernetes`` clusters rank against Flotilla's own classes.
+
+    A cluster class that the config does not name is a Flotilla priority class of priority ``value +
+    priorityOffset``, preemptible (system classes excepted) by pods of higher priority, preempting unless
+    ``preemptionPolicy: Never``, and out of preemption to fair share unless ``fairSharePreemption``
+    (:mod:`flotilla.kubernetes.priorityclasses`).
+    """
+
+    #: Added to every cluster class's value: 0 compares Kubernetes values with Flotilla priorities as they are;
+    #: -1000000000 ranks every user-definable class (at most 1000000000) at or below 0, under Flotilla's stock
+    #: classes; the system classes keep their rank above user classes either way.
+    priority_offset: int = Field(0, alias="priorityOffset", ge=-(1 << 40), le=1 << 40)
+    #: Whether preemption to fair share (the evict action) may take pods of cluster classes; off, only a pod of
+    #: higher priority displaces them, as in Kubernetes.
+    fair_share_preemption: bool = Field(False, alias="fairSharePreemption")
+
+
+class PlacementRuleConfig(Model):
+    """A placement rule: the queue of an in-cluster pod that names none (:mod:`flotilla.service.placement`)."""
+
+    #: namespace: a queue per namespace (prefix + namespace), made on first use; fixed: the queue ``queue``.
+    kind: Literal["namespace", "fixed"]
+    queue: Name | None = None
+    parent: Name | None = None
+    prefix: str = Field("", max_length=100, pattern=r"^([a-z0-9][-a-z0-9.]*)?$")
+    weight: float = Field(1.0, gt=0)
+
+
 class FlotillaConfig(Model):
     """The whole scheduler config; ``config.source`` reports later problems at their line in the file."""
 
@@ -498,7 +527,11 @@ class FlotillaConfig(Model):
     plugins: list[PluginConfig] = Field(default_factory=_default_plugins)
     priority_classes: list[PriorityClassConfig] = Field(default_factory=_default_classes, alias="priorityClasses")
     default_priority_class: str = Field("armada-default", alias="defaultPriorityClass")
+    cluster_priority_classes: ClusterPriorityClassesConfig = Field(default_factory=ClusterPriorityClassesConfig,
+                                                                   alias="clusterPriorityClasses")
     queues: list[QueueConfig] = Field(default_factory=list)
+    #: Placement rules for in-cluster pods whose pod, owner, PodGroup and namespace name no queue.
+    placement: list[PlacementRuleConfig] = Field(default_factory=list)
     evict: EvictConfig = Field(default_factory=EvictConfig)
     allocate: AllocateConfig = Field(default_factory=AllocateConfig)
     preempt: PreemptConfig = Field(default_factory=PreemptConfig)
@@ -555,6 +588,17 @@ class FlotillaConfig(Model):
                                                         f"(known: {', '.join(names) or 'none'})"))
         problems += _duplicates("queues", [q.name for q in self.queues], "queue")
         problems += queue_tree_problems("queues", self.queues)
+        queue_names = {q.name for q in self.queues}
+        for i, rule in enumerate(self.placement):
+            if rule.kind == "fixed" and rule.queue is None:
+                problems.append((("placement", i, "queue"), "a fixed rule names its queue"))
+            for key in ("parent", "prefix", "weight") if rule.kind == "fixed" else ("queue",):
+                if key in rule.model_fields_set:
+                    problems.append((("placement", i, key), f"a {rule.kind} rule has no {key}"))
+            if rule.parent is not None and rule.parent not in queue_names:
+                known = ", ".join(sorted(queue_names)) or "none"
+                problems.append((("placement", i, "parent"), f"unknown parent queue {rule.parent!r} (the config's "
+                                                             f"queues: {known})"))
         problems += _duplicates("clusters", [c.name for c in self.clusters], "cluster")
         problems += _duplicates("nodeTemplates", [t.name for t in self.node_templates], "node template")
         for c, cluster in enumerate(self.clusters):

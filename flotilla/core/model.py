@@ -36,11 +36,20 @@ class JobState(str, Enum):
 
 @dataclass(frozen=True, slots=True)
 class PriorityClass:
-    """Armada's ``(name, priority, preemptible)`` tuple."""
+    """Armada's ``(name, priority, preemptible)`` tuple, and whether its jobs may displace others.
+
+    ``preempts`` is false for a class whose jobs never displace anyone
+    (Kubernetes' ``preemptionPolicy: Never``): they wait for room instead.
+    ``fair_share`` false keeps a preemptible class's jobs out of preemption
+    to fair share (the evict action): only a job of higher priority may
+    displace them, as in Kubernetes.
+    """
 
     name: str
     priority: int
     preemptible: bool
+    preempts: bool = True
+    fair_share: bool = True
 
 
 @dataclass(frozen=True, slots=True)

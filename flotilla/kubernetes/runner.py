@@ -139,6 +139,8 @@ class Runner:
             self._set(record, event.kind, now, event.cluster, event.node or record.node, event.reason)
         elif event.kind == "lost" and record.state == LEASED and record.cluster == event.cluster:
             self._set(record, QUEUED, now, reason=event.reason)
+        elif event.kind == "returned" and record.state in (LEASED, RUNNING):
+            self._set(record, QUEUED, now, reason=event.reason)   # not bound, or refused by the kubelet
 
     # -- one cycle ---------------------------------------------------------------------------
     def cycle(self) -> CycleResult:
