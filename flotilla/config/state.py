@@ -17,8 +17,8 @@ from typing import Annotated, Any, Literal, Mapping
 from pydantic import BeforeValidator, Field, ValidationError
 
 from flotilla.config.errors import FieldPath
-from flotilla.config.models import (FlotillaConfig, Model, Name, Quantities, QueueConfig, TaintConfig, TolerationConfig,
-                                    inner_queues, queue_tree_problems)
+from flotilla.config.models import (FlotillaConfig, Model, Name, Quantities, QueueConfig, Requests, TaintConfig,
+                                    TolerationConfig, inner_queues, queue_tree_problems)
 from flotilla.config.resourcenames import (config_provided_names, deferred_config_problems, names_in,
                                           queue_limit_names, unknown_resource_problems)
 from flotilla.config.source import SourceMap, load_yaml, read_yaml_file
@@ -86,7 +86,7 @@ class StateJob(Model):
     job_set: str = Field("", alias="jobSet")
     priority: int = 0
     priority_class: str | None = Field(None, alias="priorityClass")
-    requests: Quantities = Field(default_factory=dict)
+    requests: Requests = Field(default_factory=dict)
     submitted: Seconds = 0.0
     state: Literal["queued", "running"] = "queued"
     cluster: str | None = None

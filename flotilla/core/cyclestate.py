@@ -238,7 +238,7 @@ class CycleState:
         for cluster in snapshot.clusters:
             for node_name, requests in cluster.foreign.items():
                 i = index.position[(cluster.name, node_name)]
-                index.preload(i, f"{FOREIGN_USER}/{node_name}", FOREIGN_USER, space.vector(requests), FOREIGN)
+                index.preload(i, f"{FOREIGN_USER}/{node_name}", FOREIGN_USER, space.usage(requests), FOREIGN)
             for job in cluster.running:
                 i = index.position[(cluster.name, job.node)]
                 vec = space.vector(job.requests)
@@ -527,7 +527,7 @@ class CycleState:
                 if key in index.jobs[i]:
                     index.unbind(i, key)
                 if node_name in cluster.foreign:
-                    index.bind(i, key, FOREIGN_USER, space.vector(cluster.foreign[node_name]), FOREIGN)
+                    index.bind(i, key, FOREIGN_USER, space.usage(cluster.foreign[node_name]), FOREIGN)
             self.foreign[k] = dict(cluster.foreign)
 
     def _bind(self, job: Job, i: int, vec: Vector, level: int) -> None:

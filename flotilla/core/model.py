@@ -159,7 +159,9 @@ class ClusterSnapshot:
     """One cluster at the start of a cycle: its nodes and the jobs running on them.
 
     ``foreign`` lists resources taken on a node by pods the scheduler does not
-    own (someone else's pods on a shared Kubernetes cluster).
+    own (someone else's pods on a shared Kubernetes cluster); its ``pods``
+    entry is how many such pods there are (each takes one of the node's pod
+    slots, :mod:`flotilla.core.resources`).
     """
 
     name: str

@@ -12,7 +12,8 @@ leaves the cluster out of that cycle and goes on with the others.
 A pod labelled ``flotilla.io/job-id`` is one of ours and becomes a running
 job (rebuilt from its labels and annotations, see
 :mod:`flotilla.kubernetes.pods`); any other pod bound to a node we see
-consumes that node's resources (``ClusterSnapshot.foreign``). Finished pods
+consumes that node's resources and one of its pod slots
+(``ClusterSnapshot.foreign``, whose ``pods`` counts them). Finished pods
 (Succeeded, Failed) hold nothing. A pod being deleted by anyone else, an
 earlier pod of a job that has a newer one, and a pod given up (reported
 ``lost``) still hold their resources until they are gone, as the kubelet
@@ -75,6 +76,7 @@ import structlog
 from flotilla.core.backend import ClusterDecisions, ClusterUnavailable, JobEvent, PodTemplate
 from flotilla.core.model import ClusterSnapshot, Job, JobState, Node
 from flotilla.core.quantities import QuantityError, parse_duration
+from flotilla.core.resources import PODS, UNLIMITED_PODS
 from flotilla.kubernetes.client import (ApiError, Gone, KubeClient, KubeError, Unreachable, WatchBroken,
                                         forbidden_message, pod_path)
 from flotilla.kubernetes.services import OWNED, exposure_manifests, object_path, owner_reference
@@ -324,6 +326,7 @@ class KubernetesCluster:
                 used = foreign.setdefault(pod.node, {})
                 for resource, amount in requests.items():
                     used[resource] = used.get(resource, 0) + amount
+                used[PODS] = used.get(PODS, 0) + 1
             for job_id, job in self._inflight.items():
                 if job_id not in seen and job_id not in self._stopping and job.node in self._nodes:
                     running.append(job)
@@ -436,8 +439,9 @@ class KubernetesCluster:
             self._charge_foreign(old.node, old.requests, -1)
 
     def _charge_foreign(self, node: str, requests: Mapping[str, int] | None, sign: int) -> None:
+        """Count a foreign pod on ``node`` in (1) or out (-1): its requests, and one pod slot (``pods``)."""
         used = self._foreign_on.setdefault(node, {})
-        for resource, amount in (requests or {}).items():
+        for resource, amount in (*(requests or {}).items(), (PODS, 1)):
             left = used.get(resource, 0) + sign * amount
             if left:
                 used[resource] = left
@@ -467,10 +471,12 @@ class KubernetesCluster:
                 created.add(pod.job.id)
             for resource, amount in (pod.requests if pod.job is None else pod.job.requests).items():
                 load[resource] = load.get(resource, 0) + amount
+            load[PODS] = load.get(PODS, 0) + 1
         for job_id, job in self._inflight.items():
             if job.node == node and job_id not in created and job_id not in self._held_ids:
                 for resource, amount in job.requests.items():
                     load[resource] = load.get(resource, 0) + amount
+                load[PODS] = load.get(PODS, 0) + 1
         return load
 
     def _release_held(self, node: str) -> None:
@@ -487,12 +493,14 @@ class KubernetesCluster:
                 waiting.pop(0)   # stale: stopped or started again since
                 continue
             if load is None or any(load.get(resource, 0) + amount > target.resources.get(resource, 0)
-                                   for resource, amount in job.requests.items()):
+                                   for resource, amount in job.requests.items()) \
+                    or load.get(PODS, 0) + 1 > target.resources.get(PODS, UNLIMITED_PODS):
                 return
             waiting.pop(0)
             self._held_ids.discard(job.id)
             for resource, amount in job.requests.items():
                 load[resource] = load.get(resource, 0) + amount
+            load[PODS] = load.get(PODS, 0) + 1
             self._pool.submit(self._create, job, node, attempt, template)
         del self._held[node]
         self._held_since.pop(node, None)

@@ -6,7 +6,8 @@ set and priority class; the exact values (labels are limited to 63
 characters) and what the scheduler needs to rebuild the job from the pod
 alone (priority, submission time, gang) are in annotations. Pods nobody
 labelled that sit on a node Flotilla schedules onto are *foreign*: their
-requests are taken off that node's free space.
+requests are taken off that node's free space, and each takes one of its
+pod slots (allocatable ``pods``).
 """
 
 from __future__ import annotations
@@ -449,16 +450,14 @@ def node_ready(node: Mapping[str, Any]) -> bool:
 
 
 def node_from_object(obj: Mapping[str, Any], cluster: str) -> Node:
-    """A scheduler node: allocatable resources, labels, taints; cordoned or not-Ready nodes are unschedulable."""
+    """A scheduler node: allocatable resources (``pods`` too: its pod slots), labels, taints; cordoned or
+    not-Ready nodes are unschedulable."""
     meta = obj["metadata"]
     spec = obj.get("spec") or {}
     status = obj.get("status") or {}
     allocatable = status.get("allocatable") or status.get("capacity") or {}
-    resources = {}
-    for name, value in allocatable.items():
-        if name == "pods":  # jobs do not request it; kwok's nodes allow a million
-            continue
-        resources[name] = _quantity(value, name)
+    # ``pods`` is the node's pod slots (flotilla.core.resources): every pod on it, anyone's, takes one.
+    resources = {name: _quantity(value, name) for name, value in allocatable.items()}
     taints = tuple(Taint(t.get("key", ""), t.get("value", ""), t.get("effect", "NoSchedule"))
                    for t in spec.get("taints") or ()
                    # these three say what `unschedulable` already says (cordoned, or not Ready)
