@@ -22,6 +22,7 @@ from flotilla.config.models import (FlotillaConfig, Model, Name, Quantities, Que
 from flotilla.config.resourcenames import (config_provided_names, deferred_config_problems, names_in,
                                           queue_limit_names, unknown_resource_problems)
 from flotilla.config.source import SourceMap, load_yaml, read_yaml_file
+from flotilla.core.hostports import host_port
 from flotilla.core.nodeaffinity import AffinityError, parse_node_affinity
 from flotilla.core.model import (GANG_MIN_AVAILABLE_ANNOTATION, GANG_NODE_UNIFORMITY_LABEL_ANNOTATION, ClusterSnapshot,
                                  Gang, Job, JobState, Node, Queue, Snapshot, parse_min_available)
@@ -78,6 +79,8 @@ class HostPortConfig(Model):
 
     port: int = Field(ge=1, le=65535)
     protocol: Literal["TCP", "UDP", "SCTP"] = "TCP"
+    #: The host IP it binds on (``0.0.0.0``, every address, when not given), as ``ports[].hostIP`` in a podSpec.
+    host_ip: str = Field("", alias="hostIP")
 
 
 class StateJob(Model):
@@ -248,7 +251,7 @@ def _jobs(state: StateFile, config: FlotillaConfig, clusters: list[ClusterSnapsh
                   _gang(j, spec, problems),
                   JobState.RUNNING if running else JobState.QUEUED,
                   cluster, spec.node if running else None, dict(spec.annotations),
-                  tuple(sorted({(p.protocol, p.port) for p in spec.host_ports})), affinity)
+                  tuple(sorted({host_port(p.protocol, p.port, p.host_ip) for p in spec.host_ports})), affinity)
         if not running:
             queued.append(job)
         elif cluster is not None:

@@ -222,6 +222,7 @@ class CycleState:
         self.pool: Vector = tuple(sum(col) for col in zip(*index.allocatable)) if nodes else space.zero
         self.nodes = [list(cluster.nodes) for cluster in snapshot.clusters]
         self.foreign = [dict(cluster.foreign) for cluster in snapshot.clusters]
+        self.foreign_ports = [dict(cluster.foreign_ports) for cluster in snapshot.clusters]
 
         self.queues: dict[str, QueueState] = {}
         for queue in sorted(snapshot.queues, key=lambda q: q.name):
@@ -239,6 +240,8 @@ class CycleState:
             for node_name, requests in cluster.foreign.items():
                 i = index.position[(cluster.name, node_name)]
                 index.preload(i, f"{FOREIGN_USER}/{node_name}", FOREIGN_USER, space.usage(requests), FOREIGN)
+            for node_name, ports in cluster.foreign_ports.items():
+                self.ports.add(index.position[(cluster.name, node_name)], f"{FOREIGN_USER}/{node_name}", ports)
             for job in cluster.running:
                 i = index.position[(cluster.name, job.node)]
                 vec = space.vector(job.requests)
@@ -501,6 +504,9 @@ class CycleState:
                     else:  # foreign usage
                         index.unbind(i, job_id)
                 self.foreign[cluster_of[node.cluster]].pop(node.name, None)
+                ports = self.foreign_ports[cluster_of[node.cluster]].pop(node.name, None)
+                if ports:
+                    self.ports.remove(i, f"{FOREIGN_USER}/{node.name}", ports)
         try:
             moved = index.update_nodes(nodes)
         except ValueError:
@@ -529,6 +535,19 @@ class CycleState:
                 if node_name in cluster.foreign:
                     index.bind(i, key, FOREIGN_USER, space.usage(cluster.foreign[node_name]), FOREIGN)
             self.foreign[k] = dict(cluster.foreign)
+        for k, cluster in enumerate(snapshot.clusters):
+            old_ports = self.foreign_ports[k]
+            if old_ports == cluster.foreign_ports:
+                continue
+            for node_name in set(old_ports) | set(cluster.foreign_ports):
+                was, now = old_ports.get(node_name, ()), cluster.foreign_ports.get(node_name, ())
+                if was == now:
+                    continue
+                i = index.position[(cluster.name, node_name)]
+                key = f"{FOREIGN_USER}/{node_name}"
+                self.ports.remove(i, key, was)
+                self.ports.add(i, key, now)
+            self.foreign_ports[k] = dict(cluster.foreign_ports)
 
     def _bind(self, job: Job, i: int, vec: Vector, level: int) -> None:
         self.index.bind(i, job.id, job.queue, vec, level)

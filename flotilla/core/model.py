@@ -130,9 +130,11 @@ class Job:
     ``requests`` maps resource names to integer quantities; jobs loaded in
     bulk share identical request mappings so a million jobs stay small.
     ``cluster`` and ``node`` are set for running jobs only. ``host_ports``
-    are the ``(protocol, port)`` pairs its pod binds on its node: no two
-    jobs holding one of them share a node (empty for almost every job, and
-    then nothing is looked up for it).
+    are the ``(protocol, port, host IP)`` its pod binds on its node (host
+    IP ``0.0.0.0`` when it names none): no two jobs whose ports conflict as
+    kube-scheduler's NodePorts has it share a node
+    (:mod:`flotilla.core.hostports`; empty for almost every job, and then
+    nothing is looked up for it).
     """
 
     id: str
@@ -149,7 +151,7 @@ class Job:
     cluster: str | None = None
     node: str | None = None
     annotations: Mapping[str, str] = field(default_factory=dict)
-    host_ports: tuple[tuple[str, int], ...] = ()
+    host_ports: tuple[tuple[str, int, str], ...] = ()
     #: Required and preferred node affinity (:mod:`flotilla.core.nodeaffinity`), None for almost every job.
     affinity: NodeAffinity | None = None
 
@@ -168,6 +170,8 @@ class ClusterSnapshot:
     nodes: list[Node]
     running: list[Job] = field(default_factory=list)
     foreign: dict[str, Mapping[str, int]] = field(default_factory=dict)
+    #: Per node, the host ports (``(protocol, port, host IP)``) those pods bind there.
+    foreign_ports: dict[str, tuple[tuple[str, int, str], ...]] = field(default_factory=dict)
 
 
 @dataclass(slots=True)

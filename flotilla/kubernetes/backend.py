@@ -13,7 +13,8 @@ A pod labelled ``flotilla.io/job-id`` is one of ours and becomes a running
 job (rebuilt from its labels and annotations, see
 :mod:`flotilla.kubernetes.pods`); any other pod bound to a node we see
 consumes that node's resources and one of its pod slots
-(``ClusterSnapshot.foreign``, whose ``pods`` counts them). Finished pods
+(``ClusterSnapshot.foreign``, whose ``pods`` counts them) and holds its host
+ports there (``ClusterSnapshot.foreign_ports``). Finished pods
 (Succeeded, Failed) hold nothing. A pod being deleted by anyone else, an
 earlier pod of a job that has a newer one, and a pod given up (reported
 ``lost``) still hold their resources until they are gone, as the kubelet
@@ -67,6 +68,7 @@ from __future__ import annotations
 import threading
 import time
 from collections import deque
+from itertools import chain
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, replace
 from typing import Callable, Iterable, Mapping
@@ -84,8 +86,8 @@ from flotilla.kubernetes.intake import (PODGROUPS_PATH, POD_NAME, POD_NAMESPACE,
                                         bound_by_flotilla)
 from flotilla.kubernetes.pods import (ATTEMPT, DURATION, JOB_ID, PodSettings, failure_details, failure_reason, is_ours,
                                       job_deadline, job_from_pod, job_grace_period, job_namespace, named_grace_period,
-                                      node_from_object, node_ready, pod_manifest, pod_name, pod_phase, pod_requests,
-                                      waiting_reason)
+                                      node_from_object, node_ready, pod_host_ports, pod_manifest, pod_name, pod_phase,
+                                      pod_requests, waiting_reason)
 
 log = structlog.get_logger("flotilla.kubernetes")
 
@@ -111,6 +113,7 @@ class _Pod:
     deleting: bool
     job: Job | None = None            # ours
     requests: Mapping[str, int] | None = None  # someone else's
+    ports: tuple = ()                 # someone else's host ports ((protocol, port, host IP))
     reason: str = ""                  # why it failed
     waiting: str = ""                 # why it has not started
     owned: tuple[str, ...] = ()       # its services and ingresses ("services/NAME")
@@ -187,6 +190,8 @@ class KubernetesCluster:
         #: What everyone else's live pods use on each node, kept as their events arrive: a snapshot copies it
         #: instead of walking pods that are not Flotilla's.
         self._foreign_on: dict[str, dict[str, int]] = {}
+        #: The host ports everyone else's live pods bind on each node (node -> pod key -> its ports), kept alike.
+        self._foreign_ports_on: dict[str, dict[tuple[str, str], tuple]] = {}
         self._job_pod: dict[str, tuple[str, str]] = {}   # job id -> its live pod
         self._attempts: dict[str, int] = {}
         self._inflight: dict[str, Job] = {}              # started, pod not seen yet
@@ -304,6 +309,8 @@ class KubernetesCluster:
             # Everyone else's pods, as their events left them; then ours, one by one (names bound locally: this
             # loop is per pod and per cycle).
             foreign = {node: dict(used) for node, used in self._foreign_on.items() if node in known}
+            foreign_ports = {node: tuple(chain.from_iterable(ports.values()))
+                             for node, ports in self._foreign_ports_on.items() if node in known}
             stopping, job_pod_of, reported_of = self._stopping, self._job_pod.get, self._reported.get
             stopped = self._stopped
             append, see = running.append, seen.add
@@ -327,10 +334,12 @@ class KubernetesCluster:
                 for resource, amount in requests.items():
                     used[resource] = used.get(resource, 0) + amount
                 used[PODS] = used.get(PODS, 0) + 1
+                if job.host_ports:
+                    foreign_ports[pod.node] = foreign_ports.get(pod.node, ()) + job.host_ports
             for job_id, job in self._inflight.items():
                 if job_id not in seen and job_id not in self._stopping and job.node in self._nodes:
                     running.append(job)
-        return ClusterSnapshot(self.name, nodes, running, foreign)
+        return ClusterSnapshot(self.name, nodes, running, foreign, foreign_ports)
 
     def apply(self, decisions: ClusterDecisions) -> None:
         # The requests are handed to the workers once the bookkeeping is done and the lock is free: a worker
@@ -419,6 +428,8 @@ class KubernetesCluster:
             self._own.pop(key, None)
             if pod.node is not None and pod.phase not in _ENDED:
                 self._charge_foreign(pod.node, pod.requests, 1)
+                if pod.ports:
+                    self._foreign_ports_on.setdefault(pod.node, {})[key] = pod.ports
 
     def _pop_pod(self, key: tuple[str, str]) -> _Pod | None:
         old = self._pods.pop(key, None)
@@ -437,6 +448,11 @@ class KubernetesCluster:
                 del self._pods_on[old.node]
         if old.job is None and old.node is not None and old.phase not in _ENDED:
             self._charge_foreign(old.node, old.requests, -1)
+            if old.ports:
+                ports = self._foreign_ports_on[old.node]
+                del ports[key]
+                if not ports:
+                    del self._foreign_ports_on[old.node]
 
     def _charge_foreign(self, node: str, requests: Mapping[str, int] | None, sign: int) -> None:
         """Count a foreign pod on ``node`` in (1) or out (-1): its requests, and one pod slot (``pods``)."""
@@ -1178,8 +1194,11 @@ class KubernetesCluster:
                 self._inflight.pop(job_id, None)
             self._pod_events(pod, job_id)
         else:
-            requests = old.requests if old is not None and old.requests is not None else pod_requests(obj)
-            self._put_pod(key, _Pod(key, node, phase, deleting, requests=requests))
+            if old is not None and old.requests is not None:
+                requests, ports = old.requests, old.ports
+            else:
+                requests, ports = pod_requests(obj), pod_host_ports(spec)
+            self._put_pod(key, _Pod(key, node, phase, deleting, requests=requests, ports=ports))
 
     def _pod_events(self, pod: _Pod, job_id: str) -> None:
         reported = self._reported.get(pod.key)

@@ -21,6 +21,7 @@ from typing import Any, Mapping
 from flotilla.core.backend import PodTemplate
 from flotilla.core.model import (GANG_CARDINALITY_ANNOTATION, GANG_ID_ANNOTATION, GANG_NODE_UNIFORMITY_LABEL_ANNOTATION,
                                  Gang, Job, JobState, Node, Taint, Toleration)
+from flotilla.core.hostports import ANY_IP, host_port
 from flotilla.core.nodeaffinity import AffinityError, parse_node_affinity
 from flotilla.core.quantities import QuantityError, format_quantity, parse_quantity
 from flotilla.core.topology import uniformity_label_problem
@@ -193,8 +194,9 @@ def _stand_in_spec(job: Job, settings: PodSettings) -> dict[str, Any]:
     if job.affinity is not None:
         spec["affinity"] = {"nodeAffinity": job.affinity.to_kubernetes()}
     if job.host_ports:
-        spec["containers"][0]["ports"] = [{"containerPort": port, "hostPort": port, "protocol": protocol}
-                                          for protocol, port in job.host_ports]
+        spec["containers"][0]["ports"] = [{"containerPort": port, "hostPort": port, "protocol": protocol,
+                                           **({} if ip == ANY_IP else {"hostIP": ip})}
+                                          for protocol, port, ip in job.host_ports]
     return spec
 
 
@@ -279,9 +281,10 @@ def pod_requests(pod: Mapping[str, Any]) -> dict[str, int]:
     return effective_requests(containers, init, overhead, pod_level)
 
 
-def pod_host_ports(spec: Mapping[str, Any]) -> tuple[tuple[str, int], ...]:
-    """The ``(protocol, port)`` pairs a pod binds on its node: its containers' and sidecars' host ports
-    (every container port with ``hostNetwork``), sorted, each once."""
+def pod_host_ports(spec: Mapping[str, Any]) -> tuple[tuple[str, int, str], ...]:
+    """The ``(protocol, port, host IP)`` a pod binds on its node: its containers' and sidecars' host ports
+    (every container port with ``hostNetwork``), sorted, each once; host IP ``0.0.0.0`` when none is named
+    (:func:`flotilla.core.hostports.host_port`)."""
     containers = list(spec.get("containers") or ())
     containers += [c for c in spec.get("initContainers") or () if c.get("restartPolicy") == "Always"]
     found = set()
@@ -289,7 +292,7 @@ def pod_host_ports(spec: Mapping[str, Any]) -> tuple[tuple[str, int], ...]:
         for port in container.get("ports") or ():
             number = port.get("hostPort") or (port.get("containerPort") if spec.get("hostNetwork") else None)
             if number:
-                found.add((port.get("protocol") or "TCP", int(number)))
+                found.add(host_port(port.get("protocol"), number, port.get("hostIP")))
     return tuple(sorted(found))
 
 
