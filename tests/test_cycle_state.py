@@ -115,7 +115,7 @@ class World:
 
     def snapshot(self, now: float) -> Snapshot:
         return Snapshot([ClusterSnapshot(name, list(self.nodes[name]), list(self.running[name]),
-                                         dict(self.foreign[name]), dict(self.foreign_ports[name]))
+                                         dict(self.foreign[name]), foreign_ports=dict(self.foreign_ports[name]))
                          for name in self.nodes],
                         list(self.queued.values()), list(self.queues), self.priority_classes, "armada-default", now)
 

@@ -93,9 +93,11 @@ def test_placement_fields_flotilla_does_not_honour_are_refused_with_their_path(a
     claims = job("g")
     claims["podSpec"]["containers"][0]["resources"]["claims"] = [{"name": "gpu"}]
     texts = refused(api, job_file("A", "s", [
-        job("a", affinity={"podAntiAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": [TERM]}}),
-        job("b", affinity={"podAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": [TERM]}}),
-        job("c", topologySpreadConstraints=[{"maxSkew": 1, "topologyKey": "zone", "whenUnsatisfiable": "DoNotSchedule"}]),
+        job("a", affinity={"podAntiAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": [
+            {"labelSelector": {"matchLabels": {"app": "web"}}, "topologyKey": ""}]}}),
+        job("b", affinity={"podAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": [
+            {**TERM, "namespaceSelector": {"matchLabels": {"team": "a"}}}]}}),
+        job("c", topologySpreadConstraints=[{"maxSkew": 0, "topologyKey": "zone", "whenUnsatisfiable": "DoNotSchedule"}]),
         job("d", schedulingGates=[{"name": "wait"}], priority=5, preemptionPolicy="Never"),
         job("e", resourceClaims=[{"name": "gpu", "resourceClaimName": "gpu-claim"}]),
         twice, claims,
@@ -103,12 +105,12 @@ def test_placement_fields_flotilla_does_not_honour_are_refused_with_their_path(a
         job("i", overhead={"cpu": "100m"}),
     ]))
     assert texts == [
-        "job 0 (clientId 'a'): podSpec.affinity.podAntiAffinity: pod anti-affinity is not honoured by Flotilla's "
-        "placement: leave it out (for one pod per node, give the pods the same hostPort)",
-        "job 1 (clientId 'b'): podSpec.affinity.podAffinity: pod affinity is not honoured by Flotilla's placement: "
-        "leave it out (a pod placed without it would break it)",
-        "job 2 (clientId 'c'): podSpec.topologySpreadConstraints: topology spread constraints are not honoured by "
-        "Flotilla's placement: leave them out",
+        "job 0 (clientId 'a'): podSpec.affinity.podAntiAffinity.requiredDuringSchedulingIgnoredDuringExecution[0]."
+        "topologyKey: can not be empty",
+        "job 1 (clientId 'b'): podSpec.affinity.podAffinity.requiredDuringSchedulingIgnoredDuringExecution[0]."
+        "namespaceSelector: namespaces chosen by their labels are not honoured by Flotilla's placement: list them in "
+        "namespaces, or give {} for every namespace",
+        "job 2 (clientId 'c'): podSpec.topologySpreadConstraints[0].maxSkew: must be greater than zero, got 0",
         "job 3 (clientId 'd'): podSpec.schedulingGates: scheduling gates are not honoured: Flotilla binds the pod "
         "when it places the job, so there is nothing to gate",
         "job 3 (clientId 'd'): podSpec.priority: priority is set by the API server from priorityClassName: leave it out",
@@ -309,7 +311,8 @@ def test_foreign_pods_hold_their_host_ports():
               Job("b", "A", requests={"cpu": 1000}, submitted=2.0, host_ports=(("TCP", 9090, "10.0.0.2"),)),
               Job("c", "A", requests={"cpu": 1000}, submitted=3.0, host_ports=(("TCP", 9090, "0.0.0.0"),))]
     snapshot = Snapshot([ClusterSnapshot("c1", nodes, [], {"node-1": {"cpu": 100, "pods": 1},
-                                                           "node-2": {"cpu": 100, "pods": 1}}, foreign_ports)],
+                                                           "node-2": {"cpu": 100, "pods": 1}},
+                                        foreign_ports=foreign_ports)],
                         queued, [Queue("A")], scheduler.priority_classes(), "armada-default")
     decisions = scheduler.run_cycle(snapshot)
     # a: 8080 on node-1 is taken on every IP: node-2. b: 9090 on another IP of node-2 is free: best fit there.

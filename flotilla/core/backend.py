@@ -62,6 +62,9 @@ class ClusterDecisions:
 #: (NotReady or deleted, shut down), it was stuck (never started within the cluster's stuckPodExpiry), its lease
 #: expired (the cluster stopped reporting it; the service's own finding).
 FAILURE_CAUSES = ("OOMKilled", "DeadlineExceeded", "Evicted", "NodeLost", "Stuck", "LeaseExpired")
+#: The cause of a ``succeeded`` event about a run given up when its node was lost (``lost``, cause ``NodeLost``)
+#: whose pod reported success once its node returned: the job keeps that success, and a rerun is stopped.
+NODE_RETURNED = "NodeReturned"
 
 
 @dataclass(frozen=True, slots=True)
@@ -248,6 +251,6 @@ class SimulatedBackendPlugin:
         return SimulatedCluster(cluster_config.name, list(cluster_config.expand()), **kwargs)
 
 
-__all__ = ["FAILURE_CAUSES", "ClusterBackend", "ClusterDecisions", "PodTemplate", "ClusterUnavailable", "JobEvent",
+__all__ = ["FAILURE_CAUSES", "NODE_RETURNED", "ClusterBackend", "ClusterDecisions", "PodTemplate", "ClusterUnavailable", "JobEvent",
            "OverAllocation",
            "SimulatedBackendPlugin", "SimulatedCluster"]

@@ -17,8 +17,9 @@ pod later, but before anything is stored. What Flotilla changes on top:
 * placement fields the scheduler does not honour are refused with their
   path (:func:`refused_placement_fields`): a pod placed without looking at
   them would break them, or be refused by its kubelet. The ones it honours
-  (requests, ``nodeSelector``, ``affinity.nodeAffinity``, ``tolerations``,
-  host ports, ``os``, ``overhead`` with ``runtimeClassName``) are read by
+  (requests, ``nodeSelector``, ``affinity`` (node affinity, pod affinity and
+  anti-affinity), ``topologySpreadConstraints``, ``tolerations``, host
+  ports, ``os``, ``overhead`` with ``runtimeClassName``) are read by
   :mod:`flotilla.service.jobspec`.
 
 The podSpec is stored as :func:`stored_pod_spec` writes it (the API's own
@@ -110,13 +111,6 @@ class PodSpec(V1PodSpec):
 
 #: Placement fields Flotilla's scheduling does not honour, refused with why (field path -> message).
 _REFUSED = (
-    ("affinity.podAffinity", lambda s: s.affinity is not None and s.affinity.pod_affinity is not None,
-     "pod affinity is not honoured by Flotilla's placement: leave it out (a pod placed without it would break it)"),
-    ("affinity.podAntiAffinity", lambda s: s.affinity is not None and s.affinity.pod_anti_affinity is not None,
-     "pod anti-affinity is not honoured by Flotilla's placement: leave it out (for one pod per node, give the pods "
-     "the same hostPort)"),
-    ("topologySpreadConstraints", lambda s: bool(s.topology_spread_constraints),
-     "topology spread constraints are not honoured by Flotilla's placement: leave them out"),
     ("schedulingGates", lambda s: bool(s.scheduling_gates),
      "scheduling gates are not honoured: Flotilla binds the pod when it places the job, so there is nothing to gate"),
     ("schedulingGroup", lambda s: s.scheduling_group is not None,
