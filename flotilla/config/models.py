@@ -68,6 +68,18 @@ def _quantities(value: Any) -> dict[str, int]:
 Duration = Annotated[float, BeforeValidator(_duration)]
 #: ``{cpu: 500m, memory: 64Mi}`` as exact integers (millicores for cpu, base units otherwise).
 Quantities = Annotated[dict[str, int], BeforeValidator(_quantities)]
+
+
+def _requests(value: Any) -> dict[str, int]:
+    out = _quantities(value)
+    if "pods" in out:
+        raise KeyedValueError("pods", "a job does not request pods: each of its pods takes one pod slot of its node "
+                                      "(a node's resources may declare pods)")
+    return out
+
+
+#: A job's requests: quantities, never ``pods`` (Kubernetes refuses it in a container's resources too).
+Requests = Annotated[dict[str, int], BeforeValidator(_requests)]
 #: A name users refer to elsewhere (queue, class, cluster, node): never empty.
 Name = Annotated[str, Field(min_length=1)]
 

@@ -238,6 +238,7 @@ class CycleState:
         self.pool: Vector = tuple(sum(col) for col in zip(*index.allocatable)) if nodes else space.zero
         self.nodes = [list(cluster.nodes) for cluster in snapshot.clusters]
         self.foreign = [dict(cluster.foreign) for cluster in snapshot.clusters]
+        self.foreign_ports = [dict(cluster.foreign_ports) for cluster in snapshot.clusters]
 
         self.queues: dict[str, QueueState] = {}
         for queue in sorted(snapshot.queues, key=lambda q: q.name):
@@ -257,11 +258,13 @@ class CycleState:
         for cluster in snapshot.clusters:
             for node_name, requests in cluster.foreign.items():
                 i = index.position[(cluster.name, node_name)]
-                index.preload(i, f"{FOREIGN_USER}/{node_name}", FOREIGN_USER, space.vector(requests), FOREIGN)
+                index.preload(i, f"{FOREIGN_USER}/{node_name}", FOREIGN_USER, space.usage(requests), FOREIGN)
             for node_name, pods in cluster.foreign_pods.items():
                 i = index.position[(cluster.name, node_name)]
                 for pod in pods:
                     self.pods.add(i, pod)
+            for node_name, ports in cluster.foreign_ports.items():
+                self.ports.add(index.position[(cluster.name, node_name)], f"{FOREIGN_USER}/{node_name}", ports)
             for job in cluster.running:
                 i = index.position[(cluster.name, job.node)]
                 vec = space.vector(job.requests)
@@ -533,6 +536,9 @@ class CycleState:
                     else:  # foreign usage
                         index.unbind(i, job_id)
                 self.foreign[cluster_of[node.cluster]].pop(node.name, None)
+                ports = self.foreign_ports[cluster_of[node.cluster]].pop(node.name, None)
+                if ports:
+                    self.ports.remove(i, f"{FOREIGN_USER}/{node.name}", ports)
                 for pod in self.foreign_pods[cluster_of[node.cluster]].pop(node.name, ()):
                     self.pods.remove(pod.id)
         try:
@@ -564,8 +570,21 @@ class CycleState:
                 if key in index.jobs[i]:
                     index.unbind(i, key)
                 if node_name in cluster.foreign:
-                    index.bind(i, key, FOREIGN_USER, space.vector(cluster.foreign[node_name]), FOREIGN)
+                    index.bind(i, key, FOREIGN_USER, space.usage(cluster.foreign[node_name]), FOREIGN)
             self.foreign[k] = dict(cluster.foreign)
+        for k, cluster in enumerate(snapshot.clusters):
+            old_ports = self.foreign_ports[k]
+            if old_ports == cluster.foreign_ports:
+                continue
+            for node_name in set(old_ports) | set(cluster.foreign_ports):
+                was, now = old_ports.get(node_name, ()), cluster.foreign_ports.get(node_name, ())
+                if was == now:
+                    continue
+                i = index.position[(cluster.name, node_name)]
+                key = f"{FOREIGN_USER}/{node_name}"
+                self.ports.remove(i, key, was)
+                self.ports.add(i, key, now)
+            self.foreign_ports[k] = dict(cluster.foreign_ports)
         for k, cluster in enumerate(snapshot.clusters):
             old_pods = self.foreign_pods[k]
             new_pods = cluster.foreign_pods

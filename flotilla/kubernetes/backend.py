@@ -12,7 +12,9 @@ leaves the cluster out of that cycle and goes on with the others.
 A pod labelled ``flotilla.io/job-id`` is one of ours and becomes a running
 job (rebuilt from its labels and annotations, see
 :mod:`flotilla.kubernetes.pods`); any other pod bound to a node we see
-consumes that node's resources (``ClusterSnapshot.foreign``). Finished pods
+consumes that node's resources and one of its pod slots
+(``ClusterSnapshot.foreign``, whose ``pods`` counts them) and holds its host
+ports there (``ClusterSnapshot.foreign_ports``). Finished pods
 (Succeeded, Failed) hold nothing. A pod being deleted by anyone else, an
 earlier pod of a job that has a newer one, and a pod given up (reported
 ``lost``) still hold their resources until they are gone, as the kubelet
@@ -66,6 +68,7 @@ from __future__ import annotations
 import threading
 import time
 from collections import deque
+from itertools import chain
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, replace
 from typing import Callable, Iterable, Mapping
@@ -75,6 +78,7 @@ import structlog
 from flotilla.core.backend import NODE_RETURNED, ClusterDecisions, ClusterUnavailable, JobEvent, PodTemplate
 from flotilla.core.model import ClusterSnapshot, ForeignPod, Job, JobState, Node
 from flotilla.core.quantities import QuantityError, parse_duration
+from flotilla.core.resources import PODS, UNLIMITED_PODS
 from flotilla.kubernetes.client import (ApiError, Gone, KubeClient, KubeError, Unreachable, WatchBroken,
                                         forbidden_message, pod_path)
 from flotilla.kubernetes.services import OWNED, exposure_manifests, object_path, owner_reference
@@ -88,8 +92,8 @@ from flotilla.kubernetes.volumes import SELECTED_NODE, VolumeState
 from flotilla.kubernetes.pods import (ATTEMPT, DURATION, JOB_ID, PodSettings, failure_details, failure_reason, foreign_pod,
                                      is_ours,
                                       job_deadline, job_from_pod, job_grace_period, job_namespace, named_grace_period,
-                                      node_from_object, node_ready, pod_manifest, pod_name, pod_phase, pod_requests,
-                                      disruption, permanent_pull_failure, pod_slots, waiting_container,
+                                      node_from_object, node_ready, pod_host_ports, pod_manifest, pod_name, pod_phase,
+                                      pod_requests, disruption, permanent_pull_failure, pod_slots, waiting_container,
                                       waiting_reason)
 
 log = structlog.get_logger("flotilla.kubernetes")
@@ -116,6 +120,7 @@ class _Pod:
     deleting: bool
     job: Job | None = None            # ours
     requests: Mapping[str, int] | None = None  # someone else's
+    ports: tuple = ()                 # someone else's host ports ((protocol, port, host IP))
     reason: str = ""                  # why it failed
     waiting: str = ""                 # why it has not started
     owned: tuple[str, ...] = ()       # its services and ingresses ("services/NAME")
@@ -210,6 +215,8 @@ class KubernetesCluster:
         #: What everyone else's live pods use on each node, kept as their events arrive: a snapshot copies it
         #: instead of walking pods that are not Flotilla's.
         self._foreign_on: dict[str, dict[str, int]] = {}
+        #: The host ports everyone else's live pods bind on each node (node -> pod key -> its ports), kept alike.
+        self._foreign_ports_on: dict[str, dict[tuple[str, str], tuple]] = {}
         #: Everyone else's live pods per node, for pod affinity and spread, and each node's tuple of them as the
         #: last snapshot gave it (dropped when one of them changes, so an unchanged node's is the same object).
         self._foreign_pods_on: dict[str, dict[tuple[str, str], ForeignPod]] = {}
@@ -352,6 +359,8 @@ class KubernetesCluster:
             # Everyone else's pods, as their events left them; then ours, one by one (names bound locally: this
             # loop is per pod and per cycle).
             foreign = {node: dict(used) for node, used in self._foreign_on.items() if node in known}
+            foreign_ports = {node: tuple(chain.from_iterable(ports.values()))
+                             for node, ports in self._foreign_ports_on.items() if node in known}
             stopping, job_pod_of, reported_of = self._stopping, self._job_pod.get, self._reported.get
             stopped = self._stopped
             append, see = running.append, seen.add
@@ -374,6 +383,9 @@ class KubernetesCluster:
                 used = foreign.setdefault(pod.node, {})
                 for resource, amount in requests.items():
                     used[resource] = used.get(resource, 0) + amount
+                used[PODS] = used.get(PODS, 0) + 1
+                if job.host_ports:
+                    foreign_ports[pod.node] = foreign_ports.get(pod.node, ()) + job.host_ports
             for job_id, job in self._inflight.items():
                 if job_id not in seen and job_id not in self._stopping and job.node in self._nodes:
                     running.append(job)
@@ -386,7 +398,8 @@ class KubernetesCluster:
                         pods = tuples[node] = tuple(on.values())
                     foreign_pods[node] = pods
             volumes = self.volumes.view(self._side_errors)
-        return ClusterSnapshot(self.name, nodes, running, foreign, foreign_pods, volumes=volumes)
+        return ClusterSnapshot(self.name, nodes, running, foreign, foreign_pods, volumes=volumes,
+                               foreign_ports=foreign_ports)
 
     def apply(self, decisions: ClusterDecisions) -> None:
         # The requests are handed to the workers once the bookkeeping is done and the lock is free: a worker
@@ -560,6 +573,8 @@ class KubernetesCluster:
             self._own.pop(key, None)
             if pod.node is not None and pod.phase not in _ENDED:
                 self._charge_foreign(pod.node, pod.requests, 1)
+                if pod.ports:
+                    self._foreign_ports_on.setdefault(pod.node, {})[key] = pod.ports
                 if pod.foreign is not None:
                     self._foreign_pods_on.setdefault(pod.node, {})[key] = pod.foreign
                     self._foreign_pod_tuples.pop(pod.node, None)
@@ -581,6 +596,11 @@ class KubernetesCluster:
                 del self._pods_on[old.node]
         if old.job is None and old.node is not None and old.phase not in _ENDED:
             self._charge_foreign(old.node, old.requests, -1)
+            if old.ports:
+                ports = self._foreign_ports_on[old.node]
+                del ports[key]
+                if not ports:
+                    del self._foreign_ports_on[old.node]
             on = self._foreign_pods_on.get(old.node)
             if on is not None and on.pop(key, None) is not None:
                 self._foreign_pod_tuples.pop(old.node, None)
@@ -588,8 +608,9 @@ class KubernetesCluster:
                     del self._foreign_pods_on[old.node]
 
     def _charge_foreign(self, node: str, requests: Mapping[str, int] | None, sign: int) -> None:
+        """Count a foreign pod on ``node`` in (1) or out (-1): its requests, and one pod slot (``pods``)."""
         used = self._foreign_on.setdefault(node, {})
-        for resource, amount in (requests or {}).items():
+        for resource, amount in (*(requests or {}).items(), (PODS, 1)):
             left = used.get(resource, 0) + sign * amount
             if left:
                 used[resource] = left
@@ -619,10 +640,12 @@ class KubernetesCluster:
                 created.add(pod.job.id)
             for resource, amount in (pod.requests if pod.job is None else pod.job.requests).items():
                 load[resource] = load.get(resource, 0) + amount
+            load[PODS] = load.get(PODS, 0) + 1
         for job_id, job in self._inflight.items():
             if job.node == node and job_id not in created and job_id not in self._held_ids:
                 for resource, amount in job.requests.items():
                     load[resource] = load.get(resource, 0) + amount
+                load[PODS] = load.get(PODS, 0) + 1
         return load
 
     def _release_held(self, node: str) -> None:
@@ -639,12 +662,14 @@ class KubernetesCluster:
                 waiting.pop(0)   # stale: stopped or started again since
                 continue
             if load is None or any(load.get(resource, 0) + amount > target.resources.get(resource, 0)
-                                   for resource, amount in job.requests.items()):
+                                   for resource, amount in job.requests.items()) \
+                    or load.get(PODS, 0) + 1 > target.resources.get(PODS, UNLIMITED_PODS):
                 return
             waiting.pop(0)
             self._held_ids.discard(job.id)
             for resource, amount in job.requests.items():
                 load[resource] = load.get(resource, 0) + amount
+            load[PODS] = load.get(PODS, 0) + 1
             self._pool.submit(self._create, job, node, attempt, template)
         del self._held[node]
         self._held_since.pop(node, None)
@@ -1508,11 +1533,15 @@ class KubernetesCluster:
                 self._unadmit(job_id)
             self._pod_events(pod, job_id)
         else:
-            requests = old.requests if old is not None and old.requests is not None else pod_requests(obj)
+            if old is not None and old.requests is not None:
+                requests, ports = old.requests, old.ports
+            else:
+                requests, ports = pod_requests(obj), pod_host_ports(spec)
             labels = meta.get("labels") or {}
             foreign = old.foreign if old is not None and old.foreign is not None and \
                 old.foreign.labels == labels else foreign_pod(key, labels, spec)
-            self._put_pod(key, _Pod(key, node, phase, deleting, requests=requests, foreign=foreign))
+            self._put_pod(key, _Pod(key, node, phase, deleting, requests=requests, ports=ports,
+                                    foreign=foreign))
 
     def _waiting_news(self, pod: _Pod, obj: dict, old: _Pod | None) -> None:
         """A pod of ours waits on its node for a new reason: say it (the job's status shows it), or fail the job

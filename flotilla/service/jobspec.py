@@ -425,6 +425,11 @@ def _parse_map(values: dict, path: str, reject) -> dict[str, int] | None:
             reject(f"{path}.{shown_text(name)}", why)
             ok = False
             continue
+        if name == "pods":   # as the API server refuses it: not a resource a container requests
+            reject(f"{path}.pods", "must be a standard resource for containers: a pod takes one pod slot of its "
+                                   "node, it does not request pods")
+            ok = False
+            continue
         try:
             out[name] = parse_quantity(value, name)
         except QuantityError as exc:
