@@ -4,11 +4,14 @@
 ``test/e2e/scheduling``, same version as the cluster) runs the
 ``[sig-scheduling]`` specs of :data:`FOCUS` against two fake clusters made
 alike: 4 KWOK nodes with InternalIP addresses, kube-controller-manager with
-the controllers the e2e framework relies on (:data:`E2E_CONTROLLERS`), and
-a stand-in for the one kubelet duty the specs need that KWOK lacks
+the controllers the e2e framework relies on (:data:`E2E_CONTROLLERS`), the
+per-node system pods the preemption specs wait for, and a stand-in for the
+one kubelet duty the specs need that KWOK lacks
 (:class:`CapacityToAllocatable`). On one cluster kube-scheduler places the
 pods; on the other ``flotilla serve`` does, with ``schedulerName:
-default-scheduler``, and no kube-scheduler runs. Both runs go side by side.
+default-scheduler`` and a queue per namespace (a placement rule), and no
+kube-scheduler runs. Both runs go side by side: the specs mostly wait on
+the clusters.
 
 The assertion: every spec that passes with kube-scheduler passes with
 Flotilla, except those in :data:`LEFT_OUT`, each with the reason it fails
