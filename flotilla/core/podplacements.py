@@ -343,7 +343,8 @@ def _spread_view(session, job, constraint) -> SpreadView:
     """The eligible domains of ``constraint`` for ``job`` (cached for the cycle per constraint and job shape)."""
     rules = job.pod_rules
     # By identity (jobs of one shape share these objects); the objects are kept with the view, so ids stay theirs.
-    refs = (constraint, job.node_selector, job.affinity, job.tolerations, rules.spread)
+    refs = (constraint, job.node_selector or None, job.affinity, job.tolerations if constraint.honor_taints else None,
+            rules.spread)
     key = (*map(id, refs), job.namespace)
     cache = session.spread_views
     view = cache.get(key)
