@@ -215,7 +215,7 @@ class Runner:
         if stale:
             log.warning("runner.stale_pods", cluster=name, jobs=[job.id for job in stale])
             backend.apply(ClusterDecisions(cancel=stale))
-        return ClusterSnapshot(snap.name, snap.nodes, running, foreign)
+        return ClusterSnapshot(snap.name, snap.nodes, running, foreign, snap.foreign_pods)
 
     def run(self, until: Callable[["Runner"], bool], timeout: float, period: float = 0.2,
             on_cycle: Callable[[CycleResult], None] | None = None) -> bool:

@@ -391,7 +391,7 @@ class ServiceLoop:
         clusters: list[ClusterSnapshot] = []
         for name, snap in snaps.items():
             running = self.running_pods.running(name, frozenset(node.name for node in snap.nodes))
-            clusters.append(ClusterSnapshot(name, snap.nodes, running, dict(snap.foreign)))
+            clusters.append(ClusterSnapshot(name, snap.nodes, running, dict(snap.foreign), snap.foreign_pods))
         cordoned = self.store.cordoned("queue")
         parents = {q.name: q.parent for q in self.settings.queues}   # hierarchies come from the config file
         snapshot = Snapshot(clusters, queued, [Queue(q.name, q.weight, dict(q.limits), parents.get(q.name),
