@@ -400,7 +400,8 @@ def test_pods_refused_are_never_bound_and_told_why(harness):
     make_pod(c, "team-b", "bad-class", priority_class="system-cluster-critical")
     make_pod(c, "team-b", "anti", labels={"app": "x"}, extra_spec={"affinity": {"podAntiAffinity": {
         "requiredDuringSchedulingIgnoredDuringExecution": [
-            {"labelSelector": {"matchLabels": {"app": "x"}}, "topologyKey": "kubernetes.io/hostname"}]}}})
+            {"labelSelector": {"matchLabels": {"app": "x"}}, "topologyKey": "kubernetes.io/hostname",
+             "namespaceSelector": {"matchLabels": {"team": "x"}}}]}}})
     make_pod(c, "team-b2", "labelled", labels={"flotilla.io/queue": "B"})   # the pod's own label: fine
     make_pod(c, "team-b", "other-scheduler", scheduler="default-scheduler-x")
     harness.seen(5)
@@ -412,8 +413,9 @@ def test_pods_refused_are_never_bound_and_told_why(harness):
         "no-queue": "flotilla: no queue: label the pod or its namespace 'team-b2' with flotilla.io/queue",
         "bad-class": "flotilla: spec.priorityClassName: 'system-cluster-critical' is not a Flotilla priority class "
                      "(known: armada-default, armada-preemptible)",
-        "anti": "flotilla: spec.affinity.podAntiAffinity: pod anti-affinity is not honoured by Flotilla's "
-                "placement (for one pod per node, give the pods the same hostPort)",
+        "anti": "flotilla: spec.affinity.podAntiAffinity.requiredDuringSchedulingIgnoredDuringExecution[0]."
+                "namespaceSelector: namespaces chosen by their labels are not honoured by Flotilla's placement: "
+                "list them in namespaces, or give {} for every namespace",
     }
     pods = harness.settle(lambda pods: {p["metadata"]["name"]: (condition(p, "PodScheduled") or {}).get("message")
                                         for p in pods if p["metadata"]["name"] in expected} == expected,
