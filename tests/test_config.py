@@ -173,7 +173,7 @@ CLUSTER = "clusters:\n  - name: c\n    kind: simulated\n    nodes:\n"
     (CLUSTER + "      - {count: 2, namePrefx: n, resources: {cpu: 1}}\n",
      "c.yaml:5: clusters[0].nodes[0].namePrefx: unknown field 'namePrefx' (did you mean 'namePrefix'?)"),
     ("store: {url: x}\nzz: 1\n", "c.yaml:2: zz: unknown field 'zz' (expected one of: actions, plugins, priorityClasses, "
-                                 "defaultPriorityClass, queues, evict, allocate, preempt, lease, reservation, gracePeriod, deadlines, "
+                                 "defaultPriorityClass, clusterPriorityClasses, queues, placement, evict, allocate, preempt, lease, reservation, gracePeriod, deadlines, "
                                  "cycle, clusters, nodeTemplates, store, server, auth, nodeIndex, leaderElection)"),
     # quantities: malformed, negative, not whole in the base unit
     (CLUSTER + "      - count: 1\n        resources:\n          cpu: 1x\n",
@@ -203,8 +203,8 @@ CLUSTER = "clusters:\n  - name: c\n    kind: simulated\n    nodes:\n"
     ("clusters:\n  - {name: x}\n", "c.yaml:2: clusters[0].kind: required field missing (one of: simulated, kubernetes)"),
     ("clusters:\n  - {name: x, kind: kubernetes, kubeconfig: k, nodes: []}\n",
      "c.yaml:2: clusters[0].nodes: unknown field 'nodes' (expected one of: name, kind, kubeconfig, context, "
-     "inCluster, namespace, workers, bind, nodeSelector, stuckPodExpiry, nodeLostTimeout, finishedPodRetention, "
-         "ingressDomain, schedulerName)"),
+     "inCluster, namespace, workers, bind, nodeSelector, stuckPodExpiry, nodeLostTimeout, volumeBindTimeout, "
+     "finishedPodRetention, ingressDomain, schedulerName)"),
     ("clusters:\n  - {name: x, kind: kubernetes}\n  - {name: x, kind: simulated}\n",
      "c.yaml:3: clusters[1].name: duplicate cluster 'x' (first at clusters[0])"),
     # names that must exist or be unique

@@ -53,6 +53,7 @@ class World:
         self.running: dict[str, list[Job]] = {"c1": [], "c2": []}
         self.foreign: dict[str, dict[str, dict[str, int]]] = {"c1": {}, "c2": {}}
         self.foreign_pods: dict[str, dict[str, tuple]] = {"c1": {}, "c2": {}}
+        self.foreign_ports: dict[str, dict[str, tuple]] = {"c1": {}, "c2": {}}
         self.queued: dict[str, Job] = {}
         # A at the top, B and C under P (a queue tree: P holds no jobs itself).
         self.queues = [Queue("A", 1.0), Queue("P", 1.0), Queue("B", 2.0, parent="P"), Queue("C", 1.0, parent="P")]
@@ -67,12 +68,16 @@ class World:
 
     def add_node(self, cluster: str) -> None:
         self.serial += 1
+        # The first node declares pod slots, so the space counts them from the start; later ones may not
+        # (unlimited) or may have few (slots run out before cores).
+        slots = {"pods": self.rng.choice([3, 6])} if self.serial == 1 or self.rng.random() < 0.5 else {}
         if self.rng.random() < 0.25:
-            node = Node(f"gpu-{self.serial}", cluster, {"cpu": 16000, "memory": 64 * GIB, "nvidia.com/gpu": 4},
+            node = Node(f"gpu-{self.serial}", cluster, {"cpu": 16000, "memory": 64 * GIB, "nvidia.com/gpu": 4,
+                                                        **slots},
                         {"kind": "gpu", "kubernetes.io/hostname": f"gpu-{self.serial}"}, GPU_TAINT)
         else:
             node = Node(f"cpu-{self.serial}", cluster, {"cpu": self.rng.choice([8000, 16000]),
-                                                         "memory": self.rng.choice([32, 64]) * GIB},
+                                                         "memory": self.rng.choice([32, 64]) * GIB, **slots},
                         {"kind": "cpu", "kubernetes.io/hostname": f"cpu-{self.serial}"})
         self.nodes[cluster].append(node)
 
@@ -97,9 +102,10 @@ class World:
                                 GPU_SELECTOR, GPU_TOLERATION))
         elif roll < 0.23:  # fits no node: enqueue sets it aside
             self.add_queued(Job(f"j{self.serial}", queue, "s", 0, pc, submitted, {"cpu": 64000}))
-        elif roll < 0.26:  # binds a host port: never two on one node
+        elif roll < 0.26:  # binds a host port: never two conflicting ones on one node
             self.add_queued(Job(f"j{self.serial}", queue, "s", rng.randrange(2), pc, submitted, rng.choice(SHAPES),
-                                host_ports=(("TCP", rng.choice([8080, 9090])),)))
+                                host_ports=(("TCP", rng.choice([8080, 9090]),
+                                             rng.choice(["0.0.0.0", "10.0.0.1", "10.0.0.2"])),)))
         elif roll < 0.28:  # node affinity: on a zone's label, or on a node's name (nodes then typed by name)
             term = rng.choice([Term((Requirement("zone", "In", ("a",)),)),
                                Term((Requirement("zone", "NotIn", ("a",)),)),
@@ -123,8 +129,9 @@ class World:
 
     def snapshot(self, now: float) -> Snapshot:
         return Snapshot([ClusterSnapshot(name, list(self.nodes[name]), list(self.running[name]),
-                                         dict(self.foreign[name]), dict(self.foreign_pods[name]))
-                          for name in self.nodes],
+                                         dict(self.foreign[name]), dict(self.foreign_pods[name]),
+                                         foreign_ports=dict(self.foreign_ports[name]))
+                         for name in self.nodes],
                         list(self.queued.values()), list(self.queues), self.priority_classes, "armada-default", now)
 
     def apply(self, decisions) -> None:
@@ -146,6 +153,7 @@ class World:
             self.stop(cluster, job.id, requeue=True)
         self.foreign[cluster].pop(gone.name, None)
         self.foreign_pods[cluster].pop(gone.name, None)
+        self.foreign_ports[cluster].pop(gone.name, None)
 
     def stop(self, cluster: str, job_id: str, requeue: bool) -> None:
         for k, job in enumerate(self.running[cluster]):
@@ -205,9 +213,12 @@ class World:
         if rng.random() < 0.2:
             node = rng.choice(self.nodes[cluster]).name
             if rng.random() < 0.5:
-                self.foreign[cluster][node] = {"cpu": rng.choice([500, 1000])}
+                self.foreign[cluster][node] = {"cpu": rng.choice([500, 1000]), "pods": rng.choice([1, 2])}
+                self.foreign_ports[cluster][node] = rng.choice([(), (("TCP", 8080, "0.0.0.0"),),
+                                                                (("TCP", 9090, "10.0.0.1"),)])
             else:
                 self.foreign[cluster].pop(node, None)
+                self.foreign_ports[cluster].pop(node, None)
         if rng.random() < 0.15:  # someone else's pods: an app-a pod, or one whose anti-affinity keeps app-a out
             node = rng.choice(self.nodes[cluster]).name
             if rng.random() < 0.6:
@@ -263,6 +274,13 @@ def test_incremental_state_and_decisions_equal_a_fresh_rebuild(seed, in_order):
         assert ours.to_dict() == theirs.to_dict(), f"cycle {cycle}"
         assert [p.job.id for p in ours.scheduled] == [p.job.id for p in theirs.scheduled]
         world.apply(ours)
+        # A node that took a job this cycle holds no more pods than its slots (foreign ones count).
+        for placement in ours.scheduled:
+            node = next(n for n in world.nodes[placement.cluster] if n.name == placement.node)
+            if "pods" in node.resources:
+                here = sum(job.node == node.name for job in world.running[placement.cluster])
+                assert here + world.foreign[placement.cluster].get(node.name, {}).get("pods", 0) <= \
+                    node.resources["pods"], f"cycle {cycle}: {node.name} over its pod slots"
         held = Counter((job.cluster, job.node, port) for jobs in world.running.values() for job in jobs
                        for port in job.host_ports)
         assert all(n == 1 for n in held.values()), f"cycle {cycle}: a host port twice on one node"
@@ -271,6 +289,11 @@ def test_incremental_state_and_decisions_equal_a_fresh_rebuild(seed, in_order):
             excluding = {job.node for job in jobs if job.pod_rules is ANTI}
             assert all(app_a[node] == 1 for node in excluding), f"cycle {cycle}: anti-affinity broken"
             rules_seen += len(excluding)
+        # 0.0.0.0 binds every address: no other IP's holder of that port beside it (NodePorts).
+        wildcard = {(cluster, node, protocol, number) for cluster, node, (protocol, number, ip) in held
+                    if ip == "0.0.0.0"}
+        assert not any((cluster, node, protocol, number) in wildcard for cluster, node, (protocol, number, ip) in held
+                       if ip != "0.0.0.0"), f"cycle {cycle}: a host port beside 0.0.0.0's"
         ports_seen += len(held)
         world.churn()
         syncs, rebuilds = kept.state.syncs, kept.state.rebuilds

@@ -2,7 +2,8 @@
 
 A queued job that did not fit may displace running jobs whose priority class
 has a lower priority, when every preemptable plugin agrees the victim may go
-(built in: the victim's class is preemptible and of lower priority).
+(built in: the victim's class is preemptible and of lower priority). A job
+whose class does not preempt (``preemptionPolicy: Never``) is not tried.
 Victims are whole jobs (volcano-scheduler.txt: "preempt a whole job/PodGroup
 with a lower priority instead of several pods from different jobs"): a gang,
 or a job's pods, go together. On each node the eligible jobs are taken
@@ -45,7 +46,7 @@ class Preempt:
         lowest = preemptible[0]
         # Only jobs above the lowest preemptible priority may displace anything; a queue's order counts
         # its jobs per priority class, so queues without such jobs are passed over without a look.
-        urgent = {name for name, pc in session.priority_classes.items() if pc.priority > lowest}
+        urgent = {name for name, pc in session.priority_classes.items() if pc.priority > lowest and pc.preempts}
         if session.default_priority_class in urgent:
             urgent.add("")
         candidates = []
@@ -62,6 +63,8 @@ class Preempt:
                            for m in members]
                 if None in classes:
                     continue  # a class the snapshot does not define: job_valid refused it in allocate, it waits
+                if not all(pc.preempts for pc in classes):
+                    continue  # preemptionPolicy: Never: it waits for room
                 priority = max(pc.priority for pc in classes)
                 if priority > lowest:
                     candidates.append((-priority, session.preempt_rank(queue), queue.name, position, members))
