@@ -68,6 +68,18 @@ def _quantities(value: Any) -> dict[str, int]:
 Duration = Annotated[float, BeforeValidator(_duration)]
 #: ``{cpu: 500m, memory: 64Mi}`` as exact integers (millicores for cpu, base units otherwise).
 Quantities = Annotated[dict[str, int], BeforeValidator(_quantities)]
+
+
+def _requests(value: Any) -> dict[str, int]:
+    out = _quantities(value)
+    if "pods" in out:
+        raise KeyedValueError("pods", "a job does not request pods: each of its pods takes one pod slot of its node "
+                                      "(a node's resources may declare pods)")
+    return out
+
+
+#: A job's requests: quantities, never ``pods`` (Kubernetes refuses it in a container's resources too).
+Requests = Annotated[dict[str, int], BeforeValidator(_requests)]
 #: A name users refer to elsewhere (queue, class, cluster, node): never empty.
 Name = Annotated[str, Field(min_length=1)]
 
@@ -317,6 +329,9 @@ class KubernetesClusterConfig(Model):
     stuck_pod_expiry: Duration = Field(300.0, alias="stuckPodExpiry")
     #: A node NotReady or deleted this long has its Flotilla pods removed; their jobs are retried elsewhere.
     node_lost_timeout: Duration = Field(300.0, alias="nodeLostTimeout")
+    #: A start whose claims are not bound this long after its volume choices were written returns its job to its
+    #: queue (kube-scheduler's bindTimeoutSeconds, 600 s by default).
+    volume_bind_timeout: Duration = Field(600.0, alias="volumeBindTimeout")
     #: How long a finished pod (Succeeded, Failed) stays, holding nothing, so that its log can be read
     #: (``flotilla logs``); 0 deletes it at once, which keeps the API server's pod count at the running jobs.
     finished_pod_retention: Duration = Field(0.0, alias="finishedPodRetention")

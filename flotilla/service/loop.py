@@ -72,6 +72,8 @@ class CycleReport:
     preempted: int = 0
     stopped: int = 0
     counts: dict[str, int] = field(default_factory=dict)
+    #: Binds returned to their queue, by (cluster, reason label) (flotilla.kubernetes.admission).
+    returned: dict[tuple[str, str], int] = field(default_factory=dict)
     #: In-cluster pods this cycle: stored as jobs, parked (refused or waiting for their gang), left.
     intake: dict[str, int] = field(default_factory=dict)
     timings: dict[str, float] = field(default_factory=dict)
@@ -251,6 +253,7 @@ class ServiceLoop:
         result = self.store.ingest(reports, now, self.settings.lease_timeout, self.settings.lease_max_retries,
                                    copy=self.active)
         report.counts = dict(result.counts)
+        report.returned = dict(result.returned)
         t2 = time.perf_counter()
         c2 = time.thread_time()
 
@@ -414,7 +417,7 @@ class ServiceLoop:
         clusters: list[ClusterSnapshot] = []
         for name, snap in snaps.items():
             running = self.running_pods.running(name, frozenset(node.name for node in snap.nodes))
-            clusters.append(ClusterSnapshot(name, snap.nodes, running, dict(snap.foreign)))
+            clusters.append(ClusterSnapshot(name, snap.nodes, running, dict(snap.foreign), volumes=snap.volumes))
         cordoned = self.store.cordoned("queue")
         # Hierarchies come from the config file, and from the placement rules for the queues they made.
         parents = queue_parents(self.settings.queues, getattr(self.settings, "placement", ()), queue_specs)
