@@ -276,7 +276,7 @@ def test_api_jobs_and_pods_share_the_cluster_by_queue_weights(kwok, tmp_path):
         _, new = prepare(job_file("A", "api", [job(f"j{i}") for i in range(64)]), h.settings)
         h.store.submit("A", "api", "alice", new)
         for i in range(64):
-            make_pod(cluster, "team-b", f"b-{i}")
+            make_pod(cluster, "team-b", f"b-{i}", priority_class="armada-default")   # the API jobs' class
         h.seen(64)
         for _ in range(3):
             h.cycle()
