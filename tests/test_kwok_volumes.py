@@ -47,9 +47,13 @@ def harness(pvcluster, tmp_path):
     cluster = pvcluster
     cluster.reset(NODES)
     client = cluster.client
+    # (Their protection finalizers off first: no pvc-protection controller runs here to take them off.)
     for pvc in client.get("/api/v1/persistentvolumeclaims")["items"]:
-        client.delete(claims_path(pvc["metadata"]["namespace"], pvc["metadata"]["name"]))
+        path = claims_path(pvc["metadata"]["namespace"], pvc["metadata"]["name"])
+        client.patch(path, {"metadata": {"finalizers": None}})
+        client.delete(path)
     for pv in client.get(PVS)["items"]:
+        client.patch(f"{PVS}/{pv['metadata']['name']}", {"metadata": {"finalizers": None}})
         client.delete(f"{PVS}/{pv['metadata']['name']}")
     for sc in client.get(CLASSES)["items"]:
         client.delete(f"{CLASSES}/{sc['metadata']['name']}")
