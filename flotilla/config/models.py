@@ -198,6 +198,8 @@ class QueueConfig(Model):
     @classmethod
     def _fractions(cls, limits: dict[str, float]) -> dict[str, float]:
         for name, fraction in limits.items():
+            if (why := resource_name_problem(name)) is not None:   # a limit on "<img src=x>" limits nothing
+                raise KeyedValueError(name, why)
             if not 0 < fraction <= 1:
                 raise KeyedValueError(name, f"expected a fraction of the pool in (0, 1], got {fraction:g}")
         return limits
