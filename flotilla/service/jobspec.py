@@ -333,7 +333,7 @@ def validate_jobs(file: JobFile, settings: ServiceSettings) -> list[NewJob]:
         if duration_text is not None and duration_of_annotations(job.annotations) is None:
             reject(f"annotations.{SIMULATED_DURATION_ANNOTATION}",
                    f"expected a duration such as 30s, 5m, 2h, 3d or seconds (ASCII digits, at most "
-                   f"{MAX_DURATION:g} seconds), got {shown_text(duration_text[:80])!r}")
+                   f"{int(MAX_DURATION)} seconds), got {shown_text(duration_text[:80])!r}")
 
         exit_text = job.annotations.get(SIMULATED_EXIT_CODE_ANNOTATION)
         if exit_text is not None and exit_code_of_annotations(job.annotations) is None:
