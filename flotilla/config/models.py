@@ -386,7 +386,8 @@ class DeadlinesConfig(Model):
 
 
 class CycleConfig(Model):
-    period: Duration = 1.0
+    #: Positive: a period of 0 would run cycles back to back, holding the store and the clusters' API servers.
+    period: Duration = Field(1.0, gt=0)
 
 
 class StoreConfig(Model):
@@ -531,6 +532,7 @@ class FlotillaConfig(Model):
         """Cross-field problems as ``(path, message)``; the loader reports the earliest in the file."""
         from flotilla.actions import available_actions
         from flotilla.config.actionorder import action_order_problems
+        from flotilla.config.pluginargs import plugin_arg_problems
         from flotilla.config.resourcenames import config_problems as resource_name_problems
 
         problems: list[tuple[FieldPath, str]] = []
@@ -546,6 +548,7 @@ class FlotillaConfig(Model):
             problems.append((("actions", self.actions.index("reserve")),
                              "the reserve action needs reservation.after (how long a unit waits before it reserves)"))
         problems += _duplicates("plugins", [p.name for p in self.plugins], "plugin")
+        problems += plugin_arg_problems(self.plugins)
         problems += _duplicates("priorityClasses", [p.name for p in self.priority_classes], "priority class")
         names = [p.name for p in self.priority_classes]
         if self.default_priority_class not in names:
