@@ -220,6 +220,8 @@ def test_integers_in_a_query_string_are_ascii_digits(api):
                 (path, value)
     assert client.get("/v1/queues/A/pending?limit=1", headers=alice).status_code == 200
     r = client.get("/v1/queues/A/pending?limit=" + "9" * 30, headers=alice)
+    assert error(r, 422)["message"] == "limit: Input should be less than or equal to 1000"
+    r = client.get("/v1/queues/A/pending?limit=" + "9" * 41, headers=alice)   # never converted
     assert error(r, 422)["message"] == "limit: integer out of the 64-bit range"
 
 

@@ -140,11 +140,14 @@ def integer_from_text(text: str) -> int:
 
 
 def _query_integer(value: Any) -> Any:
+    """A query string's integer: refused unless ``^-?[0-9]+$``; up to 40 digits it is converted and the
+    parameter's own bounds name the limit, past them (never converted) it is out of the 64-bit range."""
     if isinstance(value, str):
-        try:
-            return integer_from_text(value)
-        except ValueError as exc:
-            raise PydanticCustomError("int_parsing", str(exc)) from None
+        if not INTEGER_TEXT.fullmatch(value):
+            raise PydanticCustomError("int_parsing", NOT_AN_INTEGER)
+        if len(value) > 40:
+            raise PydanticCustomError("int_parsing", "integer out of the 64-bit range")
+        return int(value)
     return value
 
 
