@@ -76,7 +76,7 @@ def test_every_number_in_any_plugins_args_is_finite():
 @pytest.mark.parametrize("period", ["0s", "0", "0ms"])
 def test_the_cycle_period_is_positive(period):
     text = DEFAULT_CONFIG_YAML.replace("cycle: {period: 1s}", f"cycle: {{period: {period}}}")
-    assert config_error(text) == "c.yaml:21: cycle.period: Input should be greater than 0 (got 0.0)"
+    assert config_error(text) == "c.yaml:21: cycle.period: expected a positive duration, e.g. 1s"
 
 
 @pytest.mark.parametrize("resources, message", [

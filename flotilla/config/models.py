@@ -387,7 +387,14 @@ class DeadlinesConfig(Model):
 
 class CycleConfig(Model):
     #: Positive: a period of 0 would run cycles back to back, holding the store and the clusters' API servers.
-    period: Duration = Field(1.0, gt=0)
+    period: Duration = 1.0
+
+    @field_validator("period")
+    @classmethod
+    def _positive(cls, period: float) -> float:
+        if period <= 0:
+            raise ValueError("expected a positive duration, e.g. 1s")
+        return period
 
 
 class StoreConfig(Model):
