@@ -131,7 +131,7 @@ clusters:
     nodes = cfg.clusters[0].expand()
     assert [n.name for n in nodes] == ["node-1", "node-2", "node-3", "big", "gpu-1", "gpu-2"]
     assert nodes[0].resources == {"cpu": 500} and nodes[0].resources is not nodes[1].resources
-    assert nodes[2].taints == (Taint("gpu", "", "NoSchedule"),) and nodes[2].labels == {"kind": "gpu"}
+    assert nodes[2].taints == (Taint("gpu", "", "NoSchedule"),) and nodes[2].labels == {"kubernetes.io/hostname": "node-3", "kind": "gpu"}
     assert nodes[3].resources == {"memory": 2**40} and nodes[3].unschedulable
     assert nodes[4].resources == {"nvidia.com/gpu": 8}
 
@@ -173,7 +173,7 @@ CLUSTER = "clusters:\n  - name: c\n    kind: simulated\n    nodes:\n"
     (CLUSTER + "      - {count: 2, namePrefx: n, resources: {cpu: 1}}\n",
      "c.yaml:5: clusters[0].nodes[0].namePrefx: unknown field 'namePrefx' (did you mean 'namePrefix'?)"),
     ("store: {url: x}\nzz: 1\n", "c.yaml:2: zz: unknown field 'zz' (expected one of: actions, plugins, priorityClasses, "
-                                 "defaultPriorityClass, queues, evict, allocate, preempt, lease, reservation, gracePeriod, deadlines, "
+                                 "defaultPriorityClass, clusterPriorityClasses, queues, placement, evict, allocate, preempt, lease, reservation, gracePeriod, deadlines, "
                                  "cycle, clusters, nodeTemplates, store, server, auth, nodeIndex, leaderElection)"),
     # quantities: malformed, negative, not whole in the base unit
     (CLUSTER + "      - count: 1\n        resources:\n          cpu: 1x\n",
@@ -203,8 +203,8 @@ CLUSTER = "clusters:\n  - name: c\n    kind: simulated\n    nodes:\n"
     ("clusters:\n  - {name: x}\n", "c.yaml:2: clusters[0].kind: required field missing (one of: simulated, kubernetes)"),
     ("clusters:\n  - {name: x, kind: kubernetes, kubeconfig: k, nodes: []}\n",
      "c.yaml:2: clusters[0].nodes: unknown field 'nodes' (expected one of: name, kind, kubeconfig, context, "
-     "inCluster, namespace, workers, bind, nodeSelector, stuckPodExpiry, nodeLostTimeout, finishedPodRetention, "
-         "ingressDomain, schedulerName)"),
+     "inCluster, namespace, workers, bind, nodeSelector, stuckPodExpiry, nodeLostTimeout, volumeBindTimeout, "
+     "finishedPodRetention, ingressDomain, schedulerName)"),
     ("clusters:\n  - {name: x, kind: kubernetes}\n  - {name: x, kind: simulated}\n",
      "c.yaml:3: clusters[1].name: duplicate cluster 'x' (first at clusters[0])"),
     # names that must exist or be unique
@@ -292,8 +292,9 @@ def test_state_converts_to_core_objects():
     snapshot = parse_state(STATE, "s.yaml", load_config(None))
     (c1,) = snapshot.clusters
     assert [(n.name, n.cluster, dict(n.resources), dict(n.labels), n.taints, n.unschedulable) for n in c1.nodes] == [
-        ("node-1", "c1", {"cpu": 32000, "memory": 2**37}, {"zone": "a"}, (Taint("gpu"),), False),
-        ("node-2", "c1", {"cpu": 32000, "memory": 2**37}, {}, (), True),
+        ("node-1", "c1", {"cpu": 32000, "memory": 2**37}, {"kubernetes.io/hostname": "node-1", "zone": "a"},
+         (Taint("gpu"),), False),
+        ("node-2", "c1", {"cpu": 32000, "memory": 2**37}, {"kubernetes.io/hostname": "node-2"}, (), True),
     ]
     assert [(j.id, j.state, j.cluster, j.node, j.priority_class) for j in c1.running] == [
         ("a-1", JobState.RUNNING, "c1", "node-1", "armada-preemptible"),

@@ -45,6 +45,7 @@ class World:
         self.nodes: dict[str, list[Node]] = {"c1": [], "c2": []}
         self.running: dict[str, list[Job]] = {"c1": [], "c2": []}
         self.foreign: dict[str, dict[str, dict[str, int]]] = {"c1": {}, "c2": {}}
+        self.foreign_ports: dict[str, dict[str, tuple]] = {"c1": {}, "c2": {}}
         self.queued: dict[str, Job] = {}
         # A at the top, B and C under P (a queue tree: P holds no jobs itself).
         self.queues = [Queue("A", 1.0), Queue("P", 1.0), Queue("B", 2.0, parent="P"), Queue("C", 1.0, parent="P")]
@@ -59,12 +60,16 @@ class World:
 
     def add_node(self, cluster: str) -> None:
         self.serial += 1
+        # The first node declares pod slots, so the space counts them from the start; later ones may not
+        # (unlimited) or may have few (slots run out before cores).
+        slots = {"pods": self.rng.choice([3, 6])} if self.serial == 1 or self.rng.random() < 0.5 else {}
         if self.rng.random() < 0.25:
-            node = Node(f"gpu-{self.serial}", cluster, {"cpu": 16000, "memory": 64 * GIB, "nvidia.com/gpu": 4},
-                        {"kind": "gpu"}, GPU_TAINT)
+            node = Node(f"gpu-{self.serial}", cluster, {"cpu": 16000, "memory": 64 * GIB, "nvidia.com/gpu": 4,
+                                                        **slots}, {"kind": "gpu"}, GPU_TAINT)
         else:
             node = Node(f"cpu-{self.serial}", cluster, {"cpu": self.rng.choice([8000, 16000]),
-                                                         "memory": self.rng.choice([32, 64]) * GIB}, {"kind": "cpu"})
+                                                         "memory": self.rng.choice([32, 64]) * GIB, **slots},
+                        {"kind": "cpu"})
         self.nodes[cluster].append(node)
 
     def submit(self) -> None:
@@ -88,9 +93,10 @@ class World:
                                 GPU_SELECTOR, GPU_TOLERATION))
         elif roll < 0.23:  # fits no node: enqueue sets it aside
             self.add_queued(Job(f"j{self.serial}", queue, "s", 0, pc, submitted, {"cpu": 64000}))
-        elif roll < 0.26:  # binds a host port: never two on one node
+        elif roll < 0.26:  # binds a host port: never two conflicting ones on one node
             self.add_queued(Job(f"j{self.serial}", queue, "s", rng.randrange(2), pc, submitted, rng.choice(SHAPES),
-                                host_ports=(("TCP", rng.choice([8080, 9090])),)))
+                                host_ports=(("TCP", rng.choice([8080, 9090]),
+                                             rng.choice(["0.0.0.0", "10.0.0.1", "10.0.0.2"])),)))
         elif roll < 0.28:  # node affinity: on a zone's label, or on a node's name (nodes then typed by name)
             term = rng.choice([Term((Requirement("zone", "In", ("a",)),)),
                                Term((Requirement("zone", "NotIn", ("a",)),)),
@@ -109,7 +115,8 @@ class World:
 
     def snapshot(self, now: float) -> Snapshot:
         return Snapshot([ClusterSnapshot(name, list(self.nodes[name]), list(self.running[name]),
-                                         dict(self.foreign[name])) for name in self.nodes],
+                                         dict(self.foreign[name]), foreign_ports=dict(self.foreign_ports[name]))
+                         for name in self.nodes],
                         list(self.queued.values()), list(self.queues), self.priority_classes, "armada-default", now)
 
     def apply(self, decisions) -> None:
@@ -130,6 +137,7 @@ class World:
         for job in [job for job in self.running[cluster] if job.node == gone.name]:
             self.stop(cluster, job.id, requeue=True)
         self.foreign[cluster].pop(gone.name, None)
+        self.foreign_ports[cluster].pop(gone.name, None)
 
     def stop(self, cluster: str, job_id: str, requeue: bool) -> None:
         for k, job in enumerate(self.running[cluster]):
@@ -189,9 +197,12 @@ class World:
         if rng.random() < 0.2:
             node = rng.choice(self.nodes[cluster]).name
             if rng.random() < 0.5:
-                self.foreign[cluster][node] = {"cpu": rng.choice([500, 1000])}
+                self.foreign[cluster][node] = {"cpu": rng.choice([500, 1000]), "pods": rng.choice([1, 2])}
+                self.foreign_ports[cluster][node] = rng.choice([(), (("TCP", 8080, "0.0.0.0"),),
+                                                                (("TCP", 9090, "10.0.0.1"),)])
             else:
                 self.foreign[cluster].pop(node, None)
+                self.foreign_ports[cluster].pop(node, None)
         roll = rng.random()
         if roll < 0.1:
             k = rng.randrange(len(self.queues))
@@ -238,9 +249,21 @@ def test_incremental_state_and_decisions_equal_a_fresh_rebuild(seed, in_order):
         assert ours.to_dict() == theirs.to_dict(), f"cycle {cycle}"
         assert [p.job.id for p in ours.scheduled] == [p.job.id for p in theirs.scheduled]
         world.apply(ours)
+        # A node that took a job this cycle holds no more pods than its slots (foreign ones count).
+        for placement in ours.scheduled:
+            node = next(n for n in world.nodes[placement.cluster] if n.name == placement.node)
+            if "pods" in node.resources:
+                here = sum(job.node == node.name for job in world.running[placement.cluster])
+                assert here + world.foreign[placement.cluster].get(node.name, {}).get("pods", 0) <= \
+                    node.resources["pods"], f"cycle {cycle}: {node.name} over its pod slots"
         held = Counter((job.cluster, job.node, port) for jobs in world.running.values() for job in jobs
                        for port in job.host_ports)
         assert all(n == 1 for n in held.values()), f"cycle {cycle}: a host port twice on one node"
+        # 0.0.0.0 binds every address: no other IP's holder of that port beside it (NodePorts).
+        wildcard = {(cluster, node, protocol, number) for cluster, node, (protocol, number, ip) in held
+                    if ip == "0.0.0.0"}
+        assert not any((cluster, node, protocol, number) in wildcard for cluster, node, (protocol, number, ip) in held
+                       if ip != "0.0.0.0"), f"cycle {cycle}: a host port beside 0.0.0.0's"
         ports_seen += len(held)
         world.churn()
         syncs, rebuilds = kept.state.syncs, kept.state.rebuilds

@@ -8,11 +8,14 @@ import json
 from fastapi.testclient import TestClient
 
 from flotilla.kubernetes.intake import Arrival, IntakeTracker, job_id_of, read_pod
+from flotilla.kubernetes.priorityclasses import NO_CLASS
 from flotilla.service.intake import ClusterIntake
 from flotilla.service.settings import QueueSpec
 from flotilla.service.store import Store
 
 UID = "0f1e2d3c-4b5a-6978-8796-a5b4c3d2e1f0"
+#: Every side watch listed once: the tracker offers what it holds.
+SYNCED = dict(namespaces_synced=True, podgroups_synced=True, jobs_synced=True, jobsets_synced=True)
 
 
 def pod(name="p", namespace="team-a", uid=UID, node=None, labels=None, annotations=None, **spec) -> dict:
@@ -45,13 +48,14 @@ def test_placement_fields_flotilla_does_not_honour_are_named_by_path():
         affinity={"nodeAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": {"nodeSelectorTerms": [
             {"matchExpressions": [{"key": "k", "operator": "Bogus"}]}]}}}))
     assert [path for path, _ in got.problems] == [
-        "spec.topologySpreadConstraints", "spec.containers[1].ports[0].hostPort",
+        "spec.containers[1].ports[0].hostPort",
         "spec.affinity.nodeAffinity.requiredDuringSchedulingIgnoredDuringExecution.nodeSelectorTerms[0]."
-        "matchExpressions[0].operator"]
+        "matchExpressions[0].operator",
+        "spec.topologySpreadConstraints[0].topologyKey"]
 
 
 def test_the_tracker_follows_watch_events_only():
-    tracker = IntakeTracker("flotilla", namespaces_synced=True, podgroups_synced=True)
+    tracker = IntakeTracker("flotilla", **SYNCED)
     tracker.on_namespace("ADDED", {"metadata": {"name": "team-a", "labels": {"flotilla.io/queue": "A"}}})
     tracker.on_pod("ADDED", pod())
     tracker.on_pod("ADDED", pod("other", uid="u2", schedulerName="default-scheduler"))
@@ -79,12 +83,14 @@ def test_admission_rules_and_idempotent_intake(tmp_path):
                 Arrival(read_pod(pod("b", namespace="team-b", uid="u-b")), "A"),
                 Arrival(read_pod(pod("c", uid="u-c", priorityClassName="nope")), "A"),
                 Arrival(read_pod(pod("d", uid="u-d")), None)]
-    rows, refused = intake._admit("east", arrivals, {q.name: q for q in queues()}, {"default"}, "default")
+    rows, refused = intake._admit("east", arrivals, {q.name: q for q in queues()},
+                                  {"default", NO_CLASS}, "default")
     assert [r["id"] for r in rows] == [job_id_of(UID)]
     assert {a.pod.name: why for a, why in refused.values()} == {
         "b": "namespace 'team-b' may not use queue 'A' (the queue's namespaces: team-a)",
-        "c": "spec.priorityClassName: 'nope' is not a Flotilla priority class (known: default)",
-        "d": "no queue: label the pod or its namespace 'team-a' with flotilla.io/queue"}
+        "c": "spec.priorityClassName: 'nope' is neither a Flotilla priority class nor a PriorityClass of the "
+                 "cluster (known: (none), default)",
+        "d": "no queue: label the pod, its Job or its namespace 'team-a' with flotilla.io/queue"}
     assert store.intake(rows, {}) == [job_id_of(UID)]
     assert store.intake(rows, {}) == []           # offered again (a new leader): stored once
     job = store.get_job(job_id_of(UID))
@@ -104,9 +110,11 @@ def test_a_gang_by_annotations_waits_for_all_its_members(tmp_path):
     intake = ClusterIntake(store)
     gang = {"armadaproject.io/gangId": "g", "armadaproject.io/gangCardinality": "3"}
     members = [Arrival(read_pod(pod(f"g{i}", uid=f"u{i}", annotations=gang)), "A") for i in range(3)]
-    rows, refused = intake._admit("east", members[:2], {q.name: q for q in queues()}, {"default"}, "default")
+    rows, refused = intake._admit("east", members[:2], {q.name: q for q in queues()},
+                                  {"default", NO_CLASS}, "default")
     assert rows == [] and {why for _, why in refused.values()} == {"gang 'g': 2 of its 3 pods waiting"}
-    rows, refused = intake._admit("east", members, {q.name: q for q in queues()}, {"default"}, "default")
+    rows, refused = intake._admit("east", members, {q.name: q for q in queues()},
+                                  {"default", NO_CLASS}, "default")
     assert refused == {} and [(r["gang_id"], r["gang_cardinality"]) for r in rows] == [("team-a/g", 3)] * 3
     store.close()
 
@@ -130,13 +138,13 @@ def test_the_queue_api_takes_namespaces_and_refuses_a_bad_one(tmp_path):
 def test_without_the_podgroup_crd_such_pods_are_refused_saying_so(tmp_path):
     store = Store(f"sqlite:///{tmp_path}/s.db")
     store.sync_queues(queues())
-    tracker = IntakeTracker("flotilla", namespaces_synced=True, podgroups_synced=True)
+    tracker = IntakeTracker("flotilla", **SYNCED)
     tracker.on_namespace("ADDED", {"metadata": {"name": "team-a", "labels": {"flotilla.io/queue": "A"}}})
     tracker.on_pod("ADDED", pod(annotations={"scheduling.k8s.io/group-name": "pg"}))
     tracker.set_podgroups_problem("the PodGroup CRD (/apis/scheduling.volcano.sh/v1beta1/podgroups) is not "
                                   "installed on cluster east")
     arrivals, _ = tracker.take()
-    rows, refused = ClusterIntake(store)._admit("east", arrivals, {q.name: q for q in queues()}, {"default"},
+    rows, refused = ClusterIntake(store)._admit("east", arrivals, {q.name: q for q in queues()}, {"default", NO_CLASS},
                                                 "default")
     assert rows == [] and [why for _, why in refused.values()] == [
         "metadata.annotations.scheduling.k8s.io/group-name: the PodGroup CRD "
@@ -145,7 +153,7 @@ def test_without_the_podgroup_crd_such_pods_are_refused_saying_so(tmp_path):
     tracker.set_podgroups_problem(None)
     tracker.on_podgroup("ADDED", {"metadata": {"namespace": "team-a", "name": "pg"}, "spec": {"minMember": 1}})
     arrivals, _ = tracker.take()
-    rows, refused = ClusterIntake(store)._admit("east", arrivals, {q.name: q for q in queues()}, {"default"},
+    rows, refused = ClusterIntake(store)._admit("east", arrivals, {q.name: q for q in queues()}, {"default", NO_CLASS},
                                                 "default")
     assert refused == {} and [(r["gang_id"], r["gang_cardinality"]) for r in rows] == [("podgroup/team-a/pg", 1)]
     store.close()
@@ -174,7 +182,7 @@ def test_podgroup_fields_flotilla_does_not_honour_are_named_by_path():
 
 def admit_podgroup_pods(store, group_spec: dict, pods_: list[dict], namespace_queue="A",
                         preemptible=frozenset({"low"})):
-    tracker = IntakeTracker("flotilla", namespaces_synced=True, podgroups_synced=True)
+    tracker = IntakeTracker("flotilla", **SYNCED)
     tracker.on_namespace("ADDED", {"metadata": {"name": "team-a", "labels": {"flotilla.io/queue": namespace_queue}
                                                 if namespace_queue else {}}})
     tracker.on_podgroup("ADDED", podgroup(**group_spec))
@@ -182,7 +190,7 @@ def admit_podgroup_pods(store, group_spec: dict, pods_: list[dict], namespace_qu
         tracker.on_pod("ADDED", p)
     arrivals, _ = tracker.take()
     return ClusterIntake(store)._admit("east", arrivals, {q.name: q for q in queues() + [QueueSpec(
-        "C", namespaces=("team-a",))]}, {"default", "low"}, "default", preemptible)
+        "C", namespaces=("team-a",))]}, {"default", "low", NO_CLASS}, "default", preemptible)
 
 
 def test_a_podgroup_gives_queue_and_priority_class_and_its_preemptable_must_agree(tmp_path):
@@ -198,10 +206,10 @@ def test_a_podgroup_gives_queue_and_priority_class_and_its_preemptable_must_agre
         return [(r["queue"], r["priority_class"]) for r in rows]
 
     # Queue: the pod's label, else the PodGroup's spec.queue, else the namespace's label.
-    assert one({"queue": "C"}) == [("C", "default")]
-    assert one({"queue": "C"}, namespace_queue=None) == [("C", "default")]
-    assert one({}) == [("A", "default")]
-    assert one({"queue": "C"}, labels={"flotilla.io/queue": "C"}) == [("C", "default")]
+    assert one({"queue": "C"}) == [("C", NO_CLASS)]
+    assert one({"queue": "C"}, namespace_queue=None) == [("C", NO_CLASS)]
+    assert one({}) == [("A", NO_CLASS)]
+    assert one({"queue": "C"}, labels={"flotilla.io/queue": "C"}) == [("C", NO_CLASS)]
     assert one({"queue": "C"}, labels={"flotilla.io/queue": "A"}) == [
         "metadata.labels.flotilla.io/queue: the pod says queue 'A', its PodGroup team-a/pg spec.queue says 'C'; "
         "a gang has one queue"]
@@ -212,12 +220,13 @@ def test_a_podgroup_gives_queue_and_priority_class_and_its_preemptable_must_agre
     assert one({"priorityClassName": "low"}, priorityClassName="default") == [
         "spec.priorityClassName: the pod says 'default', its PodGroup team-a/pg spec.priorityClassName says 'low'"]
     assert one({"priorityClassName": "high"}) == [
-        "PodGroup team-a/pg spec.priorityClassName: 'high' is not a Flotilla priority class (known: default, low)"]
+        "PodGroup team-a/pg spec.priorityClassName: 'high' is neither a Flotilla priority class nor a PriorityClass of "
+        "the cluster (known: (none), default, low)"]
     # preemptable agrees with the priority class (Flotilla's preemptibility is the class's), or is refused.
     assert one({"priorityClassName": "low", "preemptable": True}) == [("A", "low")]
-    assert one({"preemptable": False}) == [("A", "default")]
+    assert one({"preemptable": False}) == [("A", NO_CLASS)]
     assert one({"preemptable": True}) == [
-        "PodGroup team-a/pg spec.preemptable: true disagrees with priority class 'default', which is not "
+        "PodGroup team-a/pg spec.preemptable: true disagrees with priority class '(none)', which is not "
         "preemptible (in Flotilla a priority class says whether its jobs may be preempted: name a preemptible one)"]
     assert one({"priorityClassName": "low", "preemptable": False}) == [
         "PodGroup team-a/pg spec.preemptable: false disagrees with priority class 'low', which is preemptible (in "
@@ -238,12 +247,12 @@ def test_a_late_member_fills_its_gangs_empty_place(tmp_path):
     qmap = {q.name: q for q in queues()}
     gang = {"armadaproject.io/gangId": "g", "armadaproject.io/gangCardinality": "3"}
     members = [Arrival(read_pod(pod(f"g{i}", uid=f"u{i}", annotations=gang)), "A") for i in range(3)]
-    rows, _ = intake._admit("east", members, qmap, {"default"}, "default")
+    rows, _ = intake._admit("east", members, qmap, {"default", NO_CLASS}, "default")
     assert store.intake(rows, {}) == ["u0", "u1", "u2"]
     store.intake([], {"u1": "pod deleted while queued"})
     late = Arrival(read_pod(pod("g3", uid="u3", annotations=gang)), "A")
     extra = Arrival(read_pod(pod("g4", uid="u4", annotations=gang)), "A")
-    rows, refused = intake._admit("east", [late, extra], qmap, {"default"}, "default")
+    rows, refused = intake._admit("east", [late, extra], qmap, {"default", NO_CLASS}, "default")
     assert [(r["id"], r["gang_id"], r["gang_cardinality"], r["gang_pods"]) for r in rows] == [
         ("u3", "team-a/g", 3, 3)]
     assert [why for _, why in refused.values()] == ["gang 'g' has its 3 pods queued already"]
@@ -251,7 +260,7 @@ def test_a_late_member_fills_its_gangs_empty_place(tmp_path):
     assert sorted(j["id"] for j in store.list_jobs(states=["queued"])) == ["u0", "u2", "u3"]
     wrong = Arrival(read_pod(pod("g5", uid="u5", annotations={**gang, "armadaproject.io/gangCardinality": "4"})), "A")
     store.intake([], {"u3": "pod deleted while queued"})
-    _, refused = intake._admit("east", [wrong], qmap, {"default"}, "default")
+    _, refused = intake._admit("east", [wrong], qmap, {"default", NO_CLASS}, "default")
     assert [why for _, why in refused.values()] == [
         "metadata.annotations.armadaproject.io/gangCardinality: gang 'g' was stored with cardinality 3, this pod "
         "says 4"]
@@ -281,7 +290,8 @@ def test_a_bind_found_for_a_queued_job_is_recorded_and_cancellations_are_read_on
     store.sync_queues(queues())
     intake = ClusterIntake(store)
     arrivals = [Arrival(read_pod(pod(name, uid=name)), "A") for name in ("p1", "p2", "p3")]
-    rows, _ = intake._admit("east", arrivals, {q.name: q for q in queues()}, {"default"}, "default")
+    rows, _ = intake._admit("east", arrivals, {q.name: q for q in queues()},
+                                  {"default", NO_CLASS}, "default")
     assert store.intake(rows, {}, 1.0) == ["p1", "p2", "p3"]
     store.record_cycle({"p3": ("east", ["node-9"])}, {}, 2.0)        # leased by this leader: left as it is
     assert store.adopt_bound("east", {"p1": ("node-1", True), "p2": ("node-2", False), "p3": ("node-3", True)},
@@ -297,7 +307,8 @@ def test_a_bind_found_for_a_queued_job_is_recorded_and_cancellations_are_read_on
     # Cancellations: read from a cursor, each once; only in-cluster jobs still cancelled.
     cursor = store.last_event_id()
     arrivals = [Arrival(read_pod(pod("q1", uid="q1")), "A")]
-    rows, _ = intake._admit("east", arrivals, {q.name: q for q in queues()}, {"default"}, "default")
+    rows, _ = intake._admit("east", arrivals, {q.name: q for q in queues()},
+                                  {"default", NO_CLASS}, "default")
     store.intake(rows, {})
     store.cancel("A", job_ids=["q1"], by="alice")
     cursor, rows = store.cancelled_from_cluster(cursor)
@@ -305,7 +316,8 @@ def test_a_bind_found_for_a_queued_job_is_recorded_and_cancellations_are_read_on
     assert store.cancelled_from_cluster(cursor) == (cursor, [])
     # A queue deleted with its jobs (force): their rows are gone, their ids are said.
     arrivals = [Arrival(read_pod(pod("q2", namespace="team-b", uid="q2")), "B")]
-    rows, _ = intake._admit("east", arrivals, {q.name: q for q in queues()}, {"default"}, "default")
+    rows, _ = intake._admit("east", arrivals, {q.name: q for q in queues()},
+                                  {"default", NO_CLASS}, "default")
     store.intake(rows, {})
     store.delete_queue("B", force=True, by="alice")
     assert store.cancelled_from_cluster(cursor)[1] == [("q2", None, None, None, "its queue was deleted")]

@@ -397,21 +397,19 @@ def test_pods_refused_are_never_bound_and_told_why(harness):
     c = harness.cluster
     make_pod(c, "team-c", "wrong-namespace")                       # team-c says queue B; B does not list it
     make_pod(c, "team-b2", "no-queue")                             # listed by B, but nothing names a queue
-    make_pod(c, "team-b", "bad-class", priority_class="system-cluster-critical")
+    # (A class neither Flotilla nor the cluster knows cannot be given: admission refuses the pod.)
     make_pod(c, "team-b", "anti", labels={"app": "x"}, extra_spec={"affinity": {"podAntiAffinity": {
         "requiredDuringSchedulingIgnoredDuringExecution": [
             {"labelSelector": {"matchLabels": {"app": "x"}}, "topologyKey": "kubernetes.io/hostname"}]}}})
     make_pod(c, "team-b2", "labelled", labels={"flotilla.io/queue": "B"})   # the pod's own label: fine
     make_pod(c, "team-b", "other-scheduler", scheduler="default-scheduler-x")
-    harness.seen(5)
+    harness.seen(4)
     for _ in range(3):
         harness.cycle()
     expected = {
         "wrong-namespace": "flotilla: namespace 'team-c' may not use queue 'B' (the queue's namespaces: "
                            "team-b, team-b2)",
-        "no-queue": "flotilla: no queue: label the pod or its namespace 'team-b2' with flotilla.io/queue",
-        "bad-class": "flotilla: spec.priorityClassName: 'system-cluster-critical' is not a Flotilla priority class "
-                     "(known: armada-default, armada-preemptible)",
+        "no-queue": "flotilla: no queue: label the pod, its Job or its namespace 'team-b2' with flotilla.io/queue",
         "anti": "flotilla: spec.affinity.podAntiAffinity: pod anti-affinity is not honoured by Flotilla's "
                 "placement (for one pod per node, give the pods the same hostPort)",
     }

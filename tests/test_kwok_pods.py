@@ -64,7 +64,7 @@ def test_requests_count_init_containers_and_overhead_like_kube_scheduler():
     assert pod_requests({"spec": {"containers": [{"resources": {"requests": {"memory": "1.5"}}}]}}) == {"memory": 2}
 
 
-def test_nodes_cordoned_or_not_ready_are_unschedulable_and_keep_real_taints():
+def test_cordoned_nodes_are_unschedulable_not_ready_ones_tainted_as_kubernetes_does():
     obj = {"metadata": {"name": "n1", "labels": {"zone": "a"}},
            "spec": {"taints": [{"key": "gpu", "value": "yes", "effect": "NoSchedule"},
                                {"key": "node.kubernetes.io/not-ready", "effect": "NoSchedule"},
@@ -73,9 +73,12 @@ def test_nodes_cordoned_or_not_ready_are_unschedulable_and_keep_real_taints():
                       "conditions": [{"type": "Ready", "status": "True"}]}}
     node = node_from_object(obj, "c1")
     assert dict(node.resources) == {"cpu": 31500, "memory": 128 * 2**30} and not node.unschedulable
-    assert [t.key for t in node.taints] == ["gpu", "node.kubernetes.io/disk-pressure"]
+    assert [t.key for t in node.taints] == ["gpu", "node.kubernetes.io/not-ready", "node.kubernetes.io/disk-pressure"]
+    obj["spec"]["taints"] = obj["spec"]["taints"][:1]
     obj["status"]["conditions"][0]["status"] = "False"
-    assert node_from_object(obj, "c1").unschedulable
+    not_ready = node_from_object(obj, "c1")   # no lifecycle controller has tainted it: tainted as it would be
+    assert not not_ready.unschedulable and [(t.key, t.effect) for t in not_ready.taints] == \
+        [("gpu", "NoSchedule"), ("node.kubernetes.io/not-ready", "NoSchedule")]
     obj["status"]["conditions"][0]["status"] = "True"
     obj["spec"]["unschedulable"] = True
     assert node_from_object(obj, "c1").unschedulable

@@ -1,8 +1,8 @@
 """``evict``: the first half of preemption to fair share.
 
 For each node (in cluster, then node order), one draw from the session's
-seeded generator decides whether all of that node's preemptible jobs are
-evicted (probability ``evict.probability``). Evicting a gang member evicts
+seeded generator decides whether all of that node's preemptible jobs (of
+classes not kept out of it: ``PriorityClass.fair_share``) are evicted (probability ``evict.probability``). Evicting a gang member evicts
 every running member of its gang, wherever it runs. Evicted jobs stop
 counting for their queue and go to the front of it; ``allocate`` may return
 them to their own node, and those it does not become preemptions. Nothing is
@@ -55,8 +55,12 @@ class Evict:
         index = session.index
         order = sorted(range(len(index.nodes)), key=lambda i: (index.nodes[i].cluster, index.nodes[i].name))
         chosen: dict[str, object] = {}
+        classes, default = session.priority_classes, session.default_priority_class
+        spared = {name for name, pc in classes.items() if not pc.fair_share}
         for i in order:
             candidates = [r for r in session.jobs_on(i) if r.level != NONPREEMPTIBLE]
+            if spared:   # classes kept out of preemption to fair share (cluster classes, as Kubernetes has it)
+                candidates = [r for r in candidates if (r.job.priority_class or default) not in spared]
             if not candidates:
                 continue
             if session.rng.random() >= probability:

@@ -2,7 +2,8 @@
 
 A queued job that did not fit may displace running jobs whose priority class
 has a lower priority, when every preemptable plugin agrees the victim may go
-(built in: the victim's class is preemptible and of lower priority).
+(built in: the victim's class is preemptible and of lower priority). A job
+whose class does not preempt (``preemptionPolicy: Never``) is not tried.
 Victims are whole jobs (volcano-scheduler.txt: "preempt a whole job/PodGroup
 with a lower priority instead of several pods from different jobs"): a gang,
 or a job's pods, go together. On each node the eligible jobs are taken
@@ -25,6 +26,7 @@ from itertools import islice
 import structlog
 
 from flotilla.core.nodeindex import EVICTED
+from flotilla.core.podplacements import pod_refusal
 from flotilla.core.topology import gang_places, place_types
 from flotilla.core.units import iter_units
 
@@ -44,7 +46,7 @@ class Preempt:
         lowest = preemptible[0]
         # Only jobs above the lowest preemptible priority may displace anything; a queue's order counts
         # its jobs per priority class, so queues without such jobs are passed over without a look.
-        urgent = {name for name, pc in session.priority_classes.items() if pc.priority > lowest}
+        urgent = {name for name, pc in session.priority_classes.items() if pc.priority > lowest and pc.preempts}
         if session.default_priority_class in urgent:
             urgent.add("")
         candidates = []
@@ -61,6 +63,8 @@ class Preempt:
                            for m in members]
                 if None in classes:
                     continue  # a class the snapshot does not define: job_valid refused it in allocate, it waits
+                if not all(pc.preempts for pc in classes):
+                    continue  # preemptionPolicy: Never: it waits for room
                 priority = max(pc.priority for pc in classes)
                 if priority > lowest:
                     candidates.append((-priority, session.preempt_rank(queue), queue.name, position, members))
@@ -115,9 +119,12 @@ class Preempt:
         priority = session.priority_class(job).priority
         best = None
         fitting = session.index.iter_fitting(vec, priority, types)
+        checked = job.pod_rules is not None or bool(session.state.pods.anti)
         for i in list(islice(fitting, session.settings.preempt_max_candidates)):
             if session.node_filter_fns and not all(fn(job, i) for fn in session.node_filter_fns):
                 continue
+            if checked and pod_refusal(session, job, i) is not None:
+                continue  # victims are chosen for room and ports, not to satisfy pod rules
             found = self._victims(session, job, priority, vec, i)
             if found is None:
                 continue

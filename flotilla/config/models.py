@@ -19,7 +19,7 @@ from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, PrivateAttr,
 
 from flotilla.core.backend import FAILURE_CAUSES
 
-from flotilla.core.model import ClusterSnapshot, Node, PriorityClass, Queue, Taint, Toleration
+from flotilla.core.model import HOSTNAME_LABEL, ClusterSnapshot, Node, PriorityClass, Queue, Taint, Toleration
 from flotilla.core.quantities import QuantityError, parse_duration, parse_quantity, resource_name_problem
 
 if TYPE_CHECKING:
@@ -68,6 +68,18 @@ def _quantities(value: Any) -> dict[str, int]:
 Duration = Annotated[float, BeforeValidator(_duration)]
 #: ``{cpu: 500m, memory: 64Mi}`` as exact integers (millicores for cpu, base units otherwise).
 Quantities = Annotated[dict[str, int], BeforeValidator(_quantities)]
+
+
+def _requests(value: Any) -> dict[str, int]:
+    out = _quantities(value)
+    if "pods" in out:
+        raise KeyedValueError("pods", "a job does not request pods: each of its pods takes one pod slot of its node "
+                                      "(a node's resources may declare pods)")
+    return out
+
+
+#: A job's requests: quantities, never ``pods`` (Kubernetes refuses it in a container's resources too).
+Requests = Annotated[dict[str, int], BeforeValidator(_requests)]
 #: A name users refer to elsewhere (queue, class, cluster, node): never empty.
 Name = Annotated[str, Field(min_length=1)]
 
@@ -290,7 +302,8 @@ class SimulatedClusterConfig(Model):
         nodes: list[Node] = []
         for g, name in self.node_names():
             group = self.nodes[g]
-            nodes.append(Node(name, self.name, dict(group.resources), dict(group.labels),
+            # Every node carries its name as kubernetes.io/hostname, as a kubelet labels it.
+            nodes.append(Node(name, self.name, dict(group.resources), {HOSTNAME_LABEL: name, **group.labels},
                               tuple(t.to_core() for t in group.taints), group.unschedulable))
         return nodes
 
@@ -318,6 +331,9 @@ class KubernetesClusterConfig(Model):
     stuck_pod_expiry: Duration = Field(300.0, alias="stuckPodExpiry")
     #: A node NotReady or deleted this long has its Flotilla pods removed; their jobs are retried elsewhere.
     node_lost_timeout: Duration = Field(300.0, alias="nodeLostTimeout")
+    #: A start whose claims are not bound this long after its volume choices were written returns its job to its
+    #: queue (kube-scheduler's bindTimeoutSeconds, 600 s by default).
+    volume_bind_timeout: Duration = Field(600.0, alias="volumeBindTimeout")
     #: How long a finished pod (Succeeded, Failed) stays, holding nothing, so that its log can be read
     #: (``flotilla logs``); 0 deletes it at once, which keeps the API server's pod count at the running jobs.
     finished_pod_retention: Duration = Field(0.0, alias="finishedPodRetention")
@@ -497,6 +513,35 @@ def _default_classes() -> list[PriorityClassConfig]:
             PriorityClassConfig(name="armada-preemptible", priority=20000, preemptible=True)]
 
 
+class ClusterPriorityClassesConfig(Model):
+    """How the PriorityClass objects of ``kind: kubernetes`` clusters rank against Flotilla's own classes.
+
+    A cluster class that the config does not name is a Flotilla priority class of priority ``value +
+    priorityOffset``, preemptible (system classes excepted) by pods of higher priority, preempting unless
+    ``preemptionPolicy: Never``, and out of preemption to fair share unless ``fairSharePreemption``
+    (:mod:`flotilla.kubernetes.priorityclasses`).
+    """
+
+    #: Added to every cluster class's value: 0 compares Kubernetes values with Flotilla priorities as they are;
+    #: -1000000000 ranks every user-definable class (at most 1000000000) at or below 0, under Flotilla's stock
+    #: classes; the system classes keep their rank above user classes either way.
+    priority_offset: int = Field(0, alias="priorityOffset", ge=-(1 << 40), le=1 << 40)
+    #: Whether preemption to fair share (the evict action) may take pods of cluster classes; off, only a pod of
+    #: higher priority displaces them, as in Kubernetes.
+    fair_share_preemption: bool = Field(False, alias="fairSharePreemption")
+
+
+class PlacementRuleConfig(Model):
+    """A placement rule: the queue of an in-cluster pod that names none (:mod:`flotilla.service.placement`)."""
+
+    #: namespace: a queue per namespace (prefix + namespace), made on first use; fixed: the queue ``queue``.
+    kind: Literal["namespace", "fixed"]
+    queue: Name | None = None
+    parent: Name | None = None
+    prefix: str = Field("", max_length=100, pattern=r"^([a-z0-9][-a-z0-9.]*)?$")
+    weight: float = Field(1.0, gt=0)
+
+
 class FlotillaConfig(Model):
     """The whole scheduler config; ``config.source`` reports later problems at their line in the file."""
 
@@ -504,7 +549,11 @@ class FlotillaConfig(Model):
     plugins: list[PluginConfig] = Field(default_factory=_default_plugins)
     priority_classes: list[PriorityClassConfig] = Field(default_factory=_default_classes, alias="priorityClasses")
     default_priority_class: str = Field("armada-default", alias="defaultPriorityClass")
+    cluster_priority_classes: ClusterPriorityClassesConfig = Field(default_factory=ClusterPriorityClassesConfig,
+                                                                   alias="clusterPriorityClasses")
     queues: list[QueueConfig] = Field(default_factory=list)
+    #: Placement rules for in-cluster pods whose pod, owner, PodGroup and namespace name no queue.
+    placement: list[PlacementRuleConfig] = Field(default_factory=list)
     evict: EvictConfig = Field(default_factory=EvictConfig)
     allocate: AllocateConfig = Field(default_factory=AllocateConfig)
     preempt: PreemptConfig = Field(default_factory=PreemptConfig)
@@ -563,6 +612,17 @@ class FlotillaConfig(Model):
                                                         f"(known: {', '.join(names) or 'none'})"))
         problems += _duplicates("queues", [q.name for q in self.queues], "queue")
         problems += queue_tree_problems("queues", self.queues)
+        queue_names = {q.name for q in self.queues}
+        for i, rule in enumerate(self.placement):
+            if rule.kind == "fixed" and rule.queue is None:
+                problems.append((("placement", i, "queue"), "a fixed rule names its queue"))
+            for key in ("parent", "prefix", "weight") if rule.kind == "fixed" else ("queue",):
+                if key in rule.model_fields_set:
+                    problems.append((("placement", i, key), f"a {rule.kind} rule has no {key}"))
+            if rule.parent is not None and rule.parent not in queue_names:
+                known = ", ".join(sorted(queue_names)) or "none"
+                problems.append((("placement", i, "parent"), f"unknown parent queue {rule.parent!r} (the config's "
+                                                             f"queues: {known})"))
         problems += _duplicates("clusters", [c.name for c in self.clusters], "cluster")
         problems += _duplicates("nodeTemplates", [t.name for t in self.node_templates], "node template")
         for c, cluster in enumerate(self.clusters):

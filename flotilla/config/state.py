@@ -17,14 +17,16 @@ from typing import Annotated, Any, Literal, Mapping
 from pydantic import BeforeValidator, Field, ValidationError
 
 from flotilla.config.errors import FieldPath
-from flotilla.config.models import (FlotillaConfig, Model, Name, Quantities, QueueConfig, TaintConfig, TolerationConfig,
-                                    inner_queues, queue_tree_problems)
+from flotilla.config.models import (FlotillaConfig, Model, Name, Quantities, QueueConfig, Requests, TaintConfig,
+                                    TolerationConfig, inner_queues, queue_tree_problems)
 from flotilla.config.resourcenames import (config_provided_names, deferred_config_problems, names_in,
                                           queue_limit_names, unknown_resource_problems)
 from flotilla.config.source import SourceMap, load_yaml, read_yaml_file
+from flotilla.core.hostports import host_port
 from flotilla.core.nodeaffinity import AffinityError, parse_node_affinity
-from flotilla.core.model import (GANG_MIN_AVAILABLE_ANNOTATION, GANG_NODE_UNIFORMITY_LABEL_ANNOTATION, ClusterSnapshot,
-                                 Gang, Job, JobState, Node, Queue, Snapshot, parse_min_available)
+from flotilla.core.podrules import parse_pod_rules
+from flotilla.core.model import (GANG_MIN_AVAILABLE_ANNOTATION, GANG_NODE_UNIFORMITY_LABEL_ANNOTATION, HOSTNAME_LABEL,
+                                 ClusterSnapshot, Gang, Job, JobState, Node, Queue, Snapshot, parse_min_available)
 from flotilla.core.topology import uniformity_label_problem
 
 
@@ -78,6 +80,8 @@ class HostPortConfig(Model):
 
     port: int = Field(ge=1, le=65535)
     protocol: Literal["TCP", "UDP", "SCTP"] = "TCP"
+    #: The host IP it binds on (``0.0.0.0``, every address, when not given), as ``ports[].hostIP`` in a podSpec.
+    host_ip: str = Field("", alias="hostIP")
 
 
 class StateJob(Model):
@@ -86,7 +90,7 @@ class StateJob(Model):
     job_set: str = Field("", alias="jobSet")
     priority: int = 0
     priority_class: str | None = Field(None, alias="priorityClass")
-    requests: Quantities = Field(default_factory=dict)
+    requests: Requests = Field(default_factory=dict)
     submitted: Seconds = 0.0
     state: Literal["queued", "running"] = "queued"
     cluster: str | None = None
@@ -96,8 +100,14 @@ class StateJob(Model):
     tolerations: list[TolerationConfig] = Field(default_factory=list)
     annotations: dict[str, str] = Field(default_factory=dict)
     host_ports: list[HostPortConfig] = Field(default_factory=list, alias="hostPorts", max_length=64)
-    #: ``{nodeAffinity: ...}`` as in a podSpec (pod affinity is not honoured, so not accepted).
-    affinity: dict[Literal["nodeAffinity"], dict] = Field(default_factory=dict)
+    #: ``{nodeAffinity, podAffinity, podAntiAffinity}`` as in a podSpec.
+    affinity: dict[Literal["nodeAffinity", "podAffinity", "podAntiAffinity"], dict] = Field(default_factory=dict)
+    #: As in a podSpec (:mod:`flotilla.core.podrules`).
+    topology_spread_constraints: list[dict] = Field(default_factory=list, alias="topologySpreadConstraints",
+                                                    max_length=32)
+    #: The pod's labels and namespace, which pod rules select by.
+    labels: dict[str, str] = Field(default_factory=dict)
+    namespace: str = "default"
 
 
 class StateFile(Model):
@@ -182,7 +192,7 @@ def _clusters(state: StateFile, config: FlotillaConfig, problems: Problems) -> l
                                  f"(first at clusters[{c}].nodes[{first_node[node.name]}])"))
                 continue
             first_node[node.name] = n
-            nodes.append(Node(node.name, cluster.name, dict(node.resources), dict(node.labels),
+            nodes.append(Node(node.name, cluster.name, dict(node.resources), {HOSTNAME_LABEL: node.name, **node.labels},
                               tuple(t.to_core() for t in node.taints), node.unschedulable))
         clusters.append(ClusterSnapshot(cluster.name, nodes, running=[]))
     return clusters
@@ -243,12 +253,20 @@ def _jobs(state: StateFile, config: FlotillaConfig, clusters: list[ClusterSnapsh
             problems.append((("jobs", j, "affinity", "nodeAffinity", *exc.path.split(".")), exc.message))
             affinity = None
         affinity = affinities.setdefault(affinity, affinity) if affinity is not None else None
+        try:
+            pod_rules = parse_pod_rules(spec.affinity, spec.topology_spread_constraints or None, spec.namespace,
+                                        spec.labels)
+        except AffinityError as exc:
+            problems.append((("jobs", j, *exc.path.replace("[", ".").replace("]", "").split(".")), exc.message))
+            pod_rules = None
+        pod_rules = affinities.setdefault(pod_rules, pod_rules) if pod_rules is not None else None
         job = Job(spec.id, spec.queue, spec.job_set, spec.priority, priority_class, spec.submitted, shared,
                   dict(spec.node_selector), tuple(t.to_core() for t in spec.tolerations),
                   _gang(j, spec, problems),
                   JobState.RUNNING if running else JobState.QUEUED,
                   cluster, spec.node if running else None, dict(spec.annotations),
-                  tuple(sorted({(p.protocol, p.port) for p in spec.host_ports})), affinity)
+                  tuple(sorted({host_port(p.protocol, p.port, p.host_ip) for p in spec.host_ports})), affinity, dict(spec.labels),
+                  spec.namespace, pod_rules)
         if not running:
             queued.append(job)
         elif cluster is not None:

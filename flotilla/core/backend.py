@@ -19,6 +19,7 @@ from typing import Any, Callable, Mapping, Protocol, Sequence, runtime_checkable
 from flotilla.core.decisions import Placement
 from flotilla.core.hookspecs import hookimpl
 from flotilla.core.model import ClusterSnapshot, Job, JobState, Node
+from flotilla.core.resources import PODS
 
 
 @dataclass(frozen=True, slots=True)
@@ -61,6 +62,9 @@ class ClusterDecisions:
 #: (NotReady or deleted, shut down), it was stuck (never started within the cluster's stuckPodExpiry), its lease
 #: expired (the cluster stopped reporting it; the service's own finding).
 FAILURE_CAUSES = ("OOMKilled", "DeadlineExceeded", "Evicted", "NodeLost", "Stuck", "LeaseExpired")
+#: The cause of a ``succeeded`` event about a run given up when its node was lost (``lost``, cause ``NodeLost``)
+#: whose pod reported success once its node returned: the job keeps that success, and a rerun is stopped.
+NODE_RETURNED = "NodeReturned"
 
 
 @dataclass(frozen=True, slots=True)
@@ -198,8 +202,12 @@ class SimulatedCluster:
         for name, amount in placement.job.requests.items():
             if used.get(name, 0) + amount > node.resources.get(name, 0):
                 raise OverAllocation(f"starting {placement.job.id} on {self.name}/{node.name} exceeds its {name}")
+        slots = node.resources.get(PODS)
+        if slots is not None and used.get(PODS, 0) + 1 > slots:
+            raise OverAllocation(f"starting {placement.job.id} on {self.name}/{node.name} exceeds its pods")
         for name, amount in placement.job.requests.items():
             used[name] = used.get(name, 0) + amount
+        used[PODS] = used.get(PODS, 0) + 1
         job = replace(placement.job, state=JobState.RUNNING, cluster=self.name, node=node.name)
         duration = self.duration_of(job)
         run = self._runs[job.id] = _Run(job, now, None if duration is None else now + duration)
@@ -216,6 +224,7 @@ class SimulatedCluster:
         used = self._used[run.job.node]
         for name, amount in run.job.requests.items():
             used[name] -= amount
+        used[PODS] -= 1
         self._events.append(JobEvent(job_id, kind, self.name, run.job.node, now, reason, exit_code))
 
     def _finish_due(self) -> None:
@@ -242,6 +251,6 @@ class SimulatedBackendPlugin:
         return SimulatedCluster(cluster_config.name, list(cluster_config.expand()), **kwargs)
 
 
-__all__ = ["FAILURE_CAUSES", "ClusterBackend", "ClusterDecisions", "PodTemplate", "ClusterUnavailable", "JobEvent",
+__all__ = ["FAILURE_CAUSES", "NODE_RETURNED", "ClusterBackend", "ClusterDecisions", "PodTemplate", "ClusterUnavailable", "JobEvent",
            "OverAllocation",
            "SimulatedBackendPlugin", "SimulatedCluster"]

@@ -13,6 +13,7 @@ from enum import Enum
 from typing import Mapping
 
 from flotilla.core.nodeaffinity import NodeAffinity
+from flotilla.core.podrules import PodRules
 
 GANG_ID_ANNOTATION = "armadaproject.io/gangId"
 GANG_CARDINALITY_ANNOTATION = "armadaproject.io/gangCardinality"
@@ -24,6 +25,8 @@ GANG_NODE_UNIFORMITY_LABEL_ANNOTATION = "armadaproject.io/gangNodeUniformityLabe
 OWNER_ANNOTATION = "flotilla.io/owner"
 #: The Kubernetes namespace the job's pods go to.
 NAMESPACE_ANNOTATION = "flotilla.io/namespace"
+#: The label every Kubernetes node carries with its own name (simulated nodes too).
+HOSTNAME_LABEL = "kubernetes.io/hostname"
 
 
 class JobState(str, Enum):
@@ -33,11 +36,20 @@ class JobState(str, Enum):
 
 @dataclass(frozen=True, slots=True)
 class PriorityClass:
-    """Armada's ``(name, priority, preemptible)`` tuple."""
+    """Armada's ``(name, priority, preemptible)`` tuple, and whether its jobs may displace others.
+
+    ``preempts`` is false for a class whose jobs never displace anyone
+    (Kubernetes' ``preemptionPolicy: Never``): they wait for room instead.
+    ``fair_share`` false keeps a preemptible class's jobs out of preemption
+    to fair share (the evict action): only a job of higher priority may
+    displace them, as in Kubernetes.
+    """
 
     name: str
     priority: int
     preemptible: bool
+    preempts: bool = True
+    fair_share: bool = True
 
 
 @dataclass(frozen=True, slots=True)
@@ -130,9 +142,11 @@ class Job:
     ``requests`` maps resource names to integer quantities; jobs loaded in
     bulk share identical request mappings so a million jobs stay small.
     ``cluster`` and ``node`` are set for running jobs only. ``host_ports``
-    are the ``(protocol, port)`` pairs its pod binds on its node: no two
-    jobs holding one of them share a node (empty for almost every job, and
-    then nothing is looked up for it).
+    are the ``(protocol, port, host IP)`` its pod binds on its node (host
+    IP ``0.0.0.0`` when it names none): no two jobs whose ports conflict as
+    kube-scheduler's NodePorts has it share a node
+    (:mod:`flotilla.core.hostports`; empty for almost every job, and then
+    nothing is looked up for it).
     """
 
     id: str
@@ -149,9 +163,29 @@ class Job:
     cluster: str | None = None
     node: str | None = None
     annotations: Mapping[str, str] = field(default_factory=dict)
-    host_ports: tuple[tuple[str, int], ...] = ()
+    host_ports: tuple[tuple[str, int, str], ...] = ()
     #: Required and preferred node affinity (:mod:`flotilla.core.nodeaffinity`), None for almost every job.
     affinity: NodeAffinity | None = None
+    #: Its pod's labels and namespace, which other pods' affinity, anti-affinity and spread select by.
+    labels: Mapping[str, str] = field(default_factory=dict)
+    namespace: str = ""
+    #: Inter-pod affinity, anti-affinity and topology spread (:mod:`flotilla.core.podrules`), None for almost
+    #: every job.
+    pod_rules: PodRules | None = None
+    #: The PersistentVolumeClaims its pod mounts, ``namespace/name`` (``name`` alone: the cluster's default
+    #: namespace); a cluster resolves them (:mod:`flotilla.core.volumes`). Empty for almost every job.
+    claims: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True, slots=True)
+class ForeignPod:
+    """A pod the scheduler does not own, as pod rules see it: its namespace, labels and own rules
+    (its required anti-affinity keeps matching pods out of its domain)."""
+
+    id: str
+    namespace: str
+    labels: Mapping[str, str] = field(default_factory=dict, hash=False)
+    pod_rules: PodRules | None = None
 
 
 @dataclass(slots=True)
@@ -159,13 +193,24 @@ class ClusterSnapshot:
     """One cluster at the start of a cycle: its nodes and the jobs running on them.
 
     ``foreign`` lists resources taken on a node by pods the scheduler does not
-    own (someone else's pods on a shared Kubernetes cluster).
+    own (someone else's pods on a shared Kubernetes cluster); its ``pods``
+    entry is how many such pods there are (each takes one of the node's pod
+    slots, :mod:`flotilla.core.resources`). ``foreign_pods`` lists those pods
+    themselves, per node, for inter-pod affinity and spread (a node's tuple is
+    the same object while its pods do not change), and ``foreign_ports`` the
+    host ports they bind there. ``volumes`` resolves the claims jobs name
+    (None on a cluster without volumes).
     """
 
     name: str
     nodes: list[Node]
     running: list[Job] = field(default_factory=list)
     foreign: dict[str, Mapping[str, int]] = field(default_factory=dict)
+    foreign_pods: dict[str, tuple[ForeignPod, ...]] = field(default_factory=dict)
+    #: The cluster's claims and volumes (:class:`flotilla.core.volumes.ClusterVolumes`); None: it has none.
+    volumes: object | None = None
+    #: Per node, the host ports (``(protocol, port, host IP)``) those pods bind there.
+    foreign_ports: dict[str, tuple[tuple[str, int, str], ...]] = field(default_factory=dict)
 
 
 @dataclass(slots=True)

@@ -14,8 +14,13 @@ from typing import Sequence
 
 from flotilla.core.cyclestate import QueueState
 from flotilla.core.model import Job
+from flotilla.core.podplacements import best_possible, pod_score
 from flotilla.core.resources import Vector
 from flotilla.core.whynot import nodes_available
+
+
+#: How many fitting nodes a job with preferred pod rules compares at most, per tier.
+PREFERRED_WALK = 1000
 
 
 class NodeSearch:
@@ -36,6 +41,14 @@ class NodeSearch:
         #: Node type -> level -> the type's nodes' free room added up, while no node of the type changes (the
         #: statement drops a type's entry when one of its nodes does; empty unless a topology gang asked).
         self.type_room: dict[int, dict[int, list[int]]] = {}
+        #: Hard spread constraints per job shape: their eligible domains (:mod:`flotilla.core.podplacements`).
+        self.spread_views: dict[tuple, tuple] = {}
+
+    def claims_key(self, names: tuple[str, ...]):
+        """What decides where a job naming ``names`` may go, for caching: equal for claims of one shape (so thousands
+        of claims like one another are answered once per node type, not once each)."""
+        picks = self.volume_picks
+        return names if picks is None else picks.signature(names)
 
     def interned_types(self, types: list[int]) -> list[int]:
         """The one list object equal to ``types`` this cycle (callers key caches by ``id(types)``)."""
@@ -50,12 +63,13 @@ class NodeSearch:
         selector, tolerations, affinity = job.node_selector, job.tolerations, job.affinity
         # First by identity (jobs loaded in bulk share these objects; the snapshot keeps them alive for the
         # session), then by value. Node affinities compare by value (frozen, hashable).
-        fast = (job.queue, job.priority_class, id(selector) if selector else 0, id(tolerations), affinity, cluster)
+        fast = (job.queue, job.priority_class, id(selector) if selector else 0, id(tolerations), affinity, cluster,
+                job.claims)
         hit = self._allowed_by_identity.get(fast)
         if hit is not None:
             return hit[0]
         key = (job.queue, job.priority_class, tuple(sorted(selector.items())) if selector else (), tolerations,
-               affinity, cluster)
+               affinity, cluster, self.claims_key(job.claims) if job.claims else ())
         hit = self._allowed_cache.get(key)
         if hit is not None:
             self._allowed_by_identity[fast] = (hit, selector, tolerations)
@@ -94,7 +108,7 @@ class NodeSearch:
         """
         selector = job.node_selector
         key = (job.queue, job.priority_class, tuple(sorted(selector.items())) if selector else (), job.tolerations,
-               job.affinity, cluster)
+               job.affinity, cluster, self.claims_key(job.claims) if job.claims else ())
         refusals = self._refused_nodes.get(key)
         if refusals is None:
             self.allowed_types(job, cluster)
@@ -111,9 +125,19 @@ class NodeSearch:
         where one of its ports is held; preferred node affinity orders node
         types within each tier (:meth:`_find_preferred`).
         """
+        rules = job.pod_rules
+        if rules is not None and rules.preferred:
+            return self._find_pod_preferred(job, vec, level, types, queue, self.node_checked(job))
+        if job.claims and self.volume_picks is not None and not self.tier_crossing_score_fns \
+                and not self.node_score_fns and not self.node_filter_fns and not job.host_ports \
+                and rules is None and (job.affinity is None or not job.affinity.preferred):
+            found = self.volume_picks.find(self.index, job, vec, level, types, self.in_tier, self.node_tiers_fn(queue),
+                                           self.settings.node_candidates)
+            if found is not NotImplemented:
+                return found
         if self.tier_crossing_score_fns:
             return self._find_across_tiers(job, vec, level, types, queue)
-        filtered = bool(self.node_filter_fns) or bool(job.host_ports)
+        filtered = self.node_checked(job)
         scored = bool(self.node_score_fns)
         affinity = job.affinity
         if affinity is not None and affinity.preferred:
@@ -166,6 +190,40 @@ class NodeSearch:
                                                           -i))
         return None
 
+    def _find_pod_preferred(self, job: Job, vec: Vector, level: int, types: Sequence[int], queue: QueueState,
+                            filtered: bool) -> int | None:
+        """:meth:`find_node` for a job with preferred pod rules (preferred affinity or anti-affinity,
+        ``ScheduleAnyway`` spread): the fitting allowed node with the best pod score
+        (:func:`~flotilla.core.podplacements.pod_score`), then the earlier tier, then preferred node affinity,
+        then the node scores, then the search's own order (smallest fit first). The walk stops at a node no
+        other can beat (no pod of a preferred anti-affinity or spread in its domain) or after
+        :data:`PREFERRED_WALK` nodes per tier."""
+        ceiling = best_possible(job.pod_rules)
+        node_affinity = job.affinity if job.affinity is not None and job.affinity.preferred else None
+        scorers = self.node_score_fns
+        nodes = self.index.nodes
+        best_key, best = None, None
+        seen: set[int] = set()
+        for rank, tier in enumerate(self.node_tiers_fn(queue)):
+            walked = 0
+            for i in self.index.iter_fitting(vec, level, types):
+                if i in seen or not (tier == "any" or self.in_tier(i, tier, queue.name)):
+                    continue
+                if filtered and not self.node_allowed(job, i):
+                    continue
+                seen.add(i)
+                key = (pod_score(self, job, i), -rank,
+                       node_affinity.score(nodes[i].labels) if node_affinity is not None else 0,
+                       sum(fn(job, i) for fn in scorers) if scorers else 0)
+                if best_key is None or key > best_key:
+                    best_key, best = key, i
+                    if ceiling is not None and key[0] >= ceiling and node_affinity is None and not scorers:
+                        return best
+                walked += 1
+                if walked >= PREFERRED_WALK:
+                    break
+        return best
+
     def _preferred_groups(self, affinity, types: Sequence[int]) -> list[list[int]]:
         """``types`` grouped by the preference weight their labels match, highest first (cached per cycle)."""
         key = (affinity, id(types))
@@ -189,7 +247,7 @@ class NodeSearch:
         index, limit = self.index, self.settings.node_candidates
         crossing, within = self.tier_crossing_score_fns, self.node_score_fns
         free, at = index.free, index.level_of[level]
-        filtered = bool(self.node_filter_fns) or bool(job.host_ports)
+        filtered = self.node_checked(job)
         preferred = job.affinity if job.affinity is not None and job.affinity.preferred else None
         best_key, best = None, None
         seen: set[int] = set()

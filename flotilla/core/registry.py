@@ -21,6 +21,7 @@ from flotilla.core.extensions import (GangReady, JobOrder, JobValid, NodeFilter,
 from flotilla.core.feasibility import node_type_refusal
 from flotilla.core.limits import queue_limit_refusal
 from flotilla.core.model import Gang, Job
+from flotilla.core.podplacements import pod_checked, pod_refusal
 from flotilla.core.resources import Vector
 
 
@@ -108,11 +109,23 @@ class ExtensionRegistry:
         self.node_filter_fns.append(fn)
 
     def node_allowed(self, job: Job, i: int) -> bool:
-        """May ``job`` start on node ``i``: the node filters agree and none of its host ports is held there."""
+        """May ``job`` start on node ``i``: none of its host ports is held there, its pod rules and the held
+        pods' anti-affinity allow it (:mod:`flotilla.core.podplacements`), its claims can be had there this cycle
+        (:class:`~flotilla.core.volumes.VolumePicks`), and the node filters agree."""
         ports = job.host_ports
         if ports and not self.state.ports.free(i, ports):
             return False
+        if job.claims and self.volume_picks is not None and not self.volume_picks.allowed(job, i):
+            return False
+        if (job.pod_rules is not None or self.state.pods.anti) and pod_refusal(self, job, i) is not None:
+            return False
         return all(fn(job, i) for fn in self.node_filter_fns)
+
+    def node_checked(self, job: Job) -> bool:
+        """Whether ``job``'s nodes must pass :meth:`node_allowed` one by one (node filters, host ports, claims, pod
+        rules, held pods' anti-affinity selecting it); for nearly every job, no."""
+        return bool(self.node_filter_fns) or bool(job.host_ports) or bool(job.claims) or \
+            ((job.pod_rules is not None or bool(self.state.pods.anti)) and pod_checked(self, job))
 
     # -- combined answers -------------------------------------------------
     def queue_key(self, queue: QueueState, extra: Vector | None = None) -> float | tuple:

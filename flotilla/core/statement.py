@@ -29,6 +29,9 @@ def place(session, job: Job, node: int, vec) -> None:
         _touch(session, node)
     if job.host_ports:
         session.state.ports.add(node, job.id, job.host_ports)
+    if job.claims and session.volume_picks is not None:
+        session.volume_picks.take(job, node)
+    session.state.pods.add(node, job)
     charge(session.queues[job.queue], vec, 1)
     _record_placement(session, job, node)
 
@@ -41,7 +44,9 @@ def _touch(session, node: int) -> None:
 def _record_placement(session, job: Job, node: int) -> None:
     """A committed placement: into the decisions, no longer a failure, told to the event handlers."""
     where = session.index.nodes[node]
-    session.scheduled.append(Placement(job, where.cluster, where.name))
+    picks = session.volume_picks
+    chosen = picks.by_job.get(job.id, ()) if job.claims and picks is not None else ()
+    session.scheduled.append(Placement(job, where.cluster, where.name, chosen))
     session.scheduled_ids.add(job.id)
     session.failures.pop(job.id, None)
     for handler in session.allocate_handlers:
@@ -69,6 +74,9 @@ class Statement:
             _touch(s, node)
         if job.host_ports:
             s.state.ports.add(node, job.id, job.host_ports)
+        if job.claims and s.volume_picks is not None:
+            s.volume_picks.take(job, node)
+        s.state.pods.add(node, job)
         charge(s.queues[job.queue], vec, 1)
         self.ops.append(("allocate", job, node, 0))
 
@@ -101,6 +109,7 @@ class Statement:
             _touch(s, running.node)
         if job.host_ports:
             s.state.ports.remove(running.node, job.id, job.host_ports)
+        s.state.pods.remove(job.id)
         if level != EVICTED:
             charge(s.queues[job.queue], running.vec, -1)
         self.ops.append(("preempt", job, running.node, level))
@@ -140,6 +149,9 @@ class Statement:
                 s.index.unbind(node, job.id)
                 if job.host_ports:
                     s.state.ports.remove(node, job.id, job.host_ports)
+                if job.claims and s.volume_picks is not None:
+                    s.volume_picks.release(job)
+                s.state.pods.remove(job.id)
                 charge(s.queues[job.queue], vec, -1)
             elif op == "unevict":
                 running = s.running[job.id]
@@ -154,6 +166,7 @@ class Statement:
                 s.index.bind(node, job.id, job.queue, running.vec, level)
                 if job.host_ports:
                     s.state.ports.add(node, job.id, job.host_ports)
+                s.state.pods.add(node, running.job)
                 if level != EVICTED:
                     charge(s.queues[job.queue], running.vec, 1)
         self.ops.clear()

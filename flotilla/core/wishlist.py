@@ -137,7 +137,7 @@ def _probe(snapshot: Snapshot, waiting: Sequence[Job], templates: Sequence[Node]
             placement.job, state=JobState.RUNNING, cluster=placement.cluster, node=placement.node))
     clusters = {cluster.name: ClusterSnapshot(
         cluster.name, list(cluster.nodes), [job for job in cluster.running if job.id not in gone]
-        + started.get(cluster.name, []), dict(cluster.foreign)) for cluster in snapshot.clusters}
+        + started.get(cluster.name, []), dict(cluster.foreign), volumes=cluster.volumes) for cluster in snapshot.clusters}
     names = []
     for template in templates:
         cluster = clusters.setdefault(template.cluster, ClusterSnapshot(template.cluster, []))
@@ -218,7 +218,7 @@ class _Room:
         """An existing node of the cluster with room for ``job`` left (the smallest that fits), or None."""
         session, index = self.session, self.index
         types = self._in_cluster(types)
-        if not job.host_ports and not session.node_filter_fns:
+        if not session.node_checked(job):
             key = (vec, id(types))
             if self._no_room.get(key) == self._returns:
                 return None
@@ -235,6 +235,7 @@ class _Room:
         self.index.bind(i, job.id, job.queue, vec, self.session.job_level(job))
         if job.host_ports:
             self.session.state.ports.add(i, job.id, job.host_ports)
+        self.session.state.pods.add(i, job)
         self.taken.append((i, job))
 
     def _unbind(self, mark: int) -> None:
@@ -246,6 +247,7 @@ class _Room:
             self.index.unbind(i, job.id)
             if job.host_ports:
                 self.session.state.ports.remove(i, job.id, job.host_ports)
+            self.session.state.pods.remove(job.id)
 
     def _in_cluster(self, types: list[int]) -> list[int]:
         found = self._cluster_types.get(id(types))   # allowed_types interns equal lists: one object each

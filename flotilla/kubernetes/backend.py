@@ -12,7 +12,9 @@ leaves the cluster out of that cycle and goes on with the others.
 A pod labelled ``flotilla.io/job-id`` is one of ours and becomes a running
 job (rebuilt from its labels and annotations, see
 :mod:`flotilla.kubernetes.pods`); any other pod bound to a node we see
-consumes that node's resources (``ClusterSnapshot.foreign``). Finished pods
+consumes that node's resources and one of its pod slots
+(``ClusterSnapshot.foreign``, whose ``pods`` counts them) and holds its host
+ports there (``ClusterSnapshot.foreign_ports``). Finished pods
 (Succeeded, Failed) hold nothing. A pod being deleted by anyone else, an
 earlier pod of a job that has a newer one, and a pod given up (reported
 ``lost``) still hold their resources until they are gone, as the kubelet
@@ -66,23 +68,32 @@ from __future__ import annotations
 import threading
 import time
 from collections import deque
+from itertools import chain
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, replace
 from typing import Callable, Iterable, Mapping
 
 import structlog
 
-from flotilla.core.backend import ClusterDecisions, ClusterUnavailable, JobEvent, PodTemplate
-from flotilla.core.model import ClusterSnapshot, Job, JobState, Node
+from flotilla.core.backend import NODE_RETURNED, ClusterDecisions, ClusterUnavailable, JobEvent, PodTemplate
+from flotilla.core.model import ClusterSnapshot, ForeignPod, Job, JobState, Node
 from flotilla.core.quantities import QuantityError, parse_duration
+from flotilla.core.resources import PODS, UNLIMITED_PODS
 from flotilla.kubernetes.client import (ApiError, Gone, KubeClient, KubeError, Unreachable, WatchBroken,
                                         forbidden_message, pod_path)
 from flotilla.kubernetes.services import OWNED, exposure_manifests, object_path, owner_reference
-from flotilla.kubernetes.intake import (PODGROUPS_PATH, POD_NAME, POD_NAMESPACE, POD_UID, IntakeTracker,
+from flotilla.kubernetes.admission import admission_rejection, returned_label, shortfall
+from flotilla.kubernetes.podgroupstatus import PodGroupReporter, podgroup_status
+from flotilla.kubernetes.priorityclasses import PRIORITY_CLASSES_PATH, PriorityClassTracker, setup_priority_classes
+from flotilla.kubernetes.intake import (JOBS_PATH, JOBSETS_PATH, PODGROUPS_PATH, POD_NAME, POD_NAMESPACE, POD_UID, IntakeTracker,
                                         bound_by_flotilla)
-from flotilla.kubernetes.pods import (ATTEMPT, DURATION, JOB_ID, PodSettings, failure_details, failure_reason, is_ours,
+from flotilla.kubernetes.volumes import INFORMERS as VOLUME_INFORMERS
+from flotilla.kubernetes.volumes import SELECTED_NODE, VolumeState
+from flotilla.kubernetes.pods import (ATTEMPT, DURATION, JOB_ID, PodSettings, failure_details, failure_reason, foreign_pod,
+                                     is_ours,
                                       job_deadline, job_from_pod, job_grace_period, job_namespace, named_grace_period,
-                                      node_from_object, node_ready, pod_manifest, pod_name, pod_phase, pod_requests,
+                                      node_from_object, node_ready, pod_host_ports, pod_manifest, pod_name, pod_phase,
+                                      pod_requests, disruption, permanent_pull_failure, pod_slots, waiting_container,
                                       waiting_reason)
 
 log = structlog.get_logger("flotilla.kubernetes")
@@ -109,6 +120,7 @@ class _Pod:
     deleting: bool
     job: Job | None = None            # ours
     requests: Mapping[str, int] | None = None  # someone else's
+    ports: tuple = ()                 # someone else's host ports ((protocol, port, host IP))
     reason: str = ""                  # why it failed
     waiting: str = ""                 # why it has not started
     owned: tuple[str, ...] = ()       # its services and ingresses ("services/NAME")
@@ -116,15 +128,26 @@ class _Pod:
     uid: str = ""
     exit_code: int | None = None      # a failed pod's: its first failed container's, when it failed on its own
     cause: str = ""                   # a failed pod's, for retry policies (flotilla.core.backend.FAILURE_CAUSES)
+    disrupted: str = ""               # its DisruptionTarget condition's reason and message (evicted, preempted)
+    foreign: ForeignPod | None = None  # someone else's, as pod rules see it (labels, namespace, anti-affinity)
 
 
 #: The phases of a pod that has ended.
 _ENDED = frozenset({"Succeeded", "Failed"})
 #: What was reported of a pod that ends its story (nothing more is said about it).
-_FINAL = ("succeeded", "failed", "preempted", "cancelled", "lost")
+_FINAL = ("succeeded", "failed", "preempted", "cancelled", "lost", "returned")
 #: Pod failure reasons that are the platform's, not the job's: the job is retried, not failed.
-PLATFORM_FAILURES = frozenset({"Evicted", "NodeLost", "Shutdown", "NodeShutdown", "Terminated",
-                               "UnexpectedAdmissionError"})
+PLATFORM_FAILURES = frozenset({"Evicted", "NodeLost", "Shutdown", "NodeShutdown", "Terminated"})
+
+
+def _terminating(namespace: Mapping) -> bool:
+    """Whether a namespace object is being deleted."""
+    return bool((namespace.get("metadata") or {}).get("deletionTimestamp")) \
+        or (namespace.get("status") or {}).get("phase") == "Terminating"
+
+
+#: A pod of ours whose image the kubelet has backed off pulling this many times fails its job (its message said).
+IMAGE_PULL_BACKOFFS = 3
 
 
 class NamespaceMissing(Exception):
@@ -155,7 +178,7 @@ class KubernetesCluster:
                  workers: int = 32, delete_finished: bool = True, node_selector: str | None = None,
                  watch_timeout: int = 60, stuck_pod_expiry: float | None = 300.0,
                  node_lost_timeout: float | None = 300.0, finished_pod_retention: float = 0.0,
-                 clock: Callable[[], float] = time.time,
+                 volume_bind_timeout: float = 600.0, clock: Callable[[], float] = time.time,
                  start: bool = True):
         if bind not in ("node-name", "binding"):
             raise ValueError(f"bind must be 'node-name' or 'binding', not {bind!r}")
@@ -171,7 +194,14 @@ class KubernetesCluster:
         self.stuck_pod_expiry = stuck_pod_expiry
         self.node_lost_timeout = node_lost_timeout
         self.finished_pod_retention = finished_pod_retention
+        #: How long a start waits for its claims to be bound before its job returns to its queue (kube-scheduler's
+        #: bindTimeoutSeconds, 600 s by default).
+        self.volume_bind_timeout = volume_bind_timeout
         self.clock = clock
+        #: Claims, volumes and storage classes (flotilla.kubernetes.volumes), and the starts waiting for their
+        #: claims to be bound: job id -> (job, node, attempt, template, choices, start count, deadline).
+        self.volumes = VolumeState(self.settings.namespace)
+        self._volume_waits: dict[str, tuple] = {}
 
         self._lock = threading.RLock()
         self._stop = threading.Event()
@@ -185,9 +215,20 @@ class KubernetesCluster:
         #: What everyone else's live pods use on each node, kept as their events arrive: a snapshot copies it
         #: instead of walking pods that are not Flotilla's.
         self._foreign_on: dict[str, dict[str, int]] = {}
+        #: The host ports everyone else's live pods bind on each node (node -> pod key -> its ports), kept alike.
+        self._foreign_ports_on: dict[str, dict[tuple[str, str], tuple]] = {}
+        #: Everyone else's live pods per node, for pod affinity and spread, and each node's tuple of them as the
+        #: last snapshot gave it (dropped when one of them changes, so an unchanged node's is the same object).
+        self._foreign_pods_on: dict[str, dict[tuple[str, str], ForeignPod]] = {}
+        self._foreign_pod_tuples: dict[str, tuple[ForeignPod, ...]] = {}
         self._job_pod: dict[str, tuple[str, str]] = {}   # job id -> its live pod
         self._attempts: dict[str, int] = {}
         self._inflight: dict[str, Job] = {}              # started, pod not seen yet
+        #: Binds that passed the live check (flotilla.kubernetes.admission), pod not seen yet: node -> job id ->
+        #: requests, and job id -> node. The next check on the node counts them.
+        self._admitted_on: dict[str, dict[str, Mapping[str, int]]] = {}
+        self._admitted: dict[str, str] = {}
+        self._pod_slots: dict[str, int] = {}             # node -> its allocatable pods, when it declares them
         #: Node -> starts waiting for room on it, in order: (job, attempt, template, start count).
         self._held: dict[str, list[tuple]] = {}
         self._held_ids: set[str] = set()
@@ -201,35 +242,49 @@ class KubernetesCluster:
         self._reported: dict[tuple[str, str], str] = {}
         self._starts: dict[str, int] = {}                # job id -> times started: tells a stale delete
         self._starting: dict[tuple[str, str], float] = {}  # our pods not started yet -> first seen
+        self._pull_backoffs: dict[tuple[str, str], int] = {}  # our waiting pods -> times the kubelet backed off
+        #: Our pods given up because their node was NotReady past nodeLostTimeout: a success they report when the
+        #: node returns is their job's (NODE_RETURNED).
+        self._lost_on_node: set[tuple[str, str]] = set()
         self._nodes_down: dict[str, list] = {}           # node -> [since, deleted, handled]
         self._finished: dict[tuple[str, str], float] = {}  # finished pods kept for their logs -> when to delete
         self._events: deque[tuple[JobEvent, int | None]] = deque()   # (event, the run it is about)
         self._synced = {"nodes": False, "pods": False}
         self._error: str = "not synced yet"
         self._known_pcs: set[str] = set()
+        self._terminating_ns: set[str] = set()           # namespaces being deleted (no Events written there)
         self._pcs_done = False
         self._namespaces: set[str] = set()
         self._requests_cache: dict = {}
-        #: The waiting in-cluster pods (flotilla.kubernetes.intake), kept from the pod, namespace and PodGroup watches.
+        #: The waiting in-cluster pods (flotilla.kubernetes.intake), kept from the pod, namespace, PodGroup and Job
+        #: watches.
         self.intake = IntakeTracker(self.settings.scheduler_name)
+        #: The cluster's PriorityClass objects (flotilla.kubernetes.priorityclasses), from their own watch.
+        self.cluster_pcs = PriorityClassTracker()
+        self._group_reporter = None                     # PodGroup statuses (flotilla.kubernetes.podgroupstatus)
         self._reporter = None
         self._report_pool: ThreadPoolExecutor | None = None
         self._reporting: list = []                       # the futures of the batch being written
         self._side_errors: dict[str, str] = {}          # namespaces/podgroups informer -> its last error
         self._pool = ThreadPoolExecutor(max_workers=workers, thread_name_prefix=f"kube-{name}")
         self._threads: list[threading.Thread] = []
-        self.counters = {"created": 0, "deleted": 0, "create_errors": 0, "relists": 0, "watch_events": 0}
+        self.counters = {"created": 0, "deleted": 0, "create_errors": 0, "relists": 0, "watch_events": 0,
+                         "returned": 0}
         if start:
             self.start()
 
     # -- lifecycle --------------------------------------------------------------------
     def start(self) -> None:
-        """Start the informers (nodes, pods, namespaces, PodGroups), one thread each; once, and never after close()."""
+        """Start the informers (nodes, pods, namespaces, PodGroups, PriorityClasses, Jobs), one thread each; once,
+        and never after close()."""
         if self._threads or self._stop.is_set():
             return
         node_params = {"labelSelector": self.node_selector} if self.node_selector else {}
         for kind, path, params in (("nodes", "/api/v1/nodes", node_params), ("pods", "/api/v1/pods", {}),
-                                   ("namespaces", "/api/v1/namespaces", {}), ("podgroups", PODGROUPS_PATH, {})):
+                                   ("namespaces", "/api/v1/namespaces", {}), ("podgroups", PODGROUPS_PATH, {}),
+                                   ("priorityclasses", PRIORITY_CLASSES_PATH, {}), ("jobs", JOBS_PATH, {}),
+                                   ("jobsets", JOBSETS_PATH, {}),
+                                   *((kind, path, {}) for kind, path in VOLUME_INFORMERS.items())):
             thread = threading.Thread(target=self._informer, args=(kind, path, params), daemon=True,
                                       name=f"kube-{self.name}-{kind}")
             thread.start()
@@ -276,11 +331,13 @@ class KubernetesCluster:
         return False
 
     def wait_idle(self, timeout: float = 30.0) -> bool:
-        """Wait until every pod write handed over so far is done and seen by the watch (tests, benchmarks)."""
+        """Wait until every pod write handed over so far is done and seen by the watch (tests, benchmarks); a start
+        waiting for its claims to be bound has nothing in hand."""
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
             with self._lock:
-                busy = self._pool._work_queue.qsize() or self._inflight or self._kill_on_create
+                busy = self._pool._work_queue.qsize() or self._kill_on_create or \
+                    any(job_id not in self._volume_waits for job_id in self._inflight)
             if not busy:
                 return True
             time.sleep(0.02)
@@ -302,6 +359,8 @@ class KubernetesCluster:
             # Everyone else's pods, as their events left them; then ours, one by one (names bound locally: this
             # loop is per pod and per cycle).
             foreign = {node: dict(used) for node, used in self._foreign_on.items() if node in known}
+            foreign_ports = {node: tuple(chain.from_iterable(ports.values()))
+                             for node, ports in self._foreign_ports_on.items() if node in known}
             stopping, job_pod_of, reported_of = self._stopping, self._job_pod.get, self._reported.get
             stopped = self._stopped
             append, see = running.append, seen.add
@@ -324,10 +383,23 @@ class KubernetesCluster:
                 used = foreign.setdefault(pod.node, {})
                 for resource, amount in requests.items():
                     used[resource] = used.get(resource, 0) + amount
+                used[PODS] = used.get(PODS, 0) + 1
+                if job.host_ports:
+                    foreign_ports[pod.node] = foreign_ports.get(pod.node, ()) + job.host_ports
             for job_id, job in self._inflight.items():
                 if job_id not in seen and job_id not in self._stopping and job.node in self._nodes:
                     running.append(job)
-        return ClusterSnapshot(self.name, nodes, running, foreign)
+            tuples = self._foreign_pod_tuples
+            foreign_pods = {}
+            for node, on in self._foreign_pods_on.items():
+                if node in known:
+                    pods = tuples.get(node)
+                    if pods is None:
+                        pods = tuples[node] = tuple(on.values())
+                    foreign_pods[node] = pods
+            volumes = self.volumes.view(self._side_errors)
+        return ClusterSnapshot(self.name, nodes, running, foreign, foreign_pods, volumes=volumes,
+                               foreign_ports=foreign_ports)
 
     def apply(self, decisions: ClusterDecisions) -> None:
         # The requests are handed to the workers once the bookkeeping is done and the lock is free: a worker
@@ -359,21 +431,106 @@ class KubernetesCluster:
             self._attempts[job.id] = attempt
             self._starts[job.id] = self._starts.get(job.id, 0) + 1
             self._stopping.pop(job.id, None)
+            self._unadmit(job.id)
             running = replace(job, state=JobState.RUNNING, cluster=self.name, node=placement.node)
             if job.id in self._held_ids:   # started again elsewhere: the old hold is void
                 self._drop_held(job.id, None)
             self._inflight[job.id] = running
             template = decisions.templates.get(job.id)
-            if placement.node not in self._held and not self._leaving(placement.node):
-                # Nothing on the node is on its way out: the scheduler counted every pod there.
-                work.append((self._create, running, placement.node, attempt, template))
+            if job.claims and (placement.volumes or self.volumes.unbound(job.claims)):
+                # Its claims are bound first (flotilla.kubernetes.volumes); the pod comes once they are.
+                self.volumes.assume(placement.volumes, placement.node)
+                work.append((self._bind_volumes, running, placement.node, attempt, template, placement.volumes,
+                             self._starts[job.id]))
                 continue
-            self._held.setdefault(placement.node, []).append((running, attempt, template, self._starts[job.id]))
-            self._held_ids.add(job.id)
-            self._held_since.setdefault(placement.node, self.clock())
-            self._release_held(placement.node)
+            self._start_pod(running, placement.node, attempt, template, work.append)
+
+    def _start_pod(self, running: Job, node: str, attempt: int, template, submit) -> None:
+        """Create the pod of a start now, or hold it until its node has room (module docstring, Held starts)."""
+        if node not in self._held and not self._leaving(node):
+            # Nothing on the node is on its way out: the scheduler counted every pod there.
+            submit((self._create, running, node, attempt, template))
+            return
+        self._hold(node, running, attempt, template)
+        self._release_held(node)
+
+    # -- claims bound before the pod (flotilla.kubernetes.volumes) ------------------------------
+    def _bind_volumes(self, job: Job, node: str, attempt: int, template, choices, started: int) -> None:
+        """Write the placement's volume choices (pool thread), then wait for the job's claims to be bound."""
+        try:
+            with self._lock:
+                writes = self.volumes.bind_requests(choices, node)
+            for path, patch in writes:
+                for tries in range(3):
+                    try:
+                        self.client.patch(path, patch)
+                        break
+                    except ApiError as exc:
+                        # A PV changed since the informer saw it (its phase set, say): read it again and write with
+                        # its version while it is still free for the claim; taken meanwhile, the choice is void.
+                        if exc.status != 409 or "claimRef" not in patch.get("spec", {}) or tries == 2:
+                            raise
+                        ref = patch["spec"]["claimRef"]
+                        version = self.volumes.still_free(self.client.get(path), f"{ref['namespace']}/{ref['name']}")
+                        if version is None:
+                            raise LookupError(f"{path.rsplit('/', 1)[-1]} was bound to another claim meanwhile") \
+                                from None
+                        patch["metadata"]["resourceVersion"] = version
+        except (LookupError, ApiError, Unreachable) as exc:
+            why = forbidden_message(exc) if isinstance(exc, ApiError) and exc.status == 403 else str(exc)
+            with self._lock:
+                self.volumes.forget(choices)
+            self._create_failed(job, node, "lost", f"binding volumes: {why}")
+            return
+        with self._lock:
+            if self._starts.get(job.id) != started or job.id not in self._inflight:
+                self.volumes.forget(choices)
+                return
+            self._volume_waits[job.id] = (job, node, attempt, template, choices, started,
+                                          self.clock() + self.volume_bind_timeout)
+            self._check_volume_waits()
+
+    def _check_volume_waits(self) -> None:
+        """Start the waiting jobs whose claims are all bound; return to its queue one whose binding failed or timed
+        out (under the lock)."""
+        now = self.clock()
+        for job_id, (job, node, attempt, template, choices, started, deadline) in list(self._volume_waits.items()):
+            if self._starts.get(job_id) != started or job_id not in self._inflight:
+                del self._volume_waits[job_id]   # stopped or started again since
+                self.volumes.forget(choices)
+                continue
+            failed = [claim for claim, pv in choices if not pv and self.volumes.provisioning_failed(claim, node)]
+            unbound = self.volumes.unbound(job.claims)
+            if not unbound:
+                del self._volume_waits[job_id]
+                self._start_pod(job, node, attempt, template, lambda task: self._pool.submit(*task))
+                continue
+            if failed:
+                why = f"provisioning failed for PVC {', '.join(failed)} (its {SELECTED_NODE} was removed)"
+            elif now >= deadline:
+                why = (f"claims not bound within volumeBindTimeout {self.volume_bind_timeout:g}s: "
+                       f"{', '.join(unbound)}")
+            else:
+                continue
+            del self._volume_waits[job_id]
+            self.volumes.forget(choices)
+            self._inflight.pop(job_id, None)
+            self._kill_on_create.pop(job_id, None)
+            if self._stopping.pop(job_id, None) is None:
+                self._emit(job_id, "lost", node, f"binding volumes: {why}")
 
     # -- held starts (see the module docstring) ------------------------------------------------
+    def _hold(self, node: str, job: Job, attempt: int, template: PodTemplate | None) -> None:
+        """Hold ``job``'s start for ``node`` until the room its leaving pods free is there; a waiting in-cluster
+        pod is nominated to the node meanwhile (``status.nominatedNodeName``, as kube-scheduler does)."""
+        self._held.setdefault(node, []).append((job, attempt, template, self._starts.get(job.id, 0)))
+        self._held_ids.add(job.id)
+        self._held_since.setdefault(node, self.clock())
+        if POD_UID in job.annotations:
+            self._report(self.reporter.nominated, job.annotations[POD_NAMESPACE], job.annotations[POD_NAME],
+                         job.annotations[POD_UID], node,
+                         f"waiting on node {node} for the pods leaving it (preempted) to be gone")
+
     def _mark_stopped(self, key: tuple[str, str] | None) -> None:
         """Leave pod ``key`` out of the snapshots from now on: Flotilla deletes it by a decision (module docstring,
         Stopped pods). Not a pod already being deleted by someone else or given up: their room was never given."""
@@ -416,6 +573,11 @@ class KubernetesCluster:
             self._own.pop(key, None)
             if pod.node is not None and pod.phase not in _ENDED:
                 self._charge_foreign(pod.node, pod.requests, 1)
+                if pod.ports:
+                    self._foreign_ports_on.setdefault(pod.node, {})[key] = pod.ports
+                if pod.foreign is not None:
+                    self._foreign_pods_on.setdefault(pod.node, {})[key] = pod.foreign
+                    self._foreign_pod_tuples.pop(pod.node, None)
 
     def _pop_pod(self, key: tuple[str, str]) -> _Pod | None:
         old = self._pods.pop(key, None)
@@ -434,10 +596,21 @@ class KubernetesCluster:
                 del self._pods_on[old.node]
         if old.job is None and old.node is not None and old.phase not in _ENDED:
             self._charge_foreign(old.node, old.requests, -1)
+            if old.ports:
+                ports = self._foreign_ports_on[old.node]
+                del ports[key]
+                if not ports:
+                    del self._foreign_ports_on[old.node]
+            on = self._foreign_pods_on.get(old.node)
+            if on is not None and on.pop(key, None) is not None:
+                self._foreign_pod_tuples.pop(old.node, None)
+                if not on:
+                    del self._foreign_pods_on[old.node]
 
     def _charge_foreign(self, node: str, requests: Mapping[str, int] | None, sign: int) -> None:
+        """Count a foreign pod on ``node`` in (1) or out (-1): its requests, and one pod slot (``pods``)."""
         used = self._foreign_on.setdefault(node, {})
-        for resource, amount in (requests or {}).items():
+        for resource, amount in (*(requests or {}).items(), (PODS, 1)):
             left = used.get(resource, 0) + sign * amount
             if left:
                 used[resource] = left
@@ -467,10 +640,12 @@ class KubernetesCluster:
                 created.add(pod.job.id)
             for resource, amount in (pod.requests if pod.job is None else pod.job.requests).items():
                 load[resource] = load.get(resource, 0) + amount
+            load[PODS] = load.get(PODS, 0) + 1
         for job_id, job in self._inflight.items():
             if job.node == node and job_id not in created and job_id not in self._held_ids:
                 for resource, amount in job.requests.items():
                     load[resource] = load.get(resource, 0) + amount
+                load[PODS] = load.get(PODS, 0) + 1
         return load
 
     def _release_held(self, node: str) -> None:
@@ -487,12 +662,14 @@ class KubernetesCluster:
                 waiting.pop(0)   # stale: stopped or started again since
                 continue
             if load is None or any(load.get(resource, 0) + amount > target.resources.get(resource, 0)
-                                   for resource, amount in job.requests.items()):
+                                   for resource, amount in job.requests.items()) \
+                    or load.get(PODS, 0) + 1 > target.resources.get(PODS, UNLIMITED_PODS):
                 return
             waiting.pop(0)
             self._held_ids.discard(job.id)
             for resource, amount in job.requests.items():
                 load[resource] = load.get(resource, 0) + amount
+            load[PODS] = load.get(PODS, 0) + 1
             self._pool.submit(self._create, job, node, attempt, template)
         del self._held[node]
         self._held_since.pop(node, None)
@@ -500,7 +677,11 @@ class KubernetesCluster:
     def _drop_held(self, job_id: str, kind: str | None) -> None:
         """Forget a held start; ``kind`` (preempted, cancelled, lost): report the job so, no pod was made."""
         self._held_ids.discard(job_id)
+        self._unadmit(job_id)
         job = self._inflight.pop(job_id, None)
+        if job is not None and POD_UID in job.annotations:   # its nomination ends with the hold
+            self._report(self.reporter.nominated, job.annotations[POD_NAMESPACE], job.annotations[POD_NAME],
+                         job.annotations[POD_UID], None)
         for node, waiting in list(self._held.items()):
             waiting[:] = [entry for entry in waiting if entry[0].id != job_id]
             if not waiting:
@@ -515,11 +696,83 @@ class KubernetesCluster:
         with self._lock:
             return {node: [entry[0].id for entry in waiting] for node, waiting in self._held.items() if waiting}
 
+    # -- the live check just before a bind (flotilla.kubernetes.admission) ---------------------------
+    def _live_use(self, node: str) -> tuple[dict[str, int], int, dict[str, int], int]:
+        """What the kubelet of ``node`` will count: the requests and number of its live pods, whoever bound them
+        (terminating ones too), with Flotilla's binds not yet seen by the watch; then the part of both that is
+        leaving (deleted, or ours being stopped)."""
+        load: dict[str, int] = {}
+        leaving: dict[str, int] = {}
+        pods = gone = 0
+        seen = set()
+        stopping = self._stopping
+        for pod in self._pods_of_node(node):
+            if pod.phase in _ENDED:
+                continue
+            requests = pod.requests if pod.job is None else pod.job.requests
+            pods += 1
+            for resource, amount in (requests or {}).items():
+                load[resource] = load.get(resource, 0) + amount
+            if pod.job is not None:
+                seen.add(pod.job.id)
+            if pod.deleting or (pod.job is not None and pod.job.id in stopping):
+                gone += 1
+                for resource, amount in (requests or {}).items():
+                    leaving[resource] = leaving.get(resource, 0) + amount
+        for job_id, requests in self._admitted_on.get(node, {}).items():
+            if job_id in seen:
+                continue
+            pods += 1
+            for resource, amount in requests.items():
+                load[resource] = load.get(resource, 0) + amount
+        return load, pods, leaving, gone
+
+    def _admit(self, job: Job, node: str, attempt: int, template: PodTemplate | None) -> bool:
+        """Whether ``job``'s pod may be bound to ``node`` now, checked against the live view (module
+        :mod:`flotilla.kubernetes.admission`); if so, its room is reserved until the watch shows the pod.
+        Otherwise the start is held for the node when the room comes once its leaving pods are gone, else the job
+        is returned to its queue with the reason."""
+        with self._lock:
+            target = self._nodes.get(node)
+            if target is None:
+                return True   # gone from the watch: the bind itself says what becomes of it
+            load, pods, leaving, gone = self._live_use(node)
+            slots = self._pod_slots.get(node)
+            short = shortfall(job.requests, load, target.resources, pods, slots)
+            if short is None:
+                self._admitted[job.id] = node
+                self._admitted_on.setdefault(node, {})[job.id] = job.requests
+                return True
+            if gone and shortfall(job.requests, {r: v - leaving.get(r, 0) for r, v in load.items()},
+                                  target.resources, pods - gone, slots) is None:
+                self._hold(node, job, attempt, template)
+                return False
+            self.counters["returned"] += 1
+            self._inflight.pop(job.id, None)
+            self._kill_on_create.pop(job.id, None)
+            if self._stopping.pop(job.id, None) is None:
+                self._emit(job.id, "returned", node, f"not bound to node {node}: {short} there now (pods bound "
+                                                     f"there since the scheduling decision)",
+                           cause=returned_label(short), run=self._starts.get(job.id, 0))
+            log.info("kubernetes.bind_returned", cluster=self.name, job=job.id, node=node, reason=short)
+            return False
+
+    def _unadmit(self, job_id: str) -> None:
+        """Forget ``job_id``'s reserved room: its pod is seen by the watch, or its start is over."""
+        node = self._admitted.pop(job_id, None)
+        if node is not None:
+            on = self._admitted_on[node]
+            on.pop(job_id, None)
+            if not on:
+                del self._admitted_on[node]
+
     def poll_events(self) -> list[JobEvent]:
         with self._lock:
             now = self.clock()
             self._give_up_stuck_and_lost(now)
             self._delete_expired(now)
+            if self._volume_waits:
+                self._check_volume_waits()
             # An event about an earlier run of a job started again since (a delete that finished late) is
             # dropped: the service would take it for news about the new run.
             events = [ev for ev, run in self._events if run is None or run == self._starts.get(ev.job_id, 0)]
@@ -544,6 +797,8 @@ class KubernetesCluster:
         self._namespaces.add(namespace)
 
     def _create(self, job: Job, node: str, attempt: int, template: PodTemplate | None = None) -> None:
+        if not self._admit(job, node, attempt, template):
+            return
         if POD_UID in job.annotations:
             self._bind(job, node)
             return
@@ -633,8 +888,22 @@ class KubernetesCluster:
         """The :class:`~flotilla.kubernetes.conditions.PodReporter` writing Flotilla's word onto in-cluster pods."""
         if self._reporter is None:
             from flotilla.kubernetes.conditions import PodReporter
-            self._reporter = PodReporter(self.client)
+            self._reporter = PodReporter(self.client, component=self.settings.scheduler_name,
+                                         writable=self._namespace_writable)
         return self._reporter
+
+    def _namespace_writable(self, namespace: str) -> bool:
+        """False for a namespace being deleted (its watch says so): no Event is written there."""
+        return namespace not in self._terminating_ns
+
+    def _report(self, write: Callable, *args) -> None:
+        """Hand a write of Flotilla's word on a pod (an Event, a nomination) to the reporting pool, never the binds'."""
+        with self._lock:
+            if self._stop.is_set():
+                return
+            if self._report_pool is None:
+                self._report_pool = ThreadPoolExecutor(max_workers=4, thread_name_prefix=f"kube-{self.name}-report")
+            self._report_pool.submit(write, *args)
 
     def take_intake(self):
         """The waiting in-cluster pods new or changed since the last call, and those that left (job id -> why)."""
@@ -707,6 +976,38 @@ class KubernetesCluster:
                                for i in range(0, len(batch), size)]
         return True
 
+    def report_podgroups(self, reasons: Mapping[tuple[str, str], tuple[str, bool]]) -> int:
+        """Write the status of the PodGroups whose pods changed, or whose waiting pods' reason is in ``reasons``
+        ((namespace, group) -> (reason, stored in its queue)), where it changed
+        (:mod:`flotilla.kubernetes.podgroupstatus`); returns how many writes were started."""
+        with self._lock:
+            if self.intake.podgroups_problem is not None:
+                return 0
+            if self._group_reporter is None:
+                self._group_reporter = PodGroupReporter(self.client, PODGROUPS_PATH.rsplit("/", 1)[0])
+            keys = self.intake.groups_changed | set(reasons)
+            self.intake.groups_changed = set()
+            writes = []
+            for key in sorted(keys):
+                group, members = self.intake.podgroups.get(key), self.intake.group_members.get(key)
+                if group is None or not members:
+                    continue
+                reason, stored = reasons.get(key, (None, True))
+                status = podgroup_status(group.min_member, members, reason, stored)
+                if self._group_reporter.changed(key, status):
+                    writes.append((key, status))
+        for key, status in writes:
+            self._pool.submit(self._write_podgroup, key, status)
+        return len(writes)
+
+    def _write_podgroup(self, key, status) -> None:
+        try:
+            self._group_reporter.write(key, status)
+        except KubeError as exc:
+            if getattr(exc, "status", None) != 404:
+                log.warning("kubernetes.podgroup_status_failed", cluster=self.name, podgroup="/".join(key),
+                            error=str(exc))
+
     def _report_waiting(self, notes) -> None:
         reporter = self.reporter
         for namespace, name, uid, reason in notes:
@@ -760,6 +1061,7 @@ class KubernetesCluster:
         with self._lock:
             self.counters["create_errors"] += 1
             self._inflight.pop(job.id, None)
+            self._unadmit(job.id)
             self._kill_on_create.pop(job.id, None)
             if self._stopping.pop(job.id, None) is None:
                 self._emit(job.id, kind, node, reason)
@@ -818,10 +1120,13 @@ class KubernetesCluster:
             return None
         return job_grace_period(job, self.settings)
 
-    def _delete_finished(self, key: tuple[str, str], grace: int = 0) -> None:
+    def _delete_finished(self, key: tuple[str, str], grace: int | None = 0) -> None:
+        """Delete pod ``key`` with ``grace`` seconds (None: the pod's own ``terminationGracePeriodSeconds``)."""
+        options = {"apiVersion": "v1", "kind": "DeleteOptions"}
+        if grace is not None:
+            options["gracePeriodSeconds"] = grace
         try:
-            self.client.delete(pod_path(*key), {"apiVersion": "v1", "kind": "DeleteOptions",
-                                                "gracePeriodSeconds": grace})
+            self.client.delete(pod_path(*key), options)
         except KubeError:
             pass
 
@@ -834,13 +1139,14 @@ class KubernetesCluster:
             self._pool.submit(self._delete_finished, key)
 
     # -- the platform's failures: stuck pods, lost nodes (checked at every poll) -------------------
-    def _give_up(self, pod: _Pod, reason: str, cause: str, grace: int = 0) -> None:
-        """Report ``pod``'s job ``lost`` (the service retries it elsewhere) and remove the pod."""
+    def _give_up(self, pod: _Pod, reason: str, cause: str, grace: int | None = 0, kind: str = "lost") -> None:
+        """Report ``pod``'s job ``lost`` (the service retries it elsewhere; ``kind`` failed: the job's own
+        failure) and remove the pod."""
         self._reported[pod.key] = "lost"
         self._stopped.pop(pod.key, None)   # its room counts again (module docstring)
         self._starting.pop(pod.key, None)
         self._ignore_delete.add(pod.key)
-        self._emit(pod.job.id, "failed" if pod.incluster else "lost", pod.node, reason, cause=cause)
+        self._emit(pod.job.id, "failed" if pod.incluster else kind, pod.node, reason, cause=cause)
         log.warning("kubernetes.pod_given_up", cluster=self.name, job=pod.job.id, reason=reason)
         self._pool.submit(self._delete_finished, pod.key, grace)
 
@@ -891,43 +1197,29 @@ class KubernetesCluster:
                     if pod.job is not None and not pod.deleting \
                             and pod.phase not in _ENDED and self._reported.get(pod.key) not in _FINAL:
                         # Force (no grace) when the node is gone: no kubelet is left to confirm.
-                        grace = 0 if deleted else job_grace_period(pod.job, self.settings)
+                        grace = 0 if deleted else self._grace_of(pod.key, pod.job)
+                        if not deleted:
+                            self._lost_on_node.add(pod.key)
                         self._give_up(pod, f"node {name} lost: {what} for {now - since:.0f}s "
                                            f"(nodeLostTimeout {self.node_lost_timeout:g}s)", "NodeLost", grace)
 
     # -- priority classes ------------------------------------------------------------------
     def _setup_priority_classes(self) -> bool:
-        """Create the config's priority classes that the cluster lacks; False if the cluster could not be read."""
-        path = "/apis/scheduling.k8s.io/v1/priorityclasses"
-        try:
-            existing = {item["metadata"]["name"] for item in self.client.get(path).get("items", [])}
-        except Unreachable:
+        """Create the config's priority classes that the cluster lacks (never touching one of the cluster's own,
+        :mod:`flotilla.kubernetes.priorityclasses`); False if the cluster could not be read."""
+        names = setup_priority_classes(self.client, self.priority_classes, self.name)
+        if names is None:
             return False
-        except KubeError as exc:
-            log.warning("kubernetes.priority_classes_unreadable", cluster=self.name, error=str(exc))
-            return True
-        for name, priority, preemptible in self.priority_classes:
-            if name in existing:
-                continue
-            body = {"apiVersion": "scheduling.k8s.io/v1", "kind": "PriorityClass", "metadata": {"name": name},
-                    "value": int(priority), "globalDefault": False,
-                    "preemptionPolicy": "PreemptLowerPriority",
-                    "description": f"Flotilla priority class ({'preemptible' if preemptible else 'not preemptible'})"}
-            try:
-                self.client.post(path, body)
-                existing.add(name)
-            except ApiError as exc:
-                if exc.status == 409:
-                    existing.add(name)
-                else:
-                    log.warning("kubernetes.priority_class_not_created", cluster=self.name, name=name,
-                                error=str(exc))
-            except KubeError:
-                return False
-        self._known_pcs = existing
+        self._known_pcs = names
         return True
 
-    # -- informers (one thread each for nodes, pods, namespaces and PodGroups) ------------------------
+    def cluster_priority_classes(self) -> tuple[int, list]:
+        """The cluster's PriorityClass objects as the watch shows them: (a version bumped at every change, the
+        :class:`~flotilla.kubernetes.priorityclasses.ClusterPriorityClass` list)."""
+        with self._lock:
+            return self.cluster_pcs.version, list(self.cluster_pcs.classes.values())
+
+    # -- informers (one thread each for nodes, pods, namespaces, PodGroups, PriorityClasses and Jobs) ----------
     def _informer(self, kind: str, path: str, params: dict) -> None:
         """List, then watch from the list's version, until close(): its watch is shut then, and a failure seen
         while stopping is no outage to report."""
@@ -962,6 +1254,19 @@ class KubernetesCluster:
             except ApiError as exc:
                 if self._stop.is_set():
                     return
+                if kind in ("jobs", "jobsets") and exc.status in (403, 404):
+                    # Pods are taken in without their Jobs' (JobSets') queue labels; said once (a cluster without
+                    # JobSets, quietly), looked for again each minute.
+                    with self._lock:
+                        setattr(self.intake, f"{kind}_synced", True)
+                    if self._side_errors.get(kind) != str(exc):
+                        self._side_errors[kind] = str(exc)
+                        if exc.status == 403 or kind == "jobs":
+                            log.warning(f"kubernetes.{kind}_unreadable", cluster=self.name,
+                                        error=forbidden_message(exc), reason=f"the queue labels of {kind} are not read")
+                    resource_version = None
+                    self._stop.wait(60.0)
+                    continue
                 if kind != "podgroups" or exc.status not in (403, 404):
                     self._informer_failed(kind, exc)
                     resource_version = None
@@ -1004,12 +1309,27 @@ class KubernetesCluster:
                 backoff = min(backoff * 2, 2.0)
 
     def _replace(self, kind: str, items: list[dict]) -> None:
+        if kind == "priorityclasses":
+            self._side_errors.pop(kind, None)
+            self.cluster_pcs.replace(items)
+            return
+        if kind in ("jobs", "jobsets"):
+            self._side_errors.pop(kind, None)
+            self.intake.replace_jobs(items, jobsets=kind == "jobsets")
+            return
         if kind == "nodes":
             self._replace_nodes(items)
         elif kind == "pods":
             self._replace_pods(items)
+        elif kind in VOLUME_INFORMERS:
+            self._side_errors.pop(kind, None)
+            self.volumes.replace(kind, items)
+            if self._volume_waits:
+                self._check_volume_waits()
+            return
         elif kind == "namespaces":
             self._side_errors.pop(kind, None)
+            self._terminating_ns = {obj["metadata"]["name"] for obj in items if _terminating(obj)}
             live = {(obj.get("metadata") or {}).get("name") for obj in items}
             for name in [name for name in self.intake.namespaces if name not in live]:
                 self.intake.on_namespace("DELETED", {"metadata": {"name": name}})
@@ -1035,14 +1355,31 @@ class KubernetesCluster:
             self._on_node(event, obj)
         elif kind == "pods":
             self._on_pod(event, obj)
+        elif kind in VOLUME_INFORMERS:
+            self.volumes.on_event(kind, event, obj)
+            if self._volume_waits and kind == "pvcs":
+                self._check_volume_waits()
         elif kind == "namespaces":
+            name = (obj.get("metadata") or {}).get("name")
+            if event != "DELETED" and _terminating(obj):
+                self._terminating_ns.add(name)
+            else:
+                self._terminating_ns.discard(name)
             self.intake.on_namespace(event, obj)
+        elif kind == "priorityclasses":
+            self.cluster_pcs.on_event(event, obj)
+        elif kind == "jobs":
+            self.intake.on_job(event, obj)
+        elif kind == "jobsets":
+            self.intake.on_jobset(event, obj)
         else:
             self.intake.on_podgroup(event, obj)
 
     def _informer_failed(self, kind: str, exc: Exception) -> None:
         text = forbidden_message(exc) if isinstance(exc, ApiError) and exc.status == 403 else str(exc)
-        if kind not in self._synced:   # namespaces, PodGroups: the intake waits, scheduling goes on
+        if kind in VOLUME_INFORMERS:
+            self.volumes.changed()   # the claims' reason names the error
+        if kind not in self._synced:   # namespaces, PodGroups, PriorityClasses, Jobs: scheduling goes on
             if self._side_errors.get(kind) != text:   # once per distinct error, not once per retry
                 self._side_errors[kind] = text
                 log.warning("kubernetes.watch_failed", cluster=self.name, kind=kind, error=text)
@@ -1072,6 +1409,7 @@ class KubernetesCluster:
     def _on_node_change(self, kind: str, obj: dict, name: str) -> None:
         if kind == "DELETED":
             self._nodes.pop(name, None)
+            self._pod_slots.pop(name, None)
             down = self._nodes_down.setdefault(name, [self.clock(), True, False])
             down[1] = True
         else:
@@ -1081,6 +1419,11 @@ class KubernetesCluster:
                 self._nodes_down.setdefault(name, [self.clock(), False, False])
             try:
                 self._nodes[name] = node_from_object(obj, self.name)
+                slots = pod_slots(obj)
+                if slots is None:
+                    self._pod_slots.pop(name, None)
+                else:
+                    self._pod_slots[name] = slots
             except (KeyError, ValueError) as exc:
                 log.warning("kubernetes.bad_node", cluster=self.name, node=name, error=str(exc))
 
@@ -1097,6 +1440,9 @@ class KubernetesCluster:
 
     def _on_pod(self, kind: str, obj: dict) -> None:
         self._on_pod_change(kind, obj)
+        meta = obj["metadata"]
+        self.volumes.on_pod((meta.get("namespace", ""), meta["name"]), None if kind == "DELETED" else obj,
+                            pod_phase(obj) not in _ENDED if kind != "DELETED" else False)
         if self._held:
             # A pod gone or finished frees room: the starts held for its node may go now, not a cycle later.
             old = obj.get("_cached")
@@ -1127,11 +1473,20 @@ class KubernetesCluster:
             elif self._reported.get(key) not in _FINAL and job_id not in self._held_ids:
                 # (A held job's earlier pod going says nothing about the start waiting for its room.)
                 self._inflight.pop(job_id, None)
-                # An in-cluster pod is the user's: gone, it is not made again (its controller makes a new one).
-                self._emit(job_id, "failed" if old.incluster else "lost", old.node, "pod deleted outside Flotilla")
+                self._unadmit(job_id)
+                if not old.incluster:
+                    self._emit(job_id, "lost", old.node, "pod deleted outside Flotilla")
+                elif old.disrupted:   # evicted, or preempted by another scheduler: not its owner's doing
+                    self._emit(job_id, "failed", old.node, f"pod deleted outside Flotilla: {old.disrupted}")
+                else:
+                    # An in-cluster pod is the user's: deleted (kubectl delete job / pod), its job is cancelled
+                    # (its controller, if any, makes a new pod: a new job).
+                    self._emit(job_id, "cancelled", old.node, "pod deleted outside Flotilla", cause="Deleted")
             self._reported.pop(key, None)
             self._starting.pop(key, None)
             self._finished.pop(key, None)
+            self._pull_backoffs.pop(key, None)
+            self._lost_on_node.discard(key)
             return
         spec = obj.get("spec") or {}
         phase = pod_phase(obj)
@@ -1149,7 +1504,8 @@ class KubernetesCluster:
             pod = _Pod(key, node, phase, deleting, job=job,
                        reason=failure_reason(obj) if phase == "Failed" else "",
                        waiting=waiting_reason(obj) if phase == "Pending" else "", owned=owned,
-                       exit_code=exit_code, cause=cause, incluster=incluster, uid=meta.get("uid", ""))
+                       exit_code=exit_code, cause=cause, incluster=incluster, uid=meta.get("uid", ""),
+                       disrupted=disruption(obj) if incluster else "")
             self._put_pod(key, pod)
             if phase == "Pending" and not deleting and key not in self._reported and not incluster:
                 # (An in-cluster pod that does not start is its owner's to see to: Flotilla did not make it.)
@@ -1157,6 +1513,9 @@ class KubernetesCluster:
             else:
                 self._starting.pop(key, None)
             job_id = job.id
+            if phase == "Pending" and not incluster and node is not None and not deleting \
+                    and self._reported.get(key) not in _FINAL and pod.waiting != (old.waiting if old else ""):
+                self._waiting_news(pod, obj, old)
             try:
                 attempt = int((meta.get("annotations") or {}).get(ATTEMPT, "0"))
             except ValueError:
@@ -1167,14 +1526,50 @@ class KubernetesCluster:
             if current is None or current == key or not deleting:
                 self._job_pod[job_id] = key
             if node is not None and job_id not in self._held_ids:
-                self._inflight.pop(job_id, None)
+                if self._inflight.pop(job_id, None) is not None and (old is None or old.node is None) \
+                        and phase not in _ENDED:
+                    # Bound by this process just now: said as kube-scheduler says it (conditions module).
+                    self._report(self.reporter.scheduled, key[0], key[1], pod.uid, node)
+                self._unadmit(job_id)
             self._pod_events(pod, job_id)
         else:
-            requests = old.requests if old is not None and old.requests is not None else pod_requests(obj)
-            self._put_pod(key, _Pod(key, node, phase, deleting, requests=requests))
+            if old is not None and old.requests is not None:
+                requests, ports = old.requests, old.ports
+            else:
+                requests, ports = pod_requests(obj), pod_host_ports(spec)
+            labels = meta.get("labels") or {}
+            foreign = old.foreign if old is not None and old.foreign is not None and \
+                old.foreign.labels == labels else foreign_pod(key, labels, spec)
+            self._put_pod(key, _Pod(key, node, phase, deleting, requests=requests, ports=ports,
+                                    foreign=foreign))
+
+    def _waiting_news(self, pod: _Pod, obj: dict, old: _Pod | None) -> None:
+        """A pod of ours waits on its node for a new reason: say it (the job's status shows it), or fail the job
+        when its image will never come (a permanent pull failure, or ``IMAGE_PULL_BACKOFFS`` back-offs)."""
+        found = waiting_container(obj)
+        if found is not None:
+            _, reason, message = found
+            if reason == "ImagePullBackOff" and (old is None or ": ImagePullBackOff" not in old.waiting):
+                self._pull_backoffs[pod.key] = self._pull_backoffs.get(pod.key, 0) + 1
+            backoffs = self._pull_backoffs.get(pod.key, 0)
+            if permanent_pull_failure(reason, message) or backoffs >= IMAGE_PULL_BACKOFFS:
+                why = pod.waiting if backoffs < IMAGE_PULL_BACKOFFS else \
+                    f"{pod.waiting} (the kubelet backed off pulling {backoffs} times)"
+                self._give_up(pod, f"image not pulled: {why}", "", self._grace_of(pod.key, pod.job), kind="failed")
+                return
+        self._emit(pod.job.id, "waiting", pod.node, pod.waiting, run=self._starts.get(pod.job.id, 0) or None)
 
     def _pod_events(self, pod: _Pod, job_id: str) -> None:
         reported = self._reported.get(pod.key)
+        if pod.phase == "Succeeded" and pod.key in self._lost_on_node:
+            # Given up while its node was NotReady, it finished meanwhile: the run succeeded after all. Said
+            # whatever the job does now (queued again, or rerun): the service keeps the success, stops a rerun.
+            self._lost_on_node.discard(pod.key)
+            self._reported[pod.key] = "succeeded"
+            self._events.append((JobEvent(job_id, "succeeded", self.name, pod.node, self.clock(),
+                                          f"succeeded on node {pod.node}, reported once the node returned",
+                                          cause=NODE_RETURNED), None))
+            return
         if reported in _FINAL:
             return
         if pod.phase == "Running" and reported is None and not pod.deleting:
@@ -1182,13 +1577,21 @@ class KubernetesCluster:
             self._emit(job_id, "running", pod.node)
         elif pod.phase in _ENDED:
             kind = "succeeded" if pod.phase == "Succeeded" else "failed"
-            if kind == "failed" and pod.reason.split(":", 1)[0] in PLATFORM_FAILURES:
+            refused = pod.reason.split(":", 1)[0]
+            if kind == "failed" and refused in PLATFORM_FAILURES:
                 kind = "lost"   # the platform's doing, not the job's: retried
+            elif kind == "failed" and not pod.incluster and admission_rejection(refused):
+                kind = "returned"   # refused by the kubelet: the node was the wrong place then (admission module)
             if reported is None and pod.phase == "Succeeded":
                 self._emit(job_id, "running", pod.node)
             self._reported[pod.key] = kind
             if kind == "succeeded":
                 self._emit(job_id, kind, pod.node)
+            elif kind == "returned":
+                self.counters["returned"] += 1
+                node = self._nodes.get(pod.node) if pod.node is not None else None
+                self._emit(job_id, kind, pod.node, f"refused by the kubelet of node {pod.node}: {pod.reason}",
+                           cause=returned_label(refused, node.resources if node is not None else None))
             else:
                 self._emit(job_id, kind, pod.node, pod.reason, exit_code=pod.exit_code, cause=pod.cause)
             if self.delete_finished and not pod.deleting and not pod.incluster:   # the user's pods stay
@@ -1226,7 +1629,7 @@ def backend_from_config(cluster_config, config=None, **kwargs) -> KubernetesClus
         options["client"] = KubeClient.from_in_cluster(pool_size=max(8, workers + 6))
     for attr, key in (("bind", "bind"), ("workers", "workers"), ("node_selector", "node_selector"),
                       ("delete_finished", "delete_finished"), ("stuck_pod_expiry", "stuck_pod_expiry"),
-                      ("node_lost_timeout", "node_lost_timeout"),
+                      ("node_lost_timeout", "node_lost_timeout"), ("volume_bind_timeout", "volume_bind_timeout"),
                       ("finished_pod_retention", "finished_pod_retention")):
         value = getattr(cluster_config, attr, None)
         if value is not None:

@@ -8,6 +8,15 @@ victim gets ``DisruptionTarget=True`` with reason ``PreemptionByScheduler``
 before it is deleted, so a Job's ``podFailurePolicy`` can tell a preemption
 from a failure.
 
+Every pod Flotilla binds gets a Normal Event ``Scheduled``, ``Successfully
+assigned NS/POD to NODE``, as kube-scheduler writes it (``kubectl describe
+pod``, and the e2e framework waiting for a pod to be scheduled, read it). A
+waiting in-cluster pod whose start is held on a node until the pods preempted
+there are gone gets ``status.nominatedNodeName`` and a Normal Event
+``Nominated``, as kube-scheduler nominates a preemptor (cleared again when the
+held start is dropped). No Event is written into a namespace being deleted
+(``writable``): the API server refuses them there.
+
 Conditions are written with a strategic-merge patch of ``pods/status``:
 the API server merges ``status.conditions`` by ``type``, so the other
 conditions (Ready, Initialized, ...) and the rest of the status stay as
@@ -75,7 +84,8 @@ class PodReporter:
     """
 
     def __init__(self, client: KubeClient, *, min_interval: float = 10.0, clock: Callable[[], float] = time.monotonic,
-                 component: str = "flotilla", max_entries: int = 200_000):
+                 component: str = "flotilla", max_entries: int = 200_000,
+                 writable: Callable[[str], bool] | None = None):
         if min_interval < 0:
             raise ValueError(f"min_interval must be >= 0, got {min_interval}")
         if max_entries < 1:
@@ -85,6 +95,7 @@ class PodReporter:
         self.clock = clock
         self.component = component
         self.max_entries = max_entries
+        self.writable = writable
         self.instance = f"{component}-{socket.gethostname()}-{os.getpid()}"[:128]
         self._written: OrderedDict[str, _Written] = OrderedDict()
         self._lock = threading.Lock()
@@ -136,6 +147,27 @@ class PodReporter:
         self._event(namespace, name, uid, "Normal", "Cancelled", "Deleting",
                     truncate(MESSAGE_PREFIX + message, EVENT_MESSAGE_LIMIT))
 
+    def scheduled(self, namespace: str, name: str, uid: str, node: str) -> None:
+        """A Normal Event ``Scheduled`` on a pod just bound to ``node``, in kube-scheduler's words."""
+        self._event(namespace, name, uid, "Normal", "Scheduled", "Binding",
+                    f"Successfully assigned {namespace}/{name} to {node}")
+
+    def nominated(self, namespace: str, name: str, uid: str, node: str | None, message: str = "") -> None:
+        """Set (``node``) or clear (None) ``status.nominatedNodeName``; a Normal Event ``Nominated`` when set."""
+        body = {"metadata": {"uid": uid}, "status": {"nominatedNodeName": node}}
+        try:
+            self.client.patch(pod_path(namespace, name) + "/status", body, kind=STRATEGIC_MERGE)
+        except ApiError as exc:
+            if exc.status != 404 and not (exc.status in (409, 422) and "metadata.uid" in str(exc)):
+                log.warning("pod nomination not written", pod=f"{namespace}/{name}", error=str(exc))
+            return
+        except KubeError as exc:
+            log.warning("pod nomination not written", pod=f"{namespace}/{name}", error=str(exc))
+            return
+        if node is not None:
+            self._event(namespace, name, uid, "Normal", "Nominated", "Preempting",
+                        truncate(MESSAGE_PREFIX + (message or f"nominated to node {node}"), EVENT_MESSAGE_LIMIT))
+
     def forget(self, uid: str) -> None:
         """Drop what is remembered of pod ``uid`` (call it when the pod is deleted)."""
         with self._lock:
@@ -167,6 +199,8 @@ class PodReporter:
         return False
 
     def _event(self, namespace: str, name: str, uid: str, kind: str, reason: str, action: str, message: str) -> None:
+        if self.writable is not None and not self.writable(namespace):
+            return   # being deleted: the API server refuses new objects there
         stamp = now_rfc3339()
         event = {
             "apiVersion": "v1", "kind": "Event",
@@ -180,7 +214,11 @@ class PodReporter:
         try:
             self.client.post(f"/api/v1/namespaces/{quote(namespace)}/events", event, parse=False)
         except KubeError as exc:
-            # The namespace may be going away with the pod; the condition, already written, is what matters.
+            # The namespace may be going away with the pod (deleted since the namespace watch last said); the
+            # condition, already written, is what matters.
+            if isinstance(exc, ApiError) and exc.status == 403 and "being terminated" in str(exc):
+                log.debug("event not recorded: namespace terminating", pod=f"{namespace}/{name}", reason=reason)
+                return
             log.warning("event not recorded", pod=f"{namespace}/{name}", reason=reason, error=str(exc))
 
 

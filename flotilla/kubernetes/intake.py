@@ -25,13 +25,23 @@ from dataclasses import dataclass, field
 from typing import Any, Mapping
 
 from flotilla.core.model import GANG_CARDINALITY_ANNOTATION, GANG_ID_ANNOTATION, GANG_MIN_AVAILABLE_ANNOTATION
+from flotilla.core.hostports import describe, host_port
 from flotilla.core.nodeaffinity import AffinityError, parse_node_affinity
+from flotilla.kubernetes.volumes import pod_claims
+from flotilla.core.podrules import parse_pod_rules
+from flotilla.kubernetes.podgroupstatus import member_state
 from flotilla.kubernetes.pods import JOB_ID, is_ours, pod_host_ports, pod_phase, pod_requests
 
 QUEUE_LABEL = "flotilla.io/queue"
 JOB_SET_LABEL = "flotilla.io/job-set"
 #: Volcano's annotation naming the pod's PodGroup (in the pod's namespace).
 GROUP_NAME_ANNOTATION = "scheduling.k8s.io/group-name"
+#: The same, as Volcano's own job controller and Kubeflow Trainer's Volcano plugin write it.
+VOLCANO_GROUP_NAME_ANNOTATION = "scheduling.volcano.sh/group-name"
+#: Kueue's label naming the pod's (local) queue: read as a Flotilla queue's name.
+KUEUE_QUEUE_LABEL = "kueue.x-k8s.io/queue-name"
+JOBS_PATH = "/apis/batch/v1/jobs"
+JOBSETS_PATH = "/apis/jobset.x-k8s.io/v1alpha2/jobsets"
 PODGROUP_GROUP = "scheduling.volcano.sh"
 PODGROUP_VERSION = "v1beta1"
 PODGROUPS_PATH = f"/apis/{PODGROUP_GROUP}/{PODGROUP_VERSION}/podgroups"
@@ -61,7 +71,9 @@ class InClusterPod:
     name: str
     labels: Mapping[str, str]
     owner: str                     # the controlling owner's name, "" without one
+    owner_uid: str                 # the controlling owner's uid, "" without one
     priority_class: str            # spec.priorityClassName, "" without one
+    priority: int                  # spec.priority (written by admission from the class), 0 without one
     submitted: float               # creationTimestamp
     requests: Mapping[str, int]
     node_selector: Mapping[str, str]
@@ -73,7 +85,9 @@ class InClusterPod:
     annotations: Mapping[str, str]  # the gang annotations the pod carries
     group_name: str | None         # its Volcano PodGroup
     problems: tuple = ()           # (field path, why) of what Flotilla would not honour
+    pod_rules: Any = None          # pod affinity, anti-affinity, spread (API field names), None without
     gated: bool = False            # schedulingGates still set: not ready to schedule
+    claims: tuple = ()             # the PersistentVolumeClaims it mounts, namespace/name
 
     @property
     def job_id(self) -> str:
@@ -94,23 +108,17 @@ def _timestamp(text: str | None) -> float:
 
 
 _NOT_HONOURED = (
-    ("affinity.podAffinity", lambda s: bool((s.get("affinity") or {}).get("podAffinity")),
-     "pod affinity is not honoured by Flotilla's placement"),
-    ("affinity.podAntiAffinity", lambda s: bool((s.get("affinity") or {}).get("podAntiAffinity")),
-     "pod anti-affinity is not honoured by Flotilla's placement (for one pod per node, give the pods the same "
-     "hostPort)"),
-    ("topologySpreadConstraints", lambda s: bool(s.get("topologySpreadConstraints")),
-     "topology spread constraints are not honoured by Flotilla's placement"),
     ("resourceClaims", lambda s: bool(s.get("resourceClaims")),
      "resource claims (dynamic resource allocation) are not honoured by Flotilla's placement"),
 )
 
 
-def spec_problems(spec: Mapping[str, Any]) -> list[tuple[str, str]]:
+def spec_problems(spec: Mapping[str, Any], namespace: str = "default",
+                  labels: Mapping[str, str] | None = None) -> list[tuple[str, str]]:
     """``(field path, why)`` for every placement field of ``spec`` Flotilla would not honour (as the API
     refuses them for submitted jobs, :func:`flotilla.kubernetes.podspec.refused_placement_fields`)."""
     out = [(path, why) for path, given, why in _NOT_HONOURED if given(spec)]
-    seen: dict[tuple[str, int], str] = {}
+    seen: dict[tuple[str, int, str], str] = {}
     for group in ("containers", "initContainers"):
         for c, container in enumerate(spec.get(group) or ()):
             if (container.get("resources") or {}).get("claims"):
@@ -122,11 +130,11 @@ def spec_problems(spec: Mapping[str, Any]) -> list[tuple[str, str]]:
                 number = port.get("hostPort") or (port.get("containerPort") if spec.get("hostNetwork") else None)
                 if not number:
                     continue
-                key = (port.get("protocol") or "TCP", int(number))
+                key = host_port(port.get("protocol"), number, port.get("hostIP"))
                 path = f"spec.{group}[{c}].ports[{p}].hostPort"
                 if key in seen:
-                    out.append((path, f"hostPort {key[1]}/{key[0]} is also used by {seen[key]}: a pod cannot bind "
-                                      f"one host port twice"))
+                    out.append((path, f"hostPort {describe((key,))} is also used by {seen[key]}: a pod cannot "
+                                      f"bind one host port twice"))
                 else:
                     seen[key] = path
     out = [(path if path.startswith("spec.") else f"spec.{path}", why) for path, why in out]
@@ -134,7 +142,23 @@ def spec_problems(spec: Mapping[str, Any]) -> list[tuple[str, str]]:
         parse_node_affinity((spec.get("affinity") or {}).get("nodeAffinity"))
     except AffinityError as exc:
         out.append(("spec.affinity.nodeAffinity" + (f".{exc.path}" if exc.path else ""), exc.message))
+    try:
+        parse_pod_rules(spec.get("affinity"), spec.get("topologySpreadConstraints"), namespace, labels or {})
+    except AffinityError as exc:
+        out.append((f"spec.{exc.path}", exc.message))
     return out
+
+
+def pod_rules_spec(spec: Mapping[str, Any]) -> dict | None:
+    """The podSpec's pod affinity, anti-affinity and spread constraints, as stored with the job (None: none)."""
+    affinity = {key: value for key, value in (spec.get("affinity") or {}).items()
+                if key in ("podAffinity", "podAntiAffinity") and value}
+    out: dict[str, Any] = {}
+    if affinity:
+        out["affinity"] = affinity
+    if spec.get("topologySpreadConstraints"):
+        out["topologySpreadConstraints"] = spec["topologySpreadConstraints"]
+    return out or None
 
 
 def read_pod(obj: Mapping[str, Any]) -> InClusterPod:
@@ -142,8 +166,14 @@ def read_pod(obj: Mapping[str, Any]) -> InClusterPod:
     meta = obj["metadata"]
     spec = obj.get("spec") or {}
     annotations = meta.get("annotations") or {}
-    owner = next((ref.get("name", "") for ref in meta.get("ownerReferences") or () if ref.get("controller")), "")
-    problems = spec_problems(spec)
+    controller = next((ref for ref in meta.get("ownerReferences") or () if ref.get("controller")), {})
+    owner = controller.get("name", "")
+    problems = spec_problems(spec, meta.get("namespace", "default"), meta.get("labels") or {})
+    group_names = {annotations.get(key) for key in (GROUP_NAME_ANNOTATION, VOLCANO_GROUP_NAME_ANNOTATION)} - {None, ""}
+    if len(group_names) > 1:
+        problems.append((f"metadata.annotations.{VOLCANO_GROUP_NAME_ANNOTATION}",
+                         f"names PodGroup {annotations[VOLCANO_GROUP_NAME_ANNOTATION]!r}, "
+                         f"{GROUP_NAME_ANNOTATION} names {annotations[GROUP_NAME_ANNOTATION]!r}: one pod, one group"))
     try:
         affinity = parse_node_affinity((spec.get("affinity") or {}).get("nodeAffinity"))
         affinity_spec = (spec.get("affinity") or {}).get("nodeAffinity") if affinity is not None else None
@@ -161,16 +191,26 @@ def read_pod(obj: Mapping[str, Any]) -> InClusterPod:
     deadline = spec.get("activeDeadlineSeconds")
     return InClusterPod(
         uid=meta.get("uid", ""), namespace=meta.get("namespace", "default"), name=meta["name"],
-        labels=dict(meta.get("labels") or {}), owner=owner, priority_class=spec.get("priorityClassName") or "",
+        labels=dict(meta.get("labels") or {}), owner=owner,
+        owner_uid=controller.get("uid", "") if controller.get("kind") == "Job" else "",
+        priority_class=spec.get("priorityClassName") or "",
+        priority=spec["priority"] if type(spec.get("priority")) is int else 0,
         submitted=_timestamp(meta.get("creationTimestamp")), requests=requests, node_selector=selector,
         tolerations=tuple(tuple(sorted(t.items())) for t in spec.get("tolerations") or ()),
-        host_ports=tuple(tuple(pair) for pair in pod_host_ports(spec)), node_affinity=affinity_spec,
+        host_ports=pod_host_ports(spec), node_affinity=affinity_spec,
+        pod_rules=pod_rules_spec(spec),
         grace_period=float(max(1, grace)) if isinstance(grace, (int, float)) else DEFAULT_GRACE,
         deadline=float(deadline) if isinstance(deadline, (int, float)) and deadline > 0 else 0.0,
         annotations={k: str(annotations[k]) for k in (GANG_ID_ANNOTATION, GANG_CARDINALITY_ANNOTATION,
                                                       GANG_MIN_AVAILABLE_ANNOTATION) if k in annotations},
-        group_name=annotations.get(GROUP_NAME_ANNOTATION) or None,
-        problems=tuple(problems), gated=bool(spec.get("schedulingGates")))
+        group_name=annotations.get(GROUP_NAME_ANNOTATION) or annotations.get(VOLCANO_GROUP_NAME_ANNOTATION) or None,
+        problems=tuple(problems), gated=bool(spec.get("schedulingGates")),
+        claims=pod_claims(obj))
+
+
+def queue_label(labels: Mapping[str, str]) -> str | None:
+    """The queue a pod's or a Job's labels name: ``flotilla.io/queue``, else Kueue's ``queue-name``."""
+    return labels.get(QUEUE_LABEL) or labels.get(KUEUE_QUEUE_LABEL) or None
 
 
 def scheduler_of(obj: Mapping[str, Any]) -> str:
@@ -264,6 +304,7 @@ class Arrival:
     namespace_queue: str | None          # its namespace's flotilla.io/queue label
     group: PodGroupSpec | None = None    # its PodGroup (None: no such PodGroup seen)
     group_problem: str | None = None     # why its PodGroup cannot be read
+    owner_queue: str | None = None       # the queue its controlling Job's (or its JobSet's) labels name
 
     @property
     def group_min(self) -> int | None:
@@ -291,7 +332,17 @@ class IntakeTracker:
     podgroups_problem: str | None = None     # the CRD is missing (or unreadable): said on every such pod
     namespaces_synced: bool = False
     podgroups_synced: bool = False
+    #: batch/v1 Jobs whose labels name a queue or that a JobSet controls: uid -> (that queue, the JobSet's uid)
+    #: (other Jobs are not kept); JobSets whose labels name a queue: uid -> that queue.
+    owner_jobs: dict[str, tuple[str | None, str | None]] = field(default_factory=dict)
+    jobset_queues: dict[str, str] = field(default_factory=dict)
+    jobs_synced: bool = False
+    jobsets_synced: bool = False
     bound: dict[str, tuple[str, bool]] = field(default_factory=dict)   # job id -> (node, running): bound by Flotilla
+    #: The pods of each PodGroup that name this scheduler: (namespace, group) -> uid -> member state
+    #: (flotilla.kubernetes.podgroupstatus); ``groups_changed``: the groups whose pods changed since the last look.
+    group_members: dict[tuple[str, str], dict[str, str]] = field(default_factory=dict)
+    groups_changed: set[tuple[str, str]] = field(default_factory=set)
 
     def mine(self, obj: Mapping[str, Any]) -> bool:
         return scheduler_of(obj) == self.scheduler_name and not is_ours(obj)
@@ -302,6 +353,9 @@ class IntakeTracker:
         uid = meta.get("uid")
         if not uid:
             return
+        annotations = meta.get("annotations")
+        if annotations and (GROUP_NAME_ANNOTATION in annotations or VOLCANO_GROUP_NAME_ANNOTATION in annotations):
+            self._group_member(kind, obj, meta, annotations)
         if kind == "DELETED":
             if self.waiting.pop(uid, None) is not None:
                 self.changed.discard(uid)
@@ -330,10 +384,34 @@ class IntakeTracker:
             self.changed.add(uid)
             self.gone.pop(pod.job_id, None)
 
+    def _group_member(self, kind: str, obj: Mapping[str, Any], meta: Mapping[str, Any], annotations) -> None:
+        """Keep a PodGroup member's state (only pods that name a group pay for this)."""
+        key = (meta.get("namespace", ""), annotations.get(GROUP_NAME_ANNOTATION)
+               or annotations.get(VOLCANO_GROUP_NAME_ANNOTATION) or "")
+        members = self.group_members.get(key)
+        if kind == "DELETED" or not self.mine(obj):
+            if members is not None and members.pop(meta["uid"], None) is not None:
+                self.groups_changed.add(key)
+                if not members:
+                    del self.group_members[key]
+            return
+        state = member_state(obj)
+        if members is None:
+            members = self.group_members[key] = {}
+        if members.get(meta["uid"]) != state:
+            members[meta["uid"]] = state
+            self.groups_changed.add(key)
+
     def replace_pods(self, live_uids: set[str]) -> None:
         """After a relist: waiting pods absent from it were deleted meanwhile."""
         for uid in [uid for uid in self.waiting if uid not in live_uids]:
             self.on_pod("DELETED", {"metadata": {"uid": uid}})
+        for key, members in list(self.group_members.items()):
+            for uid in [uid for uid in members if uid not in live_uids]:
+                del members[uid]
+                self.groups_changed.add(key)
+            if not members:
+                del self.group_members[key]
 
     def on_namespace(self, kind: str, obj: Mapping[str, Any]) -> None:
         meta = obj.get("metadata") or {}
@@ -361,6 +439,59 @@ class IntakeTracker:
             self.changed.update(uid for uid, pod in self.waiting.items()
                                 if pod.group_name == key[1] and pod.namespace == key[0])
 
+    def on_job(self, kind: str, obj: Mapping[str, Any]) -> None:
+        """A batch/v1 Job event: the queue its labels (or its JobSet's) name, for its pods that name none."""
+        meta = obj.get("metadata") or {}
+        uid = meta.get("uid")
+        if not uid:
+            return
+        entry = None
+        if kind != "DELETED":
+            parent = next((ref.get("uid") for ref in meta.get("ownerReferences") or ()
+                           if ref.get("controller") and ref.get("kind") == "JobSet"), None)
+            entry = (queue_label(meta.get("labels") or {}), parent)
+            if entry == (None, None):
+                entry = None
+        before = self.owner_jobs.pop(uid, None)
+        if entry is not None:
+            self.owner_jobs[uid] = entry
+        if before != entry:
+            self.changed.update(pid for pid, pod in self.waiting.items() if pod.owner_uid == uid)
+
+    def on_jobset(self, kind: str, obj: Mapping[str, Any]) -> None:
+        """A JobSet event: the queue its labels name, for the pods of its Jobs that name none."""
+        meta = obj.get("metadata") or {}
+        uid = meta.get("uid")
+        if not uid:
+            return
+        queue = None if kind == "DELETED" else queue_label(meta.get("labels") or {})
+        before = self.jobset_queues.pop(uid, None)
+        if queue:
+            self.jobset_queues[uid] = queue
+        if before != queue:
+            jobs = {job for job, (_, parent) in self.owner_jobs.items() if parent == uid}
+            self.changed.update(pid for pid, pod in self.waiting.items() if pod.owner_uid in jobs)
+
+    def replace_jobs(self, items, jobsets: bool = False) -> None:
+        """After a list of Jobs (or of JobSets): the ones absent from it were deleted meanwhile."""
+        kept, handle = (self.jobset_queues, self.on_jobset) if jobsets else (self.owner_jobs, self.on_job)
+        live = {(obj.get("metadata") or {}).get("uid") for obj in items}
+        for uid in [uid for uid in kept if uid not in live]:
+            handle("DELETED", {"metadata": {"uid": uid}})
+        for obj in items:
+            handle("MODIFIED", obj)
+        if jobsets:
+            self.jobsets_synced = True
+        else:
+            self.jobs_synced = True
+
+    def owner_queue(self, pod: InClusterPod) -> str | None:
+        """The queue the pod's controlling Job names, else that Job's JobSet."""
+        entry = self.owner_jobs.get(pod.owner_uid) if pod.owner_uid else None
+        if entry is None:
+            return None
+        return entry[0] or (self.jobset_queues.get(entry[1]) if entry[1] else None)
+
     def set_podgroups_problem(self, problem: str | None) -> None:
         if problem != self.podgroups_problem:
             self.podgroups_problem = problem
@@ -369,7 +500,7 @@ class IntakeTracker:
     @property
     def ready(self) -> bool:
         """Namespaces (queue labels) and PodGroups read once: before that a pod's queue is not known."""
-        return self.namespaces_synced and self.podgroups_synced
+        return self.namespaces_synced and self.podgroups_synced and self.jobs_synced and self.jobsets_synced
 
     def arrival(self, pod: InClusterPod) -> Arrival:
         group = group_problem = None
@@ -377,7 +508,8 @@ class IntakeTracker:
             group_problem = self.podgroups_problem
             if group_problem is None:
                 group = self.podgroups.get((pod.namespace, pod.group_name))
-        return Arrival(pod, self.namespaces.get(pod.namespace), group, group_problem)
+        return Arrival(pod, self.namespaces.get(pod.namespace), group, group_problem,
+                       self.owner_queue(pod))
 
     def take(self) -> tuple[list[Arrival], dict[str, str]]:
         if not self.ready:
@@ -396,6 +528,7 @@ class IntakeTracker:
         self.changed.update(self.waiting)
 
 
-__all__ = ["Arrival", "GROUP_NAME_ANNOTATION", "InClusterPod", "IntakeTracker", "JOB_SET_LABEL", "PODGROUPS_PATH",
+__all__ = ["Arrival", "GROUP_NAME_ANNOTATION", "JOBS_PATH", "JOBSETS_PATH", "KUEUE_QUEUE_LABEL", "VOLCANO_GROUP_NAME_ANNOTATION",
+           "queue_label", "InClusterPod", "IntakeTracker", "JOB_SET_LABEL", "PODGROUPS_PATH",
            "POD_NAME", "POD_NAMESPACE", "POD_UID", "PodGroupSpec", "QUEUE_LABEL", "bound_by_flotilla", "job_id_of",
            "read_pod", "read_podgroup"]

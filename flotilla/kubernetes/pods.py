@@ -6,7 +6,8 @@ set and priority class; the exact values (labels are limited to 63
 characters) and what the scheduler needs to rebuild the job from the pod
 alone (priority, submission time, gang) are in annotations. Pods nobody
 labelled that sit on a node Flotilla schedules onto are *foreign*: their
-requests are taken off that node's free space.
+requests are taken off that node's free space, and each takes one of its
+pod slots (allocatable ``pods``).
 """
 
 from __future__ import annotations
@@ -19,8 +20,10 @@ from typing import Any, Mapping
 
 from flotilla.core.backend import PodTemplate
 from flotilla.core.model import (GANG_CARDINALITY_ANNOTATION, GANG_ID_ANNOTATION, GANG_NODE_UNIFORMITY_LABEL_ANNOTATION,
-                                 Gang, Job, JobState, Node, Taint, Toleration)
+                                 ForeignPod, Gang, Job, JobState, Node, Taint, Toleration)
+from flotilla.core.hostports import ANY_IP, host_port
 from flotilla.core.nodeaffinity import AffinityError, parse_node_affinity
+from flotilla.core.podrules import PodRules, parse_pod_rules
 from flotilla.core.quantities import QuantityError, format_quantity, parse_quantity
 from flotilla.core.topology import uniformity_label_problem
 from flotilla.kubernetes.requests import effective_requests
@@ -192,8 +195,9 @@ def _stand_in_spec(job: Job, settings: PodSettings) -> dict[str, Any]:
     if job.affinity is not None:
         spec["affinity"] = {"nodeAffinity": job.affinity.to_kubernetes()}
     if job.host_ports:
-        spec["containers"][0]["ports"] = [{"containerPort": port, "hostPort": port, "protocol": protocol}
-                                          for protocol, port in job.host_ports]
+        spec["containers"][0]["ports"] = [{"containerPort": port, "hostPort": port, "protocol": protocol,
+                                           **({} if ip == ANY_IP else {"hostIP": ip})}
+                                          for protocol, port, ip in job.host_ports]
     return spec
 
 
@@ -278,9 +282,10 @@ def pod_requests(pod: Mapping[str, Any]) -> dict[str, int]:
     return effective_requests(containers, init, overhead, pod_level)
 
 
-def pod_host_ports(spec: Mapping[str, Any]) -> tuple[tuple[str, int], ...]:
-    """The ``(protocol, port)`` pairs a pod binds on its node: its containers' and sidecars' host ports
-    (every container port with ``hostNetwork``), sorted, each once."""
+def pod_host_ports(spec: Mapping[str, Any]) -> tuple[tuple[str, int, str], ...]:
+    """The ``(protocol, port, host IP)`` a pod binds on its node: its containers' and sidecars' host ports
+    (every container port with ``hostNetwork``), sorted, each once; host IP ``0.0.0.0`` when none is named
+    (:func:`flotilla.core.hostports.host_port`)."""
     containers = list(spec.get("containers") or ())
     containers += [c for c in spec.get("initContainers") or () if c.get("restartPolicy") == "Always"]
     found = set()
@@ -288,7 +293,7 @@ def pod_host_ports(spec: Mapping[str, Any]) -> tuple[tuple[str, int], ...]:
         for port in container.get("ports") or ():
             number = port.get("hostPort") or (port.get("containerPort") if spec.get("hostNetwork") else None)
             if number:
-                found.add((port.get("protocol") or "TCP", int(number)))
+                found.add(host_port(port.get("protocol"), number, port.get("hostIP")))
     return tuple(sorted(found))
 
 
@@ -362,15 +367,54 @@ def failure_details(pod: Mapping[str, Any]) -> tuple[int | None, str]:
     return None, ""
 
 
-def waiting_reason(pod: Mapping[str, Any]) -> str:
-    """Why a pod that has not started is waiting (``ErrImagePull: ...``), or ``""``."""
+def disruption(pod: Mapping[str, Any]) -> str:
+    """The pod's ``DisruptionTarget=True`` condition as ``reason: message`` (evicted, preempted, a taint), or ``""``."""
+    for condition in (pod.get("status") or {}).get("conditions") or ():
+        if condition.get("type") == "DisruptionTarget" and condition.get("status") == "True":
+            reason = condition.get("reason") or "DisruptionTarget"
+            return reason + (f": {condition['message']}" if condition.get("message") else "")
+    return ""
+
+
+#: Waiting reasons of a container whose image will never come (the kubelet's images package): the job fails.
+PERMANENT_PULL_REASONS = frozenset({"ErrImageNeverPull", "InvalidImageName"})
+#: What a registry says of an image that does not exist, in an ``ErrImagePull`` message (containerd's wording).
+IMAGE_MISSING = ("not found", "manifest unknown", "repository does not exist")
+#: The waiting reasons the kubelet gives while it merely prepares a container: said only when nothing else is.
+_PREPARING = ("ContainerCreating", "PodInitializing")
+
+
+def waiting_container(pod: Mapping[str, Any]) -> tuple[str, str, str] | None:
+    """``(container, reason, message)`` of the pod's first waiting container that says why (init containers
+    first; ``ContainerCreating`` only when no container says more), or None."""
     status = pod.get("status") or {}
+    preparing = None
     for group in ("initContainerStatuses", "containerStatuses"):
         for container in status.get(group) or ():
             waiting = (container.get("state") or {}).get("waiting")
-            if waiting and waiting.get("reason") and waiting["reason"] not in ("ContainerCreating", "PodInitializing"):
-                text = f"container {container.get('name', '?')}: {waiting['reason']}"
-                return text + (f": {waiting['message']}" if waiting.get("message") else "")
+            if waiting and waiting.get("reason"):
+                found = (container.get("name", "?"), waiting["reason"], waiting.get("message") or "")
+                if waiting["reason"] not in _PREPARING:
+                    return found
+                preparing = preparing or found
+    return preparing
+
+
+def permanent_pull_failure(reason: str, message: str) -> bool:
+    """Whether a waiting container's image will never be pulled: never-pull policy, an invalid name, or an image
+    the registry says does not exist. (``ImagePullBackOff`` alone is not: the backend counts its back-offs.)"""
+    if reason in PERMANENT_PULL_REASONS:
+        return True
+    return reason == "ErrImagePull" and any(text in message.lower() for text in IMAGE_MISSING)
+
+
+def waiting_reason(pod: Mapping[str, Any]) -> str:
+    """Why a pod that has not started is waiting (``container c: ErrImagePull: ...``), or ``""``."""
+    status = pod.get("status") or {}
+    found = waiting_container(pod)
+    if found is not None:
+        name, reason, message = found
+        return f"container {name}: {reason}" + (f": {message}" if message else "")
     for condition in status.get("conditions") or ():
         if condition.get("status") == "False" and condition.get("reason"):
             return f"{condition.get('type')}: {condition['reason']}"
@@ -426,7 +470,30 @@ def job_from_pod(pod: Mapping[str, Any], cluster: str, requests_cache: dict | No
         annotations=user_annotations,
         host_ports=pod_host_ports(spec),
         affinity=_node_affinity(spec),
+        labels=dict(labels),
+        namespace=meta.get("namespace") or "",
+        pod_rules=_pod_rules(spec, meta.get("namespace") or "default", labels),
     )
+
+
+def _pod_rules(spec: Mapping[str, Any], namespace: str, labels: Mapping[str, str]) -> PodRules | None:
+    """The pod's inter-pod affinity and spread as the core's object (None: none, or none Kubernetes accepts)."""
+    affinity = spec.get("affinity") or {}
+    if not (affinity.get("podAffinity") or affinity.get("podAntiAffinity") or spec.get("topologySpreadConstraints")):
+        return None
+    try:
+        return parse_pod_rules(affinity, spec.get("topologySpreadConstraints"), namespace, labels)
+    except AffinityError:
+        return None
+
+
+def foreign_pod(key: tuple[str, str], labels: Mapping[str, str], spec: Mapping[str, Any]) -> ForeignPod:
+    """Someone else's pod (``key`` its namespace and name) as pod rules see it: only its required anti-affinity
+    binds other pods, so only that is kept of its rules."""
+    rules = _pod_rules(spec, key[0], labels)
+    if rules is not None:
+        rules = PodRules(anti_affinity=rules.anti_affinity) if rules.anti_affinity else None
+    return ForeignPod(f"{key[0]}/{key[1]}", key[0], dict(labels), rules)
 
 
 def _node_affinity(spec: Mapping[str, Any]):
@@ -437,8 +504,11 @@ def _node_affinity(spec: Mapping[str, Any]):
         return None
 
 
-_STATE_TAINTS = frozenset({"node.kubernetes.io/not-ready", "node.kubernetes.io/unreachable",
-                           "node.kubernetes.io/unschedulable"})
+#: The taint that says what ``spec.unschedulable`` says (cordoned): left to ``unschedulable``, as kube-scheduler's
+#: NodeUnschedulable plugin words it.
+_CORDON_TAINT = "node.kubernetes.io/unschedulable"
+#: The taints Kubernetes' node lifecycle controller puts on a node that is not Ready (or whose kubelet is silent).
+NOT_READY_TAINTS = frozenset({"node.kubernetes.io/not-ready", "node.kubernetes.io/unreachable"})
 
 
 def node_ready(node: Mapping[str, Any]) -> bool:
@@ -448,28 +518,44 @@ def node_ready(node: Mapping[str, Any]) -> bool:
     return False
 
 
+def pod_slots(node: Mapping[str, Any]) -> int | None:
+    """The node's allocatable ``pods`` (how many pods its kubelet admits), None when it declares none."""
+    status = node.get("status") or {}
+    value = (status.get("allocatable") or status.get("capacity") or {}).get("pods")
+    if value is None:
+        return None
+    try:
+        return int(value)
+    except (TypeError, ValueError):
+        return None
+
+
 def node_from_object(obj: Mapping[str, Any], cluster: str) -> Node:
-    """A scheduler node: allocatable resources, labels, taints; cordoned or not-Ready nodes are unschedulable."""
+    """A scheduler node: allocatable resources (``pods`` too: its pod slots), labels, taints; a cordoned node is
+    unschedulable.
+
+    A node that is not Ready keeps the ``node.kubernetes.io/not-ready`` (or ``unreachable``) taint the node
+    lifecycle controller gives it, and is given ``node.kubernetes.io/not-ready:NoSchedule`` when it has neither
+    (no controller running): it takes only pods that tolerate it, and a job waits with kube-scheduler's words,
+    ``node(s) had untolerated taint {node.kubernetes.io/not-ready: }``, not those of a cordoned node.
+    """
     meta = obj["metadata"]
     spec = obj.get("spec") or {}
     status = obj.get("status") or {}
     allocatable = status.get("allocatable") or status.get("capacity") or {}
-    resources = {}
-    for name, value in allocatable.items():
-        if name == "pods":  # jobs do not request it; kwok's nodes allow a million
-            continue
-        resources[name] = _quantity(value, name)
+    # ``pods`` is the node's pod slots (flotilla.core.resources): every pod on it, anyone's, takes one.
+    resources = {name: _quantity(value, name) for name, value in allocatable.items()}
     taints = tuple(Taint(t.get("key", ""), t.get("value", ""), t.get("effect", "NoSchedule"))
-                   for t in spec.get("taints") or ()
-                   # these three say what `unschedulable` already says (cordoned, or not Ready)
-                   if t.get("key") not in _STATE_TAINTS)
+                   for t in spec.get("taints") or () if t.get("key") != _CORDON_TAINT)
+    if not node_ready(obj) and not any(t.key in NOT_READY_TAINTS for t in taints):
+        taints += (Taint("node.kubernetes.io/not-ready", "", "NoSchedule"),)
     return Node(
         name=meta["name"],
         cluster=cluster,
         resources=resources,
         labels=dict(meta.get("labels") or {}),
         taints=taints,
-        unschedulable=bool(spec.get("unschedulable")) or not node_ready(obj),
+        unschedulable=bool(spec.get("unschedulable")),
     )
 
 
@@ -477,4 +563,4 @@ __all__ = ["ATTEMPT", "FAKE_NODE", "JOB_ID", "KWOK_COMPLETE_DELAY", "PodSettings
            "is_terminal",
            "container_outcomes", "failure_reason", "job_from_pod", "label_value", "owned_fields", "POD_NUMBER",
            "waiting_reason", "node_from_object", "node_ready", "pod_manifest", "pod_name",
-           "pod_host_ports", "pod_phase", "pod_requests"]
+           "pod_host_ports", "pod_phase", "pod_requests", "pod_slots", "disruption"]

@@ -17,8 +17,9 @@ pod later, but before anything is stored. What Flotilla changes on top:
 * placement fields the scheduler does not honour are refused with their
   path (:func:`refused_placement_fields`): a pod placed without looking at
   them would break them, or be refused by its kubelet. The ones it honours
-  (requests, ``nodeSelector``, ``affinity.nodeAffinity``, ``tolerations``,
-  host ports, ``os``, ``overhead`` with ``runtimeClassName``) are read by
+  (requests, ``nodeSelector``, ``affinity`` (node affinity, pod affinity and
+  anti-affinity), ``topologySpreadConstraints``, ``tolerations``, host
+  ports, ``os``, ``overhead`` with ``runtimeClassName``) are read by
   :mod:`flotilla.service.jobspec`.
 
 The podSpec is stored as :func:`stored_pod_spec` writes it (the API's own
@@ -32,6 +33,8 @@ from typing import Annotated, Any
 
 from kubernetes.client.models import V1Container, V1PodSpec
 from pydantic import Field, Strict, field_validator, model_validator
+
+from flotilla.core.hostports import describe, host_port
 
 #: restartPolicy values a batch job may use (Kubernetes also knows Always: refused).
 RESTART_POLICIES = ("Never", "OnFailure")
@@ -110,13 +113,6 @@ class PodSpec(V1PodSpec):
 
 #: Placement fields Flotilla's scheduling does not honour, refused with why (field path -> message).
 _REFUSED = (
-    ("affinity.podAffinity", lambda s: s.affinity is not None and s.affinity.pod_affinity is not None,
-     "pod affinity is not honoured by Flotilla's placement: leave it out (a pod placed without it would break it)"),
-    ("affinity.podAntiAffinity", lambda s: s.affinity is not None and s.affinity.pod_anti_affinity is not None,
-     "pod anti-affinity is not honoured by Flotilla's placement: leave it out (for one pod per node, give the pods "
-     "the same hostPort)"),
-    ("topologySpreadConstraints", lambda s: bool(s.topology_spread_constraints),
-     "topology spread constraints are not honoured by Flotilla's placement: leave them out"),
     ("schedulingGates", lambda s: bool(s.scheduling_gates),
      "scheduling gates are not honoured: Flotilla binds the pod when it places the job, so there is nothing to gate"),
     ("schedulingGroup", lambda s: s.scheduling_group is not None,
@@ -151,11 +147,10 @@ def refused_placement_fields(spec: PodSpec) -> list[tuple[str, str]]:
             if container.resources is not None and container.resources.claims:
                 out.append((f"{group}[{c}].resources.claims",
                             "resource claims (dynamic resource allocation) are not honoured by Flotilla's placement"))
-    seen: dict[tuple[str, int], str] = {}
-    for path, protocol, port in _host_port_entries(spec):
-        key = (protocol, port)
+    seen: dict[tuple[str, int, str], str] = {}
+    for path, key in _host_port_entries(spec):
         if key in seen:
-            out.append((path, f"hostPort {port}/{protocol} is also used by {seen[key]}: a pod cannot bind one "
+            out.append((path, f"hostPort {describe((key,))} is also used by {seen[key]}: a pod cannot bind one "
                               f"host port twice"))
         else:
             seen[key] = path
@@ -163,7 +158,7 @@ def refused_placement_fields(spec: PodSpec) -> list[tuple[str, str]]:
 
 
 def _host_port_entries(spec: PodSpec):
-    """``(field path, protocol, port)`` of each host port the pod binds.
+    """``(field path, (protocol, port, host IP))`` of each host port the pod binds.
 
     A container port with ``hostPort`` binds it; with ``hostNetwork`` every
     container port is a host port (the API server defaults ``hostPort`` to
@@ -178,12 +173,13 @@ def _host_port_entries(spec: PodSpec):
         for p, port in enumerate(container.ports or ()):
             number = port.host_port or (port.container_port if spec.host_network else None)
             if number:
-                yield f"{group}[{c}].ports[{p}].hostPort", port.protocol or "TCP", int(number)
+                yield f"{group}[{c}].ports[{p}].hostPort", host_port(port.protocol, number, port.host_ip)
 
 
 def host_ports(spec: PodSpec) -> list[list]:
-    """The pod's host ports as ``[protocol, port]`` pairs, sorted, each once (what the scheduler keeps apart)."""
-    return [list(key) for key in sorted({(protocol, port) for _, protocol, port in _host_port_entries(spec)})]
+    """The pod's host ports as ``[protocol, port, host IP]``, sorted, each once (what the scheduler keeps apart,
+    :mod:`flotilla.core.hostports`)."""
+    return [list(key) for key in sorted({key for _, key in _host_port_entries(spec)})]
 
 
 #: The node label a pod's ``os.name`` must match: the kubelet refuses a pod for another operating system.

@@ -139,6 +139,8 @@ class Runner:
             self._set(record, event.kind, now, event.cluster, event.node or record.node, event.reason)
         elif event.kind == "lost" and record.state == LEASED and record.cluster == event.cluster:
             self._set(record, QUEUED, now, reason=event.reason)
+        elif event.kind == "returned" and record.state in (LEASED, RUNNING):
+            self._set(record, QUEUED, now, reason=event.reason)   # not bound, or refused by the kubelet
 
     # -- one cycle ---------------------------------------------------------------------------
     def cycle(self) -> CycleResult:
@@ -215,7 +217,7 @@ class Runner:
         if stale:
             log.warning("runner.stale_pods", cluster=name, jobs=[job.id for job in stale])
             backend.apply(ClusterDecisions(cancel=stale))
-        return ClusterSnapshot(snap.name, snap.nodes, running, foreign)
+        return ClusterSnapshot(snap.name, snap.nodes, running, foreign, volumes=snap.volumes)
 
     def run(self, until: Callable[["Runner"], bool], timeout: float, period: float = 0.2,
             on_cycle: Callable[[CycleResult], None] | None = None) -> bool:

@@ -1,8 +1,9 @@
 """``priorityclass``: priority classes decide who may displace whom.
 
 A running job may be displaced for another only when its class is
-preemptible and of lower priority than the other's class (Kubernetes and
-Armada semantics; preemption is opt-in). Jobs naming an unknown class are
+preemptible and of lower priority than the other's class, and the other's
+class preempts (Kubernetes and Armada semantics; preemption is opt-in; a
+class of ``preemptionPolicy: Never`` never displaces anyone). Jobs naming an unknown class are
 refused. The allocatable-at-priority bookkeeping itself lives in the node
 index, which binds every job at its class's priority.
 """
@@ -30,7 +31,7 @@ class PriorityClassPlugin:
         def may_displace(preemptor, victim):
             mine = classes[preemptor.priority_class or default]
             theirs = classes[victim.priority_class or default]
-            return theirs.preemptible and theirs.priority < mine.priority
+            return mine.preempts and theirs.preemptible and theirs.priority < mine.priority
 
         # Its answer depends on the priority class alone: allocate need not ask again for a job whose
         # requirements (the class among them) already passed it this cycle.

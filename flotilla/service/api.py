@@ -52,6 +52,7 @@ from flotilla.service.errors import ApiError, ErrorItem
 from flotilla.service.guard import BoundedRoute, Guard, HeadAsGet
 from flotilla.service.openapi import QueuePending, state_input_rules
 from flotilla.service.pending import DEFAULT_LIMIT, HEAD_MAX, PendingView
+from flotilla.service.placement import placement_of, queue_parents
 from flotilla.service.jobspec import JobFile, field_path, rejections_from_errors, validate_jobs
 from flotilla.service.logs import LOG_RESPONSES, MAX_TAIL, PodLogs
 from flotilla.service.settings import DEFAULT_LIMITS, QueueSpec, ServiceSettings, rule_dicts
@@ -396,9 +397,10 @@ def create_app(store: Store, settings: ServiceSettings, loop=None, *, admin_endp
     @app.get("/v1/queues", tags=["queues"], summary="Every queue")
     def list_queues(who: Identity = Depends(identity)) -> dict:
         cordoned = store.cordoned("queue")
-        parents = {q.name: q.parent for q in settings.queues}
-        return {"queues": [{**q.to_dict(), "parent": parents.get(q.name), "cordoned": q.name in cordoned}
-                           for q in store.list_queues()]}
+        specs = store.list_queues()
+        parents = queue_parents(settings.queues, settings.placement, specs)
+        return {"queues": [{**q.to_dict(), "parent": parents.get(q.name), "cordoned": q.name in cordoned,
+                            "placement": placement_of(settings.queues, settings.placement, q)} for q in specs]}
 
     def queue_cordon_route(cordon: bool):
         """``POST /v1/queues/{name}/cordon`` or ``/uncordon``: two fixed paths, so that no other method or

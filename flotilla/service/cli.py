@@ -376,7 +376,8 @@ _QUEUE_SETTINGS = [("name", "name"), ("weight", "weight"), ("limits", "limits"),
                    ("groupOwners", "groupOwners")]
 QUEUE_COLUMNS = [*_QUEUE_SETTINGS, ("retryPolicy", "retryPolicy")]
 #: ``queue list`` also says which queues are cordoned (and leaves the retry rules to ``describe``).
-QUEUE_LIST_COLUMNS = [*_QUEUE_SETTINGS, ("parent", "parent"), ("cordoned", "cordoned")]
+QUEUE_LIST_COLUMNS = [*_QUEUE_SETTINGS, ("namespaces", "namespaces"), ("parent", "parent"), ("cordoned", "cordoned"),
+                      ("placement", "placement")]
 
 
 @click.group("queue")

@@ -10,19 +10,32 @@ and however often; a pod that left while queued cancels its job.
 
 How a pod maps to a job:
 
-* queue: the pod's label ``flotilla.io/queue``, else its PodGroup's
-  ``spec.queue``, else its namespace's label; the queue must exist and list
-  the pod's namespace in ``namespaces``;
+* queue: the pod's label ``flotilla.io/queue`` (or Kueue's
+  ``kueue.x-k8s.io/queue-name``), else its PodGroup's ``spec.queue``, else
+  the same labels on its controlling batch/v1 Job (or that Job's JobSet),
+  else its namespace's
+  label; the queue must exist and list the pod's namespace in
+  ``namespaces``. Where none names one, the config's placement rules give
+  it (:mod:`flotilla.service.placement`: a queue per namespace, made on
+  first use, or a fixed queue), and that queue may take the pod whatever
+  namespaces it lists;
 * job set: the label ``flotilla.io/job-set``, else the controlling owner's
   name (a Job's), else the pod's name;
-* priority class: ``spec.priorityClassName``, else its PodGroup's, which
-  must name a Flotilla priority class, else the default one;
+* priority class: ``spec.priorityClassName``, else its PodGroup's: a
+  Flotilla priority class, else one of the cluster's PriorityClass objects
+  (:mod:`flotilla.kubernetes.priorityclasses`); a pod given no class is of
+  the class ``(none)``, priority 0, as in Kubernetes (not the config's
+  default class, which is for API jobs). Within its queue a pod goes by its
+  Kubernetes priority (``spec.priority``, highest first), as kube-scheduler's
+  queue orders pods;
 * requests as kube-scheduler counts them; nodeSelector, tolerations, node
   affinity, host ports as for submitted jobs (what a submitted job is
   refused for, a pod is refused for, with its field path);
 * gangs: ``armadaproject.io/gangId`` and ``gangCardinality`` (and
   ``flotilla.io/gang-min-available``) on the pods, stored once all members
-  wait; or Volcano's ``scheduling.k8s.io/group-name``: the pods of that
+  wait; or Volcano's ``scheduling.k8s.io/group-name`` (or
+  ``scheduling.volcano.sh/group-name``, as Volcano's job controller and
+  Kubeflow Trainer write it): the pods of that
   PodGroup are stored as one gang once ``minMember`` of them wait (its
   minimum is ``minMember``; the PodGroup fields Flotilla does not honour
   are refused on its pods, :func:`~flotilla.kubernetes.intake.read_podgroup`).
@@ -54,7 +67,10 @@ import structlog
 
 from flotilla.core.model import (GANG_CARDINALITY_ANNOTATION, GANG_ID_ANNOTATION, GANG_MIN_AVAILABLE_ANNOTATION,
                                  OWNER_ANNOTATION, parse_min_available)
-from flotilla.kubernetes.intake import JOB_SET_LABEL, POD_NAME, POD_NAMESPACE, POD_UID, QUEUE_LABEL, Arrival
+from flotilla.kubernetes.intake import (JOB_SET_LABEL, KUEUE_QUEUE_LABEL, POD_NAME, POD_NAMESPACE, POD_UID, QUEUE_LABEL,
+                                       Arrival, queue_label)
+from flotilla.service.placement import place
+from flotilla.kubernetes.priorityclasses import NO_CLASS
 
 log = structlog.get_logger("flotilla.service.intake")
 
@@ -73,6 +89,9 @@ class ClusterIntake:
         self.store = store
         self.parked: dict[str, dict[str, tuple[Arrival, str]]] = {}   # cluster -> uid -> (arrival, why)
         self.resync = True
+        #: Placement rules (flotilla.service.placement) for pods whose pod, Job, PodGroup and namespace name no
+        #: queue; the loop sets them from its settings.
+        self.placement: tuple = ()
         self._queues_key = None
         self._report_from: dict[str, int] = {}
         self._cancel_cursor = 0
@@ -289,6 +308,21 @@ class ClusterIntake:
             else:
                 refused[arrival.pod.uid] = (arrival, f"gang {name!r} has its {cardinality} pods queued already")
 
+    def _make_queue(self, spec):
+        """A queue a placement rule makes on first use (another leader may have made it already)."""
+        existing = self.store.get_queue(spec.name)
+        if existing is not None:
+            return existing
+        try:
+            made = self.store.create_queue(spec)
+        except Exception:   # made meanwhile by another process
+            made = self.store.get_queue(spec.name)
+            if made is None:
+                raise
+        log.info("intake.queue_made", queue=spec.name, namespaces=list(spec.namespaces),
+                 reason="placement rule: a queue per namespace")
+        return made
+
     def _row(self, cluster: str, arrival: Arrival, queues: Mapping, priority_classes: set[str],
              default_pc: str, preemptible: Set[str] = frozenset()) -> tuple[dict | None, str | None]:
         """The job row for a pod, or why it is refused (naming the field, the namespace, the queue)."""
@@ -310,22 +344,32 @@ class ClusterIntake:
             group = None
         # The queue: the pod's own label, else its PodGroup's spec.queue, else its namespace's label (the most
         # specific word first; a pod and its group disagreeing is refused, since a gang has one queue).
-        label = pod.labels.get(QUEUE_LABEL)
+        key = QUEUE_LABEL if pod.labels.get(QUEUE_LABEL) else KUEUE_QUEUE_LABEL
+        label = queue_label(pod.labels)
         if label and group is not None and group.queue and group.queue != label:
-            return None, (f"metadata.labels.{QUEUE_LABEL}: the pod says queue {label!r}, its PodGroup {group.key} "
+            return None, (f"metadata.labels.{key}: the pod says queue {label!r}, its PodGroup {group.key} "
                           f"spec.queue says {group.queue!r}; a gang has one queue")
+        placed = None
         if label:
-            queue_name, where = label, f"pod label {QUEUE_LABEL}"
+            queue_name, where = label, f"pod label {key}"
         elif group is not None and group.queue:
             queue_name, where = group.queue, f"PodGroup {group.key} spec.queue"
-        else:
+        elif arrival.owner_queue:
+            queue_name, where = arrival.owner_queue, f"labels of its Job {pod.owner!r}"
+        elif arrival.namespace_queue:
             queue_name, where = arrival.namespace_queue, f"label {QUEUE_LABEL} of namespace {pod.namespace!r}"
-        if not queue_name:
-            return None, (f"no queue: label the pod or its namespace {pod.namespace!r} with {QUEUE_LABEL}")
+        else:
+            queue_name, made, where = place(self.placement, pod.namespace, queues)
+            if queue_name is None:
+                return None, (f"no queue: label the pod, its Job or its namespace {pod.namespace!r} with "
+                              f"{QUEUE_LABEL}" + (f" (placement rules: {where})" if where else ""))
+            if made is not None:
+                queues[queue_name] = self._make_queue(made)
+            placed = queue_name
         queue = queues.get(queue_name)
         if queue is None:
             return None, f"queue {queue_name!r} (from the {where}) does not exist"
-        if pod.namespace not in queue.namespaces:
+        if placed is None and pod.namespace not in queue.namespaces:
             allowed = ", ".join(queue.namespaces) or "none"
             return None, (f"namespace {pod.namespace!r} may not use queue {queue_name!r} (the queue's namespaces: "
                           f"{allowed})")
@@ -333,12 +377,12 @@ class ClusterIntake:
                 and group.priority_class != pod.priority_class:
             return None, (f"spec.priorityClassName: the pod says {pod.priority_class!r}, its PodGroup {group.key} "
                           f"spec.priorityClassName says {group.priority_class!r}")
-        priority_class = pod.priority_class or (group.priority_class if group is not None else None) or default_pc
+        priority_class = pod.priority_class or (group.priority_class if group is not None else None) or NO_CLASS
         if priority_class not in priority_classes:
             field_path = "spec.priorityClassName" if pod.priority_class or group is None or not group.priority_class \
                 else f"PodGroup {group.key} spec.priorityClassName"
-            return None, (f"{field_path}: {priority_class!r} is not a Flotilla priority class (known: "
-                          f"{', '.join(sorted(priority_classes))})")
+            return None, (f"{field_path}: {priority_class!r} is neither a Flotilla priority class nor a PriorityClass "
+                          f"of the cluster (known: {', '.join(sorted(priority_classes))})")
         if group is not None and group.preemptable is not None \
                 and group.preemptable != (priority_class in preemptible):
             kind = "preemptible" if priority_class in preemptible else "not preemptible"
@@ -382,9 +426,17 @@ class ClusterIntake:
             spec_pod["hostPorts"] = [list(p) for p in pod.host_ports]
         if pod.node_affinity:
             spec_pod["nodeAffinity"] = pod.node_affinity
+        if pod.labels:
+            spec_pod["labels"] = dict(pod.labels)
+        spec_pod["namespace"] = pod.namespace
+        if pod.pod_rules:
+            spec_pod["podRules"] = pod.pod_rules
+        if pod.claims:
+            spec_pod["claims"] = list(pod.claims)
         job_set = pod.labels.get(JOB_SET_LABEL) or pod.owner or pod.name
         return {
-            "id": pod.job_id, "queue": queue_name, "job_set": job_set, "owner": pod.namespace, "priority": 0,
+            "id": pod.job_id, "queue": queue_name, "job_set": job_set, "owner": pod.namespace,
+            "priority": -pod.priority,   # the pod's Kubernetes priority: higher first in its queue, as PrioritySort
             "priority_class": priority_class, "submitted": pod.submitted, "pods": _dump([spec_pod]), "npods": 1,
             "gang_id": None, "gang_cardinality": None, "gang_pods": None, "grace_period": pod.grace_period,
             "deadline": pod.deadline, "annotations": _dump(annotations),
@@ -405,18 +457,25 @@ class ClusterIntake:
             notes = []
             start = self._report_from.get(name, 0) % max(1, len(pods))
             turn = pods[start:] + pods[:start]
+            groups: dict[tuple[str, str], tuple[str, bool]] = {}   # PodGroup -> (why its pods wait, stored)
             for pod in turn[:REPORT_LIMIT]:
                 entry = parked.get(pod.uid)
                 if entry is not None:
                     if entry[1]:      # refused or waiting for its gang: told why (a gated pod: nothing)
                         notes.append((pod.namespace, pod.name, pod.uid, entry[1]))
+                        if pod.group_name:
+                            groups.setdefault((pod.namespace, pod.group_name), (entry[1], False))
                     continue
                 held = queued.get(pod.job_id)
                 if held is None or pod.job_id in scheduled:
                     continue
                 notes.append((pod.namespace, pod.name, pod.uid, decisions.explain(held[1][0])))
+                if pod.group_name:
+                    groups.setdefault((pod.namespace, pod.group_name), (notes[-1][3], True))
             self._report_from[name] = start + REPORT_LIMIT
             backend.report_waiting(notes)
+            if hasattr(backend, "report_podgroups"):
+                backend.report_podgroups(groups)
 
 
 __all__ = ["ClusterIntake", "REPORT_LIMIT"]

@@ -28,8 +28,11 @@ from flotilla.core.model import (GANG_CARDINALITY_ANNOTATION, GANG_ID_ANNOTATION
                                  GANG_NODE_UNIFORMITY_LABEL_ANNOTATION, NAMESPACE_ANNOTATION, parse_min_available)
 from flotilla.core.topology import uniformity_label_problem
 from flotilla.core.nodeaffinity import AffinityError, parse_node_affinity
+from flotilla.core.podrules import parse_pod_rules
+from flotilla.kubernetes.intake import pod_rules_spec
 from flotilla.core.quantities import (MAX_DURATION, QuantityError, format_quantity, parse_quantity,
                                      resource_name_problem)
+from flotilla.kubernetes.volumes import spec_claims
 from flotilla.kubernetes.podspec import OS_LABEL, PodSpec, host_ports, refused_placement_fields, stored_pod_spec
 from flotilla.kubernetes.requests import POD_LEVEL_RESOURCES, effective_requests, is_pod_level_resource
 from flotilla.kubernetes.services import IngressSpec, ServiceSpec, exposed_ports
@@ -275,8 +278,21 @@ def validate_jobs(file: JobFile, settings: ServiceSettings) -> list[NewJob]:
                 parse_node_affinity(node_affinity)
             except AffinityError as exc:
                 reject(f"{path}.affinity.nodeAffinity" + (f".{exc.path}" if exc.path else ""), exc.message)
+            try:
+                parse_pod_rules(stored.get("affinity"), stored.get("topologySpreadConstraints"),
+                                job.namespace or "default", job.labels)
+            except AffinityError as exc:
+                reject(f"{path}.{exc.path}", exc.message)
+            claims = list(spec_claims(stored, job.namespace))
+            if claims and settings.clusters and all(c.kind != "kubernetes" for c in settings.clusters):
+                for v, volume in enumerate(stored.get("volumes") or ()):
+                    if (volume.get("persistentVolumeClaim") or {}).get("claimName"):
+                        reject(f"{path}.volumes[{v}].persistentVolumeClaim",
+                               "the service's clusters are all simulated, and simulated clusters have no volumes: "
+                               "a job naming a claim could never run")
             pods.append(Pod({k: v for k, v in requests.items() if v}, selector, tolerations, host_ports(spec),
-                            node_affinity or None))
+                            node_affinity or None, dict(job.labels), pod_rules_spec(stored), claims))
+
             stored_specs.append(stored)
 
         exposed = exposed_ports(stored_specs[0]) if stored_specs else set()
@@ -418,6 +434,11 @@ def _parse_map(values: dict, path: str, reject) -> dict[str, int] | None:
     for name, value in values.items():
         if (why := resource_name_problem(name)) is not None:
             reject(f"{path}.{shown_text(name)}", why)
+            ok = False
+            continue
+        if name == "pods":   # as the API server refuses it: not a resource a container requests
+            reject(f"{path}.pods", "must be a standard resource for containers: a pod takes one pod slot of its "
+                                   "node, it does not request pods")
             ok = False
             continue
         try:

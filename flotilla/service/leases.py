@@ -32,7 +32,7 @@ from dataclasses import dataclass, field, replace
 from operator import attrgetter
 from typing import Mapping, Sequence
 
-from flotilla.core.backend import JobEvent
+from flotilla.core.backend import NODE_RETURNED, JobEvent
 from flotilla.service.retry import Failure, Policies, decide
 
 #: The annotation an in-cluster pod's job carries (flotilla.kubernetes.intake.POD_UID).
@@ -85,6 +85,11 @@ class IngestResult:
     stops: dict[str, list[tuple[str, object]]]   # cluster -> [(pod id, ActiveJob or None)]
     changes: Changes
     counts: dict[str, int] = field(default_factory=dict)
+    #: Binds returned to the queue this cycle, by (cluster, reason label): flotilla_binds_returned_total.
+    returned: dict[tuple[str, str], int] = field(default_factory=dict)
+    #: Successes of runs given up when their node was lost, for jobs not active now (queued again): (job id,
+    #: cluster, node, time, reason). The store finishes those still queued (Store.ingest).
+    late_successes: list[tuple[str, str, str | None, float, str]] = field(default_factory=list)
 
 
 #: The failures the service finds itself: a lease not renewed in time, a job past its active deadline.
@@ -103,6 +108,8 @@ def apply_reports(copy, reports: Mapping[str, ClusterReport], now: float, lease_
     changes = Changes()
     stops: dict[str, list[tuple[str, object]]] = {}
     counts: dict[str, int] = {}
+    returned: dict[tuple[str, str], int] = {}
+    late_successes: list[tuple[str, str, str | None, float, str]] = []
 
     def count(name: str) -> None:
         counts[name] = counts.get(name, 0) + 1
@@ -178,10 +185,39 @@ def apply_reports(copy, reports: Mapping[str, ClusterReport], now: float, lease_
         else:
             retry_or_fail(job, failure, reason, when, announced=True)
 
+    def return_to_queue(job, reason: str, when: float, pod: int | None, announced: bool = False) -> None:
+        """The run ended for the platform's reasons only (never bound, refused by a kubelet, its node lost): the
+        job is queued again as it was, its retries kept. ``announced``: its event is written already."""
+        if not announced:
+            event(job, "returned", when, reason, job.cluster, node_text(job), pod)
+        changes.lease_deletes.add(job.id)
+        changes.lease_updates.pop(job.id, None)
+        copy.drop(job.id)
+        if job.stop_requested == STOP_CANCEL:
+            update(job, state=CANCELLED, finished=when)
+            event(job, "cancelled", when, "cancelled")
+        elif job.stop_requested == STOP_DEADLINE:
+            retry_or_fail(job, DEADLINE, "active deadline exceeded", when, announced=True)
+        else:
+            update(job, state=QUEUED, cluster=None, node=None, started=None, stop_requested=STOP_NONE,
+                   reason=reason)
+            event(job, "queued", when, reason)
+
     # 1. What each cluster reported, in order.
     for cluster, report in reports.items():
         for ev in report.events:
             job = active.get(job_of(ev.job_id))
+            if ev.kind == "succeeded" and ev.cause == NODE_RETURNED and "#" not in ev.job_id:
+                # A run given up when its node was lost finished meanwhile: the job keeps that success; a rerun,
+                # wherever it is, is stopped (a job of several pods is left to its rerun).
+                when = ev.time or now
+                reason = f"{ev.reason} (cluster {cluster})" if ev.reason else f"succeeded on cluster {cluster}"
+                if job is None:
+                    late_successes.append((ev.job_id, cluster, ev.node, when, reason))
+                else:
+                    stop_pods(job)
+                    finish(job, SUCCEEDED, f"{reason}; its rerun is cancelled", when)
+                continue
             if job is None or job.cluster != cluster:
                 continue          # about a job that is no longer here: a stale report
             when = ev.time or now
@@ -199,7 +235,7 @@ def apply_reports(copy, reports: Mapping[str, ClusterReport], now: float, lease_
                     job.state = RUNNING
                     job.started = when
                     copy.track_deadline(job)
-                    update(job, state=RUNNING, started=when)
+                    update(job, state=RUNNING, started=when, reason="")
                     event(job, "running", when, ev.reason, cluster, node_text(job))
             elif kind == "succeeded":
                 job.pods_done += 1
@@ -218,7 +254,8 @@ def apply_reports(copy, reports: Mapping[str, ClusterReport], now: float, lease_
             elif kind == "preempted":
                 finish(job, PREEMPTED, ev.reason or f"preempted on {cluster}", when, stop_rest=True, skip=ev.job_id)
             elif kind == "cancelled":
-                if job.stop_requested == STOP_CANCEL:
+                if job.stop_requested == STOP_CANCEL or ev.cause == "Deleted":
+                    # (Deleted: an in-cluster pod its owner deleted, kubectl delete job / pod.)
                     finish(job, CANCELLED, ev.reason or "cancelled", when, stop_rest=True, skip=ev.job_id)
                 elif job.stop_requested == STOP_DEADLINE:
                     retry_or_fail(job, DEADLINE, "active deadline exceeded", when, skip=ev.job_id)
@@ -227,8 +264,26 @@ def apply_reports(copy, reports: Mapping[str, ClusterReport], now: float, lease_
                            stop_rest=True, skip=ev.job_id)
             elif kind == "lost":
                 stop_pods(job)
-                requeue_or_fail(job, "lease-expired", f"lost on cluster {cluster}: {ev.reason or 'no reason given'}",
-                                when, pod, Failure(True, ev.exit_code, ev.cause))
+                failure = Failure(True, ev.exit_code, ev.cause)
+                reason = f"lost on cluster {cluster}: {ev.reason or 'no reason given'}"
+                if ev.cause == "NodeLost" and job.stop_requested == STOP_NONE \
+                        and not any(rule.matches(failure) for rule in rules_of(job)):
+                    # Its node went away: the platform's doing, which uses none of the job's own retries (a retry
+                    # policy rule on NodeLost decides otherwise).
+                    event(job, "lease-expired", when, reason, job.cluster, node_text(job), pod)
+                    return_to_queue(job, reason, when, pod, announced=True)
+                else:
+                    requeue_or_fail(job, "lease-expired", reason, when, pod, failure)
+            elif kind == "waiting":
+                if job.state in (LEASED, PENDING) and ev.reason:
+                    update(job, reason=ev.reason)   # why its pod waits on its node, as the kubelet says
+            elif kind == "returned":
+                # Not bound, or refused by the kubelet: the node was the wrong place at that moment (another
+                # scheduler's pods took the room). Back to the queue, no retry used.
+                label = (cluster, ev.cause or "Other")
+                returned[label] = returned.get(label, 0) + 1
+                stop_pods(job, ev.job_id)
+                return_to_queue(job, ev.reason or f"returned by cluster {cluster}", when, pod)
 
     # 2. Heartbeats: renew the leases of what each cluster runs; stop what it should not run.
     for cluster, report in reports.items():
@@ -320,4 +375,4 @@ def apply_reports(copy, reports: Mapping[str, ClusterReport], now: float, lease_
         stop_pods(job)
     for entry in later:
         heapq.heappush(heap, entry)
-    return IngestResult(active, stops, changes, counts)
+    return IngestResult(active, stops, changes, counts, returned, late_successes)

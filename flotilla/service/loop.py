@@ -39,14 +39,17 @@ import structlog
 from flotilla.core.backend import ClusterDecisions, ClusterUnavailable
 from flotilla.core.decisions import Placement
 from flotilla.core.wishlist import compute_wishlist
-from flotilla.core.model import ClusterSnapshot, Job, JobState, Queue, Snapshot
+from flotilla.core.model import ClusterSnapshot, Job, JobState, PriorityClass, Queue, Snapshot
+from flotilla.kubernetes.priorityclasses import cluster_classes
 from flotilla.plugin_manager import make_backends
 from flotilla.service.intake import ClusterIntake
 from flotilla.service.jobspec import duration_of_annotations, exit_code_of_annotations
 from flotilla.service.leases import ClusterReport, job_of
 from flotilla.service.pending import head_size
+from flotilla.service.placement import queue_parents
 from flotilla.service.settings import ServiceSettings
-from flotilla.service.snapshot import DEADLINE_ANNOTATION, GRACE_ANNOTATION, Converter, RunningPods
+from flotilla.service.snapshot import (DEADLINE_ANNOTATION, DEFAULT_NAMESPACE, GRACE_ANNOTATION, Converter, RunningPods,
+                                       default_namespace)
 from flotilla.service.store import ActiveCopy, QueuedJob, Store
 from flotilla.service.templates import templates_for
 
@@ -69,6 +72,8 @@ class CycleReport:
     preempted: int = 0
     stopped: int = 0
     counts: dict[str, int] = field(default_factory=dict)
+    #: Binds returned to their queue, by (cluster, reason label) (flotilla.kubernetes.admission).
+    returned: dict[tuple[str, str], int] = field(default_factory=dict)
     #: In-cluster pods this cycle: stored as jobs, parked (refused or waiting for their gang), left.
     intake: dict[str, int] = field(default_factory=dict)
     timings: dict[str, float] = field(default_factory=dict)
@@ -108,19 +113,20 @@ class QueuedJobs:
     submission time.
     """
 
-    def __init__(self, store: Store):
+    def __init__(self, store: Store, namespace: str = DEFAULT_NAMESPACE):
         self.store = store
+        self.namespace = namespace
         self.cursor: int | None = None
         self.jobs: dict[str, tuple[QueuedJob, list[Job]]] = {}
         self.version = 0      # bumped by every sync that changed a job: the loop's queued list is rebuilt then
-        self._converter = _Converter()
+        self._converter = _Converter(self.namespace)
 
     def sync(self) -> tuple[int, int]:
         """Bring the copy up to date; returns (jobs re-read, queued now)."""
         if self.cursor is None:
             cursor = self.store.last_event_id()  # first: a change after it is read again next time
             records = self.store.load_queued()
-            self._converter = _Converter()
+            self._converter = _Converter(self.namespace)
             self.jobs = {r.id: (r, self._converter.pods(r)) for r in records}
             self.cursor = cursor
             self.version += 1
@@ -160,14 +166,17 @@ class ServiceLoop:
         self.last_nodes: dict[str, str] = {}   # draining nodes after the last cycle: draining or drained
         self.cycle_lock = threading.Lock()
         self.in_cycle = threading.Event()
-        self.queued = QueuedJobs(store)
+        #: The namespace of jobs that name none, for pod rules: the clusters' ``namespace`` when they agree.
+        self.namespace = default_namespace(self.backends)
+        self.queued = QueuedJobs(store, self.namespace)
         self.active = ActiveCopy()
-        self.running_pods = RunningPods()
+        self.running_pods = RunningPods(self.namespace)
         self._queued_list: tuple[tuple, list[Job]] | None = None   # (what it was built from, the queued pods)
         self._reported: dict[str, tuple[list[Job], set[str]]] = {}  # cluster -> its last running list, their ids
         self.last_snapshot: Snapshot | None = None      # the last cycle's, and the clusters it was built from
         self.last_clusters: dict[str, ClusterSnapshot] = {}
         self.intake = ClusterIntake(store)     # in-cluster pods (flotilla.service.intake)
+        self._classes: tuple | None = None     # (what the merged priority classes were made from, them)
 
     # -- one cycle ------------------------------------------------------------------
     def run_cycle(self) -> CycleReport:
@@ -233,7 +242,8 @@ class ServiceLoop:
         report.clusters = sorted(snaps)
         self.last_nodes = self.node_states(snaps)
         if snaps and self.intake.backends(self.backends):
-            classes = self.scheduler.priority_classes()
+            classes = self.priority_classes()
+            self.intake.placement = getattr(self.settings, "placement", ())
             report.intake = self.intake.run(
                 self.backends, snaps, self.store.list_queues(), {pc.name for pc in classes},
                 self.settings.default_priority_class, now, preemptible={pc.name for pc in classes if pc.preemptible})
@@ -243,6 +253,7 @@ class ServiceLoop:
         result = self.store.ingest(reports, now, self.settings.lease_timeout, self.settings.lease_max_retries,
                                    copy=self.active)
         report.counts = dict(result.counts)
+        report.returned = dict(result.returned)
         t2 = time.perf_counter()
         c2 = time.thread_time()
 
@@ -362,6 +373,24 @@ class ServiceLoop:
         self._reported[cluster] = (running, ids)
         return ids
 
+    def priority_classes(self) -> list[PriorityClass]:
+        """Flotilla's priority classes and, with Kubernetes clusters, theirs
+        (:func:`~flotilla.kubernetes.priorityclasses.cluster_classes`); made again only when a cluster's changed."""
+        own = self.scheduler.priority_classes()
+        watched = {name: b.cluster_priority_classes() if hasattr(b, "cluster_priority_classes") else (0, [])
+                   for name, b in sorted(self.backends.items())
+                   if hasattr(b, "cluster_priority_classes") or hasattr(b, "take_intake")}
+        if not watched:
+            return own
+        setting = getattr(getattr(self.scheduler, "config", None), "cluster_priority_classes", None)
+        offset = setting.priority_offset if setting is not None else 0
+        fair_share = setting.fair_share_preemption if setting is not None else False
+        key = (tuple(own), offset, fair_share, tuple((name, version) for name, (version, _) in watched.items()))
+        if self._classes is None or self._classes[0] != key:
+            self._classes = (key, cluster_classes(own, [classes for _, classes in watched.values()], offset,
+                                                  fair_share))
+        return self._classes[1]
+
     def build_snapshot(self, snaps: Mapping[str, ClusterSnapshot], now: float) -> Snapshot:
         """The cycle's snapshot from the kept copies, after ingest: clusters as ``snaps`` show them.
 
@@ -372,7 +401,8 @@ class ServiceLoop:
         """
         self.queued.sync()
         queue_specs = self.store.list_queues()
-        known_pcs = {pc.name for pc in self.scheduler.priority_classes()}
+        classes = self.priority_classes()
+        known_pcs = {pc.name for pc in classes}
         known_queues = {q.name for q in queue_specs}
         key = (self.queued, self.queued.version, frozenset(known_pcs), frozenset(known_queues))
         if self._queued_list is not None and self._queued_list[0] == key:
@@ -388,12 +418,13 @@ class ServiceLoop:
         clusters: list[ClusterSnapshot] = []
         for name, snap in snaps.items():
             running = self.running_pods.running(name, frozenset(node.name for node in snap.nodes))
-            clusters.append(ClusterSnapshot(name, snap.nodes, running, dict(snap.foreign)))
+            clusters.append(ClusterSnapshot(name, snap.nodes, running, dict(snap.foreign), volumes=snap.volumes))
         cordoned = self.store.cordoned("queue")
-        parents = {q.name: q.parent for q in self.settings.queues}   # hierarchies come from the config file
+        # Hierarchies come from the config file, and from the placement rules for the queues they made.
+        parents = queue_parents(self.settings.queues, getattr(self.settings, "placement", ()), queue_specs)
         snapshot = Snapshot(clusters, queued, [Queue(q.name, q.weight, dict(q.limits), parents.get(q.name),
                                                      cordoned=q.name in cordoned) for q in queue_specs],
-                            self.scheduler.priority_classes(), self.settings.default_priority_class, now)
+                            classes, self.settings.default_priority_class, now)
         self.last_snapshot = snapshot
         self.last_clusters = dict(snaps)
         return snapshot
@@ -401,9 +432,9 @@ class ServiceLoop:
     def forget(self) -> None:
         """Drop the copies kept between cycles; the next cycle reads the store afresh (a new leader term)."""
         with self.cycle_lock:
-            self.queued = QueuedJobs(self.store)
+            self.queued = QueuedJobs(self.store, self.namespace)
             self.active = ActiveCopy()
-            self.running_pods = RunningPods()
+            self.running_pods = RunningPods(self.namespace)
             self._queued_list = None
             self.intake.resync = True
 

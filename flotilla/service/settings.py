@@ -106,6 +106,8 @@ class ServiceSettings:
     clusters: tuple[ClusterSpec, ...] = ()
     admin_endpoints: bool = False
     limits: Limits = DEFAULT_LIMITS
+    #: The in-cluster pods' placement rules (flotilla.service.placement.PlacementRule).
+    placement: tuple = ()
 
     @property
     def open_access(self) -> bool:
@@ -198,6 +200,7 @@ def rule_dicts(rules: Any) -> tuple[dict, ...]:
 
 def from_config(config: Any) -> ServiceSettings:
     """Read the service's settings off a loaded :class:`FlotillaConfig` (or anything shaped like it)."""
+    from flotilla.service.placement import rules_from_config
     queues = tuple(
         QueueSpec(
             name=_get(q, "name"),
@@ -256,4 +259,5 @@ def from_config(config: Any) -> ServiceSettings:
                              or _get(server, "adminEndpoints", default=False)),
         limits=Limits(int(_get(server, "max_body_size", default=DEFAULT_LIMITS.max_body_bytes)),
                       int(_get(server, "max_jobs_per_submission", default=DEFAULT_LIMITS.max_jobs))),
+        placement=rules_from_config(config),
     )

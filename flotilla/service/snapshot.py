@@ -16,8 +16,10 @@ from dataclasses import replace
 from itertools import chain
 
 from flotilla.core.model import (GANG_MIN_AVAILABLE_ANNOTATION, GANG_NODE_UNIFORMITY_LABEL_ANNOTATION, Gang, Job,
-                                 JobState, Toleration, parse_min_available)
+                                 NAMESPACE_ANNOTATION, JobState, Toleration, parse_min_available)
+from flotilla.core.hostports import host_port
 from flotilla.core.nodeaffinity import AffinityError, NodeAffinity, parse_node_affinity
+from flotilla.core.podrules import PodRules, SpreadConstraint, parse_pod_rules
 from flotilla.core.topology import uniformity_label_problem
 from flotilla.service.leases import pod_ids
 
@@ -26,14 +28,30 @@ GRACE_ANNOTATION = "flotilla.io/grace-period"
 DEADLINE_ANNOTATION = "flotilla.io/active-deadline"
 
 
+#: The namespace of a job that names none, for pod rules (the Kubernetes clusters' ``namespace`` default).
+DEFAULT_NAMESPACE = "default"
+_NO_LABELS: dict = {}
+
+
+def default_namespace(backends) -> str:
+    """The namespace jobs that name none go to: the Kubernetes backends' ``namespace`` when they agree, else
+    ``default``."""
+    found = {getattr(getattr(b, "settings", None), "namespace", None) for b in backends.values()} - {None}
+    return found.pop() if len(found) == 1 else DEFAULT_NAMESPACE
+
+
 class Converter:
     """Store records to scheduler jobs, sharing identical mappings across jobs."""
 
-    def __init__(self):
+    def __init__(self, namespace: str = DEFAULT_NAMESPACE):
+        #: The namespace of a job that names none (its clusters' ``namespace``), for pod rules.
+        self.namespace = namespace
         self._tolerations: dict[int, tuple] = {}
         self._ports: dict[tuple, tuple] = {}
         self._affinities: dict[int, tuple] = {}
         self._affinity_values: dict[NodeAffinity, NodeAffinity] = {}
+        self._pod_rules: dict[int, tuple] = {}
+        self._pod_rules_values: dict[PodRules, PodRules] = {}
 
     #: Cached toleration lists; the cache starts over past this many (it lives as long as the queued copy).
     LIMIT = 10000
@@ -53,10 +71,20 @@ class Converter:
         return hit[1]
 
     def host_ports(self, items: list | None) -> tuple:
-        """``[[protocol, port], ...]`` as the core's tuple of pairs (shared by identical lists)."""
+        """``[[protocol, port, host IP], ...]`` as the core's tuple of triples (shared by identical lists); an entry
+        stored as ``[protocol, port]`` binds every host IP."""
         if not items:
             return ()
-        key = tuple(map(tuple, items))
+        key = tuple(host_port(*item) if len(item) == 3 else host_port(item[0], item[1], None) for item in items)
+        if len(self._ports) > self.LIMIT:
+            self._ports.clear()
+        return self._ports.setdefault(key, key)
+
+    def claims(self, items: list | None) -> tuple:
+        """A pod's claim names as the core's tuple (shared by equal lists, in the host ports' table)."""
+        if not items:
+            return ()
+        key = tuple(items)
         if len(self._ports) > self.LIMIT:
             self._ports.clear()
         return self._ports.setdefault(key, key)
@@ -80,6 +108,28 @@ class Converter:
         self._affinities[id(spec)] = (spec, parsed)  # keep spec alive so id() stays unique
         return parsed
 
+    def pod_rules(self, spec: dict | None, namespace: str, labels: dict) -> PodRules | None:
+        """A stored ``podRules`` as the core's object for a pod of ``namespace`` with ``labels``; equal ones are
+        one object."""
+        if not spec:
+            return None
+        if len(self._pod_rules) > self.LIMIT:
+            self._pod_rules.clear()
+            self._pod_rules_values.clear()
+        key = (namespace, tuple(sorted(labels.items())))
+        hit = self._pod_rules.get(id(spec))
+        if hit is not None and hit[0] is spec and hit[1] == key:
+            return hit[2]
+        try:
+            parsed = parse_pod_rules(spec.get("affinity"), spec.get("topologySpreadConstraints"), namespace, labels)
+        except AffinityError:
+            # Checked at submission; a stored value that no longer parses keeps the pod off every node.
+            parsed = PodRules(spread=(SpreadConstraint(1, "\0never", True, None),))
+        if parsed is not None:
+            parsed = self._pod_rules_values.setdefault(parsed, parsed)
+        self._pod_rules[id(spec)] = (spec, key, parsed)  # keep spec alive so id() stays unique
+        return parsed
+
     def pods(self, record, state=JobState.QUEUED, cluster=None, nodes=None) -> list[Job]:
         if record.gang_id:
             gang = Gang(f"{record.queue}/{record.gang_id}", record.gang_pods or record.npods)
@@ -98,11 +148,15 @@ class Converter:
                        DEADLINE_ANNOTATION: f"{record.deadline:g}"}
         out = []
         for k, pod in enumerate(record.pods):
+            labels = pod.get("labels") or _NO_LABELS
+            namespace = pod.get("namespace") or record.annotations.get(NAMESPACE_ANNOTATION) or self.namespace
             out.append(Job(ids[k], record.queue, record.job_set, record.priority, record.priority_class,
                            record.submitted, pod["requests"], pod.get("nodeSelector") or {},
                            self.tolerations(pod.get("tolerations")), gang, state, cluster,
                            nodes[k] if nodes else None, annotations,
-                           self.host_ports(pod.get("hostPorts")), self.affinity(pod.get("nodeAffinity"))))
+                           self.host_ports(pod.get("hostPorts")), self.affinity(pod.get("nodeAffinity")),
+                           labels, namespace, self.pod_rules(pod.get("podRules"), namespace, labels),
+                           self.claims(pod.get("claims"))))
         return out
 
 
@@ -114,8 +168,8 @@ class RunningPods:
     sets, or a copy read afresh (a new generation), converts everything again.
     """
 
-    def __init__(self):
-        self.converter = Converter()
+    def __init__(self, namespace: str = DEFAULT_NAMESPACE):
+        self.converter = Converter(namespace)
         self.generation: int | None = None
         self.filters: tuple | None = None
         self.pods: dict[str, tuple[object, list[Job]]] = {}        # job id -> (ActiveJob, its pods), every job

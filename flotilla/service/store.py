@@ -53,7 +53,8 @@ NONTERMINAL = (QUEUED, *ACTIVE)
 EVENT_KINDS = ("submitted", "queued", "leased", "pending", "running", "succeeded", "failed", "preempted",
                "cancelled", "lease-expired", "reprioritized", "cancelling", "deleted",
                "pod-running", "pod-succeeded",   # one pod of a multi-pod job, with its podNumber
-               "run-failed")                     # a failed run that its retry policy runs again
+               "run-failed",                     # a failed run that its retry policy runs again
+               "returned")                       # not bound, or refused by the kubelet: queued again, no retry used
 #: The state an event puts its job in; events not listed leave the state as it is.
 EVENT_STATE = {"queued": QUEUED, "leased": LEASED, "pending": PENDING, "running": RUNNING,
                "succeeded": SUCCEEDED, "failed": FAILED, "preempted": PREEMPTED, "cancelled": CANCELLED}
@@ -144,6 +145,13 @@ class Pod:
     host_ports: list[list] = field(default_factory=list)
     #: The podSpec's ``affinity.nodeAffinity`` (API field names), checked at submission; None: none.
     node_affinity: dict | None = None
+    #: The pod's labels (the job's), which other pods' affinity and spread select by.
+    labels: dict[str, str] = field(default_factory=dict)
+    #: The podSpec's pod affinity, anti-affinity and spread constraints (``{affinity: {podAffinity,
+    #: podAntiAffinity}, topologySpreadConstraints}``, API field names), checked at submission; None: none.
+    pod_rules: dict | None = None
+    #: The PersistentVolumeClaims the pod mounts (``namespace/name``, or ``name`` for the cluster's namespace).
+    claims: list[str] = field(default_factory=list)
 
     def to_dict(self) -> dict:
         out: dict[str, Any] = {"requests": self.requests}
@@ -155,6 +163,12 @@ class Pod:
             out["hostPorts"] = self.host_ports
         if self.node_affinity:
             out["nodeAffinity"] = self.node_affinity
+        if self.labels:
+            out["labels"] = self.labels
+        if self.pod_rules:
+            out["podRules"] = self.pod_rules
+        if self.claims:
+            out["claims"] = self.claims
         return out
 
 
@@ -1137,6 +1151,8 @@ class Store:
                     active = self._refresh_active(conn, copy)
                 result = apply_reports(active, reports, now, lease_timeout, max_retries, self._policies(conn))
                 self._write_changes(conn, result.changes, now)
+                if result.late_successes:
+                    self._finish_late_successes(conn, result.late_successes, now)
         except BaseException:
             if copy is not None:
                 copy.reset()  # apply_reports changed the copy; the store did not take it
@@ -1164,6 +1180,20 @@ class Store:
         for columns, params in groups.items():
             stmt = table.update().where(key == sa.bindparam("k_")).values({c: sa.bindparam(f"v_{c}") for c in columns})
             conn.execute(stmt, params)
+
+    def _finish_late_successes(self, conn, late, now: float) -> None:
+        """Jobs queued again after their node was lost, whose first run reported success once the node returned
+        (``IngestResult.late_successes``): succeeded, if still queued (never leased again since)."""
+        rows = []
+        for job_id, cluster, node, when, reason in late:
+            row = conn.execute(sa.select(jobs.c.id, jobs.c.queue, jobs.c.job_set)
+                               .where(jobs.c.id == job_id, jobs.c.state == QUEUED)).first()
+            if row is None:
+                continue
+            conn.execute(jobs.update().where(jobs.c.id == job_id, jobs.c.state == QUEUED)
+                         .values(state=SUCCEEDED, reason=reason, finished=when, updated=now))
+            rows.append(self._event(row._mapping, "succeeded", when, cluster, node, reason))
+        self._insert_events(conn, rows)
 
     def _write_changes(self, conn, changes: "Changes", now: float) -> None:
         self._update_many(conn, jobs, jobs.c.id, {k: {**v, "updated": now} for k, v in changes.job_updates.items()})

@@ -123,6 +123,10 @@ class Metrics:
         self.evicted = Counter("flotilla_cycle_jobs_evicted", "Jobs the evict action took off their node", registry=r)
         self.renewed = Counter("flotilla_leases_renewed", "Job leases renewed by a cluster's report", registry=r)
         self.expired = Counter("flotilla_leases_expired", "Job leases that expired (lost or not renewed)", registry=r)
+        self.returned = Counter("flotilla_binds_returned", "Jobs returned to their queue, no retry used: a bind "
+                                "that no longer fitted its node's live view, or a kubelet's admission refusal "
+                                "(reason: Insufficient <resource>, Too many pods, or the kubelet's reason)",
+                                ["cluster", "reason"], registry=r)
         self.commit_seconds = Histogram("flotilla_store_commit_seconds", "Commit latency of the store's write "
                                         "transactions", registry=r)
         self.leader = Gauge("flotilla_scheduler_leader", "1 if this process leads the scheduling, else 0",
@@ -161,6 +165,8 @@ class Metrics:
         self.evicted.inc(counters.get("evicted", 0))
         self.renewed.inc(report.counts.get("lease-renewed", 0))
         self.expired.inc(report.counts.get("lease-expired", 0))
+        for (cluster, reason), count in getattr(report, "returned", {}).items():
+            self.returned.labels(cluster, reason).inc(count)
 
     def set_leader(self, identity: str, leading: bool, term: int | None) -> None:
         self.leader.labels(identity).set(1 if leading else 0)
