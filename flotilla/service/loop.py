@@ -290,9 +290,10 @@ class ServiceLoop:
         self.last_decisions = decisions
         templates = self.scheduler.config.node_templates
         if templates:   # published with the cycle's status: GET /v1/wishlist and the wishlist metrics
-            self.last_wishlist = compute_wishlist(self.scheduler, snapshot, decisions.queued,
-                                                  [t.to_core() for t in templates], decisions.scheduled,
-                                                  decisions.preempted).to_dict()
+            wish = compute_wishlist(self.scheduler, snapshot, decisions.queued, [t.to_core() for t in templates],
+                                    decisions.scheduled, decisions.preempted)
+            # "queues": each queue's part, so that a user is shown only what their queues hold (GET /v1/wishlist)
+            self.last_wishlist = {**wish.to_dict(), "queues": wish.by_queue()}
         t5 = time.perf_counter()
         c5 = time.thread_time()
 
