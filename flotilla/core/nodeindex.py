@@ -708,6 +708,18 @@ class NodeIndex:
                     for neg in reversed(members[key]):
                         yield -neg
 
+    def iter_fitting_in(self, vec: Vector, level: int, types: Sequence[int], tier: str, queue: str) -> Iterator[int]:
+        """:meth:`iter_fitting` within one tier (as :meth:`find` reads tiers): only the tier's own lists are
+        walked, so a filtered search of the ``own`` tier does not pass over every other node."""
+        self._flush()
+        k = self.level_of[level]
+        for t in types:
+            for buckets in self._tier_lists(k, t, tier, queue):
+                members = buckets.members
+                for key in _all_fits(buckets.vecs, vec):
+                    for neg in reversed(members[key]):
+                        yield -neg
+
     def free_total(self, types: Sequence[int], level: int) -> list[int]:
         """The free space at ``level`` of every node of ``types`` added up (a node over its room adds nothing).
 

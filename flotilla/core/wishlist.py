@@ -113,7 +113,8 @@ def _probe(snapshot: Snapshot, waiting: Sequence[Job], templates: Sequence[Node]
             placement.job, state=JobState.RUNNING, cluster=placement.cluster, node=placement.node))
     clusters = {cluster.name: ClusterSnapshot(
         cluster.name, list(cluster.nodes), [job for job in cluster.running if job.id not in gone]
-        + started.get(cluster.name, []), dict(cluster.foreign), volumes=cluster.volumes) for cluster in snapshot.clusters}
+        + started.get(cluster.name, []), dict(cluster.foreign), dict(cluster.foreign_pods), volumes=cluster.volumes)
+        for cluster in snapshot.clusters}
     names = []
     for template in templates:
         cluster = clusters.setdefault(template.cluster, ClusterSnapshot(template.cluster, []))

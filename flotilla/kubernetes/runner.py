@@ -217,7 +217,7 @@ class Runner:
         if stale:
             log.warning("runner.stale_pods", cluster=name, jobs=[job.id for job in stale])
             backend.apply(ClusterDecisions(cancel=stale))
-        return ClusterSnapshot(snap.name, snap.nodes, running, foreign, volumes=snap.volumes)
+        return ClusterSnapshot(snap.name, snap.nodes, running, foreign, snap.foreign_pods, volumes=snap.volumes)
 
     def run(self, until: Callable[["Runner"], bool], timeout: float, period: float = 0.2,
             on_cycle: Callable[[CycleResult], None] | None = None) -> bool:
