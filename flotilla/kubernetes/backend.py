@@ -994,7 +994,7 @@ class KubernetesCluster:
                     continue
                 reason, stored = reasons.get(key, (None, True))
                 status = podgroup_status(group.min_member, members, reason, stored)
-                if self._group_reporter.changed(key, status):
+                if self._group_reporter.claim(key, status):
                     writes.append((key, status))
         for key, status in writes:
             self._pool.submit(self._write_podgroup, key, status)
