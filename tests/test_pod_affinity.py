@@ -191,3 +191,18 @@ def test_served_jobs_with_required_anti_affinity_land_one_per_node_and_the_fifth
         clock.now += 1
     assert store.get_job(ids[4])["state"] == "queued"
     store.close()
+
+
+def test_pods_on_nodes_without_the_topology_key_do_not_count_for_the_first_pod_rule(tmp_path):
+    # An app=web pod runs on node-1, which has no zone: as kube-scheduler counts, no pod matches in any zone, so
+    # the first of a self-affine group may still go to a zoned node; a pod affine to cache (none anywhere) waits.
+    state = """clusters:
+  - name: c1
+    nodes:
+      - {name: node-1, resources: {cpu: 32}}
+      - {name: node-2, resources: {cpu: 32}, labels: {topology.kubernetes.io/zone: b}}
+jobs:
+  - {id: old, queue: A, requests: {cpu: 1}, state: running, node: node-1, labels: {app: web}}
+""" + web_jobs(1, AFFINE).replace("jobs:\n", "")
+    out = run_once(tmp_path, config(), state)
+    assert placements(out) == {"web-1": "node-2"}
