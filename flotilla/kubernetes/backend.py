@@ -50,9 +50,17 @@ its allocatable; until then the start is *held* for that node, first come
 first served: the job is
 reported running there (its lease renewed, the scheduler keeps its room
 and gives it to no other job), and its pod is created as soon as a pod on
-the node is gone. A start held with nothing on its node leaving for
-``stuck_pod_expiry``, or held for a stopped pod that has not gone within
-it, is given up (``lost``: the job is retried).
+the node is gone. A held start whose room does not come although nothing
+on its node is leaving any more goes to the bind's own check (below), which
+returns it; one held for a stopped pod that has not gone within
+``stuck_pod_expiry`` is given up (``lost``: the job is retried).
+
+The bind's own check. Just before each bind, the node is checked against
+the live view (every live pod, whoever bound it, and Flotilla's binds not
+yet seen); a bind that no longer fits is held when a leaving pod frees the
+room, else its job is *returned* to its queue (no retry used), and a
+kubelet's admission refusal returns the job too
+(:mod:`flotilla.kubernetes.admission`).
 
 Events. Pod phases become job events: ``running``, ``succeeded``,
 ``failed`` (with the pod's reason, e.g. DeadlineExceeded, or the API
