@@ -5,7 +5,7 @@ A benchmark, not a test: it prints figures and asserts nothing about time.
     python bench/cycle.py [--nodes 10000] [--queues 100] [--jobs 1000000] [--profile] [--second-cycle]
     python bench/cycle.py --uniform --nodes 100 --node-cpu 32 --node-memory 256 --queues 10 \\
         --jobs-per-queue 32000 --job-cpu 1 --job-memory 4 [--running 0.5]
-    python bench/cycle.py --armada-shapes [--repeat 3] [--clock cpu]
+    python bench/cycle.py --armada-shapes [--repeat 3] [--clock cpu] [--node-pods 110]
     python bench/cycle.py --idle-cycle
     python bench/cycle.py --tree 10 [--repeat 2]
 
@@ -32,7 +32,10 @@ queue) and prints, per shape:
   arriving with as many jobs: preemption to its fair share; jobs placed per
   second (returned and new).
 
-Each case is timed ``--repeat`` times and the best run is kept.
+Each case is timed ``--repeat`` times and the best run is kept. With
+``--node-pods N`` (``--uniform`` too) the nodes declare ``N`` pod slots, as
+every Kubernetes node does: the resource vectors then count slots
+(:mod:`flotilla.core.resources`), which measures what that dimension costs.
 
 ``--tree N`` puts the mixed cluster's queues under ``N`` parent queues (10
 parents of 10 leaves at the default size) and times the same snapshot with
@@ -103,6 +106,7 @@ class Shape:
     job_cpu: float = 1.0        # cores
     job_memory: float = 4.0     # GiB
     running: float = 0.0        # fraction of the cluster already running
+    node_pods: int = 0          # the nodes' allocatable pods (their pod slots); 0: none declared, no limit
 
     def label(self) -> str:
         return f"{self.nodes} node{'s' * (self.nodes != 1)}, {self.queues} queue{'s' * (self.queues != 1)} " \
@@ -111,8 +115,10 @@ class Shape:
 
 def uniform_snapshot(scheduler: Scheduler, shape: Shape, extra_queues: int = 0) -> Snapshot:
     """Identical nodes, equal-weight queues of identical preemptible jobs (``extra_queues`` more of them empty)."""
-    nodes = [Node(f"node-{i:05d}", "c1", {"cpu": shape.node_cpu * 1000, "memory": shape.node_memory * GIB})
-             for i in range(shape.nodes)]
+    resources = {"cpu": shape.node_cpu * 1000, "memory": shape.node_memory * GIB}
+    if shape.node_pods:
+        resources["pods"] = shape.node_pods
+    nodes = [Node(f"node-{i:05d}", "c1", resources) for i in range(shape.nodes)]
     requests = {"cpu": int(shape.job_cpu * 1000), "memory": int(shape.job_memory * GIB)}
     per_node = min(shape.node_cpu * 1000 // requests["cpu"], shape.node_memory * GIB // requests["memory"])
     to_run = int(shape.nodes * per_node * shape.running)
@@ -181,10 +187,12 @@ def compare_tree(scheduler: Scheduler, snapshot: Snapshot, parents: int, repeat:
           f"tree/flat {best['tree'] / best['flat']:.3f}")
 
 
-def armada_shapes(repeat: int) -> None:
+def armada_shapes(repeat: int, node_pods: int = 0) -> None:
     shapes = [Shape(1, 1, 320), Shape(1, 10, 320), Shape(10, 1, 3200), Shape(10, 10, 3200),
               Shape(100, 1, 32000), Shape(100, 10, 32000), Shape(1000, 1, 320000)]
-    print("32-core/256Gi nodes, 1-core/4Gi preemptible jobs, equal-weight queues; best of", repeat,
+    shapes = [replace(shape, node_pods=node_pods) for shape in shapes]
+    print("32-core/256Gi nodes" + (f" of {node_pods} pods" if node_pods else ""),
+          "1-core/4Gi preemptible jobs, equal-weight queues; best of", repeat,
           "by", "CPU time" if clock is time.process_time else "wall time")
     print(f"{'shape':<28} {'round one':>14} {'full':>10} {'evict all':>14} {'new queue':>14}")
     print(f"{'':<28} {'placed/s':>14} {'ms':>10} {'returned/s':>14} {'placed/s':>14}")
@@ -225,6 +233,8 @@ def main() -> None:
     parser.add_argument("--node-memory", type=int, default=256, help="GiB per node (--uniform)")
     parser.add_argument("--job-cpu", type=float, default=1.0, help="cores per job (--uniform)")
     parser.add_argument("--job-memory", type=float, default=4.0, help="GiB per job (--uniform)")
+    parser.add_argument("--node-pods", type=int, default=0,
+                        help="the nodes' allocatable pods (--uniform, --armada-shapes); 0: none declared")
     parser.add_argument("--running", type=float, default=0.0,
                         help="fraction of the cluster already running when the cycle starts (--uniform)")
     parser.add_argument("--armada-shapes", action="store_true", help="run the preset comparison shapes")
@@ -245,13 +255,13 @@ def main() -> None:
     global clock
     clock = CLOCK[args.clock]
     if args.armada_shapes:
-        armada_shapes(args.repeat)
+        armada_shapes(args.repeat, args.node_pods)
         return
     scheduler = Scheduler(load_config(None))
     started = time.perf_counter()
     if args.uniform:
         shape = Shape(args.nodes, args.queues, args.jobs_per_queue, args.node_cpu, args.node_memory,
-                      args.job_cpu, args.job_memory, args.running)
+                      args.job_cpu, args.job_memory, args.running, args.node_pods)
         snapshot = uniform_snapshot(scheduler, shape)
         print(shape.label())
     else:

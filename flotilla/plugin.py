@@ -60,7 +60,10 @@ What a plugin sees
   :func:`node_allocatable` (resource vectors). Positions are ints so that a
   node search over ten thousand nodes compares ints, not objects.
 * :data:`Vector`: resources as a tuple of ints in the session's order,
-  ``session.space.names``; ``session.vector(job)`` gives a job's.
+  ``session.space.names``; ``session.vector(job)`` gives a job's. When
+  nodes declare ``pods``, the last entry (``session.space.slot``) counts
+  pod slots: 1 in a job's vector; it is no resource to weigh or share
+  (:func:`weight_vector` gives it 0).
 * The callable each extension point takes, as a typed ``Protocol``
   (:class:`QueueOrder`, :class:`QueueAdmit`, :class:`NodeScore`, ...), to
   annotate yours with; each is declared once, in the core, with its

@@ -203,8 +203,8 @@ CLUSTER = "clusters:\n  - name: c\n    kind: simulated\n    nodes:\n"
     ("clusters:\n  - {name: x}\n", "c.yaml:2: clusters[0].kind: required field missing (one of: simulated, kubernetes)"),
     ("clusters:\n  - {name: x, kind: kubernetes, kubeconfig: k, nodes: []}\n",
      "c.yaml:2: clusters[0].nodes: unknown field 'nodes' (expected one of: name, kind, kubeconfig, context, "
-     "inCluster, namespace, workers, bind, nodeSelector, stuckPodExpiry, nodeLostTimeout, finishedPodRetention, "
-         "ingressDomain, schedulerName)"),
+     "inCluster, namespace, workers, bind, nodeSelector, stuckPodExpiry, nodeLostTimeout, volumeBindTimeout, "
+     "finishedPodRetention, ingressDomain, schedulerName)"),
     ("clusters:\n  - {name: x, kind: kubernetes}\n  - {name: x, kind: simulated}\n",
      "c.yaml:3: clusters[1].name: duplicate cluster 'x' (first at clusters[0])"),
     # names that must exist or be unique

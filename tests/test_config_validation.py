@@ -80,13 +80,25 @@ def test_unknown_resource_names_are_refused_where_they_are(text, expected):
 
 @pytest.mark.parametrize("names", [
     # what a Kubernetes node may report whatever the config says, and every extended (domain-prefixed) name
-    "{cpu: 0.5, memory: 0.5, ephemeral-storage: 0.5, pods: 0.5, storage: 0.5, hugepages-2Mi: 0.5, "
+    "{cpu: 0.5, memory: 0.5, ephemeral-storage: 0.5, storage: 0.5, hugepages-2Mi: 0.5, "
     "hugepages-1Gi: 0.5, attachable-volumes-aws-ebs: 0.5, nvidia.com/gpu: 0.5, example.com/x: 0.5}",
 ])
 @pytest.mark.parametrize("clusters", [SIM, K8S])
 def test_names_a_real_cluster_may_have_are_accepted(names, clusters):
     config = parse_config(f"queues: [{{name: A, limits: {names}}}]\n" + clusters, "c.yaml")
-    assert len(config.queues[0].limits) == 10
+    assert len(config.queues[0].limits) == 9
+
+
+@pytest.mark.parametrize("text, expected", [
+    ("queues: [{name: A, limits: {pods: 0.5}}]\n" + K8S, "c.yaml:1: queues[0].limits.pods"),
+    ("plugins:\n  - name: assetfairness\n    args: {resourceWeights: {cpu: 1, pods: 1}}\n" + SIM,
+     "c.yaml:3: plugins[0].args.resourceWeights.pods"),
+    ("nodeIndex: {indexedResources: [cpu, pods]}\n" + K8S, "c.yaml:1: nodeIndex.indexedResources[1]"),
+])
+def test_pod_slots_are_no_resource_to_weigh_limit_or_index(text, expected):
+    # A node's pods counts its pod slots (kube-scheduler's Too many pods): no share, limit or index order reads it.
+    assert config_error(text) == (f"{expected}: pods counts each node's pod slots (kube-scheduler's Too many "
+                                  f"pods), not a resource queues are weighed, limited or indexed by")
 
 
 def test_a_simulated_node_or_template_may_bring_its_own_names():

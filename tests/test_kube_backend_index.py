@@ -13,7 +13,8 @@ NODES = ["n1", "n2", "n3"]
 
 
 def full_walk(backend: KubernetesCluster) -> tuple[list[str], dict[str, dict[str, int]]]:
-    """Running job ids and foreign usage per node, from every pod, as the snapshot's definition reads."""
+    """Running job ids and foreign usage per node (``pods``: how many pods), from every pod, as the snapshot's
+    definition reads."""
     running, foreign = [], {}
     for pod in backend._pods.values():
         if pod.node is None or pod.node not in backend._nodes or pod.phase in ("Succeeded", "Failed"):
@@ -29,6 +30,7 @@ def full_walk(backend: KubernetesCluster) -> tuple[list[str], dict[str, dict[str
         used = foreign.setdefault(pod.node, {})
         for resource, amount in requests.items():
             used[resource] = used.get(resource, 0) + amount
+        used["pods"] = used.get("pods", 0) + 1   # each pod takes one of the node's pod slots
     return sorted(running), {node: {r: v for r, v in used.items() if v} for node, used in foreign.items()}
 
 

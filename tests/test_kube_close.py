@@ -23,7 +23,8 @@ from flotilla.core.model import Job
 from flotilla.kubernetes.backend import KubernetesCluster
 from flotilla.kubernetes.client import KubeClient
 
-KINDS = ("nodes", "pods", "namespaces", "podgroups", "priorityclasses", "jobs", "jobsets")
+KINDS = ("nodes", "pods", "namespaces", "podgroups", "priorityclasses", "jobs", "jobsets", "pvcs", "pvs",
+         "storageclasses")
 
 
 def threads_of(name: str) -> list[str]:

@@ -11,7 +11,7 @@ from flotilla.kubernetes.requests import effective_requests
 from flotilla.service.api import create_app
 from flotilla.service.jobspec import prepare
 from flotilla.service.store import Store
-from scenario import config, placements, run_once
+from scenario import config, invoke, placements, run_once
 from service_fixtures import config as service_config
 from service_fixtures import headers, job, job_file, settings
 from test_service_loop import make, run_until
@@ -136,13 +136,13 @@ def test_host_ports_and_os_become_placement_requirements():
     plain = job("p")
     plain["podSpec"]["containers"][0]["ports"] = [{"containerPort": 80, "hostPort": 8080}, {"containerPort": 81}]
     _, (a, b) = prepare(job_file("A", "s", [web, plain]), settings())
-    assert a.pods[0].host_ports == [["TCP", 9000], ["UDP", 53]]
+    assert a.pods[0].host_ports == [["TCP", 9000, "0.0.0.0"], ["UDP", 53, "0.0.0.0"]]
     assert a.pods[0].node_selector == {"kubernetes.io/os": "linux"}
-    assert b.pods[0].host_ports == [["TCP", 8080]] and b.pods[0].node_selector == {}
+    assert b.pods[0].host_ports == [["TCP", 8080, "0.0.0.0"]] and b.pods[0].node_selector == {}
     assert pod_host_ports({"containers": [{"ports": [{"containerPort": 80, "hostPort": 8080}]}],
                            "initContainers": [{"restartPolicy": "Always", "ports": [{"containerPort": 1, "hostPort": 9}]},
                                               {"ports": [{"containerPort": 2, "hostPort": 10}]}]}) == \
-        (("TCP", 9), ("TCP", 8080))
+        (("TCP", 9, "0.0.0.0"), ("TCP", 8080, "0.0.0.0"))
 
 
 # -- host ports, per node ---------------------------------------------------------------------
@@ -228,6 +228,99 @@ def test_served_jobs_with_one_host_port_land_on_distinct_nodes_of_a_simulated_cl
     store.close()
 
 
+# -- host ports as NodePorts keeps them apart: protocol, port and overlapping host IPs ---------------------
+
+E2E_NODES = """
+clusters:
+  - name: c1
+    nodes:
+      - {name: node-1, resources: {cpu: 32}, labels: {e2e: "90"}}
+      - {name: node-2, resources: {cpu: 32}}
+"""
+
+
+def test_same_host_port_on_different_host_ips_and_protocols_shares_a_node(tmp_path):
+    # e2e: "validates that there is no conflict between pods with same hostPort but different hostIP and
+    # protocol": 54321/TCP on 127.0.0.1, 54321/TCP on the node's IP, 54321/UDP on the node's IP, one node.
+    state = E2E_NODES + """
+jobs:
+  - {id: pod1, queue: A, requests: {cpu: 1}, submitted: 1, nodeSelector: {e2e: "90"},
+     hostPorts: [{port: 54321, protocol: TCP, hostIP: 127.0.0.1}]}
+  - {id: pod2, queue: A, requests: {cpu: 1}, submitted: 2, nodeSelector: {e2e: "90"},
+     hostPorts: [{port: 54321, protocol: TCP, hostIP: 172.18.0.2}]}
+  - {id: pod3, queue: A, requests: {cpu: 1}, submitted: 3, nodeSelector: {e2e: "90"},
+     hostPorts: [{port: 54321, protocol: UDP, hostIP: 172.18.0.2}]}
+"""
+    out = run_once(tmp_path, config(), state)
+    assert placements(out) == {"pod1": "node-1", "pod2": "node-1", "pod3": "node-1"}
+    assert out["reasons"] == {}
+
+
+def test_a_host_port_on_0_0_0_0_conflicts_with_every_host_ip(tmp_path):
+    # e2e: "validates that there exists conflict between pods with same hostPort and protocol but one using
+    # 0.0.0.0 hostIP": pod4 binds 54322/TCP with no host IP (0.0.0.0), pod5 54322/TCP on the node's IP.
+    state = E2E_NODES + """
+jobs:
+  - {id: pod4, queue: A, requests: {cpu: 1}, state: running, cluster: c1, node: node-1,
+     nodeSelector: {e2e: "90"}, hostPorts: [{port: 54322, protocol: TCP}]}
+  - {id: pod5, queue: A, requests: {cpu: 1}, submitted: 1, nodeSelector: {e2e: "90"},
+     hostPorts: [{port: 54322, protocol: TCP, hostIP: 172.18.0.2}]}
+  - {id: pod6, queue: A, requests: {cpu: 1}, submitted: 2, nodeSelector: {e2e: "90"},
+     hostPorts: [{port: 54322, protocol: UDP, hostIP: 172.18.0.2}]}
+"""
+    out = run_once(tmp_path, config(), state)
+    assert placements(out) == {"pod6": "node-1"}
+    assert out["reasons"] == {"pod5": "0/2 nodes are available: 1 node(s) didn't have free ports for the requested "
+                                      "pod ports, 1 node(s) didn't match Pod's node affinity/selector"}
+    # The other way round: a specific IP held, 0.0.0.0 wanted.
+    state = E2E_NODES + """
+jobs:
+  - {id: held, queue: A, requests: {cpu: 1}, state: running, cluster: c1, node: node-1,
+     hostPorts: [{port: 54322, hostIP: 10.0.0.1}]}
+  - {id: any, queue: A, requests: {cpu: 1}, submitted: 1, nodeSelector: {e2e: "90"}, hostPorts: [{port: 54322}]}
+"""
+    assert run_once(tmp_path, config(), state)["reasons"] == {
+        "any": "0/2 nodes are available: 1 node(s) didn't have free ports for the requested pod ports, "
+               "1 node(s) didn't match Pod's node affinity/selector"}
+
+
+def test_host_ips_are_read_from_pods_and_job_specs():
+    spec = {"containers": [{"ports": [{"containerPort": 80, "hostPort": 54321, "hostIP": "127.0.0.1"},
+                                      {"containerPort": 81, "hostPort": 54321, "hostIP": ""},
+                                      {"containerPort": 82, "hostPort": 54321, "protocol": "UDP"}]}]}
+    assert pod_host_ports(spec) == (("TCP", 54321, "0.0.0.0"), ("TCP", 54321, "127.0.0.1"),
+                                    ("UDP", 54321, "0.0.0.0"))
+    # One pod may bind one port on two host IPs (the API server refuses only the same IP, protocol and port twice).
+    web = job("w")
+    web["podSpec"]["containers"][0]["ports"] = [{"containerPort": 80, "hostPort": 54321, "hostIP": "127.0.0.1"},
+                                                {"containerPort": 81, "hostPort": 54321, "hostIP": "10.0.0.1"}]
+    _, (a,) = prepare(job_file("A", "s", [web]), settings())
+    assert a.pods[0].host_ports == [["TCP", 54321, "10.0.0.1"], ["TCP", 54321, "127.0.0.1"]]
+
+
+def test_foreign_pods_hold_their_host_ports():
+    from flotilla.config import load_config
+    from flotilla.core.model import ClusterSnapshot, Job, Node, Queue, Snapshot
+    from flotilla.scheduler import Scheduler
+
+    scheduler = Scheduler(load_config())
+    nodes = [Node("node-1", "c1", {"cpu": 32000}), Node("node-2", "c1", {"cpu": 32000})]
+    # Someone else's pod binds 8080/TCP on every address of node-1, and 9090/TCP on 10.0.0.1 of node-2.
+    foreign_ports = {"node-1": (("TCP", 8080, "0.0.0.0"),), "node-2": (("TCP", 9090, "10.0.0.1"),)}
+    queued = [Job("a", "A", requests={"cpu": 1000}, submitted=1.0, host_ports=(("TCP", 8080, "10.0.0.1"),)),
+              Job("b", "A", requests={"cpu": 1000}, submitted=2.0, host_ports=(("TCP", 9090, "10.0.0.2"),)),
+              Job("c", "A", requests={"cpu": 1000}, submitted=3.0, host_ports=(("TCP", 9090, "0.0.0.0"),))]
+    snapshot = Snapshot([ClusterSnapshot("c1", nodes, [], {"node-1": {"cpu": 100, "pods": 1},
+                                                           "node-2": {"cpu": 100, "pods": 1}},
+                                        foreign_ports=foreign_ports)],
+                        queued, [Queue("A")], scheduler.priority_classes(), "armada-default")
+    decisions = scheduler.run_cycle(snapshot)
+    # a: 8080 on node-1 is taken on every IP: node-2. b: 9090 on another IP of node-2 is free: best fit there.
+    # c: 9090 on every IP conflicts with node-2's 10.0.0.1: node-1.
+    assert sorted((p.job.id, p.node) for p in decisions.scheduled) == [("a", "node-2"), ("b", "node-2"),
+                                                                        ("c", "node-1")]
+
+
 # -- node affinity ----------------------------------------------------------------------------
 
 AFFINITY_NODES = """
@@ -284,11 +377,19 @@ def test_required_node_affinity_places_jobs_only_on_matching_nodes(tmp_path, ter
     assert len(reasons) == 6 - len(expected)
 
 
-@pytest.mark.parametrize("terms", [[{}], [{"matchExpressions": []}], []], ids=["empty-term", "no-expressions", "no-terms"])
-def test_a_term_with_nothing_and_no_terms_match_no_node(tmp_path, terms):
+@pytest.mark.parametrize("terms", [[{}], [{"matchExpressions": []}]], ids=["empty-term", "no-expressions"])
+def test_a_term_with_nothing_matches_no_node(tmp_path, terms):
     nodes, reasons = _whole_nodes(tmp_path, _required(*terms), copies=1)
     assert nodes == set()
     assert reasons == {"j0": "0/6 nodes are available: 6 node(s) didn't match Pod's node affinity/selector"}
+
+
+def test_an_empty_list_of_terms_is_refused_as_the_api_server_refuses_it(tmp_path):
+    state = AFFINITY_NODES + f"  - {{id: j0, queue: A, requests: {{cpu: 32}}, affinity: {_required()}}}"
+    result = invoke(tmp_path, config(), state)
+    assert result.exit_code == 2
+    assert result.stderr.endswith("jobs[0].affinity.nodeAffinity.requiredDuringSchedulingIgnoredDuringExecution."
+                                  "nodeSelectorTerms: must have at least one node selector term\n")
 
 
 def test_preferred_node_affinity_orders_nodes_by_weight_within_the_required(tmp_path):

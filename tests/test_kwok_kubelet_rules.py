@@ -92,7 +92,7 @@ def test_jobs_with_one_host_port_never_share_a_kwok_node(kwok, tmp_path):
     config, scheduler, backends = scheduler_and_backends(write_config(tmp_path, kwok, names=("a",)))
     try:
         runner = Runner(scheduler, backends)
-        runner.submit([job(f"web-{k}", "A", submitted=float(k), host_ports=(("TCP", 8080),)) for k in range(3)])
+        runner.submit([job(f"web-{k}", "A", submitted=float(k), host_ports=(("TCP", 8080, "0.0.0.0"),)) for k in range(3)])
         assert runner.run(lambda r: sum(j.state == "running" for j in r.jobs.values()) == 2, timeout=30)
         for _ in range(3):
             runner.cycle()

@@ -213,9 +213,16 @@ def test_the_cluster_role_grants_exactly_the_verbs_flotilla_uses():
         ("", "namespaces", "get"), ("", "namespaces", "list"), ("", "namespaces", "watch"),
         ("scheduling.volcano.sh", "podgroups", "get"), ("scheduling.volcano.sh", "podgroups", "list"),
         ("scheduling.volcano.sh", "podgroups", "watch"),
+        ("", "persistentvolumeclaims", "list"), ("", "persistentvolumeclaims", "watch"),
+        ("", "persistentvolumeclaims", "patch"), ("", "persistentvolumes", "list"), ("", "persistentvolumes", "watch"),
+        ("", "persistentvolumes", "patch"), ("storage.k8s.io", "storageclasses", "list"),
+        ("storage.k8s.io", "storageclasses", "watch"),
         ("", "services", "create"), ("", "services", "delete"),
         ("networking.k8s.io", "ingresses", "create"), ("networking.k8s.io", "ingresses", "delete"),
-        ("scheduling.k8s.io", "priorityclasses", "list"), ("scheduling.k8s.io", "priorityclasses", "create")}
+        ("scheduling.k8s.io", "priorityclasses", "list"), ("scheduling.k8s.io", "priorityclasses", "watch"),
+        ("scheduling.k8s.io", "priorityclasses", "create"),
+        ("scheduling.volcano.sh", "podgroups/status", "patch"), ("batch", "jobs", "list"), ("batch", "jobs", "watch"),
+        ("jobset.x-k8s.io", "jobsets", "list"), ("jobset.x-k8s.io", "jobsets", "watch")}
 
 
 def test_the_service_account_tells_in_cluster_pods_why_and_reads_their_queues_and_gangs(kwok, tmp_path):

@@ -245,7 +245,7 @@ class Allocate:
         reason = (session.admit(queue, job, vec) if session.queue_admit_fns else None) or why
         if reason:
             session.failures[job.id] = reason
-            if job.affinity is None:
+            if job.affinity is None and not job.claims:
                 run.misfits.by_key[requirements_key(job)] = reason
             return False
         shape = (vec, id(types))
@@ -253,10 +253,10 @@ class Allocate:
             node = None
         else:
             node = self._find(session, queue, job, vec, types)
-        if node is None and (job.host_ports or ((job.pod_rules is not None or session.state.pods.anti)
-                                                and pod_checked(session, job))):
-            # Its ports or pod rules (or held pods' anti-affinity selecting it), not its key, may be what failed:
-            # jobs of the same key are not misfits.
+        if node is None and (job.host_ports or job.claims or ((job.pod_rules is not None or session.state.pods.anti)
+                                                              and pod_checked(session, job))):
+            # Its ports, claims or pod rules (or held pods' anti-affinity selecting it), not its key, may be what
+            # failed: jobs of the same key are not misfits.
             session.failures[job.id] = Shortfall(vec, EVICTED, types, job)
             return False
         if node is None:

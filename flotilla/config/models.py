@@ -68,6 +68,18 @@ def _quantities(value: Any) -> dict[str, int]:
 Duration = Annotated[float, BeforeValidator(_duration)]
 #: ``{cpu: 500m, memory: 64Mi}`` as exact integers (millicores for cpu, base units otherwise).
 Quantities = Annotated[dict[str, int], BeforeValidator(_quantities)]
+
+
+def _requests(value: Any) -> dict[str, int]:
+    out = _quantities(value)
+    if "pods" in out:
+        raise KeyedValueError("pods", "a job does not request pods: each of its pods takes one pod slot of its node "
+                                      "(a node's resources may declare pods)")
+    return out
+
+
+#: A job's requests: quantities, never ``pods`` (Kubernetes refuses it in a container's resources too).
+Requests = Annotated[dict[str, int], BeforeValidator(_requests)]
 #: A name users refer to elsewhere (queue, class, cluster, node): never empty.
 Name = Annotated[str, Field(min_length=1)]
 
@@ -198,6 +210,8 @@ class QueueConfig(Model):
     @classmethod
     def _fractions(cls, limits: dict[str, float]) -> dict[str, float]:
         for name, fraction in limits.items():
+            if (why := resource_name_problem(name)) is not None:   # a limit on "<img src=x>" limits nothing
+                raise KeyedValueError(name, why)
             if not 0 < fraction <= 1:
                 raise KeyedValueError(name, f"expected a fraction of the pool in (0, 1], got {fraction:g}")
         return limits
@@ -317,6 +331,9 @@ class KubernetesClusterConfig(Model):
     stuck_pod_expiry: Duration = Field(300.0, alias="stuckPodExpiry")
     #: A node NotReady or deleted this long has its Flotilla pods removed; their jobs are retried elsewhere.
     node_lost_timeout: Duration = Field(300.0, alias="nodeLostTimeout")
+    #: A start whose claims are not bound this long after its volume choices were written returns its job to its
+    #: queue (kube-scheduler's bindTimeoutSeconds, 600 s by default).
+    volume_bind_timeout: Duration = Field(600.0, alias="volumeBindTimeout")
     #: How long a finished pod (Succeeded, Failed) stays, holding nothing, so that its log can be read
     #: (``flotilla logs``); 0 deletes it at once, which keeps the API server's pod count at the running jobs.
     finished_pod_retention: Duration = Field(0.0, alias="finishedPodRetention")
@@ -385,7 +402,15 @@ class DeadlinesConfig(Model):
 
 
 class CycleConfig(Model):
+    #: Positive: a period of 0 would run cycles back to back, holding the store and the clusters' API servers.
     period: Duration = 1.0
+
+    @field_validator("period")
+    @classmethod
+    def _positive(cls, period: float) -> float:
+        if period <= 0:
+            raise ValueError("expected a positive duration, e.g. 1s")
+        return period
 
 
 class StoreConfig(Model):
@@ -563,6 +588,7 @@ class FlotillaConfig(Model):
         """Cross-field problems as ``(path, message)``; the loader reports the earliest in the file."""
         from flotilla.actions import available_actions
         from flotilla.config.actionorder import action_order_problems
+        from flotilla.config.pluginargs import plugin_arg_problems
         from flotilla.config.resourcenames import config_problems as resource_name_problems
 
         problems: list[tuple[FieldPath, str]] = []
@@ -578,6 +604,7 @@ class FlotillaConfig(Model):
             problems.append((("actions", self.actions.index("reserve")),
                              "the reserve action needs reservation.after (how long a unit waits before it reserves)"))
         problems += _duplicates("plugins", [p.name for p in self.plugins], "plugin")
+        problems += plugin_arg_problems(self.plugins)
         problems += _duplicates("priorityClasses", [p.name for p in self.priority_classes], "priority class")
         names = [p.name for p in self.priority_classes]
         if self.default_priority_class not in names:

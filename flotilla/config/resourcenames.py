@@ -14,7 +14,9 @@ is accepted when
   (``nvidia.com/gpu``, ``example.com/licence``): extended resources come
   from device plugins and the API server, which the config cannot know.
 
-Any other name is refused with a did-you-mean at its line.
+Any other name is refused with a did-you-mean at its line. ``pods`` is
+refused too: it counts a node's pod slots (:mod:`flotilla.core.resources`),
+which no queue is weighed, limited or indexed by.
 """
 
 from __future__ import annotations
@@ -24,16 +26,18 @@ import re
 from collections.abc import Iterable, Mapping
 from typing import TYPE_CHECKING, Any
 
+from flotilla.config.pluginargs import RESOURCE_LIST_PLUGINS
+
 if TYPE_CHECKING:
     from flotilla.config.errors import FieldPath
     from flotilla.config.models import FlotillaConfig, QueueConfig
 
 #: Names Kubernetes defines without a domain prefix that a node reports (its capacity and allocatable).
 KUBERNETES_RESOURCES = ("cpu", "memory", "ephemeral-storage", "pods", "storage")
+POD_SLOTS_NOT_WEIGHED = ("pods counts each node's pod slots (kube-scheduler's Too many pods), not a resource "
+                         "queues are weighed, limited or indexed by")
 #: Families of such names: ``hugepages-2Mi``, ``hugepages-1Gi``; ``attachable-volumes-aws-ebs`` and the like.
 _KUBERNETES_FAMILIES = re.compile(r"(?:hugepages-|attachable-volumes-)[A-Za-z0-9][-A-Za-z0-9.]*")
-#: Plugins whose ``args.resources`` is a list of resource names.
-_RESOURCE_LIST_PLUGINS = ("drf",)
 
 
 def any_cluster_may_have(name: str) -> bool:
@@ -56,7 +60,7 @@ def config_resource_names(config: FlotillaConfig) -> list[tuple[FieldPath, str]]
         if isinstance(weights, Mapping):
             names += [(("plugins", p, "args", "resourceWeights", str(name)), str(name)) for name in weights]
         resources = args.get("resources")
-        if plugin.name in _RESOURCE_LIST_PLUGINS and isinstance(resources, list):
+        if plugin.name in RESOURCE_LIST_PLUGINS and isinstance(resources, list):
             names += [(("plugins", p, "args", "resources", r), name) for r, name in enumerate(resources)
                       if isinstance(name, str)]
     names += [(("nodeIndex", "indexedResources", r), name)
@@ -101,6 +105,9 @@ def unknown_resource_problems(named: Iterable[tuple[FieldPath, str]], known: set
     problems: list[tuple[FieldPath, str]] = []
     candidates: list[str] | None = None
     for path, name in named:
+        if name == "pods":
+            problems.append((path, POD_SLOTS_NOT_WEIGHED))
+            continue
         if name in known or any_cluster_may_have(name):
             continue
         if candidates is None:

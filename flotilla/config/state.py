@@ -17,11 +17,12 @@ from typing import Annotated, Any, Literal, Mapping
 from pydantic import BeforeValidator, Field, ValidationError
 
 from flotilla.config.errors import FieldPath
-from flotilla.config.models import (FlotillaConfig, Model, Name, Quantities, QueueConfig, TaintConfig, TolerationConfig,
-                                    inner_queues, queue_tree_problems)
+from flotilla.config.models import (FlotillaConfig, Model, Name, Quantities, QueueConfig, Requests, TaintConfig,
+                                    TolerationConfig, inner_queues, queue_tree_problems)
 from flotilla.config.resourcenames import (config_provided_names, deferred_config_problems, names_in,
                                           queue_limit_names, unknown_resource_problems)
 from flotilla.config.source import SourceMap, load_yaml, read_yaml_file
+from flotilla.core.hostports import host_port
 from flotilla.core.nodeaffinity import AffinityError, parse_node_affinity
 from flotilla.core.podrules import parse_pod_rules
 from flotilla.core.model import (GANG_MIN_AVAILABLE_ANNOTATION, GANG_NODE_UNIFORMITY_LABEL_ANNOTATION, HOSTNAME_LABEL,
@@ -79,6 +80,8 @@ class HostPortConfig(Model):
 
     port: int = Field(ge=1, le=65535)
     protocol: Literal["TCP", "UDP", "SCTP"] = "TCP"
+    #: The host IP it binds on (``0.0.0.0``, every address, when not given), as ``ports[].hostIP`` in a podSpec.
+    host_ip: str = Field("", alias="hostIP")
 
 
 class StateJob(Model):
@@ -87,7 +90,7 @@ class StateJob(Model):
     job_set: str = Field("", alias="jobSet")
     priority: int = 0
     priority_class: str | None = Field(None, alias="priorityClass")
-    requests: Quantities = Field(default_factory=dict)
+    requests: Requests = Field(default_factory=dict)
     submitted: Seconds = 0.0
     state: Literal["queued", "running"] = "queued"
     cluster: str | None = None
@@ -262,7 +265,7 @@ def _jobs(state: StateFile, config: FlotillaConfig, clusters: list[ClusterSnapsh
                   _gang(j, spec, problems),
                   JobState.RUNNING if running else JobState.QUEUED,
                   cluster, spec.node if running else None, dict(spec.annotations),
-                  tuple(sorted({(p.protocol, p.port) for p in spec.host_ports})), affinity, dict(spec.labels),
+                  tuple(sorted({host_port(p.protocol, p.port, p.host_ip) for p in spec.host_ports})), affinity, dict(spec.labels),
                   spec.namespace, pod_rules)
         if not running:
             queued.append(job)

@@ -9,7 +9,7 @@ cpu-heavy queue can both get what they need without either counting double.
 
 Swap it in with one line of config: ``- name: drf`` instead of
 ``- name: assetfairness``. Args: ``resources`` (default: every resource the
-pool has) limits which resources count.
+pool has) limits which resources count; pod slots (``pods``) never do.
 """
 
 from __future__ import annotations
@@ -22,14 +22,15 @@ from flotilla.plugin import hookimpl, take_args
 class DominantResourceFairness:
     def __init__(self, args: Mapping | None = None):
         self.resources = take_args(args, resources=None)["resources"]
-        if self.resources is not None and not all(isinstance(r, str) for r in self.resources):
+        if self.resources is not None and (not isinstance(self.resources, list)
+                                           or not all(isinstance(r, str) for r in self.resources)):
             raise ValueError("resources must be a list of resource names")
 
     @hookimpl
     def flotilla_session_open(self, session):
         counted = [
             (r, total) for r, (name, total) in enumerate(zip(session.space.names, session.pool))
-            if total > 0 and (self.resources is None or name in self.resources)
+            if total > 0 and r != session.space.slot and (self.resources is None or name in self.resources)
         ]
 
         def dominant_over_fair_share(queue, extra):

@@ -19,6 +19,7 @@ from typing import Any, Callable, Mapping, Protocol, Sequence, runtime_checkable
 from flotilla.core.decisions import Placement
 from flotilla.core.hookspecs import hookimpl
 from flotilla.core.model import ClusterSnapshot, Job, JobState, Node
+from flotilla.core.resources import PODS
 
 
 @dataclass(frozen=True, slots=True)
@@ -201,8 +202,12 @@ class SimulatedCluster:
         for name, amount in placement.job.requests.items():
             if used.get(name, 0) + amount > node.resources.get(name, 0):
                 raise OverAllocation(f"starting {placement.job.id} on {self.name}/{node.name} exceeds its {name}")
+        slots = node.resources.get(PODS)
+        if slots is not None and used.get(PODS, 0) + 1 > slots:
+            raise OverAllocation(f"starting {placement.job.id} on {self.name}/{node.name} exceeds its pods")
         for name, amount in placement.job.requests.items():
             used[name] = used.get(name, 0) + amount
+        used[PODS] = used.get(PODS, 0) + 1
         job = replace(placement.job, state=JobState.RUNNING, cluster=self.name, node=node.name)
         duration = self.duration_of(job)
         run = self._runs[job.id] = _Run(job, now, None if duration is None else now + duration)
@@ -219,6 +224,7 @@ class SimulatedCluster:
         used = self._used[run.job.node]
         for name, amount in run.job.requests.items():
             used[name] -= amount
+        used[PODS] -= 1
         self._events.append(JobEvent(job_id, kind, self.name, run.job.node, now, reason, exit_code))
 
     def _finish_due(self) -> None:

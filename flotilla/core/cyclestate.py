@@ -56,11 +56,21 @@ _REQUESTS = attrgetter("requests")
 _SELECTOR = attrgetter("node_selector")
 _AFFINITY = attrgetter("affinity")
 _GANG = attrgetter("gang")
+_CLAIMS = attrgetter("claims")
 _PRIORITY = attrgetter("priority")
 _QUEUE = attrgetter("queue")
 _CLASS = attrgetter("priority_class")
 _SUBMITTED = attrgetter("submitted")
 _LAST = itemgetter(-1)
+
+
+def volume_keys(snapshot: Snapshot) -> frozenset[str]:
+    """The node label keys the clusters' volumes read (:mod:`flotilla.core.volumes`)."""
+    keys: frozenset[str] = frozenset()
+    for cluster in snapshot.clusters:
+        if cluster.volumes is not None:
+            keys |= cluster.volumes.label_keys
+    return keys
 
 
 @dataclass(slots=True, eq=False)
@@ -214,7 +224,11 @@ class CycleState:
         for job in gang_jobs:
             if job.gang.uniformity_label:
                 self.label_uses[job.gang.uniformity_label] += 1
-        selector_keys = set(self.label_uses)
+        #: How many held jobs (running or queued) name a claim; while some do, the label keys the clusters'
+        #: volumes read are indexed too (flotilla.core.volumes).
+        self.claim_jobs = sum(1 for _ in filter(None, map(_CLAIMS, every_job)))
+        self.volume_keys = volume_keys(snapshot) if self.claim_jobs else frozenset()
+        selector_keys = set(self.label_uses) | self.volume_keys
         self._labels_changed = False
         space = ResourceSpace(resource_names, indexed_resources)
         levels = [pc.priority for pc in snapshot.priority_classes]
@@ -224,6 +238,7 @@ class CycleState:
         self.pool: Vector = tuple(sum(col) for col in zip(*index.allocatable)) if nodes else space.zero
         self.nodes = [list(cluster.nodes) for cluster in snapshot.clusters]
         self.foreign = [dict(cluster.foreign) for cluster in snapshot.clusters]
+        self.foreign_ports = [dict(cluster.foreign_ports) for cluster in snapshot.clusters]
 
         self.queues: dict[str, QueueState] = {}
         for queue in sorted(snapshot.queues, key=lambda q: q.name):
@@ -243,11 +258,13 @@ class CycleState:
         for cluster in snapshot.clusters:
             for node_name, requests in cluster.foreign.items():
                 i = index.position[(cluster.name, node_name)]
-                index.preload(i, f"{FOREIGN_USER}/{node_name}", FOREIGN_USER, space.vector(requests), FOREIGN)
+                index.preload(i, f"{FOREIGN_USER}/{node_name}", FOREIGN_USER, space.usage(requests), FOREIGN)
             for node_name, pods in cluster.foreign_pods.items():
                 i = index.position[(cluster.name, node_name)]
                 for pod in pods:
                     self.pods.add(i, pod)
+            for node_name, ports in cluster.foreign_ports.items():
+                self.ports.add(index.position[(cluster.name, node_name)], f"{FOREIGN_USER}/{node_name}", ports)
             for job in cluster.running:
                 i = index.position[(cluster.name, job.node)]
                 vec = space.vector(job.requests)
@@ -406,7 +423,7 @@ class CycleState:
                 if held.node == i and held.vec == vec and held.level == level and was.queue == job.queue \
                         and (was.host_ports is job.host_ports or was.host_ports == job.host_ports):
                     if was.node_selector or job.node_selector or was.affinity is not job.affinity or \
-                            was.gang is not job.gang:
+                            was.gang is not job.gang or was.claims or job.claims:
                         self._count_labels(was, -1)
                         self._count_labels(job, 1)
                     if was.labels is job.labels and was.pod_rules is job.pod_rules and was.namespace == job.namespace:
@@ -426,7 +443,7 @@ class CycleState:
             value = entries.pop(key)
             job = value[-1] if value.__class__ is tuple else value
             gangs_changed |= job.gang is not None
-            if job.node_selector or job.affinity or job.gang:
+            if job.node_selector or job.affinity or job.gang or job.claims:
                 self._count_labels(job, -1)
             self.queues[job.queue].queued.remove(job)
         placed_entries, self.placed_entries = self.placed_entries, {}
@@ -437,8 +454,12 @@ class CycleState:
                 self.seq += 1
             entries[id(job)] = entry
             self.queues[job.queue].queued.add(entry)
-            if job.node_selector or job.affinity or job.gang:
+            if job.node_selector or job.affinity or job.gang or job.claims:
                 self._count_labels(job, 1)
+        keys = volume_keys(snapshot) if self.claim_jobs else frozenset()
+        if keys != self.volume_keys:
+            self.volume_keys = keys
+            self._labels_changed = True
         if self._labels_changed:
             self._sync_indexed_labels()
         self._set_limits(snapshot)
@@ -515,6 +536,9 @@ class CycleState:
                     else:  # foreign usage
                         index.unbind(i, job_id)
                 self.foreign[cluster_of[node.cluster]].pop(node.name, None)
+                ports = self.foreign_ports[cluster_of[node.cluster]].pop(node.name, None)
+                if ports:
+                    self.ports.remove(i, f"{FOREIGN_USER}/{node.name}", ports)
                 for pod in self.foreign_pods[cluster_of[node.cluster]].pop(node.name, ()):
                     self.pods.remove(pod.id)
         try:
@@ -546,8 +570,21 @@ class CycleState:
                 if key in index.jobs[i]:
                     index.unbind(i, key)
                 if node_name in cluster.foreign:
-                    index.bind(i, key, FOREIGN_USER, space.vector(cluster.foreign[node_name]), FOREIGN)
+                    index.bind(i, key, FOREIGN_USER, space.usage(cluster.foreign[node_name]), FOREIGN)
             self.foreign[k] = dict(cluster.foreign)
+        for k, cluster in enumerate(snapshot.clusters):
+            old_ports = self.foreign_ports[k]
+            if old_ports == cluster.foreign_ports:
+                continue
+            for node_name in set(old_ports) | set(cluster.foreign_ports):
+                was, now = old_ports.get(node_name, ()), cluster.foreign_ports.get(node_name, ())
+                if was == now:
+                    continue
+                i = index.position[(cluster.name, node_name)]
+                key = f"{FOREIGN_USER}/{node_name}"
+                self.ports.remove(i, key, was)
+                self.ports.add(i, key, now)
+            self.foreign_ports[k] = dict(cluster.foreign_ports)
         for k, cluster in enumerate(snapshot.clusters):
             old_pods = self.foreign_pods[k]
             new_pods = cluster.foreign_pods
@@ -567,7 +604,7 @@ class CycleState:
     def _bind(self, job: Job, i: int, vec: Vector, level: int) -> None:
         self.index.bind(i, job.id, job.queue, vec, level)
         self._hold(job, i, vec, level)
-        if job.node_selector or job.affinity or job.gang:
+        if job.node_selector or job.affinity or job.gang or job.claims:
             self._count_labels(job, 1)
 
     def _count_labels(self, job: Job, sign: int) -> None:
@@ -580,6 +617,8 @@ class CycleState:
             self.affinity_jobs += sign
         if job.gang is not None and job.gang.uniformity_label:
             labels = (*labels, job.gang.uniformity_label)
+        if job.claims:
+            self.claim_jobs += sign
         for label in labels:
             uses[label] += sign
             if not uses[label]:
@@ -591,8 +630,9 @@ class CycleState:
     def _sync_indexed_labels(self) -> None:
         """A label key some job selects on came or went: node types split or merge, as a fresh build has them."""
         self._labels_changed = False
-        if self.selector_keys != self.label_uses.keys():
-            self.selector_keys = set(self.label_uses)
+        wanted = set(self.label_uses) | self.volume_keys
+        if self.selector_keys != wanted:
+            self.selector_keys = wanted
             self.index.set_indexed_labels(self.selector_keys)
 
     def _hold(self, job: Job, i: int, vec: Vector, level: int) -> None:
@@ -617,7 +657,7 @@ class CycleState:
         queue = self.queues[held.job.queue]
         queue.running -= 1
         charge(queue, held.vec, -1)
-        if held.job.node_selector or held.job.affinity or held.job.gang:
+        if held.job.node_selector or held.job.affinity or held.job.gang or held.job.claims:
             self._count_labels(held.job, -1)
         return held.job.gang is not None
 

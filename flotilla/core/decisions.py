@@ -21,6 +21,9 @@ class Placement:
     job: Job
     cluster: str
     node: str
+    #: What the placement chose for the job's unbound claims: ``(claim, PV)``, PV empty to provision
+    #: (:mod:`flotilla.core.volumes`); the backend binds them before the pod.
+    volumes: tuple[tuple[str, str], ...] = ()
 
 
 @dataclass(frozen=True, slots=True)

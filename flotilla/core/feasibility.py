@@ -25,6 +25,7 @@ these. Resource fit is not decided here: the node index answers it per node;
 from __future__ import annotations
 
 from flotilla.core.quantities import format_quantity
+from flotilla.core.resources import PODS
 
 REFUSING_EFFECTS = ("NoSchedule", "NoExecute")
 
@@ -40,8 +41,13 @@ def untolerated_taint(key: str, value: str) -> str:
     return f"node(s) had untolerated taint {{{key}: {value}}}"
 
 
+#: kube-scheduler's reason for a node whose pod slots are all taken (NodeResourcesFit; see flotilla.core.resources).
+TOO_MANY_PODS = "Too many pods"
+
+
 def insufficient(resource: str) -> str:
-    return f"Insufficient {resource}"
+    """kube-scheduler's reason for a node short of ``resource``: ``Insufficient cpu``, ``Too many pods``."""
+    return TOO_MANY_PODS if resource == PODS else f"Insufficient {resource}"
 
 
 def node_type_refusal(job, node_type) -> str | None:

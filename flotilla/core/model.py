@@ -142,9 +142,11 @@ class Job:
     ``requests`` maps resource names to integer quantities; jobs loaded in
     bulk share identical request mappings so a million jobs stay small.
     ``cluster`` and ``node`` are set for running jobs only. ``host_ports``
-    are the ``(protocol, port)`` pairs its pod binds on its node: no two
-    jobs holding one of them share a node (empty for almost every job, and
-    then nothing is looked up for it).
+    are the ``(protocol, port, host IP)`` its pod binds on its node (host
+    IP ``0.0.0.0`` when it names none): no two jobs whose ports conflict as
+    kube-scheduler's NodePorts has it share a node
+    (:mod:`flotilla.core.hostports`; empty for almost every job, and then
+    nothing is looked up for it).
     """
 
     id: str
@@ -161,7 +163,7 @@ class Job:
     cluster: str | None = None
     node: str | None = None
     annotations: Mapping[str, str] = field(default_factory=dict)
-    host_ports: tuple[tuple[str, int], ...] = ()
+    host_ports: tuple[tuple[str, int, str], ...] = ()
     #: Required and preferred node affinity (:mod:`flotilla.core.nodeaffinity`), None for almost every job.
     affinity: NodeAffinity | None = None
     #: Its pod's labels and namespace, which other pods' affinity, anti-affinity and spread select by.
@@ -170,6 +172,9 @@ class Job:
     #: Inter-pod affinity, anti-affinity and topology spread (:mod:`flotilla.core.podrules`), None for almost
     #: every job.
     pod_rules: PodRules | None = None
+    #: The PersistentVolumeClaims its pod mounts, ``namespace/name`` (``name`` alone: the cluster's default
+    #: namespace); a cluster resolves them (:mod:`flotilla.core.volumes`). Empty for almost every job.
+    claims: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True, slots=True)
@@ -188,9 +193,13 @@ class ClusterSnapshot:
     """One cluster at the start of a cycle: its nodes and the jobs running on them.
 
     ``foreign`` lists resources taken on a node by pods the scheduler does not
-    own (someone else's pods on a shared Kubernetes cluster); ``foreign_pods``
-    those pods themselves, per node, for inter-pod affinity and spread (a
-    node's tuple is the same object while its pods do not change).
+    own (someone else's pods on a shared Kubernetes cluster); its ``pods``
+    entry is how many such pods there are (each takes one of the node's pod
+    slots, :mod:`flotilla.core.resources`). ``foreign_pods`` lists those pods
+    themselves, per node, for inter-pod affinity and spread (a node's tuple is
+    the same object while its pods do not change), and ``foreign_ports`` the
+    host ports they bind there. ``volumes`` resolves the claims jobs name
+    (None on a cluster without volumes).
     """
 
     name: str
@@ -198,6 +207,10 @@ class ClusterSnapshot:
     running: list[Job] = field(default_factory=list)
     foreign: dict[str, Mapping[str, int]] = field(default_factory=dict)
     foreign_pods: dict[str, tuple[ForeignPod, ...]] = field(default_factory=dict)
+    #: The cluster's claims and volumes (:class:`flotilla.core.volumes.ClusterVolumes`); None: it has none.
+    volumes: object | None = None
+    #: Per node, the host ports (``(protocol, port, host IP)``) those pods bind there.
+    foreign_ports: dict[str, tuple[tuple[str, int, str], ...]] = field(default_factory=dict)
 
 
 @dataclass(slots=True)

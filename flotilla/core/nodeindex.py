@@ -188,7 +188,7 @@ class NodeIndex:
         self.levels = sorted(set(levels) | {EVICTED})
         self.level_of = {level: k for k, level in enumerate(self.levels)}
         self.position = {(node.cluster, node.name): i for i, node in enumerate(self.nodes)}
-        self.allocatable: list[Vector] = [space.vector(node.resources) for node in self.nodes]
+        self.allocatable: list[Vector] = [space.allocatable(node.resources) for node in self.nodes]
         levels_n = len(self.levels)
         self.free: list[list[Vector]] = [[alloc] * levels_n for alloc in self.allocatable]
         self.users: list[dict[str, int]] = [{} for _ in self.nodes]
@@ -335,11 +335,7 @@ class NodeIndex:
     def _allocatable_of(self, node: Node) -> Vector:
         """``node``'s resources as a vector, not cached: a producer may send every node as a new object each
         cycle, and the space's cache (by mapping identity) would keep every one of them."""
-        values = [0] * len(self.space)
-        position = self.space.position
-        for name, amount in node.resources.items():
-            values[position[name]] = amount
-        return tuple(values)
+        return self.space.allocatable(node.resources)
 
     def set_indexed_labels(self, indexed_labels: set[str]) -> None:
         """Type nodes by other label keys (nodes keep their positions and state; the buckets are refilled)."""
@@ -712,6 +708,18 @@ class NodeIndex:
                     for neg in reversed(members[key]):
                         yield -neg
 
+    def iter_fitting_in(self, vec: Vector, level: int, types: Sequence[int], tier: str, queue: str) -> Iterator[int]:
+        """:meth:`iter_fitting` within one tier (as :meth:`find` reads tiers): only the tier's own lists are
+        walked, so a filtered search of the ``own`` tier does not pass over every other node."""
+        self._flush()
+        k = self.level_of[level]
+        for t in types:
+            for buckets in self._tier_lists(k, t, tier, queue):
+                members = buckets.members
+                for key in _all_fits(buckets.vecs, vec):
+                    for neg in reversed(members[key]):
+                        yield -neg
+
     def free_total(self, types: Sequence[int], level: int) -> list[int]:
         """The free space at ``level`` of every node of ``types`` added up (a node over its room adds nothing).
 
@@ -733,16 +741,23 @@ class NodeIndex:
         """Nodes of ``types`` at ``level``: those ``vec`` fits on, and per resource how many are short of it first.
 
         A node short of several resources counts once, under the first of
-        them in the space's order, so the counts and the fitting nodes add
+        them in the space's order (pod slots before the others, as
+        kube-scheduler checks them), so the counts and the fitting nodes add
         up to the nodes of ``types``. A scan, used only to explain a failure
         once per distinct request.
         """
         k = self.level_of[level]
         counts = [0] * len(vec)
         fitting = []
+        # Pod slots first, as NodeResourcesFit checks them (flotilla.core.resources).
+        slot = self.space.slot
+        wanted = vec[slot] if slot >= 0 else 0
         for t in types:
             for i in self.types[t].nodes:
                 row = self.free[i][k]
+                if wanted and wanted > row[slot]:
+                    counts[slot] += 1
+                    continue
                 for r, amount in enumerate(vec):
                     if amount > row[r]:
                         counts[r] += 1

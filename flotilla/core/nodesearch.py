@@ -44,6 +44,12 @@ class NodeSearch:
         #: Hard spread constraints per job shape: their eligible domains (:mod:`flotilla.core.podplacements`).
         self.spread_views: dict[tuple, tuple] = {}
 
+    def claims_key(self, names: tuple[str, ...]):
+        """What decides where a job naming ``names`` may go, for caching: equal for claims of one shape (so thousands
+        of claims like one another are answered once per node type, not once each)."""
+        picks = self.volume_picks
+        return names if picks is None else picks.signature(names)
+
     def interned_types(self, types: list[int]) -> list[int]:
         """The one list object equal to ``types`` this cycle (callers key caches by ``id(types)``)."""
         return self._interned_types.setdefault(tuple(types), types)
@@ -57,12 +63,13 @@ class NodeSearch:
         selector, tolerations, affinity = job.node_selector, job.tolerations, job.affinity
         # First by identity (jobs loaded in bulk share these objects; the snapshot keeps them alive for the
         # session), then by value. Node affinities compare by value (frozen, hashable).
-        fast = (job.queue, job.priority_class, id(selector) if selector else 0, id(tolerations), affinity, cluster)
+        fast = (job.queue, job.priority_class, id(selector) if selector else 0, id(tolerations), affinity, cluster,
+                job.claims)
         hit = self._allowed_by_identity.get(fast)
         if hit is not None:
             return hit[0]
         key = (job.queue, job.priority_class, tuple(sorted(selector.items())) if selector else (), tolerations,
-               affinity, cluster)
+               affinity, cluster, self.claims_key(job.claims) if job.claims else ())
         hit = self._allowed_cache.get(key)
         if hit is not None:
             self._allowed_by_identity[fast] = (hit, selector, tolerations)
@@ -101,7 +108,7 @@ class NodeSearch:
         """
         selector = job.node_selector
         key = (job.queue, job.priority_class, tuple(sorted(selector.items())) if selector else (), job.tolerations,
-               job.affinity, cluster)
+               job.affinity, cluster, self.claims_key(job.claims) if job.claims else ())
         refusals = self._refused_nodes.get(key)
         if refusals is None:
             self.allowed_types(job, cluster)
@@ -121,6 +128,13 @@ class NodeSearch:
         rules = job.pod_rules
         if rules is not None and rules.preferred:
             return self._find_pod_preferred(job, vec, level, types, queue, self.node_checked(job))
+        if job.claims and self.volume_picks is not None and not self.tier_crossing_score_fns \
+                and not self.node_score_fns and not self.node_filter_fns and not job.host_ports \
+                and rules is None and (job.affinity is None or not job.affinity.preferred):
+            found = self.volume_picks.find(self.index, job, vec, level, types, self.in_tier, self.node_tiers_fn(queue),
+                                           self.settings.node_candidates)
+            if found is not NotImplemented:
+                return found
         if self.tier_crossing_score_fns:
             return self._find_across_tiers(job, vec, level, types, queue)
         filtered = self.node_checked(job)
@@ -136,8 +150,8 @@ class NodeSearch:
                 continue
             # Scorers or filters: walk the fitting nodes (smallest first per type), skipping refused ones.
             candidates = []
-            for i in self.index.iter_fitting(vec, level, types):
-                if (tier == "any" or self.in_tier(i, tier, queue.name)) and (not filtered or self.node_allowed(job, i)):
+            for i in self.index.iter_fitting_in(vec, level, types, tier, queue.name):
+                if not filtered or self.node_allowed(job, i):
                     candidates.append(i)
                     if not scored or len(candidates) >= self.settings.node_candidates:
                         break
@@ -162,9 +176,8 @@ class NodeSearch:
                         return found
                     continue
                 candidates = []
-                for i in self.index.iter_fitting(vec, level, group):
-                    if (tier == "any" or self.in_tier(i, tier, queue.name)) and \
-                            (not filtered or self.node_allowed(job, i)):
+                for i in self.index.iter_fitting_in(vec, level, group, tier, queue.name):
+                    if not filtered or self.node_allowed(job, i):
                         candidates.append(i)
                         if not scored or len(candidates) >= self.settings.node_candidates:
                             break
@@ -192,8 +205,8 @@ class NodeSearch:
         seen: set[int] = set()
         for rank, tier in enumerate(self.node_tiers_fn(queue)):
             walked = 0
-            for i in self.index.iter_fitting(vec, level, types):
-                if i in seen or not (tier == "any" or self.in_tier(i, tier, queue.name)):
+            for i in self.index.iter_fitting_in(vec, level, types, tier, queue.name):
+                if i in seen:
                     continue
                 if filtered and not self.node_allowed(job, i):
                     continue

@@ -25,6 +25,7 @@ anti-affinity, existing pods' anti-affinity).
 
 from __future__ import annotations
 
+from operator import is_ as _is
 from typing import Mapping, Sequence
 
 from flotilla.core.feasibility import REFUSING_EFFECTS
@@ -341,11 +342,13 @@ class SpreadView:
 def _spread_view(session, job, constraint) -> SpreadView:
     """The eligible domains of ``constraint`` for ``job`` (cached for the cycle per constraint and job shape)."""
     rules = job.pod_rules
-    key = (constraint, job.namespace, id(job.node_selector) if job.node_selector else 0, job.affinity,
-           id(job.tolerations) if constraint.honor_taints else 0, rules.spread)
+    # By identity (jobs of one shape share these objects); the objects are kept with the view, so ids stay theirs.
+    refs = (constraint, job.node_selector or None, job.affinity, job.tolerations if constraint.honor_taints else None,
+            rules.spread)
+    key = (*map(id, refs), job.namespace)
     cache = session.spread_views
     view = cache.get(key)
-    if view is not None and view[0] is job.node_selector:
+    if view is not None and all(map(_is, view[0], refs)):
         return view[1]
     index = session.index
     keys = [c.topology_key for c in rules.spread]
@@ -382,7 +385,7 @@ def _spread_view(session, job, constraint) -> SpreadView:
     elif eligible is None:
         eligible = set()
     view = SpreadView(constraint, session.state.pods.spread_matcher(constraint, job.namespace), eligible, domains)
-    cache[key] = (job.node_selector, view)
+    cache[key] = (refs, view)
     return view
 
 

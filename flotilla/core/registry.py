@@ -110,18 +110,21 @@ class ExtensionRegistry:
 
     def node_allowed(self, job: Job, i: int) -> bool:
         """May ``job`` start on node ``i``: none of its host ports is held there, its pod rules and the held
-        pods' anti-affinity allow it (:mod:`flotilla.core.podplacements`), and the node filters agree."""
+        pods' anti-affinity allow it (:mod:`flotilla.core.podplacements`), its claims can be had there this cycle
+        (:class:`~flotilla.core.volumes.VolumePicks`), and the node filters agree."""
         ports = job.host_ports
         if ports and not self.state.ports.free(i, ports):
+            return False
+        if job.claims and self.volume_picks is not None and not self.volume_picks.allowed(job, i):
             return False
         if (job.pod_rules is not None or self.state.pods.anti) and pod_refusal(self, job, i) is not None:
             return False
         return all(fn(job, i) for fn in self.node_filter_fns)
 
     def node_checked(self, job: Job) -> bool:
-        """Whether ``job``'s nodes must pass :meth:`node_allowed` one by one (node filters, host ports, pod rules,
-        held pods' anti-affinity selecting it); for nearly every job, no."""
-        return bool(self.node_filter_fns) or bool(job.host_ports) or \
+        """Whether ``job``'s nodes must pass :meth:`node_allowed` one by one (node filters, host ports, claims, pod
+        rules, held pods' anti-affinity selecting it); for nearly every job, no."""
+        return bool(self.node_filter_fns) or bool(job.host_ports) or bool(job.claims) or \
             ((job.pod_rules is not None or bool(self.state.pods.anti)) and pod_checked(self, job))
 
     # -- combined answers -------------------------------------------------

@@ -37,6 +37,7 @@ from flotilla.core.registry import ExtensionRegistry, SessionError
 from flotilla.core.resources import ResourceSpace, Vector
 from flotilla.core.shares import DEFAULT_SHARE_WEIGHTS, cost_share
 from flotilla.core.statement import Statement
+from flotilla.core.volumes import VolumePicks, volume_predicate
 from flotilla.core.whynot import WhyNot
 
 log = structlog.get_logger("flotilla.session")
@@ -90,6 +91,12 @@ class Session(ExtensionRegistry, NodeSearch, WhyNot):
         self.nested: bool = self.state.nested
 
         self._open_registry()
+        #: What this cycle's placements chose for their claims; None while no job names a claim.
+        self.volume_picks: VolumePicks | None = None
+        if self.state.claim_jobs:
+            views = {cluster.name: cluster.volumes for cluster in snapshot.clusters if cluster.volumes is not None}
+            self.predicate_fns.insert(1, volume_predicate(views))
+            self.volume_picks = VolumePicks(views, self._cluster_and_labels)
         self._open_node_search()
         self._open_why_not()
 
@@ -142,6 +149,11 @@ class Session(ExtensionRegistry, NodeSearch, WhyNot):
             entries = [(*self.job_sort_key(entry[-1], entry[2]), entry[-1]) for entry in queue.queued.live_entries()]
             order = self._orders[queue.name] = JobQueue(None, entries)
         return order
+
+    def _cluster_and_labels(self, i: int):
+        """Node ``i``'s cluster and labels as the predicates see them (its type's)."""
+        node_type = self.index.types[self.index.type_of[i]]
+        return node_type.cluster, node_type.labels
 
     def statement(self) -> Statement:
         return Statement(self)

@@ -5,7 +5,8 @@ weighted sum of what it holds (``cpu + w_gpu * gpu + w_memory * memory``,
 cpu in cores, other resources in their base units). The weights are the
 ``resourceWeights`` of the config's ``assetfairness`` or ``decayedusage``
 plugin when it sets them, else Armada's defaults (cpu and gpu count,
-memory does not). ``schedule-once``'s ``share``, the service's queue share,
+memory does not). Pod slots (:mod:`flotilla.core.resources`) never
+count. ``schedule-once``'s ``share``, the service's queue share,
 its metrics and dashboard, and ``simulate``'s report all read this one
 measure, so a comparison of policies compares policies, not yardsticks.
 """
@@ -15,6 +16,7 @@ from __future__ import annotations
 from typing import Any, Callable, Iterable, Mapping, Sequence
 
 from flotilla.core.quantities import MILLI_RESOURCES
+from flotilla.core.resources import PODS
 
 #: Armada's asset-cost weights: a core and a gpu cost one each, memory is free.
 DEFAULT_SHARE_WEIGHTS: Mapping[str, float] = {"cpu": 1.0, "nvidia.com/gpu": 1.0, "memory": 0.0}
@@ -32,7 +34,9 @@ def share_weights(plugins: Iterable[Any]) -> dict[str, float]:
 
 
 def unit_weight(weights: Mapping[str, float], name: str) -> float:
-    """The weight of one base unit of resource ``name`` (cpu is counted in millicores)."""
+    """The weight of one base unit of resource ``name`` (cpu is counted in millicores; pod slots weigh nothing)."""
+    if name == PODS:
+        return 0.0
     return weights.get(name, 0.0) / (1000 if name in MILLI_RESOURCES else 1)
 
 

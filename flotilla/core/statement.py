@@ -29,6 +29,8 @@ def place(session, job: Job, node: int, vec) -> None:
         _touch(session, node)
     if job.host_ports:
         session.state.ports.add(node, job.id, job.host_ports)
+    if job.claims and session.volume_picks is not None:
+        session.volume_picks.take(job, node)
     session.state.pods.add(node, job)
     charge(session.queues[job.queue], vec, 1)
     _record_placement(session, job, node)
@@ -42,7 +44,9 @@ def _touch(session, node: int) -> None:
 def _record_placement(session, job: Job, node: int) -> None:
     """A committed placement: into the decisions, no longer a failure, told to the event handlers."""
     where = session.index.nodes[node]
-    session.scheduled.append(Placement(job, where.cluster, where.name))
+    picks = session.volume_picks
+    chosen = picks.by_job.get(job.id, ()) if job.claims and picks is not None else ()
+    session.scheduled.append(Placement(job, where.cluster, where.name, chosen))
     session.scheduled_ids.add(job.id)
     session.failures.pop(job.id, None)
     for handler in session.allocate_handlers:
@@ -70,6 +74,8 @@ class Statement:
             _touch(s, node)
         if job.host_ports:
             s.state.ports.add(node, job.id, job.host_ports)
+        if job.claims and s.volume_picks is not None:
+            s.volume_picks.take(job, node)
         s.state.pods.add(node, job)
         charge(s.queues[job.queue], vec, 1)
         self.ops.append(("allocate", job, node, 0))
@@ -143,6 +149,8 @@ class Statement:
                 s.index.unbind(node, job.id)
                 if job.host_ports:
                     s.state.ports.remove(node, job.id, job.host_ports)
+                if job.claims and s.volume_picks is not None:
+                    s.volume_picks.release(job)
                 s.state.pods.remove(job.id)
                 charge(s.queues[job.queue], vec, -1)
             elif op == "unevict":

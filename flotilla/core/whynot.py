@@ -32,6 +32,7 @@ from typing import Mapping, Sequence, Union
 
 from flotilla.core.feasibility import FILTERED, PORTS_TAKEN, insufficient
 from flotilla.core.model import Job
+from flotilla.core.volumes import BIND_CONFLICT
 from flotilla.core.podplacements import pod_checked, pod_refusal
 from flotilla.core.resources import Vector
 
@@ -145,7 +146,7 @@ class WhyNot:
                 key = shortfall.vec, shortfall.level, id(shortfall.types)
             else:
                 key = (shortfall.vec, shortfall.level, id(shortfall.types),
-                       id(self.refused_nodes(job, shortfall.cluster)), job.host_ports,
+                       id(self.refused_nodes(job, shortfall.cluster)), job.host_ports, job.claims,
                        job.priority_class if self.node_filter_fns else None)
                 if (job.pod_rules is not None or self.state.pods.anti) and pod_checked(self, job):
                     # Pod rules count the pods placed so far: each job is worded on its own.
@@ -167,11 +168,14 @@ class WhyNot:
             ports, held = job.host_ports, self.state.ports
             filters = self.node_filter_fns
             rules = job.pod_rules is not None or bool(self.state.pods.anti)
+            picks = self.volume_picks if job.claims else None
             available = 0
             for i in fitting:
                 refusal = pod_refusal(self, job, i) if rules else None
                 if ports and not held.free(i, ports):
                     causes[PORTS_TAKEN] = causes.get(PORTS_TAKEN, 0) + 1
+                elif picks is not None and not picks.allowed(job, i):
+                    causes[BIND_CONFLICT] = causes.get(BIND_CONFLICT, 0) + 1
                 elif refusal is not None:
                     causes[refusal] = causes.get(refusal, 0) + 1
                 elif filters and not all(fn(job, i) for fn in filters):

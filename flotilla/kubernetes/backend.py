@@ -12,7 +12,9 @@ leaves the cluster out of that cycle and goes on with the others.
 A pod labelled ``flotilla.io/job-id`` is one of ours and becomes a running
 job (rebuilt from its labels and annotations, see
 :mod:`flotilla.kubernetes.pods`); any other pod bound to a node we see
-consumes that node's resources (``ClusterSnapshot.foreign``). Finished pods
+consumes that node's resources and one of its pod slots
+(``ClusterSnapshot.foreign``, whose ``pods`` counts them) and holds its host
+ports there (``ClusterSnapshot.foreign_ports``). Finished pods
 (Succeeded, Failed) hold nothing. A pod being deleted by anyone else, an
 earlier pod of a job that has a newer one, and a pod given up (reported
 ``lost``) still hold their resources until they are gone, as the kubelet
@@ -74,6 +76,7 @@ from __future__ import annotations
 import threading
 import time
 from collections import deque
+from itertools import chain
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, replace
 from typing import Callable, Iterable, Mapping
@@ -83,6 +86,7 @@ import structlog
 from flotilla.core.backend import NODE_RETURNED, ClusterDecisions, ClusterUnavailable, JobEvent, PodTemplate
 from flotilla.core.model import ClusterSnapshot, ForeignPod, Job, JobState, Node
 from flotilla.core.quantities import QuantityError, parse_duration
+from flotilla.core.resources import PODS, UNLIMITED_PODS
 from flotilla.kubernetes.client import (ApiError, Gone, KubeClient, KubeError, Unreachable, WatchBroken,
                                         forbidden_message, pod_path)
 from flotilla.kubernetes.services import OWNED, exposure_manifests, object_path, owner_reference
@@ -92,11 +96,13 @@ from flotilla.kubernetes.podgroupstatus import PodGroupReporter, podgroup_status
 from flotilla.kubernetes.priorityclasses import PRIORITY_CLASSES_PATH, PriorityClassTracker, setup_priority_classes
 from flotilla.kubernetes.intake import (JOBS_PATH, JOBSETS_PATH, PODGROUPS_PATH, POD_NAME, POD_NAMESPACE, POD_UID, IntakeTracker,
                                         bound_by_flotilla)
+from flotilla.kubernetes.volumes import INFORMERS as VOLUME_INFORMERS
+from flotilla.kubernetes.volumes import SELECTED_NODE, VolumeState
 from flotilla.kubernetes.pods import (ATTEMPT, DURATION, JOB_ID, PodSettings, failure_details, failure_reason, foreign_pod,
                                      is_ours,
                                       job_deadline, job_from_pod, job_grace_period, job_namespace, named_grace_period,
-                                      node_from_object, node_ready, pod_manifest, pod_name, pod_phase, pod_requests,
-                                      disruption, permanent_pull_failure, pod_slots, waiting_container,
+                                      node_from_object, node_ready, pod_host_ports, pod_manifest, pod_name, pod_phase,
+                                      pod_requests, disruption, permanent_pull_failure, pod_slots, waiting_container,
                                       waiting_reason)
 
 log = structlog.get_logger("flotilla.kubernetes")
@@ -123,6 +129,7 @@ class _Pod:
     deleting: bool
     job: Job | None = None            # ours
     requests: Mapping[str, int] | None = None  # someone else's
+    ports: tuple = ()                 # someone else's host ports ((protocol, port, host IP))
     reason: str = ""                  # why it failed
     waiting: str = ""                 # why it has not started
     owned: tuple[str, ...] = ()       # its services and ingresses ("services/NAME")
@@ -180,7 +187,7 @@ class KubernetesCluster:
                  workers: int = 32, delete_finished: bool = True, node_selector: str | None = None,
                  watch_timeout: int = 60, stuck_pod_expiry: float | None = 300.0,
                  node_lost_timeout: float | None = 300.0, finished_pod_retention: float = 0.0,
-                 clock: Callable[[], float] = time.time,
+                 volume_bind_timeout: float = 600.0, clock: Callable[[], float] = time.time,
                  start: bool = True):
         if bind not in ("node-name", "binding"):
             raise ValueError(f"bind must be 'node-name' or 'binding', not {bind!r}")
@@ -196,7 +203,14 @@ class KubernetesCluster:
         self.stuck_pod_expiry = stuck_pod_expiry
         self.node_lost_timeout = node_lost_timeout
         self.finished_pod_retention = finished_pod_retention
+        #: How long a start waits for its claims to be bound before its job returns to its queue (kube-scheduler's
+        #: bindTimeoutSeconds, 600 s by default).
+        self.volume_bind_timeout = volume_bind_timeout
         self.clock = clock
+        #: Claims, volumes and storage classes (flotilla.kubernetes.volumes), and the starts waiting for their
+        #: claims to be bound: job id -> (job, node, attempt, template, choices, start count, deadline).
+        self.volumes = VolumeState(self.settings.namespace)
+        self._volume_waits: dict[str, tuple] = {}
 
         self._lock = threading.RLock()
         self._stop = threading.Event()
@@ -210,6 +224,8 @@ class KubernetesCluster:
         #: What everyone else's live pods use on each node, kept as their events arrive: a snapshot copies it
         #: instead of walking pods that are not Flotilla's.
         self._foreign_on: dict[str, dict[str, int]] = {}
+        #: The host ports everyone else's live pods bind on each node (node -> pod key -> its ports), kept alike.
+        self._foreign_ports_on: dict[str, dict[tuple[str, str], tuple]] = {}
         #: Everyone else's live pods per node, for pod affinity and spread, and each node's tuple of them as the
         #: last snapshot gave it (dropped when one of them changes, so an unchanged node's is the same object).
         self._foreign_pods_on: dict[str, dict[tuple[str, str], ForeignPod]] = {}
@@ -282,7 +298,8 @@ class KubernetesCluster:
         for kind, path, params in (("nodes", "/api/v1/nodes", node_params), ("pods", "/api/v1/pods", {}),
                                    ("namespaces", "/api/v1/namespaces", {}), ("podgroups", PODGROUPS_PATH, {}),
                                    ("priorityclasses", PRIORITY_CLASSES_PATH, {}), ("jobs", JOBS_PATH, {}),
-                                   ("jobsets", JOBSETS_PATH, {})):
+                                   ("jobsets", JOBSETS_PATH, {}),
+                                   *((kind, path, {}) for kind, path in VOLUME_INFORMERS.items())):
             thread = threading.Thread(target=self._informer, args=(kind, path, params), daemon=True,
                                       name=f"kube-{self.name}-{kind}")
             thread.start()
@@ -329,11 +346,13 @@ class KubernetesCluster:
         return False
 
     def wait_idle(self, timeout: float = 30.0) -> bool:
-        """Wait until every pod write handed over so far is done and seen by the watch (tests, benchmarks)."""
+        """Wait until every pod write handed over so far is done and seen by the watch (tests, benchmarks); a start
+        waiting for its claims to be bound has nothing in hand."""
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
             with self._lock:
-                busy = self._pool._work_queue.qsize() or self._inflight or self._kill_on_create
+                busy = self._pool._work_queue.qsize() or self._kill_on_create or \
+                    any(job_id not in self._volume_waits for job_id in self._inflight)
             if not busy:
                 return True
             time.sleep(0.02)
@@ -355,6 +374,8 @@ class KubernetesCluster:
             # Everyone else's pods, as their events left them; then ours, one by one (names bound locally: this
             # loop is per pod and per cycle).
             foreign = {node: dict(used) for node, used in self._foreign_on.items() if node in known}
+            foreign_ports = {node: tuple(chain.from_iterable(ports.values()))
+                             for node, ports in self._foreign_ports_on.items() if node in known}
             stopping, job_pod_of, reported_of = self._stopping, self._job_pod.get, self._reported.get
             stopped = self._stopped
             append, see = running.append, seen.add
@@ -377,6 +398,9 @@ class KubernetesCluster:
                 used = foreign.setdefault(pod.node, {})
                 for resource, amount in requests.items():
                     used[resource] = used.get(resource, 0) + amount
+                used[PODS] = used.get(PODS, 0) + 1
+                if job.host_ports:
+                    foreign_ports[pod.node] = foreign_ports.get(pod.node, ()) + job.host_ports
             for job_id, job in self._inflight.items():
                 if job_id not in seen and job_id not in self._stopping and job.node in self._nodes:
                     running.append(job)
@@ -388,7 +412,9 @@ class KubernetesCluster:
                     if pods is None:
                         pods = tuples[node] = tuple(on.values())
                     foreign_pods[node] = pods
-        return ClusterSnapshot(self.name, nodes, running, foreign, foreign_pods)
+            volumes = self.volumes.view(self._side_errors)
+        return ClusterSnapshot(self.name, nodes, running, foreign, foreign_pods, volumes=volumes,
+                               foreign_ports=foreign_ports)
 
     def apply(self, decisions: ClusterDecisions) -> None:
         # The requests are handed to the workers once the bookkeeping is done and the lock is free: a worker
@@ -426,12 +452,87 @@ class KubernetesCluster:
                 self._drop_held(job.id, None)
             self._inflight[job.id] = running
             template = decisions.templates.get(job.id)
-            if placement.node not in self._held and not self._leaving(placement.node):
-                # Nothing on the node is on its way out: the scheduler counted every pod there.
-                work.append((self._create, running, placement.node, attempt, template))
+            if job.claims and (placement.volumes or self.volumes.unbound(job.claims)):
+                # Its claims are bound first (flotilla.kubernetes.volumes); the pod comes once they are.
+                self.volumes.assume(placement.volumes, placement.node)
+                work.append((self._bind_volumes, running, placement.node, attempt, template, placement.volumes,
+                             self._starts[job.id]))
                 continue
-            self._hold(placement.node, running, attempt, template)
-            self._release_held(placement.node)
+            self._start_pod(running, placement.node, attempt, template, work.append)
+
+    def _start_pod(self, running: Job, node: str, attempt: int, template, submit) -> None:
+        """Create the pod of a start now, or hold it until its node has room (module docstring, Held starts)."""
+        if node not in self._held and not self._leaving(node):
+            # Nothing on the node is on its way out: the scheduler counted every pod there.
+            submit((self._create, running, node, attempt, template))
+            return
+        self._hold(node, running, attempt, template)
+        self._release_held(node)
+
+    # -- claims bound before the pod (flotilla.kubernetes.volumes) ------------------------------
+    def _bind_volumes(self, job: Job, node: str, attempt: int, template, choices, started: int) -> None:
+        """Write the placement's volume choices (pool thread), then wait for the job's claims to be bound."""
+        try:
+            with self._lock:
+                writes = self.volumes.bind_requests(choices, node)
+            for path, patch in writes:
+                for tries in range(3):
+                    try:
+                        self.client.patch(path, patch)
+                        break
+                    except ApiError as exc:
+                        # A PV changed since the informer saw it (its phase set, say): read it again and write with
+                        # its version while it is still free for the claim; taken meanwhile, the choice is void.
+                        if exc.status != 409 or "claimRef" not in patch.get("spec", {}) or tries == 2:
+                            raise
+                        ref = patch["spec"]["claimRef"]
+                        version = self.volumes.still_free(self.client.get(path), f"{ref['namespace']}/{ref['name']}")
+                        if version is None:
+                            raise LookupError(f"{path.rsplit('/', 1)[-1]} was bound to another claim meanwhile") \
+                                from None
+                        patch["metadata"]["resourceVersion"] = version
+        except (LookupError, ApiError, Unreachable) as exc:
+            why = forbidden_message(exc) if isinstance(exc, ApiError) and exc.status == 403 else str(exc)
+            with self._lock:
+                self.volumes.forget(choices)
+            self._create_failed(job, node, "lost", f"binding volumes: {why}")
+            return
+        with self._lock:
+            if self._starts.get(job.id) != started or job.id not in self._inflight:
+                self.volumes.forget(choices)
+                return
+            self._volume_waits[job.id] = (job, node, attempt, template, choices, started,
+                                          self.clock() + self.volume_bind_timeout)
+            self._check_volume_waits()
+
+    def _check_volume_waits(self) -> None:
+        """Start the waiting jobs whose claims are all bound; return to its queue one whose binding failed or timed
+        out (under the lock)."""
+        now = self.clock()
+        for job_id, (job, node, attempt, template, choices, started, deadline) in list(self._volume_waits.items()):
+            if self._starts.get(job_id) != started or job_id not in self._inflight:
+                del self._volume_waits[job_id]   # stopped or started again since
+                self.volumes.forget(choices)
+                continue
+            failed = [claim for claim, pv in choices if not pv and self.volumes.provisioning_failed(claim, node)]
+            unbound = self.volumes.unbound(job.claims)
+            if not unbound:
+                del self._volume_waits[job_id]
+                self._start_pod(job, node, attempt, template, lambda task: self._pool.submit(*task))
+                continue
+            if failed:
+                why = f"provisioning failed for PVC {', '.join(failed)} (its {SELECTED_NODE} was removed)"
+            elif now >= deadline:
+                why = (f"claims not bound within volumeBindTimeout {self.volume_bind_timeout:g}s: "
+                       f"{', '.join(unbound)}")
+            else:
+                continue
+            del self._volume_waits[job_id]
+            self.volumes.forget(choices)
+            self._inflight.pop(job_id, None)
+            self._kill_on_create.pop(job_id, None)
+            if self._stopping.pop(job_id, None) is None:
+                self._emit(job_id, "lost", node, f"binding volumes: {why}")
 
     # -- held starts (see the module docstring) ------------------------------------------------
     def _hold(self, node: str, job: Job, attempt: int, template: PodTemplate | None, nominate: bool = True) -> None:
@@ -488,6 +589,8 @@ class KubernetesCluster:
             self._own.pop(key, None)
             if pod.node is not None and pod.phase not in _ENDED:
                 self._charge_foreign(pod.node, pod.requests, 1)
+                if pod.ports:
+                    self._foreign_ports_on.setdefault(pod.node, {})[key] = pod.ports
                 if pod.foreign is not None:
                     self._foreign_pods_on.setdefault(pod.node, {})[key] = pod.foreign
                     self._foreign_pod_tuples.pop(pod.node, None)
@@ -509,6 +612,11 @@ class KubernetesCluster:
                 del self._pods_on[old.node]
         if old.job is None and old.node is not None and old.phase not in _ENDED:
             self._charge_foreign(old.node, old.requests, -1)
+            if old.ports:
+                ports = self._foreign_ports_on[old.node]
+                del ports[key]
+                if not ports:
+                    del self._foreign_ports_on[old.node]
             on = self._foreign_pods_on.get(old.node)
             if on is not None and on.pop(key, None) is not None:
                 self._foreign_pod_tuples.pop(old.node, None)
@@ -516,8 +624,9 @@ class KubernetesCluster:
                     del self._foreign_pods_on[old.node]
 
     def _charge_foreign(self, node: str, requests: Mapping[str, int] | None, sign: int) -> None:
+        """Count a foreign pod on ``node`` in (1) or out (-1): its requests, and one pod slot (``pods``)."""
         used = self._foreign_on.setdefault(node, {})
-        for resource, amount in (requests or {}).items():
+        for resource, amount in (*(requests or {}).items(), (PODS, 1)):
             left = used.get(resource, 0) + sign * amount
             if left:
                 used[resource] = left
@@ -547,10 +656,12 @@ class KubernetesCluster:
                 created.add(pod.job.id)
             for resource, amount in (pod.requests if pod.job is None else pod.job.requests).items():
                 load[resource] = load.get(resource, 0) + amount
+            load[PODS] = load.get(PODS, 0) + 1
         for job_id, job in self._inflight.items():
             if job.node == node and job_id not in created and job_id not in self._held_ids:
                 for resource, amount in job.requests.items():
                     load[resource] = load.get(resource, 0) + amount
+                load[PODS] = load.get(PODS, 0) + 1
         return load
 
     def _release_held(self, node: str) -> None:
@@ -567,7 +678,8 @@ class KubernetesCluster:
                 waiting.pop(0)   # stale: stopped or started again since
                 continue
             if load is None or any(load.get(resource, 0) + amount > target.resources.get(resource, 0)
-                                   for resource, amount in job.requests.items()):
+                                   for resource, amount in job.requests.items()) \
+                    or load.get(PODS, 0) + 1 > target.resources.get(PODS, UNLIMITED_PODS):
                 if load is None or self._leaving(node):
                     return
                 # Nothing on the node is leaving: the room will not come by waiting. The bind's own check
@@ -576,6 +688,7 @@ class KubernetesCluster:
             self._held_ids.discard(job.id)
             for resource, amount in job.requests.items():
                 load[resource] = load.get(resource, 0) + amount
+            load[PODS] = load.get(PODS, 0) + 1
             self._pool.submit(self._create, job, node, attempt, template)
         del self._held[node]
         self._held_since.pop(node, None)
@@ -724,6 +837,8 @@ class KubernetesCluster:
             now = self.clock()
             self._give_up_stuck_and_lost(now)
             self._delete_expired(now)
+            if self._volume_waits:
+                self._check_volume_waits()
             # An event about an earlier run of a job started again since (a delete that finished late) is
             # dropped: the service would take it for news about the new run.
             events = [ev for ev, run in self._events if run is None or run == self._starts.get(ev.job_id, 0)]
@@ -1272,6 +1387,12 @@ class KubernetesCluster:
             self._replace_nodes(items)
         elif kind == "pods":
             self._replace_pods(items)
+        elif kind in VOLUME_INFORMERS:
+            self._side_errors.pop(kind, None)
+            self.volumes.replace(kind, items)
+            if self._volume_waits:
+                self._check_volume_waits()
+            return
         elif kind == "namespaces":
             self._side_errors.pop(kind, None)
             self._terminating_ns = {obj["metadata"]["name"] for obj in items if _terminating(obj)}
@@ -1300,6 +1421,10 @@ class KubernetesCluster:
             self._on_node(event, obj)
         elif kind == "pods":
             self._on_pod(event, obj)
+        elif kind in VOLUME_INFORMERS:
+            self.volumes.on_event(kind, event, obj)
+            if self._volume_waits and kind == "pvcs":
+                self._check_volume_waits()
         elif kind == "namespaces":
             name = (obj.get("metadata") or {}).get("name")
             if event != "DELETED" and _terminating(obj):
@@ -1318,6 +1443,8 @@ class KubernetesCluster:
 
     def _informer_failed(self, kind: str, exc: Exception) -> None:
         text = forbidden_message(exc) if isinstance(exc, ApiError) and exc.status == 403 else str(exc)
+        if kind in VOLUME_INFORMERS:
+            self.volumes.changed()   # the claims' reason names the error
         if kind not in self._synced:   # namespaces, PodGroups, PriorityClasses, Jobs: scheduling goes on
             if self._side_errors.get(kind) != text:   # once per distinct error, not once per retry
                 self._side_errors[kind] = text
@@ -1379,6 +1506,9 @@ class KubernetesCluster:
 
     def _on_pod(self, kind: str, obj: dict) -> None:
         self._on_pod_change(kind, obj)
+        meta = obj["metadata"]
+        self.volumes.on_pod((meta.get("namespace", ""), meta["name"]), None if kind == "DELETED" else obj,
+                            pod_phase(obj) not in _ENDED if kind != "DELETED" else False)
         if self._held:
             # A pod gone or finished frees room: the starts held for its node may go now, not a cycle later.
             old = obj.get("_cached")
@@ -1471,11 +1601,15 @@ class KubernetesCluster:
                 self._unadmit(job_id)
             self._pod_events(pod, job_id)
         else:
-            requests = old.requests if old is not None and old.requests is not None else pod_requests(obj)
+            if old is not None and old.requests is not None:
+                requests, ports = old.requests, old.ports
+            else:
+                requests, ports = pod_requests(obj), pod_host_ports(spec)
             labels = meta.get("labels") or {}
             foreign = old.foreign if old is not None and old.foreign is not None and \
                 old.foreign.labels == labels else foreign_pod(key, labels, spec)
-            self._put_pod(key, _Pod(key, node, phase, deleting, requests=requests, foreign=foreign))
+            self._put_pod(key, _Pod(key, node, phase, deleting, requests=requests, ports=ports,
+                                    foreign=foreign))
             self._note_undecided(key, obj, node, phase, deleting, requests)
 
     def _waiting_news(self, pod: _Pod, obj: dict, old: _Pod | None) -> None:
@@ -1564,7 +1698,7 @@ def backend_from_config(cluster_config, config=None, **kwargs) -> KubernetesClus
         options["client"] = KubeClient.from_in_cluster(pool_size=max(8, workers + 6))
     for attr, key in (("bind", "bind"), ("workers", "workers"), ("node_selector", "node_selector"),
                       ("delete_finished", "delete_finished"), ("stuck_pod_expiry", "stuck_pod_expiry"),
-                      ("node_lost_timeout", "node_lost_timeout"),
+                      ("node_lost_timeout", "node_lost_timeout"), ("volume_bind_timeout", "volume_bind_timeout"),
                       ("finished_pod_retention", "finished_pod_retention")):
         value = getattr(cluster_config, attr, None)
         if value is not None:

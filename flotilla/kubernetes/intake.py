@@ -25,7 +25,9 @@ from dataclasses import dataclass, field
 from typing import Any, Mapping
 
 from flotilla.core.model import GANG_CARDINALITY_ANNOTATION, GANG_ID_ANNOTATION, GANG_MIN_AVAILABLE_ANNOTATION
+from flotilla.core.hostports import describe, host_port
 from flotilla.core.nodeaffinity import AffinityError, parse_node_affinity
+from flotilla.kubernetes.volumes import pod_claims
 from flotilla.core.podrules import parse_pod_rules
 from flotilla.kubernetes.podgroupstatus import member_state
 from flotilla.kubernetes.pods import JOB_ID, is_ours, pod_host_ports, pod_phase, pod_requests
@@ -85,6 +87,7 @@ class InClusterPod:
     problems: tuple = ()           # (field path, why) of what Flotilla would not honour
     pod_rules: Any = None          # pod affinity, anti-affinity, spread (API field names), None without
     gated: bool = False            # schedulingGates still set: not ready to schedule
+    claims: tuple = ()             # the PersistentVolumeClaims it mounts, namespace/name
 
     @property
     def job_id(self) -> str:
@@ -115,7 +118,7 @@ def spec_problems(spec: Mapping[str, Any], namespace: str = "default",
     """``(field path, why)`` for every placement field of ``spec`` Flotilla would not honour (as the API
     refuses them for submitted jobs, :func:`flotilla.kubernetes.podspec.refused_placement_fields`)."""
     out = [(path, why) for path, given, why in _NOT_HONOURED if given(spec)]
-    seen: dict[tuple[str, int], str] = {}
+    seen: dict[tuple[str, int, str], str] = {}
     for group in ("containers", "initContainers"):
         for c, container in enumerate(spec.get(group) or ()):
             if (container.get("resources") or {}).get("claims"):
@@ -127,11 +130,11 @@ def spec_problems(spec: Mapping[str, Any], namespace: str = "default",
                 number = port.get("hostPort") or (port.get("containerPort") if spec.get("hostNetwork") else None)
                 if not number:
                     continue
-                key = (port.get("protocol") or "TCP", int(number))
+                key = host_port(port.get("protocol"), number, port.get("hostIP"))
                 path = f"spec.{group}[{c}].ports[{p}].hostPort"
                 if key in seen:
-                    out.append((path, f"hostPort {key[1]}/{key[0]} is also used by {seen[key]}: a pod cannot bind "
-                                      f"one host port twice"))
+                    out.append((path, f"hostPort {describe((key,))} is also used by {seen[key]}: a pod cannot "
+                                      f"bind one host port twice"))
                 else:
                     seen[key] = path
     out = [(path if path.startswith("spec.") else f"spec.{path}", why) for path, why in out]
@@ -194,14 +197,15 @@ def read_pod(obj: Mapping[str, Any]) -> InClusterPod:
         priority=spec["priority"] if type(spec.get("priority")) is int else 0,
         submitted=_timestamp(meta.get("creationTimestamp")), requests=requests, node_selector=selector,
         tolerations=tuple(tuple(sorted(t.items())) for t in spec.get("tolerations") or ()),
-        host_ports=tuple(tuple(pair) for pair in pod_host_ports(spec)), node_affinity=affinity_spec,
+        host_ports=pod_host_ports(spec), node_affinity=affinity_spec,
         pod_rules=pod_rules_spec(spec),
         grace_period=float(max(1, grace)) if isinstance(grace, (int, float)) else DEFAULT_GRACE,
         deadline=float(deadline) if isinstance(deadline, (int, float)) and deadline > 0 else 0.0,
         annotations={k: str(annotations[k]) for k in (GANG_ID_ANNOTATION, GANG_CARDINALITY_ANNOTATION,
                                                       GANG_MIN_AVAILABLE_ANNOTATION) if k in annotations},
         group_name=annotations.get(GROUP_NAME_ANNOTATION) or annotations.get(VOLCANO_GROUP_NAME_ANNOTATION) or None,
-        problems=tuple(problems), gated=bool(spec.get("schedulingGates")))
+        problems=tuple(problems), gated=bool(spec.get("schedulingGates")),
+        claims=pod_claims(obj))
 
 
 def queue_label(labels: Mapping[str, str]) -> str | None:

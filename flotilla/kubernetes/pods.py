@@ -6,7 +6,8 @@ set and priority class; the exact values (labels are limited to 63
 characters) and what the scheduler needs to rebuild the job from the pod
 alone (priority, submission time, gang) are in annotations. Pods nobody
 labelled that sit on a node Flotilla schedules onto are *foreign*: their
-requests are taken off that node's free space.
+requests are taken off that node's free space, and each takes one of its
+pod slots (allocatable ``pods``).
 """
 
 from __future__ import annotations
@@ -20,6 +21,7 @@ from typing import Any, Mapping
 from flotilla.core.backend import PodTemplate
 from flotilla.core.model import (GANG_CARDINALITY_ANNOTATION, GANG_ID_ANNOTATION, GANG_NODE_UNIFORMITY_LABEL_ANNOTATION,
                                  ForeignPod, Gang, Job, JobState, Node, Taint, Toleration)
+from flotilla.core.hostports import ANY_IP, host_port
 from flotilla.core.nodeaffinity import AffinityError, parse_node_affinity
 from flotilla.core.podrules import PodRules, parse_pod_rules
 from flotilla.core.quantities import QuantityError, format_quantity, parse_quantity
@@ -193,8 +195,9 @@ def _stand_in_spec(job: Job, settings: PodSettings) -> dict[str, Any]:
     if job.affinity is not None:
         spec["affinity"] = {"nodeAffinity": job.affinity.to_kubernetes()}
     if job.host_ports:
-        spec["containers"][0]["ports"] = [{"containerPort": port, "hostPort": port, "protocol": protocol}
-                                          for protocol, port in job.host_ports]
+        spec["containers"][0]["ports"] = [{"containerPort": port, "hostPort": port, "protocol": protocol,
+                                           **({} if ip == ANY_IP else {"hostIP": ip})}
+                                          for protocol, port, ip in job.host_ports]
     return spec
 
 
@@ -279,9 +282,10 @@ def pod_requests(pod: Mapping[str, Any]) -> dict[str, int]:
     return effective_requests(containers, init, overhead, pod_level)
 
 
-def pod_host_ports(spec: Mapping[str, Any]) -> tuple[tuple[str, int], ...]:
-    """The ``(protocol, port)`` pairs a pod binds on its node: its containers' and sidecars' host ports
-    (every container port with ``hostNetwork``), sorted, each once."""
+def pod_host_ports(spec: Mapping[str, Any]) -> tuple[tuple[str, int, str], ...]:
+    """The ``(protocol, port, host IP)`` a pod binds on its node: its containers' and sidecars' host ports
+    (every container port with ``hostNetwork``), sorted, each once; host IP ``0.0.0.0`` when none is named
+    (:func:`flotilla.core.hostports.host_port`)."""
     containers = list(spec.get("containers") or ())
     containers += [c for c in spec.get("initContainers") or () if c.get("restartPolicy") == "Always"]
     found = set()
@@ -289,7 +293,7 @@ def pod_host_ports(spec: Mapping[str, Any]) -> tuple[tuple[str, int], ...]:
         for port in container.get("ports") or ():
             number = port.get("hostPort") or (port.get("containerPort") if spec.get("hostNetwork") else None)
             if number:
-                found.add((port.get("protocol") or "TCP", int(number)))
+                found.add(host_port(port.get("protocol"), number, port.get("hostIP")))
     return tuple(sorted(found))
 
 
@@ -527,7 +531,8 @@ def pod_slots(node: Mapping[str, Any]) -> int | None:
 
 
 def node_from_object(obj: Mapping[str, Any], cluster: str) -> Node:
-    """A scheduler node: allocatable resources, labels, taints; a cordoned node is unschedulable.
+    """A scheduler node: allocatable resources (``pods`` too: its pod slots), labels, taints; a cordoned node is
+    unschedulable.
 
     A node that is not Ready keeps the ``node.kubernetes.io/not-ready`` (or ``unreachable``) taint the node
     lifecycle controller gives it, and is given ``node.kubernetes.io/not-ready:NoSchedule`` when it has neither
@@ -538,11 +543,8 @@ def node_from_object(obj: Mapping[str, Any], cluster: str) -> Node:
     spec = obj.get("spec") or {}
     status = obj.get("status") or {}
     allocatable = status.get("allocatable") or status.get("capacity") or {}
-    resources = {}
-    for name, value in allocatable.items():
-        if name == "pods":  # jobs do not request it; kwok's nodes allow a million
-            continue
-        resources[name] = _quantity(value, name)
+    # ``pods`` is the node's pod slots (flotilla.core.resources): every pod on it, anyone's, takes one.
+    resources = {name: _quantity(value, name) for name, value in allocatable.items()}
     taints = tuple(Taint(t.get("key", ""), t.get("value", ""), t.get("effect", "NoSchedule"))
                    for t in spec.get("taints") or () if t.get("key") != _CORDON_TAINT)
     if not node_ready(obj) and not any(t.key in NOT_READY_TAINTS for t in taints):

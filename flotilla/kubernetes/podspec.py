@@ -29,10 +29,12 @@ field names) and reaches the pod unchanged but for those owned fields
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Annotated, Any
 
 from kubernetes.client.models import V1Container, V1PodSpec
-from pydantic import Field, field_validator, model_validator
+from pydantic import Field, Strict, field_validator, model_validator
+
+from flotilla.core.hostports import describe, host_port
 
 #: restartPolicy values a batch job may use (Kubernetes also knows Always: refused).
 RESTART_POLICIES = ("Never", "OnFailure")
@@ -74,8 +76,10 @@ class PodSpec(V1PodSpec):
     """A Kubernetes pod spec as a job may give it (see the module docstring)."""
 
     containers: list[V1Container] = Field(min_length=1)
-    termination_grace_period_seconds: float | None = Field(None, alias="terminationGracePeriodSeconds")
-    active_deadline_seconds: float | None = Field(None, alias="activeDeadlineSeconds")
+    #: JSON numbers (a string or a boolean is refused, as the API server refuses them).
+    termination_grace_period_seconds: Annotated[float, Strict()] | None = Field(None,
+                                                                           alias="terminationGracePeriodSeconds")
+    active_deadline_seconds: Annotated[float, Strict()] | None = Field(None, alias="activeDeadlineSeconds")
 
     @model_validator(mode="before")
     @classmethod
@@ -143,11 +147,10 @@ def refused_placement_fields(spec: PodSpec) -> list[tuple[str, str]]:
             if container.resources is not None and container.resources.claims:
                 out.append((f"{group}[{c}].resources.claims",
                             "resource claims (dynamic resource allocation) are not honoured by Flotilla's placement"))
-    seen: dict[tuple[str, int], str] = {}
-    for path, protocol, port in _host_port_entries(spec):
-        key = (protocol, port)
+    seen: dict[tuple[str, int, str], str] = {}
+    for path, key in _host_port_entries(spec):
         if key in seen:
-            out.append((path, f"hostPort {port}/{protocol} is also used by {seen[key]}: a pod cannot bind one "
+            out.append((path, f"hostPort {describe((key,))} is also used by {seen[key]}: a pod cannot bind one "
                               f"host port twice"))
         else:
             seen[key] = path
@@ -155,7 +158,7 @@ def refused_placement_fields(spec: PodSpec) -> list[tuple[str, str]]:
 
 
 def _host_port_entries(spec: PodSpec):
-    """``(field path, protocol, port)`` of each host port the pod binds.
+    """``(field path, (protocol, port, host IP))`` of each host port the pod binds.
 
     A container port with ``hostPort`` binds it; with ``hostNetwork`` every
     container port is a host port (the API server defaults ``hostPort`` to
@@ -170,12 +173,13 @@ def _host_port_entries(spec: PodSpec):
         for p, port in enumerate(container.ports or ()):
             number = port.host_port or (port.container_port if spec.host_network else None)
             if number:
-                yield f"{group}[{c}].ports[{p}].hostPort", port.protocol or "TCP", int(number)
+                yield f"{group}[{c}].ports[{p}].hostPort", host_port(port.protocol, number, port.host_ip)
 
 
 def host_ports(spec: PodSpec) -> list[list]:
-    """The pod's host ports as ``[protocol, port]`` pairs, sorted, each once (what the scheduler keeps apart)."""
-    return [list(key) for key in sorted({(protocol, port) for _, protocol, port in _host_port_entries(spec)})]
+    """The pod's host ports as ``[protocol, port, host IP]``, sorted, each once (what the scheduler keeps apart,
+    :mod:`flotilla.core.hostports`)."""
+    return [list(key) for key in sorted({key for _, key in _host_port_entries(spec)})]
 
 
 #: The node label a pod's ``os.name`` must match: the kubelet refuses a pod for another operating system.

@@ -431,6 +431,8 @@ class ClusterIntake:
         spec_pod["namespace"] = pod.namespace
         if pod.pod_rules:
             spec_pod["podRules"] = pod.pod_rules
+        if pod.claims:
+            spec_pod["claims"] = list(pod.claims)
         job_set = pod.labels.get(JOB_SET_LABEL) or pod.owner or pod.name
         return {
             "id": pod.job_id, "queue": queue_name, "job_set": job_set, "owner": pod.namespace,

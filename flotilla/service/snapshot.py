@@ -17,6 +17,7 @@ from itertools import chain
 
 from flotilla.core.model import (GANG_MIN_AVAILABLE_ANNOTATION, GANG_NODE_UNIFORMITY_LABEL_ANNOTATION, Gang, Job,
                                  NAMESPACE_ANNOTATION, JobState, Toleration, parse_min_available)
+from flotilla.core.hostports import host_port
 from flotilla.core.nodeaffinity import AffinityError, NodeAffinity, parse_node_affinity
 from flotilla.core.podrules import PodRules, SpreadConstraint, parse_pod_rules
 from flotilla.core.topology import uniformity_label_problem
@@ -70,10 +71,20 @@ class Converter:
         return hit[1]
 
     def host_ports(self, items: list | None) -> tuple:
-        """``[[protocol, port], ...]`` as the core's tuple of pairs (shared by identical lists)."""
+        """``[[protocol, port, host IP], ...]`` as the core's tuple of triples (shared by identical lists); an entry
+        stored as ``[protocol, port]`` binds every host IP."""
         if not items:
             return ()
-        key = tuple(map(tuple, items))
+        key = tuple(host_port(*item) if len(item) == 3 else host_port(item[0], item[1], None) for item in items)
+        if len(self._ports) > self.LIMIT:
+            self._ports.clear()
+        return self._ports.setdefault(key, key)
+
+    def claims(self, items: list | None) -> tuple:
+        """A pod's claim names as the core's tuple (shared by equal lists, in the host ports' table)."""
+        if not items:
+            return ()
+        key = tuple(items)
         if len(self._ports) > self.LIMIT:
             self._ports.clear()
         return self._ports.setdefault(key, key)
@@ -144,7 +155,8 @@ class Converter:
                            self.tolerations(pod.get("tolerations")), gang, state, cluster,
                            nodes[k] if nodes else None, annotations,
                            self.host_ports(pod.get("hostPorts")), self.affinity(pod.get("nodeAffinity")),
-                           labels, namespace, self.pod_rules(pod.get("podRules"), namespace, labels)))
+                           labels, namespace, self.pod_rules(pod.get("podRules"), namespace, labels),
+                           self.claims(pod.get("claims"))))
         return out
 
 

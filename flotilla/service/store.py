@@ -150,6 +150,8 @@ class Pod:
     #: The podSpec's pod affinity, anti-affinity and spread constraints (``{affinity: {podAffinity,
     #: podAntiAffinity}, topologySpreadConstraints}``, API field names), checked at submission; None: none.
     pod_rules: dict | None = None
+    #: The PersistentVolumeClaims the pod mounts (``namespace/name``, or ``name`` for the cluster's namespace).
+    claims: list[str] = field(default_factory=list)
 
     def to_dict(self) -> dict:
         out: dict[str, Any] = {"requests": self.requests}
@@ -165,6 +167,8 @@ class Pod:
             out["labels"] = self.labels
         if self.pod_rules:
             out["podRules"] = self.pod_rules
+        if self.claims:
+            out["claims"] = self.claims
         return out
 
 

@@ -34,8 +34,8 @@ from typing import Iterator
 from pydantic import Field, ValidationError, field_validator, model_validator
 
 from flotilla.config.errors import ConfigError
-from flotilla.config.models import (Duration, FlotillaConfig, Model, Quantities, QueueConfig, TolerationConfig,
-                                    inner_queues, queue_tree_problems)
+from flotilla.config.models import (Duration, FlotillaConfig, Model, QueueConfig, Requests,
+                                    TolerationConfig, inner_queues, queue_tree_problems)
 from flotilla.config.resourcenames import config_provided_names, names_in, queue_limit_names, unknown_resource_problems
 from flotilla.config.source import SourceMap, load_yaml, read_yaml_file
 from flotilla.core.model import Gang, Job, Queue, Toleration
@@ -62,7 +62,7 @@ class Submission(Model):
     job_set: str = Field("", alias="jobSet")
     priority: int = 0
     priority_class: str | None = Field(None, alias="priorityClass")
-    requests: Quantities = Field(default_factory=dict)
+    requests: Requests = Field(default_factory=dict)
     duration: Duration
     gang: GangSpec | None = None
     node_selector: dict[str, str] = Field(default_factory=dict, alias="nodeSelector")

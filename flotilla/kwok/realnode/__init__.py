@@ -396,7 +396,8 @@ def _start_controller_manager(rn: RealNode, bin_dir: Path) -> None:
         return
     _spawn(rn, "kube-controller-manager", [
         str(bin_dir / "kube-controller-manager"), "--kubeconfig", str(_cluster_kubeconfig()),
-        "--controllers=nodelifecycle", "--leader-elect=false", "--secure-port=0",
+        # nodelifecycle: a dead kubelet's node goes NotReady; persistentvolume-binder: claims bind to volumes.
+        "--controllers=nodelifecycle,persistentvolume-binder", "--leader-elect=false", "--secure-port=0",
         f"--node-monitor-period={MONITOR_PERIOD}", f"--node-monitor-grace-period={MONITOR_GRACE}", "--v=1"])
 
 

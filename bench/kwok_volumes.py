@@ -1,0 +1,252 @@
+"""Pods bound per second with WaitForFirstConsumer claims, Flotilla vs kube-scheduler, on one KWOK cluster.
+
+A benchmark, not a test. One fake cluster (1,000 nodes by default) whose
+kube-controller-manager runs the persistentvolume-binder controller; a
+``WaitForFirstConsumer`` StorageClass with no provisioner and ``--pvs-per-node``
+local PVs pinned to each node (``kubernetes.io/hostname``); one claim per pod
+(5,000 by default), each matching any of the PVs. Both schedulers talk to the
+same API server and must bind every claim before its pod (kube-scheduler: its
+VolumeBinding plugin's PreBind; Flotilla: its backend, flotilla/kubernetes/volumes.py),
+after which the PV controller completes the claim's binding. One watch (the
+recorder of ``bench/kwok_throughput.py``) times every pod's first bind.
+
+* kube-scheduler (client limits 5,000/10,000 QPS): the pods are created while it runs
+  (t0 = the first creation), with ``schedulerName: default-scheduler``.
+* Flotilla: at t0 the jobs (each naming its claim) are submitted to its queues; the
+  scheduler cycles, its backend binds each claim's PV and creates the pod once the
+  claim is bound.
+
+Between the runs every pod, claim and PV is deleted and made again, so both start
+from the same free volumes. Pods bound per second counts from the first bind to
+the last.
+
+    python bench/kwok_volumes.py                        # 1,000 nodes, 5,000 pods, 5 PVs per node
+    python bench/kwok_volumes.py --nodes 100 --jobs 500 --json out.json
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+import tempfile
+import time
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+from kwok_throughput import NAMESPACE, RecorderProcess, start_kube_scheduler, stop_process  # noqa: E402
+
+from flotilla.core.backend import PodTemplate  # noqa: E402
+from flotilla.core.model import Job  # noqa: E402
+from flotilla.kubernetes.client import ApiError, KubeClient, pod_path  # noqa: E402
+from flotilla.kubernetes.pods import PodSettings, pod_manifest  # noqa: E402
+from flotilla.kwok import cluster as kwok  # noqa: E402
+
+CLASS = "bench-local"
+PVS = "/api/v1/persistentvolumes"
+CLAIMS = f"/api/v1/namespaces/{NAMESPACE}/persistentvolumeclaims"
+SPEC = {"restartPolicy": "Never", "terminationGracePeriodSeconds": 1,
+        "containers": [{"name": "c", "image": "registry.k8s.io/pause:3.10",
+                        "resources": {"requests": {"cpu": "100m"}, "limits": {"cpu": "100m"}},
+                        "volumeMounts": [{"name": "data", "mountPath": "/data"}]}]}
+
+
+def template(claim: str) -> PodTemplate:
+    spec = dict(SPEC, volumes=[{"name": "data", "persistentVolumeClaim": {"claimName": claim}}])
+    return PodTemplate(spec, NAMESPACE, {}, {}, 0)
+
+
+def make_volumes(client: KubeClient, nodes: int, per_node: int, jobs: int, workers: int) -> None:
+    """The StorageClass (once), ``per_node`` local PVs on every node and ``jobs`` claims."""
+    try:
+        client.post("/apis/storage.k8s.io/v1/storageclasses", {
+            "apiVersion": "storage.k8s.io/v1", "kind": "StorageClass", "metadata": {"name": CLASS},
+            "provisioner": "kubernetes.io/no-provisioner", "volumeBindingMode": "WaitForFirstConsumer"})
+    except ApiError as exc:
+        if exc.status != 409:
+            raise
+
+    def pv(item):
+        n, k = item
+        client.post(PVS, {"apiVersion": "v1", "kind": "PersistentVolume", "metadata": {"name": f"pv-{n}-{k}"},
+                          "spec": {"capacity": {"storage": "1Gi"}, "accessModes": ["ReadWriteOnce"],
+                                   "persistentVolumeReclaimPolicy": "Retain", "storageClassName": CLASS,
+                                   "local": {"path": f"/mnt/pv-{k}"},
+                                   "nodeAffinity": {"required": {"nodeSelectorTerms": [{"matchExpressions": [
+                                       {"key": "kubernetes.io/hostname", "operator": "In",
+                                        "values": [f"node-{n}"]}]}]}}}})
+
+    def claim(i):
+        client.post(CLAIMS, {"apiVersion": "v1", "kind": "PersistentVolumeClaim",
+                             "metadata": {"name": f"c-{i:05d}", "namespace": NAMESPACE},
+                             "spec": {"accessModes": ["ReadWriteOnce"], "storageClassName": CLASS,
+                                      "resources": {"requests": {"storage": "1Gi"}}}})
+
+    started = time.monotonic()
+    with ThreadPoolExecutor(workers) as pool:
+        list(pool.map(pv, [(n, k) for n in range(1, nodes + 1) for k in range(per_node)]))
+        list(pool.map(claim, range(jobs)))
+    print(f"  {nodes * per_node} PVs and {jobs} claims made in {time.monotonic() - started:.1f}s", file=sys.stderr)
+
+
+def delete_everything(client: KubeClient, recorder, workers: int) -> None:
+    """Every pod, claim and PV of the run, gone (PVs last: a bound PV goes once its claim has)."""
+    def delete(path):
+        try:
+            client.delete(path, {"gracePeriodSeconds": 0})
+        except ApiError as exc:
+            if exc.status != 404:
+                raise
+
+    for listing, path_of in ((pod_path(NAMESPACE), lambda n: pod_path(NAMESPACE, n)),
+                             (CLAIMS, lambda n: f"{CLAIMS}/{n}"), (PVS, lambda n: f"{PVS}/{n}")):
+        names = [item["metadata"]["name"] for item in client.get(listing)["items"]]
+        with ThreadPoolExecutor(workers) as pool:
+            list(pool.map(delete, map(path_of, names)))
+        deadline = time.monotonic() + 300
+        while client.get(listing, limit=1)["items"] and time.monotonic() < deadline:
+            time.sleep(0.5)
+    recorder.reset()
+
+
+def run_kube_scheduler(cluster, bin_dir: Path, client: KubeClient, recorder, count: int, workers: int,
+                       timeout: float) -> dict:
+    settings = PodSettings(namespace=NAMESPACE, scheduler_name="default-scheduler", name_prefix="kube-",
+                           set_priority_class_name=False)
+    proc, log = start_kube_scheduler(cluster, bin_dir)
+    try:
+        time.sleep(3.0)   # its informers synced before t0
+        print(f"kube-scheduler: creating {count} pods with claims while it runs ...", file=sys.stderr)
+        t0 = time.time()
+        jobs = [Job(f"job-{i:05d}", "q0", requests={"cpu": 100}) for i in range(count)]
+        with ThreadPoolExecutor(workers) as pool:
+            list(pool.map(lambda item: client.create_pod(NAMESPACE, pod_manifest(
+                item[1], None, 0, settings, template=template(f"c-{item[0]:05d}"))), enumerate(jobs)))
+        recorder.wait("bound", count, timeout)
+        return recorder.stats(t0, count)
+    finally:
+        stop_process(proc)
+        print(f"  kube-scheduler log: {log}", file=sys.stderr)
+
+
+def run_flotilla(cluster, recorder, count: int, queues: int, workers: int, period: float, timeout: float) -> dict:
+    from flotilla.config import load_config
+    from flotilla.kubernetes.backend import KubernetesCluster
+    from flotilla.kubernetes.runner import Runner
+    from flotilla.scheduler import Scheduler
+
+    workdir = Path(tempfile.mkdtemp(prefix="flotilla-bench-"))
+    config_path = workdir / "flotilla.yaml"
+    queue_lines = "\n".join(f"  - {{name: q{i}, weight: 1}}" for i in range(queues))
+    config_path.write_text(f"""queues:
+{queue_lines}
+cycle: {{period: {period}}}
+clusters:
+  - {{name: bench, kind: kubernetes, kubeconfig: {cluster.kubeconfig}, context: {cluster.context}, namespace: {NAMESPACE}}}
+""")
+    config = load_config(config_path)
+    templates = {f"job-{i:05d}": template(f"c-{i:05d}") for i in range(count)}
+
+    class Templated(KubernetesCluster):
+        def apply(self, decisions):
+            decisions.templates = {p.job.id: templates[p.job.id] for p in decisions.start}
+            super().apply(decisions)
+
+    backend = Templated("bench", cluster.client(pool_size=workers + 8), settings=PodSettings(namespace=NAMESPACE),
+                        priority_classes=[(pc.name, pc.priority, pc.preemptible) for pc in config.priority_classes],
+                        workers=workers, delete_finished=False)
+    try:
+        assert backend.wait_synced(60), "backend did not sync"
+        deadline = time.monotonic() + 120
+        while len(backend.volumes.pvcs) < count and time.monotonic() < deadline:
+            time.sleep(0.1)
+        runner = Runner(Scheduler(config), {"bench": backend}, lease_timeout=config.lease.timeout)
+        jobs = [Job(f"job-{i:05d}", f"q{i % queues}", job_set=f"set-{i % queues}", priority_class="armada-default",
+                    submitted=float(i), requests={"cpu": 100}, claims=(f"{NAMESPACE}/c-{i:05d}",))
+                for i in range(count)]
+        print(f"flotilla: submitting {count} jobs with claims in {queues} queues", file=sys.stderr)
+        t0 = time.time()
+        runner.submit(jobs)
+        cycles = []
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline and recorder.counts()["bound"] < count:
+            t = time.monotonic()
+            result = runner.cycle()
+            if result.decisions is not None:
+                cycles.append((round(result.seconds, 3), len(result.decisions.scheduled)))
+            time.sleep(max(0.0, period - (time.monotonic() - t)))
+        stats = recorder.stats(t0, count)
+        stats["cycles"] = len(cycles)
+        stats["slowestCycleSeconds"] = max((c[0] for c in cycles), default=None)
+        stats["firstCycleScheduled"] = cycles[0][1] if cycles else 0
+        stats["createErrors"] = backend.counters["create_errors"]
+        return stats
+    finally:
+        backend.close()
+
+
+def main(argv=None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--nodes", type=int, default=1000)
+    parser.add_argument("--jobs", type=int, default=5000)
+    parser.add_argument("--pvs-per-node", type=int, default=5)
+    parser.add_argument("--queues", type=int, default=10)
+    parser.add_argument("--workers", type=int, default=32)
+    parser.add_argument("--period", type=float, default=1.0, help="Flotilla's cycle period, seconds")
+    parser.add_argument("--timeout", type=float, default=900)
+    parser.add_argument("--name", default=f"flvol-{os.getpid()}")
+    parser.add_argument("--keep", action="store_true", help="leave the fake cluster running")
+    parser.add_argument("--json", help="write the figures here too")
+    args = parser.parse_args(argv)
+
+    bin_dir = kwok.find_bin_dir()
+    node_template = Path(tempfile.mkdtemp(prefix="flotilla-bench-")) / "node.yaml"
+    node_template.write_text("namePrefix: node\nresources: {cpu: 32, memory: 128Gi, pods: 110}\n")
+    kubeconfig = str(node_template.parent / "kubeconfig")
+    print(f"starting fake cluster {args.name} with {args.nodes} nodes ...", file=sys.stderr)
+    cluster = kwok.up(args.name, args.nodes, node_template, kubeconfig=kubeconfig, bin_dir=bin_dir, timeout=300,
+                      controllers=("persistentvolume-binder",))
+    client = cluster.client(pool_size=args.workers + 8)
+    results = {"nodes": args.nodes, "jobs": args.jobs, "pvsPerNode": args.pvs_per_node, "cpus": os.cpu_count()}
+    try:
+        try:
+            client.post("/api/v1/namespaces", {"apiVersion": "v1", "kind": "Namespace",
+                                               "metadata": {"name": NAMESPACE}})
+        except ApiError as exc:
+            if exc.status != 409:
+                raise
+        recorder = RecorderProcess(cluster, NAMESPACE)
+        make_volumes(client, args.nodes, args.pvs_per_node, args.jobs, args.workers)
+        results["kubeScheduler"] = run_kube_scheduler(cluster, bin_dir, client, recorder, args.jobs, args.workers,
+                                                      args.timeout)
+        print(json.dumps(results["kubeScheduler"]), file=sys.stderr)
+        delete_everything(client, recorder, args.workers)
+        make_volumes(client, args.nodes, args.pvs_per_node, args.jobs, args.workers)
+        results["flotilla"] = run_flotilla(cluster, recorder, args.jobs, args.queues, args.workers, args.period,
+                                           args.timeout)
+        print(json.dumps(results["flotilla"]), file=sys.stderr)
+        recorder.close()
+    finally:
+        client.close()
+        if not args.keep:
+            kwok.down(args.name, kubeconfig=kubeconfig, bin_dir=bin_dir)
+    f, k = results["flotilla"], results["kubeScheduler"]
+    print(f"\n{args.jobs} pods with WaitForFirstConsumer claims, {args.pvs_per_node} local PVs per node, "
+          f"{args.nodes} KWOK nodes ({os.cpu_count()} cores, one API server)")
+    for label, key in (("pods bound per second (first to last bind)", "podsBoundPerSecond"),
+                       ("pods bound per second (from t0)", "podsBoundPerSecondFromT0"),
+                       ("t0 to last bind (s)", "lastBindAfter")):
+        fv, kv = f.get(key), k.get(key)
+        ratio = f"{fv / kv:.2f}x" if fv and kv and "PerSecond" in key else ""
+        print(f"{label:44} flotilla {fv!s:>8}   kube-scheduler {kv!s:>8}   {ratio}")
+    if args.json:
+        Path(args.json).write_text(json.dumps(results, indent=2))
+    return 0 if f.get("bound", 0) >= args.jobs and k.get("bound", 0) >= args.jobs else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
