@@ -1047,7 +1047,7 @@ class KubernetesCluster:
         ((namespace, group) -> (reason, stored in its queue)), where it changed
         (:mod:`flotilla.kubernetes.podgroupstatus`); returns how many writes were started."""
         with self._lock:
-            if self.intake.podgroups_problem is not None:
+            if self.intake.podgroups_problem is not None or self._stop.is_set():
                 return 0
             if self._group_reporter is None:
                 self._group_reporter = PodGroupReporter(self.client, PODGROUPS_PATH.rsplit("/", 1)[0])
@@ -1060,7 +1060,7 @@ class KubernetesCluster:
                     continue
                 reason, stored = reasons.get(key, (None, True))
                 status = podgroup_status(group.min_member, members, reason, stored)
-                if self._group_reporter.changed(key, status):
+                if self._group_reporter.claim(key, status):
                     writes.append((key, status))
         for key, status in writes:
             self._pool.submit(self._write_podgroup, key, status)
