@@ -22,7 +22,9 @@ from flotilla.config import load_config
 from flotilla.scheduler import Scheduler
 from flotilla.core.cyclestate import CycleState
 from flotilla.core.nodeaffinity import NAME_FIELD, NodeAffinity, Requirement, Term
-from flotilla.core.model import ClusterSnapshot, Gang, Job, JobState, Node, Queue, Snapshot, Taint, Toleration
+from flotilla.core.model import (ClusterSnapshot, ForeignPod, Gang, Job, JobState, Node, Queue, Snapshot, Taint,
+                                 Toleration)
+from flotilla.core.podrules import PodRules, PodTerm, Selector, SpreadConstraint
 
 GIB = 2**30
 SHAPES = [{"cpu": 1000, "memory": 2 * GIB}, {"cpu": 2000, "memory": 4 * GIB}, {"cpu": 4000, "memory": 8 * GIB},
@@ -32,6 +34,11 @@ GPU_SELECTOR = {"kind": "gpu"}
 GPU_TOLERATION = (Toleration("nvidia.com/gpu", "Exists", "", "NoSchedule"),)
 GPU_TAINT = (Taint("nvidia.com/gpu", "present", "NoSchedule"),)
 DEDICATED = Taint("dedicated", "batch", "NoSchedule")
+APP_A = Selector((Requirement("app", "In", ("a",)),))
+#: Pod rules: one app-a pod per node; app-a spread over zones; app-a preferring nodes without app-a.
+ANTI = PodRules(anti_affinity=(PodTerm(APP_A, frozenset(("default",)), "kubernetes.io/hostname"),))
+SPREAD = PodRules(spread=(SpreadConstraint(1, "zone", True, APP_A),))
+PREFERRED = PodRules(preferred_anti_affinity=((50, PodTerm(APP_A, frozenset(("default",)), "kubernetes.io/hostname")),))
 
 
 class World:
@@ -45,6 +52,7 @@ class World:
         self.nodes: dict[str, list[Node]] = {"c1": [], "c2": []}
         self.running: dict[str, list[Job]] = {"c1": [], "c2": []}
         self.foreign: dict[str, dict[str, dict[str, int]]] = {"c1": {}, "c2": {}}
+        self.foreign_pods: dict[str, dict[str, tuple]] = {"c1": {}, "c2": {}}
         self.foreign_ports: dict[str, dict[str, tuple]] = {"c1": {}, "c2": {}}
         self.queued: dict[str, Job] = {}
         # A at the top, B and C under P (a queue tree: P holds no jobs itself).
@@ -65,11 +73,12 @@ class World:
         slots = {"pods": self.rng.choice([3, 6])} if self.serial == 1 or self.rng.random() < 0.5 else {}
         if self.rng.random() < 0.25:
             node = Node(f"gpu-{self.serial}", cluster, {"cpu": 16000, "memory": 64 * GIB, "nvidia.com/gpu": 4,
-                                                        **slots}, {"kind": "gpu"}, GPU_TAINT)
+                                                        **slots},
+                        {"kind": "gpu", "kubernetes.io/hostname": f"gpu-{self.serial}"}, GPU_TAINT)
         else:
             node = Node(f"cpu-{self.serial}", cluster, {"cpu": self.rng.choice([8000, 16000]),
                                                          "memory": self.rng.choice([32, 64]) * GIB, **slots},
-                        {"kind": "cpu"})
+                        {"kind": "cpu", "kubernetes.io/hostname": f"cpu-{self.serial}"})
         self.nodes[cluster].append(node)
 
     def submit(self) -> None:
@@ -107,6 +116,11 @@ class World:
         elif roll < 0.3:  # a mapping of its own, equal to a shared one
             self.add_queued(Job(f"j{self.serial}", queue, "s", rng.randrange(2), pc, submitted,
                                 dict(rng.choice(SHAPES))))
+        elif roll < 0.34:  # pod rules, or only labels that running pods' anti-affinity may select
+            rules = rng.choice([ANTI, ANTI, SPREAD, PREFERRED, None])
+            self.add_queued(Job(f"j{self.serial}", queue, "s", rng.randrange(2), pc, submitted, rng.choice(SHAPES),
+                                labels={"app": rng.choice(["a", "b"]) if rules is None else "a"},
+                                namespace="default", pod_rules=rules))
         else:
             self.add_queued(Job(f"j{self.serial}", queue, "s", rng.randrange(2), pc, submitted, rng.choice(SHAPES)))
 
@@ -115,7 +129,8 @@ class World:
 
     def snapshot(self, now: float) -> Snapshot:
         return Snapshot([ClusterSnapshot(name, list(self.nodes[name]), list(self.running[name]),
-                                         dict(self.foreign[name]), foreign_ports=dict(self.foreign_ports[name]))
+                                         dict(self.foreign[name]), dict(self.foreign_pods[name]),
+                                         foreign_ports=dict(self.foreign_ports[name]))
                          for name in self.nodes],
                         list(self.queued.values()), list(self.queues), self.priority_classes, "armada-default", now)
 
@@ -137,6 +152,7 @@ class World:
         for job in [job for job in self.running[cluster] if job.node == gone.name]:
             self.stop(cluster, job.id, requeue=True)
         self.foreign[cluster].pop(gone.name, None)
+        self.foreign_pods[cluster].pop(gone.name, None)
         self.foreign_ports[cluster].pop(gone.name, None)
 
     def stop(self, cluster: str, job_id: str, requeue: bool) -> None:
@@ -203,6 +219,15 @@ class World:
             else:
                 self.foreign[cluster].pop(node, None)
                 self.foreign_ports[cluster].pop(node, None)
+        if rng.random() < 0.15:  # someone else's pods: an app-a pod, or one whose anti-affinity keeps app-a out
+            node = rng.choice(self.nodes[cluster]).name
+            if rng.random() < 0.6:
+                self.serial += 1
+                pod = rng.choice([ForeignPod(f"other/p{self.serial}", "default", {"app": "a"}),
+                                  ForeignPod(f"other/p{self.serial}", "default", {"app": "x"}, ANTI)])
+                self.foreign_pods[cluster][node] = (*self.foreign_pods[cluster].get(node, ()), pod)
+            else:
+                self.foreign_pods[cluster].pop(node, None)
         roll = rng.random()
         if roll < 0.1:
             k = rng.randrange(len(self.queues))
@@ -231,7 +256,7 @@ def test_incremental_state_and_decisions_equal_a_fresh_rebuild(seed, in_order):
         scheduler.settings.evict_probability = 0.5
         scheduler.settings.lookahead = 20
     world = World(random.Random(seed), kept.priority_classes(), in_order)
-    syncs = rebuilds = ports_seen = 0
+    syncs = rebuilds = ports_seen = rules_seen = 0
     for cycle in range(40):
         snapshot = world.snapshot(float(cycle))
         if kept.state is not None:
@@ -259,6 +284,11 @@ def test_incremental_state_and_decisions_equal_a_fresh_rebuild(seed, in_order):
         held = Counter((job.cluster, job.node, port) for jobs in world.running.values() for job in jobs
                        for port in job.host_ports)
         assert all(n == 1 for n in held.values()), f"cycle {cycle}: a host port twice on one node"
+        for name, jobs in world.running.items():
+            app_a = Counter(job.node for job in jobs if job.labels.get("app") == "a")
+            excluding = {job.node for job in jobs if job.pod_rules is ANTI}
+            assert all(app_a[node] == 1 for node in excluding), f"cycle {cycle}: anti-affinity broken"
+            rules_seen += len(excluding)
         # 0.0.0.0 binds every address: no other IP's holder of that port beside it (NodePorts).
         wildcard = {(cluster, node, protocol, number) for cluster, node, (protocol, number, ip) in held
                     if ip == "0.0.0.0"}
@@ -269,7 +299,7 @@ def test_incremental_state_and_decisions_equal_a_fresh_rebuild(seed, in_order):
         syncs, rebuilds = kept.state.syncs, kept.state.rebuilds
     # Every cycle after the first was brought up to date, node changes included.
     assert syncs > 40 and rebuilds == 1
-    assert world.node_changes >= 10 and ports_seen > 0
+    assert world.node_changes >= 10 and ports_seen > 0 and rules_seen > 0
 
 
 def test_node_changes_keep_the_state_and_a_reorder_rebuilds():

@@ -35,7 +35,7 @@ def test_unknown_plugin(tmp_path):
 def test_bad_plugin_args(tmp_path):
     cfg = config(plugins="plugins:\n  - name: assetfairness\n    args: {resourceWeights: {cpu: -1}}\n")
     line = failing(tmp_path, cfg, GOOD_STATE)
-    assert "plugins[0].args: plugin 'assetfairness': resourceWeights.cpu must be a non-negative number" in line
+    assert "plugins[0].args.resourceWeights.cpu: expected a non-negative number, got -1" in line
 
 
 def test_unknown_action(tmp_path):

@@ -179,3 +179,52 @@ def test_a_jobsets_queue_label_names_the_queue_of_its_jobs_pods(tmp_path):
     assert refused == {} and rows == {"worker": ("K", None)}
     tracker.replace_jobs([], jobsets=True)
     assert tracker.jobset_queues == {} and [a.owner_queue for a in tracker.take()[0]] == [None]
+
+
+def test_queue_list_shows_the_queues_a_placement_rule_made(tmp_path):
+    from fastapi.testclient import TestClient
+
+    from flotilla.service.api import create_app
+
+    cfg = parse_config("queues: [{name: tenants}, {name: A, namespaces: [team-a]}]\n"
+                       "placement: [{kind: namespace, parent: tenants}]\n", "c.yaml")
+    settings = from_config(cfg)
+    store = Store(f"sqlite:///{tmp_path}/s.db")
+    store.sync_queues(settings.queues)
+    admit(store, tracker_with(pod("f", namespace="fresh", uid="u-1")), settings.placement)
+    client = TestClient(create_app(store, settings), base_url="http://127.0.0.1:8080")
+    rows = {q["name"]: (q["namespaces"], q["parent"], q["placement"]) for q in client.get("/v1/queues").json()["queues"]}
+    assert rows == {"tenants": ([], None, None), "A": (["team-a"], None, None),
+                    "fresh": (["fresh"], "tenants", "namespace under tenants")}
+    store.close()
+
+
+def test_a_podgroup_status_is_written_once_per_change_and_again_after_a_failed_write():
+    from flotilla.kubernetes.podgroupstatus import PodGroupReporter
+
+    class Client:
+        def __init__(self):
+            self.patches, self.fail = [], False
+
+        def patch(self, path, body):
+            if self.fail:
+                raise RuntimeError("refused")
+            self.patches.append((path, body["status"]["phase"], [c["type"] for c in body["status"]["conditions"]]))
+
+    client = Client()
+    reporter = PodGroupReporter(client, "/apis/scheduling.volcano.sh/v1beta1")
+    key, status = ("team-a", "pg"), {"phase": "Inqueue", "conditions": [{"type": "Unschedulable"}]}
+    assert reporter.claim(key, status) and reporter.write(key, status)
+    assert not reporter.claim(key, dict(status))                      # unchanged: no second write
+    running = {"phase": "Running", "conditions": [{"type": "Scheduled"}]}
+    assert reporter.claim(key, running)
+    client.fail = True
+    try:
+        reporter.write(key, running)
+    except RuntimeError:
+        pass
+    client.fail = False
+    assert reporter.claim(key, running) and reporter.write(key, running)   # the failed write is tried again
+    assert client.patches == [
+        ("/apis/scheduling.volcano.sh/v1beta1/namespaces/team-a/podgroups/pg/status", "Inqueue", ["Unschedulable"]),
+        ("/apis/scheduling.volcano.sh/v1beta1/namespaces/team-a/podgroups/pg/status", "Running", ["Scheduled"])]

@@ -11,7 +11,7 @@ from flotilla.kubernetes.requests import effective_requests
 from flotilla.service.api import create_app
 from flotilla.service.jobspec import prepare
 from flotilla.service.store import Store
-from scenario import config, placements, run_once
+from scenario import config, invoke, placements, run_once
 from service_fixtures import config as service_config
 from service_fixtures import headers, job, job_file, settings
 from test_service_loop import make, run_until
@@ -377,11 +377,19 @@ def test_required_node_affinity_places_jobs_only_on_matching_nodes(tmp_path, ter
     assert len(reasons) == 6 - len(expected)
 
 
-@pytest.mark.parametrize("terms", [[{}], [{"matchExpressions": []}], []], ids=["empty-term", "no-expressions", "no-terms"])
-def test_a_term_with_nothing_and_no_terms_match_no_node(tmp_path, terms):
+@pytest.mark.parametrize("terms", [[{}], [{"matchExpressions": []}]], ids=["empty-term", "no-expressions"])
+def test_a_term_with_nothing_matches_no_node(tmp_path, terms):
     nodes, reasons = _whole_nodes(tmp_path, _required(*terms), copies=1)
     assert nodes == set()
     assert reasons == {"j0": "0/6 nodes are available: 6 node(s) didn't match Pod's node affinity/selector"}
+
+
+def test_an_empty_list_of_terms_is_refused_as_the_api_server_refuses_it(tmp_path):
+    state = AFFINITY_NODES + f"  - {{id: j0, queue: A, requests: {{cpu: 32}}, affinity: {_required()}}}"
+    result = invoke(tmp_path, config(), state)
+    assert result.exit_code == 2
+    assert result.stderr.endswith("jobs[0].affinity.nodeAffinity.requiredDuringSchedulingIgnoredDuringExecution."
+                                  "nodeSelectorTerms: must have at least one node selector term\n")
 
 
 def test_preferred_node_affinity_orders_nodes_by_weight_within_the_required(tmp_path):

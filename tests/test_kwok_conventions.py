@@ -77,6 +77,17 @@ def gone_or_terminating(cluster, namespace: str, name: str) -> bool:
     return bool(pod["metadata"].get("deletionTimestamp"))
 
 
+def job_of(h, queue: str, state: str = "running", timeout: float = 30.0) -> dict:
+    """The queue's one job, once the store says ``state`` (liveness only: cycles until it does)."""
+    deadline = time.monotonic() + timeout
+    while True:
+        jobs = h.store.list_jobs(queue=queue)
+        if jobs and jobs[0]["state"] == state or time.monotonic() > deadline:
+            return jobs[0]
+        h.cycle()
+        time.sleep(0.1)
+
+
 def test_the_cluster_only_scheduler_with_cluster_priority_classes(kwok, tmp_path, monkeypatch):
     cluster = kwok["a"]
     namespace = f"e2e-sched-preemption-{int(time.time() * 1000) % 100000}"
@@ -96,11 +107,11 @@ def test_the_cluster_only_scheduler_with_cluster_priority_classes(kwok, tmp_path
         make_namespace(cluster, namespace)
         make_pod(cluster, namespace, "plain", "1", scheduler="default-scheduler")
         h.seen(1)
-        pods = h.settle(lambda pods: bound_per_node(pods, namespace) == {"node-1": 1} or
-                        sum(bound_per_node(pods, namespace).values()) == 1, "the plain pod bound", cycles=5)
+        pods = h.settle(lambda pods: sum(bound_per_node(pods, namespace).values()) == 1, "the plain pod bound",
+                        cycles=5)
         plain = next(p for p in live(pods, namespace) if p["metadata"]["name"] == "plain")
         assert (plain["spec"].get("priority"), plain["spec"].get("priorityClassName")) == (0, None)
-        job = h.store.list_jobs(queue=namespace)[0]
+        job = job_of(h, namespace)
         assert (job["priorityClass"], job["priority"], job["state"]) == (NO_CLASS, 0, "running")
         queue = h.store.get_queue(namespace)
         assert queue.namespaces == (namespace,)
@@ -163,7 +174,7 @@ def test_a_pod_given_the_clusters_global_default_class_is_bound(kwok, tmp_path):
         pods = h.settle(lambda pods: sum(bound_per_node(pods, "team-a").values()) == 1, "the pod bound", cycles=5)
         pod = live(pods, "team-a")[0]
         assert (pod["spec"]["priorityClassName"], pod["spec"]["priority"]) == ("conv-cluster-default", 10)
-        job = h.store.list_jobs(queue="A")[0]
+        job = job_of(h, "A")
         assert (job["priorityClass"], job["priority"], job["state"]) == ("conv-cluster-default", -10, "running")
     finally:
         delete_class(cluster, "conv-cluster-default")   # before anything else: it would class every pod
@@ -201,5 +212,27 @@ def test_a_volcano_group_name_gang_of_3_on_room_for_2_binds_none_and_says_why(kw
                 condition.get("type"), condition.get("status"), condition.get("reason")) == (
             "Inqueue", 0, 0, 0, "Unschedulable", "True", "NotEnoughResources")
         assert condition["message"].startswith("flotilla: ") and "gang" in condition["message"]
+    finally:
+        h.close()
+
+
+def test_a_kueue_labelled_jobs_pods_queue_in_the_queue_it_names(kwok, tmp_path):
+    """Kueue's habit: the queue label on the Job, not on its pod template; team-b2 has no queue label."""
+    cluster = kwok["a"]
+    make_namespace(cluster, "team-b2")
+    h = Harness(tmp_path, cluster)
+    try:
+        job = {"apiVersion": "batch/v1", "kind": "Job",
+               "metadata": {"name": "kueued", "namespace": "team-b2", "labels": {"kueue.x-k8s.io/queue-name": "B"}},
+               "spec": {"parallelism": 2, "completions": 2, "backoffLimit": 0, "template": {"spec": {
+                   "schedulerName": "flotilla", "terminationGracePeriodSeconds": 1, "restartPolicy": "Never",
+                   "containers": [{"name": "c", "image": "registry.k8s.io/pause:3.10",
+                                   "resources": {"requests": {"cpu": "1"}}}]}}}}
+        cluster.client.post("/apis/batch/v1/namespaces/team-b2/jobs", job)
+        h.seen(2, timeout=120)   # (a Job controller just started syncs its informers first)
+        pods = h.settle(lambda pods: sum(bound_per_node(pods, "team-b2").values()) == 2, "the Job's pods bound",
+                        cycles=5)
+        assert len(live(pods, "team-b2")) == 2
+        assert sorted((j["queue"], j["jobSet"]) for j in h.store.list_jobs()) == [("B", "kueued"), ("B", "kueued")]
     finally:
         h.close()

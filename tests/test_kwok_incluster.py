@@ -276,7 +276,7 @@ def test_api_jobs_and_pods_share_the_cluster_by_queue_weights(kwok, tmp_path):
         _, new = prepare(job_file("A", "api", [job(f"j{i}") for i in range(64)]), h.settings)
         h.store.submit("A", "api", "alice", new)
         for i in range(64):
-            make_pod(cluster, "team-b", f"b-{i}")
+            make_pod(cluster, "team-b", f"b-{i}", priority_class="armada-default")   # the API jobs' class
         h.seen(64)
         for _ in range(3):
             h.cycle()
@@ -400,7 +400,8 @@ def test_pods_refused_are_never_bound_and_told_why(harness):
     # (A class neither Flotilla nor the cluster knows cannot be given: admission refuses the pod.)
     make_pod(c, "team-b", "anti", labels={"app": "x"}, extra_spec={"affinity": {"podAntiAffinity": {
         "requiredDuringSchedulingIgnoredDuringExecution": [
-            {"labelSelector": {"matchLabels": {"app": "x"}}, "topologyKey": "kubernetes.io/hostname"}]}}})
+            {"labelSelector": {"matchLabels": {"app": "x"}}, "topologyKey": "kubernetes.io/hostname",
+             "namespaceSelector": {"matchLabels": {"team": "x"}}}]}}})
     make_pod(c, "team-b2", "labelled", labels={"flotilla.io/queue": "B"})   # the pod's own label: fine
     make_pod(c, "team-b", "other-scheduler", scheduler="default-scheduler-x")
     harness.seen(4)
@@ -410,8 +411,9 @@ def test_pods_refused_are_never_bound_and_told_why(harness):
         "wrong-namespace": "flotilla: namespace 'team-c' may not use queue 'B' (the queue's namespaces: "
                            "team-b, team-b2)",
         "no-queue": "flotilla: no queue: label the pod, its Job or its namespace 'team-b2' with flotilla.io/queue",
-        "anti": "flotilla: spec.affinity.podAntiAffinity: pod anti-affinity is not honoured by Flotilla's "
-                "placement (for one pod per node, give the pods the same hostPort)",
+        "anti": "flotilla: spec.affinity.podAntiAffinity.requiredDuringSchedulingIgnoredDuringExecution[0]."
+                "namespaceSelector: namespaces chosen by their labels are not honoured by Flotilla's placement: "
+                "list them in namespaces, or give {} for every namespace",
     }
     pods = harness.settle(lambda pods: {p["metadata"]["name"]: (condition(p, "PodScheduled") or {}).get("message")
                                         for p in pods if p["metadata"]["name"] in expected} == expected,

@@ -48,7 +48,7 @@ def test_a_podgroup_gives_queue_and_priority_class_and_fields_not_honoured_are_r
     make_podgroup(c, "team-b2", "gang", minMember=2, queue="B", priorityClassName="armada-preemptible",
                   preemptable=True)
     make_podgroup(c, "team-b2", "sized", minMember=2, queue="B", minResources={"cpu": "2"})
-    make_podgroup(c, "team-b2", "steady", minMember=1, queue="B", preemptable=True)
+    make_podgroup(c, "team-b2", "steady", minMember=1, queue="B", preemptable=False)
     for i in range(2):
         make_pod(c, "team-b2", f"gang-{i}", annotations={"scheduling.k8s.io/group-name": "gang"})
         make_pod(c, "team-b2", f"sized-{i}", annotations={"scheduling.k8s.io/group-name": "sized"})
@@ -59,9 +59,9 @@ def test_a_podgroup_gives_queue_and_priority_class_and_fields_not_honoured_are_r
         harness.cycle()
     expected = {"sized-0": "flotilla: PodGroup team-b2/sized spec.minResources is not supported",
                 "sized-1": "flotilla: PodGroup team-b2/sized spec.minResources is not supported",
-                "steady-0": "flotilla: PodGroup team-b2/steady spec.preemptable: true disagrees with priority class "
-                            "'armada-default', which is not preemptible (in Flotilla a priority class says whether "
-                            "its jobs may be preempted: name a preemptible one)"}
+                "steady-0": "flotilla: PodGroup team-b2/steady spec.preemptable: false disagrees with priority class "
+                            "'(none)', which is preemptible (in Flotilla a priority class says whether its jobs may be "
+                            "preempted: name a non-preemptible one)"}
     pods = harness.settle(lambda pods: {**messages(pods, "sized"), **messages(pods, "steady")} == expected,
                           "refusals told")
     assert sorted(p["metadata"]["name"] for p in live(pods, "team-b2") if p["spec"].get("nodeName")) == \
@@ -237,7 +237,7 @@ def test_a_preempted_job_pod_is_made_again_and_the_new_pod_queues_and_runs(kwok,
         pods = cluster.wait_pods(lambda pods: bound_per_node(pods, "team-a") == {"node-1": 1, "node-2": 1},
                                  timeout=60, what="A's two pods bound")
         first = {p["metadata"]["uid"].replace("-", "") for p in live(pods, "team-a")}
-        make_job(cluster, "team-b", "job-b", 1)   # armada-default: urgent, it preempts a preemptible pod
+        make_job(cluster, "team-b", "job-b", 1, priority_class="armada-default")   # urgent: preempts a preemptible pod
         pods = cluster.wait_pods(lambda pods: len(bound_per_node(pods, "team-b")) == 1
                                  and sum(bound_per_node(pods, "team-a").values()) == 1, timeout=60,
                                  what="B's pod bound in a victim's place")

@@ -49,7 +49,7 @@ def test_logs_answer_as_status_does_and_refuse_what_has_no_log(tmp_path):
 
             answer = bob.get(f"/v1/jobs/{running}/logs", params={"pod": 1})
             assert (answer.status_code, answer.json()["error"]["field"], answer.json()["error"]["message"]) == (
-                422, "pod", f"job {running!r} has 1 pod: pod must be 0..0, got 1")
+                404, "pod", f"job {running!r} has 1 pod: pod must be 0..0, got 1")
             for params, field in (({"tail": 10001}, "tail"), ({"tail": -1}, "tail"), ({"pod": -1}, "pod"),
                                   ({"follow": "maybe"}, "follow")):
                 answer = bob.get(f"/v1/jobs/{running}/logs", params=params)

@@ -40,6 +40,13 @@ PRODUCED_REASONS = [
      "insufficient_resources"),
     ("0/2 nodes are available: 2 node(s) didn't have free ports for the requested pod ports", "host_ports"),
     ("0/2 nodes are available: 2 node(s) were refused by a node filter", "other"),
+    ("0/4 nodes are available: 4 node(s) didn't match pod anti-affinity rules", "pod_affinity"),  # podplacements
+    ("0/4 nodes are available: 3 node(s) didn't match pod affinity rules, 1 Insufficient cpu", "pod_affinity"),
+    ("0/4 nodes are available: 4 node(s) didn't satisfy existing pods anti-affinity rules", "pod_affinity"),
+    ("0/3 nodes are available: 2 node(s) didn't match pod topology spread constraints, 1 Insufficient cpu",
+     "topology_spread"),
+    ("0/2 nodes are available: 2 node(s) didn't match pod topology spread constraints (missing required label)",
+     "topology_spread"),
     ("no nodes", "no_nodes"),                                                           # core/nodesearch.py
     ("queue A at its cpu limit 0.5", "queue_limit"),                                    # core/limits.py
     ("queue A is cordoned: it schedules nothing new", "queue_cordoned"),                # core/units.py
@@ -362,8 +369,9 @@ def test_the_schema_refuses_nul_in_strings_and_map_keys_as_the_api_does(api):
     assert _valid(document, "QueueBody", {"name": "Q", "limits": {"cpu": 0.5}})
     response = client.post("/v1/queues", json={"name": "Q", "limits": {"cp\x00u": 0.5}}, headers=ADMIN)
     assert response.status_code == 422 and store.get_queue("Q") is None
+    # Path parameters are ids, matched whole (their own pattern, which has no NUL either).
     path = document["paths"]["/v1/jobs/{job_id}"]["get"]["parameters"][0]["schema"]
-    assert path["pattern"] == TEXT_PATTERN
+    assert (path["pattern"], path["maxLength"]) == (r"^[A-Za-z0-9][A-Za-z0-9._-]{0,254}$", 32)
     # Integers are 64-bit in the schema, as load_json takes them.
     priority = document["components"]["schemas"]["PodSpec"]["properties"]["priority"]["anyOf"][0]
     assert (priority["type"], priority["minimum"], priority["maximum"]) == ("integer", -(2**63), 2**63 - 1)

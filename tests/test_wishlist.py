@@ -93,12 +93,23 @@ def test_the_service_publishes_the_wishlist_and_its_metrics(tmp_path):
                                                                  job("b2", cpu="64")]), headers=headers("bob"))
     huge = answer.json()["jobs"][2]["id"]
     assert service.runner.cycle()
-    response = client.get("/v1/wishlist", headers=headers("alice"))
+    response = client.get("/v1/wishlist", headers=headers("root"))
     assert response.status_code == 200
     # Waiting: three 8-core jobs, the 16-core one, the 64-core one. cpu-16: 16 | 8 8 | 8 -> 3 nodes.
     assert response.json() == {
         "templates": {"cpu-16": {"cluster": "c2", "jobs": 4, "nodes": 3}, "cpu-8": {"cluster": "c2", "jobs": 3, "nodes": 3}},
         "unfit": {huge: "fits no node: cpu 64 > largest 16"}}
+    # A tenant sees only their queues' jobs: alice A's three 8-core jobs (8 8 | 8 on cpu-16), bob B's 16-core one
+    # and his unfit job; dave, who may act in no queue, nothing.
+    assert client.get("/v1/wishlist", headers=headers("alice")).json() == {
+        "templates": {"cpu-16": {"cluster": "c2", "jobs": 3, "nodes": 2}, "cpu-8": {"cluster": "c2", "jobs": 3, "nodes": 3}},
+        "unfit": {}}
+    assert client.get("/v1/wishlist", headers=headers("bob")).json() == {
+        "templates": {"cpu-16": {"cluster": "c2", "jobs": 1, "nodes": 1}, "cpu-8": {"cluster": "c2", "jobs": 0, "nodes": 0}},
+        "unfit": {huge: "fits no node: cpu 64 > largest 16"}}
+    assert client.get("/v1/wishlist", headers=headers("dave")).json() == {
+        "templates": {"cpu-16": {"cluster": "c2", "jobs": 0, "nodes": 0}, "cpu-8": {"cluster": "c2", "jobs": 0, "nodes": 0}},
+        "unfit": {}}
     samples = scrape(client)
     assert only(samples, "flotilla_wishlist_jobs") == {(("cluster", "c2"), ("template", "cpu-16")): 4.0,
                                                        (("cluster", "c2"), ("template", "cpu-8")): 3.0}

@@ -210,6 +210,8 @@ class QueueConfig(Model):
     @classmethod
     def _fractions(cls, limits: dict[str, float]) -> dict[str, float]:
         for name, fraction in limits.items():
+            if (why := resource_name_problem(name)) is not None:   # a limit on "<img src=x>" limits nothing
+                raise KeyedValueError(name, why)
             if not 0 < fraction <= 1:
                 raise KeyedValueError(name, f"expected a fraction of the pool in (0, 1], got {fraction:g}")
         return limits
@@ -400,7 +402,15 @@ class DeadlinesConfig(Model):
 
 
 class CycleConfig(Model):
+    #: Positive: a period of 0 would run cycles back to back, holding the store and the clusters' API servers.
     period: Duration = 1.0
+
+    @field_validator("period")
+    @classmethod
+    def _positive(cls, period: float) -> float:
+        if period <= 0:
+            raise ValueError("expected a positive duration, e.g. 1s")
+        return period
 
 
 class StoreConfig(Model):
@@ -578,6 +588,7 @@ class FlotillaConfig(Model):
         """Cross-field problems as ``(path, message)``; the loader reports the earliest in the file."""
         from flotilla.actions import available_actions
         from flotilla.config.actionorder import action_order_problems
+        from flotilla.config.pluginargs import plugin_arg_problems
         from flotilla.config.resourcenames import config_problems as resource_name_problems
 
         problems: list[tuple[FieldPath, str]] = []
@@ -593,6 +604,7 @@ class FlotillaConfig(Model):
             problems.append((("actions", self.actions.index("reserve")),
                              "the reserve action needs reservation.after (how long a unit waits before it reserves)"))
         problems += _duplicates("plugins", [p.name for p in self.plugins], "plugin")
+        problems += plugin_arg_problems(self.plugins)
         problems += _duplicates("priorityClasses", [p.name for p in self.priority_classes], "priority class")
         names = [p.name for p in self.priority_classes]
         if self.default_priority_class not in names:

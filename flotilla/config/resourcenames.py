@@ -26,6 +26,8 @@ import re
 from collections.abc import Iterable, Mapping
 from typing import TYPE_CHECKING, Any
 
+from flotilla.config.pluginargs import RESOURCE_LIST_PLUGINS
+
 if TYPE_CHECKING:
     from flotilla.config.errors import FieldPath
     from flotilla.config.models import FlotillaConfig, QueueConfig
@@ -36,8 +38,6 @@ POD_SLOTS_NOT_WEIGHED = ("pods counts each node's pod slots (kube-scheduler's To
                          "queues are weighed, limited or indexed by")
 #: Families of such names: ``hugepages-2Mi``, ``hugepages-1Gi``; ``attachable-volumes-aws-ebs`` and the like.
 _KUBERNETES_FAMILIES = re.compile(r"(?:hugepages-|attachable-volumes-)[A-Za-z0-9][-A-Za-z0-9.]*")
-#: Plugins whose ``args.resources`` is a list of resource names.
-_RESOURCE_LIST_PLUGINS = ("drf",)
 
 
 def any_cluster_may_have(name: str) -> bool:
@@ -60,7 +60,7 @@ def config_resource_names(config: FlotillaConfig) -> list[tuple[FieldPath, str]]
         if isinstance(weights, Mapping):
             names += [(("plugins", p, "args", "resourceWeights", str(name)), str(name)) for name in weights]
         resources = args.get("resources")
-        if plugin.name in _RESOURCE_LIST_PLUGINS and isinstance(resources, list):
+        if plugin.name in RESOURCE_LIST_PLUGINS and isinstance(resources, list):
             names += [(("plugins", p, "args", "resources", r), name) for r, name in enumerate(resources)
                       if isinstance(name, str)]
     names += [(("nodeIndex", "indexedResources", r), name)

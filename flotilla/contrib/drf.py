@@ -22,7 +22,8 @@ from flotilla.plugin import hookimpl, take_args
 class DominantResourceFairness:
     def __init__(self, args: Mapping | None = None):
         self.resources = take_args(args, resources=None)["resources"]
-        if self.resources is not None and not all(isinstance(r, str) for r in self.resources):
+        if self.resources is not None and (not isinstance(self.resources, list)
+                                           or not all(isinstance(r, str) for r in self.resources)):
             raise ValueError("resources must be a list of resource names")
 
     @hookimpl

@@ -4,7 +4,8 @@
   node must match one of the ``nodeSelectorTerms`` (ORed); a term matches
   when every one of its ``matchExpressions`` (on labels) and
   ``matchFields`` (on ``metadata.name``) does (ANDed). A term with neither
-  matches nothing, and so does an empty list of terms.
+  matches nothing. An empty list of terms is refused, as the API server
+  refuses it ("must have at least one node selector term").
 * Operators: ``In`` and ``NotIn`` (a missing label is not in any set, so
   ``NotIn`` matches it), ``Exists``, ``DoesNotExist``, ``Gt`` and ``Lt``
   (the label's value and the one given value parsed as integers; a label
@@ -12,6 +13,9 @@
 * **Preferred** (``preferredDuringSchedulingIgnoredDuringExecution``): each
   term whose preference the node matches adds its weight (1-100) to the
   node's score.
+* Refused as the API server's validation refuses them: an operator not in
+  the list, values that do not fit the operator, and a key that is not a
+  label key (a qualified name, as ``ValidateLabelName`` checks).
 
 A node is seen through a mapping of its labels; the node's name is the
 pseudo-label :data:`NAME_FIELD` (a key no label can have: ``:`` is not
@@ -27,6 +31,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from typing import Any, Mapping
+
+from flotilla.core.quantities import RESOURCE_NAME_RULE, resource_name_problem
 
 #: The pseudo-label holding the node's name, for ``matchFields`` on ``metadata.name``.
 NAME_FIELD = "field:metadata.name"
@@ -162,6 +168,9 @@ def _requirements(items: Any, path: str, fields: bool) -> tuple[Requirement, ...
         key, op, values = item.get("key"), item.get("operator"), item.get("values")
         if not isinstance(key, str) or not key:
             raise AffinityError(f"{here}.key", "a non-empty string is required")
+        if not fields and resource_name_problem(key) is not None:   # a label key is a qualified name, as a resource
+            shown = key if len(key) <= 80 else key[:80] + "..."
+            raise AffinityError(f"{here}.key", f"{shown!r} is not a valid label key: {RESOURCE_NAME_RULE}")
         allowed = FIELD_OPERATORS if fields else OPERATORS
         if op not in allowed:
             raise AffinityError(f"{here}.operator", f"expected one of {', '.join(allowed)}, got {op!r}")
@@ -219,6 +228,8 @@ def parse_node_affinity(spec: Mapping[str, Any] | None) -> NodeAffinity | None:
         terms = selector.get("nodeSelectorTerms")
         if not isinstance(terms, list):
             raise AffinityError(f"{REQUIRED}.nodeSelectorTerms", "expected a list of node selector terms")
+        if not terms:
+            raise AffinityError(f"{REQUIRED}.nodeSelectorTerms", "must have at least one node selector term")
         if len(terms) > MAX_TERMS:
             raise AffinityError(f"{REQUIRED}.nodeSelectorTerms", f"at most {MAX_TERMS} terms, got {len(terms)}")
         required = tuple(_term(t, f"{REQUIRED}.nodeSelectorTerms[{k}]") for k, t in enumerate(terms))

@@ -708,6 +708,18 @@ class NodeIndex:
                     for neg in reversed(members[key]):
                         yield -neg
 
+    def iter_fitting_in(self, vec: Vector, level: int, types: Sequence[int], tier: str, queue: str) -> Iterator[int]:
+        """:meth:`iter_fitting` within one tier (as :meth:`find` reads tiers): only the tier's own lists are
+        walked, so a filtered search of the ``own`` tier does not pass over every other node."""
+        self._flush()
+        k = self.level_of[level]
+        for t in types:
+            for buckets in self._tier_lists(k, t, tier, queue):
+                members = buckets.members
+                for key in _all_fits(buckets.vecs, vec):
+                    for neg in reversed(members[key]):
+                        yield -neg
+
     def free_total(self, types: Sequence[int], level: int) -> list[int]:
         """The free space at ``level`` of every node of ``types`` added up (a node over its room adds nothing).
 
@@ -739,12 +751,14 @@ class NodeIndex:
         fitting = []
         # Pod slots first, as NodeResourcesFit checks them (flotilla.core.resources).
         slot = self.space.slot
-        order = [slot, *(r for r in range(len(vec)) if r != slot)] if slot >= 0 else range(len(vec))
+        wanted = vec[slot] if slot >= 0 else 0
         for t in types:
             for i in self.types[t].nodes:
                 row = self.free[i][k]
-                for r in order:
-                    amount = vec[r]
+                if wanted and wanted > row[slot]:
+                    counts[slot] += 1
+                    continue
+                for r, amount in enumerate(vec):
                     if amount > row[r]:
                         counts[r] += 1
                         break

@@ -150,8 +150,8 @@ class NodeSearch:
                 continue
             # Scorers or filters: walk the fitting nodes (smallest first per type), skipping refused ones.
             candidates = []
-            for i in self.index.iter_fitting(vec, level, types):
-                if (tier == "any" or self.in_tier(i, tier, queue.name)) and (not filtered or self.node_allowed(job, i)):
+            for i in self.index.iter_fitting_in(vec, level, types, tier, queue.name):
+                if not filtered or self.node_allowed(job, i):
                     candidates.append(i)
                     if not scored or len(candidates) >= self.settings.node_candidates:
                         break
@@ -176,9 +176,8 @@ class NodeSearch:
                         return found
                     continue
                 candidates = []
-                for i in self.index.iter_fitting(vec, level, group):
-                    if (tier == "any" or self.in_tier(i, tier, queue.name)) and \
-                            (not filtered or self.node_allowed(job, i)):
+                for i in self.index.iter_fitting_in(vec, level, group, tier, queue.name):
+                    if not filtered or self.node_allowed(job, i):
                         candidates.append(i)
                         if not scored or len(candidates) >= self.settings.node_candidates:
                             break
@@ -206,8 +205,8 @@ class NodeSearch:
         seen: set[int] = set()
         for rank, tier in enumerate(self.node_tiers_fn(queue)):
             walked = 0
-            for i in self.index.iter_fitting(vec, level, types):
-                if i in seen or not (tier == "any" or self.in_tier(i, tier, queue.name)):
+            for i in self.index.iter_fitting_in(vec, level, types, tier, queue.name):
+                if i in seen:
                     continue
                 if filtered and not self.node_allowed(job, i):
                     continue

@@ -25,6 +25,7 @@ anti-affinity, existing pods' anti-affinity).
 
 from __future__ import annotations
 
+from operator import is_ as _is
 from typing import Mapping, Sequence
 
 from flotilla.core.feasibility import REFUSING_EFFECTS
@@ -341,11 +342,13 @@ class SpreadView:
 def _spread_view(session, job, constraint) -> SpreadView:
     """The eligible domains of ``constraint`` for ``job`` (cached for the cycle per constraint and job shape)."""
     rules = job.pod_rules
-    key = (constraint, job.namespace, id(job.node_selector) if job.node_selector else 0, job.affinity,
-           id(job.tolerations) if constraint.honor_taints else 0, rules.spread)
+    # By identity (jobs of one shape share these objects); the objects are kept with the view, so ids stay theirs.
+    refs = (constraint, job.node_selector or None, job.affinity, job.tolerations if constraint.honor_taints else None,
+            rules.spread)
+    key = (*map(id, refs), job.namespace)
     cache = session.spread_views
     view = cache.get(key)
-    if view is not None and view[0] is job.node_selector:
+    if view is not None and all(map(_is, view[0], refs)):
         return view[1]
     index = session.index
     keys = [c.topology_key for c in rules.spread]
@@ -382,7 +385,7 @@ def _spread_view(session, job, constraint) -> SpreadView:
     elif eligible is None:
         eligible = set()
     view = SpreadView(constraint, session.state.pods.spread_matcher(constraint, job.namespace), eligible, domains)
-    cache[key] = (job.node_selector, view)
+    cache[key] = (refs, view)
     return view
 
 
@@ -454,10 +457,11 @@ def pod_refusal(session, job, i: int) -> str | None:
                 if term.topology_key not in node_labels:
                     return AFFINITY_NOT_MATCHED
             matcher = pods.affinity_matcher(terms)
-            if not all(pods.domain_counts(matcher, term.topology_key).get(node_labels[term.topology_key], 0) > 0
-                       for term in terms):
-                # The first pod of a group affine to itself may go where the topology keys are.
-                if matcher.per_node or not all(term.matches(job.namespace, job.labels) for term in terms):
+            counts = [pods.domain_counts(matcher, term.topology_key) for term in terms]
+            if not all(here.get(node_labels[term.topology_key], 0) > 0 for term, here in zip(terms, counts)):
+                # The first pod of a group affine to itself may go where the topology keys are: no pod matching
+                # the terms on a node with their keys, and the pod matches them itself.
+                if any(counts) or not all(term.matches(job.namespace, job.labels) for term in terms):
                     return AFFINITY_NOT_MATCHED
         for term in rules.anti_affinity:
             value = node_labels.get(term.topology_key)

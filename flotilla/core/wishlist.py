@@ -21,6 +21,10 @@ shape that could be added:
 Jobs that no template could run, even with the free room, are listed with
 the reason.
 
+The same counts per queue (:meth:`Wishlist.by_queue`) let the service show a
+user only what their own queues hold: a queue's jobs as the whole pass
+credited them, and the nodes those jobs alone would need.
+
 The answer comes from a session opened on the clusters as the cycle leaves
 them (its placements running, its preemptions gone) with one node per
 template added, so the config's predicates decide exactly as they do for
@@ -48,16 +52,32 @@ class TemplateWish:
     cluster: str
     jobs: int = 0
     nodes: int = 0
+    #: Per queue: (its jobs credited to the template, the nodes of the template those jobs alone need).
+    queues: dict[str, tuple[int, int]] = field(default_factory=dict)
 
 
 @dataclass(slots=True)
 class Wishlist:
     templates: list[TemplateWish]
     unfit: dict[str, str] = field(default_factory=dict)
+    #: The queue of each job in ``unfit``.
+    unfit_queues: dict[str, str] = field(default_factory=dict)
 
     def to_dict(self) -> dict:
         return {"templates": {t.name: {"cluster": t.cluster, "jobs": t.jobs, "nodes": t.nodes} for t in self.templates},
                 "unfit": dict(self.unfit)}
+
+    def by_queue(self) -> dict[str, dict]:
+        """``{queue: {"templates": {name: {cluster, jobs, nodes}}, "unfit": {job: reason}}}`` for every queue with
+        a job credited to a template or unfit (``nodes``: what that queue's credited jobs alone need)."""
+        out: dict[str, dict] = {}
+        for t in self.templates:
+            for queue, (jobs, nodes) in t.queues.items():
+                entry = out.setdefault(queue, {"templates": {}, "unfit": {}})
+                entry["templates"][t.name] = {"cluster": t.cluster, "jobs": jobs, "nodes": nodes}
+        for job_id, reason in self.unfit.items():
+            out.setdefault(self.unfit_queues[job_id], {"templates": {}, "unfit": {}})["unfit"][job_id] = reason
+        return out
 
 
 def compute_wishlist(scheduler, snapshot: Snapshot, waiting: Sequence[Job], templates: Sequence[Node],
@@ -84,15 +104,19 @@ def compute_wishlist(scheduler, snapshot: Snapshot, waiting: Sequence[Job], temp
                 placed_somewhere[u] = True
         room.give_back()
         wishes.append(TemplateWish(template.name, template.cluster, room.jobs,
-                                   first_fit_decreasing(room.new, room.capacity)))
+                                   first_fit_decreasing(room.new, room.capacity),
+                                   {queue: (jobs, first_fit_decreasing(new, room.capacity))
+                                    for queue, (jobs, new) in room.by_queue.items()}))
     unfit: dict[str, str] = {}
+    unfit_queues: dict[str, str] = {}
     for (unit, vecs, allowed), placed in zip(units, placed_somewhere):
         if not placed:
             for member, vec, types in zip(unit, vecs, allowed):
+                unfit_queues[member.id] = member.queue
                 unfit[member.id] = (_no_template(session, member, vec, types, positions)
                                     or f"gang {member.gang.id if member.gang else member.id}: no template fits "
                                        f"every member with the free room")
-    return Wishlist(wishes, unfit)
+    return Wishlist(wishes, unfit, unfit_queues)
 
 
 #: What holds a template node's room in the probe's index (``FOREIGN_USER`` usage: no job id has a NUL).
@@ -113,7 +137,8 @@ def _probe(snapshot: Snapshot, waiting: Sequence[Job], templates: Sequence[Node]
             placement.job, state=JobState.RUNNING, cluster=placement.cluster, node=placement.node))
     clusters = {cluster.name: ClusterSnapshot(
         cluster.name, list(cluster.nodes), [job for job in cluster.running if job.id not in gone]
-        + started.get(cluster.name, []), dict(cluster.foreign), volumes=cluster.volumes) for cluster in snapshot.clusters}
+        + started.get(cluster.name, []), dict(cluster.foreign), dict(cluster.foreign_pods), volumes=cluster.volumes)
+        for cluster in snapshot.clusters}
     names = []
     for template in templates:
         cluster = clusters.setdefault(template.cluster, ClusterSnapshot(template.cluster, []))
@@ -152,6 +177,8 @@ class _Room:
         self.capacity: Vector = self.index.allocatable[position]
         self.jobs = 0
         self.new: list[Vector] = []
+        #: Per queue: its jobs credited, and the requests of theirs that need new nodes.
+        self.by_queue: dict[str, tuple[int, list[Vector]]] = {}
         #: ``(node, job)`` for every job this pass put in free room, to give the room back.
         self.taken: list[tuple[int, Job]] = []
         self._cluster_types: dict[int, list[int]] = {}
@@ -179,6 +206,9 @@ class _Room:
         if new:
             self.new.extend(new)
             self.jobs += len(unit)
+            jobs, vectors = self.by_queue.get(unit[0].queue, (0, []))
+            vectors.extend(new)
+            self.by_queue[unit[0].queue] = (jobs + len(unit), vectors)
         return True
 
     def give_back(self) -> None:

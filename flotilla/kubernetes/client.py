@@ -252,8 +252,10 @@ class KubeClient:
                 if event is stop:
                     try:
                         response.shutdown()
-                    except OSError:
-                        pass   # already closed
+                    except (OSError, RuntimeError):
+                        # Already closed, or read to its end and handed back to the pool by urllib3 (a stream
+                        # that ended or an error answer read whole) just before its reader leaves _watches.
+                        pass
 
     def pod_log(self, namespace: str, name: str, *, container: str | None = None, tail_lines: int | None = None,
                 limit_bytes: int | None = None, follow: bool = False,

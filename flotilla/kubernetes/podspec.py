@@ -29,10 +29,10 @@ field names) and reaches the pod unchanged but for those owned fields
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Annotated, Any
 
 from kubernetes.client.models import V1Container, V1PodSpec
-from pydantic import Field, field_validator, model_validator
+from pydantic import Field, Strict, field_validator, model_validator
 
 from flotilla.core.hostports import describe, host_port
 
@@ -76,8 +76,10 @@ class PodSpec(V1PodSpec):
     """A Kubernetes pod spec as a job may give it (see the module docstring)."""
 
     containers: list[V1Container] = Field(min_length=1)
-    termination_grace_period_seconds: float | None = Field(None, alias="terminationGracePeriodSeconds")
-    active_deadline_seconds: float | None = Field(None, alias="activeDeadlineSeconds")
+    #: JSON numbers (a string or a boolean is refused, as the API server refuses them).
+    termination_grace_period_seconds: Annotated[float, Strict()] | None = Field(None,
+                                                                           alias="terminationGracePeriodSeconds")
+    active_deadline_seconds: Annotated[float, Strict()] | None = Field(None, alias="activeDeadlineSeconds")
 
     @model_validator(mode="before")
     @classmethod

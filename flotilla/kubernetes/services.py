@@ -23,12 +23,12 @@ from __future__ import annotations
 
 from typing import Annotated, Any, Literal, Mapping
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, Strict
 
 #: The pod annotation listing the objects Flotilla created with it: "services/NAME,ingresses/NAME".
 OWNED = "flotilla.io/owned"
 
-Port = Annotated[int, Field(ge=1, le=65535)]
+Port = Annotated[int, Strict(), Field(ge=1, le=65535)]   # a JSON integer: not "80", true or 80.0
 
 
 class ServiceSpec(BaseModel):

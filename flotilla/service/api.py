@@ -35,7 +35,7 @@ import json
 import time
 from typing import Annotated, Any, Literal
 
-from fastapi import Depends, FastAPI, Header, Query, Request
+from fastapi import Depends, FastAPI, Header, Path, Query, Request
 from fastapi.concurrency import run_in_threadpool
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import Response, StreamingResponse
@@ -46,9 +46,10 @@ from flotilla import __version__
 from flotilla.config.models import QueueConfig
 from flotilla.service import access, errors
 from flotilla.service.auth import Authenticator, Identity, Unauthenticated, may_act, may_admin
-from flotilla.service.bounds import ID_PATTERN, INT64_MAX, PRIORITY_MAX, PRIORITY_MIN
+from flotilla.service.bounds import (ID_PATTERN, INT64_MAX, NODE_NAME_PATTERN, PRIORITY_MAX,
+                                     PRIORITY_MIN, QUERY_INTEGER, StrictFloat, StrictInt)
 from flotilla.service.errors import ApiError, ErrorItem
-from flotilla.service.guard import BoundedRoute, Guard
+from flotilla.service.guard import BoundedRoute, Guard, HeadAsGet
 from flotilla.service.openapi import QueuePending, state_input_rules
 from flotilla.service.pending import DEFAULT_LIMIT, HEAD_MAX, PendingView
 from flotilla.service.placement import placement_of, queue_parents
@@ -63,14 +64,37 @@ from flotilla.service.store import Store
 JobState = Literal["queued", "leased", "pending", "running", "succeeded", "failed", "preempted", "cancelled"]
 ActiveState = Literal["queued", "leased", "pending", "running"]
 Id = Field(pattern=ID_PATTERN, max_length=255)
+#: Path parameters, matched whole (a trailing newline is refused) and within their store columns.
+QueueName = Annotated[str, Path(pattern=ID_PATTERN, max_length=255, description="a queue's name")]
+JobSetId = Annotated[str, Path(pattern=ID_PATTERN, max_length=255, description="a job set's id")]
+#: The store's ids are 26 characters, an in-cluster pod's job id its uid's 32 hex digits.
+JobId = Annotated[str, Path(pattern=ID_PATTERN, max_length=32, description="a job's id")]
+ClusterName = Annotated[str, Path(min_length=1, max_length=255, description="a cluster of the config")]
+NodeName = Annotated[str, Path(pattern=NODE_NAME_PATTERN, max_length=253,
+                               description="a Kubernetes node name (a DNS-1123 subdomain)")]
+
+
+def query_integer(description: str, optional: bool = False, **bounds) -> Any:
+    """An integer query parameter: ``^-?[0-9]+$`` only (``1.0``, `` 1``, ``1_0`` refused), within ``bounds``."""
+    return Annotated[int | None if optional else int, Query(description=description), Field(**bounds), QUERY_INTEGER]
+
+
+#: A resource name (Kubernetes' qualified name) as JSON Schema states it: a limit's key.
+RESOURCE_NAME_SCHEMA = {"maxLength": 317, "pattern": r"^([a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*/)?"
+                                                     r"[A-Za-z0-9]([-A-Za-z0-9_.]{0,61}[A-Za-z0-9])?$"}
+#: ``Last-Event-ID``: an event id as the stream wrote it (ASCII digits; past 64 bits it means the newest).
+LastEventId = Annotated[str | None, Header(pattern=r"^[0-9]{1,19}$")]
 
 
 class QueueBody(QueueConfig):
     """A queue as the API takes it: the config's queue, with a name safe for URLs."""
 
     name: str = Field(min_length=1, max_length=255, pattern=ID_PATTERN)
-    #: Fractions of the pool, stated in the schema as the config's validator checks them.
-    limits: dict[str, Annotated[float, Field(gt=0, le=1)]] = Field(default_factory=dict)
+    #: A JSON number (not a string or a boolean), as the schema says.
+    weight: StrictFloat = Field(1.0, gt=0)
+    #: Fractions of the pool per resource name, stated in the schema as the config's validator checks them.
+    limits: dict[str, Annotated[StrictFloat, Field(gt=0, le=1)]] = Field(
+        default_factory=dict, json_schema_extra={"propertyNames": RESOURCE_NAME_SCHEMA})
     #: Hierarchies come from the config file; a queue made through the API is top-level (a parent is refused).
     parent: None = Field(None, description="always null: parent queues are set in the config file")
 
@@ -111,7 +135,7 @@ class ReprioritizeBody(BaseModel):
     queue: str = Field(min_length=1, max_length=255)
     jobSetId: str = Field(None, min_length=1, max_length=255)
     jobIds: list[str] = Field(None, min_length=1, max_length=DEFAULT_LIMITS.max_jobs)
-    priority: int = Field(ge=PRIORITY_MIN, le=PRIORITY_MAX)
+    priority: StrictInt = Field(ge=PRIORITY_MIN, le=PRIORITY_MAX)
 
 
 def _validation_errors(request: Request, exc: RequestValidationError) -> tuple[str, str, str | None, list[ErrorItem]]:
@@ -125,9 +149,12 @@ def _validation_errors(request: Request, exc: RequestValidationError) -> tuple[s
         items = []
         for err in exc.errors():
             loc = [p for p in err.get("loc", ()) if p not in ("body", "query", "path", "header")]
+            message = err.get("msg", "")
+            key = getattr((err.get("ctx") or {}).get("error"), "key", None)   # the config's KeyedValueError
+            if key is not None:
+                loc, message = [*loc, key], message.removeprefix("Value error, ")
             where = field_path(loc) or None
-            items.append(ErrorItem(field=where, message=err.get("msg", ""),
-                                   text=f"{where or 'body'}: {err.get('msg', '')}"))
+            items.append(ErrorItem(field=where, message=message, text=f"{where or 'body'}: {message}"))
         head, code = "", "invalid"
     message = head + "; ".join(i.text for i in items[:20]) + (f"; and {len(items) - 20} more" if len(items) > 20 else "")
     return code, message, items[0].field if items else None, items
@@ -148,6 +175,7 @@ def create_app(store: Store, settings: ServiceSettings, loop=None, *, admin_endp
     app.state.loop = loop
     app.state.limits = settings.limits
     app.add_middleware(Guard, authenticator=auth, open_access=open_access, limits=settings.limits)
+    app.add_middleware(HeadAsGet)         # HEAD wherever GET is, before the Guard (which sees a GET)
     app.add_middleware(SecurityHeaders)   # outermost: every answer carries them, the Guard's refusals too
     mount_docs(app)
     errors.install(app, _validation_errors)
@@ -249,7 +277,7 @@ def create_app(store: Store, settings: ServiceSettings, loop=None, *, admin_endp
              description="A queued job's `reason` says why it waits and `position` where it stands in its queue's "
                          "scheduling order (1: the job the queue offers next), as of the last cycle; `position` is "
                          "null for a job that is not queued.")
-    def job_status(job_id: str, who: Identity = Depends(identity)) -> dict:
+    def job_status(job_id: JobId, who: Identity = Depends(identity)) -> dict:
         return pending.job(access.visible_job(store, job_id, who))
 
     pod_logs = PodLogs(settings, loop)
@@ -257,9 +285,11 @@ def create_app(store: Store, settings: ServiceSettings, loop=None, *, admin_endp
 
     @app.get("/v1/jobs/{job_id}/logs", tags=["jobs"], response_class=StreamingResponse, responses=LOG_RESPONSES,
              summary="A job's container log, read from its cluster (same access as the job's status)")
-    async def job_logs(job_id: str, pod: int = Query(0, ge=0, le=INT64_MAX, description="the job's pod number"),
+    async def job_logs(job_id: JobId,
+                       pod: query_integer("the job's pod number (404 for one the job does not have)", ge=0,
+                                          le=INT64_MAX) = 0,
                        follow: bool = Query(False, description="stream until the container ends"),
-                       tail: int | None = Query(None, ge=0, le=MAX_TAIL, description="only the last N lines"),
+                       tail: query_integer("only the last N lines", True, ge=0, le=MAX_TAIL) = None,
                        who: Identity = Depends(identity)):
         job = await run_in_threadpool(access.visible_job, store, job_id, who)
         if not follow:
@@ -282,7 +312,7 @@ def create_app(store: Store, settings: ServiceSettings, loop=None, *, admin_endp
                                  headers={"Cache-Control": "no-cache", "X-Accel-Buffering": "no"})
 
     @app.get("/v1/queues/{queue}/jobsets/{job_set}/jobs", tags=["jobs"], summary="The jobs of a job set")
-    def job_set_jobs(queue: str, job_set: str, state: list[JobState] | None = Query(default=None),
+    def job_set_jobs(queue: QueueName, job_set: JobSetId, state: list[JobState] | None = Query(default=None),
                      who: Identity = Depends(identity)) -> dict:
         queue_for(queue, who)
         return {"jobs": store.list_jobs(queue, job_set, state)}
@@ -293,13 +323,13 @@ def create_app(store: Store, settings: ServiceSettings, loop=None, *, admin_endp
                                              "ends with an event of kind 'end' when the queue is deleted, the "
                                              "token stops authenticating or the user may no longer watch it",
                               "content": {"application/x-ndjson": {}, "text/event-stream": {}}}})
-    async def watch(request: Request, queue: str, job_set: str, after: int = Query(0, ge=0, le=INT64_MAX),
-                    follow: bool = True, format: Literal["jsonl", "sse"] = "jsonl", last_event_id: str | None = Header(default=None),
+    async def watch(request: Request, queue: QueueName, job_set: JobSetId, after: query_integer("events after this id", ge=0, le=INT64_MAX) = 0,
+                    follow: bool = True, format: Literal["jsonl", "sse"] = "jsonl", last_event_id: LastEventId = None,
                     who: Identity = Depends(identity)):
         await run_in_threadpool(queue_for, queue, who)
         credential = request.headers.get("authorization")
         start = after
-        if last_event_id and last_event_id.isdigit() and len(last_event_id) <= 19:
+        if last_event_id is not None:   # ASCII digits (the header's pattern), at most 19 of them
             start = max(start, min(int(last_event_id), INT64_MAX))
 
         current = who
@@ -375,7 +405,7 @@ def create_app(store: Store, settings: ServiceSettings, loop=None, *, admin_endp
     def queue_cordon_route(cordon: bool):
         """``POST /v1/queues/{name}/cordon`` or ``/uncordon``: two fixed paths, so that no other method or
         word after a queue's name (``GET .../pending``) is taken for an action."""
-        def endpoint(name: str, who: Identity = Depends(identity)) -> dict:
+        def endpoint(name: QueueName, who: Identity = Depends(identity)) -> dict:
             admin(who)
             if store.get_queue(name) is None:
                 raise ApiError(404, f"queue {name!r} does not exist")
@@ -400,7 +430,7 @@ def create_app(store: Store, settings: ServiceSettings, loop=None, *, admin_endp
 
     @admin_only.post("/v1/nodes/{cluster}/{node}/{action}", tags=["nodes"],
               summary="Drain a node (no new jobs; running ones finish) or uncordon it (administrators)")
-    def drain_node(cluster: str, node: str, action: Literal["drain", "uncordon"],
+    def drain_node(cluster: ClusterName, node: NodeName, action: Literal["drain", "uncordon"],
                    who: Identity = Depends(identity)) -> dict:
         admin(who)
         spec = next((c for c in settings.clusters if c.name == cluster), None)
@@ -417,7 +447,7 @@ def create_app(store: Store, settings: ServiceSettings, loop=None, *, admin_endp
         return store.create_queue(body.spec()).to_dict()
 
     @app.get("/v1/queues/{name}", tags=["queues"], summary="A queue and its job counts by state")
-    def describe_queue(name: str, who: Identity = Depends(identity)) -> dict:
+    def describe_queue(name: QueueName, who: Identity = Depends(identity)) -> dict:
         queue = queue_for(name, who, act=False)
         return {**queue.to_dict(), "jobs": store.queue_counts(name)}
 
@@ -426,14 +456,14 @@ def create_app(store: Store, settings: ServiceSettings, loop=None, *, admin_endp
              description="Positions and reasons as of the last cycle (`cycle`, `time`); a job that has left the "
                          "queue since is not listed, so positions may skip numbers. To anyone who may not act in "
                          "the queue it answers 404, as for a missing queue.")
-    def queue_pending(name: str, limit: int = Query(DEFAULT_LIMIT, ge=1, le=HEAD_MAX,
-                                                    description="at most this many jobs, from the head"),
+    def queue_pending(name: QueueName,
+                      limit: query_integer("at most this many jobs, from the head", ge=1, le=HEAD_MAX) = DEFAULT_LIMIT,
                       who: Identity = Depends(identity)) -> dict:
         access.owned_queue(store, name, who)
         return pending.queue(name, limit)
 
     @admin_only.put("/v1/queues/{name}", tags=["queues"], summary="Update a queue (administrators)")
-    def update_queue(name: str, body: QueueUpdateBody, who: Identity = Depends(identity)) -> dict:
+    def update_queue(name: QueueName, body: QueueUpdateBody, who: Identity = Depends(identity)) -> dict:
         admin(who)
         if body.name is not None and body.name != name:
             raise ApiError(422, f"body names queue {body.name!r}, path names {name!r}", field="name")
@@ -441,7 +471,7 @@ def create_app(store: Store, settings: ServiceSettings, loop=None, *, admin_endp
 
     @admin_only.delete("/v1/queues/{name}", tags=["queues"],
                 summary="Delete a queue and its history (administrators); ?force=true cancels its jobs first")
-    def delete_queue(name: str, force: bool = False, who: Identity = Depends(identity)) -> dict:
+    def delete_queue(name: QueueName, force: bool = False, who: Identity = Depends(identity)) -> dict:
         admin(who)
         return store.delete_queue(name, force=force, by=who.user)
 
@@ -450,12 +480,33 @@ def create_app(store: Store, settings: ServiceSettings, loop=None, *, admin_endp
     def health() -> dict:
         return {"ok": not stopping(), "version": __version__}
 
-    @app.get("/v1/wishlist", tags=["service"], summary="Node templates: the waiting jobs each would unblock")
+    @app.get("/v1/wishlist", tags=["service"], summary="Node templates: the waiting jobs each would unblock",
+             description="Administrators see every queue's jobs. Anyone else sees only the jobs of the queues they "
+                         "may act in: per template their count, and the nodes those jobs would need (each queue's "
+                         "counted alone, then summed); `unfit` lists only their jobs.")
     def wishlist(who: Identity = Depends(identity)) -> dict:
         body = status_reader.get().get("wishlist")
         if body is None:
             raise ApiError(404, "no wishlist: the config lists no nodeTemplates, or no cycle has run yet")
-        return body
+        return visible_wishlist(body, who)
+
+    def visible_wishlist(body: dict, who: Identity) -> dict:
+        """The published wishlist as ``who`` may see it: everything for an administrator, else their queues'."""
+        per_queue = body.get("queues", {})
+        if may_admin(who):
+            return {"templates": body["templates"], "unfit": body["unfit"]}
+        templates = {name: {"cluster": t["cluster"], "jobs": 0, "nodes": 0} for name, t in body["templates"].items()}
+        unfit: dict[str, str] = {}
+        for queue in store.list_queues():
+            part = per_queue.get(queue.name)
+            if part is None or not may_act(who, queue):
+                continue
+            for name, wish in part["templates"].items():
+                if name in templates:
+                    templates[name]["jobs"] += wish["jobs"]
+                    templates[name]["nodes"] += wish["nodes"]
+            unfit.update(part["unfit"])
+        return {"templates": templates, "unfit": dict(sorted(unfit.items()))}
 
     @app.get("/v1/status", tags=["service"], summary="The last scheduling cycle and the clusters")
     def status(who: Identity = Depends(identity)) -> dict:
@@ -469,7 +520,7 @@ def create_app(store: Store, settings: ServiceSettings, loop=None, *, admin_endp
     if admin_endpoints:
         @admin_only.post("/v1/admin/clusters/{name}/{action}", tags=["admin"],
                   summary="Stop or start a simulated cluster (test and demo aid; administrators)")
-        def cluster_control(name: str, action: Literal["stop", "start"], who: Identity = Depends(identity)) -> dict:
+        def cluster_control(name: ClusterName, action: Literal["stop", "start"], who: Identity = Depends(identity)) -> dict:
             admin(who)
             if loop is None or not loop.set_cluster_available(name, action == "start"):
                 raise ApiError(404, f"no simulated cluster {name!r}")

@@ -17,7 +17,14 @@ PostgreSQL text column given a NUL) come before any model sees a field.
 * a URL's path and query are percent-encoded UTF-8 (:func:`url_problem`);
 * ids (queue, jobSetId, clientId, gangId) match :data:`ID_PATTERN` whole
   (``fullmatch``: ``$`` would let a trailing newline through);
+* ids in a URL's path match it too, and a node name is a Kubernetes node name
+  (:data:`NODE_NAME_PATTERN`, a DNS-1123 subdomain);
 * priorities are within ±(2^53 - 1) (:data:`PRIORITY_MAX`), exact in any JSON reader;
+* an integer is a JSON integer in a body (:data:`StrictInt`: not a string,
+  a boolean or ``1.0``) and ASCII digits with an optional ``-`` in a query
+  string or a form (:data:`QueryInt`, :func:`integer_from_text`): ``" 1"``,
+  ``"1_0"``, ``"１"`` and ``"1.0"`` are refused, not read as numbers; a
+  number is a JSON number (:data:`StrictFloat`: not a string or a boolean);
 * a job's labels and annotations total at most :data:`MAX_METADATA_BYTES`
   (Kubernetes' own limit for annotations).
 
@@ -34,7 +41,8 @@ import re
 from typing import Annotated, Any, Iterator
 from urllib.parse import unquote_to_bytes
 
-from pydantic import Field, TypeAdapter, ValidationError
+from pydantic import BeforeValidator, Field, Strict, TypeAdapter, ValidationError
+from pydantic_core import PydanticCustomError
 
 from flotilla.service.settings import Limits
 
@@ -46,6 +54,9 @@ PRIORITY_MIN, PRIORITY_MAX = -(2**53 - 1), 2**53 - 1
 ID_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9._-]{0,254}$"
 ID_RE = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,254}", re.ASCII)
 ID_RULE = "1-255 characters: letters, digits, '.', '_' and '-', starting with a letter or digit"
+#: A Kubernetes node name: a DNS-1123 subdomain of at most 253 characters (the API server's ValidateNodeName).
+NODE_NAME_PATTERN = r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$"
+NODE_NAME_RE = re.compile(r"[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*", re.ASCII)
 #: Deepest nesting of objects and arrays in a body (a pod spec with affinity rules needs about 12).
 MAX_DEPTH = 64
 #: Most objects and arrays in one body: bounds what parsing can allocate whatever the body holds.
@@ -110,21 +121,57 @@ def id_problem(value: Any) -> str | None:
     return None
 
 
-_INTEGER_TEXT = re.compile(r"[+-]?[0-9]+", re.ASCII)
+#: An integer as a query string or a form writes it: ASCII digits, an optional leading ``-`` and nothing else.
+INTEGER_TEXT = re.compile(r"-?[0-9]+", re.ASCII)
+#: What the API says of an integer it does not take (pydantic's words for a JSON string given for an integer).
+NOT_AN_INTEGER = "Input should be a valid integer"
+#: Integers and numbers in a JSON body: a string, a boolean (and, for an integer, ``1.0``) is refused.
+StrictInt = Annotated[int, Strict()]
+StrictFloat = Annotated[float, Strict()]
+
+
+def integer_from_text(text: str) -> int:
+    """``text`` (``^-?[0-9]+$``) as an integer within 64 bits; ValueError with the API's words otherwise."""
+    if not INTEGER_TEXT.fullmatch(text):
+        raise ValueError(NOT_AN_INTEGER)
+    if len(text.lstrip("-")) > 19 or not INT64_MIN <= int(text) <= INT64_MAX:
+        raise ValueError("integer out of the 64-bit range")
+    return int(text)
+
+
+def _query_integer(value: Any) -> Any:
+    """A query string's integer: refused unless ``^-?[0-9]+$``; up to 40 digits it is converted and the
+    parameter's own bounds name the limit, past them (never converted) it is out of the 64-bit range."""
+    if isinstance(value, str):
+        if not INTEGER_TEXT.fullmatch(value):
+            raise PydanticCustomError("int_parsing", NOT_AN_INTEGER)
+        if len(value) > 40:
+            raise PydanticCustomError("int_parsing", "integer out of the 64-bit range")
+        return int(value)
+    return value
+
+
+#: An integer in a query string (the schema's ``integer``): ``?limit=1.0``, ``?tail=%201`` are refused. Bounds go
+#: in a ``Field`` before it (``Annotated[int, Query(...), Field(ge=0), QUERY_INTEGER]``).
+QUERY_INTEGER = BeforeValidator(_query_integer)
 _PRIORITY = TypeAdapter(Annotated[int, Field(ge=PRIORITY_MIN, le=PRIORITY_MAX)])
 
 
 def priority_from_text(text: str) -> int:
     """A priority typed as text (a dashboard form), refused as the API refuses it in a JSON body.
 
-    An integer literal past 64 bits gets :func:`load_json`'s message, any
-    other text or a value past ±(2^53 - 1) the API model's (the same
-    pydantic constraint); :class:`BoundsError` with field ``priority``.
+    Only ``^-?[0-9]+$`` is an integer (``" 1"``, ``"1_0"``, ``"+1"`` are
+    not); a literal past 64 bits gets :func:`load_json`'s message, a value
+    past ±(2^53 - 1) the API model's (the same pydantic constraint);
+    :class:`BoundsError` with field ``priority``.
     """
-    if _INTEGER_TEXT.fullmatch(text) and (len(text.lstrip("+-")) > 19 or not INT64_MIN <= int(text) <= INT64_MAX):
-        raise BoundsError("integer out of the 64-bit range", "priority")
     try:
-        return _PRIORITY.validate_python(int(text) if _INTEGER_TEXT.fullmatch(text) else text)
+        value = integer_from_text(text)
+    except ValueError as exc:
+        message = str(exc)
+        raise BoundsError(message if message != NOT_AN_INTEGER else f"priority: {message}", "priority") from None
+    try:
+        return _PRIORITY.validate_python(value)
     except ValidationError as exc:
         raise BoundsError(f"priority: {exc.errors()[0]['msg']}", "priority") from None
 
@@ -328,7 +375,8 @@ def job_file_problems(file: Any) -> list:
     return out
 
 
-__all__ = ["Limits", "BoundsError", "ID_PATTERN", "ID_RULE", "INT64_MIN", "INT64_MAX", "PRIORITY_MIN", "PRIORITY_MAX",
+__all__ = ["Limits", "BoundsError", "ID_PATTERN", "INTEGER_TEXT", "NODE_NAME_PATTERN",
+           "NODE_NAME_RE", "QUERY_INTEGER", "StrictFloat", "StrictInt", "integer_from_text", "ID_RULE", "INT64_MIN", "INT64_MAX", "PRIORITY_MIN", "PRIORITY_MAX",
            "MAX_DEPTH",
            "MAX_CONTAINERS", "MAX_METADATA_BYTES", "check_value", "id_problem", "job_file_problems", "load_json",
            "metadata_size", "priority_from_text", "shown_text", "text_problem", "url_problem"]

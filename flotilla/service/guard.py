@@ -29,6 +29,7 @@ type and place only (:func:`errors.log_unexpected`).
 
 from __future__ import annotations
 
+import asyncio
 import ipaddress
 from urllib.parse import urlsplit
 from typing import Any, Callable
@@ -66,6 +67,14 @@ def is_loopback_host(host: str | None) -> bool:
         return ipaddress.ip_address(name).is_loopback
     except ValueError:
         return False
+
+
+def _netloc(origin: str) -> str | None:
+    """The host and port an ``Origin`` header names, or None for a malformed one (``http://[::1``)."""
+    try:
+        return urlsplit(origin).netloc
+    except ValueError:
+        return None
 
 
 def is_json(content_type: str | None) -> bool:
@@ -118,7 +127,7 @@ class Guard:
                 return error_response(400, "without auth.tokens only loopback Host headers are served "
                                            f"(got {headers.get('host', '')[:100]!r})", code="bad_host"), receive
             origin = headers.get("origin")
-            if method in STATE_CHANGING and origin is not None and not is_loopback_host(urlsplit(origin).netloc):
+            if method in STATE_CHANGING and origin is not None and not is_loopback_host(_netloc(origin)):
                 return error_response(403, f"without auth.tokens only loopback pages may change state "
                                            f"(Origin {origin[:100]!r})", code="cross_origin"), receive
             if api and method in STATE_CHANGING and not is_json(headers.get("content-type")):
@@ -157,6 +166,45 @@ class Guard:
         size = f"{length} bytes" if length is not None else "more"
         return error_response(413, f"body of {size}; at most {self.limits.max_body_bytes} bytes "
                                    f"(server.maxBodySize)", headers={"Connection": "close"})
+
+
+class HeadAsGet:
+    """ASGI middleware: ``HEAD`` is answered wherever ``GET`` is, with GET's status and headers and no body.
+
+    The route sees a GET; once its answer starts, it is told the client left,
+    so a stream (a followed log, a job set's events) ends at once instead of
+    running with nobody to read it.
+    """
+
+    def __init__(self, app: ASGIApp):
+        self.app = app
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http" or scope["method"] != "HEAD":
+            await self.app(scope, receive, send)
+            return
+        started = asyncio.Event()
+        asked = False
+
+        async def head_receive() -> Message:
+            nonlocal asked
+            if not asked:
+                asked = True
+                return {"type": "http.request", "body": b"", "more_body": False}
+            await started.wait()
+            return {"type": "http.disconnect"}
+
+        async def head_send(message: Message) -> None:
+            if message["type"] == "http.response.start" and not started.is_set():
+                await send(message)
+                await send({"type": "http.response.body", "body": b"", "more_body": False})
+                started.set()
+            elif message["type"] != "http.response.body":
+                await send(message)
+
+        # spec_version 2.3: a streaming answer listens for the disconnect above rather than for a failed send.
+        get = {**scope, "method": "GET", "asgi": {**scope.get("asgi", {}), "spec_version": "2.3"}}
+        await self.app(get, head_receive, head_send)
 
 
 def _replay(body: bytes, disconnect: Message | None) -> Receive:
@@ -198,4 +246,4 @@ class BoundedRoute(APIRoute):
         return bounded
 
 
-__all__ = ["Guard", "BoundedRoute", "PUBLIC_PATHS", "is_loopback_host", "is_json"]
+__all__ = ["Guard", "BoundedRoute", "HeadAsGet", "PUBLIC_PATHS", "is_loopback_host", "is_json"]

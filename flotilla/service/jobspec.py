@@ -18,6 +18,7 @@ names the job by index and clientId, the field, and the rule.
 
 from __future__ import annotations
 
+import re
 from typing import Annotated, Any, Sequence
 
 from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, ValidationError, model_validator
@@ -29,18 +30,20 @@ from flotilla.core.topology import uniformity_label_problem
 from flotilla.core.nodeaffinity import AffinityError, parse_node_affinity
 from flotilla.core.podrules import parse_pod_rules
 from flotilla.kubernetes.intake import pod_rules_spec
-from flotilla.core.quantities import QuantityError, format_quantity, parse_quantity, resource_name_problem
+from flotilla.core.quantities import (MAX_DURATION, QuantityError, format_quantity, parse_quantity,
+                                     resource_name_problem)
 from flotilla.kubernetes.volumes import spec_claims
 from flotilla.kubernetes.podspec import OS_LABEL, PodSpec, host_ports, refused_placement_fields, stored_pod_spec
 from flotilla.kubernetes.requests import POD_LEVEL_RESOURCES, effective_requests, is_pod_level_resource
 from flotilla.kubernetes.services import IngressSpec, ServiceSpec, exposed_ports
-from flotilla.service.bounds import BoundsError, check_value, job_file_problems, shown_text
+from flotilla.service.bounds import BoundsError, StrictInt, check_value, job_file_problems, shown_text
 from flotilla.service.settings import ServiceSettings, rule_dicts
 from flotilla.service.store import NewJob, Pod, Rejection, SubmissionRejected
 
 SIMULATED_DURATION_ANNOTATION = "flotilla.io/simulated-duration"
 #: On a simulated cluster of ``serve``, the job's run ends in failure with this exit code (1-255) instead of success.
 SIMULATED_EXIT_CODE_ANNOTATION = "flotilla.io/simulated-exit-code"
+_EXIT_CODE = re.compile(r"[0-9]{1,3}", re.ASCII)
 
 
 def _stringify(value: Any) -> Any:
@@ -83,7 +86,8 @@ class JobItem(BaseModel):
     """One job of a file; an unknown field is an error that names it."""
 
     model_config = ConfigDict(extra="forbid", json_schema_extra=_one_pod_spec_form)
-    priority: int = 0
+    #: A JSON integer (not "7", true or 7.0), as the schema says.
+    priority: StrictInt = 0
     #: Where its pods go; none: the cluster's ``namespace`` setting.
     namespace: str | None = Field(None, max_length=63, pattern=NAMESPACE_PATTERN)
     clientId: Str | None = None
@@ -341,10 +345,17 @@ def validate_jobs(file: JobFile, settings: ServiceSettings) -> list[NewJob]:
             elif (message := uniformity_label_problem(uniformity)) is not None:
                 reject(f"annotations.{GANG_NODE_UNIFORMITY_LABEL_ANNOTATION}", message)
 
+        duration_text = job.annotations.get(SIMULATED_DURATION_ANNOTATION)
+        if duration_text is not None and duration_of_annotations(job.annotations) is None:
+            reject(f"annotations.{SIMULATED_DURATION_ANNOTATION}",
+                   f"expected a duration such as 30s, 5m, 2h, 3d or seconds (ASCII digits, at most "
+                   f"{int(MAX_DURATION)} seconds), got {shown_text(duration_text[:80])!r}")
+
         exit_text = job.annotations.get(SIMULATED_EXIT_CODE_ANNOTATION)
         if exit_text is not None and exit_code_of_annotations(job.annotations) is None:
             reject(f"annotations.{SIMULATED_EXIT_CODE_ANNOTATION}",
-                   f"expected an exit code 1-255 (a run that succeeds has none), got {shown_text(exit_text)!r}")
+                   f"expected an exit code 1-255 in ASCII digits (a run that succeeds has none), got "
+                   f"{shown_text(exit_text[:80])!r}")
 
         if len(problems) > before:
             continue
@@ -445,6 +456,8 @@ def prepare(raw: Any, settings: ServiceSettings) -> tuple[JobFile, list[NewJob]]
 
 
 def duration_of_annotations(annotations: dict) -> float | None:
+    """The run time in ``flotilla.io/simulated-duration`` (:func:`parse_duration`'s grammar: ASCII digits, a
+    unit, bounded), else None (submission refuses a text that does not parse)."""
     from flotilla.core.quantities import parse_duration
 
     text = annotations.get(SIMULATED_DURATION_ANNOTATION)
@@ -459,7 +472,7 @@ def duration_of_annotations(annotations: dict) -> float | None:
 def exit_code_of_annotations(annotations: dict) -> int | None:
     """The exit code in ``flotilla.io/simulated-exit-code`` (1-255), else None (the run succeeds)."""
     text = annotations.get(SIMULATED_EXIT_CODE_ANNOTATION)
-    if text is None or not text.strip().isdigit() or len(text.strip()) > 3:
+    if text is None or not _EXIT_CODE.fullmatch(text):   # "²" and "٣" are digits to str.isdigit, not to int()
         return None
     code = int(text)
     return code if 1 <= code <= 255 else None

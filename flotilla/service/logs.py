@@ -16,7 +16,7 @@ while it waits for output).
 
 Refusals (``ApiError``): 409 when the job has no pod to read (not started
 yet, on a simulated cluster) or its container has not started; 410 when the
-pod is gone; 422 for a pod number the job does not have; 502 when the API
+pod is gone; 404 for a pod number the job does not have (as for a job it cannot see); 502 when the API
 server could not get the log from the kubelet; 503 when the cluster cannot
 be reached; 429 when :data:`MAX_FOLLOWERS` logs are already followed.
 """
@@ -89,8 +89,9 @@ class PodLogs:
 
         npods = max(1, len(job.get("pods") or ()))
         if pod >= npods:
-            raise ApiError(422, f"job {job['id']!r} has {npods} pod{'s' if npods > 1 else ''}: "
-                               f"pod must be 0..{npods - 1}, got {pod}", field="pod")
+            # 404, not 422: the number is one the schema allows, naming a pod this job does not have
+            raise ApiError(404, f"job {job['id']!r} has {npods} pod{'s' if npods > 1 else ''}: "
+                                f"pod must be 0..{npods - 1}, got {pod}", field="pod")
         cluster = job.get("cluster")
         if not cluster:
             raise ApiError(409, f"job {job['id']!r} has no pod: it has not started on a cluster "

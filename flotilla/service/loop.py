@@ -290,9 +290,10 @@ class ServiceLoop:
         self.last_decisions = decisions
         templates = self.scheduler.config.node_templates
         if templates:   # published with the cycle's status: GET /v1/wishlist and the wishlist metrics
-            self.last_wishlist = compute_wishlist(self.scheduler, snapshot, decisions.queued,
-                                                  [t.to_core() for t in templates], decisions.scheduled,
-                                                  decisions.preempted).to_dict()
+            wish = compute_wishlist(self.scheduler, snapshot, decisions.queued, [t.to_core() for t in templates],
+                                    decisions.scheduled, decisions.preempted)
+            # "queues": each queue's part, so that a user is shown only what their queues hold (GET /v1/wishlist)
+            self.last_wishlist = {**wish.to_dict(), "queues": wish.by_queue()}
         t5 = time.perf_counter()
         c5 = time.thread_time()
 
@@ -417,7 +418,8 @@ class ServiceLoop:
         clusters: list[ClusterSnapshot] = []
         for name, snap in snaps.items():
             running = self.running_pods.running(name, frozenset(node.name for node in snap.nodes))
-            clusters.append(ClusterSnapshot(name, snap.nodes, running, dict(snap.foreign), volumes=snap.volumes))
+            clusters.append(ClusterSnapshot(name, snap.nodes, running, dict(snap.foreign), snap.foreign_pods,
+                                            volumes=snap.volumes, foreign_ports=snap.foreign_ports))
         cordoned = self.store.cordoned("queue")
         # Hierarchies come from the config file, and from the placement rules for the queues they made.
         parents = queue_parents(self.settings.queues, getattr(self.settings, "placement", ()), queue_specs)

@@ -36,7 +36,7 @@ from jinja2 import Environment, PackageLoader, select_autoescape
 from flotilla.core.quantities import format_quantity
 from flotilla.service import access
 from flotilla.service.auth import Authenticator, Identity, may_act
-from flotilla.service.bounds import INT64_MAX, BoundsError, priority_from_text, shown_text, text_problem
+from flotilla.service.bounds import INT64_MAX, INTEGER_TEXT, BoundsError, priority_from_text, shown_text, text_problem
 from flotilla.service.errors import ApiError
 from flotilla.service.metrics.labels import reason_categories
 from flotilla.service.roles.status import StatusReader
@@ -238,18 +238,19 @@ def mount_ui(app, store: Store, settings: ServiceSettings, status: StatusReader,
 
     @router.get("/jobs")
     async def jobs_page(request: Request, queue: str, jobSet: str = "", state: str = "", owner: str = "",
-                        sort: str = "submitted", order: str = "desc", page_number: int = 1):
+                        sort: str = "submitted", order: str = "desc", page_number: str = "1"):
         def render(identity):
             queue_or_refuse(queue, identity)
+            number = int(page_number) if INTEGER_TEXT.fullmatch(page_number) and len(page_number) <= 19 else 0
             if sort not in SORTS or order not in ("asc", "desc") or (state and state not in STATES) \
-                    or not 1 <= page_number <= MAX_PAGE:
+                    or not 1 <= number <= MAX_PAGE:
                 raise ApiError(422, f"sort must be one of {', '.join(SORTS)}, order asc or desc, state one of "
                                     f"{', '.join(STATES)}, page_number from 1 to {MAX_PAGE}")
             filt = JobFilter(queue, jobSet or None, state or None, owner or None)
-            total, rows = job_page(store, filt, sort, order == "desc", page_number)
+            total, rows = job_page(store, filt, sort, order == "desc", number)
             params = {"queue": queue, "jobSet": jobSet, "state": state, "owner": owner, "sort": sort, "order": order}
             return page("jobs.html", request, identity, filt=filt, total=total, rows=rows, states=STATES,
-                        sort=sort, order=order, page_number=page_number, pages=max(1, -(-total // PAGE_SIZE)),
+                        sort=sort, order=order, page_number=number, pages=max(1, -(-total // PAGE_SIZE)),
                         sorts=list(SORTS), query=lambda **kw: urlencode({**params, **kw}))
         return await guarded(request, render)
 

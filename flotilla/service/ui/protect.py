@@ -83,8 +83,11 @@ def form_token(session: str, user: str, login: str | None) -> str:
 
 
 def same_origin(origin: str, host: str | None) -> bool:
-    """Does the ``Origin`` header name this host (``Host`` header, port included)?"""
-    parts = urlsplit(origin)
+    """Does the ``Origin`` header name this host (``Host`` header, port included)? A malformed one does not."""
+    try:
+        parts = urlsplit(origin)
+    except ValueError:   # "http://[::1": an unclosed IPv6 address
+        return False
     return parts.scheme in ("http", "https") and bool(host) and parts.netloc.lower() == host.lower()
 
 
