@@ -239,7 +239,7 @@ def test_every_scheduling_spec_that_passes_with_kube_scheduler_passes_with_floti
         flotilla = clusters["flotilla"]
         (tmp_path / "serve").mkdir()
         server = Server(tmp_path / "serve", FLOTILLA_CONFIG.replace("KUBECONFIG", flotilla.kubeconfig)
-                        .replace("CONTEXT", flotilla.context)).start()
+                        .replace("CONTEXT", flotilla.context)).start(timeout=180)
         for thread in threads:
             thread.start()
 
