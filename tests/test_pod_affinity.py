@@ -191,3 +191,56 @@ def test_served_jobs_with_required_anti_affinity_land_one_per_node_and_the_fifth
         clock.now += 1
     assert store.get_job(ids[4])["state"] == "queued"
     store.close()
+
+
+def test_pods_on_nodes_without_the_topology_key_do_not_count_for_the_first_pod_rule(tmp_path):
+    # An app=web pod runs on node-1, which has no zone: as kube-scheduler counts, no pod matches in any zone, so
+    # the first of a self-affine group may still go to a zoned node; a pod affine to cache (none anywhere) waits.
+    state = """clusters:
+  - name: c1
+    nodes:
+      - {name: node-1, resources: {cpu: 32}}
+      - {name: node-2, resources: {cpu: 32}, labels: {topology.kubernetes.io/zone: b}}
+jobs:
+  - {id: old, queue: A, requests: {cpu: 1}, state: running, node: node-1, labels: {app: web}}
+""" + web_jobs(1, AFFINE).replace("jobs:\n", "")
+    out = run_once(tmp_path, config(), state)
+    assert placements(out) == {"web-1": "node-2"}
+
+
+def spread_jobs(count: int, constraint: str, extra: str = "") -> str:
+    return "jobs:\n" + "\n".join(
+        f"  - {{id: web-{k}, queue: A, requests: {{cpu: 1}}, submitted: {k}, labels: {{app: web}}{extra}, "
+        f"topologySpreadConstraints: [{{maxSkew: 1, topologyKey: topology.kubernetes.io/zone, "
+        f"labelSelector: {{matchLabels: {{app: web}}}}, {constraint}}}]}}" for k in range(1, count + 1)) + "\n"
+
+
+def test_min_domains_above_the_zones_there_are_makes_the_fewest_zero(tmp_path):
+    zones = {"node-1": "a", "node-2": "b"}
+    out = run_once(tmp_path, config(), nodes(2, zones) + spread_jobs(4, "whenUnsatisfiable: DoNotSchedule, "
+                                                                        "minDomains: 3"))
+    # Two zones of three asked: each may hold maxSkew (1) pod more than 0.
+    assert placements(out) == {"web-1": "node-1", "web-2": "node-2"}
+    assert out["reasons"]["web-3"] == \
+        "0/2 nodes are available: 2 node(s) didn't match pod topology spread constraints"
+
+
+def test_node_affinity_policy_decides_which_zones_count(tmp_path):
+    zones = {"node-1": "a", "node-2": "b"}
+    only_a = ", nodeSelector: {topology.kubernetes.io/zone: a}"
+    # Honor (the default): only zone a is eligible, its own minimum: every pod fits there.
+    out = run_once(tmp_path, config(), nodes(2, zones) + spread_jobs(3, "whenUnsatisfiable: DoNotSchedule", only_a))
+    assert placements(out) == {"web-1": "node-1", "web-2": "node-1", "web-3": "node-1"}
+    # Ignore: zone b (no pod) counts, so zone a holds one.
+    out = run_once(tmp_path, config(), nodes(2, zones) + spread_jobs(
+        3, "whenUnsatisfiable: DoNotSchedule, nodeAffinityPolicy: Ignore", only_a))
+    assert placements(out) == {"web-1": "node-1"}
+
+
+def test_schedule_anyway_scores_and_never_refuses(tmp_path):
+    zones = {"node-1": "a", "node-2": "b", "node-3": "b"}
+    out = run_once(tmp_path, config(), nodes(3, zones, cpu=2) + spread_jobs(6, "whenUnsatisfiable: ScheduleAnyway"))
+    placed = placements(out)
+    assert len(placed) == 6  # zone a fills (2), then zone b takes the rest: a preference gives way to room
+    assert sorted(placed.values()) == ["node-1", "node-1", "node-2", "node-2", "node-3", "node-3"]
+    assert [placed[f"web-{k}"] for k in (1, 2)] == ["node-1", "node-2"]

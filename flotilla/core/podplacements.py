@@ -457,10 +457,11 @@ def pod_refusal(session, job, i: int) -> str | None:
                 if term.topology_key not in node_labels:
                     return AFFINITY_NOT_MATCHED
             matcher = pods.affinity_matcher(terms)
-            if not all(pods.domain_counts(matcher, term.topology_key).get(node_labels[term.topology_key], 0) > 0
-                       for term in terms):
-                # The first pod of a group affine to itself may go where the topology keys are.
-                if matcher.per_node or not all(term.matches(job.namespace, job.labels) for term in terms):
+            counts = [pods.domain_counts(matcher, term.topology_key) for term in terms]
+            if not all(here.get(node_labels[term.topology_key], 0) > 0 for term, here in zip(terms, counts)):
+                # The first pod of a group affine to itself may go where the topology keys are: no pod matching
+                # the terms on a node with their keys, and the pod matches them itself.
+                if any(counts) or not all(term.matches(job.namespace, job.labels) for term in terms):
                     return AFFINITY_NOT_MATCHED
         for term in rules.anti_affinity:
             value = node_labels.get(term.topology_key)
