@@ -1062,8 +1062,8 @@ class KubernetesCluster:
                 status = podgroup_status(group.min_member, members, reason, stored)
                 if self._group_reporter.claim(key, status):
                     writes.append((key, status))
-        for key, status in writes:
-            self._pool.submit(self._write_podgroup, key, status)
+        for key, status in writes:   # the reporting pool's: never queued before a bind
+            self._report(self._write_podgroup, key, status)
         return len(writes)
 
     def _write_podgroup(self, key, status) -> None:
