@@ -55,11 +55,11 @@ class Server:
         self.log = tmp_path / "serve.log"
         self.proc: subprocess.Popen | None = None
 
-    def start(self) -> "Server":
+    def start(self, timeout: float = 30) -> "Server":
         self.proc = subprocess.Popen([*FLOTILLA, "serve", "--config", str(self.config), "--admin-endpoints"],
                                      cwd=REPO, env=env_for(), stdout=subprocess.DEVNULL,
                                      stderr=open(self.log, "ab"))
-        deadline = time.monotonic() + 30
+        deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
             if self.proc.poll() is not None:
                 raise AssertionError(f"serve exited: {self.log.read_text()}")

@@ -366,3 +366,27 @@ def test_queued_list_less_the_placements_syncs_without_a_lookup_per_job_and_a_ch
     rebuilt.sync(later, scheduler.settings.indexed_resources)
     assert scheduler.state.rebuilds == 1 and scheduler.state.entries_filled == changed
     assert scheduler.state.fingerprint() == rebuilt.fingerprint()
+
+
+def test_a_foreign_pod_holding_a_resource_no_node_offers_takes_nothing_that_matters():
+    """Kubernetes' e2e specs add an extended resource to nodes, bind pods that use it and take it off the nodes
+    again while the pods are there: their usage of a resource no node offers and no job asks constrains no
+    placement, whether the state is built with it or synced to it."""
+    config = load_config(None)
+    scheduler = Scheduler(config, ["allocate"])
+    nodes = [Node(f"n{i}", "c1", {"cpu": 4000, "memory": 16 * GIB, "pods": 10}) for i in range(2)]
+    queued = [Job(f"j{k}", "A", "s", 0, "armada-preemptible", float(k), {"cpu": 1000}) for k in range(6)]
+
+    def snapshot(foreign):
+        return Snapshot([ClusterSnapshot("c1", nodes, [], foreign)], queued, [Queue("A")],
+                        scheduler.priority_classes(), "armada-default")
+
+    plain = {"n0": {"cpu": 2000, "pods": 1}}
+    extended = {"n0": {"cpu": 2000, "example.com/fakecpu": 800, "pods": 1}}
+    for first, second in ((plain, extended), (extended, plain), (extended, extended)):
+        scheduler = Scheduler(config, ["allocate"])
+        scheduler.run_cycle(snapshot(first), random.Random(0))
+        decisions = scheduler.run_cycle(snapshot(second), random.Random(0))
+        assert Counter(p.node for p in decisions.scheduled) == {"n0": 2, "n1": 4}
+        rebuilt = CycleState()
+        rebuilt.sync(snapshot(second), scheduler.settings.indexed_resources)

@@ -197,3 +197,34 @@ def test_queue_list_shows_the_queues_a_placement_rule_made(tmp_path):
     assert rows == {"tenants": ([], None, None), "A": (["team-a"], None, None),
                     "fresh": (["fresh"], "tenants", "namespace under tenants")}
     store.close()
+
+
+def test_a_podgroup_status_is_written_once_per_change_and_again_after_a_failed_write():
+    from flotilla.kubernetes.podgroupstatus import PodGroupReporter
+
+    class Client:
+        def __init__(self):
+            self.patches, self.fail = [], False
+
+        def patch(self, path, body):
+            if self.fail:
+                raise RuntimeError("refused")
+            self.patches.append((path, body["status"]["phase"], [c["type"] for c in body["status"]["conditions"]]))
+
+    client = Client()
+    reporter = PodGroupReporter(client, "/apis/scheduling.volcano.sh/v1beta1")
+    key, status = ("team-a", "pg"), {"phase": "Inqueue", "conditions": [{"type": "Unschedulable"}]}
+    assert reporter.claim(key, status) and reporter.write(key, status)
+    assert not reporter.claim(key, dict(status))                      # unchanged: no second write
+    running = {"phase": "Running", "conditions": [{"type": "Scheduled"}]}
+    assert reporter.claim(key, running)
+    client.fail = True
+    try:
+        reporter.write(key, running)
+    except RuntimeError:
+        pass
+    client.fail = False
+    assert reporter.claim(key, running) and reporter.write(key, running)   # the failed write is tried again
+    assert client.patches == [
+        ("/apis/scheduling.volcano.sh/v1beta1/namespaces/team-a/podgroups/pg/status", "Inqueue", ["Unschedulable"]),
+        ("/apis/scheduling.volcano.sh/v1beta1/namespaces/team-a/podgroups/pg/status", "Running", ["Scheduled"])]

@@ -214,3 +214,25 @@ def test_a_volcano_group_name_gang_of_3_on_room_for_2_binds_none_and_says_why(kw
         assert condition["message"].startswith("flotilla: ") and "gang" in condition["message"]
     finally:
         h.close()
+
+
+def test_a_kueue_labelled_jobs_pods_queue_in_the_queue_it_names(kwok, tmp_path):
+    """Kueue's habit: the queue label on the Job, not on its pod template; team-b2 has no queue label."""
+    cluster = kwok["a"]
+    make_namespace(cluster, "team-b2")
+    h = Harness(tmp_path, cluster)
+    try:
+        job = {"apiVersion": "batch/v1", "kind": "Job",
+               "metadata": {"name": "kueued", "namespace": "team-b2", "labels": {"kueue.x-k8s.io/queue-name": "B"}},
+               "spec": {"parallelism": 2, "completions": 2, "backoffLimit": 0, "template": {"spec": {
+                   "schedulerName": "flotilla", "terminationGracePeriodSeconds": 1, "restartPolicy": "Never",
+                   "containers": [{"name": "c", "image": "registry.k8s.io/pause:3.10",
+                                   "resources": {"requests": {"cpu": "1"}}}]}}}}
+        cluster.client.post("/apis/batch/v1/namespaces/team-b2/jobs", job)
+        h.seen(2, timeout=120)   # (a Job controller just started syncs its informers first)
+        pods = h.settle(lambda pods: sum(bound_per_node(pods, "team-b2").values()) == 2, "the Job's pods bound",
+                        cycles=5)
+        assert len(live(pods, "team-b2")) == 2
+        assert sorted((j["queue"], j["jobSet"]) for j in h.store.list_jobs()) == [("B", "kueued"), ("B", "kueued")]
+    finally:
+        h.close()

@@ -61,6 +61,7 @@ def test_two_nodes_of_four_pods_bind_eight_of_ten(kwok, tmp_path):
         assert len(cluster.pods()) == 8
     finally:
         close_all(backends)
+        cluster.reset(nodes=0)   # the next reset makes the fixture's nodes afresh (110 pods), not these
 
 
 def test_foreign_pods_bound_by_node_name_take_their_slots(kwok, tmp_path):
@@ -84,13 +85,15 @@ def test_foreign_pods_bound_by_node_name_take_their_slots(kwok, tmp_path):
         assert flotilla_pods_by_node(cluster.pods()) == {"node-1": ["j0", "j1", "j2"]}
     finally:
         close_all(backends)
+        cluster.reset(nodes=0)   # the next reset makes the fixture's nodes afresh (110 pods), not these
 
 
 def test_host_ports_share_a_node_on_other_host_ips_and_protocols(kwok, tmp_path):
     # NodePorts' e2e shapes on one node: 54321/TCP on 127.0.0.1, 54321/TCP and /UDP on the node's IP share it;
     # a foreign pod's 54322/TCP on 0.0.0.0 keeps out 54322/TCP on any IP.
     cluster = kwok["a"]
-    cluster.reset(nodes=1)
+    cluster.reset(nodes=0)
+    cluster.reset(nodes=1)   # a fresh node of 110 pods
     cluster.client.post(pod_path("default"), {
         "apiVersion": "v1", "kind": "Pod",
         "metadata": {"name": "other", "namespace": "default", "labels": {"app": "someone-else"}},
@@ -104,7 +107,8 @@ def test_host_ports_share_a_node_on_other_host_ips_and_protocols(kwok, tmp_path)
                        small("pod2", 2.0, host_ports=(("TCP", 54321, "172.18.0.2"),)),
                        small("pod3", 3.0, host_ports=(("UDP", 54321, "172.18.0.2"),)),
                        small("pod5", 4.0, host_ports=(("TCP", 54322, "172.18.0.2"),))])
-        assert runner.run(lambda r: sum(j.state == "running" for j in r.jobs.values()) == 3, timeout=30)
+        done = runner.run(lambda r: sum(j.state == "running" for j in r.jobs.values()) == 3, timeout=30)
+        assert done, {k: (j.state, j.reason) for k, j in runner.jobs.items()}
         for _ in range(3):
             runner.cycle()
         pods = cluster.pods()
@@ -117,3 +121,4 @@ def test_host_ports_share_a_node_on_other_host_ips_and_protocols(kwok, tmp_path)
             "pod5": "0/1 nodes are available: 1 node(s) didn't have free ports for the requested pod ports"}
     finally:
         close_all(backends)
+        cluster.reset(nodes=0)   # the next reset makes the fixture's nodes afresh (110 pods), not these

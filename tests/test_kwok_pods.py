@@ -72,7 +72,7 @@ def test_cordoned_nodes_are_unschedulable_not_ready_ones_tainted_as_kubernetes_d
            "status": {"allocatable": {"cpu": "31500m", "memory": "128Gi", "pods": "110"},
                       "conditions": [{"type": "Ready", "status": "True"}]}}
     node = node_from_object(obj, "c1")
-    assert dict(node.resources) == {"cpu": 31500, "memory": 128 * 2**30} and not node.unschedulable
+    assert dict(node.resources) == {"cpu": 31500, "memory": 128 * 2**30, "pods": 110} and not node.unschedulable
     assert [t.key for t in node.taints] == ["gpu", "node.kubernetes.io/not-ready", "node.kubernetes.io/disk-pressure"]
     obj["spec"]["taints"] = obj["spec"]["taints"][:1]
     obj["status"]["conditions"][0]["status"] = "False"

@@ -204,6 +204,31 @@ def test_a_dynamic_wait_for_first_consumer_claim_gets_the_selected_node_of_its_p
     assert node_of(cluster.pods(), "maker") is None
 
 
+def test_a_claim_not_bound_within_the_timeout_returns_its_job_with_the_reason(harness):
+    cluster = harness.cluster
+    harness.backend.volume_bind_timeout = 2.0
+    storage_class(cluster, "dynamic", provisioner="example.com/fake")
+    claim(cluster, "team-a", "never", storage_class="dynamic")
+    make_pod(cluster, "team-a", "patient", extra_spec=mounting("never"))
+    harness.seen(1)
+    wait(lambda: harness.backend.volumes.ready and ("team-a", "never") in harness.backend.volumes.pvcs,
+         "the claim informed")
+    harness.cycle()
+    reason = "binding volumes: claims not bound within volumeBindTimeout 2s: team-a/never"
+
+    def returned():
+        harness.cycle()
+        return [e for e in harness.store.all_events() if reason in (e.get("reason") or "")]
+
+    events = wait(returned, "the job returned with the reason", timeout=30)
+    # Given back by the cluster (the service's lost-lease path): queued again, retried like any platform failure.
+    assert [(e["kind"], e["reason"]) for e in events] == [("lease-expired", f"lost on cluster a: {reason}")]
+    job_id = events[0]["jobId"]
+    kinds = [e["kind"] for e in harness.store.all_events() if e["jobId"] == job_id]
+    assert kinds[kinds.index("lease-expired") + 1] == "queued", kinds
+    assert node_of(cluster.pods(), "patient") is None
+
+
 def test_api_jobs_naming_a_claim_go_where_its_volume_is(harness):
     from flotilla.service.jobspec import prepare
     from service_fixtures import job, job_file

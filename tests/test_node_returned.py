@@ -115,3 +115,23 @@ def test_a_rerun_is_cancelled_when_the_first_run_reports_success(tmp_path):
     assert cluster.cancelled == [job_id] and not cluster.running
     assert [k for k, _ in kinds(store, job_id)].count("succeeded") == 1
     assert rebuild_states(store.all_events()) == store.job_states()
+
+
+def test_the_reason_a_pod_waits_on_its_node_is_the_jobs_until_it_runs(tmp_path):
+    store, cluster, job_id, cycle = setup(tmp_path)
+    cluster.apply_running = cluster.apply
+    waiting = 'container main: ImagePullBackOff: Back-off pulling image "registry.example/train:1"'
+
+    def apply(decisions):   # the pod is made but waits on its node: no running event yet
+        cluster.apply_running(decisions)
+        cluster.events = [ev for ev in cluster.events if ev.kind != "running"]
+        for placement in decisions.start:
+            cluster.events.append(JobEvent(placement.job.id, "waiting", "c1", "n1", 0.0, waiting))
+    cluster.apply = apply
+    cycle(2)
+    row = store.get_job(job_id)
+    assert (row["state"], row["reason"]) == ("pending", waiting)
+    cluster.events.append(JobEvent(job_id, "running", "c1", "n1", 0.0))
+    cycle(1)
+    row = store.get_job(job_id)
+    assert (row["state"], row["reason"]) == ("running", "")

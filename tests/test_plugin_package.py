@@ -19,12 +19,9 @@ runs too.
 from __future__ import annotations
 
 import inspect
-import os
 import re
-import shutil
 import subprocess
 import sys
-import venv
 from pathlib import Path
 
 import pytest
@@ -35,40 +32,15 @@ from flotilla.core.extensions import EXTENSION_POINTS
 from flotilla.core.session import Session
 from flotilla.scheduler_main import main
 from scenario import PLUGINS, config, install_distribution, invoke, placements, run_once
+from venv_tools import ROOT, build_wheel, clean_env, fresh_venv, pip
 
-ROOT = Path(__file__).resolve().parent.parent
 EXAMPLES = ROOT / "examples" / "plugins"
-WHEEL_CACHE = Path(os.environ.get("FLOTILLA_WHEEL_CACHE",
-                                  Path.home() / ".cache" / "flotilla" / "wheels" /
-                                  f"py{sys.version_info.major}.{sys.version_info.minor}"))
-
 #: Each example package and the number of tests its own suite holds (every one must pass).
 PACKAGES = {"flotilla-jobcap": 5, "flotilla-tiers": 9}
 
-SKIP_COPY = shutil.ignore_patterns("__pycache__", "*.egg-info", "build", "dist", ".pytest_cache")
-
-
-def _pip(python: str | Path, *args: str) -> None:
-    env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
-    result = subprocess.run([str(python), "-m", "pip", "--disable-pip-version-check", *args], env=env,
-                            capture_output=True, text=True)
-    assert result.returncode == 0, f"pip {' '.join(args)}\n{result.stdout}\n{result.stderr}"
-
 
 def _wheel(source: Path, into: Path) -> Path:
-    """A wheel of the project at ``source``, built with this interpreter's setuptools from a copy of it."""
-    copy = into / "src" / source.name
-    if source == ROOT:
-        copy.mkdir(parents=True)
-        for name in ("pyproject.toml", "README.md"):
-            shutil.copy(source / name, copy / name)
-        shutil.copytree(source / "flotilla", copy / "flotilla", ignore=SKIP_COPY)
-    else:
-        shutil.copytree(source, copy, ignore=SKIP_COPY)
-    _pip(sys.executable, "wheel", "--quiet", "--no-deps", "--no-build-isolation", "--wheel-dir", str(into), str(copy))
-    name = source.name.replace("-", "_") if source != ROOT else "flotilla"
-    (wheel,) = into.glob(f"{name}-*.whl")
-    return wheel
+    return build_wheel(source, into)
 
 
 @pytest.fixture(scope="module")
@@ -80,24 +52,9 @@ def flotilla_wheel(tmp_path_factory) -> Path:
 @pytest.mark.parametrize("package", sorted(PACKAGES))
 def test_the_example_package_passes_its_own_tests_in_a_fresh_virtualenv(package, flotilla_wheel, tmp_path):
     wheel = _wheel(EXAMPLES / package, tmp_path / "wheels")
-    env_dir = tmp_path / "venv"
-    # No pip of its own (ensurepip is the slow part of making one): this interpreter's pip installs into it.
-    venv.EnvBuilder(with_pip=False, system_site_packages=False).create(env_dir)
-    python = env_dir / "bin" / "python"
-    install = ["--python", str(python), "install", "--quiet", "--no-compile", "--no-index",
-               "--find-links", str(WHEEL_CACHE), str(flotilla_wheel), f"{wheel}[test]"]
-    try:
-        _pip(sys.executable, *install)
-    except AssertionError:
-        # Something is missing from the cache (first run, a new dependency): fill it from PyPI, then offline again.
-        WHEEL_CACHE.mkdir(parents=True, exist_ok=True)
-        _pip(sys.executable, "wheel", "--quiet", "--wheel-dir", str(WHEEL_CACHE), str(flotilla_wheel), f"{wheel}[test]")
-        for ours in (*WHEEL_CACHE.glob("flotilla-*.whl"), *WHEEL_CACHE.glob(f"{wheel.name.split('-')[0]}-*.whl")):
-            ours.unlink()  # this checkout's builds are not cached: a later run must install its own
-        _pip(sys.executable, *install)
+    python = fresh_venv(tmp_path / "venv", str(flotilla_wheel), f"{wheel}[test]")
     tests = tmp_path / "wheels" / "src" / package
-    env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "PYTEST_ADDOPTS")}
-    env["PYTHONNOUSERSITE"] = "1"
+    env = clean_env()
     result = subprocess.run([str(python), "-m", "pytest", "-q", "-p", "no:cacheprovider", "tests"], cwd=tests,
                             env=env, capture_output=True, text=True)
     summary = result.stdout.strip().splitlines()[-1] if result.stdout.strip() else ""
@@ -124,7 +81,7 @@ def installed(tmp_path_factory):
     work = tmp_path_factory.mktemp("examples")
     wheels = [_wheel(EXAMPLES / package, work) for package in sorted(PACKAGES)]
     target = work / "site"
-    _pip(sys.executable, "install", "--quiet", "--no-deps", "--target", str(target), *map(str, wheels))
+    pip(sys.executable, "install", "--quiet", "--no-deps", "--target", str(target), *map(str, wheels))
     sys.path.insert(0, str(target))
     yield
     sys.path.remove(str(target))

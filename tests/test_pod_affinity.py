@@ -191,3 +191,95 @@ def test_served_jobs_with_required_anti_affinity_land_one_per_node_and_the_fifth
         clock.now += 1
     assert store.get_job(ids[4])["state"] == "queued"
     store.close()
+
+
+def test_pods_on_nodes_without_the_topology_key_do_not_count_for_the_first_pod_rule(tmp_path):
+    # An app=web pod runs on node-1, which has no zone: as kube-scheduler counts, no pod matches in any zone, so
+    # the first of a self-affine group may still go to a zoned node; a pod affine to cache (none anywhere) waits.
+    state = """clusters:
+  - name: c1
+    nodes:
+      - {name: node-1, resources: {cpu: 32}}
+      - {name: node-2, resources: {cpu: 32}, labels: {topology.kubernetes.io/zone: b}}
+jobs:
+  - {id: old, queue: A, requests: {cpu: 1}, state: running, node: node-1, labels: {app: web}}
+""" + web_jobs(1, AFFINE).replace("jobs:\n", "")
+    out = run_once(tmp_path, config(), state)
+    assert placements(out) == {"web-1": "node-2"}
+
+
+def spread_jobs(count: int, constraint: str, extra: str = "") -> str:
+    return "jobs:\n" + "\n".join(
+        f"  - {{id: web-{k}, queue: A, requests: {{cpu: 1}}, submitted: {k}, labels: {{app: web}}{extra}, "
+        f"topologySpreadConstraints: [{{maxSkew: 1, topologyKey: topology.kubernetes.io/zone, "
+        f"labelSelector: {{matchLabels: {{app: web}}}}, {constraint}}}]}}" for k in range(1, count + 1)) + "\n"
+
+
+def test_min_domains_above_the_zones_there_are_makes_the_fewest_zero(tmp_path):
+    zones = {"node-1": "a", "node-2": "b"}
+    out = run_once(tmp_path, config(), nodes(2, zones) + spread_jobs(4, "whenUnsatisfiable: DoNotSchedule, "
+                                                                        "minDomains: 3"))
+    # Two zones of three asked: each may hold maxSkew (1) pod more than 0.
+    assert placements(out) == {"web-1": "node-1", "web-2": "node-2"}
+    assert out["reasons"]["web-3"] == \
+        "0/2 nodes are available: 2 node(s) didn't match pod topology spread constraints"
+
+
+def test_node_affinity_policy_decides_which_zones_count(tmp_path):
+    zones = {"node-1": "a", "node-2": "b"}
+    only_a = ", nodeSelector: {topology.kubernetes.io/zone: a}"
+    # Honor (the default): only zone a is eligible, its own minimum: every pod fits there.
+    out = run_once(tmp_path, config(), nodes(2, zones) + spread_jobs(3, "whenUnsatisfiable: DoNotSchedule", only_a))
+    assert placements(out) == {"web-1": "node-1", "web-2": "node-1", "web-3": "node-1"}
+    # Ignore: zone b (no pod) counts, so zone a holds one.
+    out = run_once(tmp_path, config(), nodes(2, zones) + spread_jobs(
+        3, "whenUnsatisfiable: DoNotSchedule, nodeAffinityPolicy: Ignore", only_a))
+    assert placements(out) == {"web-1": "node-1"}
+
+
+def test_schedule_anyway_scores_and_never_refuses(tmp_path):
+    zones = {"node-1": "a", "node-2": "b", "node-3": "b"}
+    out = run_once(tmp_path, config(), nodes(3, zones, cpu=2) + spread_jobs(6, "whenUnsatisfiable: ScheduleAnyway"))
+    placed = placements(out)
+    assert len(placed) == 6  # zone a fills (2), then zone b takes the rest: a preference gives way to room
+    assert sorted(placed.values()) == ["node-1", "node-1", "node-2", "node-2", "node-3", "node-3"]
+    assert [placed[f"web-{k}"] for k in (1, 2)] == ["node-1", "node-2"]
+
+
+def test_other_schedulers_pods_count_and_terminating_ones_not_for_spread():
+    import random
+
+    from flotilla.config import load_config
+    from flotilla.core.model import ClusterSnapshot, ForeignPod, Job, Node, Queue, Snapshot
+    from flotilla.core.podrules import parse_pod_rules
+    from flotilla.scheduler import Scheduler
+
+    scheduler = Scheduler(load_config(None))
+    zone = "topology.kubernetes.io/zone"
+    cluster_nodes = [Node(f"node-{k}", "c1", {"cpu": 32000}, {"kubernetes.io/hostname": f"node-{k}", zone: z})
+                     for k, z in ((1, "a"), (2, "b"))]
+    web = {"app": "web"}
+    spread = parse_pod_rules(None, [{"maxSkew": 1, "topologyKey": zone, "whenUnsatisfiable": "DoNotSchedule",
+                                     "labelSelector": {"matchLabels": web}}], "default", web)
+    anti = parse_pod_rules({"podAntiAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": [
+        {"labelSelector": {"matchLabels": web}, "topologyKey": zone}]}}, None, "default", web)
+
+    def place(rules, terminating: bool) -> dict[str, str]:
+        # Two app=web pods of someone else on node-1 (zone a), terminating or not.
+        others = tuple(ForeignPod(f"default/other-{k}", "default", web, terminating=terminating) for k in range(2))
+        job = Job("web", "A", "s", 0, "armada-preemptible", 0.0, {"cpu": 1000}, labels=web, namespace="default",
+                  pod_rules=rules)
+        snapshot = Snapshot([ClusterSnapshot("c1", cluster_nodes, foreign_pods={"node-1": others})], [job],
+                            [Queue("A")], scheduler.priority_classes(), "armada-default")
+        scheduler.state = None
+        decisions = scheduler.run_cycle(snapshot, random.Random(0),
+                                        actions=[a for a in scheduler.actions if a.name != "lease"])
+        return {p.job.id: p.node for p in decisions.scheduled}
+
+    # Zone a holds two of them: the spread sends the pod to zone b; terminating, they do not count (best fit:
+    # node-1, the first of two empty-looking nodes).
+    assert place(spread, False) == {"web": "node-2"}
+    assert place(spread, True) == {"web": "node-1"}
+    # Anti-affinity counts them either way, as kube-scheduler's InterPodAffinity does.
+    assert place(anti, False) == {"web": "node-2"}
+    assert place(anti, True) == {"web": "node-2"}

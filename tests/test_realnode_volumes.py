@@ -2,13 +2,20 @@
 pod, the kubelet mounts it, and the job's write lands in the PV's directory on this machine.
 
 The node is ``real-1`` (``scripts/real-node``, whose kube-controller-manager runs the persistentvolume-binder
-controller); the job goes through a real ``flotilla serve`` (tests/test_realnode.py's helpers).
+controller); the job goes through the service's store and loop, in this process (tests/test_kwok_incluster.py's
+harness).
 """
 
 from __future__ import annotations
 
+import time
+
 import pytest
-from test_realnode import busybox, finished, serve, submit
+from service_fixtures import job_file
+from test_kwok_incluster import Harness
+from test_realnode import busybox
+
+from flotilla.service.jobspec import prepare
 
 pytestmark = pytest.mark.realnode
 
@@ -33,19 +40,28 @@ def test_a_wait_for_first_consumer_local_volume_is_bound_then_mounted_and_writte
         "apiVersion": "v1", "kind": "PersistentVolumeClaim", "metadata": {"name": "data", "namespace": namespace},
         "spec": {"accessModes": ["ReadWriteOnce"], "storageClassName": sc,
                  "resources": {"requests": {"storage": "1Gi"}}}})
-    srv = serve(real_node, tmp_path)
+    h = Harness(tmp_path, real_node)
     try:
         job = busybox(real_node, "echo written-by-the-job > /data/out",
                       container={"volumeMounts": [{"name": "data", "mountPath": "/data"}]},
                       volumes=[{"name": "data", "persistentVolumeClaim": {"claimName": "data"}}])
-        [job_id] = submit(srv, tmp_path, [job])
-        record = finished(srv, job_id, timeout=120)
+        job.update(clientId="writer", namespace=namespace)
+        _, new = prepare(job_file("A", "s", [job]), h.settings)
+        assert new[0].pods[0].claims == [f"{namespace}/data"]
+        [submitted] = h.store.submit("A", "s", "alice", new)
+        job_id = submitted.id
+        deadline = time.monotonic() + 180
+        while (state := h.store.get_job(job_id)["state"]) not in ("succeeded", "failed") \
+                and time.monotonic() < deadline:
+            h.cycle()
+            time.sleep(0.5)
+        record = h.store.get_job(job_id)
         assert (record["state"], record["node"]) == ("succeeded", real_node.node), record
         claim = client.get(f"/api/v1/namespaces/{namespace}/persistentvolumeclaims/data")
         assert (claim["spec"]["volumeName"], claim["status"]["phase"]) == (pv, "Bound")
         assert (directory / "out").read_text() == "written-by-the-job\n"
     finally:
-        srv.kill()
+        h.close()
         for path in (f"/api/v1/namespaces/{namespace}/persistentvolumeclaims/data", f"{PVS}/{pv}", f"{CLASSES}/{sc}"):
             try:
                 client.delete(path)

@@ -40,6 +40,13 @@ PRODUCED_REASONS = [
      "insufficient_resources"),
     ("0/2 nodes are available: 2 node(s) didn't have free ports for the requested pod ports", "host_ports"),
     ("0/2 nodes are available: 2 node(s) were refused by a node filter", "other"),
+    ("0/4 nodes are available: 4 node(s) didn't match pod anti-affinity rules", "pod_affinity"),  # podplacements
+    ("0/4 nodes are available: 3 node(s) didn't match pod affinity rules, 1 Insufficient cpu", "pod_affinity"),
+    ("0/4 nodes are available: 4 node(s) didn't satisfy existing pods anti-affinity rules", "pod_affinity"),
+    ("0/3 nodes are available: 2 node(s) didn't match pod topology spread constraints, 1 Insufficient cpu",
+     "topology_spread"),
+    ("0/2 nodes are available: 2 node(s) didn't match pod topology spread constraints (missing required label)",
+     "topology_spread"),
     ("no nodes", "no_nodes"),                                                           # core/nodesearch.py
     ("queue A at its cpu limit 0.5", "queue_limit"),                                    # core/limits.py
     ("queue A is cordoned: it schedules nothing new", "queue_cordoned"),                # core/units.py

@@ -751,12 +751,14 @@ class NodeIndex:
         fitting = []
         # Pod slots first, as NodeResourcesFit checks them (flotilla.core.resources).
         slot = self.space.slot
-        order = [slot, *(r for r in range(len(vec)) if r != slot)] if slot >= 0 else range(len(vec))
+        wanted = vec[slot] if slot >= 0 else 0
         for t in types:
             for i in self.types[t].nodes:
                 row = self.free[i][k]
-                for r in order:
-                    amount = vec[r]
+                if wanted and wanted > row[slot]:
+                    counts[slot] += 1
+                    continue
+                for r, amount in enumerate(vec):
                     if amount > row[r]:
                         counts[r] += 1
                         break

@@ -87,14 +87,17 @@ class ResourceSpace:
     def usage(self, mapping: Mapping[str, int]) -> Vector:
         """What a mapping holds as it says (foreign usage: ``pods`` is its pods' count), not cached.
 
-        ``pods`` is left out when no node counts slots.
+        A name the space lacks is left out: no node offers it and no job asks
+        for it (a pod still holding an extended resource its node no longer
+        declares), so it constrains no placement. ``pods`` is left out so when
+        no node counts slots.
         """
         values = [0] * len(self.names)
         position = self.position
         for name, amount in mapping.items():
-            if name == PODS and self.slot < 0:
-                continue
-            values[position[name]] = amount
+            at = position.get(name)
+            if at is not None:
+                values[at] = amount
         return tuple(values)
 
     def allocatable(self, resources: Mapping[str, int]) -> Vector:

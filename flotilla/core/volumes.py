@@ -231,7 +231,7 @@ class VolumePicks:
     """
 
     __slots__ = ("views", "labels_of", "by_job", "cluster_of", "pv_owner", "claim_choice", "rwop_user", "exhausted",
-                 "_signatures", "_cursors", "_nodes_by_label")
+                 "_signatures", "_cursors", "_nodes_by_label", "_type_sets")
 
     def __init__(self, views: Mapping[str, ClusterVolumes], labels_of):
         self.views = views
@@ -244,6 +244,8 @@ class VolumePicks:
         #: id(options) -> how many of its pinned options are known taken (they are taken in order, see find).
         self._cursors: dict[int, int] = {}
         self._nodes_by_label: dict[str, dict[str, list[int]]] = {}
+        #: id(allowed types list) -> (the list, as a set): the session interns equal lists for the cycle.
+        self._type_sets: dict[int, tuple] = {}
         self.cluster_of: dict[str, str] = {}
         self.pv_owner: dict[tuple[str, str], str] = {}
         self.claim_choice: dict[tuple[str, str], tuple[str, int]] = {}
@@ -339,7 +341,10 @@ class VolumePicks:
                 value = node.labels.get(key)
                 if value is not None:
                     nodes.setdefault(value, []).append(i)
-        allowed = set(types)
+        allowed = self._type_sets.get(id(types))
+        if allowed is None or allowed[0] is not types:
+            allowed = self._type_sets[id(types)] = (types, set(types))
+        allowed = allowed[1]
         type_of, at = index.type_of, index.level_of[level]
         start = self._cursors.get(id(options), 0)
         while start < len(pinned) and (cluster, pinned[start][0].pv) in self.pv_owner:

@@ -12,6 +12,17 @@ reason (``Insufficient cpu``, ``Too many pods``, kube-scheduler's words),
 using none of its retries. A bind that fits only once a pod leaving the
 node is gone is held for that node instead (the backend's held starts).
 
+Another scheduler's pods that wait for it to place them (just created, no
+node yet, not found unschedulable, no scheduling gates) may take any node's
+room within moments, and its cache may not show Flotilla's newest binds yet:
+a bind that would not fit beside them waits until that scheduler has placed
+them (or said it cannot). While such pods keep arriving, those that arrived
+within ``ARRIVALS_PERIOD`` count so even once placed: the other scheduler's
+view of the node may not show Flotilla's newest binds yet, so a bind into
+the room its burst may take waits for the burst to pass. A bind gives way
+so for at most ``UNDECIDED_WINDOW`` seconds. The room contested at that
+moment goes to the pods that were waiting first.
+
 The kubelet checks again when the pod arrives (``pkg/kubelet/lifecycle/
 predicate.go``): a pod it does not admit ends ``Failed`` at once with the
 reason of the first check that failed. Those reasons say the node was the
@@ -62,6 +73,26 @@ def returned_label(reason: str, resources: Mapping[str, int] | None = None) -> s
 
 
 INSUFFICIENT = "Insufficient "
+#: How long another scheduler's new pod counts as about to be placed (seconds since the watch first showed it), and
+#: the longest a bind gives way to another scheduler's pods.
+UNDECIDED_WINDOW = 10.0
+#: While another scheduler's pods keep arriving, those that arrived within this many seconds count as about to
+#: take room even once placed: its view of a node may not show Flotilla's newest binds yet.
+ARRIVALS_PERIOD = 1.0
+
+
+def undecided_elsewhere(pod: Mapping, scheduler_name: str) -> bool:
+    """Whether ``pod`` (no node yet) waits for another scheduler that has not decided about it: not Flotilla's
+    (neither made by it nor naming ``scheduler_name``), no scheduling gates, not found unschedulable
+    (``PodScheduled=False``)."""
+    meta = pod.get("metadata") or {}
+    spec = pod.get("spec") or {}
+    if "flotilla.io/job-id" in (meta.get("labels") or {}) or spec.get("schedulingGates"):
+        return False
+    if (spec.get("schedulerName") or "default-scheduler") == scheduler_name:
+        return False
+    return not any(c.get("type") == "PodScheduled" and c.get("status") == "False"
+                   for c in (pod.get("status") or {}).get("conditions") or ())
 TOO_MANY_PODS = "Too many pods"
 
 
@@ -78,4 +109,5 @@ def shortfall(requests: Mapping[str, int], load: Mapping[str, int], allocatable:
     return None
 
 
-__all__ = ["ADMISSION_REASONS", "OTHER", "TOO_MANY_PODS", "admission_rejection", "returned_label", "shortfall"]
+__all__ = ["ADMISSION_REASONS", "OTHER", "TOO_MANY_PODS", "UNDECIDED_WINDOW", "ARRIVALS_PERIOD", "admission_rejection", "returned_label",
+           "shortfall", "undecided_elsewhere"]

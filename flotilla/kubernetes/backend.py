@@ -52,9 +52,17 @@ its allocatable; until then the start is *held* for that node, first come
 first served: the job is
 reported running there (its lease renewed, the scheduler keeps its room
 and gives it to no other job), and its pod is created as soon as a pod on
-the node is gone. A start held with nothing on its node leaving for
-``stuck_pod_expiry``, or held for a stopped pod that has not gone within
-it, is given up (``lost``: the job is retried).
+the node is gone. A held start whose room does not come although nothing
+on its node is leaving any more goes to the bind's own check (below), which
+returns it; one held for a stopped pod that has not gone within
+``stuck_pod_expiry`` is given up (``lost``: the job is retried).
+
+The bind's own check. Just before each bind, the node is checked against
+the live view (every live pod, whoever bound it, and Flotilla's binds not
+yet seen); a bind that no longer fits is held when a leaving pod frees the
+room, else its job is *returned* to its queue (no retry used), and a
+kubelet's admission refusal returns the job too
+(:mod:`flotilla.kubernetes.admission`).
 
 Events. Pod phases become job events: ``running``, ``succeeded``,
 ``failed`` (with the pod's reason, e.g. DeadlineExceeded, or the API
@@ -82,7 +90,8 @@ from flotilla.core.resources import PODS, UNLIMITED_PODS
 from flotilla.kubernetes.client import (ApiError, Gone, KubeClient, KubeError, Unreachable, WatchBroken,
                                         forbidden_message, pod_path)
 from flotilla.kubernetes.services import OWNED, exposure_manifests, object_path, owner_reference
-from flotilla.kubernetes.admission import admission_rejection, returned_label, shortfall
+from flotilla.kubernetes.admission import (ARRIVALS_PERIOD, UNDECIDED_WINDOW, admission_rejection, returned_label, shortfall,
+                                           undecided_elsewhere)
 from flotilla.kubernetes.podgroupstatus import PodGroupReporter, podgroup_status
 from flotilla.kubernetes.priorityclasses import PRIORITY_CLASSES_PATH, PriorityClassTracker, setup_priority_classes
 from flotilla.kubernetes.intake import (JOBS_PATH, JOBSETS_PATH, PODGROUPS_PATH, POD_NAME, POD_NAMESPACE, POD_UID, IntakeTracker,
@@ -229,6 +238,12 @@ class KubernetesCluster:
         self._admitted_on: dict[str, dict[str, Mapping[str, int]]] = {}
         self._admitted: dict[str, str] = {}
         self._pod_slots: dict[str, int] = {}             # node -> its allocatable pods, when it declares them
+        #: Other schedulers' pods not placed yet (no node, not found unschedulable): key -> (first seen, requests,
+        #: nodeSelector). A bind leaves them the room they may take (flotilla.kubernetes.admission).
+        self._undecided: dict[tuple[str, str], tuple[float, Mapping[str, int], Mapping[str, str]]] = {}
+        self._nominated: set[str] = set()                # held in-cluster starts told their node
+        self._arrivals: deque = deque()                  # (key, first seen, requests, nodeSelector) of those pods
+        self._yielding: dict[str, float] = {}            # job id -> since when its bind gives way to them
         #: Node -> starts waiting for room on it, in order: (job, attempt, template, start count).
         self._held: dict[str, list[tuple]] = {}
         self._held_ids: set[str] = set()
@@ -520,13 +535,14 @@ class KubernetesCluster:
                 self._emit(job_id, "lost", node, f"binding volumes: {why}")
 
     # -- held starts (see the module docstring) ------------------------------------------------
-    def _hold(self, node: str, job: Job, attempt: int, template: PodTemplate | None) -> None:
+    def _hold(self, node: str, job: Job, attempt: int, template: PodTemplate | None, nominate: bool = True) -> None:
         """Hold ``job``'s start for ``node`` until the room its leaving pods free is there; a waiting in-cluster
-        pod is nominated to the node meanwhile (``status.nominatedNodeName``, as kube-scheduler does)."""
+        pod is nominated to the node meanwhile (``status.nominatedNodeName``, as kube-scheduler does), once."""
         self._held.setdefault(node, []).append((job, attempt, template, self._starts.get(job.id, 0)))
         self._held_ids.add(job.id)
         self._held_since.setdefault(node, self.clock())
-        if POD_UID in job.annotations:
+        if nominate and POD_UID in job.annotations and job.id not in self._nominated:
+            self._nominated.add(job.id)
             self._report(self.reporter.nominated, job.annotations[POD_NAMESPACE], job.annotations[POD_NAME],
                          job.annotations[POD_UID], node,
                          f"waiting on node {node} for the pods leaving it (preempted) to be gone")
@@ -664,7 +680,10 @@ class KubernetesCluster:
             if load is None or any(load.get(resource, 0) + amount > target.resources.get(resource, 0)
                                    for resource, amount in job.requests.items()) \
                     or load.get(PODS, 0) + 1 > target.resources.get(PODS, UNLIMITED_PODS):
-                return
+                if load is None or self._leaving(node):
+                    return
+                # Nothing on the node is leaving: the room will not come by waiting. The bind's own check
+                # (_admit) returns the job to its queue.
             waiting.pop(0)
             self._held_ids.discard(job.id)
             for resource, amount in job.requests.items():
@@ -677,9 +696,11 @@ class KubernetesCluster:
     def _drop_held(self, job_id: str, kind: str | None) -> None:
         """Forget a held start; ``kind`` (preempted, cancelled, lost): report the job so, no pod was made."""
         self._held_ids.discard(job_id)
+        self._yielding.pop(job_id, None)
         self._unadmit(job_id)
         job = self._inflight.pop(job_id, None)
-        if job is not None and POD_UID in job.annotations:   # its nomination ends with the hold
+        if job is not None and job_id in self._nominated:   # its nomination ends with the hold
+            self._nominated.discard(job_id)
             self._report(self.reporter.nominated, job.annotations[POD_NAMESPACE], job.annotations[POD_NAME],
                          job.annotations[POD_UID], None)
         for node, waiting in list(self._held.items()):
@@ -740,6 +761,19 @@ class KubernetesCluster:
             slots = self._pod_slots.get(node)
             short = shortfall(job.requests, load, target.resources, pods, slots)
             if short is None:
+                now = self.clock()
+                waited = now - self._yielding.setdefault(job.id, now)
+                incoming = self._incoming(target, now) if (self._undecided or self._arrivals) \
+                    and waited < UNDECIDED_WINDOW else None
+                if incoming and shortfall(job.requests, {r: load.get(r, 0) + incoming.get(r, 0)
+                                                         for r in set(load) | set(incoming)},
+                                          target.resources, pods, slots) is not None:
+                    # Another scheduler is placing pods that may take this room: they go first (held, and tried
+                    # again as soon as they are placed or found unschedulable, or its burst is over).
+                    self._hold(node, job, attempt, template, nominate=False)
+                    return False
+                self._yielding.pop(job.id, None)
+                self._nominated.discard(job.id)
                 self._admitted[job.id] = node
                 self._admitted_on.setdefault(node, {})[job.id] = job.requests
                 return True
@@ -756,6 +790,38 @@ class KubernetesCluster:
                            cause=returned_label(short), run=self._starts.get(job.id, 0))
             log.info("kubernetes.bind_returned", cluster=self.name, job=job.id, node=node, reason=short)
             return False
+
+    def _note_undecided(self, key, obj: dict, node: str | None, phase: str, deleting: bool, requests) -> None:
+        """Keep ``_undecided`` (flotilla.kubernetes.admission): another scheduler's pods it has not placed yet."""
+        if node is None and phase == "Pending" and not deleting and undecided_elsewhere(obj, self.settings.scheduler_name):
+            if key not in self._undecided:
+                entry = (self.clock(), requests or {}, (obj.get("spec") or {}).get("nodeSelector") or {})
+                self._undecided[key] = entry
+                self._arrivals.append((key, *entry))
+        elif self._undecided.pop(key, None) is not None:
+            self._release_all_held()   # decided (bound, or found unschedulable): room held for it may go now
+
+    def _release_all_held(self) -> None:
+        for name in list(self._held):
+            self._release_held(name)
+
+    def _incoming(self, node: Node, now: float) -> dict[str, int]:
+        """The room another scheduler may take on ``node`` any moment (flotilla.kubernetes.admission): the requests
+        of its pods not placed yet (seen within ``UNDECIDED_WINDOW`` seconds), and, while its pods keep arriving,
+        of those that arrived within ``ARRIVALS_PERIOD`` seconds and were placed since (its view of the node may
+        not show Flotilla's newest binds yet). A pod whose nodeSelector the node does not match takes nothing."""
+        incoming: dict[str, int] = {}
+        arrivals = self._arrivals
+        while arrivals and arrivals[0][1] < now - ARRIVALS_PERIOD:
+            arrivals.popleft()
+        horizon = now - UNDECIDED_WINDOW
+        recent = [entry[1:] for entry in arrivals if entry[0] not in self._undecided]
+        for since, requests, selector in [*self._undecided.values(), *recent]:
+            if since < horizon or any(node.labels.get(k) != v for k, v in selector.items()):
+                continue
+            for resource, amount in requests.items():
+                incoming[resource] = incoming.get(resource, 0) + amount
+        return incoming
 
     def _unadmit(self, job_id: str) -> None:
         """Forget ``job_id``'s reserved room: its pod is seen by the watch, or its start is over."""
@@ -981,7 +1047,7 @@ class KubernetesCluster:
         ((namespace, group) -> (reason, stored in its queue)), where it changed
         (:mod:`flotilla.kubernetes.podgroupstatus`); returns how many writes were started."""
         with self._lock:
-            if self.intake.podgroups_problem is not None:
+            if self.intake.podgroups_problem is not None or self._stop.is_set():
                 return 0
             if self._group_reporter is None:
                 self._group_reporter = PodGroupReporter(self.client, PODGROUPS_PATH.rsplit("/", 1)[0])
@@ -994,10 +1060,10 @@ class KubernetesCluster:
                     continue
                 reason, stored = reasons.get(key, (None, True))
                 status = podgroup_status(group.min_member, members, reason, stored)
-                if self._group_reporter.changed(key, status):
+                if self._group_reporter.claim(key, status):
                     writes.append((key, status))
-        for key, status in writes:
-            self._pool.submit(self._write_podgroup, key, status)
+        for key, status in writes:   # the reporting pool's: never queued before a bind
+            self._report(self._write_podgroup, key, status)
         return len(writes)
 
     def _write_podgroup(self, key, status) -> None:
@@ -1457,6 +1523,8 @@ class KubernetesCluster:
         self.intake.on_pod(kind, obj)
         if kind == "DELETED":
             old = self._pop_pod(key)
+            if self._undecided.pop(key, None) is not None:
+                self._release_all_held()
             if old is None or old.job is None:
                 return
             for item in old.owned:   # its services and ingresses go with it (no garbage collector needed)
@@ -1539,9 +1607,11 @@ class KubernetesCluster:
                 requests, ports = pod_requests(obj), pod_host_ports(spec)
             labels = meta.get("labels") or {}
             foreign = old.foreign if old is not None and old.foreign is not None and \
-                old.foreign.labels == labels else foreign_pod(key, labels, spec)
+                old.foreign.labels == labels and old.foreign.terminating == deleting else \
+                foreign_pod(key, labels, spec, deleting)
             self._put_pod(key, _Pod(key, node, phase, deleting, requests=requests, ports=ports,
                                     foreign=foreign))
+            self._note_undecided(key, obj, node, phase, deleting, requests)
 
     def _waiting_news(self, pod: _Pod, obj: dict, old: _Pod | None) -> None:
         """A pod of ours waits on its node for a new reason: say it (the job's status shows it), or fail the job

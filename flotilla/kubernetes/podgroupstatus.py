@@ -82,20 +82,28 @@ class PodGroupReporter:
         self.max_entries = max_entries
         self._written: OrderedDict[tuple[str, str], dict] = OrderedDict()
 
-    def changed(self, key: tuple[str, str], status: dict) -> bool:
-        return self._written.get(key) != status
-
-    def write(self, key: tuple[str, str], status: dict) -> bool:
-        """Patch the group's status; False when the API refused it (logged by the caller)."""
-        namespace, name = key
-        body = {"status": {**status, "conditions": [{**c, "transitionID": "flotilla",
-                                                     "lastTransitionTime": now_rfc3339()}
-                                                    for c in status.get("conditions") or ()]}}
-        self.client.patch(f"{self.group_version}/namespaces/{namespace}/podgroups/{name}/status", body)
+    def claim(self, key: tuple[str, str], status: dict) -> bool:
+        """Whether ``status`` differs from the group's last one; if so it is taken as written from now on (the
+        write is under way: a next cycle does not write it again; a failed write forgets it)."""
+        if self._written.get(key) == status:
+            return False
         self._written[key] = status
         self._written.move_to_end(key)
         while len(self._written) > self.max_entries:
             self._written.popitem(last=False)
+        return True
+
+    def write(self, key: tuple[str, str], status: dict) -> bool:
+        """Patch the group's status (claimed first); raises what the API said, the claim forgotten."""
+        namespace, name = key
+        body = {"status": {**status, "conditions": [{**c, "transitionID": "flotilla",
+                                                     "lastTransitionTime": now_rfc3339()}
+                                                    for c in status.get("conditions") or ()]}}
+        try:
+            self.client.patch(f"{self.group_version}/namespaces/{namespace}/podgroups/{name}/status", body)
+        except Exception:
+            self.forget(key)
+            raise
         return True
 
     def forget(self, key: tuple[str, str]) -> None:

@@ -195,6 +195,7 @@ class Runner:
         running: list[Job] = []
         stale: list[Job] = []
         foreign = {node: dict(used) for node, used in snap.foreign.items()}
+        foreign_ports = dict(snap.foreign_ports)
         for job in snap.running:
             record = self.jobs.get(job.id)
             if record is None:
@@ -205,6 +206,9 @@ class Runner:
                     used = foreign.setdefault(job.node, {})
                     for resource, amount in job.requests.items():
                         used[resource] = used.get(resource, 0) + amount
+                    used["pods"] = used.get("pods", 0) + 1   # and one of the node's pod slots
+                    if job.host_ports:
+                        foreign_ports[job.node] = foreign_ports.get(job.node, ()) + job.host_ports
                 continue
             if record.cluster == name and record.state in (LEASED, RUNNING):
                 running.append(job)
@@ -217,7 +221,8 @@ class Runner:
         if stale:
             log.warning("runner.stale_pods", cluster=name, jobs=[job.id for job in stale])
             backend.apply(ClusterDecisions(cancel=stale))
-        return ClusterSnapshot(snap.name, snap.nodes, running, foreign, snap.foreign_pods, volumes=snap.volumes)
+        return ClusterSnapshot(snap.name, snap.nodes, running, foreign, snap.foreign_pods, volumes=snap.volumes,
+                               foreign_ports=foreign_ports)
 
     def run(self, until: Callable[["Runner"], bool], timeout: float, period: float = 0.2,
             on_cycle: Callable[[CycleResult], None] | None = None) -> bool:

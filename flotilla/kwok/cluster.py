@@ -3,7 +3,8 @@
 ``up`` runs ``kwokctl create cluster --runtime binary`` with the binaries
 ``scripts/k8s-tools`` builds (nothing is downloaded) and only three
 components: etcd, kube-apiserver and kwok-controller. Flotilla binds pods
-itself, so there is no kube-scheduler; there is no controller-manager
+itself, so there is no kube-scheduler (``kube_scheduler=True`` adds one, the
+baseline that Kubernetes' e2e tests compare Flotilla with); there is no controller-manager
 either, so no namespace gets a ``default`` ServiceAccount: the API server
 runs with the ServiceAccount admission plugin disabled, and without
 TaintNodesByCondition (whose not-ready taint on new nodes only the node
@@ -238,11 +239,13 @@ def wait_nodes_ready(client, names: list[str], timeout: float = 120.0) -> None:
 
 def up(name: str, nodes: int = 0, node_template: str | os.PathLike | None = None,
        kubeconfig: str = DEFAULT_KUBECONFIG, bin_dir: Path | None = None, timeout: float = 180.0,
-       extra_args: list[str] = (), controllers: tuple[str, ...] = ()) -> FakeCluster:
+       extra_args: list[str] = (), controllers: tuple[str, ...] = (), kube_scheduler: bool = False) -> FakeCluster:
     """Create (or reuse, if it is already running) the fake cluster ``name`` with ``nodes`` nodes.
 
     ``controllers``: kube-controller-manager's controllers to run (none: no
-    controller-manager). A cluster that exists keeps what it was created with.
+    controller-manager). ``kube_scheduler``: run kube-scheduler too (the
+    baseline Flotilla is compared with). A cluster that exists keeps what it
+    was created with.
     """
     bin_dir = bin_dir or find_bin_dir()
     kubeconfig_path = os.path.expanduser(kubeconfig)
@@ -256,7 +259,7 @@ def up(name: str, nodes: int = 0, node_template: str | os.PathLike | None = None
         _add_nodes(cluster, template, nodes, timeout)
         return cluster
     for attempt in (1, 2):
-        _create(name, kubeconfig_path, bin_dir, timeout, extra_args, controllers)
+        _create(name, kubeconfig_path, bin_dir, timeout, extra_args, controllers, kube_scheduler)
         try:
             _add_nodes(cluster, template, nodes, timeout)
             return cluster
@@ -270,7 +273,7 @@ def up(name: str, nodes: int = 0, node_template: str | os.PathLike | None = None
 
 
 def _create(name: str, kubeconfig_path: str, bin_dir: Path, timeout: float, extra_args,
-            controllers: tuple[str, ...] = ()) -> None:
+            controllers: tuple[str, ...] = (), kube_scheduler: bool = False) -> None:
     wd = workdir(name)
     config = wd.parent.parent / f"flotilla-{name}-stages.yaml"
     config.parent.mkdir(parents=True, exist_ok=True)
@@ -303,6 +306,12 @@ def _create(name: str, kubeconfig_path: str, bin_dir: Path, timeout: float, extr
         args += ["--extra-args", f"kube-controller-manager=controllers={','.join(controllers)}"]
         for flag in CONTROLLER_MANAGER_ARGS:
             args += ["--extra-args", f"kube-controller-manager={flag}"]
+    if kube_scheduler:
+        scheduler = bin_dir / "kube-scheduler"
+        if not scheduler.exists():
+            raise KwokError(f"{scheduler} missing; run scripts/k8s-tools")
+        args[args.index("--components") + 1] += ",kube-scheduler"
+        args += ["--kube-scheduler-binary", str(scheduler)]
     for extra in extra_args:
         args += ["--extra-args", extra]
     result = _run(args, timeout=timeout + 30, env=_kwokctl_env(bin_dir))

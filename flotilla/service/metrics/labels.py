@@ -17,7 +17,8 @@ what tenants wrote. So:
 entries follow where the texts are made: ``flotilla/core/whynot.py`` (node
 shortfalls in kube-scheduler's words, not reached), ``flotilla/core/nodesearch.py``
 (predicate refusals, no nodes), ``flotilla/core/feasibility.py`` (the causes'
-words: node affinity/selector, taints, unschedulable, host ports, Insufficient), ``flotilla/core/limits.py`` (queue limits),
+words: node affinity/selector, taints, unschedulable, host ports, Insufficient), ``flotilla/core/podplacements.py``
+(pod affinity, anti-affinity, topology spread), ``flotilla/core/limits.py`` (queue limits),
 ``flotilla/core/units.py`` (cordoned queues), ``flotilla/plugins`` (gang,
 priorityclass), ``flotilla/actions`` (enqueue, reserve, allocate's gangs and
 lookahead) and ``flotilla/service/roles/status.py`` (past the per-cycle
@@ -39,6 +40,8 @@ REASON_CATEGORIES = (
     "taint",                   # the nodes that match have taints the job does not tolerate
     "unschedulable",           # the nodes that match are cordoned in Kubernetes (spec.unschedulable)
     "host_ports",              # the nodes with room hold a host port the job binds
+    "pod_affinity",            # inter-pod affinity or anti-affinity (the job's, or running pods') refuses the nodes
+    "topology_spread",         # the job's topology spread constraints refuse the nodes
     "no_nodes",                # there are no nodes at all
     "queue_limit",             # the queue (or a parent) is at one of its resource limits
     "queue_cordoned",          # the queue is cordoned: it schedules nothing new
@@ -63,6 +66,9 @@ REASON_PREFIXES: tuple[tuple[re.Pattern, str], ...] = tuple((re.compile(pattern)
     (_AVAILABLE + r"\d+ node\(s\) had untolerated taint ", "taint"),
     (_AVAILABLE + r"\d+ node\(s\) were unschedulable", "unschedulable"),
     (_AVAILABLE + r"\d+ node\(s\) didn't have free ports ", "host_ports"),
+    (_AVAILABLE + r"\d+ node\(s\) didn't (match pod (anti-)?affinity rules|satisfy existing pods anti-affinity)",
+     "pod_affinity"),
+    (_AVAILABLE + r"\d+ node\(s\) didn't match pod topology spread constraints", "topology_spread"),
     (r"no nodes$", "no_nodes"),
     (r"queue \S+ at its \S+ limit ", "queue_limit"),
     (r"queue \S+ is cordoned", "queue_cordoned"),
