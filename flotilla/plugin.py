@@ -80,6 +80,7 @@ Helpers
 
 from __future__ import annotations
 
+import math
 from typing import Any, Callable, Mapping, Protocol, Sequence
 
 from flotilla.core.cyclestate import QueueState, RunningJob
@@ -205,15 +206,16 @@ def parse_weights(args: Mapping[str, Any] | None, key: str = "resourceWeights") 
     """The ``key`` argument (default :data:`DEFAULT_WEIGHTS`) as resource name -> non-negative weight.
 
     ``args`` holds only ``key``: any other key is a ``ValueError``, as is a
-    weight that is not a non-negative number. Resources not listed weigh 0.
+    weight that is not a finite, non-negative number (NaN compares false with everything, so ``weight < 0``
+    alone lets it through). Resources not listed weigh 0.
     """
     weights = take_args(args, **{key: DEFAULT_WEIGHTS})[key]
     if not isinstance(weights, Mapping):
         raise ValueError(f"{key} must map resource names to numbers")
     out = {}
     for name, weight in weights.items():
-        if isinstance(weight, bool) or not isinstance(weight, (int, float)) or weight < 0:
-            raise ValueError(f"{key}.{name} must be a non-negative number, got {weight!r}")
+        if isinstance(weight, bool) or not isinstance(weight, (int, float)) or not 0 <= weight < math.inf:
+            raise ValueError(f"{key}.{name} must be a finite, non-negative number, got {weight!r}")
         out[str(name)] = float(weight)
     return out
 

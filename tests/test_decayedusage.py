@@ -86,7 +86,8 @@ def test_formula_follows_the_design_text():
     ({"priorityHalftime": "soon"}, "priorityHalftime: expected a duration"),
     ({"priorityHalftime": 0}, "priorityHalftime must be a positive duration"),
     ({"halftime": "1h"}, "unknown argument(s) halftime"),
-    ({"resourceWeights": {"cpu": -1}}, "resourceWeights.cpu must be a non-negative number"),
+    ({"resourceWeights": {"cpu": -1}}, "resourceWeights.cpu must be a finite, non-negative number"),
+    ({"resourceWeights": {"cpu": float("nan")}}, "resourceWeights.cpu must be a finite, non-negative number"),
 ])
 def test_bad_args(args, message):
     with pytest.raises(ValueError, match=message.replace("(", r"\(").replace(")", r"\)")):

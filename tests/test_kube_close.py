@@ -28,7 +28,7 @@ KINDS = ("nodes", "pods", "namespaces", "podgroups", "priorityclasses", "jobs", 
 
 
 def threads_of(name: str) -> list[str]:
-    """The live threads a backend called ``name`` started: its informers, its write and report pools."""
+    """The live threads a backend called ``name`` started: its informers, its write pool and its report pool."""
     return sorted(thread.name for thread in threading.enumerate()
                   if thread.name == f"kube-{name}" or thread.name.startswith(f"kube-{name}-")
                   or re.fullmatch(rf"kube-{re.escape(name)}_\d+", thread.name))
@@ -51,8 +51,9 @@ def test_close_ends_the_informers_blocked_in_their_watches_and_the_pools(kwok):
         assert backend.wait_idle(30)
         informers = sorted(f"kube-{name}-{kind}" for kind in KINDS)
         before = threads_of(name)
-        assert [n for n in before if n.startswith(f"kube-{name}-")] == informers
+        assert [n for n in before if n.startswith(f"kube-{name}-") and "-report_" not in n] == informers
         assert f"kube-{name}_0" in before              # the pod was written by the write pool
+        assert f"kube-{name}-report_0" in before       # its Scheduled Event was posted by the report pool
         with structlog.testing.capture_logs() as logs:
             backend.close()
         assert threads_of(name) == []

@@ -256,8 +256,10 @@ def test_the_service_account_tells_in_cluster_pods_why_and_reads_their_queues_an
         ("create", "podgroups", "", "scheduling.volcano.sh"): False,
         ("update", "podgroups", "", "scheduling.volcano.sh"): False,
         ("delete", "podgroups", "", "scheduling.volcano.sh"): False,
-        ("patch", "podgroups", "status", "scheduling.volcano.sh"): False,
-        ("get", "jobs", "", "batch"): False,
+        ("patch", "podgroups", "status", "scheduling.volcano.sh"): True,    # Volcano's status, written back
+        ("update", "podgroups", "status", "scheduling.volcano.sh"): False,
+        ("list", "jobs", "", "batch"): True, ("watch", "jobs", "", "batch"): True,   # a Job's queue labels
+        ("get", "jobs", "", "batch"): False, ("patch", "jobs", "", "batch"): False,
     }
     assert {key: allowed(*key) for key in checks} == checks
 

@@ -244,3 +244,42 @@ def test_schedule_anyway_scores_and_never_refuses(tmp_path):
     assert len(placed) == 6  # zone a fills (2), then zone b takes the rest: a preference gives way to room
     assert sorted(placed.values()) == ["node-1", "node-1", "node-2", "node-2", "node-3", "node-3"]
     assert [placed[f"web-{k}"] for k in (1, 2)] == ["node-1", "node-2"]
+
+
+def test_other_schedulers_pods_count_and_terminating_ones_not_for_spread():
+    import random
+
+    from flotilla.config import load_config
+    from flotilla.core.model import ClusterSnapshot, ForeignPod, Job, Node, Queue, Snapshot
+    from flotilla.core.podrules import parse_pod_rules
+    from flotilla.scheduler import Scheduler
+
+    scheduler = Scheduler(load_config(None))
+    zone = "topology.kubernetes.io/zone"
+    cluster_nodes = [Node(f"node-{k}", "c1", {"cpu": 32000}, {"kubernetes.io/hostname": f"node-{k}", zone: z})
+                     for k, z in ((1, "a"), (2, "b"))]
+    web = {"app": "web"}
+    spread = parse_pod_rules(None, [{"maxSkew": 1, "topologyKey": zone, "whenUnsatisfiable": "DoNotSchedule",
+                                     "labelSelector": {"matchLabels": web}}], "default", web)
+    anti = parse_pod_rules({"podAntiAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": [
+        {"labelSelector": {"matchLabels": web}, "topologyKey": zone}]}}, None, "default", web)
+
+    def place(rules, terminating: bool) -> dict[str, str]:
+        # Two app=web pods of someone else on node-1 (zone a), terminating or not.
+        others = tuple(ForeignPod(f"default/other-{k}", "default", web, terminating=terminating) for k in range(2))
+        job = Job("web", "A", "s", 0, "armada-preemptible", 0.0, {"cpu": 1000}, labels=web, namespace="default",
+                  pod_rules=rules)
+        snapshot = Snapshot([ClusterSnapshot("c1", cluster_nodes, foreign_pods={"node-1": others})], [job],
+                            [Queue("A")], scheduler.priority_classes(), "armada-default")
+        scheduler.state = None
+        decisions = scheduler.run_cycle(snapshot, random.Random(0),
+                                        actions=[a for a in scheduler.actions if a.name != "lease"])
+        return {p.job.id: p.node for p in decisions.scheduled}
+
+    # Zone a holds two of them: the spread sends the pod to zone b; terminating, they do not count (best fit:
+    # node-1, the first of two empty-looking nodes).
+    assert place(spread, False) == {"web": "node-2"}
+    assert place(spread, True) == {"web": "node-1"}
+    # Anti-affinity counts them either way, as kube-scheduler's InterPodAffinity does.
+    assert place(anti, False) == {"web": "node-2"}
+    assert place(anti, True) == {"web": "node-2"}

@@ -293,7 +293,7 @@ def test_a_bad_simulated_exit_code_is_refused_with_its_path():
         [rejection] = caught.value.rejections
         assert (rejection.field, rejection.message) == (
             "annotations.flotilla.io/simulated-exit-code",
-            f"expected an exit code 1-255 (a run that succeeds has none), got {text!r}")
+            f"expected an exit code 1-255 in ASCII digits (a run that succeeds has none), got {text!r}")
 
 
 def test_exit_codes_read_back_as_meant():

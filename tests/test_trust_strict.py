@@ -292,6 +292,29 @@ def test_head_is_answered_wherever_get_is(api):
     assert client.head("/v1/health").headers["x-content-type-options"] == "nosniff"
 
 
+def test_the_dashboards_ids_are_matched_whole_too(tmp_path):
+    from flotilla.service.jobspec import prepare
+    from service_fixtures import config
+
+    cfg = config()
+    service = build_service(cfg, Scheduler(cfg), store_url=f"sqlite:///{tmp_path}/ui.db")
+    (done,) = service.store.submit("A", "s", "alice", prepare(job_file("A", "s", [job("x")]), service.settings)[1])
+    client = TestClient(service.app)
+    client.cookies.set("flotilla_token", "alice-token")
+    rule = "1-255 characters: letters, digits, '.', '_' and '-', starting with a letter or digit"
+    for path, message in ((f"/ui/jobs/{done.id}%0A", f"job_id: '{done.id}\\n' is not a valid id: {rule}"),
+                          ("/ui/queues/A%0A", f"queue: 'A\\n' is not a valid id: {rule}"),
+                          ("/ui/jobs?queue=A%0A", f"queue: 'A\\n' is not a valid id: {rule}")):
+        r = client.get(path)
+        assert r.status_code == 422, path
+        assert re.search(r'<p class="error" id="error">([^<]*)</p>', r.text).group(1) == \
+            message.replace("'", "&#39;"), path
+    r = client.post(f"/ui/jobs/{done.id}%0A/cancel", headers={"Origin": "http://testserver"}, follow_redirects=False)
+    assert r.status_code == 422 and service.store.get_job(done.id)["state"] == "queued"
+    assert client.get(f"/ui/jobs/{done.id}").status_code == 200
+    service.close()
+
+
 # -- item 3: no tenant sees another's jobs on any GET route ----------------------------------------------------
 
 TENANT_CONFIG = CONFIG + """

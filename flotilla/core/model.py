@@ -180,12 +180,14 @@ class Job:
 @dataclass(frozen=True, slots=True)
 class ForeignPod:
     """A pod the scheduler does not own, as pod rules see it: its namespace, labels and own rules
-    (its required anti-affinity keeps matching pods out of its domain)."""
+    (its required anti-affinity keeps matching pods out of its domain), and whether it is terminating
+    (topology spread does not count it then; affinity and anti-affinity do, as kube-scheduler's plugins)."""
 
     id: str
     namespace: str
     labels: Mapping[str, str] = field(default_factory=dict, hash=False)
     pod_rules: PodRules | None = None
+    terminating: bool = False
 
 
 @dataclass(slots=True)

@@ -55,10 +55,12 @@ def _matches(parts: Parts, namespace: str, labels: Mapping[str, str]) -> bool:
 class Matcher:
     """The pods matching every part, counted per node and per domain of each topology key asked."""
 
-    __slots__ = ("parts", "per_node", "by_key", "version")
+    __slots__ = ("parts", "per_node", "by_key", "version", "live_only")
 
-    def __init__(self, parts: Parts):
+    def __init__(self, parts: Parts, live_only: bool = False):
         self.parts = parts
+        #: Spread's matchers leave terminating pods out (kube-scheduler's PodTopologySpread counts only live ones).
+        self.live_only = live_only
         self.per_node: dict[int, int] = {}
         self.by_key: dict[str, dict[str, int]] = {}
         self.version = 0
@@ -75,7 +77,7 @@ class PodPlacements:
         self.index = index
         #: Pod id -> (node position, pod): every pod bound to a node.
         self.where: dict[str, tuple[int, object]] = {}
-        self.matchers: dict[Parts, Matcher] = {}
+        self.matchers: dict[tuple[Parts, bool], Matcher] = {}
         #: (label key, value) -> the matchers a pod must carry that label to match; ``general``: the rest.
         self.by_label: dict[tuple[str, str], list[Matcher]] = {}
         self.general: list[Matcher] = []
@@ -144,8 +146,9 @@ class PodPlacements:
         if not candidates:
             return
         node_labels = self.index.nodes[node].labels
+        terminating = getattr(pod, "terminating", False)
         for matcher in candidates:
-            if not _matches(matcher.parts, pod.namespace, labels):
+            if (terminating and matcher.live_only) or not _matches(matcher.parts, pod.namespace, labels):
                 continue
             _bump(matcher, node, node_labels, sign)
 
@@ -233,17 +236,17 @@ class PodPlacements:
         hit = self._by_identity.get(key)
         if hit is not None and hit[0] is constraint and namespace in hit[1].parts[0][0]:
             return hit[1]
-        matcher = self.matcher(((frozenset((namespace,)), constraint.selector or _NOTHING),))
+        matcher = self.matcher(((frozenset((namespace,)), constraint.selector or _NOTHING),), live_only=True)
         self._by_identity[key] = (constraint, matcher)
         return matcher
 
-    def matcher(self, parts: Parts) -> Matcher:
+    def matcher(self, parts: Parts, live_only: bool = False) -> Matcher:
         """The matcher for ``parts``, made and filled from the pods held when first asked (only those carrying
         its indexing label, when it has one)."""
-        matcher = self.matchers.get(parts)
+        matcher = self.matchers.get((parts, live_only))
         if matcher is not None:
             return matcher
-        matcher = self.matchers[parts] = Matcher(parts)
+        matcher = self.matchers[(parts, live_only)] = Matcher(parts, live_only)
         key = _indexing_label(parts)
         if key is None:
             self.general.append(matcher)
@@ -261,6 +264,8 @@ class PodPlacements:
         else:
             held = [where[pod_id] for pod_id in self.pods_by_label.get(key, ())]
         for node, pod in held:
+            if live_only and getattr(pod, "terminating", False):
+                continue
             if _matches(parts, pod.namespace, pod.labels):
                 _bump(matcher, node, nodes[node].labels, 1)
         return matcher

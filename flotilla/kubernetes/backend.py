@@ -1607,7 +1607,8 @@ class KubernetesCluster:
                 requests, ports = pod_requests(obj), pod_host_ports(spec)
             labels = meta.get("labels") or {}
             foreign = old.foreign if old is not None and old.foreign is not None and \
-                old.foreign.labels == labels else foreign_pod(key, labels, spec)
+                old.foreign.labels == labels and old.foreign.terminating == deleting else \
+                foreign_pod(key, labels, spec, deleting)
             self._put_pod(key, _Pod(key, node, phase, deleting, requests=requests, ports=ports,
                                     foreign=foreign))
             self._note_undecided(key, obj, node, phase, deleting, requests)

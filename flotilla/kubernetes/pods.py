@@ -487,13 +487,14 @@ def _pod_rules(spec: Mapping[str, Any], namespace: str, labels: Mapping[str, str
         return None
 
 
-def foreign_pod(key: tuple[str, str], labels: Mapping[str, str], spec: Mapping[str, Any]) -> ForeignPod:
+def foreign_pod(key: tuple[str, str], labels: Mapping[str, str], spec: Mapping[str, Any],
+                terminating: bool = False) -> ForeignPod:
     """Someone else's pod (``key`` its namespace and name) as pod rules see it: only its required anti-affinity
     binds other pods, so only that is kept of its rules."""
     rules = _pod_rules(spec, key[0], labels)
     if rules is not None:
         rules = PodRules(anti_affinity=rules.anti_affinity) if rules.anti_affinity else None
-    return ForeignPod(f"{key[0]}/{key[1]}", key[0], dict(labels), rules)
+    return ForeignPod(f"{key[0]}/{key[1]}", key[0], dict(labels), rules, terminating)
 
 
 def _node_affinity(spec: Mapping[str, Any]):

@@ -83,7 +83,8 @@ def query_integer(description: str, optional: bool = False, **bounds) -> Any:
 RESOURCE_NAME_SCHEMA = {"maxLength": 317, "pattern": r"^([a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*/)?"
                                                      r"[A-Za-z0-9]([-A-Za-z0-9_.]{0,61}[A-Za-z0-9])?$"}
 #: ``Last-Event-ID``: an event id as the stream wrote it (ASCII digits; past 64 bits it means the newest).
-LastEventId = Annotated[str | None, Header(pattern=r"^[0-9]{1,19}$")]
+#: A string in the schema (not "string or null": a header has no null), absent when not sent.
+LastEventId = Annotated[str, Header(pattern=r"^[0-9]{1,19}$")]
 
 
 class QueueBody(QueueConfig):

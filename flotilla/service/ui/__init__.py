@@ -36,7 +36,8 @@ from jinja2 import Environment, PackageLoader, select_autoescape
 from flotilla.core.quantities import format_quantity
 from flotilla.service import access
 from flotilla.service.auth import Authenticator, Identity, may_act
-from flotilla.service.bounds import INT64_MAX, INTEGER_TEXT, BoundsError, priority_from_text, shown_text, text_problem
+from flotilla.service.bounds import (INT64_MAX, INTEGER_TEXT, BoundsError, id_problem, priority_from_text, shown_text,
+                                     text_problem)
 from flotilla.service.errors import ApiError
 from flotilla.service.metrics.labels import reason_categories
 from flotilla.service.roles.status import StatusReader
@@ -157,9 +158,13 @@ def mount_ui(app, store: Store, settings: ServiceSettings, status: StatusReader,
         return RedirectResponse(f"/ui/login?{urlencode({'next': str(request.url.path)})}", status_code=303)
 
     def queue_or_refuse(name: str, identity: Identity, act: bool = True):
+        if (why := id_problem(name)) is not None:   # as the API's path parameters: matched whole, 422
+            raise ApiError(422, f"queue: {why}", field="queue")
         return access.queue_for(store, name, identity, act)
 
     def visible_job(job_id: str, identity: Identity) -> dict:
+        if (why := id_problem(job_id)) is not None or len(job_id) > 32:
+            raise ApiError(422, f"job_id: {why or 'a job id has at most 32 characters'}", field="job_id")
         return access.visible_job(store, job_id, identity)
 
     async def guarded(request: Request, render, form: bool = False):
