@@ -190,7 +190,7 @@ def test_foreign_pod_taking_half_a_node_is_respected(kwok, tmp_path):
         deadline = time.monotonic() + 10
         while not backend.snapshot().foreign and time.monotonic() < deadline:
             time.sleep(0.05)
-        assert backend.snapshot().foreign == {"node-1": {"cpu": 16000}}
+        assert backend.snapshot().foreign == {"node-1": {"cpu": 16000, "pods": 1}}   # a slot of the node's pods too
         runner = Runner(scheduler, backends)
         runner.submit(job(f"a-{i}", "A", submitted=i) for i in range(1, 65))
         runner.cycle()
