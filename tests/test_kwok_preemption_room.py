@@ -152,7 +152,7 @@ def test_a_preempted_pod_that_does_not_go_counts_again_after_stuck_pod_expiry(kw
                                  f"stuckPodExpiry 5s (default/{victim_pod})")
         assert [(p.job.id, p.node) for p in result.decisions.scheduled] == [("urgent", "node-1")]
         assert sorted(j.id for j in result.decisions.preempted) == ["keep-1", "keep-2"]
-        assert backend.snapshot().foreign == {"node-1": {"cpu": 16000}}
+        assert backend.snapshot().foreign == {"node-1": {"cpu": 16000, "pods": 1}}
         assert runner.run(lambda r: r.jobs["urgent"].state == "running", timeout=60)
         pods = pods_of(cluster.pods())
         assert live(pods) == {"urgent": "node-1"}
