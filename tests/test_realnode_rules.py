@@ -105,9 +105,13 @@ def test_a_preemptor_starts_on_a_full_real_node_once_its_victim_is_gone(real_nod
                 if pods[victim]["metadata"].get("deletionTimestamp") and deleted_at is None:
                     deleted_at = now
                 try:
-                    log = real_node.client.pod_log(real_node.namespace, pod_name).read() or log
+                    text = real_node.client.pod_log(real_node.namespace, pod_name).read() or b""
                 except Exception:  # noqa: BLE001 - the pod went between the list and the read
-                    pass
+                    text = b""
+                # Once the container is removed the kubelet answers "unable to retrieve container logs for ...":
+                # keep the last read of the container's own output.
+                if b"started" in text.split(b"\n"):
+                    log = text
             if released and deleted_at is not None and gone_at is None:
                 gone_at = now
             if urgent in pods:
