@@ -102,7 +102,7 @@ from flotilla.kubernetes.pods import (ATTEMPT, DURATION, JOB_ID, PodSettings, fa
                                      is_ours,
                                       job_deadline, job_from_pod, job_grace_period, job_namespace, named_grace_period,
                                       node_from_object, node_ready, pod_host_ports, pod_manifest, pod_name, pod_phase,
-                                      pod_requests, disruption, permanent_pull_failure, pod_slots, waiting_container,
+                                      pod_requests, disruption, permanent_pull_failure, waiting_container,
                                       waiting_reason)
 
 log = structlog.get_logger("flotilla.kubernetes")
@@ -237,7 +237,6 @@ class KubernetesCluster:
         #: requests, and job id -> node. The next check on the node counts them.
         self._admitted_on: dict[str, dict[str, Mapping[str, int]]] = {}
         self._admitted: dict[str, str] = {}
-        self._pod_slots: dict[str, int] = {}             # node -> its allocatable pods, when it declares them
         #: Other schedulers' pods not placed yet (no node, not found unschedulable): key -> (first seen, requests,
         #: nodeSelector). A bind leaves them the room they may take (flotilla.kubernetes.admission).
         self._undecided: dict[tuple[str, str], tuple[float, Mapping[str, int], Mapping[str, str]]] = {}
@@ -758,7 +757,7 @@ class KubernetesCluster:
             if target is None:
                 return True   # gone from the watch: the bind itself says what becomes of it
             load, pods, leaving, gone = self._live_use(node)
-            slots = self._pod_slots.get(node)
+            slots = target.resources.get(PODS)   # its allocatable pods, None when it declares none
             short = shortfall(job.requests, load, target.resources, pods, slots)
             if short is None:
                 now = self.clock()
@@ -1475,7 +1474,6 @@ class KubernetesCluster:
     def _on_node_change(self, kind: str, obj: dict, name: str) -> None:
         if kind == "DELETED":
             self._nodes.pop(name, None)
-            self._pod_slots.pop(name, None)
             down = self._nodes_down.setdefault(name, [self.clock(), True, False])
             down[1] = True
         else:
@@ -1485,11 +1483,6 @@ class KubernetesCluster:
                 self._nodes_down.setdefault(name, [self.clock(), False, False])
             try:
                 self._nodes[name] = node_from_object(obj, self.name)
-                slots = pod_slots(obj)
-                if slots is None:
-                    self._pod_slots.pop(name, None)
-                else:
-                    self._pod_slots[name] = slots
             except (KeyError, ValueError) as exc:
                 log.warning("kubernetes.bad_node", cluster=self.name, node=name, error=str(exc))
 

@@ -519,18 +519,6 @@ def node_ready(node: Mapping[str, Any]) -> bool:
     return False
 
 
-def pod_slots(node: Mapping[str, Any]) -> int | None:
-    """The node's allocatable ``pods`` (how many pods its kubelet admits), None when it declares none."""
-    status = node.get("status") or {}
-    value = (status.get("allocatable") or status.get("capacity") or {}).get("pods")
-    if value is None:
-        return None
-    try:
-        return int(value)
-    except (TypeError, ValueError):
-        return None
-
-
 def node_from_object(obj: Mapping[str, Any], cluster: str) -> Node:
     """A scheduler node: allocatable resources (``pods`` too: its pod slots), labels, taints; a cordoned node is
     unschedulable.
@@ -564,4 +552,4 @@ __all__ = ["ATTEMPT", "FAKE_NODE", "JOB_ID", "KWOK_COMPLETE_DELAY", "PodSettings
            "is_terminal",
            "container_outcomes", "failure_reason", "job_from_pod", "label_value", "owned_fields", "POD_NUMBER",
            "waiting_reason", "node_from_object", "node_ready", "pod_manifest", "pod_name",
-           "pod_host_ports", "pod_phase", "pod_requests", "pod_slots", "disruption"]
+           "pod_host_ports", "pod_phase", "pod_requests", "disruption"]
