@@ -95,6 +95,19 @@ class PluginConfig(Model):
     args: dict[str, Any] = Field(default_factory=dict)
 
 
+def _action_entry(value: Any) -> Any:
+    """``- allocate`` is ``- {name: allocate}``: an action without arguments."""
+    return {"name": value} if isinstance(value, str) else value
+
+
+class ActionConfig(Model):
+    """One entry of ``actions:``: the action's name, and the ``args`` its constructor takes
+    (:mod:`flotilla.actions`; checked there as a plugin's are, an unknown one is an error at its line)."""
+
+    name: Name
+    args: dict[str, Any] = Field(default_factory=dict)
+
+
 class PriorityClassConfig(Model):
     name: Name
     priority: int
@@ -545,7 +558,8 @@ class PlacementRuleConfig(Model):
 class FlotillaConfig(Model):
     """The whole scheduler config; ``config.source`` reports later problems at their line in the file."""
 
-    actions: list[str] = Field(default_factory=lambda: list(KNOWN_ACTIONS))
+    actions: list[Annotated[ActionConfig, BeforeValidator(_action_entry)]] = Field(
+        default_factory=lambda: [ActionConfig(name=name) for name in KNOWN_ACTIONS])
     plugins: list[PluginConfig] = Field(default_factory=_default_plugins)
     priority_classes: list[PriorityClassConfig] = Field(default_factory=_default_classes, alias="priorityClasses")
     default_priority_class: str = Field("armada-default", alias="defaultPriorityClass")
@@ -586,22 +600,25 @@ class FlotillaConfig(Model):
 
     def check(self) -> list[tuple[FieldPath, str]]:
         """Cross-field problems as ``(path, message)``; the loader reports the earliest in the file."""
-        from flotilla.actions import available_actions
+        from flotilla.actions import action_name_clash, available_actions
         from flotilla.config.actionorder import action_order_problems
         from flotilla.config.pluginargs import plugin_arg_problems
         from flotilla.config.resourcenames import config_problems as resource_name_problems
 
         problems: list[tuple[FieldPath, str]] = []
         known = available_actions()
-        for i, action in enumerate(self.actions):
+        actions = self.action_names
+        for i, action in enumerate(actions):
             if action not in known:
                 problems.append((("actions", i), f"unknown action {action!r} (known: {', '.join(known)})"))
-            elif action in self.actions[:i]:
-                problems.append((("actions", i), f"duplicate action {action!r} (first at actions[{self.actions.index(action)}])"))
+            elif action in actions[:i]:
+                problems.append((("actions", i), f"duplicate action {action!r} (first at actions[{actions.index(action)}])"))
+            elif (clash := action_name_clash(action)) is not None:
+                problems.append((("actions", i), clash))
         if not problems:   # an order of known, distinct actions: refuse one that cannot work
-            problems += action_order_problems(self.actions)
-        if "reserve" in self.actions and self.reservation.after is None:
-            problems.append((("actions", self.actions.index("reserve")),
+            problems += action_order_problems(actions)
+        if "reserve" in actions and self.reservation.after is None:
+            problems.append((("actions", actions.index("reserve")),
                              "the reserve action needs reservation.after (how long a unit waits before it reserves)"))
         problems += _duplicates("plugins", [p.name for p in self.plugins], "plugin")
         problems += plugin_arg_problems(self.plugins)
@@ -637,6 +654,11 @@ class FlotillaConfig(Model):
                     first[name] = g
         problems += resource_name_problems(self)
         return problems
+
+    @property
+    def action_names(self) -> list[str]:
+        """The names of ``actions``, in cycle order."""
+        return [action.name for action in self.actions]
 
     def to_core_priority_classes(self) -> list[PriorityClass]:
         return [pc.to_core() for pc in self.priority_classes]
