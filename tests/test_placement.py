@@ -87,7 +87,7 @@ def test_a_statement_places_through_the_primitive_and_a_gang_member_goes_with_it
     stmt = session.statement()
     alone = stmt.allocate(members[0], 0)
     assert (alone.stage, alone.reason) == ("gang", "gang g: its members are placed together")
-    assert session.clear_gang(session.queues["A"], members) is None
+    assert session.clear_gang(members) is None
     assert [session.clear_member(m) for m in members] == [[0], [0]]
     tainted = stmt.allocate(members[0], 1)
     assert tainted.stage == "nodes"

@@ -16,7 +16,7 @@ Internal: not part of the plugin API (:mod:`flotilla.plugin`, :mod:`flotilla.tes
 from __future__ import annotations
 
 import inspect
-from typing import Any, Mapping, Protocol
+from typing import Any, Mapping
 
 from flotilla.actions.allocate import Allocate
 from flotilla.actions.enqueue import Enqueue
@@ -25,7 +25,11 @@ from flotilla.actions.lease import Lease
 from flotilla.actions.preempt import Preempt
 from flotilla.actions.reserve import Reserve
 from flotilla.core.entrypoints import installed
+from flotilla.plugin import Action
 
+
+__all__ = ["ACTIONS", "Action", "ActionNameConflict", "ENTRY_POINT_GROUP", "action_name_clash", "available_actions",
+           "find_action", "get_action"]
 
 ACTIONS: dict[str, type] = {cls.name: cls for cls in (Enqueue, Evict, Reserve, Allocate, Preempt, Lease)}
 ENTRY_POINT_GROUP = "flotilla.actions"

@@ -247,7 +247,7 @@ class Allocate:
             return self._place_elastic_member(session, queue, job, vec)
         if job.id in session.evicted:
             return self._return_evicted(session, queue, job, vec)
-        types = session.clear(queue, job, vec)
+        types = session.clear(job)
         if types.__class__ is Refused:
             session.failures[job.id] = reason = types.reason
             if types.stage is not JOB and job.affinity is None and not job.claims:
@@ -271,7 +271,7 @@ class Allocate:
             if run.covers_all:
                 self.shapes_without_room.add(shape)
             return False
-        refused = session.place(job, node, vec=vec)
+        refused = session.place(job, node)
         if refused is not None:
             session.failures[job.id] = refused.reason
             return False
@@ -330,7 +330,7 @@ class Allocate:
         place, why = self._elastic_cluster(session, job.gang)
         if why is None and job.id in session.evicted:
             return self._return_evicted(session, queue, job, vec)
-        types = session.clear(queue, job, vec, place) if why is None else Refused(GANG, why)
+        types = session.clear(job, place) if why is None else Refused(GANG, why)
         if types.__class__ is Refused:
             if job.id not in session.evicted:
                 session.failures[job.id] = types.reason
@@ -340,7 +340,7 @@ class Allocate:
             cluster = place if place is None or place.__class__ is str else place.cluster
             session.failures[job.id] = Shortfall(vec, EVICTED, types, job, cluster)
             return False
-        refused = session.place(job, node, vec=vec)
+        refused = session.place(job, node)
         if refused is not None:
             session.failures[job.id] = refused.reason
             return False
@@ -361,7 +361,7 @@ class Allocate:
 
     def _place_gang(self, session, queue, members, vec) -> bool:
         gang = members[0].gang
-        refused = session.clear_gang(queue, members, vec)
+        refused = session.clear_gang(members, queue)
         if refused is not None:
             for member in members:
                 if member.id not in session.evicted:
@@ -394,7 +394,7 @@ class Allocate:
                     if types.__class__ is Refused:
                         break
                     node = self._find(session, queue, member, member_vec, types)
-                    if node is None or session.place(member, node, stmt, member_vec) is not None:
+                    if node is None or session.place(member, node, stmt) is not None:
                         break
                 placed += 1
             if placed == len(members):

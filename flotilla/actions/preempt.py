@@ -80,9 +80,9 @@ class Preempt:
         """Place ``members`` (one job, or a gang on one cluster) by displacing; returns victims taken."""
         vec = tuple(map(sum, zip(*(session.vector(m) for m in members))))
         gang = members[0].gang
-        if gang is not None and session.clear_gang(queue, members, vec) is not None:
+        if gang is not None and session.clear_gang(members, queue) is not None:
             return 0
-        if gang is None and session.clear(queue, members[0], vec).__class__ is Refused:
+        if gang is None and session.clear(members[0]).__class__ is Refused:
             return 0
         clusters = sorted({t.cluster for t in session.index.types})
         if gang is not None and gang.uniformity_label:
@@ -114,8 +114,7 @@ class Preempt:
         queue = session.queues[job.queue]
         # A gang member's types in its gang's place; a lone job's as _try cleared it (their statement places
         # nothing else before it).
-        types = session.clear_member(job, cluster) if job.gang is not None else \
-            session.clear(queue, job, vec, cluster)
+        types = session.clear_member(job, cluster) if job.gang is not None else session.clear(job, cluster)
         if types.__class__ is Refused:
             return None
         free_node = session.find_node(job, vec, EVICTED, types, queue)

@@ -146,13 +146,13 @@ class Reserve:
         types) and it fits in free space nowhere right now (on one cluster, one domain for a topology gang),
         tried through the placement primitive and undone."""
         gang = _gang(members)
-        refused = session.clear_gang(queue, members) if gang else None
+        refused = session.clear_gang(members, queue) if gang else None
         if refused is not None:
             return False
         for place in every_place(session, members[0].gang, sorted({t.cluster for t in session.index.types})):
             stmt = session.statement()
             for member in members:
-                types = session.clear_member(member, place) if gang else session.clear(queue, member, None, place)
+                types = session.clear_member(member, place) if gang else session.clear(member, place)
                 if types.__class__ is Refused:
                     if types.stage in (GANG, JOB, QUEUE):
                         stmt.discard()
@@ -211,11 +211,11 @@ class Reserve:
         cluster = index.nodes[nodes[0]].cluster
         gang = _gang(members)
         if gang:
-            if session.clear_gang(queue, members) is not None:
+            if session.clear_gang(members, queue) is not None:
                 return False
             allowed = [session.clear_member(m, cluster) for m in members]
         else:
-            allowed = [session.clear(queue, members[0], None, cluster)]
+            allowed = [session.clear(members[0], cluster)]
         if any(types.__class__ is Refused for types in allowed):
             return False
         removable = {i: [r for r in session.jobs_on(i) if r.level != NONPREEMPTIBLE] for i in nodes}
@@ -242,7 +242,7 @@ class Reserve:
                 stmt.preempt(victim.job)
             if gang:
                 session.clear_member(member, cluster)
-            elif session.clear(queue, member, vec, cluster).__class__ is Refused:
+            elif session.clear(member, cluster).__class__ is Refused:
                 stmt.discard()
                 return False
             if stmt.allocate(member, i) is not None:

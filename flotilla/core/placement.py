@@ -88,11 +88,12 @@ class Placing:
         self._type_sets: dict[int, frozenset[int]] = {}
 
     # -- steps 1 to 4: about the job ---------------------------------------------------------
-    def clear(self, queue, job: Job, vec=None, place=None):
-        """Steps 1 to 4 for one job: its node types (in ``place``: a cluster name or a gang's place, if given),
-        or :class:`Refused`."""
-        if vec is None:
-            vec = self.vector(job)
+    def clear(self, job: Job, place=None):
+        """Steps 1 to 4 for one job, in its own queue: its node types (in ``place``: a cluster name or a gang's
+        place, if given), or :class:`Refused`."""
+        queue = self.queues.get(job.queue)
+        if queue is None:
+            return Refused(QUEUE, f"unknown queue {job.queue!r}")
         if job.gang is not None:
             refused = self._gang_alone(job)
             if refused is not None:
@@ -102,6 +103,7 @@ class Placing:
             if reason:
                 return Refused(JOB, reason)
         if self.queue_admit_fns:
+            vec = self.vector(job)
             for fn in self.queue_admit_fns:
                 reason = fn(queue, job, vec)
                 if reason:
@@ -112,11 +114,16 @@ class Placing:
         self._cleared[id(job)] = types
         return types
 
-    def clear_gang(self, queue, members: Sequence[Job], vec=None) -> Refused | None:
-        """Steps 1 to 3 for a gang's members placed together (``vec``: their summed requests); then
+    def clear_gang(self, members: Sequence[Job], queue=None) -> Refused | None:
+        """Steps 1 to 3 for a gang's members placed together, admitted as their summed requests by ``queue`` (the
+        queue the gang is served from, one of its members'; default the first member's); then
         :meth:`clear_member` gives each member's node types in a place."""
         gang = members[0].gang
         self._gang_cleared = set()
+        if queue is None or queue.name not in {m.queue for m in members} or self.queues.get(queue.name) is not queue:
+            queue = self.queues.get(members[0].queue)
+            if queue is None:
+                return Refused(QUEUE, f"unknown queue {members[0].queue!r}")
         reason = self.gang_ready(gang, members) if gang is not None else None
         if reason:
             return Refused(GANG, reason)
@@ -124,8 +131,7 @@ class Placing:
             why = self.job_valid(member)
             if why:
                 return Refused(JOB, f"gang {gang.id}: {member.id}: {why}" if gang is not None else why)
-        if vec is None:
-            vec = tuple(map(sum, zip(*(self.vector(m) for m in members))))
+        vec = tuple(map(sum, zip(*(self.vector(m) for m in members))))
         reason = self.admit(queue, members[0], vec)
         if reason:
             return Refused(QUEUE, reason)
@@ -177,11 +183,12 @@ class Placing:
             return Refused(NODE, self._node_refusal_reason(job, i))
         return None
 
-    def fits(self, job: Job, i: int, vec=None) -> bool:
+    def fits(self, job: Job, i: int) -> bool:
         """Step 6: does ``job`` fit node ``i`` now, in free space or the room of evicted jobs of its priority or
         lower?"""
-        if vec is None:
-            vec = self.vector(job)
+        return self._fits(job, i, self.vector(job))
+
+    def _fits(self, job: Job, i: int, vec) -> bool:
         index = self.index
         if index.fits_on(i, vec, EVICTED):
             return True
@@ -199,7 +206,7 @@ class Placing:
         return all(amount <= room for amount, room in zip(vec, free))
 
     # -- placing ----------------------------------------------------------------------------
-    def place(self, job: Job, node: int, stmt=None, vec=None) -> Refused | None:
+    def place(self, job: Job, node: int, stmt=None) -> Refused | None:
         """Place queued ``job`` on node ``node`` if every rule allows it; None when placed, else :class:`Refused`.
 
         With ``stmt`` (a :class:`~flotilla.core.statement.Statement`) the
@@ -207,23 +214,19 @@ class Placing:
         without, it is committed at once. A job not cleared since the last
         placement is cleared first (steps 1 to 4, for its own queue).
         """
-        if vec is None:
-            vec = self.vector(job)
         if job.id in self.scheduled_ids or job.id in self.running:
             return Refused(JOB, f"{job.id} is already placed")
+        vec = self.vector(job)
         cleared = self._cleared
         types = cleared.get(id(job))
         if types is None:
-            queue = self.queues.get(job.queue)
-            if queue is None:
-                return Refused(QUEUE, f"unknown queue {job.queue!r}")
-            types = self.clear(queue, job, vec)
+            types = self.clear(job)
             if types.__class__ is Refused:
                 return types
         refused = self.node_refusal(job, node, types)
         if refused is not None:
             return refused
-        if not self.fits(job, node, vec):
+        if not self._fits(job, node, vec):
             return Refused(FIT, self._fit_refusal(job, node, vec))
         if job.gang is None:
             # What queues hold changes: clearances given before this placement no longer hold.
