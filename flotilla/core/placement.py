@@ -170,18 +170,18 @@ class Placing:
         count as held.
         """
         t = self.index.type_of[i]
-        if len(types) > 8:
-            found = self._type_sets.get(id(types))
-            if found is None:
-                found = self._type_sets[id(types)] = frozenset(types)
-            allowed = t in found
-        else:
-            allowed = t in types
-        if not allowed:
+        if not (t in types if len(types) <= 8 else t in self._type_set(types)):
             return Refused(NODES, self._type_refusal(job, i))
         if self.node_checked(job) and not self.node_allowed(job, i, making_way):
             return Refused(NODE, self._node_refusal_reason(job, i))
         return None
+
+    def _type_set(self, types: Sequence[int]) -> frozenset[int]:
+        """``types`` as a set (long lists only), kept by identity: type lists are interned for the cycle."""
+        found = self._type_sets.get(id(types))
+        if found is None:
+            found = self._type_sets[id(types)] = frozenset(types)
+        return found
 
     def fits(self, job: Job, i: int) -> bool:
         """Step 6: does ``job`` fit node ``i`` now, in free space or the room of evicted jobs of its priority or
@@ -223,10 +223,14 @@ class Placing:
             types = self.clear(job)
             if types.__class__ is Refused:
                 return types
-        refused = self.node_refusal(job, node, types)
-        if refused is not None:
-            return refused
-        if not self._fits(job, node, vec):
+        # node_refusal and _fits, inlined for the common job (no ports, claims, pod rules or node filters).
+        index = self.index
+        if job.host_ports or job.claims or job.pod_rules is not None or self.node_filter_fns or self.state.pods.anti \
+                or not (index.type_of[node] in types if len(types) <= 8 else index.type_of[node] in self._type_set(types)):
+            refused = self.node_refusal(job, node, types)
+            if refused is not None:
+                return refused
+        if not index.fits_on(node, vec, EVICTED) and not self._fits(job, node, vec):
             return Refused(FIT, self._fit_refusal(job, node, vec))
         if job.gang is None:
             # What queues hold changes: clearances given before this placement no longer hold.

@@ -43,5 +43,6 @@ def test_only_the_queues_named_and_at_most_max_jobs(flotilla_cycle):
 def test_a_typo_in_its_args_is_a_config_error(flotilla_cycle):
     with pytest.raises(SetupError) as refused:
         flotilla_cycle(STATE, config=config("{queue: [A]}"))
+    # The config is text here: the message names its line, as flotilla names a file's.
     assert str(refused.value) == \
-        "actions[0].args: action 'firstfit': unknown argument(s) queue; expected maxJobs, queues"
+        "<config>:3: actions[0].args: action 'firstfit': unknown argument(s) queue; expected maxJobs, queues"
