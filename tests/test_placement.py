@@ -7,10 +7,6 @@ would be once emptied, chooses only nodes the primitive lets the unit use.
 
 from __future__ import annotations
 
-from dataclasses import replace
-
-import pytest
-
 from flotilla.actions.reserve import Reserve
 from flotilla.config import load_config
 from flotilla.core.model import ClusterSnapshot, Gang, Job, JobState, Node, Queue, Snapshot, Taint
