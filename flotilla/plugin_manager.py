@@ -27,6 +27,7 @@ import pluggy
 from flotilla.core import hookspecs
 from flotilla.core.entrypoints import installed
 from flotilla.core.backend import ClusterBackend
+from flotilla.core.capabilities import Backends
 
 ENTRY_POINT_GROUP = "flotilla.plugins"
 
@@ -112,8 +113,9 @@ def load_plugins(plugins: Sequence[tuple[str, Mapping[str, Any]]]) -> pluggy.Plu
     return pm
 
 
-def make_backends(config, pm=None, kinds: Sequence[str] | None = None, **options) -> dict[str, ClusterBackend]:
-    """One backend per cluster of ``config`` (those whose kind is in ``kinds``, if given), by name.
+def make_backends(config, pm=None, kinds: Sequence[str] | None = None, **options) -> Backends:
+    """One backend per cluster of ``config`` (those whose kind is in ``kinds``, if given), by name, with the
+    capabilities of each read once (:class:`~flotilla.core.capabilities.Backends`).
 
     Each comes from the ``flotilla_cluster_backend`` hook of ``pm`` (the
     scheduler's plugin manager, so the config's plugins are asked first;
@@ -131,4 +133,4 @@ def make_backends(config, pm=None, kinds: Sequence[str] | None = None, **options
         if backend is None:
             raise ValueError(f"cluster {cluster.name!r}: no plugin provides a backend of kind {kind!r}")
         backends[cluster.name] = backend
-    return backends
+    return Backends(backends)
