@@ -199,7 +199,8 @@ CLUSTER = "clusters:\n  - name: c\n    kind: simulated\n    nodes:\n"
      "'NoExecute' (got 'Never')"),
     # clusters
     ("clusters:\n  - {name: x, kind: simulatd}\n",
-     "c.yaml:2: clusters[0].kind: expected kind to be one of 'simulated', 'kubernetes' (got 'simulatd')"),
+     "c.yaml:2: clusters[0].kind: unknown cluster kind 'simulatd' (known: kubernetes, simulated); did you mean "
+         "'simulated'?"),
     ("clusters:\n  - {name: x}\n", "c.yaml:2: clusters[0].kind: required field missing (one of: simulated, kubernetes)"),
     ("clusters:\n  - {name: x, kind: kubernetes, kubeconfig: k, nodes: []}\n",
      "c.yaml:2: clusters[0].nodes: unknown field 'nodes' (expected one of: name, kind, kubeconfig, context, "
