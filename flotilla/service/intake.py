@@ -68,10 +68,9 @@ import structlog
 from flotilla.core.capabilities import Backends, PodIntake
 from flotilla.core.model import (GANG_CARDINALITY_ANNOTATION, GANG_ID_ANNOTATION, GANG_MIN_AVAILABLE_ANNOTATION,
                                  OWNER_ANNOTATION, parse_min_available)
-from flotilla.kubernetes.intake import (JOB_SET_LABEL, KUEUE_QUEUE_LABEL, POD_NAME, POD_NAMESPACE, POD_UID, QUEUE_LABEL,
-                                       Arrival, queue_label)
+from flotilla.kubernetes.public import (JOB_SET_LABEL, KUEUE_QUEUE_LABEL, NO_CLASS, POD_NAME, POD_NAMESPACE, POD_UID,
+                                       QUEUE_LABEL, Arrival, queue_label)
 from flotilla.service.placement import place
-from flotilla.kubernetes.priorityclasses import NO_CLASS
 
 log = structlog.get_logger("flotilla.service.intake")
 

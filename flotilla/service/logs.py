@@ -77,7 +77,7 @@ class PodLogs:
             return caps.kubernetes_api.client
         with self._lock:
             if cluster not in self._clients:
-                from flotilla.kubernetes.client import KubeClient
+                from flotilla.kubernetes.public import KubeClient
 
                 raw = self._specs[cluster].raw
                 if getattr(raw, "in_cluster", False):
@@ -90,8 +90,7 @@ class PodLogs:
 
     def locate(self, job: dict, pod: int) -> tuple[object, PodRef]:
         """The client and pod for pod number ``pod`` of ``job`` (a record as :meth:`Store.get_job` gives it)."""
-        from flotilla.kubernetes.client import ApiError as KubeApiError, Unreachable, forbidden_message
-        from flotilla.kubernetes.pods import ATTEMPT, JOB_ID, label_value
+        from flotilla.kubernetes.public import ATTEMPT, JOB_ID, KubeApiError, Unreachable, forbidden_message, label_value
         from flotilla.service.leases import pod_ids
 
         npods = max(1, len(job.get("pods") or ()))
@@ -185,7 +184,7 @@ class PodLogs:
 
     def open(self, job: dict, pod: int, *, follow: bool, tail: int | None, limit: int | None = None):
         """The log of the job's pod as an open response (``stream()`` it, then ``release_conn()``)."""
-        from flotilla.kubernetes.client import ApiError as KubeApiError, Unreachable, forbidden_message
+        from flotilla.kubernetes.public import KubeApiError, Unreachable, forbidden_message
 
         client, ref = self.locate(job, pod)
         if isinstance(client, JobLogs):

@@ -41,7 +41,7 @@ from flotilla.core.capabilities import Backends
 from flotilla.core.decisions import Placement
 from flotilla.core.wishlist import compute_wishlist
 from flotilla.core.model import ClusterSnapshot, Job, JobState, PriorityClass, Queue, Snapshot
-from flotilla.kubernetes.priorityclasses import cluster_classes
+from flotilla.kubernetes.public import cluster_classes
 from flotilla.plugin_manager import make_backends
 from flotilla.service.intake import ClusterIntake
 from flotilla.service.jobspec import duration_of_annotations, exit_code_of_annotations
