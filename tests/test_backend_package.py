@@ -187,7 +187,8 @@ def test_the_example_backend_passes_its_own_tests_in_a_fresh_virtualenv(localpro
     result = subprocess.run([str(python), "-m", "pytest", "-q", "-p", "no:cacheprovider", "tests"], cwd=sources,
                             env=clean_env(), capture_output=True, text=True)
     summary = result.stdout.strip().splitlines()[-1] if result.stdout.strip() else ""
-    assert result.returncode == 0 and re.fullmatch(r"6 passed in [\d.]+s( \([\d:]+\))?", summary), result.stdout + result.stderr
+    assert result.returncode == 0 and re.fullmatch(r"6 passed in [\d.]+s( \([\d:]+\))?", summary), \
+        result.stdout + result.stderr
 
 
 @pytest.mark.venv
