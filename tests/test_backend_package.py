@@ -231,3 +231,68 @@ def test_serve_runs_a_submitted_job_as_a_process_and_logs_shows_its_output(local
         serve.terminate()
         serve.wait(60)
         log.close()
+
+
+# -- logs through the JobLogs capability -----------------------------------------------------
+
+class Logged:
+    """A backend whose pods' output is kept in memory (the JobLogs capability)."""
+
+    name = "t"
+
+    def __init__(self, output: dict[str, list[bytes]]):
+        self.output = output
+        self.asked: list[tuple] = []
+
+    def snapshot(self): ...
+
+    def apply(self, decisions): ...
+
+    def poll_events(self):
+        return []
+
+    def job_log(self, pod_id, tail, follow):
+        self.asked.append((pod_id, tail, follow))
+        if pod_id not in self.output:
+            raise LookupError("no output of that pod here")
+        return iter(self.output[pod_id])
+
+
+def pod_logs(backend=None):
+    from types import SimpleNamespace
+
+    from flotilla.service.logs import PodLogs
+    from flotilla.service.settings import ClusterSpec
+
+    settings = SimpleNamespace(clusters=(ClusterSpec("t", "tiny"), ClusterSpec("s", "simulated")))
+    loop = SimpleNamespace(backends=Backends({"t": backend})) if backend is not None else None
+    return PodLogs(settings, loop)
+
+
+def test_a_backends_own_log_is_read_through_its_capability_with_the_apis_bounds(monkeypatch):
+    from flotilla.service import logs
+    from flotilla.service.errors import ApiError
+
+    monkeypatch.setattr(logs, "MAX_BYTES", 5)
+    backend = Logged({"j1": [b"hel", b"", b"lo wor", b"ld\n"], "j2#1": [b"two\n"]})
+    reader = pod_logs(backend)
+    job = {"id": "j1", "state": "succeeded", "cluster": "t", "pods": [{}]}
+    assert reader.read(job, 0, None) == (b"hello", True)
+    assert reader.read(job, 0, 3) == (b"hello", True)
+    response, release = reader.follow(job, 0, None)
+    assert [reader.next_chunk(response) for _ in range(4)] == [b"hel", b"lo wor", b"ld\n", b""]
+    release()
+    assert reader.read({"id": "j2", "state": "running", "cluster": "t", "pods": [{}, {}]}, 1, None) == (b"two\n", False)
+    assert backend.asked == [("j1", None, False), ("j1", 3, False), ("j1", None, True), ("j2#1", None, False)]
+    with pytest.raises(ApiError) as gone:
+        reader.read({"id": "j3", "state": "failed", "cluster": "t", "pods": [{}]}, 0, None)
+    assert (gone.value.status, gone.value.message) == (410, "pod j3 on cluster 't': no output of that pod here")
+    with pytest.raises(ApiError) as elsewhere:   # the api role: no backends here
+        pod_logs().read(job, 0, None)
+    assert (elsewhere.value.status, elsewhere.value.message) == (
+        409, "job 'j1' ran on tiny cluster 't', whose log is read where the scheduling loop runs (serve --role all "
+             "or scheduler), not here")
+    with pytest.raises(ApiError) as simulated:
+        reader.read({"id": "j4", "state": "running", "cluster": "s", "pods": [{}]}, 0, None)
+    assert (simulated.value.status, simulated.value.message) == (
+        409, "job 'j4' ran on simulated cluster 's': its jobs run no containers, so there is no log")
