@@ -17,7 +17,9 @@ those are asked first.
 
 from __future__ import annotations
 
+import difflib
 import importlib
+import inspect
 from dataclasses import dataclass
 from importlib.metadata import EntryPoint
 from typing import Any, Mapping, Sequence
@@ -78,6 +80,57 @@ def find_plugin(name: str):
     return claims[0].load()
 
 
+def _hook_params() -> dict[str, list[str]]:
+    """Every hook Flotilla declares, with the parameters an implementation may take."""
+    return {name: list(inspect.signature(fn).parameters)
+            for name, fn in vars(hookspecs).items() if name.startswith("flotilla_") and callable(fn)}
+
+
+def _nearest(word: str, known) -> str:
+    """`` (did you mean X?)`` for the known name closest to ``word``, or nothing when none is close."""
+    close = difflib.get_close_matches(word, list(known), n=1, cutoff=0.5)
+    return f" (did you mean {close[0]}?)" if close else ""
+
+
+def plugin_problem(name: str, plugin, pm: pluggy.PluginManager) -> str | None:
+    """Why ``plugin`` (built under ``name``) cannot be registered, in one line, or None if it can.
+
+    A method marked ``@hookimpl`` must name a hook Flotilla declares and
+    take only that hook's parameters; a plugin must implement at least one
+    hook. Each problem names the plugin, the hook and the nearest known
+    name, so a misspelling reads as one line instead of pluggy's traceback.
+    """
+    hooks = _hook_params()
+    implemented = []
+    for attr in sorted(dir(plugin)):
+        try:
+            opts = pm.parse_hookimpl_opts(plugin, attr)
+        except Exception:  # an attribute that cannot be read is no hook implementation
+            opts = None
+        if opts is None:
+            continue
+        hook = opts.get("specname") or attr
+        if hook not in hooks:
+            return f"plugin {name!r}: {attr} is not a Flotilla hook{_nearest(hook, hooks)}"
+        if opts.get("wrapper") or opts.get("hookwrapper"):
+            return f"plugin {name!r}: {attr} is marked as a hook wrapper; Flotilla's hooks take plain implementations"
+        try:
+            params = [p for p in inspect.signature(getattr(plugin, attr)).parameters]
+        except (TypeError, ValueError):
+            params = []
+        for param in params:
+            if param not in hooks[hook]:
+                return (f"plugin {name!r}: {attr} takes an unknown parameter {param!r}"
+                        f"{_nearest(param, hooks[hook])}; {hook} offers {', '.join(hooks[hook])}")
+        implemented.append(attr)
+    if not implemented:
+        unmarked = [attr for attr in sorted(dir(plugin)) if attr in hooks]
+        if unmarked:
+            return f"plugin {name!r}: its method {unmarked[0]} is not marked @hookimpl, so it implements no hook"
+        return f"plugin {name!r} implements no hook (mark a method such as flotilla_session_open with @hookimpl)"
+    return None
+
+
 def new_plugin_manager() -> pluggy.PluginManager:
     """A plugin manager with Flotilla's hooks and the built-in cluster backends, and no decision plugins."""
     pm = pluggy.PluginManager(hookspecs.PROJECT)
@@ -103,12 +156,12 @@ def load_plugins(plugins: Sequence[tuple[str, Mapping[str, Any]]]) -> pluggy.Plu
             built.append((name, factory(dict(args or {}))))
         except (ValueError, TypeError) as exc:
             raise PluginError(index, "args", f"plugin {name!r}: {exc}") from None
+    for index, (name, plugin) in enumerate(built):
+        problem = plugin_problem(name, plugin, pm)
+        if problem is not None:
+            raise PluginError(index, "name", problem)
     for name, plugin in reversed(built):
         pm.register(plugin, name=name)
-    try:
-        pm.check_pending()
-    except pluggy.PluginValidationError as exc:
-        raise PluginError(0, "name", f"plugin {exc.plugin_name!r} implements an unknown hook: {exc}") from None
     return pm
 
 

@@ -94,6 +94,9 @@ class Model(BaseModel):
 class PluginConfig(Model):
     name: Name
     args: dict[str, Any] = Field(default_factory=dict)
+    #: Multiplies the plugin's node scores once normalised to 0..100 (kube-scheduler's score plugin weight);
+    #: None: 1. Only a plugin that registers a node score may have one (the scheduler checks when it loads).
+    weight: float | None = Field(None, gt=0, le=1000)
 
 
 class PriorityClassConfig(Model):
@@ -358,7 +361,11 @@ class EvictConfig(Model):
 
 class AllocateConfig(Model):
     lookahead: int = Field(1000, ge=1)
+    #: How many nodes a job's local volumes are looked for on, at most (flotilla.core.volumes: VolumePicks.find).
     node_candidates: int = Field(16, ge=1, alias="nodeCandidates")
+    #: kube-scheduler's percentageOfNodesToScore: how many fitting nodes node scores weigh, in percent of the
+    #: nodes (at least 100; every node below 100 nodes); 0 adapts to the cluster's size (flotilla.core.nodesearch).
+    percentage_of_nodes_to_score: int = Field(0, ge=0, le=100, alias="percentageOfNodesToScore")
 
 
 class PreemptConfig(Model):

@@ -55,6 +55,11 @@ class SessionSettings:
     evict_protected_fraction: float = 1.0
     lookahead: int = 1000
     node_candidates: int = 16
+    #: ``allocate.percentageOfNodesToScore``: how many fitting nodes node scores weigh
+    #: (:func:`~flotilla.core.nodesearch.nodes_to_score`; 0 adapts to the cluster's size).
+    percentage_of_nodes_to_score: int = 0
+    #: Plugin name -> its ``weight:`` (config), multiplying its normalised node scores; default 1.
+    score_weights: Mapping[str, float] = field(default_factory=dict)
     preempt_max_candidates: int = 1000
     indexed_resources: tuple[str, ...] = ("nvidia.com/gpu", "cpu", "memory")
     reservation_after: float | None = None
