@@ -51,7 +51,7 @@ def test_default_config_is_the_spec_example():
     assert cfg.evict.probability == 1.0 and cfg.allocate.lookahead == 1000
     assert cfg.preempt.enabled and cfg.preempt.max_candidates == 1000
     assert cfg.lease.timeout == 60.0 and cfg.lease.max_retries == 3
-    assert cfg.grace_period.default == 1.0 and cfg.grace_period.max == 300.0
+    assert cfg.grace_period.default == 30.0 and cfg.grace_period.max == 300.0
     assert cfg.deadlines.cpu == 259200.0 and cfg.deadlines.gpu == 1209600.0
     assert cfg.cycle.period == 1.0
     assert cfg.store.url == "sqlite:///flotilla.db" and cfg.server.listen == "127.0.0.1:8080"
@@ -199,7 +199,8 @@ CLUSTER = "clusters:\n  - name: c\n    kind: simulated\n    nodes:\n"
      "'NoExecute' (got 'Never')"),
     # clusters
     ("clusters:\n  - {name: x, kind: simulatd}\n",
-     "c.yaml:2: clusters[0].kind: expected kind to be one of 'simulated', 'kubernetes' (got 'simulatd')"),
+     "c.yaml:2: clusters[0].kind: unknown cluster kind 'simulatd' (known: kubernetes, simulated); did you mean "
+         "'simulated'?"),
     ("clusters:\n  - {name: x}\n", "c.yaml:2: clusters[0].kind: required field missing (one of: simulated, kubernetes)"),
     ("clusters:\n  - {name: x, kind: kubernetes, kubeconfig: k, nodes: []}\n",
      "c.yaml:2: clusters[0].nodes: unknown field 'nodes' (expected one of: name, kind, kubeconfig, context, "

@@ -184,7 +184,8 @@ def test_orders_that_work_load(actions):
 
 CONFIGS = sorted(path for path in (ROOT / "examples").rglob("*.yaml")
                  if "state" not in path.name and "workload" not in path.name
-                 and path.parent.name not in ("jobs", "workloads", "templates") and "plugins" not in path.parts
+                 and path.parent.name not in ("jobs", "workloads", "templates")
+                 and "plugins" not in path.parts and "backends" not in path.parts
                  and path.name != "two-queues.yaml")
 
 

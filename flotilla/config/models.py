@@ -13,13 +13,15 @@ from __future__ import annotations
 
 import difflib
 import re
-from typing import TYPE_CHECKING, Annotated, Any, Iterator, Literal, Union
+from typing import TYPE_CHECKING, Annotated, Any, ClassVar, Iterator, Literal, Union
 
-from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, PrivateAttr, field_validator, model_validator
+from pydantic import (BaseModel, BeforeValidator, ConfigDict, Discriminator, Field, PrivateAttr, Tag, field_validator,
+                      model_validator)
 
 from flotilla.core.backend import FAILURE_CAUSES
 
-from flotilla.core.model import HOSTNAME_LABEL, ClusterSnapshot, Node, PriorityClass, Queue, Taint, Toleration
+from flotilla.core.model import (DEFAULT_GRACE_PERIOD, HOSTNAME_LABEL, ClusterSnapshot, Node, PriorityClass, Queue, Taint,
+                                 Toleration)
 from flotilla.core.quantities import QuantityError, parse_duration, parse_quantity, resource_name_problem
 
 if TYPE_CHECKING:
@@ -361,7 +363,48 @@ class KubernetesClusterConfig(Model):
                                 pattern=r"^[a-z0-9]([-a-z0-9.]*[a-z0-9])?$")
 
 
-ClusterConfig = Annotated[Union[SimulatedClusterConfig, KubernetesClusterConfig], Field(discriminator="kind")]
+#: The cluster kinds Flotilla serves itself; any other ``kind`` is a package's (:class:`PackagedClusterConfig`).
+BUILTIN_CLUSTER_KINDS = ("simulated", "kubernetes")
+
+
+class PackagedClusterConfig(Model):
+    """A cluster whose ``kind`` an installed package provides (the ``flotilla.backends`` entry-point group).
+
+    ``args`` is the backend's own: :meth:`FlotillaConfig.check` validates it
+    with the model the kind declares (its ``Args``), at its lines in the file,
+    and keeps the result for the backend (:attr:`parsed_args`).
+    """
+
+    #: The tag of this model in the clusters' union (never a kind: a kind named so is a package's too).
+    UNION_TAG: ClassVar[str] = "package"
+
+    name: Name
+    kind: str = Field(min_length=1)
+    args: dict[str, Any] = Field(default_factory=dict)
+
+    _parsed_args: Any = PrivateAttr(default=None)
+
+    @property
+    def parsed_args(self) -> Any:
+        """``args`` as the kind's ``Args`` model read them (set by the config's check; None before)."""
+        return self._parsed_args
+
+    def keep_parsed_args(self, parsed: Any) -> None:
+        """Keep ``args`` as the kind's model read them, for the backend."""
+        self._parsed_args = parsed
+
+
+def _cluster_tag(value: Any) -> str | None:
+    kind = value.get("kind") if isinstance(value, dict) else getattr(value, "kind", None)
+    if kind is None:
+        return None
+    return kind if kind in BUILTIN_CLUSTER_KINDS else PackagedClusterConfig.UNION_TAG
+
+
+ClusterConfig = Annotated[Union[Annotated[SimulatedClusterConfig, Tag("simulated")],
+                                Annotated[KubernetesClusterConfig, Tag("kubernetes")],
+                                Annotated[PackagedClusterConfig, Tag(PackagedClusterConfig.UNION_TAG)]],
+                          Discriminator(_cluster_tag)]
 
 
 class EvictConfig(Model):
@@ -412,7 +455,8 @@ class LeaderElectionConfig(Model):
 
 
 class GracePeriodConfig(Model):
-    default: Duration = 1.0
+    #: A job's pods' grace period when its podSpec names none: Kubernetes' own default.
+    default: Duration = DEFAULT_GRACE_PERIOD
     max: Duration = 300.0
 
 
@@ -609,6 +653,7 @@ class FlotillaConfig(Model):
         """Cross-field problems as ``(path, message)``; the loader reports the earliest in the file."""
         from flotilla.actions import action_name_clash, available_actions
         from flotilla.config.actionorder import action_order_problems
+        from flotilla.config.clusterkinds import cluster_kind_problems
         from flotilla.config.pluginargs import plugin_arg_problems
         from flotilla.config.resourcenames import config_problems as resource_name_problems
 
@@ -648,6 +693,7 @@ class FlotillaConfig(Model):
                 problems.append((("placement", i, "parent"), f"unknown parent queue {rule.parent!r} (the config's "
                                                              f"queues: {known})"))
         problems += _duplicates("clusters", [c.name for c in self.clusters], "cluster")
+        problems += cluster_kind_problems(self.clusters)
         problems += _duplicates("nodeTemplates", [t.name for t in self.node_templates], "node template")
         for c, cluster in enumerate(self.clusters):
             if isinstance(cluster, SimulatedClusterConfig):
