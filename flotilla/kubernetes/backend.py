@@ -374,6 +374,16 @@ class KubernetesCluster:
     def available(self) -> bool:
         return all(self._synced.values())
 
+    @property
+    def sync_error(self) -> str:
+        """Why the cluster cannot be read (``not synced yet``, or an informer's last error)."""
+        return self._error
+
+    @property
+    def namespace(self) -> str:
+        """Where jobs that name no namespace go (the cluster's ``namespace`` setting)."""
+        return self.settings.namespace
+
     # -- protocol ------------------------------------------------------------------------
     def snapshot(self) -> ClusterSnapshot:
         with self._lock:
