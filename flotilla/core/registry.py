@@ -124,6 +124,7 @@ class ExtensionRegistry:
     def add_node_filter(self, fn: NodeFilter) -> None:
         """May ``job`` start on node ``i``? (Reservations; all filters must agree.) Set by actions, per cycle."""
         self.node_filter_fns.append(fn)
+        self._found = None  # a node search's answer predates this filter
 
     def node_allowed(self, job: Job, i: int, making_way: frozenset[str] | set[str] = frozenset()) -> bool:
         """May ``job`` start on node ``i``: none of its host ports is held there (but by jobs ``making_way``),

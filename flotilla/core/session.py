@@ -70,7 +70,7 @@ class SessionSettings:
     share_weights: Mapping[str, float] = field(default_factory=lambda: dict(DEFAULT_SHARE_WEIGHTS))
 
 
-class Session(ExtensionRegistry, NodeSearch, Placing, WhyNot):
+class Session(ExtensionRegistry, Placing, NodeSearch, WhyNot):
     """The state one cycle works on; see the module docstring."""
 
     def __init__(self, snapshot: Snapshot, settings: SessionSettings | None = None,

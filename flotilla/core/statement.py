@@ -93,6 +93,7 @@ class Statement:
     def unevict(self, job: Job) -> None:
         """Return an evicted job to the node it was evicted from."""
         s = self.session
+        s._found = None  # it takes room a node search counted free
         running = s.running[job.id]
         s.index.relevel(running.node, job.id, running.level)
         if s.type_room:
