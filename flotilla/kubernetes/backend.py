@@ -251,6 +251,7 @@ class KubernetesCluster:
         self._nominated: set[str] = set()                # held in-cluster starts told their node
         self._arrivals: deque = deque()                  # (key, first seen, requests, nodeSelector) of those pods
         self._other_seen_at: float | None = None         # when the watch last showed such a pod arrive
+        self._settle_timer: threading.Timer | None = None   # retries held starts once such a burst is over
         self._yielding: dict[str, float] = {}            # job id -> since when its bind gives way to them
         #: Node -> starts waiting for room on it, in order: (job, attempt, template, start count).
         self._held: dict[str, list[tuple]] = {}
@@ -334,6 +335,10 @@ class KubernetesCluster:
             if self._stop.is_set():
                 return
             self._stop.set()
+            timer = self._settle_timer
+        if timer is not None:
+            timer.cancel()
+            timer.join(timeout)
         self.client.end_watches(self._stop)
         deadline = time.monotonic() + timeout
         for thread in self._threads:
@@ -766,9 +771,9 @@ class KubernetesCluster:
         if seen is None or self.clock() - seen > OTHER_SCHEDULER_PERIOD:
             return None
         try:
-            on_node = self.client.get("/api/v1/pods", fieldSelector=f"spec.nodeName={node}")["items"]
+            on_node = self.client.get("/api/v1/pods", fieldSelector=f"spec.nodeName={node}").get("items") or []
             waiting = self.client.get("/api/v1/pods", fieldSelector="spec.nodeName=,spec.schedulerName!="
-                                                                    + self.settings.scheduler_name)["items"]
+                                                                    + self.settings.scheduler_name).get("items") or []
         except KubeError as exc:
             log.info("kubernetes.fresh_read_failed", cluster=self.name, node=node, error=str(exc))
             return None
@@ -837,6 +842,7 @@ class KubernetesCluster:
                         # Its pods are still arriving: more may come than any read shows, placed from a cache
                         # that may not show this bind. Its burst goes first (held, tried again as it settles).
                         self._hold(node, job, attempt, template, nominate=False)
+                        self._settle_later(now)
                         return False
                 if incoming and shortfall(job.requests, {r: load.get(r, 0) + incoming.get(r, 0)
                                                          for r in set(load) | set(incoming)},
@@ -896,6 +902,23 @@ class KubernetesCluster:
             for resource, amount in requests.items():
                 incoming[resource] = incoming.get(resource, 0) + amount
         return incoming
+
+    def _settle_later(self, now: float) -> None:
+        """Try the held starts again once the other scheduler's burst is over: no pod event may come to do it."""
+        if self._settle_timer is not None and self._settle_timer.is_alive():
+            return
+        last = max((since for _, since, _, _ in self._arrivals), default=now)
+        delay = min(max(last + ARRIVALS_PERIOD - now, 0.0), ARRIVALS_PERIOD) + 0.05
+        timer = threading.Timer(delay, self._settle)
+        timer.name, timer.daemon = f"kube-{self.name}-settle", True
+        self._settle_timer = timer
+        timer.start()
+
+    def _settle(self) -> None:
+        with self._lock:
+            self._settle_timer = None
+            if not self._stop.is_set():
+                self._release_all_held()
 
     def _burst_on(self, node: Node, now: float) -> bool:
         """Whether another scheduler's pods that may take room on ``node`` arrived within ``ARRIVALS_PERIOD``
