@@ -177,7 +177,7 @@ def test_action_orders_that_cannot_work_are_refused(actions, expected):
 ])
 def test_orders_that_work_load(actions):
     extra = "reservation: {after: 10m}\n" if "reserve" in actions else ""
-    assert parse_config(f"actions: [{', '.join(actions)}]\n{extra}", "c.yaml").actions == actions
+    assert parse_config(f"actions: [{', '.join(actions)}]\n{extra}", "c.yaml").action_names == actions
 
 
 # -- nothing that worked before is refused -----------------------------------------------------------------------
