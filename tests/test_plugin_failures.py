@@ -1,0 +1,145 @@
+"""A plugin that fails is isolated, named and counted: the job or queue it was asked about waits with the reason
+``plugin NAME failed at POINT: ExcType: message``; everything else in the cycle proceeds."""
+
+from __future__ import annotations
+
+import sys
+
+import pytest
+
+from scenario import config, install_distribution, invoke, placements, run_once
+
+QUEUES = "queues: [{name: Q1, weight: 1}, {name: Q2, weight: 1}, {name: Q3, weight: 1}]"
+
+PLUGINS = """
+plugins:
+  - name: badfair
+  - name: bestfit
+  - name: gang
+  - name: priorityclass
+"""
+
+#: A fairness policy (asset fairness by cpu) that fails for some queues, as its ``fail`` arg says per queue.
+POLICY = '''
+from flotilla.plugin import hookimpl
+
+
+class BadFair:
+    def __init__(self, args):
+        self.fail = dict(args.get("fail", {}))
+        self.point = args.get("point", "queue_order")
+        self.opened = args.get("open", False)
+
+    @hookimpl
+    def flotilla_session_open(self, session):
+        if self.opened and session.snapshot.queued:   # an empty snapshot (the check at load) opens
+            raise RuntimeError("cannot reach the quota service")
+        fail = self.fail
+
+        def key(queue, extra):
+            how = fail.get(queue.name)
+            if how == "raise":
+                raise KeyError(queue.name)
+            if how == "nan":
+                return float("nan")
+            if how == "none":
+                return None
+            if how == "tuple":
+                return (1.0, 0.0)
+            used = queue.allocated[0] + (extra[0] if extra is not None else 0)
+            return used / queue.fair_share
+
+        def valid(job):
+            how = fail.get(job.id)
+            if how == "raise":
+                raise ValueError(f"no quota record for {job.id}")
+            if how == "int":
+                return 7
+            return None
+
+        def score(job, node):
+            if fail.get(job.id) == "score":
+                return float("inf")
+            return 0.0
+
+        session.add_queue_order(key)
+        session.add_job_valid(valid)
+        session.add_node_score(score)
+'''
+
+
+@pytest.fixture
+def badfair(tmp_path, monkeypatch):
+    install_distribution(tmp_path / "site", "badfair_plugin", POLICY, "flotilla.plugins",
+                         "badfair = badfair_plugin:BadFair")
+    monkeypatch.syspath_prepend(str(tmp_path / "site"))
+    yield
+    sys.modules.pop("badfair_plugin", None)
+
+
+def state(queues=("Q1", "Q2", "Q3"), per_queue=4, nodes=2) -> str:
+    lines = ["clusters:", "  - name: c1", "    nodes:",
+             *[f"      - {{name: n{i}, resources: {{cpu: 4}}}}" for i in range(1, nodes + 1)], "jobs:"]
+    for q in queues:
+        for i in range(1, per_queue + 1):
+            lines.append(f"  - {{id: {q.lower()}-{i}, queue: {q}, requests: {{cpu: 1}}, submitted: {i}}}")
+    return "\n".join(lines) + "\n"
+
+
+def plugins(args: str) -> str:
+    return PLUGINS.replace("  - name: badfair\n", f"  - name: badfair\n    args: {args}\n")
+
+
+def test_a_policy_raising_for_q2_and_nan_for_q3_leaves_them_out_in_schedule_once(tmp_path, badfair):
+    out = run_once(tmp_path, config(QUEUES, plugins("{fail: {Q2: raise, Q3: nan}}")), state())
+    alone = run_once(tmp_path, config(QUEUES, plugins("{fail: {}}")), state(queues=("Q1",)))
+    # Q1 is placed as if Q2 and Q3 were absent: all four of its jobs, on the same nodes.
+    assert placements(out) == placements(alone) == {"q1-1": "n1", "q1-2": "n1", "q1-3": "n1", "q1-4": "n1"}
+    q2 = "plugin badfair failed at queue_order: KeyError: 'Q2'"
+    q3 = "plugin badfair failed at queue_order: ValueError: answered nan, not a finite number"
+    assert out["reasons"] == {**{f"q2-{i}": q2 for i in range(1, 5)}, **{f"q3-{i}": q3 for i in range(1, 5)}}
+
+
+@pytest.mark.parametrize("how, reason", [
+    ("none", "TypeError: answered None, not a number"),
+    ("tuple", "TypeError: answered (1.0, 0.0) where earlier answers were numbers"),
+])
+def test_a_queue_order_answering_none_or_mixing_kinds_is_that_queues_failure(tmp_path, badfair, how, reason):
+    out = run_once(tmp_path, config(QUEUES, plugins(f"{{fail: {{Q3: {how}}}}}")), state(queues=("Q1", "Q2", "Q3")))
+    assert sorted(placements(out)) == ["q1-1", "q1-2", "q1-3", "q1-4", "q2-1", "q2-2", "q2-3", "q2-4"]
+    assert out["reasons"] == {f"q3-{i}": f"plugin badfair failed at queue_order: {reason}" for i in range(1, 5)}
+
+
+def test_a_job_point_failing_leaves_that_job_waiting_and_the_rest_placed(tmp_path, badfair):
+    out = run_once(tmp_path, config(QUEUES, plugins("{fail: {q1-2: raise, q2-1: int, q3-3: score}}")),
+                   state(nodes=3))
+    assert sorted(placements(out)) == ["q1-1", "q1-3", "q1-4", "q2-2", "q2-3", "q2-4", "q3-1", "q3-2", "q3-4"]
+    assert out["reasons"] == {
+        "q1-2": "plugin badfair failed at job_valid: ValueError: no quota record for q1-2",
+        "q2-1": "plugin badfair failed at job_valid: TypeError: answered 7, not None or a string",
+        "q3-3": "plugin badfair failed at node_score: ValueError: answered inf, not a finite number",
+    }
+
+
+def test_a_session_open_failure_fails_the_cycle_closed(tmp_path, badfair):
+    result = invoke(tmp_path, config(QUEUES, plugins("{open: true}")), state())
+    assert result.exit_code == 1
+    assert result.stdout == ""
+    assert result.stderr.splitlines()[-1] == (
+        "error: the cycle failed closed (nothing decided): plugin badfair failed at flotilla_session_open: "
+        "RuntimeError: cannot reach the quota service")
+
+
+def test_a_session_open_failure_at_load_is_a_config_error(tmp_path, badfair):
+    policy = POLICY.replace("if self.opened and session.snapshot.queued:", "if self.opened:")
+    install_distribution(tmp_path / "site2", "badfair_plugin2", policy, "flotilla.plugins",
+                         "badfair2 = badfair_plugin2:BadFair")
+    sys.path.insert(0, str(tmp_path / "site2"))
+    try:
+        result = invoke(tmp_path, config(QUEUES, plugins("{open: true}").replace("badfair", "badfair2")), state())
+    finally:
+        sys.path.remove(str(tmp_path / "site2"))
+        sys.modules.pop("badfair_plugin2", None)
+    assert result.exit_code == 2
+    assert result.stderr == (f"error: {tmp_path / 'flotilla.yaml'}:3: plugins[0].name: plugin badfair2 failed at "
+                             "flotilla_session_open: RuntimeError: cannot reach the quota service\n")
