@@ -143,3 +143,125 @@ def test_a_session_open_failure_at_load_is_a_config_error(tmp_path, badfair):
     assert result.exit_code == 2
     assert result.stderr == (f"error: {tmp_path / 'flotilla.yaml'}:3: plugins[0].name: plugin badfair2 failed at "
                              "flotilla_session_open: RuntimeError: cannot reach the quota service\n")
+
+
+SERVE_CONFIG = """
+priorityClasses:
+  - {name: armada-default, priority: 30000, preemptible: false}
+defaultPriorityClass: armada-default
+queues: [{name: Q1, weight: 1}, {name: Q2, weight: 1}, {name: Q3, weight: 1}]
+plugins:
+  - name: badfair
+    args: {fail: {Q2: raise, Q3: nan}}
+  - name: bestfit
+  - name: gang
+  - name: priorityclass
+evict: {probability: 0}
+cycle: {period: 0.2s, unreadyAfterFailedCycles: 2}
+clusters:
+  - name: c1
+    kind: simulated
+    nodes: [{count: 2, namePrefix: n, resources: {cpu: 4, memory: 16Gi}}]
+"""
+
+
+class Clock:
+    def __init__(self, now: float = 1_000_000.0):
+        self.now = now
+
+    def __call__(self) -> float:
+        return self.now
+
+
+def serve(tmp_path, text: str):
+    from fastapi.testclient import TestClient
+
+    from flotilla.config import parse_config
+    from flotilla.scheduler import Scheduler
+    from flotilla.service.loop import service_backends
+    from flotilla.service.server import build_service
+
+    cfg = parse_config(text, "flotilla.yaml")
+    clock = Clock()
+    scheduler = Scheduler(cfg)
+    scheduler.clock = clock
+    service = build_service(cfg, scheduler, store_url=f"sqlite:///{tmp_path}/s.db",
+                            backends=service_backends(cfg, scheduler.pm), seed=0)
+    return service, TestClient(service.app, base_url="http://127.0.0.1"), clock
+
+
+def submit(client, queue: str, count: int) -> list[str]:
+    from service_fixtures import job, job_file
+
+    body = job_file(queue, "s", [job(f"{queue.lower()}-{i}") for i in range(1, count + 1)])
+    response = client.post("/v1/submit", json=body)
+    assert response.status_code == 200, response.text
+    return [item["id"] for item in response.json()["jobs"]]
+
+
+def plugin_samples(client) -> dict:
+    from prometheus_client.parser import text_string_to_metric_families
+
+    out = {}
+    for family in text_string_to_metric_families(client.get("/metrics").text):
+        for sample in family.samples:
+            if sample.name == "flotilla_plugin_errors_total":
+                out[(sample.labels["plugin"], sample.labels["point"])] = sample.value
+    return out
+
+
+def test_serve_isolates_the_failing_queues_counts_logs_once_a_minute_and_shows_the_plugin(tmp_path, badfair):
+    import structlog
+
+    service, client, clock = serve(tmp_path, SERVE_CONFIG)
+    ids = {queue: submit(client, queue, 3) for queue in ("Q1", "Q2", "Q3")}
+    with structlog.testing.capture_logs() as logs:
+        for _ in range(3):
+            assert service.runner.cycle()
+            clock.now += 1
+    states = {job_id: client.get(f"/v1/jobs/{job_id}").json() for queue in ids.values() for job_id in queue}
+    # Q1's jobs run where they would were Q2 and Q3 absent: the first node, bestfit's least free space.
+    assert {job_id: (states[job_id]["state"], states[job_id]["node"]) for job_id in ids["Q1"]} == \
+        dict.fromkeys(ids["Q1"], ("running", "n-1"))
+    q2 = "plugin badfair failed at queue_order: KeyError: 'Q2'"
+    q3 = "plugin badfair failed at queue_order: ValueError: answered nan, not a finite number"
+    assert {job_id: (states[job_id]["state"], states[job_id]["reason"]) for job_id in ids["Q2"] + ids["Q3"]} == {
+        **{job_id: ("queued", q2) for job_id in ids["Q2"]}, **{job_id: ("queued", q3) for job_id in ids["Q3"]}}
+    # Each cycle asks the policy once for Q2 and once for Q3 (their first offers), and both fail.
+    assert plugin_samples(client) == {("badfair", "queue_order"): 6.0}
+    status = client.get("/v1/status").json()["plugins"]
+    assert status == {"failedCycles": 0, "failing": [
+        {"plugin": "badfair", "point": "queue_order", "error": "KeyError: 'Q2'", "failures": 1},
+        {"plugin": "badfair", "point": "queue_order", "error": "ValueError: answered nan, not a finite number",
+         "failures": 1}]}
+    # One line per distinct error within the minute, whatever the number of cycles.
+    failed = [entry for entry in logs if entry["event"] == "plugin.failed"]
+    assert [(entry["error"], entry["failures"]) for entry in failed] == [
+        ("KeyError: 'Q2'", 1), ("ValueError: answered nan, not a finite number", 1)]
+    # A minute on, each is logged again with the failures it stands for.
+    clock.now += 60
+    with structlog.testing.capture_logs() as logs:
+        assert service.runner.cycle()
+    failed = [entry for entry in logs if entry["event"] == "plugin.failed"]
+    assert [(entry["error"], entry["failures"]) for entry in failed] == [
+        ("KeyError: 'Q2'", 3), ("ValueError: answered nan, not a finite number", 3)]
+    assert client.get("/readyz").status_code == 200
+
+
+def test_serve_fails_closed_on_a_session_open_failure_and_readyz_follows(tmp_path, badfair):
+    service, client, clock = serve(tmp_path, SERVE_CONFIG.replace("args: {fail: {Q2: raise, Q3: nan}}",
+                                                                  "args: {open: true}"))
+    ids = submit(client, "Q1", 2)
+    assert not service.runner.cycle()
+    assert client.get("/readyz").status_code == 200     # one failed cycle of the two allowed
+    assert not service.runner.cycle()
+    ready = client.get("/readyz")
+    assert ready.status_code == 503
+    reason = "plugin badfair failed at flotilla_session_open: RuntimeError: cannot reach the quota service"
+    assert ready.json()["reason"] == f"2 cycles in a row failed closed: {reason}"
+    assert {client.get(f"/v1/jobs/{job_id}").json()["state"] for job_id in ids} == {"queued"}
+    assert plugin_samples(client) == {("badfair", "flotilla_session_open"): 2.0}
+    assert client.get("/v1/status").json()["plugins"] == {
+        "failedCycles": 2, "cycleFailed": reason, "failing": [
+            {"plugin": "badfair", "point": "flotilla_session_open",
+             "error": "RuntimeError: cannot reach the quota service", "failures": 1}]}

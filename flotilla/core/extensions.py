@@ -337,6 +337,10 @@ def _finite_number(answer) -> str | None:
     return f"TypeError: answered {_shown(answer)}, not a number"
 
 
+#: A finite float is always a good number: the guard checks it inline.
+_finite_number.floats = [True]
+
+
 def _reason(answer) -> str | None:
     if answer is None or answer.__class__ is str:
         return None
@@ -390,10 +394,13 @@ def _queue_key_check():
             kind = "number"
         if not kinds:
             kinds.append(kind)
+            if kind == "number":
+                check.floats.append(True)  # floats are this policy's keys: the guard checks them inline
         elif kinds[0] != kind:
             return f"TypeError: answered {_shown(answer)} where earlier answers were {kinds[0]}s"
         return None
 
+    check.floats = []
     return check
 
 
@@ -409,6 +416,75 @@ _STATEFUL = {"queue_order", "preempt_queue_order"}
 
 #: Attributes a callable may carry to say how it may be called (see the protocols); a guard keeps them.
 _PROMISES = ("own_usage_only", "by_priority_class")
+
+
+def _guard1(fn, plugin, point, at, scope, check, reason):
+    floats = getattr(check, "floats", None)  # non-empty while a finite float is a good answer (checked inline)
+    if reason:
+        def guarded(a):
+            try:
+                answer = fn(a)
+            except Exception as exc:
+                raise PluginFailed(plugin, point, exc, a, scope) from exc
+            if answer is None or answer.__class__ is str:
+                return answer
+            raise PluginFailed(plugin, point, _reason(answer), a, scope)
+    else:
+        def guarded(a):
+            try:
+                answer = fn(a)
+            except Exception as exc:
+                raise PluginFailed(plugin, point, exc, a, scope) from exc
+            if floats and answer.__class__ is float and answer - answer == 0:
+                return answer  # the usual queue key, checked inline
+            problem = check(answer)
+            if problem is not None:
+                raise PluginFailed(plugin, point, problem, a, scope)
+            return answer
+    return guarded
+
+
+def _guard2(fn, plugin, point, at, scope, check, reason):
+    floats = getattr(check, "floats", None)
+    if reason:
+        def guarded(a, b):
+            try:
+                answer = fn(a, b)
+            except Exception as exc:
+                raise PluginFailed(plugin, point, exc, (a, b)[at], scope) from exc
+            if answer is None or answer.__class__ is str:
+                return answer
+            raise PluginFailed(plugin, point, _reason(answer), (a, b)[at], scope)
+    else:
+        def guarded(a, b):
+            try:
+                answer = fn(a, b)
+            except Exception as exc:
+                raise PluginFailed(plugin, point, exc, (a, b)[at], scope) from exc
+            if floats and answer.__class__ is float and answer - answer == 0:
+                return answer  # the usual queue key or node score, checked inline
+            problem = check(answer)
+            if problem is not None:
+                raise PluginFailed(plugin, point, problem, (a, b)[at], scope)
+            return answer
+    return guarded
+
+
+def _guard3(fn, plugin, point, at, scope, check, reason):
+    def guarded(a, b, c):
+        try:
+            answer = fn(a, b, c)
+        except Exception as exc:
+            raise PluginFailed(plugin, point, exc, (a, b, c)[at], scope) from exc
+        if answer is None or answer.__class__ is str:
+            return answer
+        raise PluginFailed(plugin, point, _reason(answer), (a, b, c)[at], scope)
+    return guarded
+
+
+#: Guards by the number of arguments a point takes (none takes more than three; ``queue_admit`` is the three's
+#: only one, and answers a reason).
+_GUARDS = {1: _guard1, 2: _guard2, 3: _guard3}
 
 
 def guard(point: str, plugin: str, fn: Callable, failed: Callable[[PluginFailed], None]) -> Callable:
@@ -433,22 +509,9 @@ def guard(point: str, plugin: str, fn: Callable, failed: Callable[[PluginFailed]
                 fn(*args)
             except Exception as exc:
                 failed(PluginFailed(plugin, point, exc, args[at], scope))
-    elif check is None:
-        def guarded(*args):
-            try:
-                return fn(*args)
-            except Exception as exc:
-                raise PluginFailed(plugin, point, exc, args[at], scope) from exc
     else:
-        def guarded(*args):
-            try:
-                answer = fn(*args)
-            except Exception as exc:
-                raise PluginFailed(plugin, point, exc, args[at], scope) from exc
-            problem = check(answer)
-            if problem is not None:
-                raise PluginFailed(plugin, point, problem, args[at], scope)
-            return answer
+        guarded = _GUARDS[len(inspect.signature(declared.protocol.__call__).parameters) - 1](
+            fn, plugin, point, at, scope, check, check is _reason)
     for promise in _PROMISES:
         if getattr(fn, promise, False):
             setattr(guarded, promise, True)
