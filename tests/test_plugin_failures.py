@@ -246,6 +246,36 @@ def test_serve_isolates_the_failing_queues_counts_logs_once_a_minute_and_shows_t
     assert [(entry["error"], entry["failures"]) for entry in failed] == [
         ("KeyError: 'Q2'", 3), ("ValueError: answered nan, not a finite number", 3)]
     assert client.get("/readyz").status_code == 200
+    assert cli_status(service) == [
+        "plugins failing: 2",
+        "PLUGIN   POINT        FAILURES  ERROR",
+        "badfair  queue_order  1         KeyError: 'Q2'",
+        "badfair  queue_order  1         ValueError: answered nan, not a finite number"]
+
+
+def cli_status(service) -> list[str]:
+    """``flotilla status`` (no job) against ``service`` served on a free port."""
+    import threading
+
+    import uvicorn
+    from click.testing import CliRunner
+
+    from flotilla.scheduler_main import main
+    from serve_process import free_port
+
+    port = free_port()
+    server = uvicorn.Server(uvicorn.Config(service.app, host="127.0.0.1", port=port, log_level="warning"))
+    thread = threading.Thread(target=server.run, daemon=True)
+    thread.start()
+    try:
+        while not server.started:
+            thread.join(0.05)
+        result = CliRunner().invoke(main, ["status", "--url", f"http://127.0.0.1:{port}"])
+        assert result.exit_code == 0, result.output
+        return result.output.splitlines()
+    finally:
+        server.should_exit = True
+        thread.join(10)
 
 
 def test_serve_fails_closed_on_a_session_open_failure_and_readyz_follows(tmp_path, badfair):

@@ -153,15 +153,6 @@ class Allocate:
         session.timings[self.name] = time.perf_counter() - started
 
     # -- helpers --------------------------------------------------------------
-    def _valid_or_failed(self, session, job) -> str | None:
-        """``job_valid(job)``; a plugin's failure is recorded and reads as a refusal (the job is offered on its
-        own, and its failure stays its reason)."""
-        try:
-            return self.job_valid(job)
-        except PluginFailed as failure:
-            session.plugin_failed(failure, (job,))
-            return failure.reason
-
     def _bulk_valid(self, job) -> str | None:
         """``job_valid`` for a run of known misfits: a failure stops the run before the job (read on its own)."""
         try:
@@ -248,16 +239,20 @@ class Allocate:
                 selector = unit.node_selector  # requirements_key(unit), inlined: this loop is per job
                 failure = known.get((id(unit.requests), unit.priority_class, id(selector) if selector else 0,
                                      id(unit.tolerations)))
-                if failure is not None and unit.affinity is None and (job_valid is None or not
-                                                                       self._valid_or_failed(session, unit)):
-                    failures[unit.id] = failure
-                    skipped += 1
-                    passed += 1
-                    if passed < lookahead:
-                        continue
-                    run.passed = passed - 1
-                    self._pass_over(session, run)
-                    break
+                if failure is not None and unit.affinity is None:
+                    try:
+                        refused = job_valid is not None and job_valid(unit)
+                    except PluginFailed:
+                        refused = True   # offered on its own: placing it meets the failure again, and records it
+                    if not refused:
+                        failures[unit.id] = failure
+                        skipped += 1
+                        passed += 1
+                        if passed < lookahead:
+                            continue
+                        run.passed = passed - 1
+                        self._pass_over(session, run)
+                        break
             run.passed = passed
             offered = unit
             break

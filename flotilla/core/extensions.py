@@ -31,6 +31,7 @@ import inspect
 import math
 from dataclasses import dataclass
 from numbers import Real
+from operator import eq
 from typing import TYPE_CHECKING, Callable, Protocol, Sequence
 
 if TYPE_CHECKING:
@@ -356,9 +357,8 @@ def _bool(answer) -> str | None:
 def _sort_key(answer) -> str | None:
     if answer.__class__ is not tuple:
         return f"TypeError: answered {_shown(answer)}, not a tuple"
-    for part in answer:
-        if part != part:
-            return f"ValueError: answered {answer!r}, which holds a NaN"
+    if not all(map(eq, answer, answer)):  # only a NaN is not equal to itself
+        return f"ValueError: answered {_shown(answer)}, which holds a NaN"
     return None
 
 
@@ -430,16 +430,21 @@ def _guard1(fn, plugin, point, at, scope, check, reason):
                 return answer
             raise PluginFailed(plugin, point, _reason(answer), a, scope)
     else:
+        accepted = None  # the last tuple answer that passed: a plugin answering one constant is checked once
+
         def guarded(a):
+            nonlocal accepted
             try:
                 answer = fn(a)
             except Exception as exc:
                 raise PluginFailed(plugin, point, exc, a, scope) from exc
-            if floats and answer.__class__ is float and answer - answer == 0:
-                return answer  # the usual queue key, checked inline
+            if answer is accepted or floats and answer.__class__ is float and answer - answer == 0:
+                return answer  # the usual queue key or node tiers, checked inline
             problem = check(answer)
             if problem is not None:
                 raise PluginFailed(plugin, point, problem, a, scope)
+            if answer.__class__ is tuple:
+                accepted = answer
             return answer
     return guarded
 
@@ -482,6 +487,27 @@ def _guard3(fn, plugin, point, at, scope, check, reason):
     return guarded
 
 
+def _by_priority_class(fn, plugin, point, scope):
+    """A guarded ``job_valid`` whose answer depends on the job's priority class alone (its promise): asked once
+    per class, the answer kept for the session."""
+    answers: dict = {}
+
+    def guarded(job):
+        try:
+            return answers[job.priority_class]
+        except KeyError:
+            pass
+        try:
+            answer = fn(job)
+        except Exception as exc:
+            raise PluginFailed(plugin, point, exc, job, scope) from exc
+        if answer is not None and answer.__class__ is not str:
+            raise PluginFailed(plugin, point, _reason(answer), job, scope)
+        answers[job.priority_class] = answer
+        return answer
+    return guarded
+
+
 #: Guards by the number of arguments a point takes (none takes more than three; ``queue_admit`` is the three's
 #: only one, and answers a reason).
 _GUARDS = {1: _guard1, 2: _guard2, 3: _guard3}
@@ -509,6 +535,8 @@ def guard(point: str, plugin: str, fn: Callable, failed: Callable[[PluginFailed]
                 fn(*args)
             except Exception as exc:
                 failed(PluginFailed(plugin, point, exc, args[at], scope))
+    elif point == "job_valid" and getattr(fn, "by_priority_class", False):
+        guarded = _by_priority_class(fn, plugin, point, scope)
     else:
         guarded = _GUARDS[len(inspect.signature(declared.protocol.__call__).parameters) - 1](
             fn, plugin, point, at, scope, check, check is _reason)
