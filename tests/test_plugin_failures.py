@@ -246,6 +246,10 @@ def test_serve_isolates_the_failing_queues_counts_logs_once_a_minute_and_shows_t
     assert [(entry["error"], entry["failures"]) for entry in failed] == [
         ("KeyError: 'Q2'", 3), ("ValueError: answered nan, not a finite number", 3)]
     assert client.get("/readyz").status_code == 200
+    # The dashboard's queue page says which plugins fail, and how.
+    page = client.get("/ui").text
+    assert '<section id="plugins-failing" class="warning">' in page
+    assert "<tr><td>badfair</td><td>queue_order</td><td class=\"num\">1</td><td>KeyError: &#39;Q2&#39;</td></tr>" in page
     assert cli_status(service) == [
         "plugins failing: 2",
         "PLUGIN   POINT        FAILURES  ERROR",
