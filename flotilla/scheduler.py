@@ -25,7 +25,7 @@ from typing import Callable, Mapping, Sequence
 
 import structlog
 
-from flotilla.actions import get_action
+from flotilla.actions import ActionNameConflict, get_action
 from flotilla.core.decisions import Decisions
 from flotilla.core.extensions import PluginFailed
 from flotilla.core.logs import ensure_configured
@@ -48,12 +48,23 @@ def session_settings(config) -> SessionSettings:
         evict_protected_fraction=config.evict.protected_fraction_of_fair_share,
         lookahead=config.allocate.lookahead,
         node_candidates=getattr(config.allocate, "node_candidates", 16),
+        percentage_of_nodes_to_score=getattr(config.allocate, "percentage_of_nodes_to_score", 0),
+        score_weights={p.name: p.weight for p in config.plugins if getattr(p, "weight", None) is not None},
         preempt_max_candidates=config.preempt.max_candidates,
         indexed_resources=tuple(config.node_index.indexed_resources),
         reservation_after=config.reservation.after,
         reservation_max_units=config.reservation.max_units,
         share_weights=share_weights(config.plugins),
     )
+
+
+def _action_entry(entry) -> tuple[str, Mapping]:
+    """``(name, args)`` of an ``actions`` entry: a name, a config entry (``name``, ``args``), or a pair."""
+    if isinstance(entry, str):
+        return entry, {}
+    if isinstance(entry, tuple):
+        return entry
+    return entry.name, entry.args
 
 
 class Scheduler:
@@ -73,26 +84,34 @@ class Scheduler:
         self.config = config
         self.settings = session_settings(config)
         self.pm = load_plugins([(p.name, p.args) for p in config.plugins])
-        names = list(actions if actions is not None else config.actions)
-        if not getattr(config.preempt, "enabled", True):
-            names = [name for name in names if name != "preempt"]  # preempt.enabled: false turns urgency off
+        entries = [_action_entry(entry) for entry in (actions if actions is not None else config.actions)]
         self.actions = []
-        for index, name in enumerate(names):
+        for index, (name, args) in enumerate(entries):
+            if name == "preempt" and not getattr(config.preempt, "enabled", True):
+                continue  # preempt.enabled: false turns urgency off
             try:
-                self.actions.append(get_action(name))
+                self.actions.append(get_action(name, args))
             except KeyError:
                 raise PluginError(index, "actions", f"unknown action {name!r}") from None
+            except ActionNameConflict as exc:
+                raise PluginError(index, "actions", str(exc)) from None
+            except (ValueError, TypeError) as exc:
+                raise PluginError(index, "actions.args", f"action {name!r}: {exc}") from None
         #: (plugin, point, error) -> (when it was last logged, failures since then not logged).
         self._logged: dict[tuple[str, str, str], tuple[float, int]] = {}
         self.clock: Callable[[], float] = time.monotonic
         probe = Snapshot([], [], [], self.priority_classes(), config.default_priority_class)
         try:
-            session = self._open(probe, random.Random(0))
+            opened = self._open(probe, random.Random(0))
         except PluginFailed as failure:
             # Before any cycle: a plugin that cannot open a session on an empty snapshot is a load error.
             index = next((i for i, p in enumerate(config.plugins) if p.name == failure.plugin), 0)
             raise PluginError(index, "name", failure.reason) from None
-        session.check_registrations()
+        opened.check_registrations()
+        for index, plugin in enumerate(config.plugins):
+            if getattr(plugin, "weight", None) is not None and plugin.name not in opened.score_plugins:
+                raise PluginError(index, "weight", f"plugin {plugin.name!r} registers no node score: a weight "
+                                                   f"multiplies node scores only")
 
     def priority_classes(self) -> list[PriorityClass]:
         return [PriorityClass(pc.name, pc.priority, pc.preemptible) for pc in self.config.priority_classes]
@@ -108,16 +127,17 @@ class Scheduler:
               state: CycleState | None = None) -> Session:
         session = Session(snapshot, self.settings, rng, self.pm.get_plugins(), state)
         session.backends = dict(backends or {})
-        # Each plugin's hook in pluggy's call order (config order), so that what it registers is guarded in its
-        # name; a raise here fails the cycle closed, naming the plugin.
-        kwargs = {"session": session}
+        # Each plugin's implementation in turn, in config order (the order pluggy calls them), so that what one
+        # registers is known to be its: a node score takes its plugin's weight, and every callable is guarded in
+        # its name (flotilla.core.extensions.guard). A raise here fails the cycle closed, naming the plugin.
         for impl in reversed(self.pm.hook.flotilla_session_open.get_hookimpls()):
-            session.registering = impl.plugin_name
+            session.opening_plugin = impl.plugin_name
             try:
-                impl.function(*[kwargs[name] for name in impl.argnames])
+                impl.function(**{name: session for name in impl.argnames})
             except Exception as exc:
                 raise PluginFailed(impl.plugin_name, "flotilla_session_open", exc, scope="cycle") from exc
-        session.registering = None
+            finally:
+                session.opening_plugin = None
         return session
 
     def run_cycle(self, snapshot: Snapshot, rng: random.Random | None = None,

@@ -9,7 +9,7 @@ guarantees are registered here first, before any plugin's, and no plugin
 can remove them: Kubernetes feasibility (:mod:`flotilla.core.feasibility`)
 always, queue limits (:mod:`flotilla.core.limits`) whenever a queue has some.
 
-What a plugin registers while :attr:`ExtensionRegistry.registering` names
+What a plugin registers while :attr:`ExtensionRegistry.opening_plugin` names
 it is guarded (:func:`flotilla.core.extensions.guard`): its failures are
 :class:`~flotilla.core.extensions.PluginFailed`, which the actions catch per
 job or per queue and hand to :meth:`ExtensionRegistry.plugin_failed`.
@@ -47,9 +47,17 @@ class ExtensionRegistry:
         if any(queue.limit_vector is not None for queue in self.queues.values()):
             self.queue_admit_fns.append(queue_limit_refusal(self.space.names))
         self.node_tiers_fn: NodeTiers = lambda queue: ("any",)
+        #: The plugin whose ``flotilla_session_open`` is running (the scheduler sets it around each call), so that
+        #: what it registers can carry its config (its node scores' ``weight:``); None outside those calls.
+        self.opening_plugin: str | None = None
         self.node_score_fns: list[NodeScore] = []
         #: Node scores registered with ``across_tiers=True``: preferences that cross node tiers.
         self.tier_crossing_score_fns: list[NodeScore] = []
+        #: Each score's weight (its plugin's ``weight:``), aligned with the two lists above.
+        self.node_score_weights: list[float] = []
+        self.tier_crossing_score_weights: list[float] = []
+        #: The plugins that registered a node score this session.
+        self.score_plugins: set[str] = set()
         #: Node filters actions set for this cycle (``reserve``: reserved nodes take only preemptible jobs).
         self.node_filter_fns: list[NodeFilter] = []
         self.gang_ready_fns: list[GangReady] = []
@@ -58,15 +66,13 @@ class ExtensionRegistry:
         self.job_valid_fns: list[JobValid] = []
         self.allocate_handlers: list[OnAllocate] = []
         self.evict_handlers: list[OnEvict] = []
-        #: The plugin whose ``flotilla_session_open`` is running: what it registers is guarded in its name.
-        self.registering: str | None = None
         #: (plugin, point, error) -> how many times it failed this cycle.
         self.plugin_errors: dict[tuple[str, str, str], int] = {}
         #: Queues a plugin failure left out of the cycle, with the reason their jobs read.
         self.failed_queues: dict[str, str] = {}
 
     def _guarded(self, point: str, fn):
-        plugin = self.registering
+        plugin = self.opening_plugin
         return fn if plugin is None else guard(point, plugin, fn, self.plugin_failed)
 
     def plugin_failed(self, failure: PluginFailed, jobs: Sequence[Job] = ()) -> None:
@@ -110,7 +116,17 @@ class ExtensionRegistry:
         self.node_tiers_fn = fn
 
     def add_node_score(self, fn: NodeScore, across_tiers: bool = False) -> None:
-        (self.tier_crossing_score_fns if across_tiers else self.node_score_fns).append(self._guarded("node_score", fn))
+        plugin = self.opening_plugin
+        fn = self._guarded("node_score", fn)
+        weight = self.settings.score_weights.get(plugin, 1.0) if plugin is not None else 1.0
+        if across_tiers:
+            self.tier_crossing_score_fns.append(fn)
+            self.tier_crossing_score_weights.append(weight)
+        else:
+            self.node_score_fns.append(fn)
+            self.node_score_weights.append(weight)
+        if plugin is not None:
+            self.score_plugins.add(plugin)
 
     def add_gang_ready(self, fn: GangReady) -> None:
         fn = self._guarded("gang_ready", fn)
@@ -148,12 +164,13 @@ class ExtensionRegistry:
         """May ``job`` start on node ``i``? (Reservations; all filters must agree.) Set by actions, per cycle."""
         self.node_filter_fns.append(self._guarded("node_filter", fn))
 
-    def node_allowed(self, job: Job, i: int) -> bool:
-        """May ``job`` start on node ``i``: none of its host ports is held there, its pod rules and the held
-        pods' anti-affinity allow it (:mod:`flotilla.core.podplacements`), its claims can be had there this cycle
-        (:class:`~flotilla.core.volumes.VolumePicks`), and the node filters agree."""
+    def node_allowed(self, job: Job, i: int, making_way: frozenset[str] | set[str] = frozenset()) -> bool:
+        """May ``job`` start on node ``i``: none of its host ports is held there (but by jobs ``making_way``),
+        its pod rules and the held pods' anti-affinity allow it (:mod:`flotilla.core.podplacements`), its claims
+        can be had there this cycle (:class:`~flotilla.core.volumes.VolumePicks`), and the node filters agree."""
         ports = job.host_ports
-        if ports and not self.state.ports.free(i, ports):
+        if ports and not self.state.ports.free(i, ports) and \
+                not (making_way and self.state.ports.holders(i, ports) <= making_way):
             return False
         if job.claims and self.volume_picks is not None and not self.volume_picks.allowed(job, i):
             return False
