@@ -103,16 +103,26 @@ class NodeTiers(Protocol):
 
 
 class NodeScore(Protocol):
-    """How much ``job`` prefers ``node`` (a node position); higher is better.
+    """How much ``job`` prefers ``node`` (a node position); higher is better. Any finite number.
+
+    As kube-scheduler's score plugins: the score is asked of every fitting
+    node the job may take (nodes that pass every filter), or, on 100 nodes
+    and more, of kube-scheduler's sample of them
+    (``allocate.percentageOfNodesToScore``, default adaptive: 50% less 1%
+    per 125 nodes, at least 5% and at least 100 nodes), taken in node order
+    from where the last sample stopped, never by free space. One plugin's
+    scores are then normalised over those nodes (its highest maps to 100,
+    the others in proportion; when some are below 0 the lowest maps to 0),
+    multiplied by the plugin's ``weight:`` in the config (default 1) and
+    added to the other plugins'. Only how scores compare matters: a score
+    of 10 or 1 on the one node preferred is the same preference.
 
     Registered plainly, scores order the fitting nodes *within* the first
-    tier (``node_tiers``) that has any: allocate scores up to
-    ``allocate.nodeCandidates`` of them (smallest free space first) and takes
-    the highest total. A score registered with ``across_tiers=True`` is a
-    preference strong enough to cross tiers: allocate then scores up to
-    ``allocate.nodeCandidates`` fitting nodes of *every* tier and takes the
-    highest total of the across-tier scores; only among equal totals does the
-    earlier tier, then the within-tier score, decide.
+    tier (``node_tiers``) that has any. A score registered with
+    ``across_tiers=True`` is a preference strong enough to cross tiers:
+    allocate then weighs the fitting nodes of *every* tier and takes the
+    highest total of the across-tier scores; only among equal totals does
+    the earlier tier, then the within-tier score, decide.
     """
 
     def __call__(self, job: Job, node: int, /) -> float: ...
@@ -214,8 +224,9 @@ EXTENSION_POINTS: tuple[ExtensionPoint, ...] = (
     ExtensionPoint("node_tiers", "set_node_tiers", NodeTiers,
                    "the last plugin to set it wins; default `('any',)`"),
     ExtensionPoint("node_score", "add_node_score", NodeScore,
-                   "scores add up, within tiers and across tiers (`across_tiers=True`) separately; the highest "
-                   "total wins; ties by least free space, then node position"),
+                   "each plugin's scores normalised to 0..100 over the nodes weighed, times its `weight:` "
+                   "(default 1), added up, within tiers and across tiers (`across_tiers=True`) separately; the "
+                   "highest total wins; ties by least free space, then node position"),
     ExtensionPoint("node_filter", "add_node_filter", NodeFilter,
                    "all must agree; a node any filter refuses is skipped"),
     ExtensionPoint("gang_ready", "add_gang_ready", GangReady,
