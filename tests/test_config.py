@@ -173,7 +173,7 @@ CLUSTER = "clusters:\n  - name: c\n    kind: simulated\n    nodes:\n"
     (CLUSTER + "      - {count: 2, namePrefx: n, resources: {cpu: 1}}\n",
      "c.yaml:5: clusters[0].nodes[0].namePrefx: unknown field 'namePrefx' (did you mean 'namePrefix'?)"),
     ("store: {url: x}\nzz: 1\n", "c.yaml:2: zz: unknown field 'zz' (expected one of: actions, plugins, priorityClasses, "
-                                 "defaultPriorityClass, clusterPriorityClasses, queues, placement, evict, allocate, preempt, lease, reservation, gracePeriod, deadlines, "
+                                 "defaultPriorityClass, clusterPriorityClasses, queues, placement, podTopologySpread, evict, allocate, preempt, lease, reservation, gracePeriod, deadlines, "
                                  "cycle, clusters, nodeTemplates, store, server, auth, nodeIndex, leaderElection)"),
     # quantities: malformed, negative, not whole in the base unit
     (CLUSTER + "      - count: 1\n        resources:\n          cpu: 1x\n",

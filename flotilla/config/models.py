@@ -598,6 +598,25 @@ class ClusterPriorityClassesConfig(Model):
     fair_share_preemption: bool = Field(False, alias="fairSharePreemption")
 
 
+class PodTopologySpreadConfig(Model):
+    """Cluster default spread constraints, as kube-scheduler's PodTopologySpread ``defaultConstraints``: given to
+    in-cluster pods that carry no ``topologySpreadConstraints``, each selecting the pods of the pod's services and
+    controller (:mod:`flotilla.kubernetes.intake`). Off unless configured: ``List`` with no constraints."""
+
+    #: ``List``: ``defaultConstraints``; ``System``: kube-scheduler's system defaults (hostname maxSkew 3, zone
+    #: maxSkew 5, both ``ScheduleAnyway``).
+    defaulting_type: Literal["List", "System"] = Field("List", alias="defaultingType")
+    default_constraints: list[dict[str, Any]] = Field(default_factory=list, alias="defaultConstraints",
+                                                      max_length=32)
+
+    def constraints(self) -> tuple[dict[str, Any], ...]:
+        """The constraints given to a pod that has none (empty: off)."""
+        if self.defaulting_type == "System":
+            from flotilla.core.podrules import SYSTEM_DEFAULT_CONSTRAINTS
+            return SYSTEM_DEFAULT_CONSTRAINTS
+        return tuple(self.default_constraints)
+
+
 class PlacementRuleConfig(Model):
     """A placement rule: the queue of an in-cluster pod that names none (:mod:`flotilla.service.placement`)."""
 
@@ -622,6 +641,9 @@ class FlotillaConfig(Model):
     queues: list[QueueConfig] = Field(default_factory=list)
     #: Placement rules for in-cluster pods whose pod, owner, PodGroup and namespace name no queue.
     placement: list[PlacementRuleConfig] = Field(default_factory=list)
+    #: Cluster default spread constraints (kube-scheduler's PodTopologySpread args); off unless configured.
+    pod_topology_spread: PodTopologySpreadConfig = Field(default_factory=PodTopologySpreadConfig,
+                                                         alias="podTopologySpread")
     evict: EvictConfig = Field(default_factory=EvictConfig)
     allocate: AllocateConfig = Field(default_factory=AllocateConfig)
     preempt: PreemptConfig = Field(default_factory=PreemptConfig)
@@ -695,6 +717,14 @@ class FlotillaConfig(Model):
                 known = ", ".join(sorted(queue_names)) or "none"
                 problems.append((("placement", i, "parent"), f"unknown parent queue {rule.parent!r} (the config's "
                                                              f"queues: {known})"))
+        spread = self.pod_topology_spread
+        if spread.defaulting_type == "System" and spread.default_constraints:
+            problems.append((("podTopologySpread", "defaultConstraints"),
+                             "must be empty when defaultingType is System (kube-scheduler's system defaults)"))
+        from flotilla.core.podrules import default_constraint_problems
+        for where, message in default_constraint_problems(spread.default_constraints, "defaultConstraints"):
+            parts = tuple(int(p) if p.isdigit() else p for p in where.replace("[", ".").replace("]", "").split("."))
+            problems.append((("podTopologySpread", *parts), message))
         problems += _duplicates("clusters", [c.name for c in self.clusters], "cluster")
         problems += cluster_kind_problems(self.clusters)
         problems += _duplicates("nodeTemplates", [t.name for t in self.node_templates], "node template")
