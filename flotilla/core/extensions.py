@@ -160,6 +160,38 @@ class VictimOrder(Protocol):
     def __call__(self, victim: Job, /) -> tuple: ...
 
 
+class Reclaimable(Protocol):
+    """May running job ``victim`` of ``queue`` be reclaimed, its queue then holding ``left``? (Volcano's ReclaimableFn.)
+
+    Reclaim is preemption to fair share (the ``evict`` action): another
+    queue's job of an equal or higher priority class takes the victim's room.
+    The core weighs the jobs at risk one unit (a gang whole) at a time in
+    victim order (``reclaim_order``), keeping its own floor first (the
+    queue's ``protectedFractionOfFairShare`` of its fair share); a unit
+    every plugin lets go is evicted, and ``left`` shrinks by it for the
+    next. ``left`` is a :data:`Vector`: what ``queue`` would hold with this
+    victim and those taken before it gone. Answer False to keep the victim
+    on its node this cycle (a quota policy: while ``left`` would fall below
+    the queue's nominal quota). Called during ``evict`` only, once per
+    victim at risk; urgency preemption asks ``preemptable`` instead.
+    """
+
+    def __call__(self, queue: QueueState, victim: Job, left: Vector, /) -> bool: ...
+
+
+class ReclaimOrder(Protocol):
+    """A sort key for a victim of reclaim; the smallest is weighed (and so reclaimed) first.
+
+    A unit (a gang) takes its members' smallest key. Ties fall to the
+    core's order: lowest priority class first, largest first, highest id
+    (natural order) first. Never the submission order, so the victims do
+    not depend on the order jobs came in; a key that reads submission times
+    makes them depend on it.
+    """
+
+    def __call__(self, victim: Job, /) -> tuple: ...
+
+
 class JobValid(Protocol):
     """Is ``job`` acceptable at all? None for yes; a refused job stays queued with the reason.
 
@@ -236,6 +268,11 @@ EXTENSION_POINTS: tuple[ExtensionPoint, ...] = (
                    "nothing may be preempted"),
     ExtensionPoint("victim_order", "add_victim_order", VictimOrder,
                    "keys are concatenated in plugin order; then lowest priority, largest request, id"),
+    ExtensionPoint("reclaimable", "add_reclaimable", Reclaimable,
+                   "all must agree, after the core's protected floor: a unit is reclaimed only if every plugin says "
+                   "yes for each of its members at risk"),
+    ExtensionPoint("reclaim_order", "add_reclaim_order", ReclaimOrder,
+                   "keys are concatenated in plugin order; then lowest priority class, largest, highest id"),
     ExtensionPoint("job_valid", "add_job_valid", JobValid,
                    "the first refusal, with its reason, wins"),
     ExtensionPoint("on_allocate", "add_event_handler", OnAllocate,

@@ -17,7 +17,7 @@ from typing import Sequence
 from flotilla.core.cyclestate import QueueState, RunningJob
 from flotilla.core.extensions import (GangReady, JobOrder, JobValid, NodeFilter, NodeScore, NodeTiers, OnAllocate,
                                       OnEvict, Preemptable, PreemptQueueOrder, Predicate, QueueAdmit, QueueOrder,
-                                      VictimOrder)
+                                      Reclaimable, ReclaimOrder, VictimOrder)
 from flotilla.core.feasibility import node_type_refusal
 from flotilla.core.limits import queue_limit_refusal
 from flotilla.core.model import Gang, Job
@@ -58,6 +58,8 @@ class ExtensionRegistry:
         self.gang_ready_fns: list[GangReady] = []
         self.preemptable_fns: list[Preemptable] = []
         self.victim_order_fns: list[VictimOrder] = []
+        self.reclaimable_fns: list[Reclaimable] = []
+        self.reclaim_order_fns: list[ReclaimOrder] = []
         self.job_valid_fns: list[JobValid] = []
         self.allocate_handlers: list[OnAllocate] = []
         self.evict_handlers: list[OnEvict] = []
@@ -101,6 +103,12 @@ class ExtensionRegistry:
 
     def add_victim_order(self, fn: VictimOrder) -> None:
         self.victim_order_fns.append(fn)
+
+    def add_reclaimable(self, fn: Reclaimable) -> None:
+        self.reclaimable_fns.append(fn)
+
+    def add_reclaim_order(self, fn: ReclaimOrder) -> None:
+        self.reclaim_order_fns.append(fn)
 
     def add_job_valid(self, fn: JobValid) -> None:
         self.job_valid_fns.append(fn)
@@ -195,3 +203,7 @@ class ExtensionRegistry:
         job = running.job
         plugin_part = tuple(part for fn in self.victim_order_fns for part in fn(job))
         return (*plugin_part, self.priority_class(job).priority, tuple(-x for x in running.vec), job.id)
+
+    def reclaim_key(self, job: Job) -> tuple:
+        """The plugins' ``reclaim_order`` keys for ``job``, concatenated (empty without any)."""
+        return tuple(part for fn in self.reclaim_order_fns for part in fn(job))

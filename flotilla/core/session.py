@@ -53,6 +53,8 @@ class SessionSettings:
     #: ``evict.protectedFractionOfFairShare``: preemption to fair share keeps a queue at this fraction of its fair
     #: share (:mod:`flotilla.actions.evict`).
     evict_protected_fraction: float = 1.0
+    #: Queue name -> its own ``protectedFractionOfFairShare``, in place of the one above.
+    queue_protected_fractions: Mapping[str, float] = field(default_factory=dict)
     lookahead: int = 1000
     node_candidates: int = 16
     #: ``allocate.percentageOfNodesToScore``: how many fitting nodes node scores weigh
