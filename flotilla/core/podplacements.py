@@ -17,6 +17,11 @@ rules cost a dictionary entry each and nothing more. Required anti-affinity
 of the pods held is counted per term and domain, so every job's
 existing-pods check is a few lookups, once per label set and change.
 
+Terms with a ``namespaceSelector`` read the namespaces' labels the cycle
+state sets from the snapshot (:meth:`PodPlacements.set_namespace_labels`);
+when those change, the matchers that read them are made again when next
+asked (no other matcher is touched).
+
 :func:`pod_refusal` and :func:`pod_score` evaluate
 :mod:`flotilla.core.podrules` for a job on one node, in kube-scheduler's
 words and order (PodTopologySpread, then InterPodAffinity's affinity,
@@ -29,7 +34,7 @@ from operator import is_ as _is
 from typing import Mapping, Sequence
 
 from flotilla.core.feasibility import REFUSING_EFFECTS
-from flotilla.core.podrules import PodRules, PodTerm, Selector
+from flotilla.core.podrules import NamespaceSelection, PodRules, PodTerm, Selector, namespace_allows
 
 SPREAD_NOT_MATCHED = "node(s) didn't match pod topology spread constraints"
 SPREAD_MISSING_LABEL = "node(s) didn't match pod topology spread constraints (missing required label)"
@@ -40,16 +45,23 @@ EXISTING_ANTI_AFFINITY = "node(s) didn't satisfy existing pods anti-affinity rul
 #: How many selectors' counts are kept between cycles at most (:meth:`PodPlacements.prune`).
 MAX_MATCHERS = 4096
 #: A matcher's parts: ``(namespaces or None for every one, selector)``, all of which a pod must match.
-Parts = tuple[tuple[frozenset | None, Selector], ...]
+Parts = tuple[tuple[frozenset | NamespaceSelection | None, Selector], ...]
 
 
-def _matches(parts: Parts, namespace: str, labels: Mapping[str, str]) -> bool:
+def _matches(parts: Parts, namespace: str, labels: Mapping[str, str],
+             namespace_labels: Mapping[str, Mapping[str, str]]) -> bool:
     for namespaces, selector in parts:
-        if namespaces is not None and namespace not in namespaces:
+        if namespaces is not None and namespace not in namespaces and \
+                not namespace_allows(namespaces, namespace, namespace_labels):
             return False
         if not selector.matches(labels):
             return False
     return True
+
+
+def _selective(parts: Parts) -> bool:
+    """Whether ``parts`` read namespaces' labels (a ``namespaceSelector``)."""
+    return any(namespaces.__class__ is NamespaceSelection for namespaces, _ in parts)
 
 
 class Matcher:
@@ -70,7 +82,7 @@ class PodPlacements:
     """Node position -> pods, and the counts the pod rules read (see the module docstring)."""
 
     __slots__ = ("index", "where", "matchers", "by_label", "general", "anti", "anti_by_label", "anti_general",
-                 "pods_by_label", "_by_identity")
+                 "pods_by_label", "_by_identity", "namespace_labels", "selective")
 
     def __init__(self, index) -> None:
         #: The node index, for the nodes' labels (topology domains).
@@ -90,6 +102,10 @@ class PodPlacements:
         self.pods_by_label: dict[tuple[str, str], set[str]] | None = None
         #: id(term or terms) -> (it, its matcher): terms are shared objects, hashed by value only once.
         self._by_identity: dict[int, tuple[object, Matcher]] = {}
+        #: Namespace name -> its labels (the clusters' Namespace objects), read by ``namespaceSelector`` terms.
+        self.namespace_labels: Mapping[str, Mapping[str, str]] = {}
+        #: How many matchers read namespaces' labels.
+        self.selective = 0
 
     def __bool__(self) -> bool:
         return bool(self.where)
@@ -148,7 +164,8 @@ class PodPlacements:
         node_labels = self.index.nodes[node].labels
         terminating = getattr(pod, "terminating", False)
         for matcher in candidates:
-            if (terminating and matcher.live_only) or not _matches(matcher.parts, pod.namespace, labels):
+            if (terminating and matcher.live_only) or \
+                    not _matches(matcher.parts, pod.namespace, labels, self.namespace_labels):
                 continue
             _bump(matcher, node, node_labels, sign)
 
@@ -205,6 +222,25 @@ class PodPlacements:
         self.by_label.clear()
         self.general.clear()
         self._by_identity.clear()
+        self.selective = 0
+
+    def set_namespace_labels(self, labels: Mapping[str, Mapping[str, str]]) -> None:
+        """The namespaces' labels as the clusters have them now; when they changed, the matchers that read them
+        (``namespaceSelector`` terms) are made again when next asked."""
+        if labels is self.namespace_labels or labels == self.namespace_labels:
+            self.namespace_labels = labels
+            return
+        self.namespace_labels = labels
+        if not self.selective:
+            return
+        for key, matcher in list(self.matchers.items()):
+            if _selective(matcher.parts):
+                del self.matchers[key]
+        self.by_label = {pair: kept for pair, found in self.by_label.items()
+                         if (kept := [m for m in found if not _selective(m.parts)])}
+        self.general = [m for m in self.general if not _selective(m.parts)]
+        self._by_identity = {k: hit for k, hit in self._by_identity.items() if not _selective(hit[1].parts)}
+        self.selective = 0
 
     def prune(self) -> None:
         """Between cycles: past :data:`MAX_MATCHERS` selectors kept, start over (they are made again when asked)."""
@@ -247,6 +283,8 @@ class PodPlacements:
         if matcher is not None:
             return matcher
         matcher = self.matchers[(parts, live_only)] = Matcher(parts, live_only)
+        if _selective(parts):
+            self.selective += 1
         key = _indexing_label(parts)
         if key is None:
             self.general.append(matcher)
@@ -266,7 +304,7 @@ class PodPlacements:
         for node, pod in held:
             if live_only and getattr(pod, "terminating", False):
                 continue
-            if _matches(parts, pod.namespace, pod.labels):
+            if _matches(parts, pod.namespace, pod.labels, self.namespace_labels):
                 _bump(matcher, node, nodes[node].labels, 1)
         return matcher
 
@@ -286,8 +324,9 @@ class PodPlacements:
         """``(topology key, domain value -> holders)`` of the held pods' required anti-affinity terms that select
         a pod of ``namespace`` with ``labels``: it may not go to those domains."""
         found = []
+        known = self.namespace_labels
         for term in self.anti_general:
-            if term.matches(namespace, labels):
+            if term.matches(namespace, labels, known):
                 found.append((term.topology_key, self.anti[term]))
         if labels and self.anti_by_label:
             get = self.anti_by_label.get
@@ -295,7 +334,7 @@ class PodPlacements:
                 terms = get(pair)
                 if terms:
                     for term in terms:
-                        if term.matches(namespace, labels):
+                        if term.matches(namespace, labels, known):
                             found.append((term.topology_key, self.anti[term]))
         return found
 
@@ -466,7 +505,8 @@ def pod_refusal(session, job, i: int) -> str | None:
             if not all(here.get(node_labels[term.topology_key], 0) > 0 for term, here in zip(terms, counts)):
                 # The first pod of a group affine to itself may go where the topology keys are: no pod matching
                 # the terms on a node with their keys, and the pod matches them itself.
-                if any(counts) or not all(term.matches(job.namespace, job.labels) for term in terms):
+                if any(counts) or not all(term.matches(job.namespace, job.labels, pods.namespace_labels)
+                                          for term in terms):
                     return AFFINITY_NOT_MATCHED
         for term in rules.anti_affinity:
             value = node_labels.get(term.topology_key)

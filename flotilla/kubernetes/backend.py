@@ -85,6 +85,7 @@ import structlog
 
 from flotilla.core.backend import NODE_RETURNED, ClusterDecisions, ClusterUnavailable, JobEvent, PodTemplate
 from flotilla.core.model import ClusterSnapshot, ForeignPod, Job, JobState, Node
+from flotilla.core.podrules import NAMESPACE_NAME_LABEL
 from flotilla.core.quantities import QuantityError, parse_duration
 from flotilla.core.resources import PODS, UNLIMITED_PODS
 from flotilla.kubernetes.client import (ApiError, Gone, KubeClient, KubeError, Unreachable, WatchBroken,
@@ -147,6 +148,13 @@ _ENDED = frozenset({"Succeeded", "Failed"})
 _FINAL = ("succeeded", "failed", "preempted", "cancelled", "lost", "returned")
 #: Pod failure reasons that are the platform's, not the job's: the job is retried, not failed.
 PLATFORM_FAILURES = frozenset({"Evicted", "NodeLost", "Shutdown", "NodeShutdown", "Terminated"})
+
+
+def _namespace_labels(namespace: Mapping) -> dict[str, str]:
+    """A Namespace object's labels (the API server gives each ``kubernetes.io/metadata.name``)."""
+    meta = namespace.get("metadata") or {}
+    labels = meta.get("labels") or {}
+    return {NAMESPACE_NAME_LABEL: meta.get("name"), **{k: v for k, v in labels.items() if isinstance(v, str)}}
 
 
 def _terminating(namespace: Mapping) -> bool:
@@ -267,6 +275,7 @@ class KubernetesCluster:
         self._error: str = "not synced yet"
         self._known_pcs: set[str] = set()
         self._terminating_ns: set[str] = set()           # namespaces being deleted (no Events written there)
+        self._namespace_labels: dict[str, dict] = {}      # namespace -> its labels (a new dict on every change)
         self._pcs_done = False
         self._namespaces: set[str] = set()
         self._requests_cache: dict = {}
@@ -413,7 +422,7 @@ class KubernetesCluster:
                     foreign_pods[node] = pods
             volumes = self.volumes.view(self._side_errors)
         return ClusterSnapshot(self.name, nodes, running, foreign, foreign_pods, volumes=volumes,
-                               foreign_ports=foreign_ports)
+                               foreign_ports=foreign_ports, namespace_labels=self._namespace_labels)
 
     def apply(self, decisions: ClusterDecisions) -> None:
         # The requests are handed to the workers once the bookkeeping is done and the lock is free: a worker
@@ -1395,6 +1404,9 @@ class KubernetesCluster:
         elif kind == "namespaces":
             self._side_errors.pop(kind, None)
             self._terminating_ns = {obj["metadata"]["name"] for obj in items if _terminating(obj)}
+            labels = {(obj.get("metadata") or {}).get("name"): _namespace_labels(obj) for obj in items}
+            if labels != self._namespace_labels:
+                self._namespace_labels = labels
             live = {(obj.get("metadata") or {}).get("name") for obj in items}
             for name in [name for name in self.intake.namespaces if name not in live]:
                 self.intake.on_namespace("DELETED", {"metadata": {"name": name}})
@@ -1430,6 +1442,12 @@ class KubernetesCluster:
                 self._terminating_ns.add(name)
             else:
                 self._terminating_ns.discard(name)
+            known = self._namespace_labels
+            if event == "DELETED":
+                if name in known:
+                    self._namespace_labels = {k: v for k, v in known.items() if k != name}
+            elif known.get(name) != (labels := _namespace_labels(obj)):
+                self._namespace_labels = {**known, name: labels}
             self.intake.on_namespace(event, obj)
         elif kind == "priorityclasses":
             self.cluster_pcs.on_event(event, obj)

@@ -419,7 +419,8 @@ class ServiceLoop:
         for name, snap in snaps.items():
             running = self.running_pods.running(name, frozenset(node.name for node in snap.nodes))
             clusters.append(ClusterSnapshot(name, snap.nodes, running, dict(snap.foreign), snap.foreign_pods,
-                                            volumes=snap.volumes, foreign_ports=snap.foreign_ports))
+                                            volumes=snap.volumes, foreign_ports=snap.foreign_ports,
+                                            namespace_labels=snap.namespace_labels))
         cordoned = self.store.cordoned("queue")
         # Hierarchies come from the config file, and from the placement rules for the queues they made.
         parents = queue_parents(self.settings.queues, getattr(self.settings, "placement", ()), queue_specs)
