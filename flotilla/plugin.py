@@ -138,6 +138,10 @@ class PluginSession(Protocol):
     def priority_class(self, job: Job) -> PriorityClass:
         """``job``'s priority class (the config's default when it names none)."""
 
+    def wake_at(self, when: float) -> None:
+        """Ask for a cycle at ``when`` (the snapshot's clock, seconds) for a rule of yours that changes with time
+        alone; ``simulate`` stops its clock there instead of jumping past it."""
+
     # -- registration: one method per extension point (docs/plugins-reference.md) --
     def add_queue_order(self, fn: QueueOrder) -> None: ...
 

@@ -290,3 +290,25 @@ def test_the_unit_starts_at_once_on_the_node_that_held_only_backfill():
     decisions = Scheduler(cfg).run_cycle(parse_state(textwrap.dedent(BACKFILL_ONLY), "s.yaml", cfg))
     assert {p.job.id: p.node for p in decisions.scheduled} == {"j-1": "node-2"}
     assert [j.id for j in decisions.preempted] == ["f-1"]
+
+
+def test_simulate_wakes_when_a_reservation_may_be_made(tmp_path):
+    """A two-hour backfill job fills the one node; J's job arrives at 1m and may reserve from 11m. Nothing else
+    happens until 2h, yet the clock stops at 11m: it reserves the node, the backfill job is preempted and it starts
+    (without the wake, at 2h)."""
+    text = config_yaml(queues="[{name: F}, {name: J}]", nodes="- {count: 1, namePrefix: node, resources: {cpu: 8}}",
+                       extra=FIXED + "reservation: {after: 10m}\n").replace(
+        "actions: [evict, allocate, preempt, lease]", "actions: [evict, reserve, allocate, lease]")
+    workload = """
+    submissions:
+      - {at: 0s, queue: F, priorityClass: armada-preemptible, requests: {cpu: 8}, duration: 2h}
+      - {at: 1m, queue: J, requests: {cpu: 8}, duration: 10m}
+    """
+    config, loaded = setup(tmp_path, text, workload)
+    _, report, watch = simulate(config, loaded)
+    starts = [(t, p.job.queue) for t, decisions, _, _ in watch.cycles for p in decisions.scheduled]
+    preemptions = [(t, [job.queue for job in decisions.preempted]) for t, decisions, _, _ in watch.cycles
+                   if decisions.preempted]
+    # F starts again (from zero) when J ends, ten minutes later.
+    assert starts == [(0, "F"), (660, "J"), (1260, "F")]
+    assert preemptions == [(660, ["F"])]

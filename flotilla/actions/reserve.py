@@ -81,8 +81,10 @@ class Reserve:
         for key, (queue, members) in waiting:
             if key in self.reservations or len(self.reservations) >= session.settings.reservation_max_units:
                 continue
-            if session.now - since[key] < after or _is_backfill(session, members) or \
-                    self._fits_now(session, queue, members):
+            if session.now - since[key] < after:
+                session.wake_at(since[key] + after)   # it may reserve then, with nothing else changed
+                continue
+            if _is_backfill(session, members) or self._fits_now(session, queue, members):
                 continue
             taken = {name for names in self.reservations.values() for name in names}
             nodes = self._choose_nodes(session, members, taken)

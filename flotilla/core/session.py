@@ -120,6 +120,8 @@ class Session(ExtensionRegistry, NodeSearch, WhyNot):
         self.counters: Counter[str] = Counter()
         self._orders: dict[str, JobQueue] = {}
         self._measured_share: Callable[[QueueState, Vector | None], float] | None = None
+        #: The earliest time after ``now`` a timed rule asked to be looked at again (:meth:`wake_at`).
+        self.wake: float | None = None
 
     # -- what actions ask -------------------------------------------------
     def priority_class(self, job: Job):
@@ -216,6 +218,14 @@ class Session(ExtensionRegistry, NodeSearch, WhyNot):
                 heads[queue.name] = (jobs, more)
         return heads
 
+    def wake_at(self, when: float) -> None:
+        """Ask for a cycle at ``when`` (seconds, the snapshot's clock): a timed rule (a reservation's ``after``
+        running out) may decide otherwise then with nothing else changed. ``simulate``'s clock, which jumps from
+        event to event, stops there; the service cycles on its period anyway. Times at or before ``now`` are
+        ignored."""
+        if when > self.now and (self.wake is None or when < self.wake):
+            self.wake = when
+
     # -- closing ----------------------------------------------------------
     def close(self, head: int = 0, head_key: Callable[[str], object] | None = None) -> Decisions:
         """The cycle's decisions; with ``head``, each queue's first ``head`` waiting jobs too (:meth:`queue_heads`)."""
@@ -247,6 +257,7 @@ class Session(ExtensionRegistry, NodeSearch, WhyNot):
             timings=dict(self.timings),
             counters=dict(self.counters),
             heads=heads,
+            wake=self.wake,
         )
         return decisions
 
