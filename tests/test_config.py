@@ -51,7 +51,7 @@ def test_default_config_is_the_spec_example():
     assert cfg.evict.probability == 1.0 and cfg.allocate.lookahead == 1000
     assert cfg.preempt.enabled and cfg.preempt.max_candidates == 1000
     assert cfg.lease.timeout == 60.0 and cfg.lease.max_retries == 3
-    assert cfg.grace_period.default == 1.0 and cfg.grace_period.max == 300.0
+    assert cfg.grace_period.default == 30.0 and cfg.grace_period.max == 300.0
     assert cfg.deadlines.cpu == 259200.0 and cfg.deadlines.gpu == 1209600.0
     assert cfg.cycle.period == 1.0
     assert cfg.store.url == "sqlite:///flotilla.db" and cfg.server.listen == "127.0.0.1:8080"

@@ -19,7 +19,8 @@ from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, PrivateAttr,
 
 from flotilla.core.backend import FAILURE_CAUSES
 
-from flotilla.core.model import HOSTNAME_LABEL, ClusterSnapshot, Node, PriorityClass, Queue, Taint, Toleration
+from flotilla.core.model import (DEFAULT_GRACE_PERIOD, HOSTNAME_LABEL, ClusterSnapshot, Node, PriorityClass, Queue, Taint,
+                                 Toleration)
 from flotilla.core.quantities import QuantityError, parse_duration, parse_quantity, resource_name_problem
 
 if TYPE_CHECKING:
@@ -402,7 +403,8 @@ class LeaderElectionConfig(Model):
 
 
 class GracePeriodConfig(Model):
-    default: Duration = 1.0
+    #: A job's pods' grace period when its podSpec names none: Kubernetes' own default.
+    default: Duration = DEFAULT_GRACE_PERIOD
     max: Duration = 300.0
 
 

@@ -25,6 +25,9 @@ GANG_NODE_UNIFORMITY_LABEL_ANNOTATION = "armadaproject.io/gangNodeUniformityLabe
 OWNER_ANNOTATION = "flotilla.io/owner"
 #: The Kubernetes namespace the job's pods go to.
 NAMESPACE_ANNOTATION = "flotilla.io/namespace"
+#: Seconds a pod is given to end after SIGTERM when neither it nor the config names a grace period: Kubernetes' default
+#: (``terminationGracePeriodSeconds``), so code that checkpoints on SIGTERM has the time it has under any controller.
+DEFAULT_GRACE_PERIOD = 30.0
 #: The label every Kubernetes node carries with its own name (simulated nodes too).
 HOSTNAME_LABEL = "kubernetes.io/hostname"
 

@@ -21,7 +21,7 @@ from typing import Sequence
 
 from flotilla.core.cyclestate import QueueState
 from flotilla.core.model import Job
-from flotilla.core.podplacements import best_possible, pod_score
+from flotilla.core.podplacements import best_possible, pod_score, pod_scored
 from flotilla.core.resources import Vector
 from flotilla.core.whynot import nodes_available
 
@@ -163,7 +163,7 @@ class NodeSearch:
         (:meth:`_find_preferred`).
         """
         rules = job.pod_rules
-        if rules is not None and rules.preferred:
+        if (rules is not None and rules.preferred) or (self.state.pods.scorers and pod_scored(self, job)):
             return self._find_pod_preferred(job, vec, level, types, queue, self.node_checked(job))
         if job.claims and self.volume_picks is not None and not self.tier_crossing_score_fns \
                 and not self.node_score_fns and not self.node_filter_fns and not job.host_ports \
@@ -282,13 +282,14 @@ class NodeSearch:
     def _find_pod_preferred(self, job: Job, vec: Vector, level: int, types: Sequence[int], queue: QueueState,
                             filtered: bool) -> int | None:
         """:meth:`find_node` for a job with preferred pod rules (preferred affinity or anti-affinity,
-        ``ScheduleAnyway`` spread): the fitting allowed node with the best pod score
+        ``ScheduleAnyway`` spread), or one a running pod's scoring terms select (symmetric scores): the fitting
+        allowed node with the best pod score
         (:func:`~flotilla.core.podplacements.pod_score`), then the earlier tier, then preferred node affinity,
         then the node scores, then the search's own order (smallest fit first). The walk stops at a node no
         other can beat (no pod of a preferred anti-affinity or spread in its domain) or after
         :data:`PREFERRED_WALK` nodes per tier. With node scores the nodes are those the scores weigh
         (:meth:`score_candidates`, every tier's), their scores normalised over them all."""
-        ceiling = best_possible(job.pod_rules)
+        ceiling = best_possible(self, job)
         node_affinity = job.affinity if job.affinity is not None and job.affinity.preferred else None
         scorers = self.node_score_fns
         nodes = self.index.nodes

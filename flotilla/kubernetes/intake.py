@@ -24,7 +24,8 @@ import time
 from dataclasses import dataclass, field
 from typing import Any, Mapping
 
-from flotilla.core.model import GANG_CARDINALITY_ANNOTATION, GANG_ID_ANNOTATION, GANG_MIN_AVAILABLE_ANNOTATION
+from flotilla.core.model import (DEFAULT_GRACE_PERIOD, GANG_CARDINALITY_ANNOTATION, GANG_ID_ANNOTATION,
+                                 GANG_MIN_AVAILABLE_ANNOTATION)
 from flotilla.core.hostports import describe, host_port
 from flotilla.core.nodeaffinity import AffinityError, parse_node_affinity
 from flotilla.kubernetes.volumes import pod_claims
@@ -48,8 +49,6 @@ PODGROUPS_PATH = f"/apis/{PODGROUP_GROUP}/{PODGROUP_VERSION}/podgroups"
 #: Binds remembered between two looks of the service (a standby, which never looks, forgets them past this;
 #: as a new leader it checks every pod Flotilla bound anyway).
 BOUND_LIMIT = 100_000
-#: Kubernetes' default terminationGracePeriodSeconds.
-DEFAULT_GRACE = 30.0
 
 #: Annotations an in-cluster job carries in the store: the pod it stands for.
 POD_UID = "flotilla.io/pod-uid"
@@ -199,7 +198,7 @@ def read_pod(obj: Mapping[str, Any]) -> InClusterPod:
         tolerations=tuple(tuple(sorted(t.items())) for t in spec.get("tolerations") or ()),
         host_ports=pod_host_ports(spec), node_affinity=affinity_spec,
         pod_rules=pod_rules_spec(spec),
-        grace_period=float(max(1, grace)) if isinstance(grace, (int, float)) else DEFAULT_GRACE,
+        grace_period=float(max(1, grace)) if isinstance(grace, (int, float)) else DEFAULT_GRACE_PERIOD,
         deadline=float(deadline) if isinstance(deadline, (int, float)) and deadline > 0 else 0.0,
         annotations={k: str(annotations[k]) for k in (GANG_ID_ANNOTATION, GANG_CARDINALITY_ANNOTATION,
                                                       GANG_MIN_AVAILABLE_ANNOTATION) if k in annotations},
