@@ -127,35 +127,43 @@ class Evict:
             if key not in units:
                 units[key] = [m for m in session.gangs.get(gang.id, ()) if m.id in chosen] if gang is not None \
                     else [job]
-        left = {name: list(queues[name].allocated) for name in {chosen[j].queue for j in at_risk}}
-        floors = {}
-        for name in left:
-            fraction = fractions.get(name, default)
-            # A hair of tolerance: a queue exactly at its floor in exact arithmetic counts as at it.
-            floors[name] = (fraction * queues[name].fair_share * pool_cost - 1e-9 * pool_cost) if fraction > 0 \
-                else None
-        reclaimable = session.reclaimable_fns
 
         def cost(vec) -> float:
             return sum(w * a for w, a in zip(weights, vec))
 
+        names = {chosen[j].queue for j in at_risk}
+        left = {name: cost(queues[name].allocated) for name in names}
+        floors = {}
+        for name in names:
+            fraction = fractions.get(name, default)
+            # A hair of tolerance: a queue exactly at its floor in exact arithmetic counts as at it.
+            floors[name] = (fraction * queues[name].fair_share * pool_cost - 1e-9 * pool_cost) if fraction > 0 \
+                else -float("inf")
+        reclaimable = session.reclaimable_fns
+        # What each queue holds, as a vector, only for the plugins that are asked (``left``).
+        held = {name: list(queues[name].allocated) for name in names} if reclaimable else None
+        costs = {job_id: cost(running[job_id].vec) for job_id in at_risk}
+
         kept_back: set[str] = set()
-        for key in _victim_order(session, units):
+        for key in _victim_order(session, units, costs):
             members = [m for m in units[key] if m.id in at_risk]
-            loss: dict[str, list[int]] = {}
+            loss: dict[str, float] = {}
             for member in members:
-                vec = running[member.id].vec
-                row = loss.setdefault(member.queue, [0] * len(vec))
-                for r, amount in enumerate(vec):
-                    row[r] += amount
-            after = {name: [a - b for a, b in zip(left[name], row)] for name, row in loss.items()}
+                loss[member.queue] = loss.get(member.queue, 0.0) + costs[member.id]
             # Costing nothing, a unit cannot take its queue below anything; else the queue must stay at its floor.
-            taken = all(floors[name] is None or cost(loss[name]) <= 0 or cost(vec) >= floors[name]
-                        for name, vec in after.items())
+            taken = all(amount <= 0 or left[name] - amount >= floors[name] for name, amount in loss.items())
             if taken and reclaimable:
+                after = {name: list(vec) for name, vec in held.items() if name in loss}
+                for member in members:
+                    row = after[member.queue]
+                    for r, amount in enumerate(running[member.id].vec):
+                        row[r] -= amount
                 taken = all(fn(queues[m.queue], m, tuple(after[m.queue])) for m in members for fn in reclaimable)
+                if taken:
+                    held.update(after)
             if taken:
-                left.update(after)
+                for name, amount in loss.items():
+                    left[name] -= amount
             else:
                 kept_back.update(member.id for member in units[key])
         if kept_back:
@@ -165,19 +173,21 @@ class Evict:
         return {job_id: job for job_id, job in chosen.items() if job_id not in kept_back}
 
 
-def _victim_order(session, units: dict[str, list]) -> list[str]:
+def _victim_order(session, units: dict[str, list], costs: dict[str, float]) -> list[str]:
     """The units' keys in victim order (see the module docstring): plugins' ``reclaim_order`` keys, then the lowest
-    priority class, then the largest (by the share weights), then the highest id in natural order."""
+    priority class, then the largest (``costs``: each job at risk's cost by the share weights), then the highest id
+    in natural order."""
     running = session.running
-    weights = weight_vector(session.space.names, session.settings.share_weights)
     keys = sorted(units, key=_natural, reverse=True)
+    plugins = bool(session.reclaim_order_fns)
 
     def order(key: str) -> tuple:
         members = units[key]
-        plugin = min(session.reclaim_key(m) for m in members) if session.reclaim_order_fns else ()
-        level = max(running[m.id].level for m in members)
-        size = sum(w * a for m in members for w, a in zip(weights, running[m.id].vec))
-        return (plugin, level, -size)
+        if len(members) == 1:
+            (job,) = members
+            return (session.reclaim_key(job) if plugins else (), running[job.id].level, -costs.get(job.id, 0.0))
+        return (min(session.reclaim_key(m) for m in members) if plugins else (),
+                max(running[m.id].level for m in members), -sum(costs.get(m.id, 0.0) for m in members))
 
     return sorted(keys, key=order)   # stable: equal keys stay in natural id order, highest first
 
