@@ -18,7 +18,7 @@ from typing import Callable, Mapping, Sequence
 
 import structlog
 
-from flotilla.actions import get_action
+from flotilla.actions import ActionNameConflict, get_action
 from flotilla.core.decisions import Decisions
 from flotilla.core.logs import ensure_configured
 from flotilla.core.model import PriorityClass, Queue, Snapshot
@@ -49,6 +49,15 @@ def session_settings(config) -> SessionSettings:
     )
 
 
+def _action_entry(entry) -> tuple[str, Mapping]:
+    """``(name, args)`` of an ``actions`` entry: a name, a config entry (``name``, ``args``), or a pair."""
+    if isinstance(entry, str):
+        return entry, {}
+    if isinstance(entry, tuple):
+        return entry
+    return entry.name, entry.args
+
+
 class Scheduler:
     """Plugins loaded once, actions in order, one session per cycle.
 
@@ -66,15 +75,19 @@ class Scheduler:
         self.config = config
         self.settings = session_settings(config)
         self.pm = load_plugins([(p.name, p.args) for p in config.plugins])
-        names = list(actions if actions is not None else config.actions)
-        if not getattr(config.preempt, "enabled", True):
-            names = [name for name in names if name != "preempt"]  # preempt.enabled: false turns urgency off
+        entries = [_action_entry(entry) for entry in (actions if actions is not None else config.actions)]
         self.actions = []
-        for index, name in enumerate(names):
+        for index, (name, args) in enumerate(entries):
+            if name == "preempt" and not getattr(config.preempt, "enabled", True):
+                continue  # preempt.enabled: false turns urgency off
             try:
-                self.actions.append(get_action(name))
+                self.actions.append(get_action(name, args))
             except KeyError:
                 raise PluginError(index, "actions", f"unknown action {name!r}") from None
+            except ActionNameConflict as exc:
+                raise PluginError(index, "actions", str(exc)) from None
+            except (ValueError, TypeError) as exc:
+                raise PluginError(index, "actions.args", f"action {name!r}: {exc}") from None
         probe = Snapshot([], [], [], self.priority_classes(), config.default_priority_class)
         opened = self._open(probe, random.Random(0))
         opened.check_registrations()

@@ -133,12 +133,13 @@ class ExtensionRegistry:
         """May ``job`` start on node ``i``? (Reservations; all filters must agree.) Set by actions, per cycle."""
         self.node_filter_fns.append(fn)
 
-    def node_allowed(self, job: Job, i: int) -> bool:
-        """May ``job`` start on node ``i``: none of its host ports is held there, its pod rules and the held
-        pods' anti-affinity allow it (:mod:`flotilla.core.podplacements`), its claims can be had there this cycle
-        (:class:`~flotilla.core.volumes.VolumePicks`), and the node filters agree."""
+    def node_allowed(self, job: Job, i: int, making_way: frozenset[str] | set[str] = frozenset()) -> bool:
+        """May ``job`` start on node ``i``: none of its host ports is held there (but by jobs ``making_way``),
+        its pod rules and the held pods' anti-affinity allow it (:mod:`flotilla.core.podplacements`), its claims
+        can be had there this cycle (:class:`~flotilla.core.volumes.VolumePicks`), and the node filters agree."""
         ports = job.host_ports
-        if ports and not self.state.ports.free(i, ports):
+        if ports and not self.state.ports.free(i, ports) and \
+                not (making_way and self.state.ports.holders(i, ports) <= making_way):
             return False
         if job.claims and self.volume_picks is not None and not self.volume_picks.allowed(job, i):
             return False

@@ -10,7 +10,8 @@ discarded as a whole. :meth:`Session.close` turns the session into
 
 The session's other jobs live beside it, one module each, as mixins:
 the registry and its combine rules (:mod:`flotilla.core.registry`), where a
-job may go (:mod:`flotilla.core.nodesearch`) and why a job waits
+job may go (:mod:`flotilla.core.nodesearch`), the placement primitive
+every action places through (:mod:`flotilla.core.placement`) and why a job waits
 (:mod:`flotilla.core.whynot`); a queue's units are read by
 :mod:`flotilla.core.units`.
 """
@@ -32,6 +33,7 @@ from flotilla.core.logs import debug_enabled
 from flotilla.core.model import Job, Snapshot
 from flotilla.core.nodeindex import NodeIndex
 from flotilla.core.nodesearch import NodeSearch
+from flotilla.core.placement import Placing, Refused
 from flotilla.core.jobqueue import JobQueue
 from flotilla.core.registry import ExtensionRegistry, SessionError
 from flotilla.core.resources import ResourceSpace, Vector
@@ -70,7 +72,7 @@ class SessionSettings:
     share_weights: Mapping[str, float] = field(default_factory=lambda: dict(DEFAULT_SHARE_WEIGHTS))
 
 
-class Session(ExtensionRegistry, NodeSearch, WhyNot):
+class Session(ExtensionRegistry, NodeSearch, Placing, WhyNot):
     """The state one cycle works on; see the module docstring."""
 
     def __init__(self, snapshot: Snapshot, settings: SessionSettings | None = None,
@@ -105,6 +107,7 @@ class Session(ExtensionRegistry, NodeSearch, WhyNot):
             self.predicate_fns.insert(1, volume_predicate(views))
             self.volume_picks = VolumePicks(views, self._cluster_and_labels)
         self._open_node_search()
+        self._open_placement()
         self._open_why_not()
 
         # What the cycle has decided so far.
@@ -262,4 +265,4 @@ class Session(ExtensionRegistry, NodeSearch, WhyNot):
         return decisions
 
 
-__all__ = ["Session", "SessionError", "SessionSettings"]
+__all__ = ["Refused", "Session", "SessionError", "SessionSettings"]

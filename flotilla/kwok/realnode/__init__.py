@@ -149,8 +149,8 @@ def _say(message: str) -> None:
 # -- processes ------------------------------------------------------------------------------------
 
 def _alive(pid: int) -> bool:
-    from flotilla.kwok.cluster import _alive as alive
-    return alive(pid)
+    from flotilla.kwok.cluster import process_alive
+    return process_alive(pid)
 
 
 def _pid(rn: RealNode, component: str) -> int | None:
@@ -210,8 +210,8 @@ def _end(rn: RealNode, component: str, timeout: float = 15.0) -> bool:
     rn.argv_file(component).unlink(missing_ok=True)
     if pid is None:
         return False
-    from flotilla.kwok.cluster import _kill
-    _kill(pid, signal.SIGTERM, timeout)
+    from flotilla.kwok.cluster import stop_process
+    stop_process(pid, signal.SIGTERM, timeout)
     return True
 
 
