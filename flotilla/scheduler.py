@@ -46,6 +46,8 @@ def session_settings(config) -> SessionSettings:
     return SessionSettings(
         evict_probability=config.evict.probability,
         evict_protected_fraction=config.evict.protected_fraction_of_fair_share,
+        queue_protected_fractions={q.name: q.protected_fraction_of_fair_share for q in config.queues
+                                   if getattr(q, "protected_fraction_of_fair_share", None) is not None},
         lookahead=config.allocate.lookahead,
         node_candidates=getattr(config.allocate, "node_candidates", 16),
         percentage_of_nodes_to_score=getattr(config.allocate, "percentage_of_nodes_to_score", 0),

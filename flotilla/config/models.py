@@ -223,6 +223,9 @@ class QueueConfig(Model):
     parent: Name | None = None
     #: Whether a failed run of the queue's jobs runs again: ordered rules, first match wins (docs/policies.md).
     retry_policy: RetryPolicy = Field(default_factory=list, alias="retryPolicy")
+    #: This queue's floor under preemption to fair share, in place of evict.protectedFractionOfFairShare
+    #: (flotilla.actions.evict); None: that one.
+    protected_fraction_of_fair_share: float | None = Field(None, ge=0, le=10, alias="protectedFractionOfFairShare")
 
     @field_validator("limits")
     @classmethod

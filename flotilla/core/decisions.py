@@ -55,6 +55,9 @@ class Decisions:
     heads: dict[str, tuple[list[Job], bool]] = field(default_factory=dict)
     #: Plugin failures of the cycle: (plugin, point, error) -> how many times (:mod:`flotilla.core.extensions`).
     plugin_errors: dict[tuple[str, str, str], int] = field(default_factory=dict)
+    #: The earliest time after this cycle's at which an action or plugin may decide otherwise by time alone (a
+    #: reservation's ``after`` running out, say), None for none: a simulation's clock jumps no further.
+    wake: float | None = None
 
     @cached_property
     def reasons(self) -> dict[str, str]:

@@ -206,6 +206,41 @@ class VictimOrder(Protocol):
     def __call__(self, victim: Job, /) -> tuple: ...
 
 
+class Reclaimable(Protocol):
+    """May running job ``victim`` of ``queue`` be reclaimed, its queue then holding ``left``? (Volcano's ReclaimableFn.)
+
+    Reclaim is preemption to fair share (the ``evict`` action): another
+    queue's job of an equal or higher priority class takes the victim's room.
+    The core weighs the jobs at risk one unit (a gang whole) at a time in
+    victim order (``reclaim_order``), keeping its own floor first (the
+    queue's ``protectedFractionOfFairShare`` of its fair share); a unit
+    every plugin lets go is evicted, and ``left`` shrinks by it for the
+    next. ``left`` is a :data:`Vector`: what ``queue`` would hold with this
+    victim and those taken before it gone. Answer False to keep the victim
+    on its node this cycle (a quota policy: while ``left`` would fall below
+    the queue's nominal quota). Called during ``evict`` only, once per
+    victim at risk; urgency preemption asks ``preemptable`` instead. When
+    it fails (raises, or answers anything but a bool), ``evict`` reclaims
+    nothing this cycle.
+    """
+
+    def __call__(self, queue: QueueState, victim: Job, left: Vector, /) -> bool: ...
+
+
+class ReclaimOrder(Protocol):
+    """A sort key for a victim of reclaim; the smallest is weighed (and so reclaimed) first.
+
+    A unit (a gang) takes its members' smallest key. Ties fall to the
+    core's order: lowest priority class first, largest first, highest id
+    (natural order) first. Never the submission order, so the victims do
+    not depend on the order jobs came in; a key that reads submission times
+    makes them depend on it. When it fails (raises, answers anything but a
+    tuple, or a tuple holding a NaN), ``evict`` reclaims nothing this cycle.
+    """
+
+    def __call__(self, victim: Job, /) -> tuple: ...
+
+
 class JobValid(Protocol):
     """Is ``job`` acceptable at all? None for yes; a refused job stays queued with the reason.
 
@@ -295,6 +330,11 @@ EXTENSION_POINTS: tuple[ExtensionPoint, ...] = (
                    "nothing may be preempted"),
     ExtensionPoint("victim_order", "add_victim_order", VictimOrder,
                    "keys are concatenated in plugin order; then lowest priority, largest request, id"),
+    ExtensionPoint("reclaimable", "add_reclaimable", Reclaimable,
+                   "all must agree, after the core's protected floor: a unit is reclaimed only if every plugin says "
+                   "yes for each of its members at risk"),
+    ExtensionPoint("reclaim_order", "add_reclaim_order", ReclaimOrder,
+                   "keys are concatenated in plugin order; then lowest priority class, largest, highest id"),
     ExtensionPoint("job_valid", "add_job_valid", JobValid,
                    "the first refusal, with its reason, wins"),
     ExtensionPoint("on_allocate", "add_event_handler", OnAllocate,
@@ -421,6 +461,7 @@ _CHECKS: dict[str, Callable[[], Callable[[object], str | None]] | Callable[[obje
     "job_order": _sort_key, "victim_order": _sort_key,
     "predicate": _reason, "queue_admit": _reason, "gang_ready": _reason, "job_valid": _reason,
     "node_tiers": _tiers, "node_score": _finite_number, "node_filter": _bool, "preemptable": _bool,
+    "reclaimable": _bool, "reclaim_order": _sort_key,
     "on_allocate": None, "on_evict": None,
 }
 _STATEFUL = {"queue_order", "preempt_queue_order"}
@@ -492,9 +533,10 @@ def _guard3(fn, plugin, point, at, scope, check, reason):
             answer = fn(a, b, c)
         except Exception as exc:
             raise PluginFailed(plugin, point, exc, (a, b, c)[at], scope) from exc
-        if answer is None or answer.__class__ is str:
-            return answer
-        raise PluginFailed(plugin, point, _reason(answer), (a, b, c)[at], scope)
+        problem = check(answer)
+        if problem is not None:
+            raise PluginFailed(plugin, point, problem, (a, b, c)[at], scope)
+        return answer
     return guarded
 
 
@@ -519,8 +561,7 @@ def _by_priority_class(fn, plugin, point, scope):
     return guarded
 
 
-#: Guards by the number of arguments a point takes (none takes more than three; ``queue_admit`` is the three's
-#: only one, and answers a reason).
+#: Guards by the number of arguments a point takes (none takes more than three).
 _GUARDS = {1: _guard1, 2: _guard2, 3: _guard3}
 
 

@@ -22,7 +22,7 @@ from typing import Sequence
 from flotilla.core.cyclestate import QueueState, RunningJob
 from flotilla.core.extensions import (GangReady, JobOrder, JobValid, NodeFilter, NodeScore, NodeTiers, OnAllocate,
                                       OnEvict, PluginFailed, Preemptable, PreemptQueueOrder, Predicate, QueueAdmit,
-                                      QueueOrder, VictimOrder, guard)
+                                      QueueOrder, Reclaimable, ReclaimOrder, VictimOrder, guard)
 from flotilla.core.feasibility import node_type_refusal
 from flotilla.core.limits import queue_limit_refusal
 from flotilla.core.model import Gang, Job
@@ -63,6 +63,8 @@ class ExtensionRegistry:
         self.gang_ready_fns: list[GangReady] = []
         self.preemptable_fns: list[Preemptable] = []
         self.victim_order_fns: list[VictimOrder] = []
+        self.reclaimable_fns: list[Reclaimable] = []
+        self.reclaim_order_fns: list[ReclaimOrder] = []
         self.job_valid_fns: list[JobValid] = []
         self.allocate_handlers: list[OnAllocate] = []
         self.evict_handlers: list[OnEvict] = []
@@ -139,6 +141,12 @@ class ExtensionRegistry:
     def add_victim_order(self, fn: VictimOrder) -> None:
         fn = self._guarded("victim_order", fn)
         self.victim_order_fns.append(fn)
+
+    def add_reclaimable(self, fn: Reclaimable) -> None:
+        self.reclaimable_fns.append(self._guarded("reclaimable", fn))
+
+    def add_reclaim_order(self, fn: ReclaimOrder) -> None:
+        self.reclaim_order_fns.append(self._guarded("reclaim_order", fn))
 
     def add_job_valid(self, fn: JobValid) -> None:
         fn = self._guarded("job_valid", fn)
@@ -244,3 +252,7 @@ class ExtensionRegistry:
         job = running.job
         plugin_part = tuple(part for fn in self.victim_order_fns for part in fn(job))
         return (*plugin_part, self.priority_class(job).priority, tuple(-x for x in running.vec), job.id)
+
+    def reclaim_key(self, job: Job) -> tuple:
+        """The plugins' ``reclaim_order`` keys for ``job``, concatenated (empty without any)."""
+        return tuple(part for fn in self.reclaim_order_fns for part in fn(job))

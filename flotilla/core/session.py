@@ -56,6 +56,8 @@ class SessionSettings:
     #: ``evict.protectedFractionOfFairShare``: preemption to fair share keeps a queue at this fraction of its fair
     #: share (:mod:`flotilla.actions.evict`).
     evict_protected_fraction: float = 1.0
+    #: Queue name -> its own ``protectedFractionOfFairShare``, in place of the one above.
+    queue_protected_fractions: Mapping[str, float] = field(default_factory=dict)
     lookahead: int = 1000
     node_candidates: int = 16
     #: ``allocate.percentageOfNodesToScore``: how many fitting nodes node scores weigh
@@ -122,6 +124,8 @@ class Session(ExtensionRegistry, NodeSearch, Placing, WhyNot):
         self.counters: Counter[str] = Counter()
         self._orders: dict[str, JobQueue] = {}
         self._measured_share: Callable[[QueueState, Vector | None], float] | None = None
+        #: The earliest time after ``now`` a timed rule asked to be looked at again (:meth:`wake_at`).
+        self.wake: float | None = None
 
     # -- what actions ask -------------------------------------------------
     def priority_class(self, job: Job):
@@ -233,6 +237,14 @@ class Session(ExtensionRegistry, NodeSearch, Placing, WhyNot):
                 heads[queue.name] = (jobs, more)
         return heads
 
+    def wake_at(self, when: float) -> None:
+        """Ask for a cycle at ``when`` (seconds, the snapshot's clock): a timed rule (a reservation's ``after``
+        running out) may decide otherwise then with nothing else changed. ``simulate``'s clock, which jumps from
+        event to event, stops there; the service cycles on its period anyway. Times at or before ``now`` are
+        ignored."""
+        if when > self.now and (self.wake is None or when < self.wake):
+            self.wake = when
+
     # -- closing ----------------------------------------------------------
     def close(self, head: int = 0, head_key: Callable[[str], object] | None = None) -> Decisions:
         """The cycle's decisions; with ``head``, each queue's first ``head`` waiting jobs too (:meth:`queue_heads`)."""
@@ -264,6 +276,7 @@ class Session(ExtensionRegistry, NodeSearch, Placing, WhyNot):
             timings=dict(self.timings),
             counters=dict(self.counters),
             heads=heads,
+            wake=self.wake,
         )
         return decisions
 
