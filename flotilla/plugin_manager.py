@@ -12,7 +12,9 @@ Plugins are called in config order: pluggy calls the most recently
 registered implementation first, so they are registered in reverse. Every
 plugin manager also holds the built-in cluster backends
 (:data:`BUILTIN_BACKENDS`), registered before the config's plugins so that
-those are asked first.
+those are asked first, and after them the backends that packages provide
+for kinds of their own (the ``flotilla.backends`` group, :data:`BACKEND_GROUP`:
+a kind's name to its backend factory, see docs/backends.md).
 """
 
 from __future__ import annotations
@@ -29,8 +31,11 @@ import pluggy
 from flotilla.core import hookspecs
 from flotilla.core.entrypoints import installed
 from flotilla.core.backend import ClusterBackend
+from flotilla.core.capabilities import Backends
 
 ENTRY_POINT_GROUP = "flotilla.plugins"
+#: Cluster kinds that packages provide: the entry point's name is the kind, its object the backend factory.
+BACKEND_GROUP = "flotilla.backends"
 
 #: The built-in answers to ``flotilla_cluster_backend``, one per cluster ``kind``, in every plugin manager.
 BUILTIN_BACKENDS: dict[str, str] = {
@@ -64,20 +69,80 @@ def _distribution(ep: EntryPoint) -> str:
     return dist.name if dist is not None else "an unnamed distribution"
 
 
+def _claimed(group: str, name: str, what: str) -> EntryPoint:
+    claims = [ep for ep in installed(group) if ep.name == name]
+    if not claims:
+        raise LookupError(name)
+    if len(claims) > 1:
+        who = " and ".join(f"{_distribution(ep)} ({ep.value})" for ep in sorted(claims, key=_distribution))
+        raise PluginNameConflict(f"{what} {name!r} is registered by two distributions: {who}; "
+                                 f"uninstall one of them")
+    return claims[0]
+
+
 def find_plugin(name: str):
     """The factory registered under ``name``.
 
     ``LookupError`` if no distribution registers it, :class:`PluginNameConflict`
     if two do.
     """
-    claims = [ep for ep in installed(ENTRY_POINT_GROUP) if ep.name == name]
-    if not claims:
-        raise LookupError(name)
-    if len(claims) > 1:
-        who = " and ".join(f"{_distribution(ep)} ({ep.value})" for ep in sorted(claims, key=_distribution))
-        raise PluginNameConflict(f"plugin name {name!r} is registered by two distributions: {who}; "
-                                 f"uninstall one of them")
-    return claims[0].load()
+    return _claimed(ENTRY_POINT_GROUP, name, "plugin name").load()
+
+
+def available_cluster_kinds() -> list[str]:
+    """Every cluster kind: the built-in ones and those installed packages provide."""
+    return sorted(set(BUILTIN_BACKENDS) | {ep.name for ep in installed(BACKEND_GROUP)})
+
+
+def find_backend_kind(kind: str):
+    """The backend factory a package registers for cluster kind ``kind`` (see docs/backends.md).
+
+    ``LookupError`` if no distribution registers it, :class:`PluginNameConflict`
+    if two do, or if the kind is a built-in one (a package serves its own
+    kinds; it replaces a built-in kind's backend through the
+    ``flotilla_cluster_backend`` hook of a plugin).
+    """
+    entry = _claimed(BACKEND_GROUP, kind, "cluster kind")
+    if kind in BUILTIN_BACKENDS:
+        raise PluginNameConflict(f"cluster kind {kind!r} is built in, and {_distribution(entry)} ({entry.value}) "
+                                 f"registers it too; uninstall it, or give its kind another name")
+    return entry.load()
+
+
+def backend_args(factory, args: Mapping[str, Any]):
+    """``args`` read by the factory's ``Args`` model (a pydantic model class); a factory without one takes none.
+
+    Raises pydantic's ``ValidationError``, or ``ValueError`` for args given to a kind that takes none.
+    """
+    model = getattr(factory, "Args", None)
+    if model is None:
+        if args:
+            raise ValueError(f"unknown argument(s) {', '.join(sorted(map(str, args)))}; this kind takes none")
+        return None
+    return model.model_validate(dict(args))
+
+
+class PackagedBackendPlugin:
+    """Answers ``flotilla_cluster_backend`` for the kinds packages provide (:data:`BACKEND_GROUP`)."""
+
+    @hookspecs.hookimpl
+    def flotilla_cluster_backend(self, cluster_config, options):
+        kind = getattr(cluster_config, "kind", None)
+        if not isinstance(kind, str) or kind in BUILTIN_BACKENDS:
+            return None
+        try:
+            factory = find_backend_kind(kind)
+        except LookupError:
+            return None
+        except PluginNameConflict as exc:
+            raise ValueError(f"cluster {cluster_config.name!r}: {exc}") from None
+        args = getattr(cluster_config, "parsed_args", None)
+        if args is None:
+            try:
+                args = backend_args(factory, getattr(cluster_config, "args", None) or {})
+            except ValueError as exc:   # pydantic's ValidationError is one
+                raise ValueError(f"cluster {cluster_config.name!r}: args: {exc}") from None
+        return factory(cluster_config.name, args, dict(options))
 
 
 def _hook_params() -> dict[str, list[str]]:
@@ -135,6 +200,7 @@ def new_plugin_manager() -> pluggy.PluginManager:
     """A plugin manager with Flotilla's hooks and the built-in cluster backends, and no decision plugins."""
     pm = pluggy.PluginManager(hookspecs.PROJECT)
     pm.add_hookspecs(hookspecs)
+    pm.register(PackagedBackendPlugin(), name="backends:packaged")
     for kind, target in BUILTIN_BACKENDS.items():
         module, _, attr = target.partition(":")
         pm.register(getattr(importlib.import_module(module), attr)(), name=f"backend:{kind}")
@@ -165,8 +231,9 @@ def load_plugins(plugins: Sequence[tuple[str, Mapping[str, Any]]]) -> pluggy.Plu
     return pm
 
 
-def make_backends(config, pm=None, kinds: Sequence[str] | None = None, **options) -> dict[str, ClusterBackend]:
-    """One backend per cluster of ``config`` (those whose kind is in ``kinds``, if given), by name.
+def make_backends(config, pm=None, kinds: Sequence[str] | None = None, **options) -> Backends:
+    """One backend per cluster of ``config`` (those whose kind is in ``kinds``, if given), by name, with the
+    capabilities of each read once (:class:`~flotilla.core.capabilities.Backends`).
 
     Each comes from the ``flotilla_cluster_backend`` hook of ``pm`` (the
     scheduler's plugin manager, so the config's plugins are asked first;
@@ -184,4 +251,4 @@ def make_backends(config, pm=None, kinds: Sequence[str] | None = None, **options
         if backend is None:
             raise ValueError(f"cluster {cluster.name!r}: no plugin provides a backend of kind {kind!r}")
         backends[cluster.name] = backend
-    return backends
+    return Backends(backends)

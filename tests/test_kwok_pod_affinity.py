@@ -222,3 +222,45 @@ def test_a_namespace_selector_chooses_namespaces_by_their_labels_and_follows_the
     labelled_namespace(four, "db-gold", {"tier": "bronze"})
     pods = run(four, 2, "near-bronze bound")
     assert bound(pods) == {"near-silver": "node-2", "near-bronze": "node-3"}
+
+
+def test_cluster_default_spread_constraints_spread_a_replica_sets_pods(kwok, tmp_path):
+    # podTopologySpread.defaultConstraints: maxSkew 1 over hostnames. A ReplicaSet's pods carry no constraint of
+    # their own; the default selects them by the ReplicaSet's selector, so they land one per node. Pods with no
+    # service and no controller get no default: best fit stacks them.
+    cluster = kwok["a"]
+    cluster.reset(nodes=4)
+    make_namespace(cluster, "team-a", "A")
+    cluster.create_namespace("flotilla-jobs")
+    h = Harness(tmp_path, cluster, extra="podTopologySpread: {defaultConstraints: [{maxSkew: 1, topologyKey: "
+                                          "kubernetes.io/hostname, whenUnsatisfiable: DoNotSchedule}]}\n")
+    try:
+        rs = cluster.client.post("/apis/apps/v1/namespaces/team-a/replicasets", {
+            "apiVersion": "apps/v1", "kind": "ReplicaSet", "metadata": {"name": "web", "namespace": "team-a"},
+            "spec": {"replicas": 0, "selector": {"matchLabels": {"app": "web"}},
+                     "template": {"metadata": {"labels": {"app": "web"}},
+                                  "spec": {"schedulerName": "flotilla", "containers": [
+                                      {"name": "c", "image": "registry.k8s.io/pause:3.10"}]}}}})
+        owner = {"apiVersion": "apps/v1", "kind": "ReplicaSet", "name": "web", "uid": rs["metadata"]["uid"],
+                 "controller": True}
+        deadline = time.monotonic() + 30
+        while ("ReplicaSet", "team-a", "web") not in h.backend.intake.controllers:
+            assert time.monotonic() < deadline, "the ReplicaSet was not seen"
+            time.sleep(0.05)
+        for k in range(4):
+            cluster.client.post(pod_path("team-a"), {
+                "apiVersion": "v1", "kind": "Pod",
+                "metadata": {"name": f"web-{k}", "namespace": "team-a", "labels": {"app": "web"},
+                             "ownerReferences": [owner]},
+                "spec": {"schedulerName": "flotilla", "terminationGracePeriodSeconds": 1, "containers": [
+                    {"name": "c", "image": "registry.k8s.io/pause:3.10", "resources": {"requests": {"cpu": "1"}}}]}})
+        for k in range(2):
+            make_pod(cluster, "team-a", f"plain-{k}", labels={"app": "plain"})
+        h.seen(6)
+        pods = run(h, 6, "six bound")
+        placed = bound(pods)
+        assert sorted(node for name, node in placed.items() if name.startswith("web-")) == \
+            ["node-1", "node-2", "node-3", "node-4"]
+        assert len({node for name, node in placed.items() if name.startswith("plain-")}) == 1
+    finally:
+        h.close()

@@ -23,6 +23,12 @@ The room of an evicted job may be taken only by a job whose priority class
 has an equal or higher priority (armada-scheduler.txt: preemption to fair
 share happens only for jobs "of equal PC priority"); this holds for new jobs
 and for other evicted jobs returning alike.
+
+A plugin that fails while a unit is placed (:class:`~flotilla.core.extensions.PluginFailed`)
+is caught once per unit, not per node: a job-scoped failure leaves the
+unit's jobs waiting with its reason (passed over, as a unit that does not
+fit), a queue-scoped one (``node_tiers``, ``queue_order``) leaves the queue
+out of the rest of the cycle. Whatever the unit had taken is given back.
 """
 
 from __future__ import annotations
@@ -31,13 +37,15 @@ import time
 
 import structlog
 
+from flotilla.core.extensions import PluginFailed
 from flotilla.core.nodeindex import EVICTED
 from flotilla.core.podplacements import pod_checked
 from flotilla.actions.pickers import FlatPicker, TreePicker
-from flotilla.core.topology import GangPlace, gang_places, no_domain_reason, place_types
+from flotilla.core.topology import GangPlace, gang_places, no_domain_reason
 from flotilla.core.units import KnownMisfits, QueueUnits
 from flotilla.core.whynot import Shortfall
-from flotilla.core.statement import place
+from flotilla.core.placement import GANG, JOB, Refused
+from flotilla.plugin import take_args
 
 log = structlog.get_logger("flotilla.actions.allocate")
 
@@ -71,11 +79,20 @@ def requirements_key(job) -> tuple:
 
 
 class Allocate:
+    """The ``allocate`` action; ``args``: ``lookahead`` (default: the config's ``allocate.lookahead``)."""
+
     name = "allocate"
+
+    def __init__(self, args=None):
+        lookahead = take_args(args, lookahead=None)["lookahead"]
+        if lookahead is not None and (isinstance(lookahead, bool) or not isinstance(lookahead, int) or lookahead < 1):
+            raise ValueError(f"lookahead: expected a whole number of at least 1, got {lookahead!r}")
+        #: Units a queue may pass over before it is given up on for the cycle; None: the config's.
+        self.lookahead_arg: int | None = lookahead
 
     def execute(self, session) -> None:
         started = time.perf_counter()
-        self.lookahead = session.settings.lookahead
+        self.lookahead = self.lookahead_arg or session.settings.lookahead
         levels = session.index.levels
         self.base_level = levels[1] if len(levels) > 1 else EVICTED
         # Evicted jobs are preemptible, so their level is their class's priority.
@@ -100,11 +117,16 @@ class Allocate:
         self.ahead = ahead = set(session.scheduled_ids)
         self.picker = picker = TreePicker(session) if session.nested else FlatPicker(session)
         affinity = session.state.affinity_jobs > 0
+        failed = session.failed_queues
         for queue in session.queues.values():
             evicted = evicted_by_queue.get(queue.name, ())
-            if not queue.queued and not evicted:
+            if not queue.queued and not evicted or queue.name in failed:
                 continue
-            tiers = set(session.node_tiers_fn(queue))
+            try:
+                tiers = set(session.node_tiers_fn(queue))
+            except PluginFailed as failure:
+                session.plugin_failed(failure)
+                continue
             # A shape with no node is none for every queue when the tiers cover all nodes and no node filter
             # (they answer per job) applies.
             shared = ("any" in tiers or {"unused", "used"} <= tiers) and not session.node_filter_fns
@@ -115,7 +137,16 @@ class Allocate:
         while (chosen := picker.pop()) is not None:
             queue, unit, run, vec = chosen
             considered += 1
-            if not self._place(session, run, unit, vec) and not self._is_return(session, unit):
+            try:
+                placed = self._place(session, run, unit, vec)
+            except PluginFailed as failure:
+                session.plugin_failed(failure, unit if unit.__class__ is list else (unit,))
+                placed = False
+                if failure.scope == "queue":
+                    session.fail_queue(queue.name, failure.reason)
+                    picker.drop(queue)
+                    continue
+            if not placed and not self._is_return(session, unit):
                 if self._pass_over(session, run):
                     picker.drop(queue)
                     continue
@@ -132,6 +163,13 @@ class Allocate:
         session.timings[self.name] = time.perf_counter() - started
 
     # -- helpers --------------------------------------------------------------
+    def _bulk_valid(self, job) -> str | None:
+        """``job_valid`` for a run of known misfits: a failure stops the run before the job (read on its own)."""
+        try:
+            return self.job_valid(job)
+        except PluginFailed as failure:
+            return failure.reason
+
     def _pass_over(self, session, run) -> bool:
         """Count a unit passed over; True when the queue has used up its lookahead."""
         run.passed += 1
@@ -185,7 +223,8 @@ class Allocate:
         valid_fns = session.job_valid_fns
         # In a run of known misfits, a check that answers by priority class alone (part of the key) needs no
         # call: the key's first job passed it.
-        bulk_valid = None if all(getattr(fn, "by_priority_class", False) for fn in valid_fns) else job_valid
+        bulk_valid = None if all(getattr(fn, "by_priority_class", False) for fn in valid_fns) else \
+            self._bulk_valid
         lookahead = self.lookahead
         passed = run.passed
         skipped = 0
@@ -210,15 +249,20 @@ class Allocate:
                 selector = unit.node_selector  # requirements_key(unit), inlined: this loop is per job
                 failure = known.get((id(unit.requests), unit.priority_class, id(selector) if selector else 0,
                                      id(unit.tolerations)))
-                if failure is not None and unit.affinity is None and (job_valid is None or not job_valid(unit)):
-                    failures[unit.id] = failure
-                    skipped += 1
-                    passed += 1
-                    if passed < lookahead:
-                        continue
-                    run.passed = passed - 1
-                    self._pass_over(session, run)
-                    break
+                if failure is not None and unit.affinity is None:
+                    try:
+                        refused = job_valid is not None and job_valid(unit)
+                    except PluginFailed:
+                        refused = True   # offered on its own: placing it meets the failure again, and records it
+                    if not refused:
+                        failures[unit.id] = failure
+                        skipped += 1
+                        passed += 1
+                        if passed < lookahead:
+                            continue
+                        run.passed = passed - 1
+                        self._pass_over(session, run)
+                        break
             run.passed = passed
             offered = unit
             break
@@ -237,15 +281,10 @@ class Allocate:
             return self._place_elastic_member(session, queue, job, vec)
         if job.id in session.evicted:
             return self._return_evicted(session, queue, job, vec)
-        reason = self.job_valid(job) if self.job_valid is not None else None
-        if reason:
-            session.failures[job.id] = reason
-            return False
-        types, why = session.allowed_types(job)
-        reason = (session.admit(queue, job, vec) if session.queue_admit_fns else None) or why
-        if reason:
-            session.failures[job.id] = reason
-            if job.affinity is None and not job.claims:
+        types = session.clear(job)
+        if types.__class__ is Refused:
+            session.failures[job.id] = reason = types.reason
+            if types.stage is not JOB and job.affinity is None and not job.claims:
                 run.misfits.by_key[requirements_key(job)] = reason
             return False
         shape = (vec, id(types))
@@ -266,7 +305,10 @@ class Allocate:
             if run.covers_all:
                 self.shapes_without_room.add(shape)
             return False
-        place(session, job, node, vec)
+        refused = session.place(job, node)
+        if refused is not None:
+            session.failures[job.id] = refused.reason
+            return False
         if self.debug:
             log.debug("allocate", job=job.id, queue=queue.name, node=session.node_name(node))
         return True
@@ -322,22 +364,20 @@ class Allocate:
         place, why = self._elastic_cluster(session, job.gang)
         if why is None and job.id in session.evicted:
             return self._return_evicted(session, queue, job, vec)
-        reason = why or session.job_valid(job) or session.admit(queue, job, vec)
-        types = ()
-        if not reason:
-            types, reason = place_types(session, job, place)
-        if reason:
+        types = session.clear(job, place) if why is None else Refused(GANG, why)
+        if types.__class__ is Refused:
             if job.id not in session.evicted:
-                session.failures[job.id] = reason
+                session.failures[job.id] = types.reason
             return False
         node = self._find(session, queue, job, vec, types)
         if node is None:
             cluster = place if place is None or place.__class__ is str else place.cluster
             session.failures[job.id] = Shortfall(vec, EVICTED, types, job, cluster)
             return False
-        stmt = session.statement()
-        stmt.allocate(job, node)
-        stmt.commit()
+        refused = session.place(job, node)
+        if refused is not None:
+            session.failures[job.id] = refused.reason
+            return False
         return True
 
     def _return_evicted(self, session, queue, job, vec) -> bool:
@@ -355,14 +395,11 @@ class Allocate:
 
     def _place_gang(self, session, queue, members, vec) -> bool:
         gang = members[0].gang
-        reason = session.gang_ready(gang, members) or session.admit(queue, members[0], vec)
-        if not reason:
-            invalid = [(m, session.job_valid(m)) for m in members]
-            reason = next((f"gang {gang.id}: {m.id}: {why}" for m, why in invalid if why), None)
-        if reason:
+        refused = session.clear_gang(members, queue)
+        if refused is not None:
             for member in members:
                 if member.id not in session.evicted:
-                    session.failures[member.id] = reason
+                    session.failures[member.id] = refused.reason
             return False
         evicted = [m for m in members if m.id in session.evicted]
         clusters = sorted({session.node_name(session.running[m.id].node)[0] for m in evicted}) if evicted else \
@@ -379,20 +416,25 @@ class Allocate:
         for place in places:
             stmt = session.statement()
             placed = 0
-            for member in members:
-                member_vec = session.vector(member)
-                if member.id in session.evicted:
-                    running = session.running[member.id]
-                    if not self._fits_over_evicted(session, running.node, member_vec, running.level):
-                        break
-                    stmt.unevict(member)
-                else:
-                    types, _ = place_types(session, member, place)
-                    node = self._find(session, queue, member, member_vec, types) if types else None
-                    if node is None:
-                        break
-                    stmt.allocate(member, node)
-                placed += 1
+            try:
+                for member in members:
+                    member_vec = session.vector(member)
+                    if member.id in session.evicted:
+                        running = session.running[member.id]
+                        if not self._fits_over_evicted(session, running.node, member_vec, running.level):
+                            break
+                        stmt.unevict(member)
+                    else:
+                        types = session.clear_member(member, place)
+                        if types.__class__ is Refused:
+                            break
+                        node = self._find(session, queue, member, member_vec, types)
+                        if node is None or session.place(member, node, stmt) is not None:
+                            break
+                    placed += 1
+            except PluginFailed:
+                stmt.discard()   # the members placed so far go back: the gang waits whole
+                raise
             if placed == len(members):
                 stmt.commit()
                 self.ahead.update(member.id for member in members)

@@ -42,8 +42,10 @@ from itertools import islice
 import structlog
 
 from flotilla.core.nodeindex import EVICTED
+from flotilla.core.extensions import PluginFailed
+from flotilla.core.placement import Refused
 from flotilla.core.podplacements import AFFINITY_NOT_MATCHED, SPREAD_MISSING_LABEL, pod_checked, pod_refusal
-from flotilla.core.topology import gang_places, place_types
+from flotilla.core.topology import gang_places
 from flotilla.core.units import iter_units
 
 log = structlog.get_logger("flotilla.actions.preempt")
@@ -66,8 +68,9 @@ class Preempt:
         if session.default_priority_class in urgent:
             urgent.add("")
         candidates = []
+        failed = session.failed_queues
         for queue in session.queues.values():
-            if not queue.queued.has_class(urgent):
+            if not queue.queued.has_class(urgent) or queue.name in failed:
                 continue
             for position, unit in enumerate(islice(iter_units(session, queue, ()), session.settings.lookahead)):
                 if not isinstance(unit, list) and unit.gang is not None:
@@ -83,23 +86,35 @@ class Preempt:
                     continue  # preemptionPolicy: Never: it waits for room
                 priority = max(pc.priority for pc in classes)
                 if priority > lowest:
-                    candidates.append((-priority, session.preempt_rank(queue), queue.name, position, members))
+                    try:
+                        rank = session.preempt_rank(queue)
+                    except PluginFailed as failure:
+                        session.plugin_failed(failure)
+                        break
+                    candidates.append((-priority, rank, queue.name, position, members))
+        candidates = [c for c in candidates if c[2] not in failed]
         candidates.sort(key=lambda c: c[:4])
         preempted = 0
         for _, _, name, _, members in candidates:
-            preempted += self._try(session, session.queues[name], members)
+            if name in failed:
+                continue
+            try:
+                preempted += self._try(session, session.queues[name], members)
+            except PluginFailed as failure:
+                # The unit waits with the failure (a queue-scoped one leaves its queue out): no one is displaced.
+                session.plugin_failed(failure, members)
         session.counters["preempted_urgency"] += preempted
         session.timings[self.name] = time.perf_counter() - started
 
     def _try(self, session, queue, members) -> int:
         """Place ``members`` (one job, or a gang on one cluster) by displacing; returns victims taken."""
         vec = tuple(map(sum, zip(*(session.vector(m) for m in members))))
-        if session.admit(queue, members[0], vec) or any(session.job_valid(m) for m in members):
+        gang = members[0].gang
+        if gang is not None and session.clear_gang(members, queue) is not None:
             return 0
-        if members[0].gang is not None and session.gang_ready(members[0].gang, members):
+        if gang is None and session.clear(members[0]).__class__ is Refused:
             return 0
         clusters = sorted({t.cluster for t in session.index.types})
-        gang = members[0].gang
         if gang is not None and gang.uniformity_label:
             # A topology gang displaces within one domain of its label, tried in the order allocate tries them.
             level = max(session.priority_class(m).priority for m in members)
@@ -109,29 +124,36 @@ class Preempt:
         for cluster in places:
             stmt = session.statement()
             victims_taken = 0
-            for member in members:
-                taken = self._place_one(session, stmt, member, cluster)
-                if taken is None:
-                    break
-                victims_taken += taken
-            else:
-                stmt.commit()
+            try:
                 for member in members:
-                    session.failures.pop(member.id, None)
-                return victims_taken
+                    taken = self._place_one(session, stmt, member, cluster)
+                    if taken is None:
+                        break
+                    victims_taken += taken
+                else:
+                    stmt.commit()
+                    for member in members:
+                        session.failures.pop(member.id, None)
+                    return victims_taken
+            except PluginFailed:
+                stmt.discard()
+                raise
             stmt.discard()
         return 0
 
     def _place_one(self, session, stmt, job, cluster) -> int | None:
-        types, _ = place_types(session, job, cluster)
-        if not types:
-            return None
+        """Place ``job`` (cleared by :meth:`_try`) in ``cluster``, on free room or by displacing; the victims
+        taken, or None."""
         vec = session.vector(job)
         queue = session.queues[job.queue]
+        # A gang member's types in its gang's place; a lone job's as _try cleared it (their statement places
+        # nothing else before it).
+        types = session.clear_member(job, cluster) if job.gang is not None else session.clear(job, cluster)
+        if types.__class__ is Refused:
+            return None
         free_node = session.find_node(job, vec, EVICTED, types, queue)
         if free_node is not None:
-            stmt.allocate(job, free_node)
-            return 0
+            return 0 if stmt.allocate(job, free_node) is None else None
         priority = session.priority_class(job).priority
         best = None
         fitting = session.index.iter_fitting(vec, priority, types)
@@ -158,9 +180,10 @@ class Preempt:
         for victim in victims:
             stmt.preempt(victim.job)
             log.debug("preempt", job=victim.job.id, by=job.id, node=session.node_name(node))
-        if ruled and pod_refusal(session, job, node) is not None:
-            return None  # a victim's gang mates elsewhere moved what the rules count: the caller discards
-        stmt.allocate(job, node)
+        if stmt.allocate(job, node) is not None:
+            # The core refuses it there even with the victims gone (a victim's gang mates elsewhere moved what the
+            # pod rules count, say): the caller discards.
+            return None
         return len(victims)
 
     @staticmethod

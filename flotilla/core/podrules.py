@@ -376,6 +376,43 @@ def _spread(spec: Any, path: str, labels: Mapping[str, str]) -> tuple[SpreadCons
     return tuple(out)
 
 
+#: kube-scheduler's ``defaultingType: System`` constraints (PodTopologySpread's system defaults).
+SYSTEM_DEFAULT_CONSTRAINTS = (
+    {"maxSkew": 3, "topologyKey": "kubernetes.io/hostname", "whenUnsatisfiable": "ScheduleAnyway"},
+    {"maxSkew": 5, "topologyKey": "topology.kubernetes.io/zone", "whenUnsatisfiable": "ScheduleAnyway"},
+)
+
+
+def default_constraint_problems(spec: Any, path: str) -> list[tuple[str, str]]:
+    """Problems of cluster default spread constraints (kube-scheduler's ``defaultConstraints``), each
+    ``(path, message)``: each checked as a pod's constraint, and none may carry a ``labelSelector`` or
+    ``matchLabelKeys`` (the selector is made for each pod)."""
+    if not isinstance(spec, list):
+        return [(path, "expected a list of topology spread constraints")]
+    problems = []
+    for k, item in enumerate(spec):
+        if isinstance(item, Mapping):
+            for field in ("labelSelector", "matchLabelKeys"):
+                if field in item:
+                    problems.append((f"{path}[{k}].{field}", "must not be set in default constraints: the selector "
+                                                             "is made for each pod from its services and controller"))
+    if problems:
+        return problems
+    try:
+        _spread(spec, path, {})
+    except AffinityError as exc:
+        return [(exc.path, exc.message)]
+    return []
+
+
+def with_default_spread(rules_spec: Mapping[str, Any] | None, defaults: Any, selector: Mapping[str, Any]) -> dict:
+    """A stored pod-rules spec (``affinity``, ``topologySpreadConstraints``) given the cluster default
+    constraints, each selecting by ``selector`` (a label selector); for a pod that carries no constraints."""
+    out = dict(rules_spec or {})
+    out["topologySpreadConstraints"] = [{**constraint, "labelSelector": dict(selector)} for constraint in defaults]
+    return out
+
+
 def parse_pod_rules(affinity: Mapping[str, Any] | None, spread: Any, namespace: str,
                     labels: Mapping[str, str]) -> PodRules | None:
     """A podSpec's ``affinity`` (its podAffinity and podAntiAffinity) and ``topologySpreadConstraints`` as
@@ -395,5 +432,6 @@ def parse_pod_rules(affinity: Mapping[str, Any] | None, spread: Any, namespace: 
     return PodRules(required, anti, preferred, preferred_anti, constraints)
 
 
-__all__ = ["NAMESPACE_NAME_LABEL", "NamespaceSelection", "PodRules", "PodTerm", "Selector", "SpreadConstraint",
+__all__ = ["NAMESPACE_NAME_LABEL", "SYSTEM_DEFAULT_CONSTRAINTS", "default_constraint_problems",
+           "with_default_spread", "NamespaceSelection", "PodRules", "PodTerm", "Selector", "SpreadConstraint",
            "label_key_problem", "label_value_problem", "namespace_allows", "namespace_labels_of", "parse_pod_rules"]

@@ -79,13 +79,11 @@ class Service:
         if self.poller is not None:
             self.poller.stop()
         if self.loop is not None:
-            for backend in self.loop.backends.values():
-                close = getattr(backend, "close", None)
-                if callable(close):
-                    try:
-                        close()
-                    except Exception:  # pragma: no cover - best effort on the way out
-                        log.exception("backend.close_failed")
+            for backend in self.loop.backends.having("close").values():
+                try:
+                    backend.close()
+                except Exception:  # pragma: no cover - best effort on the way out
+                    log.exception("backend.close_failed")
         self.store.close()
 
 
@@ -115,8 +113,9 @@ def build_service(config, scheduler, *, store_url: str | None = None, admin_endp
             metrics.set_leader(elector.identity, False, None)
         else:
             metrics.set_leader(identity or "all", True, None)
-        runner = SchedulerRunner(loop, elector, on_cycle=metrics.observe_cycle, on_fenced=metrics.fenced.inc)
-    router = health_router(store, role, metrics, elector, shutting_down)
+        runner = SchedulerRunner(loop, elector, on_cycle=metrics.observe_cycle, on_fenced=metrics.fenced.inc,
+                                 on_plugin_errors=metrics.observe_plugin_errors)
+    router = health_router(store, role, metrics, elector, shutting_down, runner, settings)
     authenticator = None
     if runs_api(role):
         authenticator = Authenticator.from_settings(settings)
