@@ -44,6 +44,7 @@ import time
 
 import structlog
 
+from flotilla.core.extensions import PluginFailed
 from flotilla.core.nodeindex import NONPREEMPTIBLE
 from flotilla.core.shares import weight_vector
 
@@ -82,7 +83,12 @@ class Evict:
                         chosen[member.id] = member
         if chosen and (session.settings.evict_protected_fraction > 0 or session.settings.queue_protected_fractions
                        or session.reclaimable_fns):
-            chosen = self._protect(session, chosen)
+            try:
+                chosen = self._protect(session, chosen)
+            except PluginFailed as failure:
+                # A plugin failed to say who may be reclaimed, or in which order: no one is, this cycle.
+                session.plugin_failed(failure)
+                chosen = {}
         stmt = session.statement()
         for job in chosen.values():
             stmt.evict(job)
