@@ -13,8 +13,8 @@ QUEUES = "queues: [{name: Q1, weight: 1}, {name: Q2, weight: 1}, {name: Q3, weig
 
 PLUGINS = """
 plugins:
-  - name: badfair
   - name: bestfit
+  - name: badfair
   - name: gang
   - name: priorityclass
 """
@@ -62,9 +62,24 @@ class BadFair:
                 return float("inf")
             return 0.0
 
+        def order(job):
+            if fail.get(job.id) == "order":
+                raise IndexError("no rank")
+            return ()
+
+        def tiers(queue):
+            return ["own", "unsued"] if fail.get(queue.name) == "tiers" else ["any"]
+
+        def allocated(job, node):
+            if fail.get(job.id) == "event":
+                raise RuntimeError("ledger closed")
+
         session.add_queue_order(key)
         session.add_job_valid(valid)
         session.add_node_score(score)
+        session.add_job_order(order)
+        session.set_node_tiers(tiers)
+        session.add_event_handler(on_allocate=allocated)
 '''
 
 
@@ -88,6 +103,18 @@ def state(queues=("Q1", "Q2", "Q3"), per_queue=4, nodes=2) -> str:
 
 def plugins(args: str) -> str:
     return PLUGINS.replace("  - name: badfair\n", f"  - name: badfair\n    args: {args}\n")
+
+
+def test_a_job_order_failing_for_one_job_a_node_tiers_failing_for_a_queue_and_an_event_handler(tmp_path, badfair):
+    # q1-2's order fails: it waits, its queue is ordered without it. Q2's tiers name an unknown tier: Q2 is out.
+    # q3-1's on_allocate handler raises after it is placed: the placement stands.
+    out = run_once(tmp_path, config(QUEUES, plugins("{fail: {q1-2: order, Q2: tiers, q3-1: event}}")),
+                   state(nodes=3))
+    assert sorted(placements(out)) == ["q1-1", "q1-3", "q1-4", "q3-1", "q3-2", "q3-3", "q3-4"]
+    q2 = "plugin badfair failed at node_tiers: TypeError: answered ['own', 'unsued'], not a sequence of own, unused, " \
+         "used, any"
+    assert out["reasons"] == {"q1-2": "plugin badfair failed at job_order: IndexError: no rank",
+                              **{f"q2-{i}": q2 for i in range(1, 5)}}
 
 
 def test_a_policy_raising_for_q2_and_nan_for_q3_leaves_them_out_in_schedule_once(tmp_path, badfair):
@@ -141,7 +168,7 @@ def test_a_session_open_failure_at_load_is_a_config_error(tmp_path, badfair):
         sys.path.remove(str(tmp_path / "site2"))
         sys.modules.pop("badfair_plugin2", None)
     assert result.exit_code == 2
-    assert result.stderr == (f"error: {tmp_path / 'flotilla.yaml'}:3: plugins[0].name: plugin badfair2 failed at "
+    assert result.stderr == (f"error: {tmp_path / 'flotilla.yaml'}:4: plugins[1].name: plugin badfair2 failed at "
                              "flotilla_session_open: RuntimeError: cannot reach the quota service\n")
 
 
