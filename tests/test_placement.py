@@ -151,3 +151,14 @@ def test_a_reserved_node_is_taken_over_backfill_and_the_port_holder_goes():
     action.execute(session)
     assert [(p.job.id, p.node) for p in session.scheduled] == [("u-1", "node-1")]
     assert sorted(session.preempted) == ["b-1"]
+
+
+def test_a_gang_cleared_in_part_is_refused():
+    gang = Gang("g", 3)
+    members = [job(f"g-{k}", gang=gang) for k in (1, 2, 3)]
+    session = open_session([node("n1")], queued=members)
+    refused = session.clear_gang(members[:2])
+    assert (refused.stage, refused.reason) == ("gang", "gang g: its members are placed together (3 to place, 2 given)")
+    assert session.clear_member(members[0]).stage == "gang"
+    assert session.clear_gang([members[0], job("a-1")]).reason == "the jobs given are not one gang's members"
+    assert session.clear_gang(members) is None

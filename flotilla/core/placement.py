@@ -124,13 +124,16 @@ class Placing:
             queue = self.queues.get(members[0].queue)
             if queue is None:
                 return Refused(QUEUE, f"unknown queue {members[0].queue!r}")
-        reason = self.gang_ready(gang, members) if gang is not None else None
+        refused = self._gang_whole(gang, members)
+        if refused is not None:
+            return refused
+        reason = self.gang_ready(gang, members)
         if reason:
             return Refused(GANG, reason)
         for member in members:
             why = self.job_valid(member)
             if why:
-                return Refused(JOB, f"gang {gang.id}: {member.id}: {why}" if gang is not None else why)
+                return Refused(JOB, f"gang {gang.id}: {member.id}: {why}")
         vec = tuple(map(sum, zip(*(self.vector(m) for m in members))))
         reason = self.admit(queue, members[0], vec)
         if reason:
@@ -148,6 +151,24 @@ class Placing:
             return Refused(NODES, why or "no nodes")
         self._cleared[id(member)] = types
         return types
+
+    def _gang_whole(self, gang, members: Sequence[Job]) -> Refused | None:
+        """Whether ``members`` are what the gang places together: every member not running (evicted ones
+        included) nor placed this cycle; for an elastic gang, at least what its minimum still needs."""
+        if gang is None or any(m.gang is None or m.gang.id != gang.id for m in members):
+            return Refused(GANG, "the jobs given are not one gang's members")
+        running, evicted, placed = self.running, self.evicted, self.scheduled_ids
+        known = self.gangs.get(gang.id, members)
+        if gang.min_available:
+            started = sum(1 for m in known if m.id in running and m.id not in evicted)
+            if started + len(members) >= gang.min_available:
+                return None
+            return Refused(GANG, f"gang {gang.id}: waiting for its minimum of {gang.min_available} to start")
+        pending = {m.id for m in known if m.id in evicted or (m.id not in running and m.id not in placed)}
+        if pending == {m.id for m in members}:
+            return None
+        return Refused(GANG, f"gang {gang.id}: its members are placed together ({len(pending)} to place, "
+                             f"{len(members)} given)")
 
     def _gang_alone(self, job: Job) -> Refused | None:
         """A gang member asked about alone: only an elastic gang's member, once the gang has started."""
