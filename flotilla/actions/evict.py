@@ -152,18 +152,22 @@ class Evict:
 
         kept_back: set[str] = set()
         if not reclaimable:
-            # Without plugins to ask, the order matters only for queues between two bounds: a queue at or below
-            # its floor keeps every unit that costs it anything (what it holds only shrinks), a queue that stays at
+            # Without plugins to ask, the order matters only for queues between two bounds: a queue that the
+            # cheapest of its jobs at risk would take below its floor keeps every unit that costs it anything
+            # (what it holds only shrinks), a queue that stays at
             # its floor losing all its jobs at risk loses them whatever the order. Units touching neither kind
             # alone are weighed in order below; the others are settled here, with no sort.
             total: dict[str, float] = {}
+            least: dict[str, float] = {}     # the least a unit can cost the queue, when it costs anything
             for job_id in at_risk:
-                name = chosen[job_id].queue
-                total[name] = total.get(name, 0.0) + costs[job_id]
+                name, amount = chosen[job_id].queue, costs[job_id]
+                total[name] = total.get(name, 0.0) + amount
+                if amount > 0 and amount < least.get(name, float("inf")):
+                    least[name] = amount
             ordered = {}
             for key, unit in units.items():
                 touched = {m.queue for m in unit if m.id in at_risk and costs[m.id] > 0}
-                if any(left[name] <= floors[name] for name in touched):
+                if any(left[name] - least[name] < floors[name] for name in touched):
                     kept_back.update(member.id for member in unit)
                 elif all(left[name] - total[name] >= floors[name] for name in touched):
                     continue   # taken whatever the order
