@@ -100,7 +100,8 @@ from typing import Any, Callable, Iterator, Mapping, Protocol, Sequence
 
 from flotilla.core.cyclestate import QueueState, RunningJob
 from flotilla.core.extensions import (GangReady, JobOrder, JobValid, NodeFilter, NodeScore, NodeTiers, OnAllocate, OnEvict,
-                                      Preemptable, PreemptQueueOrder, Predicate, QueueAdmit, QueueOrder, VictimOrder)
+                                      Preemptable, PreemptQueueOrder, Predicate, QueueAdmit, QueueOrder, Reclaimable,
+                                      ReclaimOrder, VictimOrder)
 from flotilla.core.hookspecs import hookimpl
 from flotilla.core.model import Gang, Job, Node, PriorityClass, Taint, Toleration
 from flotilla.core.nodeindex import EVICTED, NodeType
@@ -153,6 +154,10 @@ class PluginSession(Protocol):
     def priority_class(self, job: Job) -> PriorityClass:
         """``job``'s priority class (the config's default when it names none)."""
 
+    def wake_at(self, when: float) -> None:
+        """Ask for a cycle at ``when`` (the snapshot's clock, seconds) for a rule of yours that changes with time
+        alone; ``simulate`` stops its clock there instead of jumping past it."""
+
     # -- registration: one method per extension point (docs/plugins-reference.md) --
     def add_queue_order(self, fn: QueueOrder) -> None: ...
 
@@ -175,6 +180,10 @@ class PluginSession(Protocol):
     def add_preemptable(self, fn: Preemptable) -> None: ...
 
     def add_victim_order(self, fn: VictimOrder) -> None: ...
+
+    def add_reclaimable(self, fn: Reclaimable) -> None: ...
+
+    def add_reclaim_order(self, fn: ReclaimOrder) -> None: ...
 
     def add_job_valid(self, fn: JobValid) -> None: ...
 
@@ -362,7 +371,8 @@ __all__ = [
     "RunningJob", "Taint", "Toleration", "Vector", "node_allocatable", "node_at", "node_free",
     # the extension points' callable types (flotilla.core.extensions declares them; the reference documents them)
     "GangReady", "JobOrder", "JobValid", "NodeFilter", "NodeScore", "NodeTiers", "OnAllocate", "OnEvict",
-    "PreemptQueueOrder", "Preemptable", "Predicate", "QueueAdmit", "QueueOrder", "VictimOrder",
+    "PreemptQueueOrder", "Preemptable", "Predicate", "QueueAdmit", "QueueOrder", "Reclaimable", "ReclaimOrder",
+    "VictimOrder",
     # helpers
     "DEFAULT_WEIGHTS", "asset_share", "parse_weights", "take_args", "weight_vector",
     # actions: the protocol, the session they see, the placement primitive's refusal, helpers

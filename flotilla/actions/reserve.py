@@ -3,8 +3,12 @@
 A unit (job or gang) that heads its queue, cannot fit, and has waited longer
 than ``reservation.after`` since it was last queued reserves the nodes that
 would fit it soonest:
-those of one cluster with the least running on them (the least to evict or
-finish), as many as hold the unit once emptied. At most
+those of one cluster whose non-backfill work would end soonest, as many as
+hold the unit once emptied. Backfill (preemptible jobs) goes the moment the
+unit fits, so only the rest must end by itself; Flotilla knows no job's end
+time, so the least non-backfill work held (in resource order) ranks first,
+then the least backfill, then the node's position. A node that holds only
+backfill therefore comes first, and the unit starts there at once. At most
 ``reservation.maxUnits`` units hold reservations at once (the longest
 waiting first). A job is last queued when it is submitted or when it goes
 back to its queue: preempted by a cycle, or gone from the running jobs
@@ -79,8 +83,10 @@ class Reserve:
         for key, (queue, members) in waiting:
             if key in self.reservations or len(self.reservations) >= session.settings.reservation_max_units:
                 continue
-            if session.now - since[key] < after or _is_backfill(session, members) or \
-                    not self._waits_for_room(session, queue, members):
+            if session.now - since[key] < after:
+                session.wake_at(since[key] + after)   # it may reserve then, with nothing else changed
+                continue
+            if _is_backfill(session, members) or not self._waits_for_room(session, queue, members):
                 continue
             taken = {name for names in self.reservations.values() for name in names}
             nodes = self._choose_nodes(session, members, taken)
@@ -183,8 +189,9 @@ class Reserve:
             nodes = [i for i, node in enumerate(index.nodes)
                      if node.cluster == cluster and (node.cluster, node.name) not in taken
                      and index.type_of[i] in types]
-            # Least to evict or finish: what runs there, in resource order, then the node's position.
-            load = {i: tuple(a - f for a, f in zip(index.allocatable[i], index.free[i][0])) for i in nodes}
+            # Soonest free: the least non-backfill work (which must end by itself), then the least backfill
+            # (preempted the moment the unit fits), in resource order, then the node's position.
+            load = {i: _load(session, i) for i in nodes}
             nodes.sort(key=lambda i: (load[i], i))
             chosen: list[int] = []
             for i in nodes:
@@ -192,7 +199,7 @@ class Reserve:
                     continue  # no member may go there whatever runs on it (node filters, held host ports, ...)
                 chosen.append(i)
                 if _first_fit(session, members, chosen, allowed, {j: list(index.allocatable[j]) for j in chosen}):
-                    cost = tuple(map(sum, zip(*(load[j] for j in chosen))))
+                    cost = tuple(tuple(map(sum, zip(*(load[j][part] for j in chosen)))) for part in (0, 1))
                     if best is None or (len(chosen), cost) < best[0]:
                         best = ((len(chosen), cost), [index.nodes[j] for j in chosen])
                     break
@@ -252,6 +259,18 @@ class Reserve:
         log.info("reserve.placed", unit=members[0].gang.id if members[0].gang else members[0].id,
                  preempted=sum(1 for op in stmt.ops if op[0] == "preempt"))
         return True
+
+
+def _load(session, i) -> tuple[tuple[int, ...], tuple[int, ...]]:
+    """What node ``i`` holds: (its non-backfill work, everyone else's pods included; its backfill), as vectors."""
+    index = session.index
+    held = [a - f for a, f in zip(index.allocatable[i], index.free[i][0])]
+    backfill = [0] * len(held)
+    for running in session.jobs_on(i):
+        if running.level != NONPREEMPTIBLE:
+            for r, amount in enumerate(running.vec):
+                backfill[r] += amount
+    return tuple(h - b for h, b in zip(held, backfill)), tuple(backfill)
 
 
 def _is_backfill(session, members) -> bool:

@@ -223,6 +223,9 @@ class QueueConfig(Model):
     parent: Name | None = None
     #: Whether a failed run of the queue's jobs runs again: ordered rules, first match wins (docs/policies.md).
     retry_policy: RetryPolicy = Field(default_factory=list, alias="retryPolicy")
+    #: This queue's floor under preemption to fair share, in place of evict.protectedFractionOfFairShare
+    #: (flotilla.actions.evict); None: that one.
+    protected_fraction_of_fair_share: float | None = Field(None, ge=0, le=10, alias="protectedFractionOfFairShare")
 
     @field_validator("limits")
     @classmethod
@@ -468,6 +471,9 @@ class DeadlinesConfig(Model):
 class CycleConfig(Model):
     #: Positive: a period of 0 would run cycles back to back, holding the store and the clusters' API servers.
     period: Duration = 1.0
+    #: ``/readyz`` of a process that schedules answers 503 after this many cycles in a row failed closed (a
+    #: plugin failing in ``flotilla_session_open``, say); the next cycle that ends well makes it ready again.
+    unready_after_failed_cycles: int = Field(3, ge=1, le=1000, alias="unreadyAfterFailedCycles")
 
     @field_validator("period")
     @classmethod

@@ -29,6 +29,7 @@ import structlog
 
 from flotilla.core.cyclestate import CycleState, QueueState, RunningJob, job_level
 from flotilla.core.decisions import Decisions, Placement, QueueReport
+from flotilla.core.extensions import PluginFailed
 from flotilla.core.logs import debug_enabled
 from flotilla.core.model import Job, Snapshot
 from flotilla.core.nodeindex import NodeIndex
@@ -55,6 +56,8 @@ class SessionSettings:
     #: ``evict.protectedFractionOfFairShare``: preemption to fair share keeps a queue at this fraction of its fair
     #: share (:mod:`flotilla.actions.evict`).
     evict_protected_fraction: float = 1.0
+    #: Queue name -> its own ``protectedFractionOfFairShare``, in place of the one above.
+    queue_protected_fractions: Mapping[str, float] = field(default_factory=dict)
     lookahead: int = 1000
     node_candidates: int = 16
     #: ``allocate.percentageOfNodesToScore``: how many fitting nodes node scores weigh
@@ -121,6 +124,8 @@ class Session(ExtensionRegistry, Placing, NodeSearch, WhyNot):
         self.counters: Counter[str] = Counter()
         self._orders: dict[str, JobQueue] = {}
         self._measured_share: Callable[[QueueState, Vector | None], float] | None = None
+        #: The earliest time after ``now`` a timed rule asked to be looked at again (:meth:`wake_at`).
+        self.wake: float | None = None
 
     # -- what actions ask -------------------------------------------------
     def priority_class(self, job: Job):
@@ -154,9 +159,24 @@ class Session(ExtensionRegistry, Placing, NodeSearch, WhyNot):
             return queue.queued
         order = self._orders.get(queue.name)
         if order is None:
-            entries = [(*self.job_sort_key(entry[-1], entry[2]), entry[-1]) for entry in queue.queued.live_entries()]
+            live = queue.queued.live_entries()
+            try:
+                entries = [(*self.job_sort_key(entry[-1], entry[2]), entry[-1]) for entry in live]
+            except PluginFailed:
+                entries = self._ordered_without_failures(live)
             order = self._orders[queue.name] = JobQueue(None, entries)
         return order
+
+    def _ordered_without_failures(self, live) -> list[tuple]:
+        """The entries of the jobs a plugin's job order answers for; the others wait with its failure."""
+        entries = []
+        for entry in live:
+            job = entry[-1]
+            try:
+                entries.append((*self.job_sort_key(job, entry[2]), job))
+            except PluginFailed as failure:
+                self.plugin_failed(failure, (job,))
+        return entries
 
     def _cluster_and_labels(self, i: int):
         """Node ``i``'s cluster and labels as the predicates see them (its type's)."""
@@ -217,6 +237,14 @@ class Session(ExtensionRegistry, Placing, NodeSearch, WhyNot):
                 heads[queue.name] = (jobs, more)
         return heads
 
+    def wake_at(self, when: float) -> None:
+        """Ask for a cycle at ``when`` (seconds, the snapshot's clock): a timed rule (a reservation's ``after``
+        running out) may decide otherwise then with nothing else changed. ``simulate``'s clock, which jumps from
+        event to event, stops there; the service cycles on its period anyway. Times at or before ``now`` are
+        ignored."""
+        if when > self.now and (self.wake is None or when < self.wake):
+            self.wake = when
+
     # -- closing ----------------------------------------------------------
     def close(self, head: int = 0, head_key: Callable[[str], object] | None = None) -> Decisions:
         """The cycle's decisions; with ``head``, each queue's first ``head`` waiting jobs too (:meth:`queue_heads`)."""
@@ -248,6 +276,7 @@ class Session(ExtensionRegistry, Placing, NodeSearch, WhyNot):
             timings=dict(self.timings),
             counters=dict(self.counters),
             heads=heads,
+            wake=self.wake,
         )
         return decisions
 
