@@ -40,7 +40,7 @@ from fastapi.concurrency import run_in_threadpool
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import Response, StreamingResponse
 from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from flotilla import __version__
 from flotilla.config.models import QueueConfig
@@ -53,7 +53,8 @@ from flotilla.service.guard import BoundedRoute, Guard, HeadAsGet
 from flotilla.service.openapi import QueuePending, state_input_rules
 from flotilla.service.pending import DEFAULT_LIMIT, HEAD_MAX, PendingView
 from flotilla.service.placement import placement_of, queue_parents
-from flotilla.service.jobspec import JobFile, field_path, rejections_from_errors, validate_jobs
+from flotilla.service.jobspec import (JobFile, field_path, job_file_in_steps, rejections_from_errors,
+                                      validate_jobs)
 from flotilla.service.logs import LOG_RESPONSES, MAX_TAIL, PodLogs
 from flotilla.service.settings import DEFAULT_LIMITS, QueueSpec, ServiceSettings, rule_dicts
 from flotilla.service.roles.status import StatusReader
@@ -246,6 +247,17 @@ def create_app(store: Store, settings: ServiceSettings, loop=None, *, admin_endp
         new_jobs = validate_jobs(body, settings)
         done = store.submit(body.queue, body.jobSetId, who.user, new_jobs)
         return {"jobs": [{"id": s.id, "clientId": s.client_id, "existing": s.existing} for s in done]}
+
+    def validated_job_file(request: Request, raw: Any) -> JobFile:
+        """The body as a :class:`JobFile` (in a worker thread), refused as FastAPI would refuse it."""
+        try:
+            return job_file_in_steps(raw)
+        except ValidationError as exc:
+            errors = [{**e, "loc": ("body", *e["loc"])} for e in exc.errors(include_url=False)]
+            code, message, field, items = _validation_errors(request, RequestValidationError(errors, body=raw))
+            raise ApiError(422, message, code=code, field=field, errors=items) from None
+
+    next(r for r in app.router.routes if getattr(r, "path", "") == "/v1/submit").validate_body = validated_job_file
 
     @app.post("/v1/cancel", tags=["jobs"], summary="Cancel a job, a job set, or a queue's jobs in given states")
     def cancel(body: CancelBody, who: Identity = Depends(identity)) -> dict:
