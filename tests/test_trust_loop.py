@@ -174,3 +174,76 @@ def test_a_large_submission_is_refused_with_the_job_named(service):
     assert service.store.count_jobs() == 0
     ok = client.post("/v1/submit", json=job_file("A", "s", jobs[:150]), headers={"Authorization": "Bearer alice-token"})
     assert ok.status_code == 200 and len(ok.json()["jobs"]) == 150
+
+
+# -- item 2: a request's headers have a deadline ----------------------------------------------------------
+
+def _serve_with_header_timeout(tmp_path, timeout: str):
+    from serve_process import Server
+    from test_service_e2e import CONFIG as E2E
+
+    return Server(tmp_path, E2E.replace('server: {listen: "127.0.0.1:PORT"}',
+                                        f'server: {{listen: "127.0.0.1:PORT", headerTimeout: {timeout}}}')).start(timeout=180)
+
+
+def _read_all(sock) -> bytes:
+    out = b""
+    while True:
+        chunk = sock.recv(4096)
+        if not chunk:
+            return out
+        out += chunk
+
+
+def test_headers_sent_one_byte_a_second_get_408_and_the_connection_closes(tmp_path):
+    import socket
+    import time
+
+    srv = _serve_with_header_timeout(tmp_path, "2s")
+    try:
+        request = b"GET /v1/health HTTP/1.1\r\nHost: 127.0.0.1\r\nX-Slow: " + b"a" * 100
+        with socket.create_connection(("127.0.0.1", srv.port), timeout=60) as slow:
+            sent = 0
+            slow.setblocking(True)
+            for byte in request:   # one byte a second: the headers never complete within 2 s
+                try:
+                    slow.sendall(bytes([byte]))
+                except OSError:    # the server closed the connection: what was answered is read below
+                    break
+                sent += 1
+                time.sleep(1)
+                slow.settimeout(0.001)
+                try:
+                    if slow.recv(1, socket.MSG_PEEK):
+                        break
+                except (BlockingIOError, TimeoutError, socket.timeout):
+                    pass
+                finally:
+                    slow.settimeout(60)
+            answer = _read_all(slow)
+        assert answer.startswith(b"HTTP/1.1 408 Request Timeout\r\n"), answer
+        assert answer.endswith(b"\r\n\r\nrequest headers not complete within the limit")
+        assert 1 <= sent < len(request)
+        # A connection that sends nothing at all is closed alike.
+        with socket.create_connection(("127.0.0.1", srv.port), timeout=60) as idle:
+            assert _read_all(idle).startswith(b"HTTP/1.1 408 Request Timeout\r\n")
+        # Requests whose headers arrive at once are served, and so is a second one on the same connection.
+        with socket.create_connection(("127.0.0.1", srv.port), timeout=60) as quick:
+            for _ in range(2):
+                quick.sendall(b"GET /v1/health HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n")
+                head = b""
+                while b"\r\n\r\n" not in head:
+                    head += quick.recv(4096)
+                assert head.startswith(b"HTTP/1.1 200 OK\r\n")
+    finally:
+        srv.kill()
+
+
+def test_the_header_timeout_is_a_positive_duration():
+    from flotilla.config import ConfigError
+
+    assert parse_config("server: {headerTimeout: 3s}\n" + CONFIG, "t.yaml").server.header_timeout == 3.0
+    assert parse_config(CONFIG, "t.yaml").server.header_timeout == 10.0
+    with pytest.raises(ConfigError) as caught:
+        parse_config("server: {headerTimeout: 0s}\n" + CONFIG, "t.yaml")
+    assert "server.headerTimeout" in str(caught.value)
