@@ -31,7 +31,10 @@ minor version may add (new names, new session methods, new optional
 parameters, new fields), never remove or change. Removing or changing one
 waits for a major version and is announced in the release notes one minor
 version ahead. The extension points a plugin registers on are part of this
-promise, with the contracts ``docs/plugins-reference.md`` states.
+promise, with the contracts ``docs/plugins-reference.md`` states, and so are
+the placement primitive's stages and their order (``docs/actions.md``): a
+minor version may add a rule within a stage, never let through what a stage
+refuses.
 
 **Everything else is internal** and may change in any release without
 notice: every other module (``flotilla.core``, ``flotilla.actions``,
@@ -69,6 +72,18 @@ What a plugin sees
   annotate yours with; each is declared once, in the core, with its
   contract, and ``docs/plugins-reference.md`` is generated from them.
 
+What an action sees
+-------------------
+An action (:class:`Action`: ``name`` and ``execute(session)``) is a step of
+the cycle; ``docs/actions.md`` walks from nothing to an installed one. It
+sees an :class:`ActionSession`: what a plugin sees, plus the placement
+primitive, the only way to start a job (:meth:`ActionSession.place`, and
+:meth:`ActionSession.statement` for a gang's members together). The core
+checks every rule there, whoever asks, and answers a refusal as one type,
+:class:`Refused` (``stage``, one of :data:`STAGES`, and ``reason``).
+:func:`queued_jobs`, :func:`node_positions`, :func:`find_node` and
+:func:`wait_reason` read queues and nodes and record why a job waits.
+
 Helpers
 -------
 * :func:`take_args`: check a plugin's ``args`` against its defaults, so an
@@ -81,14 +96,16 @@ Helpers
 from __future__ import annotations
 
 import math
-from typing import Any, Callable, Mapping, Protocol, Sequence
+from typing import Any, Callable, Iterator, Mapping, Protocol, Sequence
 
 from flotilla.core.cyclestate import QueueState, RunningJob
 from flotilla.core.extensions import (GangReady, JobOrder, JobValid, NodeFilter, NodeScore, NodeTiers, OnAllocate, OnEvict,
-                                      Preemptable, PreemptQueueOrder, Predicate, QueueAdmit, QueueOrder, VictimOrder)
+                                      Preemptable, PreemptQueueOrder, Predicate, QueueAdmit, QueueOrder, Reclaimable,
+                                      ReclaimOrder, VictimOrder)
 from flotilla.core.hookspecs import hookimpl
 from flotilla.core.model import Gang, Job, Node, PriorityClass, Taint, Toleration
 from flotilla.core.nodeindex import EVICTED, NodeType
+from flotilla.core.placement import STAGES, Refused
 from flotilla.core import shares
 from flotilla.core.resources import ResourceSpace, Vector
 
@@ -137,6 +154,10 @@ class PluginSession(Protocol):
     def priority_class(self, job: Job) -> PriorityClass:
         """``job``'s priority class (the config's default when it names none)."""
 
+    def wake_at(self, when: float) -> None:
+        """Ask for a cycle at ``when`` (the snapshot's clock, seconds) for a rule of yours that changes with time
+        alone; ``simulate`` stops its clock there instead of jumping past it."""
+
     # -- registration: one method per extension point (docs/plugins-reference.md) --
     def add_queue_order(self, fn: QueueOrder) -> None: ...
 
@@ -160,9 +181,115 @@ class PluginSession(Protocol):
 
     def add_victim_order(self, fn: VictimOrder) -> None: ...
 
+    def add_reclaimable(self, fn: Reclaimable) -> None: ...
+
+    def add_reclaim_order(self, fn: ReclaimOrder) -> None: ...
+
     def add_job_valid(self, fn: JobValid) -> None: ...
 
     def add_event_handler(self, on_allocate: OnAllocate | None = None, on_evict: OnEvict | None = None) -> None: ...
+
+
+# -- actions -----------------------------------------------------------------
+
+class PlacementGroup(Protocol):
+    """Placements that stand or fall together (a gang's members): ``session.statement()``.
+
+    Each :meth:`allocate` takes effect in the session at once (the next
+    member sees the room the previous one took); :meth:`commit` records
+    them all as decisions, :meth:`discard` undoes them all. Exactly one of
+    the two ends a group.
+    """
+
+    def allocate(self, job: Job, node: int) -> Refused | None:
+        """Place ``job`` on ``node`` in this group, through :meth:`ActionSession.place`; None when placed."""
+
+    def commit(self) -> None: ...
+
+    def discard(self) -> None: ...
+
+
+class ActionSession(PluginSession, Protocol):
+    """The session as an action sees it in ``execute(session)``: what a plugin sees, and the placement primitive.
+
+    The primitive is the only way to start a job: the core asks every rule,
+    in one order, and refuses what any rule refuses, with a :class:`Refused`
+    naming the step and the reason (``docs/actions.md`` lists them):
+
+    ``gang`` (a gang's members go together), ``job`` (``job_valid``),
+    ``queue`` (queue limits and ``queue_admit``), ``nodes`` (taints,
+    node selector and affinity, predicates, a gang's place), ``node``
+    (host ports, claims, pod rules, node filters) and ``fit`` (free room).
+
+    Ask about a job once with :meth:`clear` (the node types it may use),
+    pick a node, and :meth:`place` it; or :meth:`place` it straight away,
+    which clears it first. A gang: :meth:`clear_gang`, then per member
+    :meth:`clear_member` and ``statement().allocate``.
+    """
+
+    def clear(self, job: Job, place: str | None = None) -> list[int] | Refused:
+        """Steps gang to nodes for one job, in its own queue: the node types it may use (in cluster ``place``), or
+        :class:`Refused`."""
+
+    def clear_gang(self, members: Sequence[Job], queue: Queue | None = None) -> Refused | None:
+        """Steps gang to queue for a gang's members placed together, admitted as their sum by ``queue`` (one of
+        their queues; default the first member's); None when cleared."""
+
+    def clear_member(self, member: Job, place: str | None = None) -> list[int] | Refused:
+        """Step nodes for a member of the gang cleared last: its node types (in cluster ``place``)."""
+
+    def place(self, job: Job, node: int, stmt: PlacementGroup | None = None) -> Refused | None:
+        """Place queued ``job`` on ``node`` (in ``stmt``, or committed at once) if every rule allows it;
+        None when placed, else :class:`Refused`."""
+
+    def statement(self) -> PlacementGroup:
+        """A new :class:`PlacementGroup`."""
+
+
+class Action(Protocol):
+    """A step of the cycle, named in the config's ``actions:`` list (``docs/actions.md``).
+
+    A package exposes the class through the ``flotilla.actions`` entry-point
+    group under a name no built-in action has. Its constructor takes the
+    ``args`` mapping of its config entry (check it with :func:`take_args`;
+    a class whose constructor takes nothing is given no ``args``). One object
+    lives as long as the scheduler: ``execute`` is called once per cycle,
+    after the actions before it in the list, with the cycle's session.
+    """
+
+    name: str
+
+    def execute(self, session: ActionSession) -> None: ...
+
+
+def queued_jobs(session: ActionSession, queue: Queue) -> Iterator[Job]:
+    """``queue``'s queued jobs in job order (the plugins' job order, priority, submission), less those placed or
+    set aside this cycle; read lazily, so stopping early costs only what was read."""
+    order = session.queued_in_order(queue)  # type: ignore[attr-defined]
+    placed, aside = session.scheduled_ids, session.set_aside  # type: ignore[attr-defined]
+    position = 0
+    while (entry := order.at(position)) is not None:
+        position += 1
+        job = entry[-1]
+        if job.id not in placed and job.id not in aside:
+            yield job
+
+
+def node_positions(session: ActionSession) -> range:
+    """Every node of the session, as the positions the rest of the API takes."""
+    return range(len(session.index.nodes))  # type: ignore[attr-defined]
+
+
+def find_node(session: ActionSession, job: Job, types: Sequence[int], queue: Queue) -> int | None:
+    """The node the core's own search picks for ``job`` among ``types`` (what :meth:`ActionSession.clear` gave):
+    the node-tier plugin's tiers, node scores, then the least free room that fits; None if none fits now."""
+    return session.find_node(job, session.vector(job), EVICTED, types, queue)  # type: ignore[attr-defined]
+
+
+def wait_reason(session: ActionSession, job: Job, reason: str) -> None:
+    """Record why ``job`` waits: the reason ``schedule-once``, the API and the dashboard show for it, unless a
+    later action places it or records another."""
+    session.failures[job.id] = str(reason)  # type: ignore[attr-defined]
 
 
 # -- nodes -------------------------------------------------------------------
@@ -244,7 +371,11 @@ __all__ = [
     "RunningJob", "Taint", "Toleration", "Vector", "node_allocatable", "node_at", "node_free",
     # the extension points' callable types (flotilla.core.extensions declares them; the reference documents them)
     "GangReady", "JobOrder", "JobValid", "NodeFilter", "NodeScore", "NodeTiers", "OnAllocate", "OnEvict",
-    "PreemptQueueOrder", "Preemptable", "Predicate", "QueueAdmit", "QueueOrder", "VictimOrder",
+    "PreemptQueueOrder", "Preemptable", "Predicate", "QueueAdmit", "QueueOrder", "Reclaimable", "ReclaimOrder",
+    "VictimOrder",
     # helpers
     "DEFAULT_WEIGHTS", "asset_share", "parse_weights", "take_args", "weight_vector",
+    # actions: the protocol, the session they see, the placement primitive's refusal, helpers
+    "Action", "ActionSession", "PlacementGroup", "Refused", "STAGES", "find_node", "node_positions", "queued_jobs",
+    "wait_reason",
 ]

@@ -18,7 +18,7 @@ from typing import Callable, Mapping, Sequence
 
 import structlog
 
-from flotilla.actions import get_action
+from flotilla.actions import ActionNameConflict, get_action
 from flotilla.core.decisions import Decisions
 from flotilla.core.logs import ensure_configured
 from flotilla.core.model import PriorityClass, Queue, Snapshot
@@ -35,14 +35,27 @@ def session_settings(config) -> SessionSettings:
     return SessionSettings(
         evict_probability=config.evict.probability,
         evict_protected_fraction=config.evict.protected_fraction_of_fair_share,
+        queue_protected_fractions={q.name: q.protected_fraction_of_fair_share for q in config.queues
+                                   if getattr(q, "protected_fraction_of_fair_share", None) is not None},
         lookahead=config.allocate.lookahead,
         node_candidates=getattr(config.allocate, "node_candidates", 16),
+        percentage_of_nodes_to_score=getattr(config.allocate, "percentage_of_nodes_to_score", 0),
+        score_weights={p.name: p.weight for p in config.plugins if getattr(p, "weight", None) is not None},
         preempt_max_candidates=config.preempt.max_candidates,
         indexed_resources=tuple(config.node_index.indexed_resources),
         reservation_after=config.reservation.after,
         reservation_max_units=config.reservation.max_units,
         share_weights=share_weights(config.plugins),
     )
+
+
+def _action_entry(entry) -> tuple[str, Mapping]:
+    """``(name, args)`` of an ``actions`` entry: a name, a config entry (``name``, ``args``), or a pair."""
+    if isinstance(entry, str):
+        return entry, {}
+    if isinstance(entry, tuple):
+        return entry
+    return entry.name, entry.args
 
 
 class Scheduler:
@@ -62,17 +75,26 @@ class Scheduler:
         self.config = config
         self.settings = session_settings(config)
         self.pm = load_plugins([(p.name, p.args) for p in config.plugins])
-        names = list(actions if actions is not None else config.actions)
-        if not getattr(config.preempt, "enabled", True):
-            names = [name for name in names if name != "preempt"]  # preempt.enabled: false turns urgency off
+        entries = [_action_entry(entry) for entry in (actions if actions is not None else config.actions)]
         self.actions = []
-        for index, name in enumerate(names):
+        for index, (name, args) in enumerate(entries):
+            if name == "preempt" and not getattr(config.preempt, "enabled", True):
+                continue  # preempt.enabled: false turns urgency off
             try:
-                self.actions.append(get_action(name))
+                self.actions.append(get_action(name, args))
             except KeyError:
                 raise PluginError(index, "actions", f"unknown action {name!r}") from None
+            except ActionNameConflict as exc:
+                raise PluginError(index, "actions", str(exc)) from None
+            except (ValueError, TypeError) as exc:
+                raise PluginError(index, "actions.args", f"action {name!r}: {exc}") from None
         probe = Snapshot([], [], [], self.priority_classes(), config.default_priority_class)
-        self._open(probe, random.Random(0)).check_registrations()
+        opened = self._open(probe, random.Random(0))
+        opened.check_registrations()
+        for index, plugin in enumerate(config.plugins):
+            if getattr(plugin, "weight", None) is not None and plugin.name not in opened.score_plugins:
+                raise PluginError(index, "weight", f"plugin {plugin.name!r} registers no node score: a weight "
+                                                   f"multiplies node scores only")
 
     def priority_classes(self) -> list[PriorityClass]:
         return [PriorityClass(pc.name, pc.priority, pc.preemptible) for pc in self.config.priority_classes]
@@ -88,7 +110,14 @@ class Scheduler:
               state: CycleState | None = None) -> Session:
         session = Session(snapshot, self.settings, rng, self.pm.get_plugins(), state)
         session.backends = dict(backends or {})
-        self.pm.hook.flotilla_session_open(session=session)
+        # Each plugin's implementation in turn, in config order (the order pluggy calls them), so that what one
+        # registers is known to be its (a node score takes its plugin's weight).
+        for impl in reversed(self.pm.hook.flotilla_session_open.get_hookimpls()):
+            session.opening_plugin = impl.plugin_name
+            try:
+                impl.function(**{name: session for name in impl.argnames})
+            finally:
+                session.opening_plugin = None
         return session
 
     def run_cycle(self, snapshot: Snapshot, rng: random.Random | None = None,

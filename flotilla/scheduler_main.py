@@ -40,8 +40,10 @@ def build_scheduler(config):
     try:
         return Scheduler(config)
     except PluginError as exc:
-        section = "actions" if exc.field == "actions" else "plugins"
-        path = (section, exc.index) if section == "actions" else (section, exc.index, exc.field)
+        if exc.field.startswith("actions"):
+            path = ("actions", exc.index, *exc.field.split(".")[1:])
+        else:
+            path = ("plugins", exc.index, exc.field)
         raise UserError(str(config.source.error(path, exc.message))) from None
     except SessionError as exc:
         raise UserError(str(config.source.error(("plugins",), str(exc)))) from None

@@ -20,6 +20,7 @@ import itertools
 import os
 import subprocess
 import time
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -117,6 +118,22 @@ class RealNodeCluster:
         """Start the kubelet again (if stopped) and wait until the node is Ready."""
         result = script("kubelet-start", bin_dir=self.bin_dir)
         assert result.returncode == 0, result.stderr
+
+    def restart_kubelet(self, max_pods: int | None = None) -> None:
+        """Restart the kubelet with ``maxPods: max_pods`` (the node's usual 110 when None) and wait until the node
+        is Ready with that many pod slots."""
+        args = ("kubelet-restart",) + (("--max-pods", str(max_pods)) if max_pods is not None else ())
+        result = script(*args, bin_dir=self.bin_dir)
+        assert result.returncode == 0, result.stderr
+
+    @contextmanager
+    def max_pods(self, max_pods: int):
+        """The node's kubelet with ``maxPods: max_pods`` inside the block, its usual config again after it."""
+        self.restart_kubelet(max_pods)
+        try:
+            yield self
+        finally:
+            self.restart_kubelet()
 
     def ensure_running(self) -> None:
         """Start whatever part of the node is down (a test that stopped the kubelet and failed midway)."""

@@ -41,7 +41,7 @@ def state_error(text: str, config: FlotillaConfig | None = None) -> str:
 
 def test_default_config_is_the_spec_example():
     cfg = load_config(None)
-    assert cfg.actions == ["evict", "allocate", "preempt", "lease"]
+    assert cfg.action_names == ["evict", "allocate", "preempt", "lease"]
     assert [p.name for p in cfg.plugins] == ["assetfairness", "bestfit", "gang", "priorityclass", "predicates"]
     assert cfg.plugins[0].args == {"resourceWeights": {"cpu": 1, "nvidia.com/gpu": 1, "memory": 0}}
     assert [(pc.name, pc.priority, pc.preemptible) for pc in cfg.to_core_priority_classes()] == [
@@ -51,7 +51,7 @@ def test_default_config_is_the_spec_example():
     assert cfg.evict.probability == 1.0 and cfg.allocate.lookahead == 1000
     assert cfg.preempt.enabled and cfg.preempt.max_candidates == 1000
     assert cfg.lease.timeout == 60.0 and cfg.lease.max_retries == 3
-    assert cfg.grace_period.default == 1.0 and cfg.grace_period.max == 300.0
+    assert cfg.grace_period.default == 30.0 and cfg.grace_period.max == 300.0
     assert cfg.deadlines.cpu == 259200.0 and cfg.deadlines.gpu == 1209600.0
     assert cfg.cycle.period == 1.0
     assert cfg.store.url == "sqlite:///flotilla.db" and cfg.server.listen == "127.0.0.1:8080"
@@ -103,7 +103,7 @@ auth:
   adminGroups: [admins]
 nodeIndex: {indexedResources: [cpu]}
 """, "c.yaml")
-    assert cfg.actions == ["allocate", "preempt"]
+    assert cfg.action_names == ["allocate", "preempt"]
     assert cfg.queues[0].limits == {"cpu": 0.5} and cfg.queues[0].group_owners == ["ml"]
     assert cfg.preempt.enabled is False and cfg.preempt.max_candidates == 10
     assert (cfg.lease.timeout, cfg.lease.max_retries) == (300.0, 0)
@@ -173,7 +173,7 @@ CLUSTER = "clusters:\n  - name: c\n    kind: simulated\n    nodes:\n"
     (CLUSTER + "      - {count: 2, namePrefx: n, resources: {cpu: 1}}\n",
      "c.yaml:5: clusters[0].nodes[0].namePrefx: unknown field 'namePrefx' (did you mean 'namePrefix'?)"),
     ("store: {url: x}\nzz: 1\n", "c.yaml:2: zz: unknown field 'zz' (expected one of: actions, plugins, priorityClasses, "
-                                 "defaultPriorityClass, clusterPriorityClasses, queues, placement, evict, allocate, preempt, lease, reservation, gracePeriod, deadlines, "
+                                 "defaultPriorityClass, clusterPriorityClasses, queues, placement, podTopologySpread, evict, allocate, preempt, lease, reservation, gracePeriod, deadlines, "
                                  "cycle, clusters, nodeTemplates, store, server, auth, nodeIndex, leaderElection)"),
     # quantities: malformed, negative, not whole in the base unit
     (CLUSTER + "      - count: 1\n        resources:\n          cpu: 1x\n",
@@ -199,7 +199,8 @@ CLUSTER = "clusters:\n  - name: c\n    kind: simulated\n    nodes:\n"
      "'NoExecute' (got 'Never')"),
     # clusters
     ("clusters:\n  - {name: x, kind: simulatd}\n",
-     "c.yaml:2: clusters[0].kind: expected kind to be one of 'simulated', 'kubernetes' (got 'simulatd')"),
+     "c.yaml:2: clusters[0].kind: unknown cluster kind 'simulatd' (known: kubernetes, simulated); did you mean "
+         "'simulated'?"),
     ("clusters:\n  - {name: x}\n", "c.yaml:2: clusters[0].kind: required field missing (one of: simulated, kubernetes)"),
     ("clusters:\n  - {name: x, kind: kubernetes, kubeconfig: k, nodes: []}\n",
      "c.yaml:2: clusters[0].nodes: unknown field 'nodes' (expected one of: name, kind, kubeconfig, context, "

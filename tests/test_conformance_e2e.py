@@ -55,13 +55,7 @@ NODES = 4
 NODE_TEMPLATE = "resources: {cpu: 32, memory: 128Gi, pods: 110, ephemeral-storage: 100Gi}\n"
 
 #: Specs that pass with kube-scheduler and are known to fail with Flotilla, each with the cause.
-LEFT_OUT: dict[str, str] = {
-    "[sig-scheduling] SchedulerPreemption [Serial] PodTopologySpread Preemption validates proper pods are preempted":
-        "Flotilla's preemption chooses victims for room and host ports only: a node where the preemptor's "
-        "topology spread would still be broken with its victims gone is passed over, so the medium pod, whose "
-        "spread needs two of the three low pods gone, preempts nothing and waits (kube-scheduler's "
-        "DefaultPreemption runs every filter, PodTopologySpread included, with the victims removed)",
-}
+LEFT_OUT: dict[str, str] = {}
 
 
 def _e2e_binaries() -> Path:

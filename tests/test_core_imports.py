@@ -75,3 +75,85 @@ def test_the_walk_sees_imports_inside_functions_and_type_checking_blocks(tmp_pat
     module.write_text("from typing import TYPE_CHECKING\nif TYPE_CHECKING:\n    from flotilla.actions import allocate\n"
                       "def f():\n    import flotilla.service.api\n")
     assert {"flotilla.actions", "flotilla.service.api"} <= imports_of(module)
+
+
+# -- across the whole package ------------------------------------------------------------------
+
+PACKAGE = CORE.parent
+
+
+def module_name(path: Path) -> str:
+    parts = path.relative_to(PACKAGE.parent).with_suffix("").parts
+    return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
+
+
+def from_imports(path: Path) -> list[tuple[int, str, str]]:
+    """``(line, module, name)`` of every ``from MODULE import NAME`` in ``path`` (relative ones resolved)."""
+    name = module_name(path)
+    package = name if path.name == "__init__.py" else name.rpartition(".")[0]
+    found = []
+    for node in ast.walk(ast.parse(path.read_text(), str(path))):
+        if isinstance(node, ast.ImportFrom):
+            module = node.module or ""
+            if node.level:
+                base = package.rsplit(".", node.level - 1)[0] if node.level > 1 else package
+                module = f"{base}.{module}" if module else base
+            found += [(node.lineno, module, alias.name) for alias in node.names]
+        elif isinstance(node, ast.Import):
+            found += [(node.lineno, alias.name, "") for alias in node.names]
+    return found
+
+
+def private(name: str) -> bool:
+    return name.startswith("_") and not name.startswith("__")
+
+
+def private_imports(path: Path) -> list[tuple[str, int, str]]:
+    """Private names (``_x``) ``path`` takes from another module, and private modules from outside their package."""
+    importer = module_name(path)
+    out = []
+    for line, module, name in from_imports(path):
+        if not module.startswith("flotilla"):
+            continue
+        if name and private(name) and module != importer:
+            out.append((importer, line, f"{module}.{name}"))
+        parts = module.split(".")
+        for depth, part in enumerate(parts):   # flotilla.client._sync: only for flotilla.client's own modules
+            if private(part) and not under(importer, ".".join(parts[:depth])):
+                out.append((importer, line, module))
+                break
+    return out
+
+
+def test_no_module_imports_a_private_name_of_another():
+    """A leading underscore is the module's own business: another module that needs it needs a public name."""
+    offending = [found for path in sorted(PACKAGE.rglob("*.py")) for found in private_imports(path)]
+    assert offending == []
+
+
+#: The one module of flotilla.kubernetes the service may import (its public surface).
+KUBERNETES_SURFACE = "flotilla.kubernetes.public"
+
+
+def test_the_service_imports_only_the_public_surface_of_the_kubernetes_package():
+    offending = sorted((module_name(path), line, module)
+                       for path in sorted((PACKAGE / "service").rglob("*.py"))
+                       for line, module, name in from_imports(path)
+                       if under(module, "flotilla.kubernetes")
+                       and not under(f"{module}.{name}" if module == "flotilla" else module, KUBERNETES_SURFACE)
+                       and not (module == "flotilla.kubernetes" and name == "public"))
+    assert offending == []
+
+
+def test_the_checks_see_private_names_private_modules_and_kubernetes_internals(tmp_path, monkeypatch):
+    package = tmp_path / "flotilla"
+    (package / "service").mkdir(parents=True)
+    probe = package / "service" / "probe.py"
+    probe.write_text("from flotilla.kwok.cluster import _kill\nfrom flotilla.client._sync import Client\n"
+                     "from flotilla.service.probe import _mine\ndef f():\n    from flotilla.kubernetes.backend import "
+                     "KubernetesCluster\n    from flotilla.kubernetes.public import KubeClient\n")
+    monkeypatch.setattr(__import__(__name__), "PACKAGE", package)
+    assert private_imports(probe) == [("flotilla.service.probe", 1, "flotilla.kwok.cluster._kill"),
+                                      ("flotilla.service.probe", 2, "flotilla.client._sync")]
+    assert [(m, n) for _, m, n in from_imports(probe) if under(m, "flotilla.kubernetes")] == [
+        ("flotilla.kubernetes.backend", "KubernetesCluster"), ("flotilla.kubernetes.public", "KubeClient")]

@@ -62,6 +62,8 @@ def test_every_extension_point_is_called_in_a_cycle(tmp_path):
             session.add_gang_ready(mark("gang_ready", None))
             session.add_preemptable(mark("preemptable", True))
             session.add_victim_order(mark("victim_order", ()))
+            session.add_reclaimable(mark("reclaimable", True))
+            session.add_reclaim_order(mark("reclaim_order", ()))
             session.add_preempt_queue_order(mark("preempt_queue_order", 0.0))
             session.add_job_valid(mark("job_valid", None))
             session.add_event_handler(on_allocate=mark("on_allocate", None), on_evict=mark("on_evict", None))

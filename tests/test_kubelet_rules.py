@@ -96,7 +96,7 @@ def test_placement_fields_flotilla_does_not_honour_are_refused_with_their_path(a
         job("a", affinity={"podAntiAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": [
             {"labelSelector": {"matchLabels": {"app": "web"}}, "topologyKey": ""}]}}),
         job("b", affinity={"podAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": [
-            {**TERM, "namespaceSelector": {"matchLabels": {"team": "a"}}}]}}),
+            {**TERM, "namespaceSelector": {"matchExpressions": [{"key": "team", "operator": "Equals"}]}}]}}),
         job("c", topologySpreadConstraints=[{"maxSkew": 0, "topologyKey": "zone", "whenUnsatisfiable": "DoNotSchedule"}]),
         job("d", schedulingGates=[{"name": "wait"}], priority=5, preemptionPolicy="Never"),
         job("e", resourceClaims=[{"name": "gpu", "resourceClaimName": "gpu-claim"}]),
@@ -108,8 +108,8 @@ def test_placement_fields_flotilla_does_not_honour_are_refused_with_their_path(a
         "job 0 (clientId 'a'): podSpec.affinity.podAntiAffinity.requiredDuringSchedulingIgnoredDuringExecution[0]."
         "topologyKey: can not be empty",
         "job 1 (clientId 'b'): podSpec.affinity.podAffinity.requiredDuringSchedulingIgnoredDuringExecution[0]."
-        "namespaceSelector: namespaces chosen by their labels are not honoured by Flotilla's placement: list them in "
-        "namespaces, or give {} for every namespace",
+        "namespaceSelector.matchExpressions[0].operator: expected one of In, NotIn, Exists, DoesNotExist, "
+        "got 'Equals'",
         "job 2 (clientId 'c'): podSpec.topologySpreadConstraints[0].maxSkew: must be greater than zero, got 0",
         "job 3 (clientId 'd'): podSpec.schedulingGates: scheduling gates are not honoured: Flotilla binds the pod "
         "when it places the job, so there is nothing to gate",

@@ -42,6 +42,7 @@ priorityClasses:
 defaultPriorityClass: armada-default
 queues: [{{name: A, weight: 1}}, {{name: B, weight: 1}}]
 lease: {{timeout: 60s}}
+gracePeriod: {{default: 1s, max: 300s}}   # preempted pods go 1 s after their deletion: the tests wait for them
 clusters:
 {clusters}
 """

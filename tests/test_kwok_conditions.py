@@ -6,6 +6,7 @@ import shutil
 import subprocess
 
 import pytest
+import structlog
 
 from flotilla.kubernetes.client import pod_path
 from flotilla.kubernetes.conditions import PodReporter
@@ -146,6 +147,32 @@ def test_disruption_target_marks_the_victim_and_keeps_its_other_conditions(kwok)
     assert [summary(e) for e in events(cluster, "victim", uid)] == [
         ("Warning", "FailedScheduling", "flotilla: no node fits", "flotilla-test", "flotilla-test", uid, 1),
         ("Normal", "Preempted", "flotilla: preempted by queue b's job j-7 on node-2", "flotilla-test",
+         "flotilla-test", uid, 1)]
+
+
+def test_a_nomination_set_and_cleared_on_a_waiting_pod_and_refused_quietly_once_it_is_bound(kwok):
+    cluster = kwok["a"]
+    uid = make_pod(cluster, "preemptor")
+    reporter = PodReporter(cluster.client, clock=Clock(), component="flotilla-test")
+    with structlog.testing.capture_logs() as logs:
+        reporter.nominated("default", "preemptor", uid, "node-2", "waiting on node node-2 for the pods leaving it")
+        assert cluster.client.get(pod_path("default", "preemptor"))["status"]["nominatedNodeName"] == "node-2"
+        reporter.nominated("default", "preemptor", uid, None)
+        assert "nominatedNodeName" not in cluster.client.get(pod_path("default", "preemptor"))["status"]
+
+        # Bound meanwhile (the nomination goes out from the reporting pool, after the bind): the API server refuses
+        # a nomination on a bound pod, and that is no fault.
+        cluster.client.post(pod_path("default", "preemptor") + "/binding", {
+            "apiVersion": "v1", "kind": "Binding", "metadata": {"name": "preemptor", "uid": uid},
+            "target": {"apiVersion": "v1", "kind": "Node", "name": "node-1"}})
+        reporter.nominated("default", "preemptor", uid, "node-2")
+        reporter.nominated("default", "preemptor", uid, None)
+    pod = cluster.client.get(pod_path("default", "preemptor"))
+    assert (pod["spec"]["nodeName"], pod["status"].get("nominatedNodeName")) == ("node-1", None)
+    # Nothing above debug (whether debug is captured depends on the level a CLI test configured before).
+    assert [(e["log_level"], e["event"]) for e in logs if e["log_level"] != "debug"] == []
+    assert [summary(e) for e in events(cluster, "preemptor", uid)] == [
+        ("Normal", "Nominated", "flotilla: waiting on node node-2 for the pods leaving it", "flotilla-test",
          "flotilla-test", uid, 1)]
 
 

@@ -398,22 +398,15 @@ def test_pods_refused_are_never_bound_and_told_why(harness):
     make_pod(c, "team-c", "wrong-namespace")                       # team-c says queue B; B does not list it
     make_pod(c, "team-b2", "no-queue")                             # listed by B, but nothing names a queue
     # (A class neither Flotilla nor the cluster knows cannot be given: admission refuses the pod.)
-    make_pod(c, "team-b", "anti", labels={"app": "x"}, extra_spec={"affinity": {"podAntiAffinity": {
-        "requiredDuringSchedulingIgnoredDuringExecution": [
-            {"labelSelector": {"matchLabels": {"app": "x"}}, "topologyKey": "kubernetes.io/hostname",
-             "namespaceSelector": {"matchLabels": {"team": "x"}}}]}}})
     make_pod(c, "team-b2", "labelled", labels={"flotilla.io/queue": "B"})   # the pod's own label: fine
     make_pod(c, "team-b", "other-scheduler", scheduler="default-scheduler-x")
-    harness.seen(4)
+    harness.seen(3)
     for _ in range(3):
         harness.cycle()
     expected = {
         "wrong-namespace": "flotilla: namespace 'team-c' may not use queue 'B' (the queue's namespaces: "
                            "team-b, team-b2)",
         "no-queue": "flotilla: no queue: label the pod, its Job or its namespace 'team-b2' with flotilla.io/queue",
-        "anti": "flotilla: spec.affinity.podAntiAffinity.requiredDuringSchedulingIgnoredDuringExecution[0]."
-                "namespaceSelector: namespaces chosen by their labels are not honoured by Flotilla's placement: "
-                "list them in namespaces, or give {} for every namespace",
     }
     pods = harness.settle(lambda pods: {p["metadata"]["name"]: (condition(p, "PodScheduled") or {}).get("message")
                                         for p in pods if p["metadata"]["name"] in expected} == expected,

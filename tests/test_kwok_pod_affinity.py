@@ -172,3 +172,95 @@ def test_api_jobs_with_required_anti_affinity_one_per_node_and_the_fifth_waits(f
     assert sorted(bound(pods, "flotilla-jobs").values()) == ["node-1", "node-2", "node-3", "node-4"]
     states = sorted(four.store.get_job(i)["state"] for i in ids)
     assert states.count("queued") == 1 and len([s for s in states if s != "queued"]) == 4
+
+
+def labelled_namespace(h, name: str, labels: dict[str, str]) -> None:
+    """Make namespace ``name`` with ``labels`` (patched if it exists), then wait (liveness only) until the
+    backend's namespace watch shows them."""
+    h.cluster.create_namespace(name)
+    h.cluster.client.patch(f"/api/v1/namespaces/{name}", {"metadata": {"labels": labels}})
+    deadline = time.monotonic() + 30
+    while True:
+        seen = h.backend.snapshot().namespace_labels.get(name, {})
+        if all(seen.get(k) == v for k, v in labels.items()):
+            return
+        assert time.monotonic() < deadline, f"namespace labels not seen: {seen}"
+        time.sleep(0.05)
+
+
+def test_a_namespace_selector_chooses_namespaces_by_their_labels_and_follows_their_changes(four):
+    c = four.cluster
+    labelled_namespace(four, "db-silver", {"tier": "silver"})
+    labelled_namespace(four, "db-gold", {"tier": "gold"})
+    for namespace, node in (("db-silver", "node-2"), ("db-gold", "node-3")):
+        c.client.post(pod_path(namespace), {"apiVersion": "v1", "kind": "Pod",
+                                            "metadata": {"name": "db", "namespace": namespace, "labels": {"app": "db"}},
+                                            "spec": {"nodeName": node, "containers": [
+                                                {"name": "c", "image": "registry.k8s.io/pause:3.10",
+                                                 "resources": {"requests": {"cpu": "1"}}}]}})
+    c.wait_pods(lambda pods: sum(1 for p in pods if p["status"].get("phase") == "Running") == 2, what="running")
+
+    def near_db(tier: str) -> dict:
+        return {"podAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": [
+            {"labelSelector": {"matchLabels": {"app": "db"}}, "topologyKey": HOSTNAME,
+             "namespaceSelector": {"matchLabels": {"tier": tier}}}]}}
+
+    make_pod(c, "team-a", "near-silver", extra_spec={"affinity": near_db("silver")})
+    make_pod(c, "team-a", "near-bronze", extra_spec={"affinity": near_db("bronze")})
+    four.seen(2)
+    run(four, 1, "near-silver bound")
+    for _ in range(2):
+        four.cycle()
+    pods = four.settle(lambda pods: any((condition(p, "PodScheduled") or {}).get("message", "").startswith(
+        "flotilla: ") for p in live(pods, "team-a") if not p["spec"].get("nodeName")), "near-bronze told why")
+    # The db pod of the silver namespace is on node-2; no namespace is bronze, so near-bronze's term selects no pod.
+    assert bound(pods) == {"near-silver": "node-2"}
+    (waiting,) = [p for p in live(pods, "team-a") if not p["spec"].get("nodeName")]
+    assert condition(waiting, "PodScheduled")["message"] == \
+        "flotilla: 0/4 nodes are available: 4 node(s) didn't match pod affinity rules"
+    # The gold namespace becomes bronze: its db pod (node-3) now counts for near-bronze.
+    labelled_namespace(four, "db-gold", {"tier": "bronze"})
+    pods = run(four, 2, "near-bronze bound")
+    assert bound(pods) == {"near-silver": "node-2", "near-bronze": "node-3"}
+
+
+def test_cluster_default_spread_constraints_spread_a_replica_sets_pods(kwok, tmp_path):
+    # podTopologySpread.defaultConstraints: maxSkew 1 over hostnames. A ReplicaSet's pods carry no constraint of
+    # their own; the default selects them by the ReplicaSet's selector, so they land one per node. Pods with no
+    # service and no controller get no default: best fit stacks them.
+    cluster = kwok["a"]
+    cluster.reset(nodes=4)
+    make_namespace(cluster, "team-a", "A")
+    cluster.create_namespace("flotilla-jobs")
+    h = Harness(tmp_path, cluster, extra="podTopologySpread: {defaultConstraints: [{maxSkew: 1, topologyKey: "
+                                          "kubernetes.io/hostname, whenUnsatisfiable: DoNotSchedule}]}\n")
+    try:
+        rs = cluster.client.post("/apis/apps/v1/namespaces/team-a/replicasets", {
+            "apiVersion": "apps/v1", "kind": "ReplicaSet", "metadata": {"name": "web", "namespace": "team-a"},
+            "spec": {"replicas": 0, "selector": {"matchLabels": {"app": "web"}},
+                     "template": {"metadata": {"labels": {"app": "web"}},
+                                  "spec": {"schedulerName": "flotilla", "containers": [
+                                      {"name": "c", "image": "registry.k8s.io/pause:3.10"}]}}}})
+        owner = {"apiVersion": "apps/v1", "kind": "ReplicaSet", "name": "web", "uid": rs["metadata"]["uid"],
+                 "controller": True}
+        deadline = time.monotonic() + 30
+        while ("ReplicaSet", "team-a", "web") not in h.backend.intake.controllers:
+            assert time.monotonic() < deadline, "the ReplicaSet was not seen"
+            time.sleep(0.05)
+        for k in range(4):
+            cluster.client.post(pod_path("team-a"), {
+                "apiVersion": "v1", "kind": "Pod",
+                "metadata": {"name": f"web-{k}", "namespace": "team-a", "labels": {"app": "web"},
+                             "ownerReferences": [owner]},
+                "spec": {"schedulerName": "flotilla", "terminationGracePeriodSeconds": 1, "containers": [
+                    {"name": "c", "image": "registry.k8s.io/pause:3.10", "resources": {"requests": {"cpu": "1"}}}]}})
+        for k in range(2):
+            make_pod(cluster, "team-a", f"plain-{k}", labels={"app": "plain"})
+        h.seen(6)
+        pods = run(h, 6, "six bound")
+        placed = bound(pods)
+        assert sorted(node for name, node in placed.items() if name.startswith("web-")) == \
+            ["node-1", "node-2", "node-3", "node-4"]
+        assert len({node for name, node in placed.items() if name.startswith("plain-")}) == 1
+    finally:
+        h.close()

@@ -18,7 +18,7 @@ JOB = Job("Job_42", "research", "sweep-1", priority=7, priority_class="armada-pr
 
 
 def test_manifest_carries_labels_grace_deadline_and_kwok_delay():
-    pod = pod_manifest(JOB, "node-7", 3, PodSettings(namespace="ml"), duration=90)
+    pod = pod_manifest(JOB, "node-7", 3, PodSettings(namespace="ml", grace_default=1.0), duration=90)
     meta, spec = pod["metadata"], pod["spec"]
     assert meta["name"] == pod_name("flotilla-", "Job_42", 3) and meta["namespace"] == "ml"
     assert meta["name"].endswith("-3") and meta["name"] == meta["name"].lower()
@@ -27,12 +27,16 @@ def test_manifest_carries_labels_grace_deadline_and_kwok_delay():
     assert meta["annotations"]["pod-complete.stage.kwok.x-k8s.io/delay"] == "90000ms"
     assert meta["annotations"]["armadaproject.io/gangCardinality"] == "2"
     assert spec["nodeName"] == "node-7" and spec["priorityClassName"] == "armada-preemptible"
-    assert spec["terminationGracePeriodSeconds"] == 1            # gracePeriod.default
+    assert spec["terminationGracePeriodSeconds"] == 1            # gracePeriod.default, as the settings name it
     assert spec["activeDeadlineSeconds"] == 14 * 86400           # a GPU job: deadlines.gpu
     assert spec["containers"][0]["resources"] == {"requests": {"cpu": "1500m", "memory": "2Gi", "nvidia.com/gpu": "1"},
                                                   "limits": {"cpu": "1500m", "memory": "2Gi", "nvidia.com/gpu": "1"}}
     cpu_only = pod_manifest(Job("c", "q", requests={"cpu": 1000}), None, 0, PodSettings())
     assert cpu_only["spec"]["activeDeadlineSeconds"] == 3 * 86400 and "nodeName" not in cpu_only["spec"]
+    assert cpu_only["spec"]["terminationGracePeriodSeconds"] == 30   # no gracePeriod.default: Kubernetes' 30 s
+    named = pod_manifest(Job("g", "q", requests={"cpu": 1000}, annotations={"flotilla.io/grace-period": "7"}), None, 0,
+                         PodSettings())
+    assert named["spec"]["terminationGracePeriodSeconds"] == 7      # the job's own grace period wins
 
 
 def test_pod_reads_back_as_the_same_running_job():
@@ -85,7 +89,7 @@ def test_cordoned_nodes_are_unschedulable_not_ready_ones_tainted_as_kubernetes_d
 
 
 def test_protobuf_pod_envelope():
-    pod = pod_manifest(JOB, "node-7", 0, PodSettings())
+    pod = pod_manifest(JOB, "node-7", 0, PodSettings(grace_default=1.0))
     data = encode_pod(pod)
     assert data.startswith(b"k8s\x00")
     envelope = dict(_fields(data[4:]))

@@ -36,7 +36,7 @@ from venv_tools import ROOT, build_wheel, clean_env, fresh_venv, pip
 
 EXAMPLES = ROOT / "examples" / "plugins"
 #: Each example package and the number of tests its own suite holds (every one must pass).
-PACKAGES = {"flotilla-jobcap": 5, "flotilla-tiers": 9}
+PACKAGES = {"flotilla-jobcap": 5, "flotilla-nominalquota": 6, "flotilla-tiers": 9}
 
 
 def _wheel(source: Path, into: Path) -> Path:
@@ -85,7 +85,7 @@ def installed(tmp_path_factory):
     sys.path.insert(0, str(target))
     yield
     sys.path.remove(str(target))
-    for module in ("flotilla_jobcap", "flotilla_tiers"):
+    for module in ("flotilla_jobcap", "flotilla_nominalquota", "flotilla_tiers"):
         sys.modules.pop(module, None)
 
 

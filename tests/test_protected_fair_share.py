@@ -218,3 +218,77 @@ def test_the_policies_guide_examples_run_as_written_with_the_outcomes_it_states(
     assert rows == ["| 93.8% | 0.625 | 0 |", "| 67.2% | 0.3125 | 1 |"]
     assert f"| `protectedFractionOfFairShare: 1` {rows[0]}" in text
     assert f"| `protectedFractionOfFairShare: 0` {rows[1]}" in text
+
+
+def gang_and_singles(order: list[str]) -> str:
+    """One 24-core node, all of it B's: a gang of three 6-core members and six 1-core jobs, submitted in ``order``;
+    A has twelve 1-core jobs waiting. Fair shares 12 and 12."""
+    lines = {f"g-{i}": f"{{id: g-{i}, queue: B, priorityClass: armada-preemptible, requests: {{cpu: 6}}, "
+                       f"gang: {{id: g, cardinality: 3}}" for i in range(1, 4)}
+    lines.update({f"s-{i}": f"{{id: s-{i}, queue: B, priorityClass: armada-preemptible, requests: {{cpu: 1}}"
+                  for i in range(1, 7)})
+    running = "".join(f"  - {lines[job]}, submitted: {n}, state: running, node: node-1}}\n"
+                      for n, job in enumerate(order, start=1))
+    queued = "".join(f"  - {{id: a-{i}, queue: A, priorityClass: armada-preemptible, requests: {{cpu: 1}}, "
+                     f"submitted: {100 + i}}}\n" for i in range(1, 13))
+    return "clusters:\n  - name: c1\n    nodes:\n      - {name: node-1, resources: {cpu: 24}}\njobs:\n" + running + queued
+
+
+GANG_FIRST = ["g-1", "g-2", "g-3", "s-1", "s-2", "s-3", "s-4", "s-5", "s-6"]
+
+
+@pytest.mark.parametrize("order", [GANG_FIRST, GANG_FIRST[3:] + GANG_FIRST[:3],
+                                   ["s-6", "g-3", "s-1", "g-1", "s-4", "s-2", "g-2", "s-5", "s-3"]],
+                         ids=["gang first", "singles first", "shuffled"])
+def test_the_floor_takes_the_same_victims_whatever_the_submission_order(order):
+    # B (24 cores, floor 12) is weighed largest unit first: without the gang (18) it would hold 6, below its floor,
+    # so the gang stays; each single leaves it at or above 12, so all six go: A gets 6, in every order.
+    decisions = cycle(config(), gang_and_singles(order))
+    assert [j.id for j in decisions.preempted] == [f"s-{i}" for i in range(1, 7)]
+    assert [p.job.id for p in decisions.scheduled] == [f"a-{i}" for i in range(1, 7)]
+    assert {name: q.share for name, q in decisions.queues.items()} == {"A": 0.25, "B": 0.75}
+    assert decisions.counters.get("protected", 0) == 3
+
+
+@pytest.mark.parametrize("queues, preempted", [
+    # B's own floor of 0.5 (8 cores) in place of the global 1: as the global 0.5 above.
+    ("queues: [{name: A}, {name: B, protectedFractionOfFairShare: 0.5}]", ["b-2"]),
+    # A's own floor says nothing of B's: B keeps the global floor of 1 and both its jobs.
+    ("queues: [{name: A, protectedFractionOfFairShare: 0}, {name: B}]", []),
+    # The global floor off, B's own at 1: B keeps both.
+    ("queues: [{name: A}, {name: B, protectedFractionOfFairShare: 1}]\nevict: {protectedFractionOfFairShare: 0}", []),
+])
+def test_a_queue_may_set_its_own_floor(queues, preempted):
+    decisions = cycle(config(queues=queues), TWO_OF_B)
+    assert [j.id for j in decisions.preempted] == preempted
+
+
+RECLAIM_ORDER = '''
+from flotilla.plugin import hookimpl, take_args
+
+
+class OldestFirst:
+    """Reclaims the jobs submitted first, first (a policy's own victim order)."""
+
+    def __init__(self, args):
+        take_args(args)
+
+    @hookimpl
+    def flotilla_session_open(self, session):
+        session.add_reclaim_order(lambda job: (job.submitted,))
+'''
+
+
+def test_a_reclaim_order_plugin_ranks_the_victims(tmp_path, monkeypatch):
+    from scenario import install_distribution
+
+    install_distribution(tmp_path / "site", "oldestfirst_order", RECLAIM_ORDER, "flotilla.plugins",
+                         "oldestfirst = oldestfirst_order:OldestFirst")
+    monkeypatch.syspath_prepend(str(tmp_path / "site"))
+    plugins = "plugins:\n  - name: assetfairness\n  - name: bestfit\n  - name: gang\n  - name: priorityclass\n"
+    extra = "evict: {protectedFractionOfFairShare: 0.5}"
+    # Without it: b-2 goes (equal size, the highest id first); with it, b-1, submitted first.
+    assert cycle(config(plugins=plugins, extra=extra), TWO_OF_B).preempted[0].id == "b-2"
+    decisions = cycle(config(plugins=plugins + "  - name: oldestfirst\n", extra=extra), TWO_OF_B)
+    assert [j.id for j in decisions.preempted] == ["b-1"]
+    assert [p.job.id for p in decisions.scheduled] == ["a-2"]

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import tarfile
+from pathlib import Path
 
 import pytest
 
@@ -60,3 +61,23 @@ def test_busybox_image_links_every_applet_and_is_reproducible(tmp_path):
     assert members["bin/busybox"].mode == 0o755
     for applet in ("sh", "sleep", "head", "tail", "echo", "kill"):
         assert members[f"bin/{applet}"].issym() and members[f"bin/{applet}"].linkname == "busybox"
+
+
+def test_max_pods_is_rewritten_in_the_kubelet_config_and_nothing_else(tmp_path):
+    from flotilla.kwok.realnode import MAX_PODS, RealNode, RealNodeError, _render, _set_max_pods, restart_kubelet
+
+    rn = RealNode(tmp_path)
+    (tmp_path / "config").mkdir()
+    config = tmp_path / "config" / "kubelet.yaml"
+    config.write_text(_render("kubelet.yaml", DIR=str(tmp_path), CGROUP_ROOT="/x", PORT="10250",
+                              HEALTHZ_PORT="10248", MAX_PODS=str(MAX_PODS)))
+    before = config.read_text().splitlines()
+    assert [line for line in before if line.startswith("maxPods:")] == ["maxPods: 110"]
+    assert (_set_max_pods(rn, 20), _set_max_pods(rn, 20)) == (True, False)
+    after = config.read_text().splitlines()
+    assert [(a, b) for a, b in zip(before, after) if a != b] == [("maxPods: 110", "maxPods: 20")]
+    assert len(after) == len(before)
+    with pytest.raises(RealNodeError, match=r"^maxPods must be a whole number of pods of at least 1, not 0$"):
+        restart_kubelet(rn, max_pods=0)
+    with pytest.raises(RealNodeError, match=r"^no real node in /nonexistent \(scripts/real-node start\)$"):
+        restart_kubelet(RealNode(Path("/nonexistent")), max_pods=20)

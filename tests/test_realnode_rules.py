@@ -44,7 +44,8 @@ def serve(real_node, tmp_path) -> Server:
     """``flotilla serve`` on the real node only (its label), in the test's namespace."""
     entry = {"name": "real", "kind": "kubernetes", "kubeconfig": real_node.kubeconfig, "context": real_node.context,
              "namespace": real_node.namespace, "nodeSelector": "kubernetes.io/hostname=real-1"}
-    return Server(tmp_path, CONFIG + f"  - {json.dumps(entry)}\n").start()
+    # Three minutes to come up, as in test_realnode: serve's imports alone can take over 30 s on a loaded machine.
+    return Server(tmp_path, CONFIG + f"  - {json.dumps(entry)}\n").start(timeout=180)
 
 
 def node_cpu(real_node, leave: int = 500) -> str:
@@ -157,17 +158,25 @@ def test_required_node_affinity_on_the_real_node(real_node, tmp_path):
 
 
 def test_two_jobs_with_one_host_port_take_turns_on_the_real_node(real_node, tmp_path):
+    # The first job holds the port until the test writes a file into a hostPath directory (not a fixed time,
+    # which a loaded machine can spend before the second job is even looked at).
+    gate = tmp_path / "gate"
+    gate.mkdir()
     srv = serve(real_node, tmp_path)
     try:
-        def web(text, seconds):
-            spec = busybox(real_node, f"echo {text}; sleep {seconds}")
+        def web(command, **pod):
+            spec = busybox(real_node, command, **pod)
             spec["podSpec"]["containers"][0]["ports"] = [{"containerPort": 8080, "hostPort": 8080}]
             return spec
-        [first, second] = submit(srv, tmp_path, [web("first", 15), web("second", 1)])
+        held = web("echo first; while [ ! -e /gate/go ]; do sleep 0.2; done",
+                   container={"volumeMounts": [{"name": "gate", "mountPath": "/gate", "readOnly": True}]},
+                   volumes=[{"name": "gate", "hostPath": {"path": str(gate), "type": "Directory"}}])
+        [first, second] = submit(srv, tmp_path, [held, web("echo second; sleep 1")])
         wait_for(lambda: status(srv, first)["state"] == "running", timeout=60)
         assert status(srv, second)["state"] == "queued"
         assert wait_for(lambda: waiting_reason(srv, second), timeout=30) == \
             "0/1 nodes are available: 1 node(s) didn't have free ports for the requested pod ports"
+        (gate / "go").touch()
         for job_id in (first, second):
             wait_for(lambda: status(srv, job_id)["state"] == "succeeded", timeout=60)
         evs = events(srv)

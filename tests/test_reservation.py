@@ -255,3 +255,60 @@ def test_three_hours_of_backfill_preempt_backfill_only_for_jobs_that_are_not():
     assert preempted == report["queues"]["fill"]["preemptions"] > 0
     t, started, _ = gang_start(watch)
     assert t - ARRIVAL == 26 * 60
+
+
+BACKFILL_ONLY = """
+now: 3600
+clusters:
+  - name: c1
+    nodes:
+      - {name: node-1, resources: {cpu: 8}}
+      - {name: node-2, resources: {cpu: 8}}
+jobs:
+  - {id: d-1, queue: S, requests: {cpu: 2}, state: running, node: node-1}
+  - {id: f-1, queue: F, priorityClass: armada-preemptible, requests: {cpu: 6}, state: running, node: node-2}
+  - {id: j-1, queue: J, requests: {cpu: 8}, submitted: 0}
+"""
+
+
+def test_the_unit_starts_at_once_on_the_node_that_held_only_backfill():
+    """node-1 holds less (2 cores) but of work that must end by itself; node-2 only backfill (6 cores): j-1
+    reserves node-2 and starts there in the same cycle, f-1 preempted for it."""
+    import textwrap
+
+    from flotilla.config import parse_state
+    from flotilla.scheduler import Scheduler
+
+    from flotilla.config import parse_config
+    from scenario import config
+
+    cfg = parse_config(config(queues="queues: [{name: S}, {name: F}, {name: J}]", extra=textwrap.dedent("""
+        actions: [evict, reserve, allocate, lease]
+        evict: {probability: 0}
+        reservation: {after: 10m}
+        """)), "c.yaml")
+    decisions = Scheduler(cfg).run_cycle(parse_state(textwrap.dedent(BACKFILL_ONLY), "s.yaml", cfg))
+    assert {p.job.id: p.node for p in decisions.scheduled} == {"j-1": "node-2"}
+    assert [j.id for j in decisions.preempted] == ["f-1"]
+
+
+def test_simulate_wakes_when_a_reservation_may_be_made(tmp_path):
+    """A two-hour backfill job fills the one node; J's job arrives at 1m and may reserve from 11m. Nothing else
+    happens until 2h, yet the clock stops at 11m: it reserves the node, the backfill job is preempted and it starts
+    (without the wake, at 2h)."""
+    text = config_yaml(queues="[{name: F}, {name: J}]", nodes="- {count: 1, namePrefix: node, resources: {cpu: 8}}",
+                       extra=FIXED + "reservation: {after: 10m}\n").replace(
+        "actions: [evict, allocate, preempt, lease]", "actions: [evict, reserve, allocate, lease]")
+    workload = """
+    submissions:
+      - {at: 0s, queue: F, priorityClass: armada-preemptible, requests: {cpu: 8}, duration: 2h}
+      - {at: 1m, queue: J, requests: {cpu: 8}, duration: 10m}
+    """
+    config, loaded = setup(tmp_path, text, workload)
+    _, report, watch = simulate(config, loaded)
+    starts = [(t, p.job.queue) for t, decisions, _, _ in watch.cycles for p in decisions.scheduled]
+    preemptions = [(t, [job.queue for job in decisions.preempted]) for t, decisions, _, _ in watch.cycles
+                   if decisions.preempted]
+    # F starts again (from zero) when J ends, ten minutes later.
+    assert starts == [(0, "F"), (660, "J"), (1260, "F")]
+    assert preemptions == [(660, ["F"])]

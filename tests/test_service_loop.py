@@ -27,12 +27,16 @@ class Clock:
         return self.now
 
 
-def make(tmp_path, cfg):
+def make(tmp_path, cfg, enforces_deadlines: bool = False):
     settings = from_config(cfg)
     clock = Clock()
     store = Store(f"sqlite:///{tmp_path}/loop.db")
     store.sync_queues(settings.queues)
-    loop = ServiceLoop(store, settings, Scheduler(cfg), service_backends(cfg, clock=clock), clock=clock, seed=0)
+    backends = dict(service_backends(cfg, clock=clock))
+    for backend in backends.values():
+        # The capability is read when the loop is made (flotilla.core.capabilities): declared before.
+        backend.enforces_deadlines = enforces_deadlines
+    loop = ServiceLoop(store, settings, Scheduler(cfg), backends, clock=clock, seed=0)
     return settings, store, loop, clock
 
 
@@ -103,9 +107,8 @@ def test_cancel_stops_a_running_job_on_its_cluster_and_deadlines_fail_jobs(tmp_p
 def test_on_a_cluster_that_enforces_deadlines_the_services_deadline_is_a_backstop(tmp_path):
     """A kubelet fails a pod past activeDeadlineSeconds with its own reason; the service stops the job only
     10 s after the deadline and the grace period, if the cluster has not."""
-    settings, store, loop, clock = make(tmp_path, service_config())
-    for backend in loop.backends.values():
-        backend.enforces_deadlines = True      # these simulated clusters do not: the backstop is what acts
+    # These simulated clusters enforce no deadline by themselves: the backstop is what acts.
+    settings, store, loop, clock = make(tmp_path, service_config(), enforces_deadlines=True)
     _, new = prepare(job_file("A", "s", [job("d", activeDeadlineSeconds=3, terminationGracePeriodSeconds=2)]),
                      settings)
     [job_id] = [s.id for s in store.submit("A", "s", "alice", new, now=clock.now)]

@@ -34,10 +34,11 @@ import structlog
 from flotilla.core.nodeindex import EVICTED
 from flotilla.core.podplacements import pod_checked
 from flotilla.actions.pickers import FlatPicker, TreePicker
-from flotilla.core.topology import GangPlace, gang_places, no_domain_reason, place_types
+from flotilla.core.topology import GangPlace, gang_places, no_domain_reason
 from flotilla.core.units import KnownMisfits, QueueUnits
 from flotilla.core.whynot import Shortfall
-from flotilla.core.statement import place
+from flotilla.core.placement import GANG, JOB, Refused
+from flotilla.plugin import take_args
 
 log = structlog.get_logger("flotilla.actions.allocate")
 
@@ -71,11 +72,20 @@ def requirements_key(job) -> tuple:
 
 
 class Allocate:
+    """The ``allocate`` action; ``args``: ``lookahead`` (default: the config's ``allocate.lookahead``)."""
+
     name = "allocate"
+
+    def __init__(self, args=None):
+        lookahead = take_args(args, lookahead=None)["lookahead"]
+        if lookahead is not None and (isinstance(lookahead, bool) or not isinstance(lookahead, int) or lookahead < 1):
+            raise ValueError(f"lookahead: expected a whole number of at least 1, got {lookahead!r}")
+        #: Units a queue may pass over before it is given up on for the cycle; None: the config's.
+        self.lookahead_arg: int | None = lookahead
 
     def execute(self, session) -> None:
         started = time.perf_counter()
-        self.lookahead = session.settings.lookahead
+        self.lookahead = self.lookahead_arg or session.settings.lookahead
         levels = session.index.levels
         self.base_level = levels[1] if len(levels) > 1 else EVICTED
         # Evicted jobs are preemptible, so their level is their class's priority.
@@ -237,15 +247,10 @@ class Allocate:
             return self._place_elastic_member(session, queue, job, vec)
         if job.id in session.evicted:
             return self._return_evicted(session, queue, job, vec)
-        reason = self.job_valid(job) if self.job_valid is not None else None
-        if reason:
-            session.failures[job.id] = reason
-            return False
-        types, why = session.allowed_types(job)
-        reason = (session.admit(queue, job, vec) if session.queue_admit_fns else None) or why
-        if reason:
-            session.failures[job.id] = reason
-            if job.affinity is None and not job.claims:
+        types = session.clear(job)
+        if types.__class__ is Refused:
+            session.failures[job.id] = reason = types.reason
+            if types.stage is not JOB and job.affinity is None and not job.claims:
                 run.misfits.by_key[requirements_key(job)] = reason
             return False
         shape = (vec, id(types))
@@ -266,7 +271,10 @@ class Allocate:
             if run.covers_all:
                 self.shapes_without_room.add(shape)
             return False
-        place(session, job, node, vec)
+        refused = session.place(job, node)
+        if refused is not None:
+            session.failures[job.id] = refused.reason
+            return False
         if self.debug:
             log.debug("allocate", job=job.id, queue=queue.name, node=session.node_name(node))
         return True
@@ -322,22 +330,20 @@ class Allocate:
         place, why = self._elastic_cluster(session, job.gang)
         if why is None and job.id in session.evicted:
             return self._return_evicted(session, queue, job, vec)
-        reason = why or session.job_valid(job) or session.admit(queue, job, vec)
-        types = ()
-        if not reason:
-            types, reason = place_types(session, job, place)
-        if reason:
+        types = session.clear(job, place) if why is None else Refused(GANG, why)
+        if types.__class__ is Refused:
             if job.id not in session.evicted:
-                session.failures[job.id] = reason
+                session.failures[job.id] = types.reason
             return False
         node = self._find(session, queue, job, vec, types)
         if node is None:
             cluster = place if place is None or place.__class__ is str else place.cluster
             session.failures[job.id] = Shortfall(vec, EVICTED, types, job, cluster)
             return False
-        stmt = session.statement()
-        stmt.allocate(job, node)
-        stmt.commit()
+        refused = session.place(job, node)
+        if refused is not None:
+            session.failures[job.id] = refused.reason
+            return False
         return True
 
     def _return_evicted(self, session, queue, job, vec) -> bool:
@@ -355,14 +361,11 @@ class Allocate:
 
     def _place_gang(self, session, queue, members, vec) -> bool:
         gang = members[0].gang
-        reason = session.gang_ready(gang, members) or session.admit(queue, members[0], vec)
-        if not reason:
-            invalid = [(m, session.job_valid(m)) for m in members]
-            reason = next((f"gang {gang.id}: {m.id}: {why}" for m, why in invalid if why), None)
-        if reason:
+        refused = session.clear_gang(members, queue)
+        if refused is not None:
             for member in members:
                 if member.id not in session.evicted:
-                    session.failures[member.id] = reason
+                    session.failures[member.id] = refused.reason
             return False
         evicted = [m for m in members if m.id in session.evicted]
         clusters = sorted({session.node_name(session.running[m.id].node)[0] for m in evicted}) if evicted else \
@@ -387,11 +390,12 @@ class Allocate:
                         break
                     stmt.unevict(member)
                 else:
-                    types, _ = place_types(session, member, place)
-                    node = self._find(session, queue, member, member_vec, types) if types else None
-                    if node is None:
+                    types = session.clear_member(member, place)
+                    if types.__class__ is Refused:
                         break
-                    stmt.allocate(member, node)
+                    node = self._find(session, queue, member, member_vec, types)
+                    if node is None or session.place(member, node, stmt) is not None:
+                        break
                 placed += 1
             if placed == len(members):
                 stmt.commit()

@@ -9,7 +9,8 @@ them to their own node, and those it does not become preemptions. Nothing is
 stopped here: eviction exists only inside the session.
 
 Protected fair share (``evict.protectedFractionOfFairShare``, *f*, default
-1), with shares as the core measures them (:mod:`flotilla.core.shares`):
+1, or a queue's own ``protectedFractionOfFairShare``), with shares as the
+core measures them (:mod:`flotilla.core.shares`):
 
 * a queue at or below *f* times its fair share keeps every job
   (armada-scheduler.txt's protected fraction);
@@ -21,18 +22,24 @@ Protected fair share (``evict.protectedFractionOfFairShare``, *f*, default
 
 A chosen job may lose its room only to a job of another queue whose class
 has an equal or higher priority (allocate's rule), so only such jobs are at
-risk; the others return for certain. A queue that would end below its floor
-were all its jobs at risk preempted takes units back (a gang whole): its
-higher priority classes first, then in the order it would offer them to
-``allocate``, until it would not. Those jobs are not evicted: they stay on
-their nodes as if returned, and nothing may take their room this cycle. This
-is decided here, before ``allocate``, because once another job has taken an
-evicted job's room the job can no longer return. *f* = 0 turns the floor
-off; above 1 it spares queues somewhat over their fair share too.
+risk; the others return for certain. The jobs at risk are weighed one unit
+at a time (a gang whole) in victim order, as Volcano's reclaim weighs
+victims: a unit stays at risk while every queue it belongs to stays at or
+above its floor without it and every ``reclaimable`` plugin agrees; any
+other unit is taken back: not evicted, it stays on its node as if returned
+and nothing may take its room this cycle. Victim order is the plugins'
+``reclaim_order`` keys, then the lowest priority class first, then the
+largest unit first, then the highest job (or gang) id in natural order
+(``a-10`` after ``a-9``) first; never the submission order, so which jobs a
+queue keeps does not depend on the order they came in. This is decided
+here, before ``allocate``, because once another job has taken an evicted
+job's room the job can no longer return. *f* = 0 turns the floor off;
+above 1 it spares queues somewhat over their fair share too.
 """
 
 from __future__ import annotations
 
+import re
 import time
 
 import structlog
@@ -41,6 +48,8 @@ from flotilla.core.nodeindex import NONPREEMPTIBLE
 from flotilla.core.shares import weight_vector
 
 log = structlog.get_logger("flotilla.actions.evict")
+
+_DIGITS = re.compile(r"(\d+)")
 
 
 class Evict:
@@ -71,9 +80,9 @@ class Evict:
                 for member in members:
                     if member.id in session.running and member.id not in chosen:
                         chosen[member.id] = member
-        fraction = session.settings.evict_protected_fraction
-        if fraction > 0 and chosen:
-            chosen = self._protect(session, chosen, fraction)
+        if chosen and (session.settings.evict_protected_fraction > 0 or session.settings.queue_protected_fractions
+                       or session.reclaimable_fns):
+            chosen = self._protect(session, chosen)
         stmt = session.statement()
         for job in chosen.values():
             stmt.evict(job)
@@ -84,8 +93,8 @@ class Evict:
         session.timings[self.name] = time.perf_counter() - started
 
     @staticmethod
-    def _protect(session, chosen: dict, fraction: float) -> dict:
-        """``chosen`` less the units its queues take back to stay at ``fraction`` of their fair share (see above).
+    def _protect(session, chosen: dict) -> dict:
+        """``chosen`` less the units its queues take back to stay at their floors (see above).
 
         Work is per chosen job and per queue: queued jobs are read only as each queue's count per priority
         class, which the queue keeps.
@@ -98,46 +107,95 @@ class Evict:
         tops = {name: rival(name) for name in {job.queue for job in chosen.values()}}
         if all(top is None for top in tops.values()):
             return chosen
-        under: dict[str, list] = {}               # queue -> its jobs at risk
+        at_risk: set[str] = set()
         for job in chosen.values():
             top = tops[job.queue]
             if top is not None and running[job.id].level <= top:
-                under.setdefault(job.queue, []).append(job)
-        if not under:
+                at_risk.add(job.id)
+        if not at_risk:
             return chosen
         weights = weight_vector(session.space.names, session.settings.share_weights)
         pool_cost = sum(w * a for w, a in zip(weights, session.pool)) or 1.0
-        costs = {job.id: sum(w * a for w, a in zip(weights, running[job.id].vec))
-                 for jobs in under.values() for job in jobs}
-        # What each queue would keep were all its jobs at risk preempted.
-        kept = {name: sum(w * a for w, a in zip(weights, queues[name].allocated))
-                - sum(costs[job.id] for job in jobs) for name, jobs in under.items()}
-        risked = {name: {job.id for job in jobs} for name, jobs in under.items()}
-        kept_back: set[str] = set()
-        for name in sorted(under):
-            queue = queues[name]
+        fractions = session.settings.queue_protected_fractions
+        default = session.settings.evict_protected_fraction
+        # Units (a gang's chosen members together), each with what it costs each queue of its members at risk.
+        units: dict[str, list] = {}
+        for job_id in at_risk:
+            job = chosen[job_id]
+            gang = job.gang
+            key = gang.id if gang is not None else job.id
+            if key not in units:
+                units[key] = [m for m in session.gangs.get(gang.id, ()) if m.id in chosen] if gang is not None \
+                    else [job]
+
+        def cost(vec) -> float:
+            return sum(w * a for w, a in zip(weights, vec))
+
+        names = {chosen[j].queue for j in at_risk}
+        left = {name: cost(queues[name].allocated) for name in names}
+        floors = {}
+        for name in names:
+            fraction = fractions.get(name, default)
             # A hair of tolerance: a queue exactly at its floor in exact arithmetic counts as at it.
-            floor = fraction * queue.fair_share * pool_cost - 1e-9 * pool_cost
-            if kept[name] >= floor:
-                continue
-            # Higher priority classes first, then the order the queue offers its evicted jobs to allocate.
-            order = sorted(under[name], key=lambda j: (-running[j.id].level, *session.job_sort_key(j, 0), j.id))
-            for job in order:
-                if kept[name] >= floor:
-                    break
-                if job.id in kept_back or costs[job.id] <= 0:
-                    continue  # taken back already, or costs nothing: keeping it would not lift the queue
-                gang = job.gang
-                unit = [m for m in session.gangs.get(gang.id, ()) if m.id in chosen] if gang is not None else [job]
-                for member in unit:
-                    kept_back.add(member.id)
-                    if member.id in risked.get(member.queue, ()):
-                        kept[member.queue] += costs[member.id]
+            floors[name] = (fraction * queues[name].fair_share * pool_cost - 1e-9 * pool_cost) if fraction > 0 \
+                else -float("inf")
+        reclaimable = session.reclaimable_fns
+        # What each queue holds, as a vector, only for the plugins that are asked (``left``).
+        held = {name: list(queues[name].allocated) for name in names} if reclaimable else None
+        costs = {job_id: cost(running[job_id].vec) for job_id in at_risk}
+
+        kept_back: set[str] = set()
+        for key in _victim_order(session, units, costs):
+            members = [m for m in units[key] if m.id in at_risk]
+            loss: dict[str, float] = {}
+            for member in members:
+                loss[member.queue] = loss.get(member.queue, 0.0) + costs[member.id]
+            # Costing nothing, a unit cannot take its queue below anything; else the queue must stay at its floor.
+            taken = all(amount <= 0 or left[name] - amount >= floors[name] for name, amount in loss.items())
+            if taken and reclaimable:
+                after = {name: list(vec) for name, vec in held.items() if name in loss}
+                for member in members:
+                    row = after[member.queue]
+                    for r, amount in enumerate(running[member.id].vec):
+                        row[r] -= amount
+                taken = all(fn(queues[m.queue], m, tuple(after[m.queue])) for m in members for fn in reclaimable)
+                if taken:
+                    held.update(after)
+            if taken:
+                for name, amount in loss.items():
+                    left[name] -= amount
+            else:
+                kept_back.update(member.id for member in units[key])
         if kept_back:
             session.counters["protected"] += len(kept_back)
             if session.debug:
                 log.debug("evict.protected", jobs=sorted(kept_back))
         return {job_id: job for job_id, job in chosen.items() if job_id not in kept_back}
+
+
+def _victim_order(session, units: dict[str, list], costs: dict[str, float]) -> list[str]:
+    """The units' keys in victim order (see the module docstring): plugins' ``reclaim_order`` keys, then the lowest
+    priority class, then the largest (``costs``: each job at risk's cost by the share weights), then the highest id
+    in natural order."""
+    running = session.running
+    keys = sorted(units, key=_natural, reverse=True)
+    plugins = bool(session.reclaim_order_fns)
+
+    def order(key: str) -> tuple:
+        members = units[key]
+        if len(members) == 1:
+            (job,) = members
+            return (session.reclaim_key(job) if plugins else (), running[job.id].level, -costs.get(job.id, 0.0))
+        return (min(session.reclaim_key(m) for m in members) if plugins else (),
+                max(running[m.id].level for m in members), -sum(costs.get(m.id, 0.0) for m in members))
+
+    return sorted(keys, key=order)   # stable: equal keys stay in natural id order, highest first
+
+
+def _natural(text: str) -> tuple:
+    """``text`` as a natural sort key: runs of digits compare as numbers (``a-9`` before ``a-10``)."""
+    parts = _DIGITS.split(text)
+    return tuple(int(part) if i % 2 else part for i, part in enumerate(parts))
 
 
 def _rivals(session):

@@ -3,8 +3,12 @@
 A unit (job or gang) that heads its queue, cannot fit, and has waited longer
 than ``reservation.after`` since it was last queued reserves the nodes that
 would fit it soonest:
-those of one cluster with the least running on them (the least to evict or
-finish), as many as hold the unit once emptied. At most
+those of one cluster whose non-backfill work would end soonest, as many as
+hold the unit once emptied. Backfill (preemptible jobs) goes the moment the
+unit fits, so only the rest must end by itself; Flotilla knows no job's end
+time, so the least non-backfill work held (in resource order) ranks first,
+then the least backfill, then the node's position. A node that holds only
+backfill therefore comes first, and the unit starts there at once. At most
 ``reservation.maxUnits`` units hold reservations at once (the longest
 waiting first). A job is last queued when it is submitted or when it goes
 back to its queue: preempted by a cycle, or gone from the running jobs
@@ -36,7 +40,9 @@ from collections import deque
 
 import structlog
 
+from flotilla.core.hostports import HostPorts
 from flotilla.core.nodeindex import EVICTED, NONPREEMPTIBLE
+from flotilla.core.placement import GANG, JOB, QUEUE, Refused
 from flotilla.core.topology import every_place, place_types
 from flotilla.core.units import iter_units
 
@@ -77,8 +83,10 @@ class Reserve:
         for key, (queue, members) in waiting:
             if key in self.reservations or len(self.reservations) >= session.settings.reservation_max_units:
                 continue
-            if session.now - since[key] < after or _is_backfill(session, members) or \
-                    self._fits_now(session, queue, members):
+            if session.now - since[key] < after:
+                session.wake_at(since[key] + after)   # it may reserve then, with nothing else changed
+                continue
+            if _is_backfill(session, members) or not self._waits_for_room(session, queue, members):
                 continue
             taken = {name for names in self.reservations.values() for name in names}
             nodes = self._choose_nodes(session, members, taken)
@@ -139,22 +147,31 @@ class Reserve:
         return max(max(m.submitted, requeued.get(m.id, m.submitted)) for m in members)
 
     @staticmethod
-    def _fits_now(session, queue, members) -> bool:
-        """Would the unit fit in free space right now, on one cluster (one domain for a topology gang), tried
-        then undone?"""
+    def _waits_for_room(session, queue, members) -> bool:
+        """Whether the unit waits for room alone: the core clears it (gang, validity, queue admission, node
+        types) and it fits in free space nowhere right now (on one cluster, one domain for a topology gang),
+        tried through the placement primitive and undone."""
+        gang = _gang(members)
+        refused = session.clear_gang(members, queue) if gang else None
+        if refused is not None:
+            return False
         for place in every_place(session, members[0].gang, sorted({t.cluster for t in session.index.types})):
             stmt = session.statement()
             for member in members:
-                types, _ = place_types(session, member, place)
-                node = session.find_node(member, session.vector(member), EVICTED, types, queue) if types else None
-                if node is None:
+                types = session.clear_member(member, place) if gang else session.clear(member, place)
+                if types.__class__ is Refused:
+                    if types.stage in (GANG, JOB, QUEUE):
+                        stmt.discard()
+                        return False
                     break
-                stmt.allocate(member, node)
+                node = session.find_node(member, session.vector(member), EVICTED, types, queue)
+                if node is None or stmt.allocate(member, node) is not None:
+                    break
             else:
                 stmt.discard()
-                return True
+                return False
             stmt.discard()
-        return False
+        return True
 
     @staticmethod
     def _choose_nodes(session, members, taken) -> list[tuple[str, str]]:
@@ -167,18 +184,22 @@ class Reserve:
         best = None
         for place in every_place(session, members[0].gang, sorted({t.cluster for t in index.types})):
             cluster = place.cluster
-            allowed = [set(place_types(session, m, place)[0]) for m in members]
+            allowed = [session.interned_types(place_types(session, m, place)[0]) for m in members]
+            types = set().union(*allowed)
             nodes = [i for i, node in enumerate(index.nodes)
                      if node.cluster == cluster and (node.cluster, node.name) not in taken
-                     and any(index.type_of[i] in a for a in allowed)]
-            # Least to evict or finish: what runs there, in resource order, then the node's position.
-            load = {i: tuple(a - f for a, f in zip(index.allocatable[i], index.free[i][0])) for i in nodes}
+                     and index.type_of[i] in types]
+            # Soonest free: the least non-backfill work (which must end by itself), then the least backfill
+            # (preempted the moment the unit fits), in resource order, then the node's position.
+            load = {i: _load(session, i) for i in nodes}
             nodes.sort(key=lambda i: (load[i], i))
             chosen: list[int] = []
             for i in nodes:
+                if not any(session.node_refusal(m, i, a) is None for m, a in zip(members, allowed)):
+                    continue  # no member may go there whatever runs on it (node filters, held host ports, ...)
                 chosen.append(i)
                 if _first_fit(session, members, chosen, allowed, {j: list(index.allocatable[j]) for j in chosen}):
-                    cost = tuple(map(sum, zip(*(load[j] for j in chosen))))
+                    cost = tuple(tuple(map(sum, zip(*(load[j][part] for j in chosen)))) for part in (0, 1))
                     if best is None or (len(chosen), cost) < best[0]:
                         best = ((len(chosen), cost), [index.nodes[j] for j in chosen])
                     break
@@ -186,9 +207,24 @@ class Reserve:
 
     @staticmethod
     def _place_over_backfill(session, queue, members, nodes) -> bool:
-        """Place the unit on its nodes if preempting their preemptible jobs makes room; True when placed."""
+        """Place the unit on its nodes if preempting their preemptible jobs makes room; True when placed.
+
+        Each member is placed through the placement primitive after its
+        node's victims are preempted (the holders of its host ports there
+        first, then as few as its room needs, in victim order); a refusal
+        undoes the whole unit.
+        """
         index = session.index
-        allowed = [set(session.allowed_types(m, index.nodes[nodes[0]].cluster)[0]) for m in members]
+        cluster = index.nodes[nodes[0]].cluster
+        gang = _gang(members)
+        if gang:
+            if session.clear_gang(members, queue) is not None:
+                return False
+            allowed = [session.clear_member(m, cluster) for m in members]
+        else:
+            allowed = [session.clear(members[0], cluster)]
+        if any(types.__class__ is Refused for types in allowed):
+            return False
         removable = {i: [r for r in session.jobs_on(i) if r.level != NONPREEMPTIBLE] for i in nodes}
         room = {}
         for i in nodes:
@@ -197,22 +233,44 @@ class Reserve:
                 for r, amount in enumerate(running.vec):
                     free[r] += amount
             room[i] = free
-        assignment = _first_fit(session, members, nodes, allowed, room)
+        assignment = _first_fit(session, members, nodes, allowed, room, removable)
         if assignment is None:
             return False
         stmt = session.statement()
+        gone: set[str] = set()
         for member, i in assignment:
             vec = session.vector(member)
-            victims = sorted(removable[i], key=session.victim_key)
-            while not index.fits_on(i, vec, EVICTED) and victims:
+            holders = session.state.ports.holders(i, member.host_ports) if member.host_ports else ()
+            victims = [r for r in removable[i] if r.job.id not in gone and r.job.id not in session.preempted]
+            victims.sort(key=lambda r: (r.job.id not in holders, session.victim_key(r)))
+            while victims and (not index.fits_on(i, vec, EVICTED) or victims[0].job.id in holders):
                 victim = victims.pop(0)
-                if victim.job.id not in session.preempted:
-                    stmt.preempt(victim.job)
-            stmt.allocate(member, i)
+                gone.add(victim.job.id)
+                stmt.preempt(victim.job)
+            if gang:
+                session.clear_member(member, cluster)
+            elif session.clear(member, cluster).__class__ is Refused:
+                stmt.discard()
+                return False
+            if stmt.allocate(member, i) is not None:
+                stmt.discard()
+                return False
         stmt.commit()
         log.info("reserve.placed", unit=members[0].gang.id if members[0].gang else members[0].id,
                  preempted=sum(1 for op in stmt.ops if op[0] == "preempt"))
         return True
+
+
+def _load(session, i) -> tuple[tuple[int, ...], tuple[int, ...]]:
+    """What node ``i`` holds: (its non-backfill work, everyone else's pods included; its backfill), as vectors."""
+    index = session.index
+    held = [a - f for a, f in zip(index.allocatable[i], index.free[i][0])]
+    backfill = [0] * len(held)
+    for running in session.jobs_on(i):
+        if running.level != NONPREEMPTIBLE:
+            for r, amount in enumerate(running.vec):
+                backfill[r] += amount
+    return tuple(h - b for h, b in zip(held, backfill)), tuple(backfill)
 
 
 def _is_backfill(session, members) -> bool:
@@ -225,18 +283,40 @@ def _is_backfill(session, members) -> bool:
     return False
 
 
-def _first_fit(session, members, nodes, allowed, room):
-    """Members onto ``nodes`` (each with ``room``, changed in place), first fit; ``[(member, node)]`` or None."""
+def _gang(members) -> bool:
+    """Whether the unit is a gang's members placed together (not one job, nor an elastic gang's extra member)."""
+    return len(members) > 1 or (members[0].gang is not None and not members[0].gang.min_available)
+
+
+def _first_fit(session, members, nodes, allowed, room, removable=None):
+    """Members onto ``nodes`` (each with ``room``, changed in place), first fit; ``[(member, node)]`` or None.
+
+    A member goes only on a node the placement primitive lets it use but
+    for room (:meth:`~flotilla.core.placement.Placing.node_refusal`: its
+    node types, node filters, host ports, claims, pod rules), and not on
+    a node where an earlier member of the unit takes one of its host ports.
+    With ``removable`` (node -> running jobs that would make way), a host
+    port held only by those does not count as held.
+    """
     out = []
+    taken = HostPorts()  # the unit's own host ports, per node of this fit
+    making_way = {i: frozenset(r.job.id for r in jobs) for i, jobs in removable.items()} if removable else {}
     for member, types in zip(members, allowed):
         vec = session.vector(member)
+        ports = member.host_ports
         for i in nodes:
             free = room[i]
-            if session.index.type_of[i] in types and all(a <= f for a, f in zip(vec, free)):
-                for r, amount in enumerate(vec):
-                    free[r] -= amount
-                out.append((member, i))
-                break
+            if not all(a <= f for a, f in zip(vec, free)):
+                continue
+            if ports and not taken.free(i, ports):
+                continue
+            if session.node_refusal(member, i, types, making_way.get(i, frozenset())) is not None:
+                continue
+            for r, amount in enumerate(vec):
+                free[r] -= amount
+            taken.add(i, member.id, ports)
+            out.append((member, i))
+            break
         else:
             return None
     return out

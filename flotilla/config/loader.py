@@ -36,7 +36,7 @@ queues:
 evict: {probability: 1.0}
 allocate: {lookahead: 1000}
 lease: {timeout: 60s}
-gracePeriod: {default: 1s, max: 300s}
+gracePeriod: {default: 30s, max: 300s}
 deadlines: {cpu: 3d, gpu: 14d}
 cycle: {period: 1s}
 clusters:

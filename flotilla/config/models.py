@@ -13,13 +13,15 @@ from __future__ import annotations
 
 import difflib
 import re
-from typing import TYPE_CHECKING, Annotated, Any, Iterator, Literal, Union
+from typing import TYPE_CHECKING, Annotated, Any, ClassVar, Iterator, Literal, Union
 
-from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, PrivateAttr, field_validator, model_validator
+from pydantic import (BaseModel, BeforeValidator, ConfigDict, Discriminator, Field, PrivateAttr, Tag, field_validator,
+                      model_validator)
 
 from flotilla.core.backend import FAILURE_CAUSES
 
-from flotilla.core.model import HOSTNAME_LABEL, ClusterSnapshot, Node, PriorityClass, Queue, Taint, Toleration
+from flotilla.core.model import (DEFAULT_GRACE_PERIOD, HOSTNAME_LABEL, ClusterSnapshot, Node, PriorityClass, Queue, Taint,
+                                 Toleration)
 from flotilla.core.quantities import QuantityError, parse_duration, parse_quantity, resource_name_problem
 
 if TYPE_CHECKING:
@@ -91,6 +93,22 @@ class Model(BaseModel):
 
 
 class PluginConfig(Model):
+    name: Name
+    args: dict[str, Any] = Field(default_factory=dict)
+    #: Multiplies the plugin's node scores once normalised to 0..100 (kube-scheduler's score plugin weight);
+    #: None: 1. Only a plugin that registers a node score may have one (the scheduler checks when it loads).
+    weight: float | None = Field(None, gt=0, le=1000)
+
+
+def _action_entry(value: Any) -> Any:
+    """``- allocate`` is ``- {name: allocate}``: an action without arguments."""
+    return {"name": value} if isinstance(value, str) else value
+
+
+class ActionConfig(Model):
+    """One entry of ``actions:``: the action's name, and the ``args`` its constructor takes
+    (:mod:`flotilla.actions`; checked there as a plugin's are, an unknown one is an error at its line)."""
+
     name: Name
     args: dict[str, Any] = Field(default_factory=dict)
 
@@ -205,6 +223,9 @@ class QueueConfig(Model):
     parent: Name | None = None
     #: Whether a failed run of the queue's jobs runs again: ordered rules, first match wins (docs/policies.md).
     retry_policy: RetryPolicy = Field(default_factory=list, alias="retryPolicy")
+    #: This queue's floor under preemption to fair share, in place of evict.protectedFractionOfFairShare
+    #: (flotilla.actions.evict); None: that one.
+    protected_fraction_of_fair_share: float | None = Field(None, ge=0, le=10, alias="protectedFractionOfFairShare")
 
     @field_validator("limits")
     @classmethod
@@ -345,7 +366,48 @@ class KubernetesClusterConfig(Model):
                                 pattern=r"^[a-z0-9]([-a-z0-9.]*[a-z0-9])?$")
 
 
-ClusterConfig = Annotated[Union[SimulatedClusterConfig, KubernetesClusterConfig], Field(discriminator="kind")]
+#: The cluster kinds Flotilla serves itself; any other ``kind`` is a package's (:class:`PackagedClusterConfig`).
+BUILTIN_CLUSTER_KINDS = ("simulated", "kubernetes")
+
+
+class PackagedClusterConfig(Model):
+    """A cluster whose ``kind`` an installed package provides (the ``flotilla.backends`` entry-point group).
+
+    ``args`` is the backend's own: :meth:`FlotillaConfig.check` validates it
+    with the model the kind declares (its ``Args``), at its lines in the file,
+    and keeps the result for the backend (:attr:`parsed_args`).
+    """
+
+    #: The tag of this model in the clusters' union (never a kind: a kind named so is a package's too).
+    UNION_TAG: ClassVar[str] = "package"
+
+    name: Name
+    kind: str = Field(min_length=1)
+    args: dict[str, Any] = Field(default_factory=dict)
+
+    _parsed_args: Any = PrivateAttr(default=None)
+
+    @property
+    def parsed_args(self) -> Any:
+        """``args`` as the kind's ``Args`` model read them (set by the config's check; None before)."""
+        return self._parsed_args
+
+    def keep_parsed_args(self, parsed: Any) -> None:
+        """Keep ``args`` as the kind's model read them, for the backend."""
+        self._parsed_args = parsed
+
+
+def _cluster_tag(value: Any) -> str | None:
+    kind = value.get("kind") if isinstance(value, dict) else getattr(value, "kind", None)
+    if kind is None:
+        return None
+    return kind if kind in BUILTIN_CLUSTER_KINDS else PackagedClusterConfig.UNION_TAG
+
+
+ClusterConfig = Annotated[Union[Annotated[SimulatedClusterConfig, Tag("simulated")],
+                                Annotated[KubernetesClusterConfig, Tag("kubernetes")],
+                                Annotated[PackagedClusterConfig, Tag(PackagedClusterConfig.UNION_TAG)]],
+                          Discriminator(_cluster_tag)]
 
 
 class EvictConfig(Model):
@@ -357,7 +419,11 @@ class EvictConfig(Model):
 
 class AllocateConfig(Model):
     lookahead: int = Field(1000, ge=1)
+    #: How many nodes a job's local volumes are looked for on, at most (flotilla.core.volumes: VolumePicks.find).
     node_candidates: int = Field(16, ge=1, alias="nodeCandidates")
+    #: kube-scheduler's percentageOfNodesToScore: how many fitting nodes node scores weigh, in percent of the
+    #: nodes (at least 100; every node below 100 nodes); 0 adapts to the cluster's size (flotilla.core.nodesearch).
+    percentage_of_nodes_to_score: int = Field(0, ge=0, le=100, alias="percentageOfNodesToScore")
 
 
 class PreemptConfig(Model):
@@ -392,7 +458,8 @@ class LeaderElectionConfig(Model):
 
 
 class GracePeriodConfig(Model):
-    default: Duration = 1.0
+    #: A job's pods' grace period when its podSpec names none: Kubernetes' own default.
+    default: Duration = DEFAULT_GRACE_PERIOD
     max: Duration = 300.0
 
 
@@ -544,6 +611,25 @@ class ClusterPriorityClassesConfig(Model):
     fair_share_preemption: bool = Field(False, alias="fairSharePreemption")
 
 
+class PodTopologySpreadConfig(Model):
+    """Cluster default spread constraints, as kube-scheduler's PodTopologySpread ``defaultConstraints``: given to
+    in-cluster pods that carry no ``topologySpreadConstraints``, each selecting the pods of the pod's services and
+    controller (:mod:`flotilla.kubernetes.intake`). Off unless configured: ``List`` with no constraints."""
+
+    #: ``List``: ``defaultConstraints``; ``System``: kube-scheduler's system defaults (hostname maxSkew 3, zone
+    #: maxSkew 5, both ``ScheduleAnyway``).
+    defaulting_type: Literal["List", "System"] = Field("List", alias="defaultingType")
+    default_constraints: list[dict[str, Any]] = Field(default_factory=list, alias="defaultConstraints",
+                                                      max_length=32)
+
+    def constraints(self) -> tuple[dict[str, Any], ...]:
+        """The constraints given to a pod that has none (empty: off)."""
+        if self.defaulting_type == "System":
+            from flotilla.core.podrules import SYSTEM_DEFAULT_CONSTRAINTS
+            return SYSTEM_DEFAULT_CONSTRAINTS
+        return tuple(self.default_constraints)
+
+
 class PlacementRuleConfig(Model):
     """A placement rule: the queue of an in-cluster pod that names none (:mod:`flotilla.service.placement`)."""
 
@@ -558,7 +644,8 @@ class PlacementRuleConfig(Model):
 class FlotillaConfig(Model):
     """The whole scheduler config; ``config.source`` reports later problems at their line in the file."""
 
-    actions: list[str] = Field(default_factory=lambda: list(KNOWN_ACTIONS))
+    actions: list[Annotated[ActionConfig, BeforeValidator(_action_entry)]] = Field(
+        default_factory=lambda: [ActionConfig(name=name) for name in KNOWN_ACTIONS])
     plugins: list[PluginConfig] = Field(default_factory=_default_plugins)
     priority_classes: list[PriorityClassConfig] = Field(default_factory=_default_classes, alias="priorityClasses")
     default_priority_class: str = Field("armada-default", alias="defaultPriorityClass")
@@ -567,6 +654,9 @@ class FlotillaConfig(Model):
     queues: list[QueueConfig] = Field(default_factory=list)
     #: Placement rules for in-cluster pods whose pod, owner, PodGroup and namespace name no queue.
     placement: list[PlacementRuleConfig] = Field(default_factory=list)
+    #: Cluster default spread constraints (kube-scheduler's PodTopologySpread args); off unless configured.
+    pod_topology_spread: PodTopologySpreadConfig = Field(default_factory=PodTopologySpreadConfig,
+                                                         alias="podTopologySpread")
     evict: EvictConfig = Field(default_factory=EvictConfig)
     allocate: AllocateConfig = Field(default_factory=AllocateConfig)
     preempt: PreemptConfig = Field(default_factory=PreemptConfig)
@@ -599,22 +689,26 @@ class FlotillaConfig(Model):
 
     def check(self) -> list[tuple[FieldPath, str]]:
         """Cross-field problems as ``(path, message)``; the loader reports the earliest in the file."""
-        from flotilla.actions import available_actions
+        from flotilla.actions import action_name_clash, available_actions
         from flotilla.config.actionorder import action_order_problems
+        from flotilla.config.clusterkinds import cluster_kind_problems
         from flotilla.config.pluginargs import plugin_arg_problems
         from flotilla.config.resourcenames import config_problems as resource_name_problems
 
         problems: list[tuple[FieldPath, str]] = []
         known = available_actions()
-        for i, action in enumerate(self.actions):
+        actions = self.action_names
+        for i, action in enumerate(actions):
             if action not in known:
                 problems.append((("actions", i), f"unknown action {action!r} (known: {', '.join(known)})"))
-            elif action in self.actions[:i]:
-                problems.append((("actions", i), f"duplicate action {action!r} (first at actions[{self.actions.index(action)}])"))
+            elif action in actions[:i]:
+                problems.append((("actions", i), f"duplicate action {action!r} (first at actions[{actions.index(action)}])"))
+            elif (clash := action_name_clash(action)) is not None:
+                problems.append((("actions", i), clash))
         if not problems:   # an order of known, distinct actions: refuse one that cannot work
-            problems += action_order_problems(self.actions)
-        if "reserve" in self.actions and self.reservation.after is None:
-            problems.append((("actions", self.actions.index("reserve")),
+            problems += action_order_problems(actions)
+        if "reserve" in actions and self.reservation.after is None:
+            problems.append((("actions", actions.index("reserve")),
                              "the reserve action needs reservation.after (how long a unit waits before it reserves)"))
         problems += _duplicates("plugins", [p.name for p in self.plugins], "plugin")
         problems += plugin_arg_problems(self.plugins)
@@ -636,7 +730,16 @@ class FlotillaConfig(Model):
                 known = ", ".join(sorted(queue_names)) or "none"
                 problems.append((("placement", i, "parent"), f"unknown parent queue {rule.parent!r} (the config's "
                                                              f"queues: {known})"))
+        spread = self.pod_topology_spread
+        if spread.defaulting_type == "System" and spread.default_constraints:
+            problems.append((("podTopologySpread", "defaultConstraints"),
+                             "must be empty when defaultingType is System (kube-scheduler's system defaults)"))
+        from flotilla.core.podrules import default_constraint_problems
+        for where, message in default_constraint_problems(spread.default_constraints, "defaultConstraints"):
+            parts = tuple(int(p) if p.isdigit() else p for p in where.replace("[", ".").replace("]", "").split("."))
+            problems.append((("podTopologySpread", *parts), message))
         problems += _duplicates("clusters", [c.name for c in self.clusters], "cluster")
+        problems += cluster_kind_problems(self.clusters)
         problems += _duplicates("nodeTemplates", [t.name for t in self.node_templates], "node template")
         for c, cluster in enumerate(self.clusters):
             if isinstance(cluster, SimulatedClusterConfig):
@@ -650,6 +753,11 @@ class FlotillaConfig(Model):
                     first[name] = g
         problems += resource_name_problems(self)
         return problems
+
+    @property
+    def action_names(self) -> list[str]:
+        """The names of ``actions``, in cycle order."""
+        return [action.name for action in self.actions]
 
     def to_core_priority_classes(self) -> list[PriorityClass]:
         return [pc.to_core() for pc in self.priority_classes]

@@ -105,30 +105,43 @@ class SourceMap:
         """
         # On one line an unknown field (often a typo that also causes a "missing" error) explains more.
         first = min(exc.errors(), key=lambda e: (self.line_of(_user_loc(e)) or 0, e["type"] != "extra_forbidden"))
-        raw, loc, kind = first["loc"], _user_loc(first), first["type"]
-        ctx = first.get("ctx") or {}
-        if kind == "extra_forbidden":
-            message = f"unknown field {loc[-1]!r}" if loc else "unknown field"
-            allowed = _fields_at(model, raw[:-1]) if model is not None else None
-            close = difflib.get_close_matches(str(loc[-1]), allowed, n=1) if allowed and loc else []
-            if close:
-                message += f" (did you mean {close[0]!r}?)"
-            elif allowed:
-                message += f" (expected one of: {', '.join(allowed)})"
-        elif kind == "union_tag_invalid":
-            loc = loc + ("kind",)
-            message = f"expected kind to be one of {ctx.get('expected_tags')} (got {ctx.get('tag')!r})"
-        elif kind == "union_tag_not_found":
-            loc = loc + ("kind",)
-            tags = _tags_at(model, raw) if model is not None else []
-            message = f"required field missing (one of: {', '.join(tags)})" if tags else "required field missing"
-        elif kind == "missing":
-            message = "required field missing"
-        else:
-            message = first["msg"].removeprefix("Value error, ")
-            if kind != "value_error" and "input" in first and not isinstance(first["input"], (dict, list)):
-                message += f" (got {first['input']!r})"
-        return self.error(loc, message)
+        return self.error(*_described(first, model))
+
+
+def validation_problems(exc: ValidationError, model: type[BaseModel] | None = None,
+                        prefix: FieldPath = ()) -> list[tuple[FieldPath, str]]:
+    """Every problem of a pydantic error as ``(path, message)``, each path below ``prefix``: for a part of a
+    file validated on its own (a cluster's ``args``, by its backend's model), for :meth:`SourceMap.first`."""
+    errors = sorted(exc.errors(), key=lambda e: e["type"] != "extra_forbidden")
+    return [((*prefix, *path), message) for path, message in map(lambda e: _described(e, model), errors)]
+
+
+def _described(error: Any, model: type[BaseModel] | None) -> tuple[FieldPath, str]:
+    """One pydantic error as the user's field path and a message saying what was expected."""
+    raw, loc, kind = error["loc"], _user_loc(error), error["type"]
+    ctx = error.get("ctx") or {}
+    if kind == "extra_forbidden":
+        message = f"unknown field {loc[-1]!r}" if loc else "unknown field"
+        allowed = _fields_at(model, raw[:-1]) if model is not None else None
+        close = difflib.get_close_matches(str(loc[-1]), allowed, n=1) if allowed and loc else []
+        if close:
+            message += f" (did you mean {close[0]!r}?)"
+        elif allowed:
+            message += f" (expected one of: {', '.join(allowed)})"
+    elif kind == "union_tag_invalid":
+        loc = loc + ("kind",)
+        message = f"expected kind to be one of {ctx.get('expected_tags')} (got {ctx.get('tag')!r})"
+    elif kind == "union_tag_not_found":
+        loc = loc + ("kind",)
+        tags = _tags_at(model, raw) if model is not None else []
+        message = f"required field missing (one of: {', '.join(tags)})" if tags else "required field missing"
+    elif kind == "missing":
+        message = "required field missing"
+    else:
+        message = error["msg"].removeprefix("Value error, ")
+        if kind != "value_error" and "input" in error and not isinstance(error["input"], (dict, list)):
+            message += f" (got {error['input']!r})"
+    return loc, message
 
 
 def _user_loc(error: Any) -> FieldPath:
@@ -148,7 +161,9 @@ def _without_union_tags(loc: Sequence[str | int]) -> FieldPath:
     return tuple(out)
 
 
-_UNION_TAGS = frozenset({"simulated", "kubernetes"})
+#: The tags of the config's discriminated unions: the built-in cluster kinds, and the tag of a cluster whose kind a
+#: package provides (models.PackagedClusterConfig).
+_UNION_TAGS = frozenset({"simulated", "kubernetes", "package"})
 
 
 def _options(annotation: Any) -> tuple[Any, ...]:
@@ -162,7 +177,14 @@ def _options(annotation: Any) -> tuple[Any, ...]:
 
 
 def _tag(model: Any) -> str | None:
-    """The ``kind`` literal that selects ``model`` in a discriminated union."""
+    """The tag that selects ``model`` in a discriminated union: its ``UNION_TAG``, or its ``kind`` literal."""
+    if _is_model(model) and isinstance(model.__dict__.get("UNION_TAG"), str):
+        return model.__dict__["UNION_TAG"]
+    return _kind_literal(model)
+
+
+def _kind_literal(model: Any) -> str | None:
+    """The ``kind`` literal of ``model`` (None when its kind is not one literal)."""
     field = model.model_fields.get("kind") if _is_model(model) else None
     if field is None or typing.get_origin(field.annotation) is not typing.Literal:
         return None
@@ -212,7 +234,7 @@ def _fields_at(model: type[BaseModel], loc: Sequence[str | int]) -> list[str]:
 
 def _tags_at(model: type[BaseModel], loc: Sequence[str | int]) -> list[str]:
     """The ``kind`` values a discriminated union at ``loc`` accepts."""
-    return [tag for option in _options(_type_at(model, loc)) if (tag := _tag(option)) is not None]
+    return [tag for option in _options(_type_at(model, loc)) if (tag := _kind_literal(option)) is not None]
 
 
 def _parse(loader_class: type, text: str) -> tuple[Node | None, Any]:
@@ -322,4 +344,4 @@ def read_yaml_file(path: str | os.PathLike) -> tuple[dict[str, Any], SourceMap]:
     return load_yaml(text, name)
 
 
-__all__ = ["SourceMap", "load_yaml", "read_yaml_file", "text_problems"]
+__all__ = ["SourceMap", "load_yaml", "read_yaml_file", "text_problems", "validation_problems"]

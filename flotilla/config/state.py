@@ -24,7 +24,7 @@ from flotilla.config.resourcenames import (config_provided_names, deferred_confi
 from flotilla.config.source import SourceMap, load_yaml, read_yaml_file
 from flotilla.core.hostports import host_port
 from flotilla.core.nodeaffinity import AffinityError, parse_node_affinity
-from flotilla.core.podrules import parse_pod_rules
+from flotilla.core.podrules import NAMESPACE_NAME_LABEL, label_key_problem, label_value_problem, parse_pod_rules
 from flotilla.core.model import (GANG_MIN_AVAILABLE_ANNOTATION, GANG_NODE_UNIFORMITY_LABEL_ANNOTATION, HOSTNAME_LABEL,
                                  ClusterSnapshot, Gang, Job, JobState, Node, Queue, Snapshot, parse_min_available)
 from flotilla.core.topology import uniformity_label_problem
@@ -65,9 +65,18 @@ class StateNode(Model):
     unschedulable: bool = False
 
 
+class StateNamespace(Model):
+    """A namespace of the cluster and its labels (pod affinity terms' ``namespaceSelector`` reads them)."""
+
+    name: Name
+    labels: dict[str, str] = Field(default_factory=dict)
+
+
 class StateCluster(Model):
     name: Name
     nodes: list[StateNode] = Field(default_factory=list)
+    #: Namespaces with labels; one not listed has only ``kubernetes.io/metadata.name``, as in Kubernetes.
+    namespaces: list[StateNamespace] = Field(default_factory=list)
 
 
 class GangConfig(Model):
@@ -194,7 +203,18 @@ def _clusters(state: StateFile, config: FlotillaConfig, problems: Problems) -> l
             first_node[node.name] = n
             nodes.append(Node(node.name, cluster.name, dict(node.resources), {HOSTNAME_LABEL: node.name, **node.labels},
                               tuple(t.to_core() for t in node.taints), node.unschedulable))
-        clusters.append(ClusterSnapshot(cluster.name, nodes, running=[]))
+        namespaces: dict[str, dict[str, str]] = {}
+        for k, namespace in enumerate(cluster.namespaces):
+            if namespace.name in namespaces:
+                problems.append((("clusters", c, "namespaces", k, "name"),
+                                 f"duplicate namespace {namespace.name!r} in cluster {cluster.name!r}"))
+                continue
+            for key, value in namespace.labels.items():
+                problem = label_key_problem(key) or label_value_problem(value)
+                if problem:
+                    problems.append((("clusters", c, "namespaces", k, "labels", key), problem))
+            namespaces[namespace.name] = {NAMESPACE_NAME_LABEL: namespace.name, **namespace.labels}
+        clusters.append(ClusterSnapshot(cluster.name, nodes, running=[], namespace_labels=namespaces))
     return clusters
 
 

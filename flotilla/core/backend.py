@@ -176,6 +176,10 @@ class SimulatedCluster:
         return events
 
     # -- simulation helpers -------------------------------------------------------
+    def set_available(self, available: bool) -> None:
+        """Stop (``False``) or start the cluster: a stopped cluster cannot be read or written."""
+        self.available = available
+
     def set_unschedulable(self, node: str, flag: bool) -> None:
         """Drain (``True``) or uncordon a node: it takes no new jobs while unschedulable; running ones finish."""
         self.nodes[node] = replace(self.nodes[node], unschedulable=flag)

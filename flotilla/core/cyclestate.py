@@ -179,10 +179,12 @@ class CycleState:
             self.pods.prune()
             try:
                 self._update(snapshot, tuple(indexed_resources))
+                self.pods.set_namespace_labels(snapshot.namespace_labels())
                 return
             except Rebuild:
                 pass
         self._rebuild(snapshot, tuple(indexed_resources))
+        self.pods.set_namespace_labels(snapshot.namespace_labels())
 
     def _structure(self, snapshot: Snapshot, indexed_resources: tuple) -> tuple:
         return (indexed_resources, tuple(sorted((pc.name, pc.priority, pc.preemptible)

@@ -103,16 +103,26 @@ class NodeTiers(Protocol):
 
 
 class NodeScore(Protocol):
-    """How much ``job`` prefers ``node`` (a node position); higher is better.
+    """How much ``job`` prefers ``node`` (a node position); higher is better. Any finite number.
+
+    As kube-scheduler's score plugins: the score is asked of every fitting
+    node the job may take (nodes that pass every filter), or, on 100 nodes
+    and more, of kube-scheduler's sample of them
+    (``allocate.percentageOfNodesToScore``, default adaptive: 50% less 1%
+    per 125 nodes, at least 5% and at least 100 nodes), taken in node order
+    from where the last sample stopped, never by free space. One plugin's
+    scores are then normalised over those nodes (its highest maps to 100,
+    the others in proportion; when some are below 0 the lowest maps to 0),
+    multiplied by the plugin's ``weight:`` in the config (default 1) and
+    added to the other plugins'. Only how scores compare matters: a score
+    of 10 or 1 on the one node preferred is the same preference.
 
     Registered plainly, scores order the fitting nodes *within* the first
-    tier (``node_tiers``) that has any: allocate scores up to
-    ``allocate.nodeCandidates`` of them (smallest free space first) and takes
-    the highest total. A score registered with ``across_tiers=True`` is a
-    preference strong enough to cross tiers: allocate then scores up to
-    ``allocate.nodeCandidates`` fitting nodes of *every* tier and takes the
-    highest total of the across-tier scores; only among equal totals does the
-    earlier tier, then the within-tier score, decide.
+    tier (``node_tiers``) that has any. A score registered with
+    ``across_tiers=True`` is a preference strong enough to cross tiers:
+    allocate then weighs the fitting nodes of *every* tier and takes the
+    highest total of the across-tier scores; only among equal totals does
+    the earlier tier, then the within-tier score, decide.
     """
 
     def __call__(self, job: Job, node: int, /) -> float: ...
@@ -146,6 +156,38 @@ class Preemptable(Protocol):
 
 class VictimOrder(Protocol):
     """A sort key for an eligible victim on a node; the preempt action takes victims in this order until the preemptor fits."""
+
+    def __call__(self, victim: Job, /) -> tuple: ...
+
+
+class Reclaimable(Protocol):
+    """May running job ``victim`` of ``queue`` be reclaimed, its queue then holding ``left``? (Volcano's ReclaimableFn.)
+
+    Reclaim is preemption to fair share (the ``evict`` action): another
+    queue's job of an equal or higher priority class takes the victim's room.
+    The core weighs the jobs at risk one unit (a gang whole) at a time in
+    victim order (``reclaim_order``), keeping its own floor first (the
+    queue's ``protectedFractionOfFairShare`` of its fair share); a unit
+    every plugin lets go is evicted, and ``left`` shrinks by it for the
+    next. ``left`` is a :data:`Vector`: what ``queue`` would hold with this
+    victim and those taken before it gone. Answer False to keep the victim
+    on its node this cycle (a quota policy: while ``left`` would fall below
+    the queue's nominal quota). Called during ``evict`` only, once per
+    victim at risk; urgency preemption asks ``preemptable`` instead.
+    """
+
+    def __call__(self, queue: QueueState, victim: Job, left: Vector, /) -> bool: ...
+
+
+class ReclaimOrder(Protocol):
+    """A sort key for a victim of reclaim; the smallest is weighed (and so reclaimed) first.
+
+    A unit (a gang) takes its members' smallest key. Ties fall to the
+    core's order: lowest priority class first, largest first, highest id
+    (natural order) first. Never the submission order, so the victims do
+    not depend on the order jobs came in; a key that reads submission times
+    makes them depend on it.
+    """
 
     def __call__(self, victim: Job, /) -> tuple: ...
 
@@ -214,8 +256,9 @@ EXTENSION_POINTS: tuple[ExtensionPoint, ...] = (
     ExtensionPoint("node_tiers", "set_node_tiers", NodeTiers,
                    "the last plugin to set it wins; default `('any',)`"),
     ExtensionPoint("node_score", "add_node_score", NodeScore,
-                   "scores add up, within tiers and across tiers (`across_tiers=True`) separately; the highest "
-                   "total wins; ties by least free space, then node position"),
+                   "each plugin's scores normalised to 0..100 over the nodes weighed, times its `weight:` "
+                   "(default 1), added up, within tiers and across tiers (`across_tiers=True`) separately; the "
+                   "highest total wins; ties by least free space, then node position"),
     ExtensionPoint("node_filter", "add_node_filter", NodeFilter,
                    "all must agree; a node any filter refuses is skipped"),
     ExtensionPoint("gang_ready", "add_gang_ready", GangReady,
@@ -225,6 +268,11 @@ EXTENSION_POINTS: tuple[ExtensionPoint, ...] = (
                    "nothing may be preempted"),
     ExtensionPoint("victim_order", "add_victim_order", VictimOrder,
                    "keys are concatenated in plugin order; then lowest priority, largest request, id"),
+    ExtensionPoint("reclaimable", "add_reclaimable", Reclaimable,
+                   "all must agree, after the core's protected floor: a unit is reclaimed only if every plugin says "
+                   "yes for each of its members at risk"),
+    ExtensionPoint("reclaim_order", "add_reclaim_order", ReclaimOrder,
+                   "keys are concatenated in plugin order; then lowest priority class, largest, highest id"),
     ExtensionPoint("job_valid", "add_job_valid", JobValid,
                    "the first refusal, with its reason, wins"),
     ExtensionPoint("on_allocate", "add_event_handler", OnAllocate,

@@ -61,8 +61,11 @@ def flotilla_cluster_backend(cluster_config, config, options):
 
     ``firstresult``: the first plugin that answers wins. Plugins of the
     config's ``plugins`` list are asked first, in config order, then the
-    built-in backends (``simulated``, ``kubernetes``), so a package can
-    replace a built-in kind, or serve a kind of its own, without touching
-    the scheduler. Called once per cluster when a run starts
+    built-in backends (``simulated``, ``kubernetes``), then the kinds
+    packages provide, so a plugin can replace a built-in kind's backend
+    without touching the scheduler. A package serves a kind of its own
+    through the ``flotilla.backends`` entry-point group instead (the
+    config then knows the kind and checks its ``args``; docs/backends.md).
+    Called once per cluster when a run starts
     (:func:`flotilla.plugin_manager.make_backends`), not per cycle.
     """

@@ -25,6 +25,9 @@ GANG_NODE_UNIFORMITY_LABEL_ANNOTATION = "armadaproject.io/gangNodeUniformityLabe
 OWNER_ANNOTATION = "flotilla.io/owner"
 #: The Kubernetes namespace the job's pods go to.
 NAMESPACE_ANNOTATION = "flotilla.io/namespace"
+#: Seconds a pod is given to end after SIGTERM when neither it nor the config names a grace period: Kubernetes' default
+#: (``terminationGracePeriodSeconds``), so code that checkpoints on SIGTERM has the time it has under any controller.
+DEFAULT_GRACE_PERIOD = 30.0
 #: The label every Kubernetes node carries with its own name (simulated nodes too).
 HOSTNAME_LABEL = "kubernetes.io/hostname"
 
@@ -201,7 +204,9 @@ class ClusterSnapshot:
     themselves, per node, for inter-pod affinity and spread (a node's tuple is
     the same object while its pods do not change), and ``foreign_ports`` the
     host ports they bind there. ``volumes`` resolves the claims jobs name
-    (None on a cluster without volumes).
+    (None on a cluster without volumes). ``namespace_labels`` holds the
+    cluster's namespaces' labels, which pod affinity terms'
+    ``namespaceSelector`` reads (the same object while they do not change).
     """
 
     name: str
@@ -213,6 +218,8 @@ class ClusterSnapshot:
     volumes: object | None = None
     #: Per node, the host ports (``(protocol, port, host IP)``) those pods bind there.
     foreign_ports: dict[str, tuple[tuple[str, int, str], ...]] = field(default_factory=dict)
+    #: Namespace name -> its labels; a namespace not listed has only ``kubernetes.io/metadata.name``.
+    namespace_labels: Mapping[str, Mapping[str, str]] = field(default_factory=dict)
 
 
 @dataclass(slots=True)
@@ -228,3 +235,21 @@ class Snapshot:
 
     def running(self) -> list[Job]:
         return [job for cluster in self.clusters for job in cluster.running]
+
+    def namespace_labels(self) -> Mapping[str, Mapping[str, str]]:
+        """Every cluster's namespaces' labels in one mapping (a namespace several clusters describe: the first
+        cluster's); the one cluster's own object when only one describes any."""
+        found: Mapping[str, Mapping[str, str]] | None = None
+        merged = False
+        for cluster in self.clusters:
+            labels = cluster.namespace_labels
+            if not labels:
+                continue
+            if found is None:
+                found = labels
+                continue
+            if not merged:
+                found, merged = dict(found), True
+            for name, these in labels.items():
+                found.setdefault(name, these)
+        return found if found is not None else {}

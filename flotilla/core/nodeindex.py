@@ -33,6 +33,7 @@ iterators:
 from __future__ import annotations
 
 from bisect import bisect_left, bisect_right, insort
+from heapq import merge
 from dataclasses import dataclass
 from operator import add, sub
 from typing import Iterator, Mapping, Sequence
@@ -720,6 +721,31 @@ class NodeIndex:
                     for neg in reversed(members[key]):
                         yield -neg
 
+    def iter_fitting_from(self, vec: Vector, level: int, types: Sequence[int], tier: str, queue: str,
+                          start: int) -> Iterator[int]:
+        """:meth:`iter_fitting_in` in node position order from ``start`` on, wrapping round to the nodes before it.
+
+        kube-scheduler's sample order (its ``nextStartNodeIndex``): where a
+        node sits in the node list decides when it is met, never how much
+        room it has. Each bucket's nodes are already in position order, so
+        this merges the fitting buckets' lists: the first ``k`` nodes cost
+        about ``k`` steps plus one per fitting bucket, not one per fitting
+        node. The index must not change while this is being read.
+        """
+        self._flush()
+        k = self.level_of[level]
+        n = len(self.nodes)
+        lanes = []
+        for t in types:
+            for buckets in self._tier_lists(k, t, tier, queue):
+                members = buckets.members
+                for key in _all_fits(buckets.vecs, vec):
+                    negs = members[key]                 # negated positions, ascending: positions descending
+                    split = bisect_right(negs, -start)  # negs[:split]: the positions at or after start
+                    lanes.append(_rotated(negs, split, start, n))
+        for distance in (lanes[0] if len(lanes) == 1 else merge(*lanes)):
+            yield (start + distance) % n
+
     def free_total(self, types: Sequence[int], level: int) -> list[int]:
         """The free space at ``level`` of every node of ``types`` added up (a node over its room adds nothing).
 
@@ -792,6 +818,15 @@ def _first_fit(vecs: list[Vector], vec: Vector, bound: Vector | None) -> Vector 
         else:
             return key
     return None
+
+
+def _rotated(negs: list[int], split: int, start: int, n: int) -> Iterator[int]:
+    """One bucket's nodes (``negs``: negated positions, ascending) as distances from ``start`` in rotated order:
+    the positions from ``start`` on (``negs[:split]``), then those before it; lazily, for a sample that stops early."""
+    for j in range(split - 1, -1, -1):
+        yield -negs[j] - start
+    for j in range(len(negs) - 1, split - 1, -1):
+        yield n - start - negs[j]
 
 
 def _all_fits(vecs: list[Vector], vec: Vector) -> Iterator[Vector]:

@@ -5,6 +5,13 @@ types, never nodes, and their verdicts are cached per job requirements for
 the whole cycle; the node search walks bestfit's tiers (``node_tiers``) and
 the node index, with node scores ordering candidates within a tier or, for
 scores registered across tiers, across them.
+
+Node scores are kube-scheduler's: they weigh every fitting node a job may
+take, or, on clusters of 100 nodes and more, kube-scheduler's sample of
+them (``percentageOfNodesToScore``), taken in node order and never by free
+space; each plugin's scores are normalised to 0..100 over the nodes weighed
+and multiplied by the plugin's ``weight:``. Jobs without scores search the
+index as before: the sample and the normalisation cost them nothing.
 """
 
 from __future__ import annotations
@@ -14,13 +21,36 @@ from typing import Sequence
 
 from flotilla.core.cyclestate import QueueState
 from flotilla.core.model import Job
-from flotilla.core.podplacements import best_possible, pod_score
+from flotilla.core.podplacements import best_possible, pod_score, pod_scored
 from flotilla.core.resources import Vector
 from flotilla.core.whynot import nodes_available
 
 
-#: How many fitting nodes a job with preferred pod rules compares at most, per tier.
+#: How many fitting nodes a job with preferred pod rules compares at most, per tier (without node scores).
 PREFERRED_WALK = 1000
+#: The highest normalised node score (kube-scheduler's ``MaxNodeScore``).
+MAX_NODE_SCORE = 100
+#: kube-scheduler's sample bounds (``minFeasibleNodesToFind``, ``minFeasibleNodePercentageToFind``,
+#: ``basePercentageOfNodesToScore``).
+MIN_NODES_TO_SCORE = 100
+MIN_PERCENTAGE_TO_SCORE = 5
+BASE_PERCENTAGE_TO_SCORE = 50
+
+
+def nodes_to_score(total: int, percentage: int) -> int:
+    """How many fitting nodes node scores weigh per search, of ``total`` nodes (kube-scheduler's
+    ``numFeasibleNodesToFind``).
+
+    Every node under 100 nodes or at ``percentage`` 100; else
+    ``percentage`` of them, at least 100. ``percentage`` 0 (the default)
+    adapts to the cluster's size: 50% less 1% per 125 nodes, at least 5%
+    (about 500 of 10,000 nodes).
+    """
+    if total < MIN_NODES_TO_SCORE or percentage >= 100:
+        return total
+    if percentage <= 0:
+        percentage = max(BASE_PERCENTAGE_TO_SCORE - total // 125, MIN_PERCENTAGE_TO_SCORE)
+    return max(total * percentage // 100, MIN_NODES_TO_SCORE)
 
 
 class NodeSearch:
@@ -43,6 +73,10 @@ class NodeSearch:
         self.type_room: dict[int, dict[int, list[int]]] = {}
         #: Hard spread constraints per job shape: their eligible domains (:mod:`flotilla.core.podplacements`).
         self.spread_views: dict[tuple, tuple] = {}
+        #: How many fitting nodes node scores weigh per search (:func:`nodes_to_score`), and where the next
+        #: sample starts in the node list (:meth:`score_candidates`).
+        self.score_sample: int = nodes_to_score(len(self.index.nodes), self.settings.percentage_of_nodes_to_score)
+        self.score_start: int = 0
 
     def claims_key(self, names: tuple[str, ...]):
         """What decides where a job naming ``names`` may go, for caching: equal for claims of one shape (so thousands
@@ -120,13 +154,16 @@ class NodeSearch:
 
         Node scores order the fitting nodes within the first tier that has
         any; scores registered across tiers (:meth:`_find_across_tiers`) weigh
-        the candidates of every tier against each other. A job binding host
-        ports walks the fitting nodes like a filtered search and skips those
-        where one of its ports is held; preferred node affinity orders node
-        types within each tier (:meth:`_find_preferred`).
+        the candidates of every tier against each other. Either way a score
+        sees every fitting node the job may take, or kube-scheduler's sample of
+        them (:meth:`score_candidates`), normalised per plugin and weighted
+        (:meth:`score_totals`). A job binding host ports walks the fitting
+        nodes like a filtered search and skips those where one of its ports
+        is held; preferred node affinity orders node types within each tier
+        (:meth:`_find_preferred`).
         """
         rules = job.pod_rules
-        if rules is not None and rules.preferred:
+        if (rules is not None and rules.preferred) or (self.state.pods.scorers and pod_scored(self, job)):
             return self._find_pod_preferred(job, vec, level, types, queue, self.node_checked(job))
         if job.claims and self.volume_picks is not None and not self.tier_crossing_score_fns \
                 and not self.node_score_fns and not self.node_filter_fns and not job.host_ports \
@@ -142,25 +179,92 @@ class NodeSearch:
         affinity = job.affinity
         if affinity is not None and affinity.preferred:
             return self._find_preferred(job, vec, level, types, queue, filtered, scored)
-        for tier in self.node_tiers_fn(queue):
-            if not scored and not filtered:
-                found = self.index.find(vec, level, types, tier, queue.name)
+        if not scored and not filtered:
+            # Nearly every job: the index's smallest fit, tier by tier, with no call in between.
+            find, name = self.index.find, queue.name
+            for tier in self.node_tiers_fn(queue):
+                found = find(vec, level, types, tier, name)
                 if found is not None:
                     return found
-                continue
-            # Scorers or filters: walk the fitting nodes (smallest first per type), skipping refused ones.
-            candidates = []
-            for i in self.index.iter_fitting_in(vec, level, types, tier, queue.name):
-                if not filtered or self.node_allowed(job, i):
-                    candidates.append(i)
-                    if not scored or len(candidates) >= self.settings.node_candidates:
-                        break
-            if candidates and not scored:
-                return candidates[0]
-            if candidates:
-                return max(candidates, key=lambda i: (sum(fn(job, i) for fn in self.node_score_fns),
-                                                      tuple(-x for x in self.index.free[i][self.index.level_of[level]]), -i))
+            return None
+        for tier in self.node_tiers_fn(queue):
+            found = self._find_in(job, vec, level, types, tier, queue, filtered, scored)
+            if found is not None:
+                return found
         return None
+
+    def _find_in(self, job: Job, vec: Vector, level: int, types: Sequence[int], tier: str, queue: QueueState,
+                 filtered: bool, scored: bool) -> int | None:
+        """The best node of one tier among ``types``: the smallest fit, the first allowed one (``filtered``), or
+        the best scored (``scored``)."""
+        if not scored and not filtered:
+            return self.index.find(vec, level, types, tier, queue.name)
+        if not scored:
+            # Filters only: the fitting nodes smallest first, the first allowed one.
+            for i in self.index.iter_fitting_in(vec, level, types, tier, queue.name):
+                if self.node_allowed(job, i):
+                    return i
+            return None
+        candidates = self.score_candidates(job, vec, level, types, tier, queue, filtered)
+        if not candidates:
+            return None
+        totals = self.score_totals(job, candidates, self.node_score_fns, self.node_score_weights)
+        free, at = self.index.free, self.index.level_of[level]
+        best = max(range(len(candidates)),
+                   key=lambda n: (totals[n], tuple(-x for x in free[candidates[n]][at]), -candidates[n]))
+        return candidates[best]
+
+    def score_candidates(self, job: Job, vec: Vector, level: int, types: Sequence[int], tier: str,
+                         queue: QueueState, filtered: bool) -> list[int]:
+        """The nodes of one tier that node scores weigh for ``job``: the fitting nodes it may take (``filtered``:
+        :meth:`node_allowed` asked of each), every one of them, or kube-scheduler's sample.
+
+        The sample (``allocate.percentageOfNodesToScore``,
+        :func:`nodes_to_score`) is taken as kube-scheduler takes it: in node
+        position order from where the last sample of the cycle stopped,
+        wrapping round, until it holds :attr:`score_sample` nodes. Which
+        nodes are in it does not depend on their free space, so a node a
+        score prefers is never left out for having the most room.
+        """
+        index, name = self.index, queue.name
+        limit = self.score_sample
+        if limit >= len(index.nodes):
+            fitting = index.iter_fitting_in(vec, level, types, tier, name)
+            return [i for i in fitting if self.node_allowed(job, i)] if filtered else list(fitting)
+        out: list[int] = []
+        for i in index.iter_fitting_from(vec, level, types, tier, name, self.score_start):
+            if filtered and not self.node_allowed(job, i):
+                continue
+            out.append(i)
+            if len(out) >= limit:
+                # The next sample starts past this one, as kube-scheduler's nextStartNodeIndex moves on.
+                self.score_start = (i + 1) % len(index.nodes)
+                break
+        return out
+
+    @staticmethod
+    def score_totals(job: Job, candidates: Sequence[int], fns: Sequence, weights: Sequence[float]) -> list[float]:
+        """Each candidate's total score: every plugin's scores normalised over ``candidates``, weighted, added up.
+
+        kube-scheduler's NormalizeScore: a plugin's highest score maps to
+        :data:`MAX_NODE_SCORE` and the others in proportion (``score * 100 /
+        highest``); when some score is below 0, the lowest maps to 0 and the
+        range is stretched over 0 to 100 instead. A plugin that scores every
+        candidate alike (all 0, say) adds the same to each, so it decides
+        nothing. Then each normalised score is multiplied by its plugin's
+        ``weight:`` (config, default 1) and the products added up.
+        """
+        totals = [0.0] * len(candidates)
+        for fn, weight in zip(fns, weights):
+            raw = [fn(job, i) for i in candidates]
+            high, low = max(raw), min(raw)
+            base = low if low < 0 else 0.0
+            if high <= base:
+                continue
+            scale = weight * MAX_NODE_SCORE / (high - base)
+            for n, score in enumerate(raw):
+                totals[n] += (score - base) * scale
+        return totals
 
     def _find_preferred(self, job: Job, vec: Vector, level: int, types: Sequence[int], queue: QueueState,
                         filtered: bool, scored: bool) -> int | None:
@@ -170,39 +274,40 @@ class NodeSearch:
         groups = self._preferred_groups(job.affinity, types)
         for tier in self.node_tiers_fn(queue):
             for group in groups:
-                if not scored and not filtered:
-                    found = self.index.find(vec, level, group, tier, queue.name)
-                    if found is not None:
-                        return found
-                    continue
-                candidates = []
-                for i in self.index.iter_fitting_in(vec, level, group, tier, queue.name):
-                    if not filtered or self.node_allowed(job, i):
-                        candidates.append(i)
-                        if not scored or len(candidates) >= self.settings.node_candidates:
-                            break
-                if candidates and not scored:
-                    return candidates[0]
-                if candidates:
-                    return max(candidates, key=lambda i: (sum(fn(job, i) for fn in self.node_score_fns),
-                                                          tuple(-x for x in self.index.free[i][self.index.level_of[level]]),
-                                                          -i))
+                found = self._find_in(job, vec, level, group, tier, queue, filtered, scored)
+                if found is not None:
+                    return found
         return None
 
     def _find_pod_preferred(self, job: Job, vec: Vector, level: int, types: Sequence[int], queue: QueueState,
                             filtered: bool) -> int | None:
         """:meth:`find_node` for a job with preferred pod rules (preferred affinity or anti-affinity,
-        ``ScheduleAnyway`` spread): the fitting allowed node with the best pod score
+        ``ScheduleAnyway`` spread), or one a running pod's scoring terms select (symmetric scores): the fitting
+        allowed node with the best pod score
         (:func:`~flotilla.core.podplacements.pod_score`), then the earlier tier, then preferred node affinity,
         then the node scores, then the search's own order (smallest fit first). The walk stops at a node no
         other can beat (no pod of a preferred anti-affinity or spread in its domain) or after
-        :data:`PREFERRED_WALK` nodes per tier."""
-        ceiling = best_possible(job.pod_rules)
+        :data:`PREFERRED_WALK` nodes per tier. With node scores the nodes are those the scores weigh
+        (:meth:`score_candidates`, every tier's), their scores normalised over them all."""
+        ceiling = best_possible(self, job)
         node_affinity = job.affinity if job.affinity is not None and job.affinity.preferred else None
         scorers = self.node_score_fns
         nodes = self.index.nodes
-        best_key, best = None, None
         seen: set[int] = set()
+        if scorers:
+            keyed = []
+            for rank, tier in enumerate(self.node_tiers_fn(queue)):
+                for i in self.score_candidates(job, vec, level, types, tier, queue, filtered):
+                    if i not in seen:
+                        seen.add(i)
+                        keyed.append(((pod_score(self, job, i), -rank,
+                                       node_affinity.score(nodes[i].labels) if node_affinity is not None else 0), i))
+            if not keyed:
+                return None
+            totals = self.score_totals(job, [i for _, i in keyed], scorers, self.node_score_weights)
+            best = max(range(len(keyed)), key=lambda n: (keyed[n][0], totals[n], -n))
+            return keyed[best][1]
+        best_key, best = None, None
         for rank, tier in enumerate(self.node_tiers_fn(queue)):
             walked = 0
             for i in self.index.iter_fitting_in(vec, level, types, tier, queue.name):
@@ -212,11 +317,10 @@ class NodeSearch:
                     continue
                 seen.add(i)
                 key = (pod_score(self, job, i), -rank,
-                       node_affinity.score(nodes[i].labels) if node_affinity is not None else 0,
-                       sum(fn(job, i) for fn in scorers) if scorers else 0)
+                       node_affinity.score(nodes[i].labels) if node_affinity is not None else 0)
                 if best_key is None or key > best_key:
                     best_key, best = key, i
-                    if ceiling is not None and key[0] >= ceiling and node_affinity is None and not scorers:
+                    if ceiling is not None and key[0] >= ceiling and node_affinity is None:
                         return best
                 walked += 1
                 if walked >= PREFERRED_WALK:
@@ -236,37 +340,39 @@ class NodeSearch:
 
     def _find_across_tiers(self, job: Job, vec: Vector, level: int, types: Sequence[int],
                            queue: QueueState) -> int | None:
-        """Up to ``node_candidates`` fitting nodes from each tier, the best of them all.
+        """The best of every tier's candidates (:meth:`score_candidates`), scores normalised over them all.
 
         Best: the highest total of the across-tier scores, then the earlier
         tier, then the preferred node affinity's weight, then the highest
         total of the within-tier scores, then the least free space, then the
         lower position.
         """
-        index, limit = self.index, self.settings.node_candidates
-        crossing, within = self.tier_crossing_score_fns, self.node_score_fns
+        index = self.index
         free, at = index.free, index.level_of[level]
         filtered = self.node_checked(job)
         preferred = job.affinity if job.affinity is not None and job.affinity.preferred else None
-        best_key, best = None, None
+        candidates: list[int] = []
+        ranks: list[int] = []
         seen: set[int] = set()
         for rank, tier in enumerate(self.node_tiers_fn(queue)):
-            taken = 0
-            for i in index.iter_fitting(vec, level, types):
-                if i in seen or not (tier == "any" or self.in_tier(i, tier, queue.name)):
-                    continue
-                if filtered and not self.node_allowed(job, i):
-                    continue
-                seen.add(i)
-                key = (sum(fn(job, i) for fn in crossing), -rank,
-                       preferred.score(index.types[index.type_of[i]].labels) if preferred is not None else 0,
-                       sum(fn(job, i) for fn in within), tuple(-x for x in free[i][at]), -i)
-                if best_key is None or key > best_key:
-                    best_key, best = key, i
-                taken += 1
-                if taken >= limit:
-                    break
-        return best
+            for i in self.score_candidates(job, vec, level, types, tier, queue, filtered):
+                if i not in seen:   # own nodes are in the used tier too
+                    seen.add(i)
+                    candidates.append(i)
+                    ranks.append(rank)
+        if not candidates:
+            return None
+        crossing = self.score_totals(job, candidates, self.tier_crossing_score_fns, self.tier_crossing_score_weights)
+        within = self.score_totals(job, candidates, self.node_score_fns, self.node_score_weights)
+        types_of, type_of = index.types, index.type_of
+
+        def key(n: int) -> tuple:
+            i = candidates[n]
+            return (crossing[n], -ranks[n],
+                    preferred.score(types_of[type_of[i]].labels) if preferred is not None else 0,
+                    within[n], tuple(-x for x in free[i][at]), -i)
+
+        return candidates[max(range(len(candidates)), key=key)]
 
     def in_tier(self, i: int, tier: str, queue: str) -> bool:
         """Is node ``i`` in ``tier`` (``own``, ``unused``, ``used``) for ``queue``?"""

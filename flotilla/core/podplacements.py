@@ -17,6 +17,18 @@ rules cost a dictionary entry each and nothing more. Required anti-affinity
 of the pods held is counted per term and domain, so every job's
 existing-pods check is a few lookups, once per label set and change.
 
+Running pods' preferred terms and required affinity score the pods they
+select (kube-scheduler's symmetric InterPodAffinity scores): held in
+:class:`HeldTerms` like the anti-affinity terms, per term and weight and
+domain, indexed by a label every pod they select carries, so a job none of
+them selects pays a few dictionary lookups, and nothing while no running pod
+has such terms.
+
+Terms with a ``namespaceSelector`` read the namespaces' labels the cycle
+state sets from the snapshot (:meth:`PodPlacements.set_namespace_labels`);
+when those change, the matchers that read them are made again when next
+asked (no other matcher is touched).
+
 :func:`pod_refusal` and :func:`pod_score` evaluate
 :mod:`flotilla.core.podrules` for a job on one node, in kube-scheduler's
 words and order (PodTopologySpread, then InterPodAffinity's affinity,
@@ -29,7 +41,7 @@ from operator import is_ as _is
 from typing import Mapping, Sequence
 
 from flotilla.core.feasibility import REFUSING_EFFECTS
-from flotilla.core.podrules import PodRules, PodTerm, Selector
+from flotilla.core.podrules import NamespaceSelection, PodRules, PodTerm, Selector, namespace_allows
 
 SPREAD_NOT_MATCHED = "node(s) didn't match pod topology spread constraints"
 SPREAD_MISSING_LABEL = "node(s) didn't match pod topology spread constraints (missing required label)"
@@ -39,17 +51,27 @@ EXISTING_ANTI_AFFINITY = "node(s) didn't satisfy existing pods anti-affinity rul
 
 #: How many selectors' counts are kept between cycles at most (:meth:`PodPlacements.prune`).
 MAX_MATCHERS = 4096
+#: What a running pod's required affinity term adds per pod for a pod it selects (kube-scheduler's
+#: InterPodAffinity ``hardPodAffinityWeight``, default 1).
+HARD_POD_AFFINITY_WEIGHT = 1
 #: A matcher's parts: ``(namespaces or None for every one, selector)``, all of which a pod must match.
-Parts = tuple[tuple[frozenset | None, Selector], ...]
+Parts = tuple[tuple[frozenset | NamespaceSelection | None, Selector], ...]
 
 
-def _matches(parts: Parts, namespace: str, labels: Mapping[str, str]) -> bool:
+def _matches(parts: Parts, namespace: str, labels: Mapping[str, str],
+             namespace_labels: Mapping[str, Mapping[str, str]]) -> bool:
     for namespaces, selector in parts:
-        if namespaces is not None and namespace not in namespaces:
+        if namespaces is not None and namespace not in namespaces and \
+                not namespace_allows(namespaces, namespace, namespace_labels):
             return False
         if not selector.matches(labels):
             return False
     return True
+
+
+def _selective(parts: Parts) -> bool:
+    """Whether ``parts`` read namespaces' labels (a ``namespaceSelector``)."""
+    return any(namespaces.__class__ is NamespaceSelection for namespaces, _ in parts)
 
 
 class Matcher:
@@ -66,11 +88,100 @@ class Matcher:
         self.version = 0
 
 
+def scoring_terms(rules: PodRules) -> list[tuple[PodTerm, int]]:
+    """A running pod's terms that score the pods they select, with their signed weights: required affinity
+    (:data:`HARD_POD_AFFINITY_WEIGHT`), preferred affinity (+weight), preferred anti-affinity (-weight)."""
+    out = [(term, HARD_POD_AFFINITY_WEIGHT) for term in rules.affinity if HARD_POD_AFFINITY_WEIGHT]
+    out.extend((term, weight) for weight, term in rules.preferred_affinity)
+    out.extend((term, -weight) for weight, term in rules.preferred_anti_affinity)
+    return out
+
+
+class HeldTerms:
+    """Terms of the pods held, each with its signed weight: ``(term, weight)`` -> domain value (of the term's
+    topology key) -> how many pods hold it there; indexed by a label every pod the term selects carries
+    (``by_label``), else ``general``. ``version`` moves when a ``(term, weight)`` comes or goes."""
+
+    __slots__ = ("counts", "by_label", "general", "version", "_cache")
+
+    def __init__(self) -> None:
+        self.counts: dict[tuple[PodTerm, int], dict[str, int]] = {}
+        self.by_label: dict[tuple[str, str], set[tuple[PodTerm, int]]] = {}
+        self.general: set[tuple[PodTerm, int]] = set()
+        self.version = 0
+        self._cache: tuple | None = None
+
+    def __bool__(self) -> bool:
+        return bool(self.counts)
+
+    def count(self, node_labels: Mapping[str, str], terms: Sequence[tuple[PodTerm, int]], sign: int) -> None:
+        for entry in terms:
+            term = entry[0]
+            value = node_labels.get(term.topology_key)
+            if value is None or term.selector is None:
+                continue
+            here = self.counts.get(entry)
+            if here is None:
+                here = self.counts[entry] = {}
+                self.version += 1
+                pair = _indexing_label(((term.namespaces, term.selector),))
+                if pair is None:
+                    self.general.add(entry)
+                else:
+                    self.by_label.setdefault(pair, set()).add(entry)
+            number = here.get(value, 0) + sign
+            if number:
+                here[value] = number
+                continue
+            here.pop(value, None)
+            if not here:
+                del self.counts[entry]
+                self.version += 1
+                pair = _indexing_label(((term.namespaces, term.selector),))
+                if pair is None:
+                    self.general.discard(entry)
+                else:
+                    held = self.by_label[pair]
+                    held.discard(entry)
+                    if not held:
+                        del self.by_label[pair]
+
+    def clear(self) -> None:
+        self.counts.clear()
+        self.by_label.clear()
+        self.general.clear()
+        self.version += 1
+        self._cache = None
+
+    def selecting(self, namespace: str, labels: Mapping[str, str],
+                  namespace_labels: Mapping[str, Mapping[str, str]]) -> list[tuple[str, int, dict[str, int]]]:
+        """``(topology key, signed weight, domain value -> holders)`` of the held terms that select a pod of
+        ``namespace`` with ``labels`` (the last answer kept while no term came or went)."""
+        cached = self._cache
+        if cached is not None and cached[0] == self.version and cached[1] == namespace and cached[2] is labels \
+                and cached[3] is namespace_labels:
+            return cached[4]
+        found = []
+        for entry in self.general:
+            if entry[0].matches(namespace, labels, namespace_labels):
+                found.append((entry[0].topology_key, entry[1], self.counts[entry]))
+        if labels and self.by_label:
+            get = self.by_label.get
+            for pair in labels.items():
+                entries = get(pair)
+                if entries:
+                    for entry in entries:
+                        if entry[0].matches(namespace, labels, namespace_labels):
+                            found.append((entry[0].topology_key, entry[1], self.counts[entry]))
+        self._cache = (self.version, namespace, labels, namespace_labels, found)
+        return found
+
+
 class PodPlacements:
     """Node position -> pods, and the counts the pod rules read (see the module docstring)."""
 
     __slots__ = ("index", "where", "matchers", "by_label", "general", "anti", "anti_by_label", "anti_general",
-                 "pods_by_label", "_by_identity")
+                 "pods_by_label", "_by_identity", "namespace_labels", "selective", "scorers")
 
     def __init__(self, index) -> None:
         #: The node index, for the nodes' labels (topology domains).
@@ -90,6 +201,12 @@ class PodPlacements:
         self.pods_by_label: dict[tuple[str, str], set[str]] | None = None
         #: id(term or terms) -> (it, its matcher): terms are shared objects, hashed by value only once.
         self._by_identity: dict[int, tuple[object, Matcher]] = {}
+        #: Namespace name -> its labels (the clusters' Namespace objects), read by ``namespaceSelector`` terms.
+        self.namespace_labels: Mapping[str, Mapping[str, str]] = {}
+        #: How many matchers read namespaces' labels.
+        self.selective = 0
+        #: The held pods' terms that score the pods they select (symmetric scores).
+        self.scorers = HeldTerms()
 
     def __bool__(self) -> bool:
         return bool(self.where)
@@ -108,8 +225,11 @@ class PodPlacements:
         if self.matchers:
             self._count(node, pod, 1)
         rules = pod.pod_rules
-        if rules is not None and rules.anti_affinity:
-            self._count_anti(node, rules.anti_affinity, 1)
+        if rules is not None:
+            if rules.anti_affinity:
+                self._count_anti(node, rules.anti_affinity, 1)
+            if rules.affinity or rules.preferred_affinity or rules.preferred_anti_affinity:
+                self.scorers.count(self.index.nodes[node].labels, scoring_terms(rules), 1)
 
     def remove(self, pod_id: str) -> None:
         found = self.where.pop(pod_id, None)
@@ -127,8 +247,11 @@ class PodPlacements:
         if self.matchers:
             self._count(node, pod, -1)
         rules = pod.pod_rules
-        if rules is not None and rules.anti_affinity:
-            self._count_anti(node, rules.anti_affinity, -1)
+        if rules is not None:
+            if rules.anti_affinity:
+                self._count_anti(node, rules.anti_affinity, -1)
+            if rules.affinity or rules.preferred_affinity or rules.preferred_anti_affinity:
+                self.scorers.count(self.index.nodes[node].labels, scoring_terms(rules), -1)
 
     def _candidates(self, labels: Mapping[str, str]) -> list[Matcher]:
         found = list(self.general)
@@ -148,7 +271,8 @@ class PodPlacements:
         node_labels = self.index.nodes[node].labels
         terminating = getattr(pod, "terminating", False)
         for matcher in candidates:
-            if (terminating and matcher.live_only) or not _matches(matcher.parts, pod.namespace, labels):
+            if (terminating and matcher.live_only) or \
+                    not _matches(matcher.parts, pod.namespace, labels, self.namespace_labels):
                 continue
             _bump(matcher, node, node_labels, sign)
 
@@ -195,16 +319,40 @@ class PodPlacements:
         self.anti.clear()
         self.anti_by_label.clear()
         self.anti_general.clear()
+        self.scorers.clear()
+        nodes = self.index.nodes
         for node, pod in held:
             rules = pod.pod_rules
-            if rules is not None and rules.anti_affinity:
-                self._count_anti(node, rules.anti_affinity, 1)
+            if rules is not None:
+                if rules.anti_affinity:
+                    self._count_anti(node, rules.anti_affinity, 1)
+                if rules.affinity or rules.preferred_affinity or rules.preferred_anti_affinity:
+                    self.scorers.count(nodes[node].labels, scoring_terms(rules), 1)
 
     def _drop_matchers(self) -> None:
         self.matchers.clear()
         self.by_label.clear()
         self.general.clear()
         self._by_identity.clear()
+        self.selective = 0
+
+    def set_namespace_labels(self, labels: Mapping[str, Mapping[str, str]]) -> None:
+        """The namespaces' labels as the clusters have them now; when they changed, the matchers that read them
+        (``namespaceSelector`` terms) are made again when next asked."""
+        if labels is self.namespace_labels or labels == self.namespace_labels:
+            self.namespace_labels = labels
+            return
+        self.namespace_labels = labels
+        if not self.selective:
+            return
+        for key, matcher in list(self.matchers.items()):
+            if _selective(matcher.parts):
+                del self.matchers[key]
+        self.by_label = {pair: kept for pair, found in self.by_label.items()
+                         if (kept := [m for m in found if not _selective(m.parts)])}
+        self.general = [m for m in self.general if not _selective(m.parts)]
+        self._by_identity = {k: hit for k, hit in self._by_identity.items() if not _selective(hit[1].parts)}
+        self.selective = 0
 
     def prune(self) -> None:
         """Between cycles: past :data:`MAX_MATCHERS` selectors kept, start over (they are made again when asked)."""
@@ -247,6 +395,8 @@ class PodPlacements:
         if matcher is not None:
             return matcher
         matcher = self.matchers[(parts, live_only)] = Matcher(parts, live_only)
+        if _selective(parts):
+            self.selective += 1
         key = _indexing_label(parts)
         if key is None:
             self.general.append(matcher)
@@ -266,7 +416,7 @@ class PodPlacements:
         for node, pod in held:
             if live_only and getattr(pod, "terminating", False):
                 continue
-            if _matches(parts, pod.namespace, pod.labels):
+            if _matches(parts, pod.namespace, pod.labels, self.namespace_labels):
                 _bump(matcher, node, nodes[node].labels, 1)
         return matcher
 
@@ -286,8 +436,9 @@ class PodPlacements:
         """``(topology key, domain value -> holders)`` of the held pods' required anti-affinity terms that select
         a pod of ``namespace`` with ``labels``: it may not go to those domains."""
         found = []
+        known = self.namespace_labels
         for term in self.anti_general:
-            if term.matches(namespace, labels):
+            if term.matches(namespace, labels, known):
                 found.append((term.topology_key, self.anti[term]))
         if labels and self.anti_by_label:
             get = self.anti_by_label.get
@@ -295,7 +446,7 @@ class PodPlacements:
                 terms = get(pair)
                 if terms:
                     for term in terms:
-                        if term.matches(namespace, labels):
+                        if term.matches(namespace, labels, known):
                             found.append((term.topology_key, self.anti[term]))
         return found
 
@@ -466,7 +617,8 @@ def pod_refusal(session, job, i: int) -> str | None:
             if not all(here.get(node_labels[term.topology_key], 0) > 0 for term, here in zip(terms, counts)):
                 # The first pod of a group affine to itself may go where the topology keys are: no pod matching
                 # the terms on a node with their keys, and the pod matches them itself.
-                if any(counts) or not all(term.matches(job.namespace, job.labels) for term in terms):
+                if any(counts) or not all(term.matches(job.namespace, job.labels, pods.namespace_labels)
+                                          for term in terms):
                     return AFFINITY_NOT_MATCHED
         for term in rules.anti_affinity:
             value = node_labels.get(term.topology_key)
@@ -489,13 +641,32 @@ def pod_checked(session, job) -> bool:
     return bool(pods.anti) and bool(pods.forbidden(job.namespace, job.labels))
 
 
+def pod_scored(session, job) -> bool:
+    """Whether ``job``'s nodes are ordered by :func:`pod_score`: it has preferred rules, or a running pod's
+    scoring terms select it (for nearly every job: no, in a lookup or two)."""
+    rules = job.pod_rules
+    if rules is not None and rules.preferred:
+        return True
+    pods = session.state.pods
+    return bool(pods.scorers) and bool(pods.scorers.selecting(job.namespace, job.labels, pods.namespace_labels))
+
+
 def pod_score(session, job, i: int) -> int:
     """Preferred affinity (+weight per selected pod in the node's domain), preferred anti-affinity (-weight per
-    pod) and ``ScheduleAnyway`` constraints (-1 per selected pod of the domain): higher is better."""
-    rules: PodRules = job.pod_rules
+    pod) and ``ScheduleAnyway`` constraints (-1 per selected pod of the domain); then the running pods' terms
+    that select the job (symmetric: each holder in the node's domain adds its term's signed weight): higher is
+    better."""
     pods = session.state.pods
     node_labels = session.index.nodes[i].labels
     score = 0
+    if pods.scorers:
+        for key, weight, counts in pods.scorers.selecting(job.namespace, job.labels, pods.namespace_labels):
+            value = node_labels.get(key)
+            if value is not None:
+                score += weight * counts.get(value, 0)
+    rules: PodRules | None = job.pod_rules
+    if rules is None:
+        return score
     for weight, term in rules.preferred_affinity:
         value = node_labels.get(term.topology_key)
         if value is not None:
@@ -516,10 +687,18 @@ def pod_score(session, job, i: int) -> int:
     return score
 
 
-def best_possible(rules: PodRules) -> int | None:
-    """The highest :func:`pod_score` a node can have when it has no positive term (0), else None (unbounded)."""
-    return None if rules.preferred_affinity else 0
+def best_possible(session, job) -> int | None:
+    """The highest :func:`pod_score` a node can have when no term adds to it (0), else None (unbounded)."""
+    rules = job.pod_rules
+    if rules is not None and rules.preferred_affinity:
+        return None
+    pods = session.state.pods
+    if pods.scorers and any(weight > 0 for _, weight, _ in
+                            pods.scorers.selecting(job.namespace, job.labels, pods.namespace_labels)):
+        return None
+    return 0
 
 
-__all__ = ["AFFINITY_NOT_MATCHED", "ANTI_AFFINITY_NOT_MATCHED", "EXISTING_ANTI_AFFINITY", "Matcher",
-           "PodPlacements", "SPREAD_MISSING_LABEL", "SPREAD_NOT_MATCHED", "pod_checked", "pod_refusal", "pod_score"]
+__all__ = ["AFFINITY_NOT_MATCHED", "ANTI_AFFINITY_NOT_MATCHED", "EXISTING_ANTI_AFFINITY", "HARD_POD_AFFINITY_WEIGHT",
+           "HeldTerms", "Matcher", "PodPlacements", "SPREAD_MISSING_LABEL", "SPREAD_NOT_MATCHED", "pod_checked",
+           "pod_refusal", "pod_score", "pod_scored"]

@@ -8,8 +8,10 @@ define the rules; this module holds their parsed form, carried by a job as
 
 * A **term** (``PodAffinityTerm``) selects pods by labels
   (``labelSelector``; a term without one selects no pod) in a set of
-  namespaces: those listed, else the pod's own; ``namespaceSelector: {}``
-  means every namespace. Its ``topologyKey`` names the node label whose
+  namespaces: those listed and those whose labels its ``namespaceSelector``
+  matches (:class:`NamespaceSelection`, read against the cluster's Namespace
+  objects when pods are counted), else (neither given) the pod's own;
+  ``namespaceSelector: {}`` means every namespace. Its ``topologyKey`` names the node label whose
   value is a *domain*. ``matchLabelKeys`` and ``mismatchLabelKeys`` become
   ``In`` and ``NotIn`` requirements on the pod's own values of those labels,
   as the API server merges them into the selector.
@@ -32,8 +34,9 @@ define the rules; this module holds their parsed form, carried by a job as
 * **Preferred** affinity, anti-affinity and ``ScheduleAnyway`` constraints are
   scores, never refusals.
 
-Non-empty ``namespaceSelector`` (namespaces chosen by their labels) is not
-read: :func:`parse_pod_rules` refuses it with its path.
+A namespace's labels come from the cluster (``ClusterSnapshot.namespace_labels``);
+one the cluster does not describe has only ``kubernetes.io/metadata.name``,
+the label the API server gives every namespace.
 """
 
 from __future__ import annotations
@@ -70,7 +73,8 @@ def label_key_problem(key: Any) -> str | None:
     return None
 
 
-def _value_problem(value: Any) -> str | None:
+def label_value_problem(value: Any) -> str | None:
+    """Why ``value`` is not a label value, as the API server checks it; None if it is."""
     if not isinstance(value, str) or len(value) > 63 or not _VALUE.match(value):
         return f"invalid label value {value!r}"
     return None
@@ -89,18 +93,55 @@ class Selector:
         return True
 
 
+#: The label the API server sets on every namespace, its name.
+NAMESPACE_NAME_LABEL = "kubernetes.io/metadata.name"
+_NO_LABELS: Mapping[str, str] = {}
+
+
+def namespace_labels_of(known: Mapping[str, Mapping[str, str]], namespace: str) -> Mapping[str, str]:
+    """``namespace``'s labels from ``known``; one not there has only its name label."""
+    labels = known.get(namespace)
+    return labels if labels is not None else {NAMESPACE_NAME_LABEL: namespace}
+
+
+@dataclass(frozen=True, slots=True)
+class NamespaceSelection:
+    """A term's namespaces when it has a ``namespaceSelector`` with requirements: those named in ``names`` and
+    those whose labels ``selector`` matches (``in`` asks about the names only; :meth:`selects` about both)."""
+
+    names: frozenset[str]
+    selector: Selector
+
+    def __contains__(self, namespace: str) -> bool:
+        return namespace in self.names
+
+    def selects(self, namespace: str, namespace_labels: Mapping[str, Mapping[str, str]]) -> bool:
+        return namespace in self.names or self.selector.matches(namespace_labels_of(namespace_labels, namespace))
+
+
+def namespace_allows(namespaces, namespace: str, namespace_labels: Mapping[str, Mapping[str, str]]) -> bool:
+    """Whether a term's ``namespaces`` (a set of names, a :class:`NamespaceSelection`, or None for every one)
+    take a pod of ``namespace``."""
+    if namespaces is None or namespace in namespaces:
+        return True
+    return namespaces.__class__ is NamespaceSelection and namespaces.selects(namespace, namespace_labels)
+
+
 @dataclass(frozen=True, slots=True)
 class PodTerm:
     """Pods selected by ``selector`` (None: none) in ``namespaces`` (None: every one), by ``topology_key``."""
 
     selector: Selector | None
-    namespaces: frozenset[str] | None
+    namespaces: frozenset[str] | NamespaceSelection | None
     topology_key: str
 
-    def matches(self, namespace: str, labels: Mapping[str, str]) -> bool:
+    def matches(self, namespace: str, labels: Mapping[str, str],
+                namespace_labels: Mapping[str, Mapping[str, str]] = _NO_LABELS) -> bool:
+        """Whether a pod of ``namespace`` with ``labels`` is selected (``namespace_labels``: the cluster's
+        namespaces' labels, read only by a ``namespaceSelector``)."""
         if self.selector is None:
             return False
-        if self.namespaces is not None and namespace not in self.namespaces:
+        if not namespace_allows(self.namespaces, namespace, namespace_labels):
             return False
         return self.selector.matches(labels)
 
@@ -153,7 +194,7 @@ def _selector(spec: Any, path: str, labels: Mapping[str, str], match_keys: tuple
     if not isinstance(match_labels, Mapping):
         raise AffinityError(f"{path}.matchLabels", "expected a mapping of label keys to values")
     for key, value in match_labels.items():
-        problem = label_key_problem(key) or _value_problem(value)
+        problem = label_key_problem(key) or label_value_problem(value)
         if problem:
             raise AffinityError(f"{path}.matchLabels", problem)
         out.append(Requirement(key, "In", (value,)))
@@ -177,7 +218,7 @@ def _selector(spec: Any, path: str, labels: Mapping[str, str], match_keys: tuple
         if op in ("Exists", "DoesNotExist") and values:
             raise AffinityError(f"{here}.values", f"may not be specified when `operator` is '{op}'")
         for value in values:
-            problem = _value_problem(value)
+            problem = label_value_problem(value)
             if problem:
                 raise AffinityError(f"{here}.values", problem)
         out.append(Requirement(key, op, tuple(values)))
@@ -236,13 +277,11 @@ def _term(spec: Any, path: str, namespace: str, labels: Mapping[str, str]) -> Po
             raise AffinityError(f"{path}.namespaces[{k}]", f"invalid namespace name {name!r}")
     ns_selector = spec.get("namespaceSelector")
     if ns_selector is not None:
-        if not isinstance(ns_selector, Mapping):
-            raise AffinityError(f"{path}.namespaceSelector", "expected a label selector")
-        if ns_selector.get("matchLabels") or ns_selector.get("matchExpressions"):
-            raise AffinityError(f"{path}.namespaceSelector",
-                                "namespaces chosen by their labels are not honoured by Flotilla's placement: list "
-                                "them in namespaces, or give {} for every namespace")
-        namespaces = None  # {}: every namespace
+        chosen = _selector(ns_selector, f"{path}.namespaceSelector", {})
+        if chosen.requirements:
+            namespaces = NamespaceSelection(frozenset(names), chosen)
+        else:
+            namespaces = None  # {}: every namespace
     else:
         namespaces = frozenset(names) if names else frozenset((namespace,))
     return PodTerm(selector, namespaces, key)
@@ -337,6 +376,43 @@ def _spread(spec: Any, path: str, labels: Mapping[str, str]) -> tuple[SpreadCons
     return tuple(out)
 
 
+#: kube-scheduler's ``defaultingType: System`` constraints (PodTopologySpread's system defaults).
+SYSTEM_DEFAULT_CONSTRAINTS = (
+    {"maxSkew": 3, "topologyKey": "kubernetes.io/hostname", "whenUnsatisfiable": "ScheduleAnyway"},
+    {"maxSkew": 5, "topologyKey": "topology.kubernetes.io/zone", "whenUnsatisfiable": "ScheduleAnyway"},
+)
+
+
+def default_constraint_problems(spec: Any, path: str) -> list[tuple[str, str]]:
+    """Problems of cluster default spread constraints (kube-scheduler's ``defaultConstraints``), each
+    ``(path, message)``: each checked as a pod's constraint, and none may carry a ``labelSelector`` or
+    ``matchLabelKeys`` (the selector is made for each pod)."""
+    if not isinstance(spec, list):
+        return [(path, "expected a list of topology spread constraints")]
+    problems = []
+    for k, item in enumerate(spec):
+        if isinstance(item, Mapping):
+            for field in ("labelSelector", "matchLabelKeys"):
+                if field in item:
+                    problems.append((f"{path}[{k}].{field}", "must not be set in default constraints: the selector "
+                                                             "is made for each pod from its services and controller"))
+    if problems:
+        return problems
+    try:
+        _spread(spec, path, {})
+    except AffinityError as exc:
+        return [(exc.path, exc.message)]
+    return []
+
+
+def with_default_spread(rules_spec: Mapping[str, Any] | None, defaults: Any, selector: Mapping[str, Any]) -> dict:
+    """A stored pod-rules spec (``affinity``, ``topologySpreadConstraints``) given the cluster default
+    constraints, each selecting by ``selector`` (a label selector); for a pod that carries no constraints."""
+    out = dict(rules_spec or {})
+    out["topologySpreadConstraints"] = [{**constraint, "labelSelector": dict(selector)} for constraint in defaults]
+    return out
+
+
 def parse_pod_rules(affinity: Mapping[str, Any] | None, spread: Any, namespace: str,
                     labels: Mapping[str, str]) -> PodRules | None:
     """A podSpec's ``affinity`` (its podAffinity and podAntiAffinity) and ``topologySpreadConstraints`` as
@@ -356,4 +432,6 @@ def parse_pod_rules(affinity: Mapping[str, Any] | None, spread: Any, namespace: 
     return PodRules(required, anti, preferred, preferred_anti, constraints)
 
 
-__all__ = ["PodRules", "PodTerm", "Selector", "SpreadConstraint", "label_key_problem", "parse_pod_rules"]
+__all__ = ["NAMESPACE_NAME_LABEL", "SYSTEM_DEFAULT_CONSTRAINTS", "default_constraint_problems",
+           "with_default_spread", "NamespaceSelection", "PodRules", "PodTerm", "Selector", "SpreadConstraint",
+           "label_key_problem", "label_value_problem", "namespace_allows", "namespace_labels_of", "parse_pod_rules"]

@@ -17,7 +17,7 @@ from typing import Sequence
 from flotilla.core.cyclestate import QueueState, RunningJob
 from flotilla.core.extensions import (GangReady, JobOrder, JobValid, NodeFilter, NodeScore, NodeTiers, OnAllocate,
                                       OnEvict, Preemptable, PreemptQueueOrder, Predicate, QueueAdmit, QueueOrder,
-                                      VictimOrder)
+                                      Reclaimable, ReclaimOrder, VictimOrder)
 from flotilla.core.feasibility import node_type_refusal
 from flotilla.core.limits import queue_limit_refusal
 from flotilla.core.model import Gang, Job
@@ -42,14 +42,24 @@ class ExtensionRegistry:
         if any(queue.limit_vector is not None for queue in self.queues.values()):
             self.queue_admit_fns.append(queue_limit_refusal(self.space.names))
         self.node_tiers_fn: NodeTiers = lambda queue: ("any",)
+        #: The plugin whose ``flotilla_session_open`` is running (the scheduler sets it around each call), so that
+        #: what it registers can carry its config (its node scores' ``weight:``); None outside those calls.
+        self.opening_plugin: str | None = None
         self.node_score_fns: list[NodeScore] = []
         #: Node scores registered with ``across_tiers=True``: preferences that cross node tiers.
         self.tier_crossing_score_fns: list[NodeScore] = []
+        #: Each score's weight (its plugin's ``weight:``), aligned with the two lists above.
+        self.node_score_weights: list[float] = []
+        self.tier_crossing_score_weights: list[float] = []
+        #: The plugins that registered a node score this session.
+        self.score_plugins: set[str] = set()
         #: Node filters actions set for this cycle (``reserve``: reserved nodes take only preemptible jobs).
         self.node_filter_fns: list[NodeFilter] = []
         self.gang_ready_fns: list[GangReady] = []
         self.preemptable_fns: list[Preemptable] = []
         self.victim_order_fns: list[VictimOrder] = []
+        self.reclaimable_fns: list[Reclaimable] = []
+        self.reclaim_order_fns: list[ReclaimOrder] = []
         self.job_valid_fns: list[JobValid] = []
         self.allocate_handlers: list[OnAllocate] = []
         self.evict_handlers: list[OnEvict] = []
@@ -74,7 +84,16 @@ class ExtensionRegistry:
         self.node_tiers_fn = fn
 
     def add_node_score(self, fn: NodeScore, across_tiers: bool = False) -> None:
-        (self.tier_crossing_score_fns if across_tiers else self.node_score_fns).append(fn)
+        plugin = self.opening_plugin
+        weight = self.settings.score_weights.get(plugin, 1.0) if plugin is not None else 1.0
+        if across_tiers:
+            self.tier_crossing_score_fns.append(fn)
+            self.tier_crossing_score_weights.append(weight)
+        else:
+            self.node_score_fns.append(fn)
+            self.node_score_weights.append(weight)
+        if plugin is not None:
+            self.score_plugins.add(plugin)
 
     def add_gang_ready(self, fn: GangReady) -> None:
         self.gang_ready_fns.append(fn)
@@ -84,6 +103,12 @@ class ExtensionRegistry:
 
     def add_victim_order(self, fn: VictimOrder) -> None:
         self.victim_order_fns.append(fn)
+
+    def add_reclaimable(self, fn: Reclaimable) -> None:
+        self.reclaimable_fns.append(fn)
+
+    def add_reclaim_order(self, fn: ReclaimOrder) -> None:
+        self.reclaim_order_fns.append(fn)
 
     def add_job_valid(self, fn: JobValid) -> None:
         self.job_valid_fns.append(fn)
@@ -108,12 +133,13 @@ class ExtensionRegistry:
         """May ``job`` start on node ``i``? (Reservations; all filters must agree.) Set by actions, per cycle."""
         self.node_filter_fns.append(fn)
 
-    def node_allowed(self, job: Job, i: int) -> bool:
-        """May ``job`` start on node ``i``: none of its host ports is held there, its pod rules and the held
-        pods' anti-affinity allow it (:mod:`flotilla.core.podplacements`), its claims can be had there this cycle
-        (:class:`~flotilla.core.volumes.VolumePicks`), and the node filters agree."""
+    def node_allowed(self, job: Job, i: int, making_way: frozenset[str] | set[str] = frozenset()) -> bool:
+        """May ``job`` start on node ``i``: none of its host ports is held there (but by jobs ``making_way``),
+        its pod rules and the held pods' anti-affinity allow it (:mod:`flotilla.core.podplacements`), its claims
+        can be had there this cycle (:class:`~flotilla.core.volumes.VolumePicks`), and the node filters agree."""
         ports = job.host_ports
-        if ports and not self.state.ports.free(i, ports):
+        if ports and not self.state.ports.free(i, ports) and \
+                not (making_way and self.state.ports.holders(i, ports) <= making_way):
             return False
         if job.claims and self.volume_picks is not None and not self.volume_picks.allowed(job, i):
             return False
@@ -178,3 +204,7 @@ class ExtensionRegistry:
         job = running.job
         plugin_part = tuple(part for fn in self.victim_order_fns for part in fn(job))
         return (*plugin_part, self.priority_class(job).priority, tuple(-x for x in running.vec), job.id)
+
+    def reclaim_key(self, job: Job) -> tuple:
+        """The plugins' ``reclaim_order`` keys for ``job``, concatenated (empty without any)."""
+        return tuple(part for fn in self.reclaim_order_fns for part in fn(job))

@@ -10,7 +10,8 @@ discarded as a whole. :meth:`Session.close` turns the session into
 
 The session's other jobs live beside it, one module each, as mixins:
 the registry and its combine rules (:mod:`flotilla.core.registry`), where a
-job may go (:mod:`flotilla.core.nodesearch`) and why a job waits
+job may go (:mod:`flotilla.core.nodesearch`), the placement primitive
+every action places through (:mod:`flotilla.core.placement`) and why a job waits
 (:mod:`flotilla.core.whynot`); a queue's units are read by
 :mod:`flotilla.core.units`.
 """
@@ -32,6 +33,7 @@ from flotilla.core.logs import debug_enabled
 from flotilla.core.model import Job, Snapshot
 from flotilla.core.nodeindex import NodeIndex
 from flotilla.core.nodesearch import NodeSearch
+from flotilla.core.placement import Placing, Refused
 from flotilla.core.jobqueue import JobQueue
 from flotilla.core.registry import ExtensionRegistry, SessionError
 from flotilla.core.resources import ResourceSpace, Vector
@@ -53,8 +55,15 @@ class SessionSettings:
     #: ``evict.protectedFractionOfFairShare``: preemption to fair share keeps a queue at this fraction of its fair
     #: share (:mod:`flotilla.actions.evict`).
     evict_protected_fraction: float = 1.0
+    #: Queue name -> its own ``protectedFractionOfFairShare``, in place of the one above.
+    queue_protected_fractions: Mapping[str, float] = field(default_factory=dict)
     lookahead: int = 1000
     node_candidates: int = 16
+    #: ``allocate.percentageOfNodesToScore``: how many fitting nodes node scores weigh
+    #: (:func:`~flotilla.core.nodesearch.nodes_to_score`; 0 adapts to the cluster's size).
+    percentage_of_nodes_to_score: int = 0
+    #: Plugin name -> its ``weight:`` (config), multiplying its normalised node scores; default 1.
+    score_weights: Mapping[str, float] = field(default_factory=dict)
     preempt_max_candidates: int = 1000
     indexed_resources: tuple[str, ...] = ("nvidia.com/gpu", "cpu", "memory")
     reservation_after: float | None = None
@@ -63,7 +72,7 @@ class SessionSettings:
     share_weights: Mapping[str, float] = field(default_factory=lambda: dict(DEFAULT_SHARE_WEIGHTS))
 
 
-class Session(ExtensionRegistry, NodeSearch, WhyNot):
+class Session(ExtensionRegistry, NodeSearch, Placing, WhyNot):
     """The state one cycle works on; see the module docstring."""
 
     def __init__(self, snapshot: Snapshot, settings: SessionSettings | None = None,
@@ -98,6 +107,7 @@ class Session(ExtensionRegistry, NodeSearch, WhyNot):
             self.predicate_fns.insert(1, volume_predicate(views))
             self.volume_picks = VolumePicks(views, self._cluster_and_labels)
         self._open_node_search()
+        self._open_placement()
         self._open_why_not()
 
         # What the cycle has decided so far.
@@ -113,6 +123,8 @@ class Session(ExtensionRegistry, NodeSearch, WhyNot):
         self.counters: Counter[str] = Counter()
         self._orders: dict[str, JobQueue] = {}
         self._measured_share: Callable[[QueueState, Vector | None], float] | None = None
+        #: The earliest time after ``now`` a timed rule asked to be looked at again (:meth:`wake_at`).
+        self.wake: float | None = None
 
     # -- what actions ask -------------------------------------------------
     def priority_class(self, job: Job):
@@ -209,6 +221,14 @@ class Session(ExtensionRegistry, NodeSearch, WhyNot):
                 heads[queue.name] = (jobs, more)
         return heads
 
+    def wake_at(self, when: float) -> None:
+        """Ask for a cycle at ``when`` (seconds, the snapshot's clock): a timed rule (a reservation's ``after``
+        running out) may decide otherwise then with nothing else changed. ``simulate``'s clock, which jumps from
+        event to event, stops there; the service cycles on its period anyway. Times at or before ``now`` are
+        ignored."""
+        if when > self.now and (self.wake is None or when < self.wake):
+            self.wake = when
+
     # -- closing ----------------------------------------------------------
     def close(self, head: int = 0, head_key: Callable[[str], object] | None = None) -> Decisions:
         """The cycle's decisions; with ``head``, each queue's first ``head`` waiting jobs too (:meth:`queue_heads`)."""
@@ -240,8 +260,9 @@ class Session(ExtensionRegistry, NodeSearch, WhyNot):
             timings=dict(self.timings),
             counters=dict(self.counters),
             heads=heads,
+            wake=self.wake,
         )
         return decisions
 
 
-__all__ = ["Session", "SessionError", "SessionSettings"]
+__all__ = ["Refused", "Session", "SessionError", "SessionSettings"]

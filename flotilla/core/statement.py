@@ -20,6 +20,9 @@ from flotilla.core.queuetree import charge
 def place(session, job: Job, node: int, vec) -> None:
     """Place a queued job on ``node`` and commit it at once: a statement's ``allocate`` then ``commit``.
 
+    Called by :meth:`~flotilla.core.placement.Placing.place` once the rules allow the placement, never
+    directly.
+
     Most placements are one job alone, with nothing to undo; this skips the
     statement object and its list of operations, with the same effects in
     the same order.
@@ -65,10 +68,17 @@ class Statement:
         return len(self.ops)
 
     # -- operations ---------------------------------------------------------
-    def allocate(self, job: Job, node: int) -> None:
-        """Place a queued job on ``node``."""
+    def allocate(self, job: Job, node: int):
+        """Place a queued job on ``node`` as one of this statement's operations, if the core's rules allow it.
+
+        None when placed, else the :class:`~flotilla.core.placement.Refused`
+        that says why not (:meth:`~flotilla.core.placement.Placing.place`).
+        """
+        return self.session.place(job, node, self)
+
+    def _allocate(self, job: Job, node: int, vec) -> None:
+        """The operation itself, once :meth:`~flotilla.core.placement.Placing.place` has checked it."""
         s = self.session
-        vec = s.vector(job)
         s.index.bind(node, job.id, job.queue, vec, s.job_level(job))
         if s.type_room:
             _touch(s, node)

@@ -137,7 +137,8 @@ def _probe(snapshot: Snapshot, waiting: Sequence[Job], templates: Sequence[Node]
             placement.job, state=JobState.RUNNING, cluster=placement.cluster, node=placement.node))
     clusters = {cluster.name: ClusterSnapshot(
         cluster.name, list(cluster.nodes), [job for job in cluster.running if job.id not in gone]
-        + started.get(cluster.name, []), dict(cluster.foreign), dict(cluster.foreign_pods), volumes=cluster.volumes)
+        + started.get(cluster.name, []), dict(cluster.foreign), dict(cluster.foreign_pods), volumes=cluster.volumes,
+        namespace_labels=cluster.namespace_labels)
         for cluster in snapshot.clusters}
     names = []
     for template in templates:

@@ -79,12 +79,13 @@ from collections import deque
 from itertools import chain
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, replace
-from typing import Callable, Iterable, Mapping
+from typing import Callable, Iterable, Mapping, Sequence
 
 import structlog
 
 from flotilla.core.backend import NODE_RETURNED, ClusterDecisions, ClusterUnavailable, JobEvent, PodTemplate
 from flotilla.core.model import ClusterSnapshot, ForeignPod, Job, JobState, Node
+from flotilla.core.podrules import NAMESPACE_NAME_LABEL
 from flotilla.core.quantities import QuantityError, parse_duration
 from flotilla.core.resources import PODS, UNLIMITED_PODS
 from flotilla.kubernetes.client import (ApiError, Gone, KubeClient, KubeError, Unreachable, WatchBroken,
@@ -94,8 +95,8 @@ from flotilla.kubernetes.admission import (ARRIVALS_PERIOD, UNDECIDED_WINDOW, ad
                                            undecided_elsewhere)
 from flotilla.kubernetes.podgroupstatus import PodGroupReporter, podgroup_status
 from flotilla.kubernetes.priorityclasses import PRIORITY_CLASSES_PATH, PriorityClassTracker, setup_priority_classes
-from flotilla.kubernetes.intake import (JOBS_PATH, JOBSETS_PATH, PODGROUPS_PATH, POD_NAME, POD_NAMESPACE, POD_UID, IntakeTracker,
-                                        bound_by_flotilla)
+from flotilla.kubernetes.intake import (JOBS_PATH, JOBSETS_PATH, PODGROUPS_PATH, POD_NAME, POD_NAMESPACE, POD_UID,
+                                        SELECTOR_INFORMERS, IntakeTracker, bound_by_flotilla)
 from flotilla.kubernetes.volumes import INFORMERS as VOLUME_INFORMERS
 from flotilla.kubernetes.volumes import SELECTED_NODE, VolumeState
 from flotilla.kubernetes.pods import (ATTEMPT, DURATION, JOB_ID, PodSettings, failure_details, failure_reason, foreign_pod,
@@ -149,6 +150,13 @@ _FINAL = ("succeeded", "failed", "preempted", "cancelled", "lost", "returned")
 PLATFORM_FAILURES = frozenset({"Evicted", "NodeLost", "Shutdown", "NodeShutdown", "Terminated"})
 
 
+def _namespace_labels(namespace: Mapping) -> dict[str, str]:
+    """A Namespace object's labels (the API server gives each ``kubernetes.io/metadata.name``)."""
+    meta = namespace.get("metadata") or {}
+    labels = meta.get("labels") or {}
+    return {NAMESPACE_NAME_LABEL: meta.get("name"), **{k: v for k, v in labels.items() if isinstance(v, str)}}
+
+
 def _terminating(namespace: Mapping) -> bool:
     """Whether a namespace object is being deleted."""
     return bool((namespace.get("metadata") or {}).get("deletionTimestamp")) \
@@ -188,7 +196,7 @@ class KubernetesCluster:
                  watch_timeout: int = 60, stuck_pod_expiry: float | None = 300.0,
                  node_lost_timeout: float | None = 300.0, finished_pod_retention: float = 0.0,
                  volume_bind_timeout: float = 600.0, clock: Callable[[], float] = time.time,
-                 start: bool = True):
+                 start: bool = True, default_spread: Sequence[Mapping] = ()):
         if bind not in ("node-name", "binding"):
             raise ValueError(f"bind must be 'node-name' or 'binding', not {bind!r}")
         self.name = name
@@ -267,12 +275,14 @@ class KubernetesCluster:
         self._error: str = "not synced yet"
         self._known_pcs: set[str] = set()
         self._terminating_ns: set[str] = set()           # namespaces being deleted (no Events written there)
+        self._namespace_labels: dict[str, dict] = {}      # namespace -> its labels (a new dict on every change)
         self._pcs_done = False
         self._namespaces: set[str] = set()
         self._requests_cache: dict = {}
         #: The waiting in-cluster pods (flotilla.kubernetes.intake), kept from the pod, namespace, PodGroup and Job
         #: watches.
-        self.intake = IntakeTracker(self.settings.scheduler_name)
+        #: Cluster default spread constraints for in-cluster pods without their own (config podTopologySpread).
+        self.intake = IntakeTracker(self.settings.scheduler_name, default_spread=tuple(default_spread))
         #: The cluster's PriorityClass objects (flotilla.kubernetes.priorityclasses), from their own watch.
         self.cluster_pcs = PriorityClassTracker()
         self._group_reporter = None                     # PodGroup statuses (flotilla.kubernetes.podgroupstatus)
@@ -298,7 +308,10 @@ class KubernetesCluster:
                                    ("namespaces", "/api/v1/namespaces", {}), ("podgroups", PODGROUPS_PATH, {}),
                                    ("priorityclasses", PRIORITY_CLASSES_PATH, {}), ("jobs", JOBS_PATH, {}),
                                    ("jobsets", JOBSETS_PATH, {}),
-                                   *((kind, path, {}) for kind, path in VOLUME_INFORMERS.items())):
+                                   *((kind, path, {}) for kind, path in VOLUME_INFORMERS.items()),
+                                   # Services and controllers, for the default spread selector: only when configured.
+                                   *((kind, path, {}) for kind, path in SELECTOR_INFORMERS.items()
+                                     if self.intake.default_spread)):
             thread = threading.Thread(target=self._informer, args=(kind, path, params), daemon=True,
                                       name=f"kube-{self.name}-{kind}")
             thread.start()
@@ -361,6 +374,16 @@ class KubernetesCluster:
     def available(self) -> bool:
         return all(self._synced.values())
 
+    @property
+    def sync_error(self) -> str:
+        """Why the cluster cannot be read (``not synced yet``, or an informer's last error)."""
+        return self._error
+
+    @property
+    def namespace(self) -> str:
+        """Where jobs that name no namespace go (the cluster's ``namespace`` setting)."""
+        return self.settings.namespace
+
     # -- protocol ------------------------------------------------------------------------
     def snapshot(self) -> ClusterSnapshot:
         with self._lock:
@@ -413,7 +436,7 @@ class KubernetesCluster:
                     foreign_pods[node] = pods
             volumes = self.volumes.view(self._side_errors)
         return ClusterSnapshot(self.name, nodes, running, foreign, foreign_pods, volumes=volumes,
-                               foreign_ports=foreign_ports)
+                               foreign_ports=foreign_ports, namespace_labels=self._namespace_labels)
 
     def apply(self, decisions: ClusterDecisions) -> None:
         # The requests are handed to the workers once the bookkeeping is done and the lock is free: a worker
@@ -1319,6 +1342,18 @@ class KubernetesCluster:
             except ApiError as exc:
                 if self._stop.is_set():
                     return
+                if kind in SELECTOR_INFORMERS and exc.status in (403, 404):
+                    # Pods get default spread constraints without these objects' selectors; said once, looked for
+                    # again each minute.
+                    with self._lock:
+                        self.intake.selectors_synced.add(kind)
+                    if self._side_errors.get(kind) != str(exc):
+                        self._side_errors[kind] = str(exc)
+                        log.warning(f"kubernetes.{kind}_unreadable", cluster=self.name, error=forbidden_message(exc),
+                                    reason=f"default spread constraints do not read the selectors of {kind}")
+                    resource_version = None
+                    self._stop.wait(60.0)
+                    continue
                 if kind in ("jobs", "jobsets") and exc.status in (403, 404):
                     # Pods are taken in without their Jobs' (JobSets') queue labels; said once (a cluster without
                     # JobSets, quietly), looked for again each minute.
@@ -1392,9 +1427,16 @@ class KubernetesCluster:
             if self._volume_waits:
                 self._check_volume_waits()
             return
+        elif kind in SELECTOR_INFORMERS:
+            self._side_errors.pop(kind, None)
+            self.intake.replace_selector_objects(kind, items)
+            return
         elif kind == "namespaces":
             self._side_errors.pop(kind, None)
             self._terminating_ns = {obj["metadata"]["name"] for obj in items if _terminating(obj)}
+            labels = {(obj.get("metadata") or {}).get("name"): _namespace_labels(obj) for obj in items}
+            if labels != self._namespace_labels:
+                self._namespace_labels = labels
             live = {(obj.get("metadata") or {}).get("name") for obj in items}
             for name in [name for name in self.intake.namespaces if name not in live]:
                 self.intake.on_namespace("DELETED", {"metadata": {"name": name}})
@@ -1430,7 +1472,15 @@ class KubernetesCluster:
                 self._terminating_ns.add(name)
             else:
                 self._terminating_ns.discard(name)
+            known = self._namespace_labels
+            if event == "DELETED":
+                if name in known:
+                    self._namespace_labels = {k: v for k, v in known.items() if k != name}
+            elif known.get(name) != (labels := _namespace_labels(obj)):
+                self._namespace_labels = {**known, name: labels}
             self.intake.on_namespace(event, obj)
+        elif kind in SELECTOR_INFORMERS:
+            self.intake.on_selector_object(kind, event, obj)
         elif kind == "priorityclasses":
             self.cluster_pcs.on_event(event, obj)
         elif kind == "jobs":
@@ -1697,6 +1747,9 @@ def backend_from_config(cluster_config, config=None, **kwargs) -> KubernetesClus
         value = getattr(cluster_config, attr, None)
         if value is not None:
             options[key] = value
+    spread = getattr(config, "pod_topology_spread", None)
+    if spread is not None and spread.constraints():
+        options["default_spread"] = spread.constraints()
     options.update(kwargs)
     return KubernetesCluster(cluster_config.name, **options)
 

@@ -14,7 +14,9 @@ pod``, and the e2e framework waiting for a pod to be scheduled, read it). A
 waiting in-cluster pod whose start is held on a node until the pods preempted
 there are gone gets ``status.nominatedNodeName`` and a Normal Event
 ``Nominated``, as kube-scheduler nominates a preemptor (cleared again when the
-held start is dropped). No Event is written into a namespace being deleted
+held start is dropped). A nomination that reaches a pod already bound is
+refused by the API server and is no fault: nothing is logged above debug and
+no Event is written. No Event is written into a namespace being deleted
 (``writable``): the API server refuses them there.
 
 Conditions are written with a strategic-merge patch of ``pods/status``:
@@ -53,6 +55,9 @@ EVENT_MESSAGE_LIMIT = 1024
 #: Condition messages are bounded too: a reason listing every node must not grow a pod's status without limit.
 CONDITION_MESSAGE_LIMIT = 4096
 STRATEGIC_MERGE = "application/strategic-merge-patch+json"
+#: The API server's refusal of a nomination on a pod that has a node (Kubernetes 1.35 and later):
+#: ``status.nominatedNodeName: Forbidden: may not be set on pods that are already bound to a node``.
+ALREADY_BOUND = ("status.nominatedNodeName", "already bound to a node")
 
 
 def truncate(message: str, limit: int) -> str:
@@ -158,7 +163,12 @@ class PodReporter:
         try:
             self.client.patch(pod_path(namespace, name) + "/status", body, kind=STRATEGIC_MERGE)
         except ApiError as exc:
-            if exc.status != 404 and not (exc.status in (409, 422) and "metadata.uid" in str(exc)):
+            if exc.status == 422 and all(words in str(exc) for words in ALREADY_BOUND):
+                # Written from the reporting pool, so the pod may be bound by the time it goes out; the API server
+                # refuses a nomination on a bound pod and clears it at binding (ClearingNominatedNodeNameAfterBinding):
+                # nothing is left to say.
+                log.debug("pod nomination not needed, pod already bound", pod=f"{namespace}/{name}")
+            elif exc.status != 404 and not (exc.status in (409, 422) and "metadata.uid" in str(exc)):
                 log.warning("pod nomination not written", pod=f"{namespace}/{name}", error=str(exc))
             return
         except KubeError as exc:

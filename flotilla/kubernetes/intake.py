@@ -21,14 +21,15 @@ from __future__ import annotations
 
 import calendar
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any, Mapping
 
-from flotilla.core.model import GANG_CARDINALITY_ANNOTATION, GANG_ID_ANNOTATION, GANG_MIN_AVAILABLE_ANNOTATION
+from flotilla.core.model import (DEFAULT_GRACE_PERIOD, GANG_CARDINALITY_ANNOTATION, GANG_ID_ANNOTATION,
+                                 GANG_MIN_AVAILABLE_ANNOTATION)
 from flotilla.core.hostports import describe, host_port
 from flotilla.core.nodeaffinity import AffinityError, parse_node_affinity
 from flotilla.kubernetes.volumes import pod_claims
-from flotilla.core.podrules import parse_pod_rules
+from flotilla.core.podrules import parse_pod_rules, with_default_spread
 from flotilla.kubernetes.podgroupstatus import member_state
 from flotilla.kubernetes.pods import JOB_ID, is_ours, pod_host_ports, pod_phase, pod_requests
 
@@ -48,8 +49,15 @@ PODGROUPS_PATH = f"/apis/{PODGROUP_GROUP}/{PODGROUP_VERSION}/podgroups"
 #: Binds remembered between two looks of the service (a standby, which never looks, forgets them past this;
 #: as a new leader it checks every pod Flotilla bound anyway).
 BOUND_LIMIT = 100_000
-#: Kubernetes' default terminationGracePeriodSeconds.
-DEFAULT_GRACE = 30.0
+#: What kube-scheduler's default spread selector reads (``helper.DefaultSelector``): the pod's services, and its
+#: controller when it is one of these (kind -> its informer's kind and list path).
+SELECTOR_OWNERS = {"ReplicaSet": ("replicasets", "/apis/apps/v1/replicasets"),
+                   "StatefulSet": ("statefulsets", "/apis/apps/v1/statefulsets"),
+                   "ReplicationController": ("replicationcontrollers", "/api/v1/replicationcontrollers")}
+SERVICES_PATH = "/api/v1/services"
+#: The informers the default spread selector needs: kind -> list path.
+SELECTOR_INFORMERS = {"services": SERVICES_PATH, **{kind: path for kind, path in SELECTOR_OWNERS.values()}}
+_OWNER_KIND = {informer: kind for kind, (informer, _) in SELECTOR_OWNERS.items()}
 
 #: Annotations an in-cluster job carries in the store: the pod it stands for.
 POD_UID = "flotilla.io/pod-uid"
@@ -88,6 +96,8 @@ class InClusterPod:
     pod_rules: Any = None          # pod affinity, anti-affinity, spread (API field names), None without
     gated: bool = False            # schedulingGates still set: not ready to schedule
     claims: tuple = ()             # the PersistentVolumeClaims it mounts, namespace/name
+    controller_kind: str = ""      # the controlling owner's kind (of apps/v1, v1 or batch/v1), "" without one
+    spread_defaulted: bool = False  # pod_rules' topologySpreadConstraints are the cluster's defaults
 
     @property
     def job_id(self) -> str:
@@ -193,13 +203,15 @@ def read_pod(obj: Mapping[str, Any]) -> InClusterPod:
         uid=meta.get("uid", ""), namespace=meta.get("namespace", "default"), name=meta["name"],
         labels=dict(meta.get("labels") or {}), owner=owner,
         owner_uid=controller.get("uid", "") if controller.get("kind") == "Job" else "",
+        controller_kind=controller.get("kind", "") if controller.get("apiVersion") in ("apps/v1", "v1", "batch/v1")
+        else "",
         priority_class=spec.get("priorityClassName") or "",
         priority=spec["priority"] if type(spec.get("priority")) is int else 0,
         submitted=_timestamp(meta.get("creationTimestamp")), requests=requests, node_selector=selector,
         tolerations=tuple(tuple(sorted(t.items())) for t in spec.get("tolerations") or ()),
         host_ports=pod_host_ports(spec), node_affinity=affinity_spec,
         pod_rules=pod_rules_spec(spec),
-        grace_period=float(max(1, grace)) if isinstance(grace, (int, float)) else DEFAULT_GRACE,
+        grace_period=float(max(1, grace)) if isinstance(grace, (int, float)) else DEFAULT_GRACE_PERIOD,
         deadline=float(deadline) if isinstance(deadline, (int, float)) and deadline > 0 else 0.0,
         annotations={k: str(annotations[k]) for k in (GANG_ID_ANNOTATION, GANG_CARDINALITY_ANNOTATION,
                                                       GANG_MIN_AVAILABLE_ANNOTATION) if k in annotations},
@@ -343,6 +355,14 @@ class IntakeTracker:
     #: (flotilla.kubernetes.podgroupstatus); ``groups_changed``: the groups whose pods changed since the last look.
     group_members: dict[tuple[str, str], dict[str, str]] = field(default_factory=dict)
     groups_changed: set[tuple[str, str]] = field(default_factory=set)
+    #: Cluster default spread constraints (config ``podTopologySpread``) for pods that carry none; empty: off, and
+    #: the selector informers below are not run.
+    default_spread: tuple = ()
+    #: What the default constraints' selector is made of: namespace -> service name -> its selector; and
+    #: (kind, namespace, name) -> a ReplicaSet's or StatefulSet's label selector, a ReplicationController's map.
+    services: dict[str, dict[str, dict]] = field(default_factory=dict)
+    controllers: dict[tuple[str, str, str], dict] = field(default_factory=dict)
+    selectors_synced: set[str] = field(default_factory=set)
 
     def mine(self, obj: Mapping[str, Any]) -> bool:
         return scheduler_of(obj) == self.scheduler_name and not is_ours(obj)
@@ -379,6 +399,8 @@ class IntakeTracker:
                         else f"pod {pod_phase(obj)} before it was scheduled"
             return
         pod = read_pod(obj)
+        if self.default_spread:
+            pod = self._defaulted(pod)
         if self.waiting.get(uid) != pod:
             self.waiting[uid] = pod
             self.changed.add(uid)
@@ -485,6 +507,91 @@ class IntakeTracker:
         else:
             self.jobs_synced = True
 
+    # -- cluster default spread constraints --------------------------------------------------------
+    def default_selector(self, pod: InClusterPod) -> dict | None:
+        """kube-scheduler's default spread selector for ``pod`` (``helper.DefaultSelector``): the selectors of
+        the services of its namespace that select it, merged, with its controller's (a ReplicaSet, StatefulSet
+        or ReplicationController that exists); None when that is empty."""
+        match_labels: dict[str, str] = {}
+        labels = pod.labels
+        for selector in self.services.get(pod.namespace, {}).values():
+            if selector and all(labels.get(k) == v for k, v in selector.items()):
+                match_labels.update(selector)
+        expressions: list = []
+        if pod.controller_kind in SELECTOR_OWNERS:
+            owner = self.controllers.get((pod.controller_kind, pod.namespace, pod.owner))
+            if owner is not None:
+                match_labels.update(owner.get("matchLabels") or {})
+                expressions.extend(owner.get("matchExpressions") or ())
+        if not match_labels and not expressions:
+            return None
+        out: dict[str, Any] = {}
+        if match_labels:
+            out["matchLabels"] = match_labels
+        if expressions:
+            out["matchExpressions"] = expressions
+        return out
+
+    def _defaulted(self, pod: InClusterPod) -> InClusterPod:
+        """``pod`` with the cluster default spread constraints if it carries none of its own (and a selector)."""
+        rules = pod.pod_rules
+        if pod.spread_defaulted:
+            rules = {k: v for k, v in rules.items() if k != "topologySpreadConstraints"} or None
+            pod = replace(pod, pod_rules=rules, spread_defaulted=False)
+        elif rules and rules.get("topologySpreadConstraints"):
+            return pod
+        selector = self.default_selector(pod)
+        if selector is None:
+            return pod
+        return replace(pod, pod_rules=with_default_spread(rules, self.default_spread, selector),
+                       spread_defaulted=True)
+
+    def on_selector_object(self, kind: str, event: str, obj: Mapping[str, Any]) -> None:
+        """A Service, ReplicaSet, StatefulSet or ReplicationController event: the waiting pods of its namespace
+        get their default spread selector made again."""
+        meta = obj.get("metadata") or {}
+        namespace, name = meta.get("namespace") or "default", meta.get("name") or ""
+        spec = obj.get("spec") or {}
+        if kind == "services":
+            kept = self.services.setdefault(namespace, {})
+            before = kept.pop(name, None)
+            now = None if event == "DELETED" else dict(spec.get("selector") or {})
+            if now is not None:
+                kept[name] = now
+        else:
+            key = (_OWNER_KIND[kind], namespace, name)
+            before = self.controllers.pop(key, None)
+            now = None
+            if event != "DELETED":
+                selector = spec.get("selector") or {}
+                now = {"matchLabels": dict(selector)} if kind == "replicationcontrollers" else dict(selector)
+                self.controllers[key] = now
+        if before != now:
+            self._redefault(namespace)
+
+    def replace_selector_objects(self, kind: str, items) -> None:
+        """After a list of ``kind``: the ones absent from it were deleted meanwhile."""
+        if kind == "services":
+            held = [(namespace, name) for namespace, names in self.services.items() for name in names]
+        else:
+            held = [(namespace, name) for (owner, namespace, name) in self.controllers if owner == _OWNER_KIND[kind]]
+        live = {((obj.get("metadata") or {}).get("namespace"), (obj.get("metadata") or {}).get("name"))
+                for obj in items}
+        for namespace, name in held:
+            if (namespace, name) not in live:
+                self.on_selector_object(kind, "DELETED", {"metadata": {"namespace": namespace, "name": name}})
+        for obj in items:
+            self.on_selector_object(kind, "MODIFIED", obj)
+        self.selectors_synced.add(kind)
+
+    def _redefault(self, namespace: str) -> None:
+        for uid, pod in list(self.waiting.items()):
+            if pod.namespace == namespace:
+                again = self._defaulted(pod)
+                if again != pod:
+                    self.waiting[uid] = again
+                    self.changed.add(uid)
+
     def owner_queue(self, pod: InClusterPod) -> str | None:
         """The queue the pod's controlling Job names, else that Job's JobSet."""
         entry = self.owner_jobs.get(pod.owner_uid) if pod.owner_uid else None
@@ -500,7 +607,8 @@ class IntakeTracker:
     @property
     def ready(self) -> bool:
         """Namespaces (queue labels) and PodGroups read once: before that a pod's queue is not known."""
-        return self.namespaces_synced and self.podgroups_synced and self.jobs_synced and self.jobsets_synced
+        return self.namespaces_synced and self.podgroups_synced and self.jobs_synced and self.jobsets_synced \
+            and (not self.default_spread or self.selectors_synced >= set(SELECTOR_INFORMERS))
 
     def arrival(self, pod: InClusterPod) -> Arrival:
         group = group_problem = None

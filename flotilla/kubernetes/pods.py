@@ -20,7 +20,8 @@ from typing import Any, Mapping
 
 from flotilla.core.backend import PodTemplate
 from flotilla.core.model import (GANG_CARDINALITY_ANNOTATION, GANG_ID_ANNOTATION, GANG_NODE_UNIFORMITY_LABEL_ANNOTATION,
-                                 ForeignPod, Gang, Job, JobState, Node, Taint, Toleration)
+                                 DEFAULT_GRACE_PERIOD, ForeignPod, Gang, Job, JobState, Node, Taint,
+                                 Toleration)
 from flotilla.core.hostports import ANY_IP, host_port
 from flotilla.core.nodeaffinity import AffinityError, parse_node_affinity
 from flotilla.core.podrules import PodRules, parse_pod_rules
@@ -78,7 +79,7 @@ class PodSettings:
     name_prefix: str = "flotilla-"
     image: str = DEFAULT_IMAGE
     scheduler_name: str = "flotilla"
-    grace_default: float = 1.0
+    grace_default: float = DEFAULT_GRACE_PERIOD
     deadline_cpu: float | None = 3 * 86400
     deadline_gpu: float | None = 14 * 86400
     set_priority_class_name: bool = True

@@ -22,6 +22,7 @@ from typing import Callable
 
 import structlog
 
+from flotilla.core.capabilities import Backends
 from flotilla.kubernetes.pods import DURATION
 
 log = structlog.get_logger("flotilla.realtime")
@@ -61,9 +62,10 @@ def play(config, workload, seed: int = 0, speed: float = 1.0, until: float | Non
         raise RealTimeError("the config has no kind: kubernetes cluster to play the workload on; start one with "
                             "`flotilla kwok up --name kwok-1 --nodes 100` and add it under clusters")
     try:
-        for name, backend in backends.items():
-            if hasattr(backend, "wait_synced") and not backend.wait_synced(sync_timeout):
-                raise RealTimeError(f"cluster {name}: cannot read it ({getattr(backend, '_error', 'not synced')})")
+        backends = Backends.of(backends)
+        for name, syncing in backends.having("sync").items():
+            if not syncing.wait_synced(sync_timeout):
+                raise RealTimeError(f"cluster {name}: cannot read it ({syncing.sync_error})")
         scheduler = scheduler or Scheduler(config)
         runner = Runner(scheduler, backends, lease_timeout=float(config.lease.timeout), seed=seed)
         pool: dict[str, int] = {}
@@ -155,10 +157,8 @@ def play(config, workload, seed: int = 0, speed: float = 1.0, until: float | Non
         return report
     finally:
         if owned:
-            for backend in backends.values():
-                close = getattr(backend, "close", None)
-                if close is not None:
-                    close()
+            for backend in backends.having("close").values():
+                backend.close()
 
 
 def run_cli(config, workload, workload_path: str, *, seed, json_path, plot_path, until, quiet, speed) -> None:

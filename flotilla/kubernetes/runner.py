@@ -222,7 +222,7 @@ class Runner:
             log.warning("runner.stale_pods", cluster=name, jobs=[job.id for job in stale])
             backend.apply(ClusterDecisions(cancel=stale))
         return ClusterSnapshot(snap.name, snap.nodes, running, foreign, snap.foreign_pods, volumes=snap.volumes,
-                               foreign_ports=foreign_ports)
+                               foreign_ports=foreign_ports, namespace_labels=snap.namespace_labels)
 
     def run(self, until: Callable[["Runner"], bool], timeout: float, period: float = 0.2,
             on_cycle: Callable[[CycleResult], None] | None = None) -> bool:

@@ -391,7 +391,7 @@ def stop_processes(name: str, timeout: float = 10.0) -> list[ReusedPid]:
     for path in files:
         pid, other = _checked_pid(name, path.stem)
         if pid is not None:
-            _kill(pid, signal.SIGKILL, timeout)
+            stop_process(pid, signal.SIGKILL, timeout)
         elif other is not None:
             reused.append(_reused(name, path.stem, *other))
         path.unlink(missing_ok=True)
@@ -437,7 +437,7 @@ def process_argv(pid: int) -> list[str] | None:
     return [arg.decode("utf-8", "surrogateescape") for arg in raw.split(b"\0")[:-1]]
 
 
-def _kill(pid: int, first: signal.Signals, timeout: float) -> None:
+def stop_process(pid: int, first: signal.Signals, timeout: float) -> None:
     """Send ``first``, then SIGKILL if the process still runs ``timeout`` s later; return once it is gone, or
     ``timeout`` s after the SIGKILL (a process stuck in the kernel), logging that it is not."""
     for sig in dict.fromkeys((first, signal.SIGKILL)):
@@ -446,7 +446,7 @@ def _kill(pid: int, first: signal.Signals, timeout: float) -> None:
         except ProcessLookupError:
             return
         deadline = time.monotonic() + timeout
-        while _alive(pid):
+        while process_alive(pid):
             if time.monotonic() > deadline:
                 break
             time.sleep(0.05)
@@ -455,7 +455,7 @@ def _kill(pid: int, first: signal.Signals, timeout: float) -> None:
     log.warning("kwok.process_not_ended", pid=pid, cmdline=" ".join(process_argv(pid) or ())[:300])
 
 
-def _alive(pid: int) -> bool:
+def process_alive(pid: int) -> bool:
     """Running, not a zombie waiting to be reaped (kwokctl would take a zombie for a running process)."""
     try:
         os.waitpid(pid, os.WNOHANG)  # reap it if it is our child
@@ -486,7 +486,7 @@ def _checked_pid(name: str, component: str) -> tuple[int | None, tuple[int, list
     """The component's pid if it runs, else None and, when the pid file names a live process that is not the
     component, that pid and its command line."""
     pid = _read_pid(workdir(name) / "pids" / f"{component}.pid")
-    argv = process_argv(pid) if pid is not None and _alive(pid) else None
+    argv = process_argv(pid) if pid is not None and process_alive(pid) else None
     if argv is None:
         return None, None
     if argv == _expected_argvs(name).get(component):
@@ -507,7 +507,7 @@ def stop_component(name: str, component: str = "kube-apiserver", timeout: float 
             _reused(name, component, other[0], other[1])
             path.unlink(missing_ok=True)
         return False
-    _kill(pid, signal.SIGTERM, timeout)
+    stop_process(pid, signal.SIGTERM, timeout)
     path.unlink(missing_ok=True)
     return True
 
@@ -556,6 +556,6 @@ def start(name: str, bin_dir: Path | None = None, timeout: float = 120.0) -> lis
     return started
 
 
-__all__ = ["JOB_CONTROLLERS", "FakeCluster", "KwokError", "ReusedPid", "create_nodes", "down", "find_bin_dir",
-           "load_node_template", "process_argv", "render_node", "start", "start_component", "stop_component",
-           "stop_processes", "up", "wait_nodes_ready", "wait_ready"]
+__all__ = ["FakeCluster", "JOB_CONTROLLERS", "KwokError", "ReusedPid", "create_nodes", "down", "find_bin_dir",
+           "load_node_template", "process_alive", "process_argv", "render_node", "start", "start_component",
+           "stop_component", "stop_process", "stop_processes", "up", "wait_nodes_ready", "wait_ready"]

@@ -571,8 +571,8 @@ def create_app(store: Store, settings: ServiceSettings, loop=None, *, admin_endp
         out: dict[str, Any] = {"version": __version__, "jobs": store.job_counts()}
         if loop is not None:
             out["cycle"] = loop.last.to_dict() if loop.last else None
-            out["clusters"] = {name: {"available": bool(getattr(b, "available", True))}
-                               for name, b in sorted(loop.backends.items())}
+            out["clusters"] = {name: {"available": caps.availability is None or bool(caps.availability.available)}
+                               for name, caps in sorted(loop.backends.capabilities.items())}
         return out
 
     if admin_endpoints:

@@ -65,12 +65,12 @@ from typing import AbstractSet as Set, Iterable, Mapping
 
 import structlog
 
+from flotilla.core.capabilities import Backends, PodIntake
 from flotilla.core.model import (GANG_CARDINALITY_ANNOTATION, GANG_ID_ANNOTATION, GANG_MIN_AVAILABLE_ANNOTATION,
                                  OWNER_ANNOTATION, parse_min_available)
-from flotilla.kubernetes.intake import (JOB_SET_LABEL, KUEUE_QUEUE_LABEL, POD_NAME, POD_NAMESPACE, POD_UID, QUEUE_LABEL,
-                                       Arrival, queue_label)
+from flotilla.kubernetes.public import (JOB_SET_LABEL, KUEUE_QUEUE_LABEL, NO_CLASS, POD_NAME, POD_NAMESPACE, POD_UID,
+                                       QUEUE_LABEL, Arrival, queue_label)
 from flotilla.service.placement import place
-from flotilla.kubernetes.priorityclasses import NO_CLASS
 
 log = structlog.get_logger("flotilla.service.intake")
 
@@ -98,8 +98,10 @@ class ClusterIntake:
         self._doomed: list[tuple[str, str, str, str]] = []   # waiting pods whose jobs were cancelled: deleted
 
     @staticmethod
-    def backends(backends: Mapping[str, object]) -> dict[str, object]:
-        return {name: b for name, b in backends.items() if hasattr(b, "take_intake")}
+    def backends(backends: Mapping[str, object]) -> dict[str, PodIntake]:
+        """The backends that take in cluster-made pods (the :class:`~flotilla.core.capabilities.PodIntake`
+        capability), by name."""
+        return Backends.of(backends).having("intake")
 
     def run(self, backends: Mapping[str, object], answered: Iterable[str], queues, priority_classes: set[str],
             default_priority_class: str, now: float, preemptible: Set[str] = frozenset()) -> dict[str, int]:
@@ -131,18 +133,18 @@ class ClusterIntake:
                             for job_id, namespace, pod, uid, reason in cancelled if uid is not None]
             deleted = {job_id: self._cancel_message(job_id, reason)
                        for job_id, _, _, uid, reason in cancelled if uid is None}
-            if deleted and hasattr(backend, "waiting_pods"):
+            if deleted:
                 self._doomed.extend((pod.namespace, pod.name, pod.uid, deleted[pod.job_id])
                                     for pod in backend.waiting_pods() if pod.job_id in deleted)
             if resync:
                 waiting = backend.intake_resync()
-                bound = backend.bound_in_cluster() if hasattr(backend, "bound_in_cluster") else {}
+                bound = backend.bound_in_cluster()
                 parked.clear()
                 for job_id in self.store.queued_from_cluster(name):
                     if job_id not in waiting and job_id not in bound:
                         extra_gone[job_id] = "pod gone while no scheduler led"
             else:
-                bound = backend.take_bound() if hasattr(backend, "take_bound") else {}
+                bound = backend.take_bound()
             if bound:   # bound by Flotilla while its job was queued (a leader that stopped before recording it)
                 adopted = self.store.adopt_bound(name, bound, now)
                 if adopted:
@@ -171,7 +173,7 @@ class ClusterIntake:
             rows, refused = self._admit(name, candidates, queue_map, priority_classes, default_priority_class,
                                         preemptible)
             parked.update(refused)
-            if self._doomed and hasattr(backend, "delete_cancelled"):
+            if self._doomed:
                 backend.delete_cancelled(self._doomed)
             left = {} if gone and candidates else gone   # (taken already, above)
             stored = self.store.intake(rows, left, now) if rows or left else []
@@ -474,8 +476,7 @@ class ClusterIntake:
                     groups.setdefault((pod.namespace, pod.group_name), (notes[-1][3], True))
             self._report_from[name] = start + REPORT_LIMIT
             backend.report_waiting(notes)
-            if hasattr(backend, "report_podgroups"):
-                backend.report_podgroups(groups)
+            backend.report_podgroups(groups)
 
 
 __all__ = ["ClusterIntake", "REPORT_LIMIT"]

@@ -29,13 +29,11 @@ from flotilla.core.model import (GANG_CARDINALITY_ANNOTATION, GANG_ID_ANNOTATION
 from flotilla.core.topology import uniformity_label_problem
 from flotilla.core.nodeaffinity import AffinityError, parse_node_affinity
 from flotilla.core.podrules import parse_pod_rules
-from flotilla.kubernetes.intake import pod_rules_spec
 from flotilla.core.quantities import (MAX_DURATION, QuantityError, format_quantity, parse_quantity,
                                      resource_name_problem)
-from flotilla.kubernetes.volumes import spec_claims
-from flotilla.kubernetes.podspec import OS_LABEL, PodSpec, host_ports, refused_placement_fields, stored_pod_spec
-from flotilla.kubernetes.requests import POD_LEVEL_RESOURCES, effective_requests, is_pod_level_resource
-from flotilla.kubernetes.services import IngressSpec, ServiceSpec, exposed_ports
+from flotilla.kubernetes.public import (OS_LABEL, POD_LEVEL_RESOURCES, IngressSpec, PodSpec, ServiceSpec,
+                                       effective_requests, exposed_ports, host_ports, is_pod_level_resource,
+                                       pod_rules_spec, refused_placement_fields, spec_claims, stored_pod_spec)
 from flotilla.service.bounds import BoundsError, StrictInt, check_value, job_file_problems, shown_text
 from flotilla.service.settings import ServiceSettings, rule_dicts
 from flotilla.service.store import NewJob, Pod, Rejection, SubmissionRejected

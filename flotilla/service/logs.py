@@ -1,5 +1,9 @@
 """A job's container log, read through its cluster's API server (``pods/log``), for ``GET /v1/jobs/{id}/logs``.
 
+A cluster of another kind whose backend keeps its jobs' output (the
+:class:`~flotilla.core.capabilities.JobLogs` capability) is read through its
+backend instead, with the same bounds, where the scheduling loop runs.
+
 The job's record says which cluster ran it last; the pod is found there by
 its ``flotilla.io/job-id`` label (the newest attempt of the asked pod
 number), and its first container's log is read. The API server fetches it
@@ -28,6 +32,7 @@ from __future__ import annotations
 import threading
 from dataclasses import dataclass
 
+from flotilla.core.capabilities import JobLogs
 from flotilla.service.errors import ApiError, ErrorResponse
 from flotilla.service.streams import Slots, StreamLimits
 
@@ -66,14 +71,16 @@ class PodLogs:
         self._followers = Slots("followed logs", limits.follows_per_user, "server.streams.followsPerUser",
                                 limits.follows, "server.streams.follows")
 
+    def _capabilities(self, cluster: str):
+        return self._loop.backends.capabilities.get(cluster) if self._loop is not None else None
+
     def _client(self, cluster: str):
-        backend = (self._loop.backends.get(cluster) if self._loop is not None else None)
-        client = getattr(backend, "client", None)
-        if client is not None:
-            return client
+        caps = self._capabilities(cluster)
+        if caps is not None and caps.kubernetes_api is not None:
+            return caps.kubernetes_api.client
         with self._lock:
             if cluster not in self._clients:
-                from flotilla.kubernetes.client import KubeClient
+                from flotilla.kubernetes.public import KubeClient
 
                 raw = self._specs[cluster].raw
                 if getattr(raw, "in_cluster", False):
@@ -86,8 +93,7 @@ class PodLogs:
 
     def locate(self, job: dict, pod: int) -> tuple[object, PodRef]:
         """The client and pod for pod number ``pod`` of ``job`` (a record as :meth:`Store.get_job` gives it)."""
-        from flotilla.kubernetes.client import ApiError as KubeApiError, Unreachable, forbidden_message
-        from flotilla.kubernetes.pods import ATTEMPT, JOB_ID, label_value
+        from flotilla.kubernetes.public import ATTEMPT, JOB_ID, KubeApiError, Unreachable, forbidden_message, label_value
         from flotilla.service.leases import pod_ids
 
         npods = max(1, len(job.get("pods") or ()))
@@ -102,10 +108,16 @@ class PodLogs:
         spec = self._specs.get(cluster)
         if spec is None:
             raise ApiError(409, f"job {job['id']!r} ran on cluster {cluster!r}, which the config no longer has")
-        if spec.kind != "kubernetes":
-            raise ApiError(409, f"job {job['id']!r} ran on {spec.kind} cluster {cluster!r}: its jobs run no "
-                                f"containers, so there is no log")
         pod_id = pod_ids(job["id"], npods)[pod]
+        if spec.kind != "kubernetes":
+            caps = self._capabilities(cluster)
+            if caps is not None and caps.logs is not None:
+                return caps.logs, PodRef(cluster, "", pod_id, None)
+            if spec.kind == "simulated" or self._loop is not None:
+                raise ApiError(409, f"job {job['id']!r} ran on {spec.kind} cluster {cluster!r}: its jobs run no "
+                                    f"containers, so there is no log")
+            raise ApiError(409, f"job {job['id']!r} ran on {spec.kind} cluster {cluster!r}, whose log is read "
+                                f"where the scheduling loop runs (serve --role all or scheduler), not here")
         client = self._client(cluster)
         try:
             items = client.get("/api/v1/pods", labelSelector=f"{JOB_ID}={label_value(pod_id)}")["items"]
@@ -174,9 +186,11 @@ class PodLogs:
 
     def open(self, job: dict, pod: int, *, follow: bool, tail: int | None, limit: int | None = None):
         """The log of the job's pod as an open response (``stream()`` it, then ``release_conn()``)."""
-        from flotilla.kubernetes.client import ApiError as KubeApiError, Unreachable, forbidden_message
+        from flotilla.kubernetes.public import KubeApiError, Unreachable, forbidden_message
 
         client, ref = self.locate(job, pod)
+        if isinstance(client, JobLogs):
+            return _BackendLog(client, ref, tail=tail, follow=follow, limit=limit)
         try:
             return client.pod_log(ref.namespace, ref.name, container=ref.container, tail_lines=tail,
                                   limit_bytes=limit, follow=follow,
@@ -199,6 +213,49 @@ class PodLogs:
             for client in self._clients.values():
                 client.close()
             self._clients.clear()
+
+
+class _BackendLog:
+    """A backend's log of one pod (:class:`~flotilla.core.capabilities.JobLogs`) as the API server's response
+    reads: ``read``, ``read1``, ``shutdown``, ``release_conn``."""
+
+    def __init__(self, source, ref: PodRef, *, tail: int | None, follow: bool, limit: int | None):
+        self._limit = limit
+        try:
+            self._chunks = iter(source.job_log(ref.name, tail, follow))
+        except LookupError as exc:
+            raise ApiError(410, f"pod {ref.name} on cluster {ref.cluster!r}: {exc.args[0] if exc.args else exc}"
+                           ) from None
+        self._stopped = threading.Event()
+        self._pending = b""
+
+    def read1(self, size: int) -> bytes:
+        """The next output (at most ``size`` bytes), waiting for it while following; b"" at the end."""
+        while not self._pending:
+            if self._stopped.is_set():
+                return b""
+            chunk = next(self._chunks, None)
+            if chunk is None:
+                return b""
+            self._pending = chunk
+        out, self._pending = self._pending[:size], self._pending[size:]
+        return out
+
+    def read(self) -> bytes:
+        """The output up to the first ``limit`` bytes."""
+        out = bytearray()
+        while self._limit is None or len(out) < self._limit:
+            chunk = self.read1(CHUNK)
+            if not chunk:
+                break
+            out += chunk
+        return bytes(out if self._limit is None else out[:self._limit])
+
+    def shutdown(self) -> None:
+        self._stopped.set()
+
+    def release_conn(self) -> None:
+        pass
 
 
 __all__ = ["LOG_RESPONSES", "MAX_BYTES", "MAX_TAIL", "PodLogs", "PodRef"]

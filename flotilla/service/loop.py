@@ -37,10 +37,11 @@ from typing import Callable, Mapping
 import structlog
 
 from flotilla.core.backend import ClusterDecisions, ClusterUnavailable
+from flotilla.core.capabilities import Backends
 from flotilla.core.decisions import Placement
 from flotilla.core.wishlist import compute_wishlist
 from flotilla.core.model import ClusterSnapshot, Job, JobState, PriorityClass, Queue, Snapshot
-from flotilla.kubernetes.priorityclasses import cluster_classes
+from flotilla.kubernetes.public import cluster_classes
 from flotilla.plugin_manager import make_backends
 from flotilla.service.intake import ClusterIntake
 from flotilla.service.jobspec import duration_of_annotations, exit_code_of_annotations
@@ -154,7 +155,8 @@ class ServiceLoop:
         self.store = store
         self.settings = settings
         self.scheduler = scheduler
-        self.backends = dict(backends)
+        #: The backends by name, with each one's capabilities (flotilla.core.capabilities), read once here.
+        self.backends = Backends.of(backends)
         self.clock = clock
         self.rng = random.Random(seed)
         self.actions = [a for a in scheduler.actions if getattr(a, "name", "") != "lease"]
@@ -192,8 +194,9 @@ class ServiceLoop:
         wanted = self.store.cordoned("node")
         for key in sorted(wanted ^ self._drained):
             cluster, _, node = key.partition("/")
-            backend = self.backends.get(cluster)
-            if backend is None or not hasattr(backend, "set_unschedulable"):
+            caps = self.backends.capabilities.get(cluster)
+            backend = caps.drain if caps is not None else None
+            if backend is None:
                 continue
             try:
                 backend.set_unschedulable(node, key in wanted)
@@ -238,7 +241,7 @@ class ServiceLoop:
                 continue
             snaps[name] = snap
             reports[name] = ClusterReport(events, self._running_ids(name, snap.running),
-                                          bool(getattr(backend, "enforces_deadlines", False)))
+                                          self.backends.capabilities[name].enforces_deadlines)
         report.clusters = sorted(snaps)
         self.last_nodes = self.node_states(snaps)
         if snaps and self.intake.backends(self.backends):
@@ -377,9 +380,9 @@ class ServiceLoop:
         """Flotilla's priority classes and, with Kubernetes clusters, theirs
         (:func:`~flotilla.kubernetes.priorityclasses.cluster_classes`); made again only when a cluster's changed."""
         own = self.scheduler.priority_classes()
-        watched = {name: b.cluster_priority_classes() if hasattr(b, "cluster_priority_classes") else (0, [])
-                   for name, b in sorted(self.backends.items())
-                   if hasattr(b, "cluster_priority_classes") or hasattr(b, "take_intake")}
+        watched = {name: caps.priority_classes.cluster_priority_classes() if caps.priority_classes else (0, [])
+                   for name, caps in sorted(self.backends.capabilities.items())
+                   if caps.priority_classes is not None or caps.intake is not None}
         if not watched:
             return own
         setting = getattr(getattr(self.scheduler, "config", None), "cluster_priority_classes", None)
@@ -419,7 +422,8 @@ class ServiceLoop:
         for name, snap in snaps.items():
             running = self.running_pods.running(name, frozenset(node.name for node in snap.nodes))
             clusters.append(ClusterSnapshot(name, snap.nodes, running, dict(snap.foreign), snap.foreign_pods,
-                                            volumes=snap.volumes, foreign_ports=snap.foreign_ports))
+                                            volumes=snap.volumes, foreign_ports=snap.foreign_ports,
+                                            namespace_labels=snap.namespace_labels))
         cordoned = self.store.cordoned("queue")
         # Hierarchies come from the config file, and from the placement rules for the queues they made.
         parents = queue_parents(self.settings.queues, getattr(self.settings, "placement", ()), queue_specs)
@@ -447,8 +451,8 @@ class ServiceLoop:
             self.actions = [a for a in scheduler.actions if getattr(a, "name", "") != "lease"]
 
     def set_cluster_available(self, name: str, available: bool) -> bool:
-        backend = self.backends.get(name)
-        if backend is None or not hasattr(backend, "available"):
+        caps = self.backends.capabilities.get(name)
+        if caps is None or caps.switch is None:
             return False
-        backend.available = available
+        caps.switch.set_available(available)
         return True

@@ -81,13 +81,11 @@ class Service:
         if self.poller is not None:
             self.poller.stop()
         if self.loop is not None:
-            for backend in self.loop.backends.values():
-                close = getattr(backend, "close", None)
-                if callable(close):
-                    try:
-                        close()
-                    except Exception:  # pragma: no cover - best effort on the way out
-                        log.exception("backend.close_failed")
+            for backend in self.loop.backends.having("close").values():
+                try:
+                    backend.close()
+                except Exception:  # pragma: no cover - best effort on the way out
+                    log.exception("backend.close_failed")
         self.store.close()
 
 

@@ -11,7 +11,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any, Mapping
 
-from flotilla.core.model import Node, PriorityClass, Taint
+from flotilla.core.model import DEFAULT_GRACE_PERIOD, Node, PriorityClass, Taint
 from flotilla.core.quantities import parse_duration, parse_quantity
 from flotilla.service.streams import StreamLimits
 
@@ -95,7 +95,7 @@ class ServiceSettings:
     listen: str = DEFAULT_LISTEN
     lease_timeout: float = 60.0
     lease_max_retries: int = 3
-    grace_default: float = 1.0
+    grace_default: float = DEFAULT_GRACE_PERIOD
     grace_max: float = 300.0
     deadline_cpu: float = 3 * 86400.0
     deadline_gpu: float = 14 * 86400.0
@@ -250,7 +250,7 @@ def from_config(config: Any) -> ServiceSettings:
         lease_max_retries=int(_get(config, "lease", "max_retries", default=None)
                               if _get(config, "lease", "max_retries", default=None) is not None
                               else _get(config, "lease", "maxRetries", default=3)),
-        grace_default=_seconds(_get(grace, "default"), 1.0),
+        grace_default=_seconds(_get(grace, "default"), DEFAULT_GRACE_PERIOD),
         grace_max=_seconds(_get(grace, "max"), 300.0),
         deadline_cpu=_seconds(_get(config, "deadlines", "cpu"), 3 * 86400.0),
         deadline_gpu=_seconds(_get(config, "deadlines", "gpu"), 14 * 86400.0),

@@ -17,6 +17,7 @@ from itertools import chain
 
 from flotilla.core.model import (GANG_MIN_AVAILABLE_ANNOTATION, GANG_NODE_UNIFORMITY_LABEL_ANNOTATION, Gang, Job,
                                  NAMESPACE_ANNOTATION, JobState, Toleration, parse_min_available)
+from flotilla.core.capabilities import Backends
 from flotilla.core.hostports import host_port
 from flotilla.core.nodeaffinity import AffinityError, NodeAffinity, parse_node_affinity
 from flotilla.core.podrules import PodRules, SpreadConstraint, parse_pod_rules
@@ -36,7 +37,7 @@ _NO_LABELS: dict = {}
 def default_namespace(backends) -> str:
     """The namespace jobs that name none go to: the Kubernetes backends' ``namespace`` when they agree, else
     ``default``."""
-    found = {getattr(getattr(b, "settings", None), "namespace", None) for b in backends.values()} - {None}
+    found = set(Backends.of(backends).having("namespace").values())
     return found.pop() if len(found) == 1 else DEFAULT_NAMESPACE
 
 

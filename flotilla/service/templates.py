@@ -13,6 +13,7 @@ from __future__ import annotations
 from typing import Iterable, Mapping
 
 from flotilla.core.backend import PodTemplate
+from flotilla.core.capabilities import Backends
 from flotilla.core.decisions import Placement
 from flotilla.service.leases import job_of, pod_ids
 
@@ -30,9 +31,11 @@ def pod_templates(job_id: str, spec: Mapping) -> dict[str, PodTemplate]:
 
 def templates_for(store, backends: Mapping[str, object], starts: Mapping[str, Iterable[Placement]]
                   ) -> dict[str, PodTemplate]:
-    """Pod templates for the started pods of clusters whose backend wants them, from one batched read."""
+    """Pod templates for the started pods of clusters whose backend wants them (the
+    :class:`~flotilla.core.capabilities.PodTemplates` capability), from one batched read."""
+    capabilities = Backends.of(backends).capabilities
     wanted = {job_of(p.job.id) for cluster, placements in starts.items()
-              if getattr(backends.get(cluster), "needs_templates", False) for p in placements}
+              if cluster in capabilities and capabilities[cluster].templates for p in placements}
     out: dict[str, PodTemplate] = {}
     if wanted:
         for job_id, spec in store.job_specs(wanted).items():

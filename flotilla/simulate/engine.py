@@ -15,8 +15,9 @@ The clock. Cycles happen on the grid ``k * cycle.period``. After a cycle that
 started or stopped anything the next one follows one period later (the
 state it sees is new). After a cycle that changed nothing, the next cycle
 would see the same state and decide the same, so the clock jumps to the
-first grid time at or after the next event: a submission or a job's
-completion (``--max-skip`` caps the jump, for policies whose decisions drift
+first grid time at or after the next event: a submission, a job's
+completion, or a time an action or plugin asked to be woken at
+(``Session.wake_at``: a reservation's ``after`` running out) (``--max-skip`` caps the jump, for policies whose decisions drift
 with time alone, such as ``decayedusage``, or ``evict.probability`` < 1).
 Idle days cost nothing.
 
@@ -204,7 +205,9 @@ class Simulation:
                     break
                 k += 1
                 continue
-            following = [x for x in (upcoming[0] if upcoming else None, self._next_completion()) if x is not None]
+            # The next event: a submission, a completion, or a time a timed rule asked for (decisions.wake).
+            following = [x for x in (upcoming[0] if upcoming else None, self._next_completion(),
+                                     decisions.wake if self.queued else None) if x is not None]
             if not following:
                 end = t
                 error = NoProgress(self._stuck_message(t, decisions))

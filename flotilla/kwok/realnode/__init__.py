@@ -26,6 +26,13 @@ default ``/tmp/flotilla-realnode``):
 5. the kubelet, registering the node ``real-1`` (cgroup v1, cgroupfs, pods'
    cgroups under ``/flotilla-realnode``), waited for until Ready.
 
+``restart_kubelet(max_pods=N)`` (``scripts/real-node kubelet-restart
+--max-pods N``) rewrites the kubelet's ``maxPods`` in its config and
+restarts it, returning once the node's allocatable ``pods`` says N: a node
+of fewer pod slots, for tests of what the kubelet admits. The setting stays
+in the config until changed again or the node is stopped; restarting
+without ``max_pods`` restores the template's :data:`MAX_PODS`.
+
 ``stop`` undoes it in order: the node's pods deleted while the kubelet still
 runs (so it tears their networks down), kubelet, controller manager,
 leftover containers, containerd, the cluster, then every mount under the
@@ -67,6 +74,8 @@ NODE_LABEL = "flotilla.io/real-node"
 #: The node lifecycle controller's period and grace: NotReady about this long after the kubelet's last heartbeat.
 MONITOR_PERIOD, MONITOR_GRACE = "1s", "5s"
 TOOLS = ("kubelet", "kube-controller-manager")
+#: The kubelet's ``maxPods`` as the node starts (:file:`kubelet.yaml`); ``restart_kubelet`` sets another.
+MAX_PODS = 110
 COMMANDS = {"containerd": "containerd", "ctr": "containerd", "runc": "runc", "iptables": "iptables",
             CNI_BIN + "/bridge": "containernetworking-plugins", "gcc": "gcc"}
 
@@ -149,8 +158,8 @@ def _say(message: str) -> None:
 # -- processes ------------------------------------------------------------------------------------
 
 def _alive(pid: int) -> bool:
-    from flotilla.kwok.cluster import _alive as alive
-    return alive(pid)
+    from flotilla.kwok.cluster import process_alive
+    return process_alive(pid)
 
 
 def _pid(rn: RealNode, component: str) -> int | None:
@@ -210,8 +219,8 @@ def _end(rn: RealNode, component: str, timeout: float = 15.0) -> bool:
     rn.argv_file(component).unlink(missing_ok=True)
     if pid is None:
         return False
-    from flotilla.kwok.cluster import _kill
-    _kill(pid, signal.SIGTERM, timeout)
+    from flotilla.kwok.cluster import stop_process
+    stop_process(pid, signal.SIGTERM, timeout)
     return True
 
 
@@ -317,7 +326,23 @@ def _write_configs(rn: RealNode) -> None:
     port = _free_port(10250)
     healthz = _free_port(10248)
     (config / "kubelet.yaml").write_text(_render("kubelet.yaml", CGROUP_ROOT=CGROUP_ROOT, PORT=str(port),
-                                                 HEALTHZ_PORT=str(healthz), **common))
+                                                 HEALTHZ_PORT=str(healthz), MAX_PODS=str(MAX_PODS), **common))
+
+
+def _set_max_pods(rn: RealNode, max_pods: int) -> bool:
+    """Write ``maxPods: max_pods`` into the kubelet's config (the rest of it, ports included, kept); False when
+    it already says so."""
+    path = rn.dir / "config" / "kubelet.yaml"
+    lines = path.read_text().splitlines(keepends=True)
+    at = [k for k, line in enumerate(lines) if line.startswith("maxPods:")]
+    if len(at) != 1:
+        raise RealNodeError(f"{path}: expected one maxPods line, found {len(at)}")
+    line = f"maxPods: {max_pods}\n"
+    if lines[at[0]] == line:
+        return False
+    lines[at[0]] = line
+    path.write_text("".join(lines))
+    return True
 
 
 def _cgroup_hierarchies() -> list[Path]:
@@ -414,6 +439,50 @@ def start_kubelet(rn: RealNode | None = None, bin_dir: Path | None = None) -> bo
         "--root-dir", str(rn.dir / "kubelet"), "--cert-dir", str(rn.dir / "kubelet" / "pki"),
         "--node-labels", f"{NODE_LABEL}=true", "--v=1"])
     return True
+
+
+def restart_kubelet(rn: RealNode | None = None, bin_dir: Path | None = None, max_pods: int | None = None,
+                    timeout: float = 90.0) -> None:
+    """Restart the kubelet with ``maxPods: max_pods`` in its config (:data:`MAX_PODS` when None), then wait
+    until the node is Ready and its allocatable ``pods`` is ``max_pods``. A kubelet already running with that
+    setting is left as it is. The pods on the node run on: the kubelet takes them up again."""
+    rn = rn or node()
+    max_pods = MAX_PODS if max_pods is None else max_pods
+    if isinstance(max_pods, bool) or not isinstance(max_pods, int) or max_pods < 1:
+        raise RealNodeError(f"maxPods must be a whole number of pods of at least 1, not {max_pods!r}")
+    if not (rn.dir / "config" / "kubelet.yaml").exists():
+        raise RealNodeError(f"no real node in {rn.dir} (scripts/real-node start)")
+    with _locked(rn.dir):
+        changed = _set_max_pods(rn, max_pods)
+        if changed or _pid(rn, "kubelet") is None:
+            _end(rn, "kubelet")
+            start_kubelet(rn, bin_dir)
+    wait_ready(rn, timeout)
+    _wait_pod_slots(rn, max_pods, timeout)
+
+
+def _wait_pod_slots(rn: RealNode, max_pods: int, timeout: float) -> None:
+    """Until the node object's allocatable ``pods`` is ``max_pods`` (the restarted kubelet's first status)."""
+    from flotilla.kubernetes.client import KubeError
+
+    client = rn.client()
+    deadline = time.monotonic() + timeout
+    seen = None
+    try:
+        while True:
+            try:
+                status = client.get(f"/api/v1/nodes/{NODE}").get("status") or {}
+                seen = (status.get("allocatable") or {}).get("pods")
+            except KubeError:
+                pass
+            if seen == str(max_pods):
+                return
+            if time.monotonic() > deadline:
+                raise RealNodeError(f"node {NODE}: allocatable pods {seen} after {timeout:.0f}s, not {max_pods}; "
+                                    f"the kubelet's log ({rn.log_file('kubelet')}):\n{_tail(rn.log_file('kubelet'))}")
+            time.sleep(0.1)
+    finally:
+        client.close()
 
 
 def stop_kubelet(rn: RealNode | None = None) -> bool:
@@ -657,5 +726,5 @@ def stop(rn: RealNode | None = None, bin_dir: Path | None = None) -> list[str]:
     return problems
 
 
-__all__ = ["CLUSTER", "CONTEXT", "IMAGE", "NODE", "RealNode", "RealNodeError", "node", "node_condition", "running",
-           "start", "start_kubelet", "state_dir", "stop", "stop_kubelet", "wait_ready"]
+__all__ = ["CLUSTER", "CONTEXT", "IMAGE", "MAX_PODS", "NODE", "RealNode", "RealNodeError", "node", "node_condition",
+           "restart_kubelet", "running", "start", "start_kubelet", "state_dir", "stop", "stop_kubelet", "wait_ready"]

@@ -1,4 +1,5 @@
-"""``python -m flotilla.kwok.realnode start|stop|env|kubelet-stop|kubelet-start`` (what ``scripts/real-node`` runs).
+"""``python -m flotilla.kwok.realnode start|stop|env|kubelet-stop|kubelet-start|kubelet-restart`` (what
+``scripts/real-node`` runs).
 
 ``start`` and ``env`` print shell exports on stdout (``eval`` them); progress and errors go to stderr.
 Exit codes: 0 done, 1 failed (the message says why), 3 ``env``: no node running.
@@ -65,6 +66,17 @@ def kubelet_start() -> None:
     try:
         realnode.start_kubelet()
         realnode.wait_ready(realnode.node())
+    except realnode.RealNodeError as exc:
+        _fail(exc)
+
+
+@main.command("kubelet-restart")
+@click.option("--max-pods", type=click.IntRange(min=1), default=realnode.MAX_PODS, show_default=True,
+              help="The kubelet's maxPods (its config keeps it until changed again or the node is stopped).")
+def kubelet_restart(max_pods: int) -> None:
+    """Restart the kubelet with maxPods set; wait until real-1 is Ready with that many pod slots."""
+    try:
+        realnode.restart_kubelet(max_pods=max_pods)
     except realnode.RealNodeError as exc:
         _fail(exc)
 
