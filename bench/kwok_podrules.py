@@ -53,7 +53,7 @@ from kwok_throughput import (NAMESPACE, CpuMeter, RecorderProcess, cpu_seconds, 
 from flotilla.core.backend import PodTemplate  # noqa: E402
 from flotilla.core.model import Job  # noqa: E402
 from flotilla.core.podrules import parse_pod_rules  # noqa: E402
-from flotilla.kubernetes.client import ApiError  # noqa: E402
+from flotilla.kubernetes.client import ApiError, KubeError  # noqa: E402
 from flotilla.kubernetes.pods import PodSettings, pod_manifest  # noqa: E402
 from flotilla.kwok import cluster as kwok  # noqa: E402
 
@@ -114,6 +114,22 @@ def check(client, rule: str) -> dict:
                                default=0)}
 
 
+def _create(client, manifest: dict, attempts: int = 5) -> None:
+    """Create one pod, again after a timeout of a loaded API server (one that exists already counts)."""
+    for attempt in range(attempts):
+        try:
+            client.create_pod(NAMESPACE, manifest)
+            return
+        except ApiError as exc:
+            if exc.status == 409:
+                return
+            raise
+        except KubeError:
+            if attempt == attempts - 1:
+                raise
+            time.sleep(1.0)
+
+
 def run_kube_scheduler(cluster, bin_dir: Path, client, recorder, jobs, by_job, workers: int, timeout: float,
                        rule: str) -> dict:
     settings = PodSettings(namespace=NAMESPACE, scheduler_name="default-scheduler", name_prefix="kube-s-",
@@ -126,8 +142,8 @@ def run_kube_scheduler(cluster, bin_dir: Path, client, recorder, jobs, by_job, w
         t0 = time.time()
         started = time.monotonic()
         with ThreadPoolExecutor(workers) as pool:
-            list(pool.map(lambda job: client.create_pod(
-                NAMESPACE, pod_manifest(job, None, 0, settings, template=by_job[job.id])), jobs))
+            list(pool.map(lambda job: _create(client, pod_manifest(job, None, 0, settings,
+                                                                   template=by_job[job.id])), jobs))
         created = time.monotonic() - started
         print(f"  created in {created:.1f}s", file=sys.stderr)
         recorder.wait("running", len(jobs), timeout)

@@ -7,6 +7,13 @@ action, and actions know the core only.
 
 The same code path serves ``schedule-once``, ``simulate`` and ``serve``:
 only where the snapshot comes from and what receives the decisions differ.
+
+A plugin's failure (:class:`~flotilla.core.extensions.PluginFailed`) is
+isolated where the actions catch it (the job or queue it was asked about
+waits); one in ``flotilla_session_open`` or ``flotilla_session_close``, or
+one an action does not isolate, fails the cycle closed: :meth:`Scheduler.run_cycle`
+raises it and nothing of the cycle is decided. Either way each distinct
+failure is logged at most once per :data:`LOG_EVERY` seconds.
 """
 
 from __future__ import annotations
@@ -20,6 +27,7 @@ import structlog
 
 from flotilla.actions import ActionNameConflict, get_action
 from flotilla.core.decisions import Decisions
+from flotilla.core.extensions import PluginFailed
 from flotilla.core.logs import ensure_configured
 from flotilla.core.model import PriorityClass, Queue, Snapshot
 from flotilla.plugin_manager import PluginError, load_plugins
@@ -28,6 +36,9 @@ from flotilla.core.session import Session, SessionError, SessionSettings
 from flotilla.core.shares import share_weights
 
 log = structlog.get_logger("flotilla.cycle")
+
+#: Seconds between two log lines for one distinct plugin failure (plugin, point, error).
+LOG_EVERY = 60.0
 
 
 def session_settings(config) -> SessionSettings:
@@ -88,8 +99,16 @@ class Scheduler:
                 raise PluginError(index, "actions", str(exc)) from None
             except (ValueError, TypeError) as exc:
                 raise PluginError(index, "actions.args", f"action {name!r}: {exc}") from None
+        #: (plugin, point, error) -> (when it was last logged, failures since then not logged).
+        self._logged: dict[tuple[str, str, str], tuple[float, int]] = {}
+        self.clock: Callable[[], float] = time.monotonic
         probe = Snapshot([], [], [], self.priority_classes(), config.default_priority_class)
-        opened = self._open(probe, random.Random(0))
+        try:
+            opened = self._open(probe, random.Random(0))
+        except PluginFailed as failure:
+            # Before any cycle: a plugin that cannot open a session on an empty snapshot is a load error.
+            index = next((i for i, p in enumerate(config.plugins) if p.name == failure.plugin), 0)
+            raise PluginError(index, "name", failure.reason) from None
         opened.check_registrations()
         for index, plugin in enumerate(config.plugins):
             if getattr(plugin, "weight", None) is not None and plugin.name not in opened.score_plugins:
@@ -111,11 +130,14 @@ class Scheduler:
         session = Session(snapshot, self.settings, rng, self.pm.get_plugins(), state)
         session.backends = dict(backends or {})
         # Each plugin's implementation in turn, in config order (the order pluggy calls them), so that what one
-        # registers is known to be its (a node score takes its plugin's weight).
+        # registers is known to be its: a node score takes its plugin's weight, and every callable is guarded in
+        # its name (flotilla.core.extensions.guard). A raise here fails the cycle closed, naming the plugin.
         for impl in reversed(self.pm.hook.flotilla_session_open.get_hookimpls()):
             session.opening_plugin = impl.plugin_name
             try:
                 impl.function(**{name: session for name in impl.argnames})
+            except Exception as exc:
+                raise PluginFailed(impl.plugin_name, "flotilla_session_open", exc, scope="cycle") from exc
             finally:
                 session.opening_plugin = None
         return session
@@ -148,13 +170,32 @@ class Scheduler:
         started = time.perf_counter()
         state = self.state if self.state is not None else CycleState()
         self.state = None  # until the cycle ends well: a failure part-way leaves no half-changed state
-        session = self._open(snapshot, rng or random.Random(0), backends, state)
+        try:
+            session = self._open(snapshot, rng or random.Random(0), backends, state)
+        except PluginFailed as failure:
+            self.log_failures({(failure.plugin, failure.point, failure.error): 1})
+            raise
         session.check_registrations()
         opened = time.perf_counter()
-        for action in actions if actions is not None else self.actions:
-            action.execute(session)
-        decisions = session.close(head, head_key)
-        self.pm.hook.flotilla_session_close(session=session, decisions=decisions)
+        try:
+            for action in actions if actions is not None else self.actions:
+                action.execute(session)
+            decisions = session.close(head, head_key)
+            decisions.plugin_errors = dict(session.plugin_errors)
+            for impl in reversed(self.pm.hook.flotilla_session_close.get_hookimpls()):
+                kwargs = {"session": session, "decisions": decisions}
+                try:
+                    impl.function(*[kwargs[name] for name in impl.argnames])
+                except Exception as exc:
+                    raise PluginFailed(impl.plugin_name, "flotilla_session_close", exc, scope="cycle") from exc
+        except PluginFailed as failure:
+            # Not isolated by an action, or in the closing hook: the cycle fails closed.
+            session.plugin_errors[(failure.plugin, failure.point, failure.error)] = \
+                session.plugin_errors.get((failure.plugin, failure.point, failure.error), 0) + 1
+            self.log_failures(session.plugin_errors)
+            failure.errors = dict(session.plugin_errors)
+            raise
+        self.log_failures(session.plugin_errors)
         if self.keep_state:
             state.commit_cycle(session)
             self.state = state
@@ -165,6 +206,21 @@ class Scheduler:
                  preempted=len(decisions.preempted), evicted=session.counters.get("evicted", 0),
                  **{f"{name}_s": round(seconds, 4) for name, seconds in decisions.timings.items()})
         return decisions
+
+    def log_failures(self, errors: Mapping[tuple[str, str, str], int]) -> None:
+        """One warning per distinct plugin failure per :data:`LOG_EVERY` seconds, with how many it stands for."""
+        if not errors:
+            return
+        now = self.clock()
+        for key, count in errors.items():
+            last = self._logged.get(key)
+            if last is not None and now - last[0] < LOG_EVERY:
+                self._logged[key] = (last[0], last[1] + count)
+                continue
+            unlogged = last[1] if last is not None else 0
+            plugin, point, error = key
+            log.warning("plugin.failed", plugin=plugin, point=point, error=error, failures=count + unlogged)
+            self._logged[key] = (now, 0)
 
 
 __all__ = ["Scheduler", "SessionError", "session_settings"]

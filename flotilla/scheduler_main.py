@@ -105,8 +105,27 @@ def schedule_once(config_path, state_path, seed, indent):
     """
     _, scheduler, snapshot = _load_for_cycle(config_path, state_path)
     actions = [action for action in scheduler.actions if action.name != "lease"]
-    decisions = scheduler.run_cycle(snapshot, random.Random(seed), actions=actions)
+    decisions = run_or_fail(scheduler, snapshot, seed, actions)
     click.echo(json.dumps(decisions.to_dict(), indent=indent or None))
+
+
+class CycleFailed(click.ClickException):
+    """The cycle failed closed (a plugin's failure no action isolates): one line on stderr, exit 1."""
+
+    exit_code = 1
+
+    def show(self, file=None) -> None:
+        click.echo(f"error: {self.format_message()}", err=True)
+
+
+def run_or_fail(scheduler, snapshot, seed: int, actions):
+    """One cycle on ``snapshot``; a cycle that fails closed is :class:`CycleFailed`, naming the plugin."""
+    from flotilla.core.extensions import PluginFailed
+
+    try:
+        return scheduler.run_cycle(snapshot, random.Random(seed), actions=actions)
+    except PluginFailed as failure:
+        raise CycleFailed(f"the cycle failed closed (nothing decided): {failure.reason}") from None
 
 
 @main.command("wishlist")
@@ -134,7 +153,7 @@ def wishlist(config_path, state_path, seed, indent):
     if not config.node_templates:
         raise UserError("the config lists no nodeTemplates: nothing to wish for")
     actions = [action for action in scheduler.actions if action.name != "lease"]
-    decisions = scheduler.run_cycle(snapshot, random.Random(seed), actions=actions)
+    decisions = run_or_fail(scheduler, snapshot, seed, actions)
     result = compute_wishlist(scheduler, snapshot, decisions.queued, [t.to_core() for t in config.node_templates],
                               decisions.scheduled, decisions.preempted)
     click.echo(json.dumps(result.to_dict(), indent=indent or None))

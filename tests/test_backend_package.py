@@ -296,3 +296,17 @@ def test_a_backends_own_log_is_read_through_its_capability_with_the_apis_bounds(
         reader.read({"id": "j4", "state": "running", "cluster": "s", "pods": [{}]}, 0, None)
     assert (simulated.value.status, simulated.value.message) == (
         409, "job 'j4' ran on simulated cluster 's': its jobs run no containers, so there is no log")
+
+
+def test_no_call_site_probes_a_backend_with_hasattr_or_getattr():
+    """What a backend can do is its capability record's to say (flotilla.core.capabilities), read once."""
+    import ast
+
+    files = sorted((ROOT / "flotilla" / "service").rglob("*.py")) + [ROOT / "flotilla" / "kubernetes" / "realtime.py"]
+    probes = []
+    for path in files:
+        for node in ast.walk(ast.parse(path.read_text(), str(path))):
+            if isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and node.func.id in ("hasattr", "getattr") \
+                    and node.args and re.search(r"backend|\bb\b", ast.unparse(node.args[0])):
+                probes.append((str(path.relative_to(ROOT)), node.lineno, ast.unparse(node)))
+    assert len(files) > 40 and probes == []

@@ -7,6 +7,8 @@ runs the same beside kube-scheduler in tests/test_kwok_beside_scheduler.py.
 
 from __future__ import annotations
 
+import time
+
 from flotilla.core.backend import ClusterDecisions, JobEvent
 from flotilla.core.decisions import Placement
 from flotilla.core.model import Job
@@ -103,6 +105,65 @@ def test_a_bind_that_no_longer_fits_returns_the_job_and_creates_no_pod():
         start(backend, ("j4", "n1", 1000))
         assert [ev[:2] for ev in events(backend)] == [("j4", "returned")]
     finally:
+        backend._pool.shutdown(wait=False)
+
+
+class FreshRecorder(Recorder):
+    """A Recorder whose consistent lists of pods answer from ``self.listed`` (field selector -> pods)."""
+
+    def __init__(self):
+        super().__init__()
+        self.listed: dict[str, list[dict]] = {}
+        self.lists: list[str] = []
+
+    def get(self, path, fieldSelector="", **_):
+        if path != "/api/v1/pods":
+            return {}
+        self.lists.append(fieldSelector)
+        return {"items": self.listed.get(fieldSelector, [])}
+
+
+def waiting_foreign(name: str, cpu: str) -> dict:
+    pod = foreign(name, "", cpu, phase="Pending")
+    del pod["spec"]["nodeName"]
+    return pod
+
+
+def test_beside_an_active_scheduler_a_bind_reads_the_node_afresh_and_counts_what_the_watch_lags_on():
+    client = FreshRecorder()
+    backend = KubernetesCluster("c", client=client, start=False, workers=1, duration_of=None)
+    backend._synced = {"nodes": True, "pods": True}
+    for obj in (node("n1", "4"), node("n2", "4")):
+        backend._on_node("ADDED", obj)
+    try:
+        backend.snapshot()
+        start(backend, ("j0", "n2", 1000))
+        assert client.lists == [] and len(client.created) == 1   # no other scheduler seen: the watch's view alone
+        # kube-scheduler's pod seen waiting, then placed; the arrival is over by the binds below.
+        backend._on_pod("ADDED", waiting_foreign("seen", "1"))
+        backend._on_pod("MODIFIED", foreign("seen", "n2", "1"))
+        backend._arrivals.clear()
+        # The API server already holds a pod the watch has not shown: 3 cores on n1.
+        client.listed["spec.nodeName=n1"] = [foreign("unseen", "n1", "3")]
+        start(backend, ("j1", "n1", 2000))
+        assert client.lists == ["spec.nodeName=n1", "spec.nodeName=,spec.schedulerName!=flotilla"]
+        assert events(backend) == [("j1", "returned", "not bound to node n1: Insufficient cpu there now (pods bound "
+                                                      "there since the scheduling decision)", "Insufficient cpu")]
+        # A pod waiting for kube-scheduler that the watch has not shown: its burst goes first, the bind is held.
+        client.listed["spec.nodeName=n1"] = []
+        client.listed["spec.nodeName=,spec.schedulerName!=flotilla"] = [waiting_foreign("coming", "1")]
+        start(backend, ("j2", "n1", 1000))
+        assert len(client.created) == 1 and backend.held() == {"n1": ["j2"]}
+        # It is placed elsewhere and nothing else arrives: the held bind is tried again once the burst's moment is
+        # over, with no pod event to prompt it, and goes.
+        client.listed["spec.nodeName=,spec.schedulerName!=flotilla"] = []
+        deadline = time.monotonic() + 10   # the retry comes from a timer about a second on
+        while len(client.created) < 2 and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert [body["metadata"]["name"] for _, body in client.created] == ["flotilla-j0-0", "flotilla-j2-0"]
+        assert backend.held() == {} and events(backend) == []
+    finally:
+        backend._stop.set()
         backend._pool.shutdown(wait=False)
 
 

@@ -5,7 +5,11 @@ schedules 30 one-core jobs, on 2 nodes of 20 cores. A watch of every pod (starte
 after each event, the requests of the live pods bound to each node, as the kubelet counts them: the most any
 node ever held must stay within its 20 cores, and 40 pods are bound in all. A bind that no longer fits when
 Flotilla makes it is returned to its queue (flotilla.kubernetes.admission), and taken again by a later cycle
-only where there is room.
+only where there is room. kube-scheduler binds from its own cache, which may not show Flotilla's binds yet,
+and Flotilla's watch may lag its pods: while kube-scheduler is active each bind reads the API server afresh,
+and binds wait while its burst is still arriving. A kube-scheduler pod created after that read and placed
+before kube-scheduler's cache shows Flotilla's bind would still overcommit; Flotilla cannot see it in time
+(docs/kubernetes.md gives the measured runs).
 """
 
 from __future__ import annotations
@@ -105,11 +109,6 @@ def kube_pod(name: str) -> dict:
                                      "resources": {"requests": {"cpu": "1"}, "limits": {"cpu": "1"}}}]}}
 
 
-@pytest.mark.xfail(strict=False, reason=(
-    "kube-scheduler binds from its own cache, which does not show Flotilla's binds still in flight (nor Flotilla's "
-    "watch kube-scheduler's assumed pods): on a loaded machine both bind into the last cores within the same few "
-    "hundred milliseconds, and a round ends with 41-45 pods bound, the node past its allocatable by the pod that "
-    "came second (either scheduler's)"))
 def test_thirty_and_thirty_pods_beside_kube_scheduler_never_overcommit_a_node(kwok, tmp_path):
     from flotilla.config import load_config
     from flotilla.kwok.cluster import create_nodes, wait_nodes_ready

@@ -23,6 +23,12 @@ The room of an evicted job may be taken only by a job whose priority class
 has an equal or higher priority (armada-scheduler.txt: preemption to fair
 share happens only for jobs "of equal PC priority"); this holds for new jobs
 and for other evicted jobs returning alike.
+
+A plugin that fails while a unit is placed (:class:`~flotilla.core.extensions.PluginFailed`)
+is caught once per unit, not per node: a job-scoped failure leaves the
+unit's jobs waiting with its reason (passed over, as a unit that does not
+fit), a queue-scoped one (``node_tiers``, ``queue_order``) leaves the queue
+out of the rest of the cycle. Whatever the unit had taken is given back.
 """
 
 from __future__ import annotations
@@ -31,6 +37,7 @@ import time
 
 import structlog
 
+from flotilla.core.extensions import PluginFailed
 from flotilla.core.nodeindex import EVICTED
 from flotilla.core.podplacements import pod_checked
 from flotilla.actions.pickers import FlatPicker, TreePicker
@@ -110,11 +117,16 @@ class Allocate:
         self.ahead = ahead = set(session.scheduled_ids)
         self.picker = picker = TreePicker(session) if session.nested else FlatPicker(session)
         affinity = session.state.affinity_jobs > 0
+        failed = session.failed_queues
         for queue in session.queues.values():
             evicted = evicted_by_queue.get(queue.name, ())
-            if not queue.queued and not evicted:
+            if not queue.queued and not evicted or queue.name in failed:
                 continue
-            tiers = set(session.node_tiers_fn(queue))
+            try:
+                tiers = set(session.node_tiers_fn(queue))
+            except PluginFailed as failure:
+                session.plugin_failed(failure)
+                continue
             # A shape with no node is none for every queue when the tiers cover all nodes and no node filter
             # (they answer per job) applies.
             shared = ("any" in tiers or {"unused", "used"} <= tiers) and not session.node_filter_fns
@@ -125,7 +137,16 @@ class Allocate:
         while (chosen := picker.pop()) is not None:
             queue, unit, run, vec = chosen
             considered += 1
-            if not self._place(session, run, unit, vec) and not self._is_return(session, unit):
+            try:
+                placed = self._place(session, run, unit, vec)
+            except PluginFailed as failure:
+                session.plugin_failed(failure, unit if unit.__class__ is list else (unit,))
+                placed = False
+                if failure.scope == "queue":
+                    session.fail_queue(queue.name, failure.reason)
+                    picker.drop(queue)
+                    continue
+            if not placed and not self._is_return(session, unit):
                 if self._pass_over(session, run):
                     picker.drop(queue)
                     continue
@@ -142,6 +163,13 @@ class Allocate:
         session.timings[self.name] = time.perf_counter() - started
 
     # -- helpers --------------------------------------------------------------
+    def _bulk_valid(self, job) -> str | None:
+        """``job_valid`` for a run of known misfits: a failure stops the run before the job (read on its own)."""
+        try:
+            return self.job_valid(job)
+        except PluginFailed as failure:
+            return failure.reason
+
     def _pass_over(self, session, run) -> bool:
         """Count a unit passed over; True when the queue has used up its lookahead."""
         run.passed += 1
@@ -195,7 +223,8 @@ class Allocate:
         valid_fns = session.job_valid_fns
         # In a run of known misfits, a check that answers by priority class alone (part of the key) needs no
         # call: the key's first job passed it.
-        bulk_valid = None if all(getattr(fn, "by_priority_class", False) for fn in valid_fns) else job_valid
+        bulk_valid = None if all(getattr(fn, "by_priority_class", False) for fn in valid_fns) else \
+            self._bulk_valid
         lookahead = self.lookahead
         passed = run.passed
         skipped = 0
@@ -220,15 +249,20 @@ class Allocate:
                 selector = unit.node_selector  # requirements_key(unit), inlined: this loop is per job
                 failure = known.get((id(unit.requests), unit.priority_class, id(selector) if selector else 0,
                                      id(unit.tolerations)))
-                if failure is not None and unit.affinity is None and (job_valid is None or not job_valid(unit)):
-                    failures[unit.id] = failure
-                    skipped += 1
-                    passed += 1
-                    if passed < lookahead:
-                        continue
-                    run.passed = passed - 1
-                    self._pass_over(session, run)
-                    break
+                if failure is not None and unit.affinity is None:
+                    try:
+                        refused = job_valid is not None and job_valid(unit)
+                    except PluginFailed:
+                        refused = True   # offered on its own: placing it meets the failure again, and records it
+                    if not refused:
+                        failures[unit.id] = failure
+                        skipped += 1
+                        passed += 1
+                        if passed < lookahead:
+                            continue
+                        run.passed = passed - 1
+                        self._pass_over(session, run)
+                        break
             run.passed = passed
             offered = unit
             break
@@ -382,21 +416,25 @@ class Allocate:
         for place in places:
             stmt = session.statement()
             placed = 0
-            for member in members:
-                member_vec = session.vector(member)
-                if member.id in session.evicted:
-                    running = session.running[member.id]
-                    if not self._fits_over_evicted(session, running.node, member_vec, running.level):
-                        break
-                    stmt.unevict(member)
-                else:
-                    types = session.clear_member(member, place)
-                    if types.__class__ is Refused:
-                        break
-                    node = self._find(session, queue, member, member_vec, types)
-                    if node is None or session.place(member, node, stmt) is not None:
-                        break
-                placed += 1
+            try:
+                for member in members:
+                    member_vec = session.vector(member)
+                    if member.id in session.evicted:
+                        running = session.running[member.id]
+                        if not self._fits_over_evicted(session, running.node, member_vec, running.level):
+                            break
+                        stmt.unevict(member)
+                    else:
+                        types = session.clear_member(member, place)
+                        if types.__class__ is Refused:
+                            break
+                        node = self._find(session, queue, member, member_vec, types)
+                        if node is None or session.place(member, node, stmt) is not None:
+                            break
+                    placed += 1
+            except PluginFailed:
+                stmt.discard()   # the members placed so far go back: the gang waits whole
+                raise
             if placed == len(members):
                 stmt.commit()
                 self.ahead.update(member.id for member in members)

@@ -44,6 +44,7 @@ import time
 
 import structlog
 
+from flotilla.core.extensions import PluginFailed
 from flotilla.core.nodeindex import NONPREEMPTIBLE
 from flotilla.core.shares import weight_vector
 
@@ -82,7 +83,12 @@ class Evict:
                         chosen[member.id] = member
         if chosen and (session.settings.evict_protected_fraction > 0 or session.settings.queue_protected_fractions
                        or session.reclaimable_fns):
-            chosen = self._protect(session, chosen)
+            try:
+                chosen = self._protect(session, chosen)
+            except PluginFailed as failure:
+                # A plugin failed to say who may be reclaimed, or in which order: no one is, this cycle.
+                session.plugin_failed(failure)
+                chosen = {}
         stmt = session.statement()
         for job in chosen.values():
             stmt.evict(job)
@@ -145,6 +151,29 @@ class Evict:
         costs = {job_id: cost(running[job_id].vec) for job_id in at_risk}
 
         kept_back: set[str] = set()
+        if not reclaimable:
+            # Without plugins to ask, the order matters only for queues between two bounds: a queue that the
+            # cheapest of its jobs at risk would take below its floor keeps every unit that costs it anything
+            # (what it holds only shrinks), a queue that stays at
+            # its floor losing all its jobs at risk loses them whatever the order. Units touching neither kind
+            # alone are weighed in order below; the others are settled here, with no sort.
+            total: dict[str, float] = {}
+            least: dict[str, float] = {}     # the least a unit can cost the queue, when it costs anything
+            for job_id in at_risk:
+                name, amount = chosen[job_id].queue, costs[job_id]
+                total[name] = total.get(name, 0.0) + amount
+                if amount > 0 and amount < least.get(name, float("inf")):
+                    least[name] = amount
+            ordered = {}
+            for key, unit in units.items():
+                touched = {m.queue for m in unit if m.id in at_risk and costs[m.id] > 0}
+                if any(left[name] - least[name] < floors[name] for name in touched):
+                    kept_back.update(member.id for member in unit)
+                elif all(left[name] - total[name] >= floors[name] for name in touched):
+                    continue   # taken whatever the order
+                else:
+                    ordered[key] = unit
+            units = ordered
         for key in _victim_order(session, units, costs):
             members = [m for m in units[key] if m.id in at_risk]
             loss: dict[str, float] = {}

@@ -9,6 +9,12 @@ and so on down, the child whose key would be smallest if it got the unit it
 offers (ties to the name that sorts first) is taken. Every queue keeps a
 heap of its children's keys; placing a unit re-files only the keys on the
 path from its leaf to the root.
+
+A key the policy fails to give (:class:`~flotilla.core.extensions.PluginFailed`:
+it raised, or answered a NaN, None, or a tuple among floats) leaves its
+queue out of the cycle: the picker records the failure on the session and
+files nothing for the queue (in a tree, nothing below the queue whose key
+failed).
 """
 
 from __future__ import annotations
@@ -16,6 +22,7 @@ from __future__ import annotations
 import heapq
 
 from flotilla.core.cyclestate import QueueState
+from flotilla.core.extensions import PluginFailed
 
 
 class FlatPicker:
@@ -34,8 +41,13 @@ class FlatPicker:
         self.steady = getattr(self.key, "own_usage_only", False)
 
     def offer(self, queue, unit, run, vec) -> None:
+        try:
+            key = self.key(queue, vec)
+        except PluginFailed as failure:
+            self.session.plugin_failed(failure)
+            return
         # Queue names are unique, so the heap never compares what follows them.
-        heapq.heappush(self.heap, (self.key(queue, vec), queue.name, queue, unit, run, vec))
+        heapq.heappush(self.heap, (key, queue.name, queue, unit, run, vec))
 
     def drop(self, queue) -> None:
         """Nothing to do: ``pop`` already took the queue's entry."""
@@ -46,7 +58,11 @@ class FlatPicker:
             key, name, queue, unit, run, vec = heapq.heappop(heap)
             # Alone in the heap, or with a key that cannot have moved, the offer stands as filed.
             if heap and not self.steady:
-                current = self.key(queue, vec)
+                try:
+                    current = self.key(queue, vec)
+                except PluginFailed as failure:
+                    self.session.plugin_failed(failure)
+                    continue
                 if current > key and current > heap[0][0]:
                     # A policy whose keys move with other queues' allocations: re-file and look again.
                     heapq.heappush(heap, (current, name, queue, unit, run, vec))
@@ -98,7 +114,9 @@ class TreePicker:
 
     def _refile(self, queue: QueueState) -> None:
         """Recompute the keys from ``queue`` up to the root, filing each in its parent's heap."""
-        key = self.session.queue_order_fns[0]
+        session = self.session
+        key = session.queue_order_fns[0]
+        failed = session.failed_queues
         for node in queue.chain:
             name = node.name
             version = self.version[name] = self.version.get(name, 0) + 1
@@ -109,5 +127,17 @@ class TreePicker:
                 leaf = name if name in self.head else None
             if leaf is None:
                 continue  # withdrawn: its stale entries are skipped; the parent recomputes without it
+            reason = failed.get(name) if failed else None
+            if reason is None:
+                try:
+                    node_key = key(node, self.head[leaf][2])
+                except PluginFailed as failure:
+                    session.plugin_failed(failure)
+                    reason = failure.reason
+            if reason is not None:
+                # Its key failed (now or earlier): withdrawn, and the leaf that offered through it with it.
+                session.fail_queue(leaf, reason)
+                self.head.pop(leaf, None)
+                continue
             self.leaf[name] = leaf
-            heapq.heappush(self.heaps.setdefault(node.parent, []), (key(node, self.head[leaf][2]), name, version))
+            heapq.heappush(self.heaps.setdefault(node.parent, []), (node_key, name, version))

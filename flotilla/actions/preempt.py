@@ -42,6 +42,7 @@ from itertools import islice
 import structlog
 
 from flotilla.core.nodeindex import EVICTED
+from flotilla.core.extensions import PluginFailed
 from flotilla.core.placement import Refused
 from flotilla.core.podplacements import AFFINITY_NOT_MATCHED, SPREAD_MISSING_LABEL, pod_checked, pod_refusal
 from flotilla.core.topology import gang_places
@@ -67,8 +68,9 @@ class Preempt:
         if session.default_priority_class in urgent:
             urgent.add("")
         candidates = []
+        failed = session.failed_queues
         for queue in session.queues.values():
-            if not queue.queued.has_class(urgent):
+            if not queue.queued.has_class(urgent) or queue.name in failed:
                 continue
             for position, unit in enumerate(islice(iter_units(session, queue, ()), session.settings.lookahead)):
                 if not isinstance(unit, list) and unit.gang is not None:
@@ -84,11 +86,23 @@ class Preempt:
                     continue  # preemptionPolicy: Never: it waits for room
                 priority = max(pc.priority for pc in classes)
                 if priority > lowest:
-                    candidates.append((-priority, session.preempt_rank(queue), queue.name, position, members))
+                    try:
+                        rank = session.preempt_rank(queue)
+                    except PluginFailed as failure:
+                        session.plugin_failed(failure)
+                        break
+                    candidates.append((-priority, rank, queue.name, position, members))
+        candidates = [c for c in candidates if c[2] not in failed]
         candidates.sort(key=lambda c: c[:4])
         preempted = 0
         for _, _, name, _, members in candidates:
-            preempted += self._try(session, session.queues[name], members)
+            if name in failed:
+                continue
+            try:
+                preempted += self._try(session, session.queues[name], members)
+            except PluginFailed as failure:
+                # The unit waits with the failure (a queue-scoped one leaves its queue out): no one is displaced.
+                session.plugin_failed(failure, members)
         session.counters["preempted_urgency"] += preempted
         session.timings[self.name] = time.perf_counter() - started
 
@@ -110,16 +124,20 @@ class Preempt:
         for cluster in places:
             stmt = session.statement()
             victims_taken = 0
-            for member in members:
-                taken = self._place_one(session, stmt, member, cluster)
-                if taken is None:
-                    break
-                victims_taken += taken
-            else:
-                stmt.commit()
+            try:
                 for member in members:
-                    session.failures.pop(member.id, None)
-                return victims_taken
+                    taken = self._place_one(session, stmt, member, cluster)
+                    if taken is None:
+                        break
+                    victims_taken += taken
+                else:
+                    stmt.commit()
+                    for member in members:
+                        session.failures.pop(member.id, None)
+                    return victims_taken
+            except PluginFailed:
+                stmt.discard()
+                raise
             stmt.discard()
         return 0
 

@@ -63,6 +63,10 @@ class AsyncClient:
         """A job's record (:class:`NotFound` for a job of a queue the user may not act in, too)."""
         return await self._send(Calls.status(job_id))
 
+    async def service_status(self) -> dict:
+        """The service's status: version, job counts, the last cycle, the plugins failing in it (``plugins``)."""
+        return await self._send(Calls.service_status())
+
     async def jobs(self, queue: str, job_set: str, states: Iterable[str] | None = None) -> list[Job]:
         """The jobs of a job set, optionally only those in ``states``."""
         return await self._send(Calls.jobs(queue, job_set, states))

@@ -112,6 +112,10 @@ class Calls:
         return Call("GET", f"/v1/jobs/{job_id}", Job.parse)
 
     @staticmethod
+    def service_status() -> Call:
+        return Call("GET", "/v1/status", dict)
+
+    @staticmethod
     def jobs(queue: str, job_set: str, states: Iterable[str] | None = None) -> Call:
         return Call("GET", f"/v1/queues/{queue}/jobsets/{job_set}/jobs",
                     lambda data: [Job.parse(j) for j in data["jobs"]],

@@ -62,6 +62,10 @@ class Client:
         """A job's record (:class:`NotFound` for a job of a queue the user may not act in, too)."""
         return self._send(Calls.status(job_id))
 
+    def service_status(self) -> dict:
+        """The service's status: version, job counts, the last cycle, the plugins failing in it (``plugins``)."""
+        return self._send(Calls.service_status())
+
     def jobs(self, queue: str, job_set: str, states: Iterable[str] | None = None) -> list[Job]:
         """The jobs of a job set, optionally only those in ``states``."""
         return self._send(Calls.jobs(queue, job_set, states))

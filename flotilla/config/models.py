@@ -471,6 +471,9 @@ class DeadlinesConfig(Model):
 class CycleConfig(Model):
     #: Positive: a period of 0 would run cycles back to back, holding the store and the clusters' API servers.
     period: Duration = 1.0
+    #: ``/readyz`` of a process that schedules answers 503 after this many cycles in a row failed closed (a
+    #: plugin failing in ``flotilla_session_open``, say); the next cycle that ends well makes it ready again.
+    unready_after_failed_cycles: int = Field(3, ge=1, le=1000, alias="unreadyAfterFailedCycles")
 
     @field_validator("period")
     @classmethod

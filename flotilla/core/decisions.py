@@ -53,6 +53,8 @@ class Decisions:
     #: Per queue, the head of what stays queued in the order the queue offers it next, and whether more follow
     #: (:meth:`~flotilla.core.session.Session.queue_heads`); only when the cycle was asked for them.
     heads: dict[str, tuple[list[Job], bool]] = field(default_factory=dict)
+    #: Plugin failures of the cycle: (plugin, point, error) -> how many times (:mod:`flotilla.core.extensions`).
+    plugin_errors: dict[tuple[str, str, str], int] = field(default_factory=dict)
     #: The earliest time after this cycle's at which an action or plugin may decide otherwise by time alone (a
     #: reservation's ``after`` running out, say), None for none: a simulation's clock jumps no further.
     wake: float | None = None

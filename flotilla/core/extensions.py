@@ -11,6 +11,15 @@ the one rule by which several plugins' answers combine.
 ``docs/plugins-reference.md`` is generated from this module
 (``scripts/plugins-reference``) and a test checks that it is current.
 
+A plugin's callable may fail: raise, or answer a value its protocol does
+not allow (a NaN, a ``None`` where a number is due). The session calls it
+through a guard (:func:`guard`) that turns either into
+:class:`PluginFailed`, naming the plugin and the point; what fails then is
+written per point, in its protocol's docstring and as its ``scope``
+(``job``: the job asked about waits; ``queue``: the queue leaves the cycle;
+``event``: counted, the decision stands). The core's own callables
+(feasibility, queue limits, an action's node filter) are not guarded.
+
 A node is an ``int``: its position in the session's node list, valid for
 the session it was given by. Resources are a :data:`~flotilla.core.resources.Vector`
 (ints in the order of ``session.space.names``; cpu in millicores).
@@ -19,8 +28,11 @@ the session it was given by. Resources are a :data:`~flotilla.core.resources.Vec
 from __future__ import annotations
 
 import inspect
+import math
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Protocol, Sequence
+from numbers import Real
+from operator import eq
+from typing import TYPE_CHECKING, Callable, Protocol, Sequence
 
 if TYPE_CHECKING:
     from flotilla.core.cyclestate import QueueState
@@ -43,6 +55,12 @@ class QueueOrder(Protocol):
     once, not again at each pick. The key is never reported: the share that
     ``schedule-once``, the service and ``simulate`` show is measured by the
     core (:mod:`flotilla.core.shares`), whatever policy orders the queues.
+
+    When it fails (raises, or answers anything but a finite number or a
+    tuple of finite numbers, or a number where earlier answers were tuples
+    or the other way round), the queue it was asked about leaves the cycle:
+    nothing more of it is placed and every job of it waits with the reason
+    ``plugin NAME failed at queue_order: ExcType: message``.
     """
 
     def __call__(self, queue: QueueState, extra: Vector | None, /) -> float | tuple[float, ...]: ...
@@ -53,13 +71,20 @@ class PreemptQueueOrder(Protocol):
 
     Optional: a policy that only orders queues (``queue_order``) need not
     provide it; the default is the queue's measured share over its fair share.
+    When it fails (as ``queue_order``), the queue leaves the cycle's
+    preemption: its urgent jobs displace no one and wait with the reason.
     """
 
     def __call__(self, queue: QueueState, /) -> float | tuple[float, ...]: ...
 
 
 class JobOrder(Protocol):
-    """A sort key for ``job`` within its queue; smaller runs first. Evicted jobs always come first."""
+    """A sort key for ``job`` within its queue; smaller runs first. Evicted jobs always come first.
+
+    When it fails (raises, answers anything but a tuple, or a tuple holding
+    a NaN), that job waits with the reason and the rest of its queue is
+    ordered without it.
+    """
 
     def __call__(self, job: Job, /) -> tuple: ...
 
@@ -75,6 +100,10 @@ class Predicate(Protocol):
     always asked first; a plugin's predicate can only refuse more. Called once
     per job requirements and node type and cached for the cycle: depend only
     on the job's queue, priority class, node selector and tolerations.
+
+    When it fails (raises, or answers anything but None or a string), the
+    job asked about waits with the reason ``plugin NAME failed at predicate:
+    ExcType: message``.
     """
 
     def __call__(self, job: Job, node_type: NodeType, /) -> str | None: ...
@@ -85,6 +114,7 @@ class QueueAdmit(Protocol):
 
     The core's queue limits (:mod:`flotilla.core.limits`) are always asked
     first; a plugin adds rules of its own (a cap on running jobs, say).
+    When it fails (raises, or answers anything but None or a string), the job waits with the reason.
     """
 
     def __call__(self, queue: QueueState, job: Job, vec: Vector, /) -> str | None: ...
@@ -97,6 +127,9 @@ class NodeTiers(Protocol):
     ``used``: nodes others use. A job goes to the first set that has a node
     it fits on; within a set, to the node with the least free space that
     fits (or the best scored one, see ``node_score``).
+
+    When it fails (raises, or answers anything but a sequence of those
+    names), the queue leaves the cycle, as for ``queue_order``.
     """
 
     def __call__(self, queue: QueueState, /) -> Sequence[str]: ...
@@ -123,6 +156,9 @@ class NodeScore(Protocol):
     allocate then weighs the fitting nodes of *every* tier and takes the
     highest total of the across-tier scores; only among equal totals does
     the earlier tier, then the within-tier score, decide.
+
+    When it fails (raises, or answers anything but a finite number), the job
+    being placed waits with the reason; it is placed nowhere this cycle.
     """
 
     def __call__(self, job: Job, node: int, /) -> float: ...
@@ -132,7 +168,8 @@ class NodeFilter(Protocol):
     """May ``job`` start on ``node``? For per-node rules predicates cannot express (they see node types).
 
     The ``reserve`` action sets one per cycle so that reserved nodes take
-    only preemptible jobs.
+    only preemptible jobs. When it fails (raises, or answers anything but
+    a bool), the job being placed waits with the reason.
     """
 
     def __call__(self, job: Job, node: int, /) -> bool: ...
@@ -142,20 +179,29 @@ class GangReady(Protocol):
     """Is this gang complete enough to place? None for yes, a reason for no.
 
     ``members`` are the members offered together. Placement itself is all or
-    nothing on one cluster.
+    nothing on one cluster. When it fails (raises, or answers anything but
+    None or a string), every member offered waits with the reason.
     """
 
     def __call__(self, gang: Gang, members: Sequence[Job], /) -> str | None: ...
 
 
 class Preemptable(Protocol):
-    """May running job ``victim`` be displaced to make room for ``preemptor`` (urgency preemption)?"""
+    """May running job ``victim`` be displaced to make room for ``preemptor`` (urgency preemption)?
+
+    When it fails (raises, or answers anything but a bool), the preemptor
+    waits with the reason and displaces no one this cycle.
+    """
 
     def __call__(self, preemptor: Job, victim: Job, /) -> bool: ...
 
 
 class VictimOrder(Protocol):
-    """A sort key for an eligible victim on a node; the preempt action takes victims in this order until the preemptor fits."""
+    """A sort key for an eligible victim on a node; the preempt action takes victims in this order until the preemptor fits.
+
+    When it fails (raises, answers anything but a tuple, or a tuple holding
+    a NaN), the job being placed waits with the reason and displaces no one.
+    """
 
     def __call__(self, victim: Job, /) -> tuple: ...
 
@@ -173,7 +219,9 @@ class Reclaimable(Protocol):
     victim and those taken before it gone. Answer False to keep the victim
     on its node this cycle (a quota policy: while ``left`` would fall below
     the queue's nominal quota). Called during ``evict`` only, once per
-    victim at risk; urgency preemption asks ``preemptable`` instead.
+    victim at risk; urgency preemption asks ``preemptable`` instead. When
+    it fails (raises, or answers anything but a bool), ``evict`` reclaims
+    nothing this cycle.
     """
 
     def __call__(self, queue: QueueState, victim: Job, left: Vector, /) -> bool: ...
@@ -186,7 +234,8 @@ class ReclaimOrder(Protocol):
     core's order: lowest priority class first, largest first, highest id
     (natural order) first. Never the submission order, so the victims do
     not depend on the order jobs came in; a key that reads submission times
-    makes them depend on it.
+    makes them depend on it. When it fails (raises, answers anything but a
+    tuple, or a tuple holding a NaN), ``evict`` reclaims nothing this cycle.
     """
 
     def __call__(self, victim: Job, /) -> tuple: ...
@@ -199,32 +248,44 @@ class JobValid(Protocol):
     job. A check whose answer depends on the job's priority class alone may
     say so with the attribute ``by_priority_class = True``: allocate then
     passes over a run of known misfits (same requirements, so the same class)
-    without calling it per job.
+    without calling it per job. When it fails (raises, or answers
+    anything but None or a string), the job waits with the reason.
     """
 
     def __call__(self, job: Job, /) -> str | None: ...
 
 
 class OnAllocate(Protocol):
-    """``job`` was placed on ``node`` (or an evicted job returned to its node), as a statement commits."""
+    """``job`` was placed on ``node`` (or an evicted job returned to its node), as a statement commits.
+
+    When it raises, the failure is counted and shown; the placement stands
+    (it is already made), and the other handlers are still called.
+    """
 
     def __call__(self, job: Job, node: int, /) -> None: ...
 
 
 class OnEvict(Protocol):
-    """Running ``job`` was evicted or preempted from ``node``; it no longer counts for its queue."""
+    """Running ``job`` was evicted or preempted from ``node``; it no longer counts for its queue.
+
+    When it raises, the failure is counted and shown; the eviction stands.
+    """
 
     def __call__(self, job: Job, node: int, /) -> None: ...
 
 
 @dataclass(frozen=True)
 class ExtensionPoint:
-    """One extension point: its protocol (signature and contract), how to register it, and how answers combine."""
+    """One extension point: its protocol (signature and contract), how to register it, how answers combine,
+    and what its failure leaves out (``scope``: ``job``, ``queue`` or ``event``; ``subject``: the position of
+    the argument it is asked about)."""
 
     name: str
     register: str
     protocol: type
     combine: str
+    scope: str = "job"
+    subject: int = 0
 
     @property
     def contract(self) -> str:
@@ -240,10 +301,11 @@ class ExtensionPoint:
 
 EXTENSION_POINTS: tuple[ExtensionPoint, ...] = (
     ExtensionPoint("queue_order", "add_queue_order", QueueOrder,
-                   "exactly one plugin provides it (the fairness policy); none or two is a configuration error"),
+                   "exactly one plugin provides it (the fairness policy); none or two is a configuration error",
+                   scope="queue"),
     ExtensionPoint("preempt_queue_order", "add_preempt_queue_order", PreemptQueueOrder,
                    "optional; at most one plugin provides it, two is a configuration error; default the queue's "
-                   "measured share over its fair share"),
+                   "measured share over its fair share", scope="queue"),
     ExtensionPoint("job_order", "add_job_order", JobOrder,
                    "keys are concatenated in plugin order, so the first plugin that tells two jobs apart decides; "
                    "ties fall back to priority, then submission time, then position"),
@@ -252,9 +314,9 @@ EXTENSION_POINTS: tuple[ExtensionPoint, ...] = (
                    "its reason, wins"),
     ExtensionPoint("queue_admit", "add_queue_admit", QueueAdmit,
                    "all must agree; the core's queue limits first, then plugins in order; the first refusal, with "
-                   "its reason, wins"),
+                   "its reason, wins", subject=1),
     ExtensionPoint("node_tiers", "set_node_tiers", NodeTiers,
-                   "the last plugin to set it wins; default `('any',)`"),
+                   "the last plugin to set it wins; default `('any',)`", scope="queue"),
     ExtensionPoint("node_score", "add_node_score", NodeScore,
                    "each plugin's scores normalised to 0..100 over the nodes weighed, times its `weight:` "
                    "(default 1), added up, within tiers and across tiers (`across_tiers=True`) separately; the "
@@ -262,7 +324,7 @@ EXTENSION_POINTS: tuple[ExtensionPoint, ...] = (
     ExtensionPoint("node_filter", "add_node_filter", NodeFilter,
                    "all must agree; a node any filter refuses is skipped"),
     ExtensionPoint("gang_ready", "add_gang_ready", GangReady,
-                   "all must agree; the first refusal, with its reason, wins"),
+                   "all must agree; the first refusal, with its reason, wins", subject=1),
     ExtensionPoint("preemptable", "add_preemptable", Preemptable,
                    "all must agree: a victim is eligible only if every plugin says yes; with none registered "
                    "nothing may be preempted"),
@@ -276,7 +338,262 @@ EXTENSION_POINTS: tuple[ExtensionPoint, ...] = (
     ExtensionPoint("job_valid", "add_job_valid", JobValid,
                    "the first refusal, with its reason, wins"),
     ExtensionPoint("on_allocate", "add_event_handler", OnAllocate,
-                   "every handler is called, in plugin order (`add_event_handler(on_allocate=...)`)"),
+                   "every handler is called, in plugin order (`add_event_handler(on_allocate=...)`)",
+                   scope="event"),
     ExtensionPoint("on_evict", "add_event_handler", OnEvict,
-                   "every handler is called, in plugin order (`add_event_handler(on_evict=...)`)"),
+                   "every handler is called, in plugin order (`add_event_handler(on_evict=...)`)",
+                   scope="event"),
 )
+
+#: Each point by name.
+POINTS: dict[str, ExtensionPoint] = {point.name: point for point in EXTENSION_POINTS}
+
+
+class PluginFailed(Exception):
+    """A plugin's callable raised, or answered what its point does not allow.
+
+    ``reason`` is what the jobs it leaves waiting read: ``plugin NAME failed
+    at POINT: ExcType: message``. ``subject`` is what the point was asked
+    about (a job, a gang's members, a queue); ``scope`` says what the
+    failure leaves out (:class:`ExtensionPoint`).
+    """
+
+    def __init__(self, plugin: str, point: str, error: BaseException | str, subject=None, scope: str = "job"):
+        self.plugin = plugin
+        self.point = point
+        if isinstance(error, BaseException):
+            lines = str(error).strip().splitlines()
+            error = f"{type(error).__name__}: {lines[0][:200]}" if lines else type(error).__name__
+        self.error: str = error
+        self.subject = subject
+        self.scope = scope
+        super().__init__(self.reason)
+
+    @property
+    def reason(self) -> str:
+        return f"plugin {self.plugin} failed at {self.point}: {self.error}"
+
+
+def _number(answer) -> bool:
+    cls = answer.__class__
+    if cls is float or cls is int:
+        return answer - answer == 0  # false for NaN and the infinities
+    return isinstance(answer, Real) and not isinstance(answer, bool) and math.isfinite(answer)
+
+
+def _finite_number(answer) -> str | None:
+    if _number(answer):
+        return None
+    if isinstance(answer, Real) and not isinstance(answer, bool):
+        return f"ValueError: answered {answer!r}, not a finite number"
+    return f"TypeError: answered {_shown(answer)}, not a number"
+
+
+#: A finite float is always a good number: the guard checks it inline.
+_finite_number.floats = [True]
+
+
+def _reason(answer) -> str | None:
+    if answer is None or answer.__class__ is str:
+        return None
+    return f"TypeError: answered {_shown(answer)}, not None or a string"
+
+
+def _bool(answer) -> str | None:
+    if answer is True or answer is False:
+        return None
+    return f"TypeError: answered {_shown(answer)}, not a bool"
+
+
+def _sort_key(answer) -> str | None:
+    if answer.__class__ is not tuple:
+        return f"TypeError: answered {_shown(answer)}, not a tuple"
+    if not all(map(eq, answer, answer)):  # only a NaN is not equal to itself
+        return f"ValueError: answered {_shown(answer)}, which holds a NaN"
+    return None
+
+
+_TIERS = frozenset(("own", "unused", "used", "any"))
+
+
+def _tiers(answer) -> str | None:
+    if isinstance(answer, (list, tuple)) and all(tier.__class__ is str and tier in _TIERS for tier in answer):
+        return None
+    return f"TypeError: answered {_shown(answer)}, not a sequence of own, unused, used, any"
+
+
+def _shown(answer) -> str:
+    text = repr(answer)
+    return text if len(text) <= 60 else text[:57] + "..."
+
+
+def _queue_key_check():
+    """A check for one policy's queue keys this cycle: finite numbers, or tuples of them, never both."""
+    kinds: list[str] = []
+
+    def check(answer) -> str | None:
+        if answer.__class__ is tuple:
+            kind = "tuple"
+            for part in answer:
+                if not _number(part):
+                    return f"{'ValueError' if isinstance(part, Real) and not isinstance(part, bool) else 'TypeError'}" \
+                           f": answered {_shown(answer)}, not a tuple of finite numbers"
+        else:
+            problem = _finite_number(answer)
+            if problem is not None:
+                return problem
+            kind = "number"
+        if not kinds:
+            kinds.append(kind)
+            if kind == "number":
+                check.floats.append(True)  # floats are this policy's keys: the guard checks them inline
+        elif kinds[0] != kind:
+            return f"TypeError: answered {_shown(answer)} where earlier answers were {kinds[0]}s"
+        return None
+
+    check.floats = []
+    return check
+
+
+#: The answer each point must give, checked by its guard (None: any answer is taken).
+_CHECKS: dict[str, Callable[[], Callable[[object], str | None]] | Callable[[object], str | None] | None] = {
+    "queue_order": _queue_key_check, "preempt_queue_order": _queue_key_check,
+    "job_order": _sort_key, "victim_order": _sort_key,
+    "predicate": _reason, "queue_admit": _reason, "gang_ready": _reason, "job_valid": _reason,
+    "node_tiers": _tiers, "node_score": _finite_number, "node_filter": _bool, "preemptable": _bool,
+    "reclaimable": _bool, "reclaim_order": _sort_key,
+    "on_allocate": None, "on_evict": None,
+}
+_STATEFUL = {"queue_order", "preempt_queue_order"}
+
+#: Attributes a callable may carry to say how it may be called (see the protocols); a guard keeps them.
+_PROMISES = ("own_usage_only", "by_priority_class")
+
+
+def _guard1(fn, plugin, point, at, scope, check, reason):
+    floats = getattr(check, "floats", None)  # non-empty while a finite float is a good answer (checked inline)
+    if reason:
+        def guarded(a):
+            try:
+                answer = fn(a)
+            except Exception as exc:
+                raise PluginFailed(plugin, point, exc, a, scope) from exc
+            if answer is None or answer.__class__ is str:
+                return answer
+            raise PluginFailed(plugin, point, _reason(answer), a, scope)
+    else:
+        accepted = None  # the last tuple answer that passed: a plugin answering one constant is checked once
+
+        def guarded(a):
+            nonlocal accepted
+            try:
+                answer = fn(a)
+            except Exception as exc:
+                raise PluginFailed(plugin, point, exc, a, scope) from exc
+            if answer is accepted or floats and answer.__class__ is float and answer - answer == 0:
+                return answer  # the usual queue key or node tiers, checked inline
+            problem = check(answer)
+            if problem is not None:
+                raise PluginFailed(plugin, point, problem, a, scope)
+            if answer.__class__ is tuple:
+                accepted = answer
+            return answer
+    return guarded
+
+
+def _guard2(fn, plugin, point, at, scope, check, reason):
+    floats = getattr(check, "floats", None)
+    if reason:
+        def guarded(a, b):
+            try:
+                answer = fn(a, b)
+            except Exception as exc:
+                raise PluginFailed(plugin, point, exc, (a, b)[at], scope) from exc
+            if answer is None or answer.__class__ is str:
+                return answer
+            raise PluginFailed(plugin, point, _reason(answer), (a, b)[at], scope)
+    else:
+        def guarded(a, b):
+            try:
+                answer = fn(a, b)
+            except Exception as exc:
+                raise PluginFailed(plugin, point, exc, (a, b)[at], scope) from exc
+            if floats and answer.__class__ is float and answer - answer == 0:
+                return answer  # the usual queue key or node score, checked inline
+            problem = check(answer)
+            if problem is not None:
+                raise PluginFailed(plugin, point, problem, (a, b)[at], scope)
+            return answer
+    return guarded
+
+
+def _guard3(fn, plugin, point, at, scope, check, reason):
+    def guarded(a, b, c):
+        try:
+            answer = fn(a, b, c)
+        except Exception as exc:
+            raise PluginFailed(plugin, point, exc, (a, b, c)[at], scope) from exc
+        problem = check(answer)
+        if problem is not None:
+            raise PluginFailed(plugin, point, problem, (a, b, c)[at], scope)
+        return answer
+    return guarded
+
+
+def _by_priority_class(fn, plugin, point, scope):
+    """A guarded ``job_valid`` whose answer depends on the job's priority class alone (its promise): asked once
+    per class, the answer kept for the session."""
+    answers: dict = {}
+
+    def guarded(job):
+        try:
+            return answers[job.priority_class]
+        except KeyError:
+            pass
+        try:
+            answer = fn(job)
+        except Exception as exc:
+            raise PluginFailed(plugin, point, exc, job, scope) from exc
+        if answer is not None and answer.__class__ is not str:
+            raise PluginFailed(plugin, point, _reason(answer), job, scope)
+        answers[job.priority_class] = answer
+        return answer
+    return guarded
+
+
+#: Guards by the number of arguments a point takes (none takes more than three).
+_GUARDS = {1: _guard1, 2: _guard2, 3: _guard3}
+
+
+def guard(point: str, plugin: str, fn: Callable, failed: Callable[[PluginFailed], None]) -> Callable:
+    """``fn`` as plugin ``plugin`` registered it at ``point``, raising :class:`PluginFailed` when it fails.
+
+    A raise or an answer the point does not allow becomes
+    :class:`PluginFailed` naming the plugin and the point. An event handler
+    (scope ``event``) hands its failure to ``failed`` and returns: its
+    decision is already made. One call more per use: the guarded points are
+    asked once per job, queue or node candidate, never per queued job but by
+    a plugin's own job order.
+    """
+    declared = POINTS[point]
+    scope, at = declared.scope, declared.subject
+    check = _CHECKS[point]
+    if point in _STATEFUL:
+        check = check()
+
+    if scope == "event":
+        def guarded(*args):
+            try:
+                fn(*args)
+            except Exception as exc:
+                failed(PluginFailed(plugin, point, exc, args[at], scope))
+    elif point == "job_valid" and getattr(fn, "by_priority_class", False):
+        guarded = _by_priority_class(fn, plugin, point, scope)
+    else:
+        guarded = _GUARDS[len(inspect.signature(declared.protocol.__call__).parameters) - 1](
+            fn, plugin, point, at, scope, check, check is _reason)
+    for promise in _PROMISES:
+        if getattr(fn, promise, False):
+            setattr(guarded, promise, True)
+    guarded.__wrapped__ = fn
+    return guarded

@@ -8,6 +8,11 @@ registration and combining apart from the session's state. The core's
 guarantees are registered here first, before any plugin's, and no plugin
 can remove them: Kubernetes feasibility (:mod:`flotilla.core.feasibility`)
 always, queue limits (:mod:`flotilla.core.limits`) whenever a queue has some.
+
+What a plugin registers while :attr:`ExtensionRegistry.opening_plugin` names
+it is guarded (:func:`flotilla.core.extensions.guard`): its failures are
+:class:`~flotilla.core.extensions.PluginFailed`, which the actions catch per
+job or per queue and hand to :meth:`ExtensionRegistry.plugin_failed`.
 """
 
 from __future__ import annotations
@@ -16,8 +21,8 @@ from typing import Sequence
 
 from flotilla.core.cyclestate import QueueState, RunningJob
 from flotilla.core.extensions import (GangReady, JobOrder, JobValid, NodeFilter, NodeScore, NodeTiers, OnAllocate,
-                                      OnEvict, Preemptable, PreemptQueueOrder, Predicate, QueueAdmit, QueueOrder,
-                                      Reclaimable, ReclaimOrder, VictimOrder)
+                                      OnEvict, PluginFailed, Preemptable, PreemptQueueOrder, Predicate, QueueAdmit,
+                                      QueueOrder, Reclaimable, ReclaimOrder, VictimOrder, guard)
 from flotilla.core.feasibility import node_type_refusal
 from flotilla.core.limits import queue_limit_refusal
 from flotilla.core.model import Gang, Job
@@ -63,28 +68,58 @@ class ExtensionRegistry:
         self.job_valid_fns: list[JobValid] = []
         self.allocate_handlers: list[OnAllocate] = []
         self.evict_handlers: list[OnEvict] = []
+        #: (plugin, point, error) -> how many times it failed this cycle.
+        self.plugin_errors: dict[tuple[str, str, str], int] = {}
+        #: Queues a plugin failure left out of the cycle, with the reason their jobs read.
+        self.failed_queues: dict[str, str] = {}
+
+    def _guarded(self, point: str, fn):
+        plugin = self.opening_plugin
+        return fn if plugin is None else guard(point, plugin, fn, self.plugin_failed)
+
+    def plugin_failed(self, failure: PluginFailed, jobs: Sequence[Job] = ()) -> None:
+        """Record a plugin's failure: counted; a queue-scoped one leaves its queue out of the cycle, and the
+        queued ``jobs`` (those the caller was placing) wait with its reason."""
+        key = (failure.plugin, failure.point, failure.error)
+        self.plugin_errors[key] = self.plugin_errors.get(key, 0) + 1
+        if failure.scope == "queue" and failure.subject is not None:
+            self.failed_queues.setdefault(failure.subject.name, failure.reason)
+        for job in jobs:
+            if job.id not in self.evicted:
+                self.failures[job.id] = failure.reason
+
+    def fail_queue(self, name: str, reason: str) -> None:
+        """Leave queue ``name`` out of the rest of the cycle: its jobs wait with ``reason``."""
+        self.failed_queues.setdefault(name, reason)
 
     # -- registration (called by plugins in flotilla_session_open) --------
     def add_queue_order(self, fn: QueueOrder) -> None:
+        fn = self._guarded("queue_order", fn)
         self.queue_order_fns.append(fn)
 
     def add_preempt_queue_order(self, fn: PreemptQueueOrder) -> None:
+        fn = self._guarded("preempt_queue_order", fn)
         self.preempt_queue_order_fns.append(fn)
 
     def add_job_order(self, fn: JobOrder) -> None:
+        fn = self._guarded("job_order", fn)
         self.job_order_fns.append(fn)
 
     def add_predicate(self, fn: Predicate) -> None:
+        fn = self._guarded("predicate", fn)
         self.predicate_fns.append(fn)
 
     def add_queue_admit(self, fn: QueueAdmit) -> None:
+        fn = self._guarded("queue_admit", fn)
         self.queue_admit_fns.append(fn)
 
     def set_node_tiers(self, fn: NodeTiers) -> None:
+        fn = self._guarded("node_tiers", fn)
         self.node_tiers_fn = fn
 
     def add_node_score(self, fn: NodeScore, across_tiers: bool = False) -> None:
         plugin = self.opening_plugin
+        fn = self._guarded("node_score", fn)
         weight = self.settings.score_weights.get(plugin, 1.0) if plugin is not None else 1.0
         if across_tiers:
             self.tier_crossing_score_fns.append(fn)
@@ -96,28 +131,32 @@ class ExtensionRegistry:
             self.score_plugins.add(plugin)
 
     def add_gang_ready(self, fn: GangReady) -> None:
+        fn = self._guarded("gang_ready", fn)
         self.gang_ready_fns.append(fn)
 
     def add_preemptable(self, fn: Preemptable) -> None:
+        fn = self._guarded("preemptable", fn)
         self.preemptable_fns.append(fn)
 
     def add_victim_order(self, fn: VictimOrder) -> None:
+        fn = self._guarded("victim_order", fn)
         self.victim_order_fns.append(fn)
 
     def add_reclaimable(self, fn: Reclaimable) -> None:
-        self.reclaimable_fns.append(fn)
+        self.reclaimable_fns.append(self._guarded("reclaimable", fn))
 
     def add_reclaim_order(self, fn: ReclaimOrder) -> None:
-        self.reclaim_order_fns.append(fn)
+        self.reclaim_order_fns.append(self._guarded("reclaim_order", fn))
 
     def add_job_valid(self, fn: JobValid) -> None:
+        fn = self._guarded("job_valid", fn)
         self.job_valid_fns.append(fn)
 
     def add_event_handler(self, on_allocate: OnAllocate | None = None, on_evict: OnEvict | None = None) -> None:
         if on_allocate is not None:
-            self.allocate_handlers.append(on_allocate)
+            self.allocate_handlers.append(self._guarded("on_allocate", on_allocate))
         if on_evict is not None:
-            self.evict_handlers.append(on_evict)
+            self.evict_handlers.append(self._guarded("on_evict", on_evict))
 
     def check_registrations(self) -> None:
         """Enforce the combine rules that are about *how many* plugins answer."""
@@ -131,7 +170,7 @@ class ExtensionRegistry:
 
     def add_node_filter(self, fn: NodeFilter) -> None:
         """May ``job`` start on node ``i``? (Reservations; all filters must agree.) Set by actions, per cycle."""
-        self.node_filter_fns.append(fn)
+        self.node_filter_fns.append(self._guarded("node_filter", fn))
 
     def node_allowed(self, job: Job, i: int, making_way: frozenset[str] | set[str] = frozenset()) -> bool:
         """May ``job`` start on node ``i``: none of its host ports is held there (but by jobs ``making_way``),
@@ -173,6 +212,15 @@ class ExtensionRegistry:
         if self.job_order_fns:
             return (*(part for fn in self.job_order_fns for part in fn(job)), job.priority, job.submitted, position)
         return (job.priority, job.submitted, position)
+
+    def sorted_by_job_order(self, jobs) -> list[Job]:
+        """``jobs`` in job order (ties by id); if a plugin's job order fails, in the core's order (priority,
+        submission time, id), the failure recorded: evicted and running jobs have no queue place to lose."""
+        try:
+            return sorted(jobs, key=lambda j: self.job_sort_key(j, 0) + (j.id,))
+        except PluginFailed as failure:
+            self.plugin_failed(failure)
+            return sorted(jobs, key=lambda j: (j.priority, j.submitted, j.id))
 
     def job_valid(self, job: Job) -> str | None:
         for fn in self.job_valid_fns:

@@ -29,6 +29,7 @@ import structlog
 
 from flotilla.core.cyclestate import CycleState, QueueState, RunningJob, job_level
 from flotilla.core.decisions import Decisions, Placement, QueueReport
+from flotilla.core.extensions import PluginFailed
 from flotilla.core.logs import debug_enabled
 from flotilla.core.model import Job, Snapshot
 from flotilla.core.nodeindex import NodeIndex
@@ -158,9 +159,24 @@ class Session(ExtensionRegistry, NodeSearch, Placing, WhyNot):
             return queue.queued
         order = self._orders.get(queue.name)
         if order is None:
-            entries = [(*self.job_sort_key(entry[-1], entry[2]), entry[-1]) for entry in queue.queued.live_entries()]
+            live = queue.queued.live_entries()
+            try:
+                entries = [(*self.job_sort_key(entry[-1], entry[2]), entry[-1]) for entry in live]
+            except PluginFailed:
+                entries = self._ordered_without_failures(live)
             order = self._orders[queue.name] = JobQueue(None, entries)
         return order
+
+    def _ordered_without_failures(self, live) -> list[tuple]:
+        """The entries of the jobs a plugin's job order answers for; the others wait with its failure."""
+        entries = []
+        for entry in live:
+            job = entry[-1]
+            try:
+                entries.append((*self.job_sort_key(job, entry[2]), job))
+            except PluginFailed as failure:
+                self.plugin_failed(failure, (job,))
+        return entries
 
     def _cluster_and_labels(self, i: int):
         """Node ``i``'s cluster and labels as the predicates see them (its type's)."""

@@ -63,7 +63,7 @@ class QueueUnits:
     def __init__(self, session, queue: QueueState, evicted: Iterable[Job]):
         self.session = session
         self.queue = queue
-        self.evicted = sorted(evicted, key=lambda j: session.job_sort_key(j, 0) + (j.id,)) if evicted else []
+        self.evicted = session.sorted_by_job_order(evicted) if evicted else []
         self.epos = 0
         self.order: JobQueue | None = None
         self.position = 0

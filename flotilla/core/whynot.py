@@ -117,6 +117,8 @@ class WhyNot:
 
     def explain(self, job: Job) -> str:
         """One short reason why ``job`` is still queued."""
+        if self.failed_queues and job.queue in self.failed_queues:
+            return self.failed_queues[job.queue]   # a plugin's failure left its queue out of the cycle
         failure = self.failures.get(job.id)
         # A job passed over as a known misfit reads as its key's failure, unless something was recorded for
         # it since (an action after allocate) or a later action placed it (its failure went then too).

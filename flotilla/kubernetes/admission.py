@@ -23,6 +23,17 @@ the room its burst may take waits for the burst to pass. A bind gives way
 so for at most ``UNDECIDED_WINDOW`` seconds. The room contested at that
 moment goes to the pods that were waiting first.
 
+The watch may lag: under load another scheduler's pod can be created, and
+even bound, before the watch shows it, and that scheduler binds from its own
+cache, which may not show Flotilla's bind yet. So while another scheduler is
+active (its pods seen within ``OTHER_SCHEDULER_PERIOD``), each bind first
+reads the API server afresh (a consistent list, not the watch): the pods on
+the node and the pods waiting for other schedulers. The check then counts the
+larger of the two views of the node (:func:`fresh_use`) and every waiting pod
+either view shows (:func:`waits_for_node`). What is left open is a pod created
+after that read and placed by the other scheduler before its cache shows
+Flotilla's bind: Flotilla cannot see it in time (docs/kubernetes.md).
+
 The kubelet checks again when the pod arrives (``pkg/kubelet/lifecycle/
 predicate.go``): a pod it does not admit ends ``Failed`` at once with the
 reason of the first check that failed. Those reasons say the node was the
@@ -37,7 +48,7 @@ reason}`` metric, with a reason label from a bounded set
 
 from __future__ import annotations
 
-from typing import Mapping
+from typing import Iterable, Mapping
 
 #: The kubelet's admission reasons (predicate.go) that send the job back to its queue. ``OutOf<resource>``
 #: (``OutOfcpu``, ``OutOfmemory``, ``OutOfpods``, ``OutOfephemeral-storage``, an extended resource's) is matched
@@ -94,6 +105,42 @@ def undecided_elsewhere(pod: Mapping, scheduler_name: str) -> bool:
     return not any(c.get("type") == "PodScheduled" and c.get("status") == "False"
                    for c in (pod.get("status") or {}).get("conditions") or ())
 TOO_MANY_PODS = "Too many pods"
+#: Another scheduler counts as active (binds read the API server afresh) this many seconds after the watch last
+#: showed one of its pods waiting.
+OTHER_SCHEDULER_PERIOD = 300.0
+
+
+def waits_for_node(pod: Mapping, labels: Mapping[str, str], scheduler_name: str) -> bool:
+    """Whether ``pod``, read afresh, is another scheduler's undecided pod (:func:`undecided_elsewhere`) that may take
+    room on a node of ``labels`` (its nodeSelector matches; no node yet; not deleted; Pending)."""
+    spec = pod.get("spec") or {}
+    if spec.get("nodeName") or (pod.get("metadata") or {}).get("deletionTimestamp") \
+            or (pod.get("status") or {}).get("phase", "Pending") != "Pending":
+        return False
+    if any(labels.get(k) != v for k, v in (spec.get("nodeSelector") or {}).items()):
+        return False
+    return undecided_elsewhere(pod, scheduler_name)
+
+
+def fresh_use(live: Iterable[tuple[str | None, Mapping[str, int]]],
+              admitted: Mapping[str, Mapping[str, int]]) -> tuple[dict[str, int], int]:
+    """The requests and number of pods on a node as a fresh read shows it: its live pods (``(job id or None,
+    requests)``, terminating ones too) and Flotilla's admitted binds (job id -> requests) the read does not show."""
+    load: dict[str, int] = {}
+    pods = 0
+    seen = set()
+    for job_id, requests in live:
+        pods += 1
+        if job_id is not None:
+            seen.add(job_id)
+        for resource, amount in requests.items():
+            load[resource] = load.get(resource, 0) + amount
+    for job_id, requests in admitted.items():
+        if job_id not in seen:
+            pods += 1
+            for resource, amount in requests.items():
+                load[resource] = load.get(resource, 0) + amount
+    return load, pods
 
 
 def shortfall(requests: Mapping[str, int], load: Mapping[str, int], allocatable: Mapping[str, int],
@@ -109,5 +156,5 @@ def shortfall(requests: Mapping[str, int], load: Mapping[str, int], allocatable:
     return None
 
 
-__all__ = ["ADMISSION_REASONS", "OTHER", "TOO_MANY_PODS", "UNDECIDED_WINDOW", "ARRIVALS_PERIOD", "admission_rejection", "returned_label",
-           "shortfall", "undecided_elsewhere"]
+__all__ = ["ADMISSION_REASONS", "OTHER", "OTHER_SCHEDULER_PERIOD", "TOO_MANY_PODS", "UNDECIDED_WINDOW", "ARRIVALS_PERIOD",
+           "admission_rejection", "fresh_use", "returned_label", "shortfall", "undecided_elsewhere", "waits_for_node"]

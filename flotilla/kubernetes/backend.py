@@ -91,8 +91,8 @@ from flotilla.core.resources import PODS, UNLIMITED_PODS
 from flotilla.kubernetes.client import (ApiError, Gone, KubeClient, KubeError, Unreachable, WatchBroken,
                                         forbidden_message, pod_path)
 from flotilla.kubernetes.services import OWNED, exposure_manifests, object_path, owner_reference
-from flotilla.kubernetes.admission import (ARRIVALS_PERIOD, UNDECIDED_WINDOW, admission_rejection, returned_label, shortfall,
-                                           undecided_elsewhere)
+from flotilla.kubernetes.admission import (ARRIVALS_PERIOD, OTHER_SCHEDULER_PERIOD, UNDECIDED_WINDOW, admission_rejection,
+                                           fresh_use, returned_label, shortfall, undecided_elsewhere, waits_for_node)
 from flotilla.kubernetes.podgroupstatus import PodGroupReporter, podgroup_status
 from flotilla.kubernetes.priorityclasses import PRIORITY_CLASSES_PATH, PriorityClassTracker, setup_priority_classes
 from flotilla.kubernetes.intake import (JOBS_PATH, JOBSETS_PATH, PODGROUPS_PATH, POD_NAME, POD_NAMESPACE, POD_UID,
@@ -250,6 +250,8 @@ class KubernetesCluster:
         self._undecided: dict[tuple[str, str], tuple[float, Mapping[str, int], Mapping[str, str]]] = {}
         self._nominated: set[str] = set()                # held in-cluster starts told their node
         self._arrivals: deque = deque()                  # (key, first seen, requests, nodeSelector) of those pods
+        self._other_seen_at: float | None = None         # when the watch last showed such a pod arrive
+        self._settle_timer: threading.Timer | None = None   # retries held starts once such a burst is over
         self._yielding: dict[str, float] = {}            # job id -> since when its bind gives way to them
         #: Node -> starts waiting for room on it, in order: (job, attempt, template, start count).
         self._held: dict[str, list[tuple]] = {}
@@ -337,6 +339,10 @@ class KubernetesCluster:
             if self._stop.is_set():
                 return
             self._stop.set()
+            timer = self._settle_timer
+        if timer is not None:
+            timer.cancel()
+            timer.join(timeout)
         self.client.end_watches(self._stop)
         deadline = time.monotonic() + timeout
         for thread in self._threads:
@@ -770,23 +776,88 @@ class KubernetesCluster:
                 load[resource] = load.get(resource, 0) + amount
         return load, pods, leaving, gone
 
+    def _read_afresh(self, node: str) -> tuple[list[dict], list[dict]] | None:
+        """While another scheduler is active: the pods on ``node`` and those waiting for other schedulers, read from
+        the API server itself (consistent lists), not from the watch, which may lag (module
+        :mod:`flotilla.kubernetes.admission`). None when no other scheduler is active or the read fails (the watch's
+        view stands then)."""
+        seen = self._other_seen_at
+        if seen is None or self.clock() - seen > OTHER_SCHEDULER_PERIOD:
+            return None
+        try:
+            on_node = self.client.get("/api/v1/pods", fieldSelector=f"spec.nodeName={node}").get("items") or []
+            waiting = self.client.get("/api/v1/pods", fieldSelector="spec.nodeName=,spec.schedulerName!="
+                                                                    + self.settings.scheduler_name).get("items") or []
+        except KubeError as exc:
+            log.info("kubernetes.fresh_read_failed", cluster=self.name, node=node, error=str(exc))
+            return None
+        return on_node, waiting
+
+    def _fresh_view(self, node: Node, fresh: tuple[list[dict], list[dict]]) -> tuple[dict[str, int], int, dict]:
+        """From a fresh read of ``node`` (:meth:`_read_afresh`): what its kubelet will count, and the requests of the
+        other schedulers' waiting pods that may take room there and the watch does not show waiting (by key)."""
+        on_node, waiting = fresh
+        admitted = self._admitted_on.get(node.name, {})
+        bound_here = {}   # in-cluster pods Flotilla is binding here, by pod: their job ids (their pods carry no label)
+        for job_id in admitted:
+            job = self._inflight.get(job_id)
+            if job is not None and POD_UID in job.annotations:
+                bound_here[(job.annotations[POD_NAMESPACE], job.annotations[POD_NAME])] = job_id
+        live = []
+        for obj in on_node:
+            if (obj.get("status") or {}).get("phase") in _ENDED:
+                continue
+            try:
+                requests = pod_requests(obj)
+            except (ValueError, ArithmeticError):
+                continue
+            meta = obj["metadata"]
+            job_id = (meta.get("labels") or {}).get(JOB_ID) or bound_here.get((meta.get("namespace", ""), meta["name"]))
+            live.append((job_id, requests))
+        load, pods = fresh_use(live, admitted)
+        unseen = {}
+        for obj in waiting:
+            key = (obj["metadata"].get("namespace", ""), obj["metadata"]["name"])
+            if key not in self._undecided and waits_for_node(obj, node.labels, self.settings.scheduler_name):
+                try:
+                    unseen[key] = pod_requests(obj)
+                except (ValueError, ArithmeticError):
+                    continue
+        return load, pods, unseen
+
     def _admit(self, job: Job, node: str, attempt: int, template: PodTemplate | None) -> bool:
         """Whether ``job``'s pod may be bound to ``node`` now, checked against the live view (module
-        :mod:`flotilla.kubernetes.admission`); if so, its room is reserved until the watch shows the pod.
-        Otherwise the start is held for the node when the room comes once its leaving pods are gone, else the job
-        is returned to its queue with the reason."""
+        :mod:`flotilla.kubernetes.admission`), read afresh while another scheduler is active; if so, its room is
+        reserved until the watch shows the pod. Otherwise the start is held for the node when the room comes once
+        its leaving pods are gone, else the job is returned to its queue with the reason."""
+        fresh = self._read_afresh(node)   # outside the lock: a round trip to the API server
         with self._lock:
             target = self._nodes.get(node)
             if target is None:
                 return True   # gone from the watch: the bind itself says what becomes of it
             load, pods, leaving, gone = self._live_use(node)
+            unseen: dict = {}
+            if fresh is not None:
+                fresh_load, fresh_pods, unseen = self._fresh_view(target, fresh)
+                load = {r: max(load.get(r, 0), fresh_load.get(r, 0)) for r in set(load) | set(fresh_load)}
+                pods = max(pods, fresh_pods)
             slots = target.resources.get(PODS)   # its allocatable pods, None when it declares none
             short = shortfall(job.requests, load, target.resources, pods, slots)
             if short is None:
                 now = self.clock()
                 waited = now - self._yielding.setdefault(job.id, now)
-                incoming = self._incoming(target, now) if (self._undecided or self._arrivals) \
+                incoming = self._incoming(target, now) if (self._undecided or self._arrivals or unseen) \
                     and waited < UNDECIDED_WINDOW else None
+                if incoming is not None:
+                    for requests in unseen.values():
+                        for resource, amount in requests.items():
+                            incoming[resource] = incoming.get(resource, 0) + amount
+                    if unseen or self._burst_on(target, now):
+                        # Its pods are still arriving: more may come than any read shows, placed from a cache
+                        # that may not show this bind. Its burst goes first (held, tried again as it settles).
+                        self._hold(node, job, attempt, template, nominate=False)
+                        self._settle_later(now)
+                        return False
                 if incoming and shortfall(job.requests, {r: load.get(r, 0) + incoming.get(r, 0)
                                                          for r in set(load) | set(incoming)},
                                           target.resources, pods, slots) is not None:
@@ -818,6 +889,7 @@ class KubernetesCluster:
         if node is None and phase == "Pending" and not deleting and undecided_elsewhere(obj, self.settings.scheduler_name):
             if key not in self._undecided:
                 entry = (self.clock(), requests or {}, (obj.get("spec") or {}).get("nodeSelector") or {})
+                self._other_seen_at = entry[0]
                 self._undecided[key] = entry
                 self._arrivals.append((key, *entry))
         elif self._undecided.pop(key, None) is not None:
@@ -844,6 +916,29 @@ class KubernetesCluster:
             for resource, amount in requests.items():
                 incoming[resource] = incoming.get(resource, 0) + amount
         return incoming
+
+    def _settle_later(self, now: float) -> None:
+        """Try the held starts again once the other scheduler's burst is over: no pod event may come to do it."""
+        if self._settle_timer is not None and self._settle_timer.is_alive():
+            return
+        last = max((since for _, since, _, _ in self._arrivals), default=now)
+        delay = min(max(last + ARRIVALS_PERIOD - now, 0.0), ARRIVALS_PERIOD) + 0.05
+        timer = threading.Timer(delay, self._settle)
+        timer.name, timer.daemon = f"kube-{self.name}-settle", True
+        self._settle_timer = timer
+        timer.start()
+
+    def _settle(self) -> None:
+        with self._lock:
+            self._settle_timer = None
+            if not self._stop.is_set():
+                self._release_all_held()
+
+    def _burst_on(self, node: Node, now: float) -> bool:
+        """Whether another scheduler's pods that may take room on ``node`` arrived within ``ARRIVALS_PERIOD``
+        seconds (its burst is not over)."""
+        return any(since >= now - ARRIVALS_PERIOD and not any(node.labels.get(k) != v for k, v in selector.items())
+                   for _, since, _, selector in self._arrivals)
 
     def _unadmit(self, job_id: str) -> None:
         """Forget ``job_id``'s reserved room: its pod is seen by the watch, or its start is over."""

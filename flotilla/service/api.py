@@ -569,6 +569,8 @@ def create_app(store: Store, settings: ServiceSettings, loop=None, *, admin_endp
     @app.get("/v1/status", tags=["service"], summary="The last scheduling cycle and the clusters")
     def status(who: Identity = Depends(identity)) -> dict:
         out: dict[str, Any] = {"version": __version__, "jobs": store.job_counts()}
+        # Plugins failing in the leader's last cycle, as published (every replica shows the same).
+        out["plugins"] = status_reader.get().get("plugins") or {"failing": [], "failedCycles": 0}
         if loop is not None:
             out["cycle"] = loop.last.to_dict() if loop.last else None
             out["clusters"] = {name: {"available": caps.availability is None or bool(caps.availability.available)}

@@ -277,7 +277,9 @@ def status(ctx, job_id, job_set, output, url, token):
     """A job's state (queued, leased, pending, running, succeeded, failed, preempted, cancelled) and record.
 
     A queued job's REASON says why it waits and POSITION where it stands in
-    its queue's scheduling order (1: next), as of the last cycle.
+    its queue's scheduling order (1: next), as of the last cycle. Without
+    JOB_ID: the plugins failing in the last cycle (plugin, point, how many
+    times, the error) and how many cycles in a row failed closed.
     """
     _remember(ctx, url, token)
     if job_set:
@@ -285,7 +287,17 @@ def status(ctx, job_id, job_set, output, url, token):
         emit({"jobs": rows}, output, JOB_COLUMNS, rows)
         return
     if not job_id:
-        raise CommandError("give JOB_ID or --job-set QUEUE JOBSET", EXIT_USAGE)
+        plugins = _call(ctx, lambda c: c.service_status()).get("plugins") or {"failing": [], "failedCycles": 0}
+        if output != "table":
+            emit({"plugins": plugins}, output)
+            return
+        failing = plugins.get("failing", [])
+        click.echo(f"plugins failing: {len(failing) or 'none'}"
+                   + (f"; {plugins['failedCycles']} cycles in a row failed closed" if plugins.get("failedCycles")
+                      else ""))
+        if failing:
+            _table(failing, [("plugin", "plugin"), ("point", "point"), ("failures", "failures"), ("error", "error")])
+        return
     record = dict(_call(ctx, lambda c: c.status(job_id)).raw)
     emit(record, output, STATUS_COLUMNS)
 

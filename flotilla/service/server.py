@@ -115,8 +115,9 @@ def build_service(config, scheduler, *, store_url: str | None = None, admin_endp
             metrics.set_leader(elector.identity, False, None)
         else:
             metrics.set_leader(identity or "all", True, None)
-        runner = SchedulerRunner(loop, elector, on_cycle=metrics.observe_cycle, on_fenced=metrics.fenced.inc)
-    router = health_router(store, role, metrics, elector, shutting_down)
+        runner = SchedulerRunner(loop, elector, on_cycle=metrics.observe_cycle, on_fenced=metrics.fenced.inc,
+                                 on_plugin_errors=metrics.observe_plugin_errors)
+    router = health_router(store, role, metrics, elector, shutting_down, runner, settings)
     authenticator = None
     if runs_api(role):
         authenticator = Authenticator.from_settings(settings)

@@ -100,6 +100,8 @@ class ServiceSettings:
     deadline_cpu: float = 3 * 86400.0
     deadline_gpu: float = 14 * 86400.0
     cycle_period: float = 1.0
+    #: ``cycle.unreadyAfterFailedCycles``: consecutive cycles failed closed before ``/readyz`` answers 503.
+    unready_after_failed_cycles: int = 3
     leader_lease: float = 15.0
     leader_renew: float = 2.0
     priority_classes: tuple[PriorityClass, ...] = ()
@@ -255,6 +257,7 @@ def from_config(config: Any) -> ServiceSettings:
         deadline_cpu=_seconds(_get(config, "deadlines", "cpu"), 3 * 86400.0),
         deadline_gpu=_seconds(_get(config, "deadlines", "gpu"), 14 * 86400.0),
         cycle_period=_seconds(_get(config, "cycle", "period"), 1.0),
+        unready_after_failed_cycles=int(_get(config, "cycle", "unready_after_failed_cycles", default=3)),
         leader_lease=_seconds(_get(config, "leader_election", "lease_duration"), 15.0),
         leader_renew=_seconds(_get(config, "leader_election", "renew_period"), 2.0),
         priority_classes=pcs,

@@ -5,7 +5,9 @@
 * ``/readyz``: the store answers a query, and for a process that
   schedules, one leader-election round has completed, so it knows whether
   it leads (a readiness probe keeps traffic away otherwise). A follower is
-  ready: it is waiting by design.
+  ready: it is waiting by design. A process that schedules is not ready
+  after ``cycle.unreadyAfterFailedCycles`` cycles in a row failed closed (a
+  plugin failing where no job or queue can take the blame), until one ends well.
 * ``/metrics``: :mod:`flotilla.service.metrics`.
 """
 
@@ -23,7 +25,7 @@ from flotilla.service.store import Store
 
 
 def health_router(store: Store, role: str, metrics: Metrics, elector=None,
-                  shutting_down: threading.Event | None = None) -> APIRouter:
+                  shutting_down: threading.Event | None = None, runner=None, settings=None) -> APIRouter:
     router = APIRouter(tags=["service"])
 
     def stopping() -> bool:
@@ -45,7 +47,8 @@ def health_router(store: Store, role: str, metrics: Metrics, elector=None,
         return None
 
     @router.get("/readyz", summary="Readiness: the store answers; a scheduler knows whether it leads",
-                responses={503: {"description": "Not ready: the store does not answer, or no election round yet"}})
+                responses={503: {"description": "Not ready: the store does not answer, no election round yet, or "
+                                                "the last cycles failed closed"}})
     async def readyz():
         problem = "shutting down" if stopping() else await run_in_threadpool(store_reachable)
         body: dict = {"role": role}
@@ -54,6 +57,10 @@ def health_router(store: Store, role: str, metrics: Metrics, elector=None,
             body["identity"] = elector.identity
             if problem is None and not elector.known:
                 problem = "leader election has not completed a round"
+        if problem is None and runner is not None:
+            limit = getattr(settings, "unready_after_failed_cycles", 3)
+            if runner.failed_cycles >= limit:
+                problem = f"{runner.failed_cycles} cycles in a row failed closed: {runner.failure}"
         if problem is not None:
             return JSONResponse({"ready": False, "reason": problem, **body}, status_code=503)
         return {"ready": True, **body}

@@ -136,6 +136,9 @@ class Metrics:
         self.fenced = Counter("flotilla_scheduler_fenced_writes", "Writes refused because this process had lost "
                               "the lead", registry=r)
         self.info = Gauge("flotilla_role_info", "The role of this process", ["role"], registry=r)
+        self.plugin_errors = Counter("flotilla_plugin_errors", "Failures of a plugin at an extension point or hook "
+                                     "(it raised, or answered what the point does not allow)", ["plugin", "point"],
+                                     registry=r)
         self.info.labels(role).set(1)
         self.status = StatusReader(store)
         r.register(StoreCollector(store, self.status))
@@ -167,6 +170,12 @@ class Metrics:
         self.expired.inc(report.counts.get("lease-expired", 0))
         for (cluster, reason), count in getattr(report, "returned", {}).items():
             self.returned.labels(cluster, reason).inc(count)
+
+    def observe_plugin_errors(self, errors: dict) -> None:
+        """Count a cycle's plugin failures, ``(plugin, point, error) -> count``, by plugin and point (the plugin
+        names come from the config and the points from a fixed list: bounded labels; the error text is not one)."""
+        for (plugin, point, _), count in errors.items():
+            self.plugin_errors.labels(plugin, point).inc(count)
 
     def set_leader(self, identity: str, leading: bool, term: int | None) -> None:
         self.leader.labels(identity).set(1 if leading else 0)

@@ -21,8 +21,9 @@ from typing import Callable
 
 import structlog
 
+from flotilla.core.extensions import PluginFailed
 from flotilla.service.roles.election import LeaderElector
-from flotilla.service.roles.status import publish, status_body
+from flotilla.service.roles.status import plugins_failing, publish, status_body
 from flotilla.service.store import Fenced
 
 log = structlog.get_logger("flotilla.service.scheduler")
@@ -33,8 +34,15 @@ class SchedulerRunner:
 
     def __init__(self, loop, elector: LeaderElector | None = None,
                  on_cycle: Callable[[object, object], None] | None = None,
-                 before_cycle: Callable[[], None] | None = None, on_fenced: Callable[[], None] | None = None):
+                 before_cycle: Callable[[], None] | None = None, on_fenced: Callable[[], None] | None = None,
+                 on_plugin_errors: Callable[[dict], None] | None = None):
         self.loop = loop
+        #: Told each cycle's plugin failures ((plugin, point, error) -> count), failed closed or not.
+        self.on_plugin_errors = on_plugin_errors
+        #: Cycles in a row that failed closed (a plugin's failure no action isolates), and the last one's reason.
+        self.failed_cycles = 0
+        self.failure: str | None = None
+        self._last_body: dict | None = None
         self.elector = elector
         self.on_cycle = on_cycle
         self.before_cycle = before_cycle
@@ -64,11 +72,20 @@ class SchedulerRunner:
         identity = self.elector.identity if self.elector else "all"
         try:
             with self.loop.store.fenced(fence) if fence else contextlib.nullcontext():
-                report = self.loop.run_cycle()
+                try:
+                    report = self.loop.run_cycle()
+                except PluginFailed as failure:
+                    self._failed_closed(failure, identity, fence)
+                    return False
                 decisions = getattr(self.loop, "last_decisions", None)
                 body = status_body(report, decisions, identity, fence.term if fence else None,
                                    getattr(self.loop, "last_wishlist", None), getattr(self.loop, "last_nodes", None))
                 publish(self.loop.store, body, fence.term if fence else None)
+                self._last_body = body
+                self.failed_cycles, self.failure = 0, None
+                errors = getattr(decisions, "plugin_errors", None)
+                if errors and self.on_plugin_errors is not None:
+                    self.on_plugin_errors(errors)
         except Fenced as exc:
             self._fenced(str(exc))
             return False
@@ -82,6 +99,19 @@ class SchedulerRunner:
         if self.on_cycle is not None:
             self.on_cycle(report, decisions)
         return True
+
+    def _failed_closed(self, failure: PluginFailed, identity: str, fence) -> None:
+        """A cycle failed closed: nothing was decided. Counted, published in the status; logged by the scheduler
+        (once per distinct error per minute), so no traceback here."""
+        self.failed_cycles += 1
+        self.failure = failure.reason
+        errors = getattr(failure, "errors", None) or {(failure.plugin, failure.point, failure.error): 1}
+        if self.on_plugin_errors is not None:
+            self.on_plugin_errors(errors)
+        body = dict(self._last_body or {"cycle": 0, "time": time.time(), "leader": identity,
+                                         "term": fence.term if fence else None})
+        body["plugins"] = {**plugins_failing(errors, self.failed_cycles), "cycleFailed": failure.reason}
+        publish(self.loop.store, body, fence.term if fence else None)
 
     def _fenced(self, reason: str) -> None:
         self.fenced_writes += 1

@@ -46,6 +46,14 @@ def allocated_numbers(allocated: dict[str, str]) -> dict[str, float]:
     return out
 
 
+def plugins_failing(errors: dict | None, failed_cycles: int = 0) -> dict[str, Any]:
+    """The ``plugins`` entry of the status: each distinct plugin failure of the last cycle (plugin, point, error,
+    how many times), and how many cycles in a row failed closed."""
+    failing = [{"plugin": plugin, "point": point, "error": error, "failures": count}
+               for (plugin, point, error), count in sorted((errors or {}).items())]
+    return {"failing": failing, "failedCycles": failed_cycles}
+
+
 def status_body(report, decisions, leader: str, term: int | None, wishlist: dict | None = None,
                 nodes: dict | None = None) -> dict[str, Any]:
     """What the leader publishes about one cycle (``report``: the loop's CycleReport; ``wishlist``, ``nodes``:
@@ -77,7 +85,8 @@ def status_body(report, decisions, leader: str, term: int | None, wishlist: dict
             "term": term, "queues": queues, "reasons": reasons, "jobReasons": job_reasons,
             "pending": published_heads(decisions) if decisions is not None else {},
             "clusters": dict(sorted(clusters.items())), **({"wishlist": wishlist} if wishlist is not None else {}),
-            "nodes": dict(nodes or {})}
+            "nodes": dict(nodes or {}),
+            "plugins": plugins_failing(getattr(decisions, "plugin_errors", None) if decisions is not None else None)}
 
 
 def publish(store: Store, body: dict, term: int | None) -> None:

@@ -240,7 +240,8 @@ def mount_ui(app, store: Store, settings: ServiceSettings, status: StatusReader,
                                  "queued": None, "running": None, "parent": q.get("parent"), "mine": False})
             rows = tree_order(rows)
             return page("queues.html", request, identity, queues=rows, cycle=body.get("cycle"),
-                        cycle_time=body.get("time"), clusters=body.get("clusters", {}))
+                        cycle_time=body.get("time"), clusters=body.get("clusters", {}),
+                        plugins=body.get("plugins") or {})
         return await guarded(request, render)
 
     @router.get("/queues/{name}")

@@ -43,9 +43,12 @@ def log_of(backend, pod_id: str, tail=None) -> bytes:
 
 def test_a_job_runs_as_a_process_to_completion_and_its_output_is_its_log(tmp_path):
     backend = cluster(tmp_path)
-    start(backend, "j1", {"command": ["sh", "-c"], "args": ["echo one; echo two >&2; echo $WHO"],
+    go = tmp_path / "go"   # the process waits for it: running until the test says
+    start(backend, "j1", {"command": ["sh", "-c"],
+                          "args": [f"while [ ! -e {go} ]; do sleep 0.05; done; echo one; echo two >&2; echo $WHO"],
                           "env": [{"name": "WHO", "value": "three"}]})
     assert [job.id for job in backend.snapshot().running] == ["j1"]
+    go.touch()
     assert events_until(backend, {"succeeded"}) == [("j1", "running", "here-1", "", None),
                                                     ("j1", "succeeded", "here-1", "", None)]
     assert backend.snapshot().running == []
