@@ -55,7 +55,7 @@ class Server:
         self.log = tmp_path / "serve.log"
         self.proc: subprocess.Popen | None = None
 
-    def start(self, timeout: float = 30) -> "Server":
+    def start(self, timeout: float = 120) -> "Server":
         self.proc = subprocess.Popen([*FLOTILLA, "serve", "--config", str(self.config), "--admin-endpoints"],
                                      cwd=REPO, env=env_for(), stdout=subprocess.DEVNULL,
                                      stderr=open(self.log, "ab"))

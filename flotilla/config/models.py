@@ -487,6 +487,15 @@ class StoreConfig(Model):
     url: str = "sqlite:///flotilla.db"
 
 
+class StreamsConfig(Model):
+    """Caps on long-lived answers (flotilla/service/streams.py); past one, 429 naming it."""
+
+    watch_per_user: int = Field(100, ge=1, le=100_000, alias="watchPerUser")
+    follows_per_user: int = Field(4, ge=1, le=10_000, alias="followsPerUser")
+    follows: int = Field(16, ge=1, le=10_000)
+    follow_idle_timeout: Duration = Field(600.0, gt=0, le=86400, alias="followIdleTimeout")
+
+
 class ServerConfig(Model):
     listen: str = "127.0.0.1:8080"
     #: Largest request body, in bytes (``16Mi``); larger ones are answered 413 before they are read.
@@ -494,6 +503,10 @@ class ServerConfig(Model):
         16 * 1024 * 1024, ge=1024, le=1024**3, alias="maxBodySize")
     #: Most jobs in one submission; more are answered 413.
     max_jobs_per_submission: int = Field(10_000, ge=1, le=1_000_000, alias="maxJobsPerSubmission")
+    #: A request's headers must be complete this long after the connection opens (or after the previous answer);
+    #: past it the connection is answered 408 and closed (flotilla/service/headers.py).
+    header_timeout: Duration = Field(10.0, gt=0, le=3600, alias="headerTimeout")
+    streams: StreamsConfig = Field(default_factory=StreamsConfig)
 
 
 class TokenConfig(Model):

@@ -40,7 +40,7 @@ from fastapi.concurrency import run_in_threadpool
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import Response, StreamingResponse
 from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from flotilla import __version__
 from flotilla.config.models import QueueConfig
@@ -53,13 +53,29 @@ from flotilla.service.guard import BoundedRoute, Guard, HeadAsGet
 from flotilla.service.openapi import QueuePending, state_input_rules
 from flotilla.service.pending import DEFAULT_LIMIT, HEAD_MAX, PendingView
 from flotilla.service.placement import placement_of, queue_parents
-from flotilla.service.jobspec import JobFile, field_path, rejections_from_errors, validate_jobs
+from flotilla.service.jobspec import (JobFile, field_path, job_file_in_steps, rejections_from_errors,
+                                      validate_jobs)
 from flotilla.service.logs import LOG_RESPONSES, MAX_TAIL, PodLogs
 from flotilla.service.settings import DEFAULT_LIMITS, QueueSpec, ServiceSettings, rule_dicts
 from flotilla.service.roles.status import StatusReader
 from flotilla.service.ui.docs import mount_docs
 from flotilla.service.ui.protect import SecurityHeaders
 from flotilla.service.store import Store
+from flotilla.service.streams import RECHECK_SECONDS, Slots
+
+
+class ReleasingStream(StreamingResponse):
+    """A streamed answer that gives its slot back however it ends (even if its body never started)."""
+
+    def __init__(self, content, release, **options):
+        super().__init__(content, **options)
+        self.release = release
+
+    async def __call__(self, scope, receive, send) -> None:
+        try:
+            await super().__call__(scope, receive, send)
+        finally:
+            self.release()
 
 JobState = Literal["queued", "leased", "pending", "running", "succeeded", "failed", "preempted", "cancelled"]
 ActiveState = Literal["queued", "leased", "pending", "running"]
@@ -247,6 +263,17 @@ def create_app(store: Store, settings: ServiceSettings, loop=None, *, admin_endp
         done = store.submit(body.queue, body.jobSetId, who.user, new_jobs)
         return {"jobs": [{"id": s.id, "clientId": s.client_id, "existing": s.existing} for s in done]}
 
+    def validated_job_file(request: Request, raw: Any) -> JobFile:
+        """The body as a :class:`JobFile` (in a worker thread), refused as FastAPI would refuse it."""
+        try:
+            return job_file_in_steps(raw)
+        except ValidationError as exc:
+            errors = [{**e, "loc": ("body", *e["loc"])} for e in exc.errors(include_url=False)]
+            code, message, field, items = _validation_errors(request, RequestValidationError(errors, body=raw))
+            raise ApiError(422, message, code=code, field=field, errors=items) from None
+
+    next(r for r in app.router.routes if getattr(r, "path", "") == "/v1/submit").validate_body = validated_job_file
+
     @app.post("/v1/cancel", tags=["jobs"], summary="Cancel a job, a job set, or a queue's jobs in given states")
     def cancel(body: CancelBody, who: Identity = Depends(identity)) -> dict:
         queue_for(body.queue, who)
@@ -283,10 +310,12 @@ def create_app(store: Store, settings: ServiceSettings, loop=None, *, admin_endp
 
     pod_logs = PodLogs(settings, loop)
     app.state.pod_logs = pod_logs
+    watch_slots = Slots("watch streams", settings.streams.watch_per_user, "server.streams.watchPerUser")
+    app.state.watch_slots = watch_slots
 
     @app.get("/v1/jobs/{job_id}/logs", tags=["jobs"], response_class=StreamingResponse, responses=LOG_RESPONSES,
              summary="A job's container log, read from its cluster (same access as the job's status)")
-    async def job_logs(job_id: JobId,
+    async def job_logs(request: Request, job_id: JobId,
                        pod: query_integer("the job's pod number (404 for one the job does not have)", ge=0,
                                           le=INT64_MAX) = 0,
                        follow: bool = Query(False, description="stream until the container ends"),
@@ -297,20 +326,40 @@ def create_app(store: Store, settings: ServiceSettings, loop=None, *, admin_endp
             content, truncated = await run_in_threadpool(pod_logs.read, job, pod, tail)
             return Response(content, media_type="text/plain; charset=utf-8",
                             headers={"X-Flotilla-Log-Truncated": "true" if truncated else "false"})
-        response, release = await run_in_threadpool(pod_logs.follow, job, pod, tail)
+        response, release = await run_in_threadpool(pod_logs.follow, job, pod, tail, who.user)
+        credential = request.headers.get("authorization")
 
         async def stream():
+            reading = None
             try:
+                checked, seen_auth = time.monotonic(), auth.generation
                 while not stopping():
-                    chunk = await run_in_threadpool(pod_logs.next_chunk, response)
+                    if reading is None:
+                        reading = asyncio.ensure_future(run_in_threadpool(pod_logs.next_chunk, response))
+                    done, _ = await asyncio.wait({reading}, timeout=RECHECK_SECONDS)
+                    if not open_access and (auth.generation != seen_auth
+                                            or time.monotonic() - checked >= RECHECK_SECONDS):
+                        checked, seen_auth = time.monotonic(), auth.generation
+                        if not await run_in_threadpool(still_authenticated, credential):
+                            return   # the token was revoked or has expired: the follow ends
+                    if not done:
+                        continue
+                    chunk, reading = reading.result(), None
                     if not chunk:
                         return
                     yield chunk
             finally:
                 release()   # also ends a read still blocked in its thread (the client left)
 
-        return StreamingResponse(stream(), media_type="text/plain; charset=utf-8",
-                                 headers={"Cache-Control": "no-cache", "X-Accel-Buffering": "no"})
+        return ReleasingStream(stream(), release, media_type="text/plain; charset=utf-8",
+                               headers={"Cache-Control": "no-cache", "X-Accel-Buffering": "no"})
+
+    def still_authenticated(credential: str | None) -> bool:
+        try:
+            auth.verify(credential)
+            return True
+        except Unauthenticated:
+            return False
 
     @app.get("/v1/queues/{queue}/jobsets/{job_set}/jobs", tags=["jobs"], summary="The jobs of a job set")
     def job_set_jobs(queue: QueueName, job_set: JobSetId, state: list[JobState] | None = Query(default=None),
@@ -328,6 +377,7 @@ def create_app(store: Store, settings: ServiceSettings, loop=None, *, admin_endp
                     follow: bool = True, format: Literal["jsonl", "sse"] = "jsonl", last_event_id: LastEventId = None,
                     who: Identity = Depends(identity)):
         await run_in_threadpool(queue_for, queue, who)
+        release = watch_slots.take(who.user)
         credential = request.headers.get("authorization")
         start = after
         if last_event_id is not None:   # ASCII digits (the header's pattern), at most 19 of them
@@ -339,7 +389,7 @@ def create_app(store: Store, settings: ServiceSettings, loop=None, *, admin_endp
             """Why the stream must end now (queue deleted, token revoked or expired, access revoked), or None.
 
             The queue is checked on every batch and at least every two seconds; the token (with
-            ``reauthenticate``) every two seconds and at once after an auth reload.
+            ``reauthenticate``) every :data:`RECHECK_SECONDS` and at once after an auth reload.
             """
             nonlocal current
             if reauthenticate and not open_access:
@@ -362,12 +412,19 @@ def create_app(store: Store, settings: ServiceSettings, loop=None, *, admin_endp
         async def stream():
             position = start
             seen_writes, seen_auth = -1, auth.generation
-            checked = last_sent = time.monotonic()
+            checked = token_checked = last_sent = time.monotonic()
             while True:
                 now = time.monotonic()
-                reauthenticate = auth.generation != seen_auth or now - checked > 2.0
+                if not open_access and (auth.generation != seen_auth or now - token_checked >= RECHECK_SECONDS):
+                    seen_auth, token_checked = auth.generation, now
+                    if not await run_in_threadpool(still_authenticated, credential):
+                        ended = await run_in_threadpool(still_allowed, True)
+                        yield render({"id": position, "kind": "end", "queue": queue, "jobSet": job_set,
+                                      "reason": ended or "the bearer token no longer authenticates"})
+                        return
+                reauthenticate = now - checked > 2.0
                 if store.writes != seen_writes or reauthenticate:   # other processes may write too
-                    seen_writes, seen_auth = store.writes, auth.generation
+                    seen_writes = store.writes
                     checked = now if reauthenticate else checked
                     ended = await run_in_threadpool(still_allowed, reauthenticate)
                     if ended is not None:
@@ -391,8 +448,8 @@ def create_app(store: Store, settings: ServiceSettings, loop=None, *, admin_endp
                     yield ": keep-alive\n\n" if format == "sse" else "\n"
 
         media = "text/event-stream" if format == "sse" else "application/x-ndjson"
-        return StreamingResponse(stream(), media_type=media, headers={"Cache-Control": "no-cache",
-                                                                       "X-Accel-Buffering": "no"})
+        return ReleasingStream(stream(), release, media_type=media, headers={"Cache-Control": "no-cache",
+                                                                              "X-Accel-Buffering": "no"})
 
     # -- queues ------------------------------------------------------------------------
     @app.get("/v1/queues", tags=["queues"], summary="Every queue")

@@ -275,23 +275,170 @@ class _Parser:
         return self._refuse(f"{text} is not allowed: numbers must be finite")
 
 
-_STRING = re.compile(rb'"(?:[^"\\]|\\.)*"', re.DOTALL)
+#: JSON strings, and the longest run of text made of whole strings and what lies between them (possessive:
+#: no backtracking); the inside of a string up to its closing quote, for a string longer than a window.
+_STRING = re.compile(rb'"[^"\\]*+(?:\\.[^"\\]*+)*+"')
+_OUTSIDE = re.compile(rb'(?:[^"]++|"[^"\\]*+(?:\\.[^"\\]*+)*+")*+')
+_STRING_BODY = re.compile(rb'[^"\\]*+(?:\\.[^"\\]*+)*+')
 _BRACKETS = bytes(range(256)).translate(None, b"[]{}")
 _STEP = {ord("["): 1, ord("{"): 1, ord("]"): -1, ord("}"): -1}
+#: Bytes handled by one C-level step of the scans below: each holds the interpreter lock a few milliseconds,
+#: so a thread doing them leaves the event loop its turn (a 16 MiB body is never one long C call).
+WINDOW = 256 * 1024
+#: Bodies larger than this are parsed piecewise (:func:`_parse_piecewise`), for the same reason.
+PIECEWISE_BYTES = 256 * 1024
 
 
 def _structure(body: bytes) -> tuple[int, int]:
-    """(containers, deepest nesting) of a JSON text, counted in C-speed passes outside its strings."""
-    brackets = _STRING.sub(b"", body).translate(None, _BRACKETS)
-    containers = brackets.count(b"[") + brackets.count(b"{")
-    if containers > MAX_CONTAINERS:
-        return containers, 0
-    depth = max(itertools.accumulate(map(_STEP.__getitem__, brackets)), default=0)
-    return containers, depth
+    """(containers, deepest nesting) of a JSON text outside its strings, in windows of :data:`WINDOW` bytes.
+
+    Stops counting once more than :data:`MAX_CONTAINERS` are seen.
+    """
+    n, pos, depth, deepest, containers = len(body), 0, 0, 0, 0
+    while pos < n:
+        end = _OUTSIDE.match(body, pos, min(pos + WINDOW, n)).end()
+        if end > pos:   # whole strings and the structure between them
+            brackets = _STRING.sub(b"", body[pos:end]).translate(None, _BRACKETS)
+            pos = end
+            opened = brackets.count(b"[") + brackets.count(b"{")
+            if not brackets:
+                continue
+            containers += opened
+            if containers > MAX_CONTAINERS:
+                return containers, deepest
+            if opened:
+                deepest = max(deepest, max(itertools.accumulate(map(_STEP.__getitem__, brackets), initial=depth)))
+            depth += 2 * opened - len(brackets)
+            continue
+        pos += 1   # a string that goes past the window: to its closing quote, a window at a time
+        while pos < n:
+            inside = _STRING_BODY.match(body, pos, min(pos + WINDOW, n)).end()
+            if inside < n and body[inside] == 0x22:   # '"'
+                pos = inside + 1
+                break
+            if inside == pos:   # a backslash ends the text: unterminated, the parser says where
+                return containers, deepest
+            pos = inside
+        else:
+            return containers, deepest
+    return containers, deepest
+
+
+_TEXT_STRING = r'"[^"\\]*+(?:\\.[^"\\]*+)*+"'
+_FLAT = r'(?:[^\[\]{}"]++|' + _TEXT_STRING + r')*+'
+#: A run of array members, each a scalar or a container with no container inside, each followed by a comma.
+_RUN = re.compile(r'(?:\s*+(?:' + _TEXT_STRING + r'|[^\[\]{}",\s]++|\[' + _FLAT + r'\]|\{' + _FLAT + r'\})\s*+,)++')
+
+
+def _parse_piecewise(text: str, decoder: json.JSONDecoder) -> Any:
+    """``decoder.decode(text)``, in steps of bounded size.
+
+    A value is handed to the C scanner on a slice of 256 bytes, then 4 KiB,
+    then 64 KiB; a container that fits none is walked here, member by
+    member. No single C call then sees more than 64 KiB of structure (a
+    string, however long, is one fast C call), so the thread parsing a large
+    body gives up the interpreter lock often. Errors are
+    :class:`json.JSONDecodeError` at their place in ``text``.
+    """
+    scan = decoder.scan_once
+    scanstring = json.decoder.scanstring
+    ws = json.decoder.WHITESPACE.match
+    n = len(text)
+
+    def skip(i: int) -> int:
+        return ws(text, i).end()
+
+    def fail(message: str, i: int):
+        raise json.JSONDecodeError(message, text, i)
+
+    def scan_at(i: int) -> tuple[Any, int]:
+        try:
+            return scan(text, i)
+        except StopIteration as exc:
+            fail("Expecting value", exc.value)
+
+    def value(i: int) -> tuple[Any, int]:
+        first = text[i:i + 1]
+        if first not in ("[", "{"):
+            return scan_at(i)        # a scalar: bounded by its own length
+        for size in (256, 4096, 65536):
+            if i + size >= n:
+                return scan_at(i)
+            try:
+                item, end = scan(text[i:i + size], 0)
+                return item, i + end
+            except (StopIteration, json.JSONDecodeError):
+                continue
+        return (array if first == "[" else mapping)(i + 1)
+
+    def run(i: int) -> tuple[list, int]:
+        """The members of a run of at most 64 KiB of small members (and their commas), parsed in one C call."""
+        found = _RUN.match(text, i, min(i + 65536, n))
+        if found is None:
+            return [], i
+        try:
+            return scan("[" + text[i:found.end() - 1] + "]", 0)[0], found.end()
+        except StopIteration as exc:
+            fail("Expecting value", i + exc.value - 1)
+        except json.JSONDecodeError as exc:
+            fail(exc.msg, i + exc.pos - 1)
+
+    def array(i: int) -> tuple[list, int]:
+        out: list = []
+        i = skip(i)
+        if text[i:i + 1] == "]":
+            return out, i + 1
+        while True:
+            members, i = run(i)
+            if members:
+                out.extend(members)
+                i = skip(i)
+                continue
+            item, i = value(i)
+            out.append(item)
+            i = skip(i)
+            nxt = text[i:i + 1]
+            if nxt == "]":
+                return out, i + 1
+            if nxt != ",":
+                fail("Expecting ',' delimiter", i)
+            i = skip(i + 1)
+
+    def mapping(i: int) -> tuple[dict, int]:
+        out: dict = {}
+        i = skip(i)
+        if text[i:i + 1] == "}":
+            return out, i + 1
+        while True:
+            if text[i:i + 1] != '"':
+                fail("Expecting property name enclosed in double quotes", i)
+            key, i = scanstring(text, i + 1)
+            i = skip(i)
+            if text[i:i + 1] != ":":
+                fail("Expecting ':' delimiter", i)
+            out[key], i = value(skip(i + 1))
+            i = skip(i)
+            nxt = text[i:i + 1]
+            if nxt == "}":
+                return out, i + 1
+            if nxt != ",":
+                fail("Expecting ',' delimiter", i)
+            i = skip(i + 1)
+
+    result, end = value(skip(0))
+    end = skip(end)
+    if end != n:
+        fail("Extra data", end)
+    return result
 
 
 def load_json(body: bytes, limits: Limits | None = None) -> Any:
-    """Parse a request body within every bound; :class:`BoundsError` names the first problem."""
+    """Parse a request body within every bound; :class:`BoundsError` names the first problem.
+
+    The structure (containers, depth) is checked before parsing; a body over
+    :data:`PIECEWISE_BYTES` is parsed piecewise, so that no step holds the
+    interpreter lock for long (call this off the event loop).
+    """
     limits = limits or Limits()
     if len(body) > limits.max_body_bytes:
         raise BoundsError(f"body of {len(body)} bytes; at most {limits.max_body_bytes} (server.maxBodySize)",
@@ -304,8 +451,9 @@ def load_json(body: bytes, limits: Limits | None = None) -> Any:
     try:
         text = body.decode("utf-8")
         parser = _Parser()
-        value = json.loads(text, parse_int=parser.parse_int, parse_float=parser.parse_float,
-                           parse_constant=parser.parse_constant)
+        decoder = json.JSONDecoder(parse_int=parser.parse_int, parse_float=parser.parse_float,
+                                   parse_constant=parser.parse_constant)
+        value = decoder.decode(text) if len(body) <= PIECEWISE_BYTES else _parse_piecewise(text, decoder)
     except UnicodeDecodeError as exc:
         raise BoundsError(f"the body is not UTF-8 (byte {exc.start})") from None
     except json.JSONDecodeError as exc:

@@ -13,18 +13,21 @@ than it must:
    a state-changing API request must say ``Content-Type:
    application/json``, which a page cannot send cross-origin without the
    browser asking first (415);
-2. an API request with a body must carry a valid bearer token *before*
-   the body is read (401), so that nobody unauthenticated makes the server
-   buffer or parse anything;
-3. a body over ``server.maxBodySize`` is refused with 413 on every path: at
-   once when its ``Content-Length`` says so, else as soon as the bytes read
-   pass it;
-4. an API body must be JSON (415 otherwise).
+2. nobody unauthenticated makes the server buffer or parse anything: an
+   API request with a body must carry a valid bearer token, and a dashboard
+   form (other than logging in or out) a valid login cookie, *before* the
+   body is read (401); a body sent anywhere else (no other route takes one)
+   is never read;
+3. a body over ``server.maxBodySize`` (a dashboard form: over
+   :data:`MAX_FORM_BYTES`) is refused with 413: at once when its
+   ``Content-Length`` says so, else as soon as the bytes read pass it;
+4. an API body must be JSON, a dashboard form URL-encoded (415 otherwise).
 
 Then :class:`BoundedRoute` parses the JSON with :func:`bounds.load_json`
 (numbers, depth, NUL, jobs per submission) instead of FastAPI's lax
-``json.loads``. An unexpected exception is answered 500 here and logged by
-type and place only (:func:`errors.log_unexpected`).
+``json.loads``, in a worker thread, and the dashboard parses its forms
+within :data:`MAX_FORM_FIELDS` fields. An unexpected exception is answered
+500 here and logged by type and place only (:func:`errors.log_unexpected`).
 """
 
 from __future__ import annotations
@@ -38,6 +41,7 @@ from fastapi import Request
 from fastapi.concurrency import run_in_threadpool
 from fastapi.routing import APIRoute
 from starlette.datastructures import Headers
+from starlette.requests import cookie_parser
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from flotilla.service.auth import Authenticator, Unauthenticated
@@ -50,6 +54,15 @@ API_PREFIX = "/v1/"
 STATE_CHANGING = frozenset({"POST", "PUT", "PATCH", "DELETE"})
 #: Paths served without a token whatever the method.
 PUBLIC_PATHS = frozenset({"/v1/health", "/openapi.json", "/docs", "/redoc", "/docs/oauth2-redirect"})
+#: The dashboard; its forms are small: a login token, a form token, a priority.
+UI_PREFIX = "/ui/"
+MAX_FORM_BYTES = 64 * 1024
+MAX_FORM_FIELDS = 16
+#: The dashboard's login cookie (an HttpOnly cookie holding the user's token).
+LOGIN_COOKIE = "flotilla_token"
+#: Forms taken without a login: logging in, and logging out (a stale cookie must still log out).
+LOGIN_FORMS = frozenset({"/ui/login", "/ui/logout"})
+FORM_TYPE = "application/x-www-form-urlencoded"
 
 
 def is_loopback_host(host: str | None) -> bool:
@@ -137,7 +150,20 @@ class Guard:
         has_body = bool(headers.get("transfer-encoding")) or (length_text not in (None, "", "0"))
         if not has_body:
             return None, receive
-        if api and not self.open_access and path not in PUBLIC_PATHS:
+        form = path.startswith(UI_PREFIX)
+        if (not api and not form) or path in PUBLIC_PATHS:   # no route there reads a body: it stays unread
+            return None, receive
+        limit = MAX_FORM_BYTES if form else self.limits.max_body_bytes
+        if form and not self.open_access and path not in LOGIN_FORMS:
+            token = cookie_parser(headers.get("cookie", "")).get(LOGIN_COOKIE)
+            who = await run_in_threadpool(self.auth.authenticate, f"Bearer {token}") if token else None
+            if who is None:   # the body stays unread: the connection closes after the answer
+                return error_response(401, "log in first (/ui/login): the form's login cookie is missing or no "
+                                           "longer valid", headers={"Connection": "close"}), receive
+        if form and (headers.get("content-type") or "").split(";", 1)[0].strip().lower() != FORM_TYPE:
+            return error_response(415, f"a dashboard form must be sent as {FORM_TYPE}",
+                                  headers={"Connection": "close"}), receive
+        if api and not self.open_access:
             try:   # off the event loop: an OIDC token may need the provider's keys fetched
                 who = await run_in_threadpool(self.auth.verify, headers.get("authorization"))
             except Unauthenticated as exc:   # the body stays unread: the connection closes after the answer
@@ -147,9 +173,8 @@ class Guard:
         if api and not is_json(headers.get("content-type")):
             return error_response(415, "the body must be JSON (Content-Type: application/json)",
                                   headers={"Connection": "close"}), receive
-        limit = self.limits.max_body_bytes
         if length_text and length_text.isdigit() and int(length_text) > limit:
-            return self._too_large(int(length_text)), receive
+            return self._too_large(int(length_text), form), receive
         body = bytearray()
         while True:
             message = await receive()
@@ -157,15 +182,16 @@ class Guard:
                 return None, _replay(b"", message)
             body += message.get("body", b"")
             if len(body) > limit:
-                return self._too_large(None), receive
+                return self._too_large(None, form), receive
             if not message.get("more_body", False):
                 break
         return None, _replay(bytes(body), None)
 
-    def _too_large(self, length: int | None) -> Any:
+    def _too_large(self, length: int | None, form: bool = False) -> Any:
         size = f"{length} bytes" if length is not None else "more"
-        return error_response(413, f"body of {size}; at most {self.limits.max_body_bytes} bytes "
-                                   f"(server.maxBodySize)", headers={"Connection": "close"})
+        limit = f"{MAX_FORM_BYTES} bytes (a dashboard form)" if form else \
+            f"{self.limits.max_body_bytes} bytes (server.maxBodySize)"
+        return error_response(413, f"body of {size}; at most {limit}", headers={"Connection": "close"})
 
 
 class HeadAsGet:
@@ -224,26 +250,44 @@ def _replay(body: bytes, disconnect: Message | None) -> Receive:
 
 
 class _BoundedRequest(Request):
+    #: The route's ``validate_body`` (see :class:`BoundedRoute`), or None.
+    validate_body: Callable[[Request, Any], Any] | None = None
+
     async def json(self) -> Any:
         if not hasattr(self, "_json"):
             limits: Limits = self.app.state.limits
-            try:
-                self._json = load_json(await self.body(), limits)
+            body = await self.body()
+            try:   # off the event loop: parsing a large body is CPU work
+                value = await run_in_threadpool(load_json, body, limits)
             except BoundsError as exc:
                 raise ApiError(exc.status, exc.message, field=exc.field) from None
+            if self.validate_body is not None:
+                value = await run_in_threadpool(self.validate_body, self, value)
+            self._json = value
         return self._json
 
 
 class BoundedRoute(APIRoute):
-    """A route whose JSON body is parsed by :func:`bounds.load_json` (the app's ``state.limits``)."""
+    """A route whose JSON body is parsed by :func:`bounds.load_json` (the app's ``state.limits``) in a thread.
+
+    ``validate_body(request, value)``, when set, turns the parsed body into
+    the route's body model in that thread too (raising :class:`ApiError` as
+    the route would answer); FastAPI then takes the model as it is, so a
+    large body is never validated on the event loop.
+    """
+
+    validate_body: Callable[[Request, Any], Any] | None = None
 
     def get_route_handler(self) -> Callable:
         handler = super().get_route_handler()
 
         async def bounded(request: Request) -> Any:
-            return await handler(_BoundedRequest(request.scope, request.receive))
+            bounded_request = _BoundedRequest(request.scope, request.receive)
+            bounded_request.validate_body = self.validate_body
+            return await handler(bounded_request)
 
         return bounded
 
 
-__all__ = ["Guard", "BoundedRoute", "HeadAsGet", "PUBLIC_PATHS", "is_loopback_host", "is_json"]
+__all__ = ["Guard", "BoundedRoute", "HeadAsGet", "LOGIN_COOKIE", "MAX_FORM_BYTES", "MAX_FORM_FIELDS",
+           "PUBLIC_PATHS", "is_loopback_host", "is_json"]

@@ -21,7 +21,7 @@ from __future__ import annotations
 import re
 from typing import Annotated, Any, Sequence
 
-from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, ValidationError, model_validator
+from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, TypeAdapter, ValidationError, model_validator
 
 from flotilla.config.models import RetryPolicy
 from flotilla.core.model import (GANG_CARDINALITY_ANNOTATION, GANG_ID_ANNOTATION, GANG_MIN_AVAILABLE_ANNOTATION,
@@ -117,6 +117,26 @@ class JobFile(BaseModel):
             job = {k: data.pop(k) for k in list(data) if k not in ("queue", "jobSetId")}
             data["jobs"] = [job]
         return data
+
+
+_JOB_ITEMS = TypeAdapter(list[JobItem])
+#: Jobs validated in one call: a short hold of the interpreter lock, so a thread validating a large file
+#: leaves the event loop its turn between steps.
+VALIDATION_STEP = 100
+
+
+def job_file_in_steps(raw: Any) -> JobFile:
+    """``JobFile.model_validate(raw)``, a few jobs at a time; the same :class:`ValidationError` when invalid."""
+    jobs = raw.get("jobs") if isinstance(raw, dict) else None
+    if not isinstance(jobs, list) or len(jobs) <= VALIDATION_STEP:
+        return JobFile.model_validate(raw)
+    items: list[JobItem] = []
+    try:
+        for start in range(0, len(jobs), VALIDATION_STEP):
+            items += _JOB_ITEMS.validate_python(jobs[start:start + VALIDATION_STEP])
+    except ValidationError:
+        return JobFile.model_validate(raw)   # every problem, worded and ordered as one validation words them
+    return JobFile.model_validate({**raw, "jobs": items})   # validated jobs pass as they are
 
 
 # -- turning pydantic errors into rejections ---------------------------------------------------

@@ -14,15 +14,17 @@ Every answer is bounded: ``tail`` at most :data:`MAX_TAIL` lines; an answer
 without ``follow`` holds at most the log's first :data:`MAX_BYTES` bytes
 (header ``X-Flotilla-Log-Truncated: true`` when there was more); a followed
 log ends when the container ends, when the client leaves, when the service
-stops, or after :data:`FOLLOW_READ_TIMEOUT` seconds without output, and at
-most :data:`MAX_FOLLOWERS` logs are followed at once (each holds a thread
+stops, when its token no longer authenticates, or after
+``server.streams.followIdleTimeout`` without output, and at most
+``server.streams.follows`` logs are followed at once, at most
+``server.streams.followsPerUser`` by one user (each holds a thread
 while it waits for output).
 
 Refusals (``ApiError``): 409 when the job has no pod to read (not started
 yet, on a simulated cluster) or its container has not started; 410 when the
 pod is gone; 404 for a pod number the job does not have (as for a job it cannot see); 502 when the API
 server could not get the log from the kubelet; 503 when the cluster cannot
-be reached; 429 when :data:`MAX_FOLLOWERS` logs are already followed.
+be reached; 429 past a cap on followed logs (:mod:`flotilla.service.streams`).
 """
 
 from __future__ import annotations
@@ -32,12 +34,10 @@ from dataclasses import dataclass
 
 from flotilla.core.capabilities import JobLogs
 from flotilla.service.errors import ApiError, ErrorResponse
+from flotilla.service.streams import Slots, StreamLimits
 
 MAX_TAIL = 10_000
 MAX_BYTES = 8 * 1024 * 1024
-#: A followed log with no output this long ends (the client may follow again).
-FOLLOW_READ_TIMEOUT = 3600.0
-MAX_FOLLOWERS = 16
 CHUNK = 64 * 1024
 
 #: The logs endpoint's own answers, beside the API's common ones.
@@ -66,7 +66,10 @@ class PodLogs:
         self._loop = loop
         self._clients: dict[str, object] = {}
         self._lock = threading.Lock()
-        self._followers = threading.BoundedSemaphore(MAX_FOLLOWERS)
+        limits = getattr(settings, "streams", None) or StreamLimits()
+        self.follow_idle_timeout = limits.follow_idle_timeout
+        self._followers = Slots("followed logs", limits.follows_per_user, "server.streams.followsPerUser",
+                                limits.follows, "server.streams.follows")
 
     def _capabilities(self, cluster: str):
         return self._loop.backends.capabilities.get(cluster) if self._loop is not None else None
@@ -149,14 +152,13 @@ class PodLogs:
             response.release_conn()
         return content[:MAX_BYTES], len(content) > MAX_BYTES
 
-    def follow(self, job: dict, pod: int, tail: int | None):
-        """An open followed log and the function that ends it (call it exactly once, from any thread)."""
-        if not self._followers.acquire(blocking=False):
-            raise ApiError(429, f"{MAX_FOLLOWERS} logs are followed already; try again later")
+    def follow(self, job: dict, pod: int, tail: int | None, user: str = ""):
+        """An open followed log and the function that ends it (idempotent, from any thread); 429 past a cap."""
+        give_back = self._followers.take(user)
         try:
             response = self.open(job, pod, follow=True, tail=tail)
         except BaseException:
-            self._followers.release()
+            give_back()
             raise
         done = threading.Event()
 
@@ -168,7 +170,7 @@ class PodLogs:
                 response.shutdown()
                 response.release_conn()
             finally:
-                self._followers.release()
+                give_back()
 
         return response, release
 
@@ -179,7 +181,7 @@ class PodLogs:
 
         try:
             return response.read1(CHUNK)
-        except (HTTPError, OSError, ValueError):   # ended by release() or the read timeout
+        except (HTTPError, OSError, ValueError, RuntimeError):   # ended by release() or the idle timeout
             return b""
 
     def open(self, job: dict, pod: int, *, follow: bool, tail: int | None, limit: int | None = None):
@@ -192,7 +194,7 @@ class PodLogs:
         try:
             return client.pod_log(ref.namespace, ref.name, container=ref.container, tail_lines=tail,
                                   limit_bytes=limit, follow=follow,
-                                  read_timeout=FOLLOW_READ_TIMEOUT if follow else 30.0)
+                                  read_timeout=self.follow_idle_timeout if follow else 30.0)
         except Unreachable as exc:
             raise ApiError(503, f"cluster {ref.cluster!r} cannot be reached: {exc}") from None
         except KubeApiError as exc:
@@ -256,4 +258,4 @@ class _BackendLog:
         pass
 
 
-__all__ = ["LOG_RESPONSES", "MAX_BYTES", "MAX_FOLLOWERS", "MAX_TAIL", "PodLogs", "PodRef"]
+__all__ = ["LOG_RESPONSES", "MAX_BYTES", "MAX_TAIL", "PodLogs", "PodRef"]

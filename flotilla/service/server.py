@@ -11,6 +11,7 @@ after ``lease.timeout`` and run again.
 
 from __future__ import annotations
 
+import gc
 import signal
 import sys
 import threading
@@ -22,6 +23,7 @@ import uvicorn
 
 from flotilla.service.api import create_app
 from flotilla.service.auth import Authenticator
+from flotilla.service.headers import protocol_with
 from flotilla.service.health import health_router, ops_app
 from flotilla.service.loop import ServiceLoop, service_backends
 from flotilla.service.metrics import Metrics, instrument
@@ -162,7 +164,8 @@ def run(service: Service, listen: str | None = None, *, access_log: bool = False
         print("flotilla serve: auth has neither tokens nor oidc: every local request acts as an administrator",
               file=sys.stderr, flush=True)
     config = uvicorn.Config(service.app, host=host, port=port, log_level="warning", access_log=access_log,
-                            timeout_graceful_shutdown=5, lifespan="off", backlog=2048)
+                            timeout_graceful_shutdown=5, lifespan="off", backlog=2048,
+                            http=protocol_with(service.settings.header_timeout))
     server = _Server(config, service)
 
     def on_signal(signum, frame) -> None:
@@ -179,6 +182,9 @@ def run(service: Service, listen: str | None = None, *, access_log: bool = False
     print(f"flotilla serve: role {service.role}, listening on http://{host}:{port} "
           f"(store {redact(service.store.url)}, clusters {clusters})", file=sys.stderr, flush=True)
     started = time.monotonic()
+    # What is loaded by now lives as long as the process: out of the collector's sight, so that a full
+    # collection (triggered by a large request's many objects) does not walk it while the event loop waits.
+    gc.freeze()
     try:
         server.run()
     finally:

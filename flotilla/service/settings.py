@@ -13,6 +13,7 @@ from typing import Any, Mapping
 
 from flotilla.core.model import DEFAULT_GRACE_PERIOD, Node, PriorityClass, Taint
 from flotilla.core.quantities import parse_duration, parse_quantity
+from flotilla.service.streams import StreamLimits
 
 DEFAULT_STORE_URL = "sqlite:///flotilla.db"
 DEFAULT_LISTEN = "127.0.0.1:8080"
@@ -110,6 +111,10 @@ class ServiceSettings:
     limits: Limits = DEFAULT_LIMITS
     #: The in-cluster pods' placement rules (flotilla.service.placement.PlacementRule).
     placement: tuple = ()
+    #: ``server.headerTimeout``: seconds a request's headers may take to arrive.
+    header_timeout: float = 10.0
+    #: ``server.streams``: watch streams and followed logs per user (flotilla.service.streams).
+    streams: StreamLimits = field(default_factory=StreamLimits)
 
     @property
     def open_access(self) -> bool:
@@ -263,4 +268,15 @@ def from_config(config: Any) -> ServiceSettings:
         limits=Limits(int(_get(server, "max_body_size", default=DEFAULT_LIMITS.max_body_bytes)),
                       int(_get(server, "max_jobs_per_submission", default=DEFAULT_LIMITS.max_jobs))),
         placement=rules_from_config(config),
+        header_timeout=_seconds(_get(server, "header_timeout"), 10.0),
+        streams=_stream_limits(_get(server, "streams")),
     )
+
+
+def _stream_limits(section: Any) -> StreamLimits:
+    defaults = StreamLimits()
+    return StreamLimits(
+        watch_per_user=int(_get(section, "watch_per_user", default=defaults.watch_per_user)),
+        follows_per_user=int(_get(section, "follows_per_user", default=defaults.follows_per_user)),
+        follows=int(_get(section, "follows", default=defaults.follows)),
+        follow_idle_timeout=_seconds(_get(section, "follow_idle_timeout"), defaults.follow_idle_timeout))

@@ -27,7 +27,7 @@ import time
 from pathlib import Path
 from urllib.parse import unquote_to_bytes, urlencode
 
-from fastapi import APIRouter, Form, Request
+from fastapi import APIRouter, Request
 from fastapi.concurrency import run_in_threadpool
 from fastapi.responses import HTMLResponse, RedirectResponse
 from fastapi.staticfiles import StaticFiles
@@ -39,6 +39,7 @@ from flotilla.service.auth import Authenticator, Identity, may_act
 from flotilla.service.bounds import (INT64_MAX, INTEGER_TEXT, BoundsError, id_problem, priority_from_text, shown_text,
                                      text_problem)
 from flotilla.service.errors import ApiError
+from flotilla.service.guard import LOGIN_COOKIE, MAX_FORM_FIELDS
 from flotilla.service.metrics.labels import reason_categories
 from flotilla.service.roles.status import StatusReader
 from flotilla.service.settings import ServiceSettings
@@ -47,7 +48,7 @@ from flotilla.service.ui.protect import FORM_FIELD, CSRF_COOKIE, form_refusal, f
     session_cookie
 from flotilla.service.ui.queries import PAGE_SIZE, SORTS, JobFilter, job_events, job_page, job_sets
 
-COOKIE = "flotilla_token"
+COOKIE = LOGIN_COOKIE
 STATIC = Path(__file__).resolve().parent / "static"
 
 
@@ -88,8 +89,13 @@ async def form_fields(request: Request) -> dict[str, str] | ApiError:
     Starlette's parser turns bytes that are not UTF-8 into U+FFFD, so a form
     would store changed text where the API refuses it; this refuses it
     (the :class:`ApiError` is returned, to be raised where pages render).
+    A form of more than :data:`MAX_FORM_FIELDS` fields is refused (413)
+    before any is decoded. The body is already read and within
+    ``guard.MAX_FORM_BYTES``, by a logged-in user (the :class:`Guard`).
     """
     body = await request.body()
+    if body.count(b"&") >= MAX_FORM_FIELDS:
+        return ApiError(413, f"a form of more than {MAX_FORM_FIELDS} fields")
     fields: dict[str, str] = {}
     for pair in body.split(b"&") if body else ():
         name, _, value = pair.partition(b"=")
@@ -105,10 +111,8 @@ async def form_fields(request: Request) -> dict[str, str] | ApiError:
     return fields
 
 
-def form_priority(fields: dict[str, str] | ApiError) -> int:
+def form_priority(fields: dict[str, str]) -> int:
     """The form's ``priority``, within the API's bounds and refused with the API's message (422)."""
-    if isinstance(fields, ApiError):
-        raise fields
     if "priority" not in fields:
         raise ApiError(422, "priority: Field required", field="priority")
     try:
@@ -145,14 +149,18 @@ def mount_ui(app, store: Store, settings: ServiceSettings, status: StatusReader,
             response.set_cookie(CSRF_COOKIE, session, httponly=True, samesite="strict", path="/ui")
         return response
 
-    async def form_refused(request: Request, identity: Identity | None):
-        """The 403 page for a state-changing form not sent from this dashboard's pages, or None."""
-        form = await request.form()
-        token = form.get(FORM_FIELD)
-        why = form_refusal(request.headers.get("origin"), request.headers.get("host"),
-                           token if isinstance(token, str) else None, request.cookies.get(CSRF_COOKIE),
-                           identity.user if identity is not None else "", login_of(request, identity))
-        return None if why is None else page("error.html", request, identity, 403, message=why, status=403)
+    async def form_refused(request: Request, identity: Identity | None) -> tuple[object, dict[str, str]]:
+        """(the error page for a form that is malformed or not sent from this dashboard's pages, or None;
+        the form's fields)."""
+        fields = await form_fields(request)
+        if isinstance(fields, ApiError):
+            return page("error.html", request, identity, fields.status, message=fields.detail,
+                        status=fields.status), {}
+        why = form_refusal(request.headers.get("origin"), request.headers.get("host"), fields.get(FORM_FIELD),
+                           request.cookies.get(CSRF_COOKIE), identity.user if identity is not None else "",
+                           login_of(request, identity))
+        return (None if why is None else page("error.html", request, identity, 403, message=why, status=403)), \
+            fields
 
     def login_redirect(request: Request) -> RedirectResponse:
         return RedirectResponse(f"/ui/login?{urlencode({'next': str(request.url.path)})}", status_code=303)
@@ -168,13 +176,19 @@ def mount_ui(app, store: Store, settings: ServiceSettings, status: StatusReader,
         return access.visible_job(store, job_id, identity)
 
     async def guarded(request: Request, render, form: bool = False):
+        """``render(identity)`` in a thread (a form's route: ``render(identity, fields)``), or the login or error
+        page."""
         identity = await run_in_threadpool(who, request)   # an OIDC token may need the provider's keys fetched
         if identity is None:
             return login_redirect(request)
-        if form and (refused := await form_refused(request, identity)) is not None:
-            return refused
+        args: tuple = (identity,)
+        if form:
+            refused, fields = await form_refused(request, identity)
+            if refused is not None:
+                return refused
+            args = (identity, fields)
         try:
-            return await run_in_threadpool(render, identity)
+            return await run_in_threadpool(render, *args)
         except ApiError as exc:
             return page("error.html", request, identity, exc.status, message=exc.detail, status=exc.status)
 
@@ -184,9 +198,11 @@ def mount_ui(app, store: Store, settings: ServiceSettings, status: StatusReader,
         return page("login.html", request, None, next=next if next.startswith("/ui") else "/ui", error=None)
 
     @router.post("/login")
-    async def login(request: Request, token: str = Form(""), next: str = Form("/ui")):
-        if (refused := await form_refused(request, None)) is not None:
+    async def login(request: Request):
+        refused, fields = await form_refused(request, None)
+        if refused is not None:
             return refused
+        token, next = fields.get("token", ""), fields.get("next", "/ui")
         target = next if next.startswith("/ui") else "/ui"
         if await run_in_threadpool(auth.authenticate, f"Bearer {token.strip()}") is None:
             return page("login.html", request, None, 401, next=target, error="unknown token")
@@ -197,7 +213,8 @@ def mount_ui(app, store: Store, settings: ServiceSettings, status: StatusReader,
     @router.post("/logout")
     async def logout(request: Request):
         identity = await run_in_threadpool(who, request)
-        if (refused := await form_refused(request, identity)) is not None:
+        refused, _ = await form_refused(request, identity)
+        if refused is not None:
             return refused
         response = RedirectResponse("/ui/login", status_code=303)
         response.delete_cookie(COOKIE, path="/ui")
@@ -273,7 +290,7 @@ def mount_ui(app, store: Store, settings: ServiceSettings, status: StatusReader,
 
     @router.post("/jobs/{job_id}/cancel")
     async def cancel(request: Request, job_id: str):
-        def act(identity):
+        def act(identity, fields):
             job = visible_job(job_id, identity)
             queue_or_refuse(job["queue"], identity)
             store.cancel(job["queue"], None, [job_id], None, by=identity.user)
@@ -282,9 +299,7 @@ def mount_ui(app, store: Store, settings: ServiceSettings, status: StatusReader,
 
     @router.post("/jobs/{job_id}/reprioritize")
     async def reprioritize(request: Request, job_id: str):
-        fields = await form_fields(request)
-
-        def act(identity):
+        def act(identity, fields):
             job = visible_job(job_id, identity)
             queue_or_refuse(job["queue"], identity)
             priority = form_priority(fields)

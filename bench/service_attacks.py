@@ -1,0 +1,193 @@
+"""A real ``flotilla serve`` under attack: latency of /v1/health and of a small submit during each attack.
+
+Starts ``flotilla serve`` (SQLite, two simulated clusters, static tokens)
+on a free port, then runs each attack ``--repeat`` times while two probes
+run beside it: ``GET /v1/health`` every 20 ms (no token) and a one-job
+submit by another user every 100 ms. It prints each probe's p50, p99 and
+maximum during the attack, and the attack's own answer. A benchmark, not a
+test: it asserts nothing (docs/performance.md records its figures).
+
+Attacks:
+
+* ``form``: 16 MiB of ``a=1&`` to ``/ui/jobs/x/reprioritize``, unauthenticated;
+* ``string``: a 16 MiB JSON string to ``/v1/submit``, authenticated;
+* ``jobs``: a 10,000-job submission, authenticated;
+* ``streams``: 1,000 idle watch streams opened by one user (those over the per-user cap are refused), and
+  meanwhile another user's small requests (``GET /v1/queues/B``) as the probe.
+
+    python bench/service_attacks.py [--repeat 3] [--attacks form,string,jobs,streams]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import socket
+import statistics
+import sys
+import tempfile
+import threading
+import time
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[1]
+sys.path[:0] = [str(REPO), str(REPO / "tests")]
+
+import httpx  # noqa: E402
+
+from serve_process import Server  # noqa: E402
+from service_fixtures import CONFIG, job, job_file  # noqa: E402
+
+MIB16 = 16 * 1024 * 1024
+
+
+class Probe(threading.Thread):
+    """Sends one request every ``every`` seconds and records each one's latency (seconds)."""
+
+    def __init__(self, url: str, every: float, request):
+        super().__init__(daemon=True)
+        self.client = httpx.Client(base_url=url, timeout=30)
+        self.every = every
+        self.request = request
+        self.samples: list[tuple[float, float]] = []
+        self.stopping = threading.Event()
+
+    def run(self) -> None:
+        while not self.stopping.is_set():
+            started = time.perf_counter()
+            try:
+                self.request(self.client)
+            except httpx.HTTPError:
+                pass
+            took = time.perf_counter() - started
+            self.samples.append((started, took))
+            self.stopping.wait(max(0.0, self.every - took))
+
+    def between(self, start: float, end: float) -> list[float]:
+        return [took for at, took in self.samples if start <= at <= end]
+
+
+def figures(samples: list[float]) -> str:
+    if not samples:
+        return "no samples"
+    ordered = sorted(samples)
+    p99 = ordered[min(len(ordered) - 1, int(len(ordered) * 0.99))]
+    return (f"p50 {1000 * statistics.median(ordered):6.1f} ms  p99 {1000 * p99:6.1f} ms  "
+            f"max {1000 * ordered[-1]:6.1f} ms  (n={len(ordered)})")
+
+
+def raw_post(port: int, path: str, headers: dict, body: bytes) -> str:
+    """POST over a plain socket (the server may answer and close before the body is sent): its status line."""
+    head = "".join(f"{k}: {v}\r\n" for k, v in headers.items())
+    with socket.create_connection(("127.0.0.1", port), timeout=120) as sock:
+        sock.sendall(f"POST {path} HTTP/1.1\r\nHost: 127.0.0.1:{port}\r\nContent-Length: {len(body)}\r\n{head}\r\n"
+                     .encode())
+        try:
+            sock.sendall(body)
+        except OSError:
+            pass
+        answer = b""
+        try:
+            while b"\r\n" not in answer:
+                chunk = sock.recv(4096)
+                if not chunk:
+                    break
+                answer += chunk
+        except OSError:
+            pass
+    return answer.split(b"\r\n", 1)[0].decode(errors="replace") or "(connection closed)"
+
+
+def attack_form(srv: Server) -> str:
+    return raw_post(srv.port, "/ui/jobs/x/reprioritize", {"Content-Type": "application/x-www-form-urlencoded"},
+                    b"a=1&" * (MIB16 // 4))
+
+
+def attack_string(srv: Server) -> str:
+    return raw_post(srv.port, "/v1/submit", {"Content-Type": "application/json",
+                                             "Authorization": "Bearer alice-token"},
+                    b'"' + b"a" * (MIB16 - 16) + b'"')
+
+
+def attack_jobs(srv: Server) -> str:
+    body = json.dumps(job_file("A", f"big-{time.monotonic_ns()}", [job(f"c{i}", cpu="100") for i in range(10_000)]))
+    return raw_post(srv.port, "/v1/submit", {"Content-Type": "application/json",
+                                             "Authorization": "Bearer alice-token"}, body.encode())
+
+
+def attack_streams(srv: Server, count: int = 1000, hold: float = 10.0) -> str:
+    """``count`` idle watch streams of alice's, held ``hold`` seconds: how many were refused (429)."""
+    socks, refused = [], 0
+    request = (f"GET /v1/queues/A/jobsets/idle/events?follow=true HTTP/1.1\r\nHost: 127.0.0.1:{srv.port}\r\n"
+               f"Authorization: Bearer alice-token\r\n\r\n").encode()
+    for _ in range(count):
+        try:
+            sock = socket.create_connection(("127.0.0.1", srv.port), timeout=30)
+            sock.sendall(request)
+            socks.append(sock)
+        except OSError:
+            refused += 1
+    opened = 0
+    for sock in socks:
+        try:
+            sock.settimeout(30)
+            status = sock.recv(64).split(b"\r\n", 1)[0]
+            if b" 429 " in status:
+                refused += 1
+            else:
+                opened += 1
+        except OSError:
+            refused += 1
+    time.sleep(hold)
+    for sock in socks:
+        sock.close()
+    return f"{opened} streams open, {refused} refused"
+
+
+ATTACKS = {"form": attack_form, "string": attack_string, "jobs": attack_jobs, "streams": attack_streams}
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--repeat", type=int, default=3)
+    parser.add_argument("--attacks", default=",".join(ATTACKS))
+    args = parser.parse_args(argv)
+    with tempfile.TemporaryDirectory() as tmp:
+        config = CONFIG.replace("cycle: {period: 0.2s}", "cycle: {period: 1s}") + \
+            'server: {listen: "127.0.0.1:PORT"}\nstore: {url: "sqlite:///DB"}\n'
+        srv = Server(Path(tmp), config).start(timeout=300)
+        try:
+            health = Probe(srv.url, 0.02, lambda c: c.get("/v1/health"))
+            submit = Probe(srv.url, 0.1, lambda c: c.post(
+                "/v1/submit", json=job_file("B", "probe", [job(cpu="100")]),
+                headers={"Authorization": "Bearer bob-token"}))
+            other = Probe(srv.url, 0.05, lambda c: c.get("/v1/queues/B", headers={"Authorization": "Bearer bob-token"}))
+            for probe in (health, submit, other):
+                probe.start()
+            time.sleep(2)
+            start = time.perf_counter()
+            time.sleep(3)
+            end = time.perf_counter()
+            print(f"{'quiet':>8}  health {figures(health.between(start, end))}")
+            print(f"{'':>8}  submit {figures(submit.between(start, end))}")
+            print(f"{'':>8}  other  {figures(other.between(start, end))}")
+            for name in args.attacks.split(","):
+                answers = []
+                start = time.perf_counter()
+                for _ in range(args.repeat):
+                    answers.append(ATTACKS[name](srv))
+                end = time.perf_counter()
+                print(f"{name:>8}  health {figures(health.between(start, end))}")
+                print(f"{'':>8}  submit {figures(submit.between(start, end))}")
+                print(f"{'':>8}  other  {figures(other.between(start, end))}")
+                print(f"{'':>8}  attack answered: {'; '.join(sorted(set(answers)))} ({end - start:.1f} s)")
+            for probe in (health, submit, other):
+                probe.stopping.set()
+                probe.join()
+        finally:
+            srv.kill()
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
