@@ -114,6 +114,10 @@ class QueueBody(QueueConfig):
         default_factory=dict, json_schema_extra={"propertyNames": RESOURCE_NAME_SCHEMA})
     #: Hierarchies come from the config file; a queue made through the API is top-level (a parent is refused).
     parent: None = Field(None, description="always null: parent queues are set in the config file")
+    #: Likewise a queue's own floor under preemption to fair share (the service keeps none for API queues).
+    protected_fraction_of_fair_share: None = Field(
+        None, alias="protectedFractionOfFairShare",
+        description="always null: a queue's own protected fraction of fair share is set in the config file")
 
     def spec(self) -> QueueSpec:
         return self.spec_for(self.name)
