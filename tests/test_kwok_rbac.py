@@ -218,6 +218,10 @@ def test_the_cluster_role_grants_exactly_the_verbs_flotilla_uses():
         ("", "persistentvolumes", "patch"), ("storage.k8s.io", "storageclasses", "list"),
         ("storage.k8s.io", "storageclasses", "watch"),
         ("", "services", "create"), ("", "services", "delete"),
+        # What cluster default spread constraints select by (read only when podTopologySpread defaults are set).
+        ("", "services", "list"), ("", "services", "watch"), ("", "replicationcontrollers", "list"),
+        ("", "replicationcontrollers", "watch"), ("apps", "replicasets", "list"), ("apps", "replicasets", "watch"),
+        ("apps", "statefulsets", "list"), ("apps", "statefulsets", "watch"),
         ("networking.k8s.io", "ingresses", "create"), ("networking.k8s.io", "ingresses", "delete"),
         ("scheduling.k8s.io", "priorityclasses", "list"), ("scheduling.k8s.io", "priorityclasses", "watch"),
         ("scheduling.k8s.io", "priorityclasses", "create"),
