@@ -163,7 +163,7 @@ class NodeSearch:
         (:meth:`_find_preferred`).
         """
         rules = job.pod_rules
-        if (rules is not None and rules.preferred) or (self.state.pods.scorers and pod_scored(self, job)):
+        if (rules is not None and rules.preferred) or (self.state.pods.scorers.counts and pod_scored(self, job)):
             return self._find_pod_preferred(job, vec, level, types, queue, self.node_checked(job))
         if job.claims and self.volume_picks is not None and not self.tier_crossing_score_fns \
                 and not self.node_score_fns and not self.node_filter_fns and not job.host_ports \
