@@ -29,9 +29,11 @@ above its floor without it and every ``reclaimable`` plugin agrees; any
 other unit is taken back: not evicted, it stays on its node as if returned
 and nothing may take its room this cycle. Victim order is the plugins'
 ``reclaim_order`` keys, then the lowest priority class first, then the
-largest unit first, then the highest job (or gang) id in natural order
-(``a-10`` after ``a-9``) first; never the submission order, so which jobs a
-queue keeps does not depend on the order they came in. This is decided
+largest unit first, then the unit on the node where its queue has the
+fewest jobs at risk (so a queue gives back whole nodes, not a job here and
+there that no other job can use), then the highest job (or gang) id in
+natural order (``a-10`` after ``a-9``) first; never the submission order,
+so which jobs a queue keeps does not depend on the order they came in. This is decided
 here, before ``allocate``, because once another job has taken an evicted
 job's room the job can no longer return. *f* = 0 turns the floor off;
 above 1 it spares queues somewhat over their fair share too.
@@ -212,19 +214,26 @@ class Evict:
 
 def _victim_order(session, units: dict[str, list], costs: dict[str, float]) -> list[str]:
     """The units' keys in victim order (see the module docstring): plugins' ``reclaim_order`` keys, then the lowest
-    priority class, then the largest (``costs``: each job at risk's cost by the share weights), then the highest id
-    in natural order."""
+    priority class, then the largest (``costs``: each job at risk's cost by the share weights), then the one on the
+    node where its queue has the fewest jobs at risk, then the highest id in natural order."""
     running = session.running
     keys = sorted(units, key=_natural, reverse=True)
     plugins = bool(session.reclaim_order_fns)
+    # How many jobs at risk each queue has on each node: fewer first, so a queue's victims empty nodes.
+    on_node: dict[tuple[str, int], int] = {}
+    for job_id, job in ((m.id, m) for members in units.values() for m in members if m.id in costs):
+        where = (job.queue, running[job_id].node)
+        on_node[where] = on_node.get(where, 0) + 1
 
     def order(key: str) -> tuple:
         members = units[key]
         if len(members) == 1:
             (job,) = members
-            return (session.reclaim_key(job) if plugins else (), running[job.id].level, -costs.get(job.id, 0.0))
+            return (session.reclaim_key(job) if plugins else (), running[job.id].level, -costs.get(job.id, 0.0),
+                    on_node.get((job.queue, running[job.id].node), 0))
         return (min(session.reclaim_key(m) for m in members) if plugins else (),
-                max(running[m.id].level for m in members), -sum(costs.get(m.id, 0.0) for m in members))
+                max(running[m.id].level for m in members), -sum(costs.get(m.id, 0.0) for m in members),
+                min(on_node.get((m.queue, running[m.id].node), 0) for m in members))
 
     return sorted(keys, key=order)   # stable: equal keys stay in natural id order, highest first
 

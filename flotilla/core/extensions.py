@@ -231,8 +231,9 @@ class ReclaimOrder(Protocol):
     """A sort key for a victim of reclaim; the smallest is weighed (and so reclaimed) first.
 
     A unit (a gang) takes its members' smallest key. Ties fall to the
-    core's order: lowest priority class first, largest first, highest id
-    (natural order) first. Never the submission order, so the victims do
+    core's order: lowest priority class first, largest first, on the node
+    where its queue has the fewest jobs at risk first, highest id (natural
+    order) first. Never the submission order, so the victims do
     not depend on the order jobs came in; a key that reads submission times
     makes them depend on it. When it fails (raises, answers anything but a
     tuple, or a tuple holding a NaN), ``evict`` reclaims nothing this cycle.
@@ -334,7 +335,7 @@ EXTENSION_POINTS: tuple[ExtensionPoint, ...] = (
                    "all must agree, after the core's protected floor: a unit is reclaimed only if every plugin says "
                    "yes for each of its members at risk"),
     ExtensionPoint("reclaim_order", "add_reclaim_order", ReclaimOrder,
-                   "keys are concatenated in plugin order; then lowest priority class, largest, highest id"),
+                   "keys are concatenated in plugin order; then lowest priority class, largest, fewest at risk on its node, highest id"),
     ExtensionPoint("job_valid", "add_job_valid", JobValid,
                    "the first refusal, with its reason, wins"),
     ExtensionPoint("on_allocate", "add_event_handler", OnAllocate,
