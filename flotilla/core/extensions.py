@@ -27,6 +27,7 @@ the session it was given by. Resources are a :data:`~flotilla.core.resources.Vec
 
 from __future__ import annotations
 
+import functools
 import inspect
 import math
 from dataclasses import dataclass
@@ -566,6 +567,12 @@ def _by_priority_class(fn, plugin, point, scope):
 _GUARDS = {1: _guard1, 2: _guard2, 3: _guard3}
 
 
+@functools.cache
+def _arity(point: str) -> int:
+    """How many arguments ``point``'s callables take (read from its protocol once, not at every session open)."""
+    return len(inspect.signature(POINTS[point].protocol.__call__).parameters) - 1
+
+
 def guard(point: str, plugin: str, fn: Callable, failed: Callable[[PluginFailed], None]) -> Callable:
     """``fn`` as plugin ``plugin`` registered it at ``point``, raising :class:`PluginFailed` when it fails.
 
@@ -591,8 +598,7 @@ def guard(point: str, plugin: str, fn: Callable, failed: Callable[[PluginFailed]
     elif point == "job_valid" and getattr(fn, "by_priority_class", False):
         guarded = _by_priority_class(fn, plugin, point, scope)
     else:
-        guarded = _GUARDS[len(inspect.signature(declared.protocol.__call__).parameters) - 1](
-            fn, plugin, point, at, scope, check, check is _reason)
+        guarded = _GUARDS[_arity(point)](fn, plugin, point, at, scope, check, check is _reason)
     for promise in _PROMISES:
         if getattr(fn, promise, False):
             setattr(guarded, promise, True)
