@@ -1731,7 +1731,8 @@ class KubernetesCluster:
             current = self._job_pod.get(job_id)
             if current is None or current == key or not deleting:
                 self._job_pod[job_id] = key
-            if node is not None and job_id not in self._held_ids:
+            if node is not None and job_id not in self._held_ids and attempt == self._attempts[job_id]:
+                # (An earlier attempt's pod, still changing, says nothing of the start in flight.)
                 if self._inflight.pop(job_id, None) is not None and (old is None or old.node is None) \
                         and phase not in _ENDED:
                     # Bound by this process just now: said as kube-scheduler says it (conditions module).
