@@ -15,7 +15,10 @@ job (rebuilt from its labels and annotations, see
 consumes that node's resources and one of its pod slots
 (``ClusterSnapshot.foreign``, whose ``pods`` counts them) and holds its host
 ports there (``ClusterSnapshot.foreign_ports``). Finished pods
-(Succeeded, Failed) hold nothing. A pod being deleted by anyone else, an
+(Succeeded, Failed) hold nothing, as kube-scheduler (whose pod informer lists
+none) and the kubelet's admission see them: ours are kept for
+``finished_pod_retention`` (counted from the pod's own end, so a restarted
+process keeps none longer) for their logs, then deleted. A pod being deleted by anyone else, an
 earlier pod of a job that has a newer one, and a pod given up (reported
 ``lost``) still hold their resources until they are gone, as the kubelet
 counts them: the scheduler sees that room as taken (foreign usage).
@@ -229,7 +232,7 @@ class KubernetesCluster:
         #: The keys of ``_pods`` bound to each node: a node's questions (its load, a pod leaving it) read its
         #: own pods, not every pod of the cluster.
         self._pods_on: dict[str, set[tuple[str, str]]] = {}
-        #: Our pods (made or bound by Flotilla), the ones a snapshot looks at one by one.
+        #: Our pods (made or bound by Flotilla) that have not ended, the ones a snapshot looks at one by one.
         self._own: dict[tuple[str, str], _Pod] = {}
         #: What everyone else's live pods use on each node, kept as their events arrive: a snapshot copies it
         #: instead of walking pods that are not Flotilla's.
@@ -614,7 +617,11 @@ class KubernetesCluster:
         if pod.node is not None:
             self._pods_on.setdefault(pod.node, set()).add(key)
         if pod.job is not None:
-            self._own[key] = pod   # (an update keeps its place: snapshots list our pods in a stable order)
+            if pod.phase in _ENDED:
+                # Holds nothing (kept for its log, finishedPodRetention): no snapshot needs to walk it.
+                self._own.pop(key, None)
+            else:
+                self._own[key] = pod   # (an update keeps its place: snapshots list our pods in a stable order)
         else:
             self._own.pop(key, None)
             if pod.node is not None and pod.phase not in _ENDED:
