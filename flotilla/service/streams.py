@@ -34,6 +34,10 @@ import weakref
 from dataclasses import dataclass
 from typing import Any, Callable
 
+import structlog
+
+log = structlog.get_logger("flotilla.service.streams")
+
 #: How often the hub compares its counters and the clock (on the event loop, without a thread).
 TICK = 0.1
 #: How often the hub reads the store for new events when its write counter did not move. The counter moves
@@ -260,7 +264,14 @@ class StreamHub:
     async def _run(self) -> None:
         from fastapi.concurrency import run_in_threadpool
 
-        self._cursor = await run_in_threadpool(self.store.last_event_id)
+        try:
+            self._cursor = await run_in_threadpool(self.store.last_event_id)
+        except Exception as exc:   # the store cannot be read: the streams waiting to start end, saying so
+            log.warning("streams.store_unreadable", error=type(exc).__name__, detail=str(exc)[:300])
+            for sub in list(self._subscribers):
+                sub.end("the service could not read its store (see its log); try again")
+            self._ready.set()
+            return
         self._ready.set()
         seen_auth, seen_writes = self.auth.generation, self.store.writes
         monotonic = time.monotonic
@@ -289,9 +300,15 @@ class StreamHub:
             polled = now if poll else polled
             queues_read = now if queues else queues_read
             self.trips += 1
-            verdicts, events, specs = await run_in_threadpool(self._look, verify, self._cursor if poll else None,
-                                                              queues)
+            try:
+                verdicts, events, specs = await run_in_threadpool(self._look, verify,
+                                                                  self._cursor if poll else None, queues)
+            except Exception as exc:   # not the store's (_look keeps those): logged, and the next tick goes on
+                log.error("streams.hub_failed", error=type(exc).__name__, detail=str(exc)[:300])
+                continue
             self._apply(verdicts, events, specs)
+            if len(events) >= MAX_BATCHES * BATCH:
+                polled = now - POLL_SECONDS   # more to read: at the next tick
 
     def _look(self, credentials: list[str], after: int | None, queues: list[str]):
         """In a worker thread: the credentials' verdicts, the events after ``after``, the queues' specs."""
@@ -304,14 +321,19 @@ class StreamHub:
             except Unauthenticated as exc:
                 verdicts[credential] = exc
         events: list[dict] = []
-        if after is not None:
-            for _ in range(MAX_BATCHES):
-                batch = self.store.all_events(after, BATCH)
-                events.extend(batch)
-                if len(batch) < BATCH:
-                    break
-                after = batch[-1]["id"]
-        return verdicts, events, {queue: self.store.get_queue(queue) for queue in queues}
+        specs: dict = {}
+        try:   # a store error leaves the cursor where it was: the next read starts from it
+            if after is not None:
+                for _ in range(MAX_BATCHES):
+                    batch = self.store.all_events(after, BATCH)
+                    events.extend(batch)
+                    if len(batch) < BATCH:
+                        break
+                    after = batch[-1]["id"]
+            specs = {queue: self.store.get_queue(queue) for queue in queues}
+        except Exception as exc:
+            log.warning("streams.store_unreadable", error=type(exc).__name__, detail=str(exc)[:300])
+        return verdicts, events, specs
 
     def _apply(self, verdicts: dict, events: list[dict], specs: dict) -> None:
         from flotilla.service.auth import may_act
