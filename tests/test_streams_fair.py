@@ -162,7 +162,7 @@ def served(tmp_path):
                           "cycle: {period: 0.2s}\nserver: {streams: {followIdleTimeout: 1s}}")
     service, path = _service(tmp_path, text)
     kubelet = KubeletLog()
-    service.app.state.pod_logs.locate = lambda job, pod: (kubelet.client, PodRef("c", "ns", "p", "main"))
+    service.app.state.pod_logs.locate = lambda job, pod, container=None: (kubelet.client, PodRef("c", "ns", "p", "main"))
     port = free_port()
     server = uvicorn.Server(uvicorn.Config(service.app, host="127.0.0.1", port=port, log_level="warning",
                                            lifespan="off"))

@@ -15,7 +15,10 @@ job (rebuilt from its labels and annotations, see
 consumes that node's resources and one of its pod slots
 (``ClusterSnapshot.foreign``, whose ``pods`` counts them) and holds its host
 ports there (``ClusterSnapshot.foreign_ports``). Finished pods
-(Succeeded, Failed) hold nothing. A pod being deleted by anyone else, an
+(Succeeded, Failed) hold nothing, as kube-scheduler (whose pod informer lists
+none) and the kubelet's admission see them: ours are kept for
+``finished_pod_retention`` (counted from the pod's own end, so a restarted
+process keeps none longer) for their logs, then deleted. A pod being deleted by anyone else, an
 earlier pod of a job that has a newer one, and a pod given up (reported
 ``lost``) still hold their resources until they are gone, as the kubelet
 counts them: the scheduler sees that room as taken (foreign usage).
@@ -102,7 +105,8 @@ from flotilla.kubernetes.volumes import SELECTED_NODE, VolumeState
 from flotilla.kubernetes.pods import (ATTEMPT, DURATION, JOB_ID, PodSettings, failure_details, failure_reason, foreign_pod,
                                      is_ours,
                                       job_deadline, job_from_pod, job_grace_period, job_namespace, named_grace_period,
-                                      node_from_object, node_ready, pod_host_ports, pod_manifest, pod_name, pod_phase,
+                                      node_from_object, node_ready, pod_finished_at, pod_host_ports, pod_manifest,
+                                      pod_name, pod_phase,
                                       pod_requests, disruption, permanent_pull_failure, waiting_container,
                                       waiting_reason)
 
@@ -140,6 +144,7 @@ class _Pod:
     cause: str = ""                   # a failed pod's, for retry policies (flotilla.core.backend.FAILURE_CAUSES)
     disrupted: str = ""               # its DisruptionTarget condition's reason and message (evicted, preempted)
     foreign: ForeignPod | None = None  # someone else's, as pod rules see it (labels, namespace, anti-affinity)
+    finished_at: float | None = None  # an ended pod's end, as the pod says it (finishedPodRetention counts from it)
 
 
 #: The phases of a pod that has ended.
@@ -227,7 +232,7 @@ class KubernetesCluster:
         #: The keys of ``_pods`` bound to each node: a node's questions (its load, a pod leaving it) read its
         #: own pods, not every pod of the cluster.
         self._pods_on: dict[str, set[tuple[str, str]]] = {}
-        #: Our pods (made or bound by Flotilla), the ones a snapshot looks at one by one.
+        #: Our pods (made or bound by Flotilla) that have not ended, the ones a snapshot looks at one by one.
         self._own: dict[tuple[str, str], _Pod] = {}
         #: What everyone else's live pods use on each node, kept as their events arrive: a snapshot copies it
         #: instead of walking pods that are not Flotilla's.
@@ -612,7 +617,11 @@ class KubernetesCluster:
         if pod.node is not None:
             self._pods_on.setdefault(pod.node, set()).add(key)
         if pod.job is not None:
-            self._own[key] = pod   # (an update keeps its place: snapshots list our pods in a stable order)
+            if pod.phase in _ENDED:
+                # Holds nothing (kept for its log, finishedPodRetention): no snapshot needs to walk it.
+                self._own.pop(key, None)
+            else:
+                self._own[key] = pod   # (an update keeps its place: snapshots list our pods in a stable order)
         else:
             self._own.pop(key, None)
             if pod.node is not None and pod.phase not in _ENDED:
@@ -1633,6 +1642,16 @@ class KubernetesCluster:
 
     def _replace_pods(self, items: list[dict]) -> None:
         live = set()
+        for obj in items:   # every job's newest attempt first: an earlier attempt's kept pod listed before it is old news
+            if is_ours(obj):
+                annotations = obj["metadata"].get("annotations") or {}
+                try:
+                    attempt = int(annotations.get(ATTEMPT, "0"))
+                except ValueError:
+                    continue
+                job_id = annotations.get(JOB_ID) or obj["metadata"]["labels"][JOB_ID]
+                if attempt > self._attempts.get(job_id, -1):
+                    self._attempts[job_id] = attempt
         for obj in items:
             meta = obj["metadata"]
             live.add((meta.get("namespace", ""), meta["name"]))
@@ -1711,7 +1730,8 @@ class KubernetesCluster:
                        reason=failure_reason(obj) if phase == "Failed" else "",
                        waiting=waiting_reason(obj) if phase == "Pending" else "", owned=owned,
                        exit_code=exit_code, cause=cause, incluster=incluster, uid=meta.get("uid", ""),
-                       disrupted=disruption(obj) if incluster else "")
+                       disrupted=disruption(obj) if incluster else "",
+                       finished_at=pod_finished_at(obj) if phase in _ENDED else None)
             self._put_pod(key, pod)
             if phase == "Pending" and not deleting and key not in self._reported and not incluster:
                 # (An in-cluster pod that does not start is its owner's to see to: Flotilla did not make it.)
@@ -1738,7 +1758,7 @@ class KubernetesCluster:
                     # Bound by this process just now: said as kube-scheduler says it (conditions module).
                     self._report(self.reporter.scheduled, key[0], key[1], pod.uid, node)
                 self._unadmit(job_id)
-            self._pod_events(pod, job_id)
+            self._pod_events(pod, job_id, superseded=attempt < self._attempts[job_id])
         else:
             if old is not None and old.requests is not None:
                 requests, ports = old.requests, old.ports
@@ -1768,7 +1788,9 @@ class KubernetesCluster:
                 return
         self._emit(pod.job.id, "waiting", pod.node, pod.waiting, run=self._starts.get(pod.job.id, 0) or None)
 
-    def _pod_events(self, pod: _Pod, job_id: str) -> None:
+    def _pod_events(self, pod: _Pod, job_id: str, superseded: bool = False) -> None:
+        """Report what ``pod`` shows of its job; ``superseded``: the job has a newer attempt's pod, so this one's
+        end (a kept finished pod seen again after a restart) is old news, never said."""
         reported = self._reported.get(pod.key)
         if pod.phase == "Succeeded" and pod.key in self._lost_on_node:
             # Given up while its node was NotReady, it finished meanwhile: the run succeeded after all. Said
@@ -1780,6 +1802,10 @@ class KubernetesCluster:
                                           cause=NODE_RETURNED), None))
             return
         if reported in _FINAL:
+            return
+        if superseded and pod.phase in _ENDED:
+            self._reported[pod.key] = "succeeded" if pod.phase == "Succeeded" else "failed"
+            self._keep_or_delete_finished(pod)
             return
         if pod.phase == "Running" and reported is None and not pod.deleting:
             self._reported[pod.key] = "running"
@@ -1803,12 +1829,21 @@ class KubernetesCluster:
                            cause=returned_label(refused, node.resources if node is not None else None))
             else:
                 self._emit(job_id, kind, pod.node, pod.reason, exit_code=pod.exit_code, cause=pod.cause)
-            if self.delete_finished and not pod.deleting and not pod.incluster:   # the user's pods stay
-                self._ignore_delete.add(pod.key)
-                if self.finished_pod_retention > 0:   # kept (holding nothing) so that its log can be read
-                    self._finished[pod.key] = self.clock() + self.finished_pod_retention
-                else:
-                    self._pool.submit(self._delete_finished, pod.key)
+            self._keep_or_delete_finished(pod)
+
+    def _keep_or_delete_finished(self, pod: _Pod) -> None:
+        """Keep an ended pod of ours (holding nothing) for ``finished_pod_retention`` so that its log can be read,
+        counted from the pod's own end (a restarted process does not keep it another full term); delete it at once
+        without a retention. An in-cluster pod is its owner's and stays."""
+        if not self.delete_finished or pod.deleting or pod.incluster:
+            return
+        self._ignore_delete.add(pod.key)
+        if self.finished_pod_retention > 0:
+            now = self.clock()
+            ended = now if pod.finished_at is None else min(now, pod.finished_at)
+            self._finished[pod.key] = ended + self.finished_pod_retention
+        else:
+            self._pool.submit(self._delete_finished, pod.key)
 
     # -- reading back (tests, tools) ---------------------------------------------------------
     def pods_by_node(self) -> dict[str, list[str]]:

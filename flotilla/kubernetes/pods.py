@@ -12,9 +12,11 @@ pod slots (allocatable ``pods``).
 
 from __future__ import annotations
 
+import calendar
 import copy
 import hashlib
 import re
+import time
 from dataclasses import dataclass
 from typing import Any, Mapping
 
@@ -368,6 +370,29 @@ def failure_details(pod: Mapping[str, Any]) -> tuple[int | None, str]:
     return None, ""
 
 
+def pod_finished_at(pod: Mapping[str, Any]) -> float | None:
+    """When an ended pod ended (seconds since the epoch): its containers' latest ``state.terminated.finishedAt``,
+    else its ``Ready`` condition's ``lastTransitionTime``; None when the pod says neither. Read from the pod
+    itself, so that a process started later knows how long a finished pod has been kept."""
+    status = pod.get("status") or {}
+    times = [((container.get("state") or {}).get("terminated") or {}).get("finishedAt")
+             for group in ("initContainerStatuses", "containerStatuses") for container in status.get(group) or ()]
+    if not any(times):
+        times = [condition.get("lastTransitionTime") for condition in status.get("conditions") or ()
+                 if condition.get("type") == "Ready"]
+    seconds = [_epoch(text) for text in times if isinstance(text, str)]
+    seconds = [value for value in seconds if value is not None]
+    return max(seconds) if seconds else None
+
+
+def _epoch(text: str) -> float | None:
+    """An RFC 3339 time as the API server writes it (``2026-11-29T00:30:00Z``), else None."""
+    try:
+        return float(calendar.timegm(time.strptime(text[:19], "%Y-%m-%dT%H:%M:%S")))
+    except ValueError:
+        return None
+
+
 def disruption(pod: Mapping[str, Any]) -> str:
     """The pod's ``DisruptionTarget=True`` condition as ``reason: message`` (evicted, preempted, a taint), or ``""``."""
     for condition in (pod.get("status") or {}).get("conditions") or ():
@@ -549,7 +574,7 @@ def node_from_object(obj: Mapping[str, Any], cluster: str) -> Node:
     )
 
 
-__all__ = ["ATTEMPT", "FAKE_NODE", "JOB_ID", "KWOK_COMPLETE_DELAY", "PodSettings", "QUEUE", "failure_details", "is_ours",
+__all__ = ["ATTEMPT", "FAKE_NODE", "JOB_ID", "KWOK_COMPLETE_DELAY", "PodSettings", "QUEUE", "failure_details", "is_ours", "pod_finished_at",
            "is_terminal",
            "container_outcomes", "failure_reason", "job_from_pod", "label_value", "owned_fields", "POD_NUMBER",
            "waiting_reason", "node_from_object", "node_ready", "pod_manifest", "pod_name",

@@ -14,7 +14,7 @@ Endpoints (all under ``/v1``)::
     POST   /cancel                                  {queue, jobSetId?, jobIds?, states?}
     POST   /reprioritize                            {queue, jobSetId?, jobIds?, priority}
     GET    /jobs/{id}                               a job's record (queued: its reason and position)
-    GET    /jobs/{id}/logs                          ?pod=N&tail=N&follow=1: its container's log (text)
+    GET    /jobs/{id}/logs                          ?pod=N&container=NAME&tail=N&follow=1: a container's log (text)
     GET    /queues/{q}/jobsets/{js}/jobs            the job set's jobs
     GET    /queues/{q}/jobsets/{js}/events          ?after=ID&follow=1&format=jsonl|sse (Last-Event-ID honoured)
     GET    /queues                                  every queue
@@ -54,7 +54,7 @@ from flotilla.service.pending import DEFAULT_LIMIT, HEAD_MAX, PendingView
 from flotilla.service.placement import placement_of, queue_parents
 from flotilla.service.jobspec import (JobFile, field_path, job_file_in_steps, rejections_from_errors,
                                       validate_jobs)
-from flotilla.service.logs import LOG_RESPONSES, MAX_TAIL, PodLogs
+from flotilla.service.logs import CONTAINER_PATTERN, LOG_RESPONSES, MAX_TAIL, PodLogs
 from flotilla.service.settings import DEFAULT_LIMITS, QueueSpec, ServiceSettings, rule_dicts
 from flotilla.service.roles.status import StatusReader
 from flotilla.service.ui.docs import mount_docs
@@ -332,16 +332,21 @@ def create_app(store: Store, settings: ServiceSettings, loop=None, *, admin_endp
                                           le=INT64_MAX) = 0,
                        follow: bool = Query(False, description="stream until the container ends"),
                        tail: query_integer("only the last N lines", True, ge=0, le=MAX_TAIL) = None,
+                       container: Annotated[str | None, Query(
+                           description="the container to read, init and ephemeral containers included (default: "
+                                       "the pod's first container; 404 naming the pod's containers for one it "
+                                       "does not have)", pattern=CONTAINER_PATTERN, max_length=63)] = None,
                        who: Identity = Depends(identity)):
         if not follow:
             job = await run_in_threadpool(access.visible_job, store, job_id, who)
-            content, truncated = await run_in_threadpool(pod_logs.read, job, pod, tail)
+            content, truncated = await run_in_threadpool(pod_logs.read, job, pod, tail, container)
             return Response(content, media_type="text/plain; charset=utf-8",
                             headers={"X-Flotilla-Log-Truncated": "true" if truncated else "false"})
         give_back = pod_logs.take_slot(who.user)   # past a cap: 429 before the store or the cluster is asked
         try:
             job = await run_in_threadpool(access.visible_job, store, job_id, who)
-            response, release = await run_in_threadpool(pod_logs.follow, job, pod, tail, who.user, give_back)
+            response, release = await run_in_threadpool(pod_logs.follow, job, pod, tail, who.user, container,
+                                                        give_back)
         except BaseException:
             give_back()
             raise
