@@ -211,9 +211,17 @@ class PodLogs:
             response.release_conn()
         return content[:MAX_BYTES], len(content) > MAX_BYTES or getattr(response, "cut", False)
 
-    def follow(self, job: dict, pod: int, tail: int | None, user: str = "", container: str | None = None):
-        """An open followed log and the function that ends it (idempotent, from any thread); 429 past a cap."""
-        give_back = self._followers.take(user)
+    def take_slot(self, user: str):
+        """A followed log's slot of ``user`` (429 past a cap), and the function that gives it back."""
+        return self._followers.take(user)
+
+    def follow(self, job: dict, pod: int, tail: int | None, user: str = "", container: str | None = None,
+               slot=None):
+        """An open followed log and the function that ends it (idempotent, from any thread); 429 past a cap.
+
+        ``slot``: the give-back function of a slot taken already (:meth:`take_slot`), else one is taken here.
+        """
+        give_back = slot if slot is not None else self._followers.take(user)
         try:
             response = self.open(job, pod, follow=True, tail=tail, container=container)
         except BaseException:
@@ -226,7 +234,10 @@ class PodLogs:
                 return
             done.set()
             try:
-                response.shutdown()
+                try:   # a read blocked in its thread returns at once
+                    response.shutdown()
+                except (RuntimeError, ValueError, OSError):
+                    pass   # the log had ended: urllib3 gave the connection back to its pool already
                 response.release_conn()
             finally:
                 give_back()
