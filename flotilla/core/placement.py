@@ -86,8 +86,9 @@ class Placing:
         self._gang_cleared: set[int] = set()
         #: id(types) -> the same types as a set, for long type lists.
         self._type_sets: dict[int, frozenset[int]] = {}
-        #: (job, node, vector) of the core's last node search for a cleared job at free room: that node passed
-        #: steps 4 to 6 in the search, and nothing has been placed or returned since (see :meth:`find_node`).
+        #: (job, node, vector, types) of the core's last node search at free room: that node passed steps 4 to 6
+        #: for those types in the search (:meth:`~flotilla.core.nodesearch.NodeSearch.find_node` keeps it), and
+        #: nothing has been placed or returned since.
         self._found: tuple | None = None
 
     # -- steps 1 to 4: about the job ---------------------------------------------------------
@@ -184,15 +185,6 @@ class Placing:
                 return None
         return Refused(GANG, f"gang {gang.id}: waiting for its minimum of {gang.min_available} to start")
 
-    def find_node(self, job: Job, vec, level: int, types: Sequence[int], queue):
-        """The core's node search (:meth:`~flotilla.core.nodesearch.NodeSearch.find_node`); a node it finds at
-        free room for a job cleared for ``types`` passed steps 4 to 6 there, which :meth:`place` then need not ask
-        again, until something is placed or returned."""
-        node = super().find_node(job, vec, level, types, queue)
-        if node is not None and level == EVICTED and self._cleared.get(id(job)) is types:
-            self._found = (job, node, vec)
-        return node
-
     # -- steps 5 and 6: about the node -------------------------------------------------------
     def node_refusal(self, job: Job, i: int, types: Sequence[int],
                      making_way: frozenset[str] | set[str] = frozenset()) -> Refused | None:
@@ -251,8 +243,10 @@ class Placing:
             return Refused(JOB, f"{job.id} is already placed")
         found, self._found = self._found, None
         cleared = self._cleared
-        if found is not None and found[0] is job and found[1] == node:
-            # The search just found this node for it: steps 4 to 6 held there and nothing changed since.
+        types = cleared.get(id(job))
+        if found is not None and found[0] is job and found[1] == node and found[3] is types:
+            # The search just found this node for it, among the types it was cleared for: steps 4 to 6 held
+            # there and nothing changed since.
             if job.gang is None:
                 cleared.clear()
                 if self._gang_cleared:
@@ -265,7 +259,6 @@ class Placing:
                 stmt._allocate(job, node, found[2])
             return None
         vec = self.vector(job)
-        types = cleared.get(id(job))
         if types is None:
             types = self.clear(job)
             if types.__class__ is Refused:
