@@ -21,7 +21,6 @@ from typing import Sequence
 
 from flotilla.core.cyclestate import QueueState
 from flotilla.core.model import Job
-from flotilla.core.nodeindex import EVICTED
 from flotilla.core.podplacements import best_possible, pod_score, pod_scored
 from flotilla.core.resources import Vector
 from flotilla.core.whynot import nodes_available
@@ -163,11 +162,12 @@ class NodeSearch:
         is held; preferred node affinity orders node types within each tier
         (:meth:`_find_preferred`).
 
-        A node found at free room (``level`` :data:`~flotilla.core.nodeindex.EVICTED`)
-        passed steps 4 to 6 of the placement primitive there
-        (:mod:`flotilla.core.placement`): it is kept as ``_found`` for
-        :meth:`~flotilla.core.placement.Placing.place`, which need not ask
-        them again until something is placed or returned.
+        The node found passed steps 4 and 5 of the placement primitive
+        (:mod:`flotilla.core.placement`) and the job fits there at ``level``:
+        it is kept as ``_found`` for :meth:`~flotilla.core.placement.Placing.place`,
+        which need not ask them again (nor step 6, when the level is one
+        where fitting is fitting by its rule) until something is placed or
+        returned.
         """
         pods = self.state.pods
         if job.pod_rules is None and job.affinity is None and not job.claims and not job.host_ports \
@@ -193,13 +193,12 @@ class NodeSearch:
             for tier in tiers:
                 found = find(vec, level, types, tier, name)
                 if found is not None:
-                    if level == EVICTED:
-                        self._found = (job, found, vec, types)
+                    self._found = (job, found, vec, types, level)
                     return found
             return None
         found = self._find_node(job, vec, level, types, queue)
-        if found is not None and level == EVICTED:
-            self._found = (job, found, vec, types)
+        if found is not None:
+            self._found = (job, found, vec, types, level)
         return found
 
     def _find_node(self, job: Job, vec: Vector, level: int, types: Sequence[int], queue: QueueState) -> int | None:
