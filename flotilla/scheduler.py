@@ -99,6 +99,9 @@ class Scheduler:
                 raise PluginError(index, "actions", str(exc)) from None
             except (ValueError, TypeError) as exc:
                 raise PluginError(index, "actions.args", f"action {name!r}: {exc}") from None
+            except Exception as exc:  # noqa: BLE001 - a package action that cannot be imported or built: one line
+                raise PluginError(index, "actions", f"action {name!r} failed to load: {type(exc).__name__}: "
+                                                    f"{exc}") from None
         #: (plugin, point, error) -> (when it was last logged, failures since then not logged).
         self._logged: dict[tuple[str, str, str], tuple[float, int]] = {}
         self.clock: Callable[[], float] = time.monotonic
