@@ -180,8 +180,8 @@ def test_a_large_submission_is_refused_with_the_job_named(service):
 
 
 def _asgi_json(app, path: str, body: bytes) -> tuple[int, dict, int]:
-    status, _, content, asked = asgi_call(app, "POST", path, {"host": "127.0.0.1:8080", "content-type": "application/json",
-                                                          "authorization": "Bearer alice-token"}, body)
+    headers = {"host": "127.0.0.1:8080", "content-type": "application/json", "authorization": "Bearer alice-token"}
+    status, _, content, asked = asgi_call(app, "POST", path, headers, body)
     return status, json.loads(content), asked
 
 
@@ -200,7 +200,8 @@ def test_a_16_mib_json_string_is_refused_with_its_path_before_the_body_is_decode
     # A body that is one string, and a key that is one: the path is where they stand.
     status, answer, _ = _asgi_json(service.app, "/v1/submit", b'"' + b"a" * (MIB16 - 2) + b'"')
     assert (status, answer["error"]["field"]) == (413, None)
-    status, answer, _ = _asgi_json(service.app, "/v1/submit", b'{"jobs": [{"labels": {"' + b"k" * (MIB16 - 40) + b'": 1}}]}')
+    key = b'{"jobs": [{"labels": {"' + b"k" * (MIB16 - 40) + b'": 1}}]}'
+    status, answer, _ = _asgi_json(service.app, "/v1/submit", key)
     assert (status, answer["error"]["field"]) == (413, "jobs[0].labels")
     assert service.store.count_jobs() == 0
 
@@ -276,8 +277,8 @@ def test_health_answers_while_a_large_submission_is_held_mid_validation(service,
     async def scenario():
         transport = httpx.ASGITransport(app=service.app)
         async with httpx.AsyncClient(transport=transport, base_url="http://127.0.0.1:8080") as client:
-            submit = asyncio.ensure_future(client.post("/v1/submit", json=job_file("A", "held", jobs),
-                                                       headers={"Authorization": "Bearer alice-token"}))
+            alice = {"Authorization": "Bearer alice-token"}
+            submit = asyncio.ensure_future(client.post("/v1/submit", json=job_file("A", "held", jobs), headers=alice))
             assert await asyncio.to_thread(reached.wait, 60)
             health = await client.get("/v1/health")
             during = (health.status_code, health.json()["ok"], len(calls), submit.done())
