@@ -13,7 +13,9 @@ Attacks:
 * ``string``: a 16 MiB JSON string to ``/v1/submit``, authenticated;
 * ``jobs``: a 10,000-job submission, authenticated;
 * ``streams``: 1,000 idle watch streams opened by one user (those over the per-user cap are refused), and
-  meanwhile another user's small requests (``GET /v1/queues/B``) as the probe.
+  meanwhile another user's small requests (``GET /v1/queues/B``) as the probe. Its figures are printed for
+  the whole attack, then apart for the 1,000 requests arriving (``opening``) and for the open streams held
+  idle (``held``).
 
 Each attack runs ``--repeat`` times and for at least ``--seconds`` (again and
 again until then), so that a quick refusal still has probes around it. The
@@ -44,6 +46,8 @@ from serve_process import Server  # noqa: E402
 from service_fixtures import CONFIG, job, job_file  # noqa: E402
 
 MIB16 = 16 * 1024 * 1024
+#: Phases of the last attack that has some, by name: (start, end) on ``time.perf_counter``.
+PHASES: dict[str, tuple[float, float]] = {}
 
 
 class Probe(threading.Thread):
@@ -68,8 +72,12 @@ class Probe(threading.Thread):
             self.samples.append((started, took))
             self.stopping.wait(max(0.0, self.every - took))
 
-    def between(self, start: float, end: float) -> list[float]:
-        return [took for at, took in self.samples if start <= at <= end]
+    def between(self, start: float, end: float, begun_within: bool = False) -> list[float]:
+        """The latencies of the requests in flight at some time between ``start`` and ``end`` (``begun_within``:
+        of those sent between them)."""
+        if begun_within:
+            return [took for at, took in self.samples if start <= at <= end]
+        return [took for at, took in self.samples if at <= end and at + took >= start]
 
 
 def percentiles(samples: list[float]) -> tuple[float, float, float]:
@@ -140,6 +148,7 @@ def attack_jobs(srv: Server) -> str:
 def attack_streams(srv: Server, count: int = 1000, hold: float = 10.0) -> str:
     """``count`` idle watch streams of alice's, held ``hold`` seconds: how many were refused (429)."""
     socks, refused = [], 0
+    opening = time.perf_counter()
     request = (f"GET /v1/queues/A/jobsets/idle/events?follow=true HTTP/1.1\r\nHost: 127.0.0.1:{srv.port}\r\n"
                f"Authorization: Bearer alice-token\r\n\r\n").encode()
     for _ in range(count):
@@ -160,7 +169,10 @@ def attack_streams(srv: Server, count: int = 1000, hold: float = 10.0) -> str:
                 opened += 1
         except OSError:
             refused += 1
+    held = time.perf_counter()
     time.sleep(hold)
+    PHASES["opening"] = (opening, held)
+    PHASES["held"] = (held, time.perf_counter())
     for sock in socks:
         sock.close()
     return f"{opened} streams open, {refused} refused"
@@ -174,11 +186,15 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--repeat", type=int, default=1)
     parser.add_argument("--seconds", type=float, default=3.0, help="run each attack at least this long")
     parser.add_argument("--attacks", default=",".join(ATTACKS))
+    parser.add_argument("--watch-per-user", type=int, default=None,
+                        help="server.streams.watchPerUser (default: the service's, 100); 1000 holds every stream open")
     args = parser.parse_args(argv)
     rows = []
     with tempfile.TemporaryDirectory() as tmp:
         config = CONFIG.replace("cycle: {period: 0.2s}", "cycle: {period: 1s}") + \
-            'server: {listen: "127.0.0.1:PORT"}\nstore: {url: "sqlite:///DB"}\n'
+            'server: {listen: "127.0.0.1:PORT"' + \
+            (f", streams: {{watchPerUser: {args.watch_per_user}}}" if args.watch_per_user else "") + \
+            '}\nstore: {url: "sqlite:///DB"}\n'
         srv = Server(Path(tmp), config).start(timeout=300)
         try:
             health = Probe(srv.url, 0.02, lambda c: c.get("/v1/health"))
@@ -199,6 +215,7 @@ def main(argv: list[str] | None = None) -> int:
                         f"{cell(submit.between(start, end))} | {cell(other.between(start, end))} | |")
             for name in args.attacks.split(","):
                 answers = []
+                PHASES.clear()
                 start = time.perf_counter()
                 while len(answers) < args.repeat or time.perf_counter() - start < args.seconds:
                     answers.append(ATTACKS[name](srv))
@@ -211,6 +228,10 @@ def main(argv: list[str] | None = None) -> int:
                 rows.append(f"| {TITLES[name]} | {cell(health.between(start, end))} | "
                             f"{cell(submit.between(start, end))} | {cell(other.between(start, end))} | "
                             f"{answered.replace('HTTP/1.1 ', '')} |")
+                for phase, (begun, ended) in PHASES.items():   # the last repeat's; "held": requests sent then
+                    within = phase == "held"
+                    print(f"{phase:>8}  health {figures(health.between(begun, ended, within))}")
+                    print(f"{'':>8}  other  {figures(other.between(begun, ended, within))}  ({ended - begun:.1f} s)")
             for probe in (health, submit, other):
                 probe.stopping.set()
                 probe.join()
