@@ -145,7 +145,17 @@ class _Pod:
     disrupted: str = ""               # its DisruptionTarget condition's reason and message (evicted, preempted)
     foreign: ForeignPod | None = None  # someone else's, as pod rules see it (labels, namespace, anti-affinity)
     finished_at: float | None = None  # an ended pod's end, as the pod says it (finishedPodRetention counts from it)
+    containers: tuple[str, ...] = ()  # ours: its containers' names (a preempted pod's log tails are read by them)
 
+
+#: A preempted job's pod: what is kept of each container's log, read just before the pod is deleted (its last
+#: VICTIM_LOG_BYTES, from its last VICTIM_LOG_LINES lines; at most VICTIM_LOG_CONTAINERS containers, each read
+#: within VICTIM_LOG_TIMEOUT seconds), and the most the cluster keeps of all of them (the oldest go first).
+VICTIM_LOG_BYTES = 64 * 1024
+VICTIM_LOG_LINES = 2000
+VICTIM_LOG_CONTAINERS = 4
+VICTIM_LOG_TIMEOUT = 2.0
+VICTIM_LOGS_TOTAL = 32 * 1024 * 1024
 
 #: The phases of a pod that has ended.
 _ENDED = frozenset({"Succeeded", "Failed"})
@@ -277,6 +287,10 @@ class KubernetesCluster:
         self._lost_on_node: set[tuple[str, str]] = set()
         self._nodes_down: dict[str, list] = {}           # node -> [since, deleted, handled]
         self._finished: dict[tuple[str, str], float] = {}  # finished pods kept for their logs -> when to delete
+        #: Preempted pods' log tails, oldest first: pod id -> (until, "namespace/name", container -> bytes, cut);
+        #: at most VICTIM_LOGS_TOTAL bytes in all (``_victim_log_bytes``), each for finished_pod_retention.
+        self._victim_logs: dict[str, tuple[float, str, dict[str, bytes], bool]] = {}
+        self._victim_log_bytes = 0
         self._events: deque[tuple[JobEvent, int | None]] = deque()   # (event, the run it is about)
         self._synced = {"nodes": False, "pods": False}
         self._error: str = "not synced yet"
@@ -1275,6 +1289,9 @@ class KubernetesCluster:
             self.reporter.disruption_target(namespace, name, pod.uid,
                                             f"flotilla: preempted by the scheduler to make room for other jobs "
                                             f"(job {job.id})")
+        elif kind == "preempted" and pod is not None and pod.job is not None and self.finished_pod_retention > 0 \
+                and pod.phase == "Running":
+            self._keep_victim_log(pod)
         options = {"apiVersion": "v1", "kind": "DeleteOptions"}
         if grace is not None:
             options["gracePeriodSeconds"] = grace
@@ -1323,12 +1340,61 @@ class KubernetesCluster:
             pass
 
     def _delete_expired(self, now: float) -> None:
-        """Delete the finished pods whose ``finishedPodRetention`` is over."""
+        """Delete the finished pods whose ``finishedPodRetention`` is over, and forget such preempted pods' logs."""
+        if self._victim_logs:
+            for pod_id in [pod_id for pod_id, kept in self._victim_logs.items() if kept[0] <= now]:
+                self._forget_victim_log(pod_id)
         if not self._finished:
             return
         for key in [key for key, due in self._finished.items() if due <= now]:
             del self._finished[key]
             self._pool.submit(self._delete_finished, key)
+
+    def _keep_victim_log(self, pod: _Pod) -> None:
+        """Read the end of each container's log of a preempted pod about to be deleted (Kubernetes keeps no log of
+        a deleted pod) and keep it for ``finished_pod_retention``, within ``VICTIM_LOGS_TOTAL``. Each read waits
+        ``VICTIM_LOG_TIMEOUT`` at most: the delete, and the room it frees, waits for it."""
+        logs: dict[str, bytes] = {}
+        cut = False
+        for container in pod.containers[:VICTIM_LOG_CONTAINERS]:
+            try:
+                response = self.client.pod_log(pod.key[0], pod.key[1], container=container,
+                                               tail_lines=VICTIM_LOG_LINES, limit_bytes=4 * VICTIM_LOG_BYTES,
+                                               read_timeout=VICTIM_LOG_TIMEOUT)
+                try:
+                    text = response.read()
+                finally:
+                    response.release_conn()
+            except Exception as exc:   # no log to keep (KWOK's fake kubelet has none; a node gone): delete anyway
+                log.info("kubernetes.victim_log_unread", cluster=self.name, pod=f"{pod.key[0]}/{pod.key[1]}",
+                         container=container, error=str(exc)[:200])
+                continue
+            cut = cut or len(text) > VICTIM_LOG_BYTES
+            logs[container] = text[-VICTIM_LOG_BYTES:]
+        cut = cut or len(pod.containers) > VICTIM_LOG_CONTAINERS
+        if not logs:
+            return
+        with self._lock:
+            self._forget_victim_log(pod.job.id)
+            self._victim_logs[pod.job.id] = (self.clock() + self.finished_pod_retention, f"{pod.key[0]}/{pod.key[1]}",
+                                             logs, cut)
+            self._victim_log_bytes += sum(map(len, logs.values()))
+            while self._victim_log_bytes > VICTIM_LOGS_TOTAL and self._victim_logs:
+                self._forget_victim_log(next(iter(self._victim_logs)))
+
+    def _forget_victim_log(self, pod_id: str) -> None:
+        kept = self._victim_logs.pop(pod_id, None)
+        if kept is not None:
+            self._victim_log_bytes -= sum(map(len, kept[2].values()))
+
+    def kept_log(self, pod_id: str) -> tuple[str, Mapping[str, bytes], bool] | None:
+        """The log tails kept of pod ``pod_id`` (a job id, ``JOB#N`` for pod N) when it was preempted: its
+        ``namespace/name``, container -> last output, and whether any was cut; None when none are kept."""
+        with self._lock:
+            kept = self._victim_logs.get(pod_id)
+            if kept is None or kept[0] <= self.clock():
+                return None
+            return kept[1], dict(kept[2]), kept[3]
 
     # -- the platform's failures: stuck pods, lost nodes (checked at every poll) -------------------
     def _give_up(self, pod: _Pod, reason: str, cause: str, grace: int | None = 0, kind: str = "lost") -> None:
@@ -1731,7 +1797,9 @@ class KubernetesCluster:
                        waiting=waiting_reason(obj) if phase == "Pending" else "", owned=owned,
                        exit_code=exit_code, cause=cause, incluster=incluster, uid=meta.get("uid", ""),
                        disrupted=disruption(obj) if incluster else "",
-                       finished_at=pod_finished_at(obj) if phase in _ENDED else None)
+                       finished_at=pod_finished_at(obj) if phase in _ENDED else None,
+                       containers=old.containers if old is not None and old.containers else
+                       tuple(c.get("name", "") for c in spec.get("containers") or ()))
             self._put_pod(key, pod)
             if phase == "Pending" and not deleting and key not in self._reported and not incluster:
                 # (An in-cluster pod that does not start is its owner's to see to: Flotilla did not make it.)

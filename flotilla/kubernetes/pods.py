@@ -21,14 +21,14 @@ from dataclasses import dataclass
 from typing import Any, Mapping
 
 from flotilla.core.backend import PodTemplate
+from flotilla.core.gangannotations import read_gang_annotations
 from flotilla.core.model import (GANG_CARDINALITY_ANNOTATION, GANG_ID_ANNOTATION, GANG_NODE_UNIFORMITY_LABEL_ANNOTATION,
-                                 DEFAULT_GRACE_PERIOD, ForeignPod, Gang, Job, JobState, Node, Taint,
+                                 DEFAULT_GRACE_PERIOD, ForeignPod, Job, JobState, Node, Taint,
                                  Toleration)
 from flotilla.core.hostports import ANY_IP, host_port
 from flotilla.core.nodeaffinity import AffinityError, parse_node_affinity
 from flotilla.core.podrules import PodRules, parse_pod_rules
 from flotilla.core.quantities import QuantityError, format_quantity, parse_quantity
-from flotilla.core.topology import uniformity_label_problem
 from flotilla.kubernetes.requests import effective_requests
 from flotilla.kubernetes.services import OWNED, exposure_manifests
 
@@ -453,15 +453,8 @@ def job_from_pod(pod: Mapping[str, Any], cluster: str, requests_cache: dict | No
     ann = meta.get("annotations") or {}
     labels = meta.get("labels") or {}
     spec = pod.get("spec") or {}
-    gang = None
-    if GANG_ID_ANNOTATION in ann:
-        try:
-            gang = Gang(ann[GANG_ID_ANNOTATION], int(ann.get(GANG_CARDINALITY_ANNOTATION, "1")))
-        except ValueError:
-            gang = None
-        label = ann.get(GANG_NODE_UNIFORMITY_LABEL_ANNOTATION)
-        if gang is not None and label and uniformity_label_problem(label) is None:
-            gang = Gang(gang.id, gang.cardinality, uniformity_label=label)
+    # Flotilla wrote these annotations from the job's gang; the one reading of them (a wrong one is dropped).
+    gang = read_gang_annotations(ann).gang() if GANG_ID_ANNOTATION in ann else None
     requests = pod_requests(pod)
     if requests_cache is not None:  # identical request mappings shared, as the core expects of bulk jobs
         key = tuple(sorted(requests.items()))

@@ -23,6 +23,14 @@ stops, when its token no longer authenticates, or after
 ``server.streams.followsPerUser`` by one user (each holds a thread
 while it waits for output).
 
+A preempted job's pod is deleted at once to free its room, and Kubernetes
+keeps no log of a deleted pod: the Kubernetes backend reads the end of each
+container's log just before the delete and keeps it for the cluster's
+``finishedPodRetention`` (:class:`~flotilla.core.capabilities.KeptLogs`,
+bounded in memory by the backend), which this module serves once the pod is
+gone, by the process that runs the scheduling loop too (``serve --role all``;
+an ``api`` replica has none to serve).
+
 Refusals (``ApiError``): 409 when the job has no pod to read (not started
 yet, on a simulated cluster) or its container has not started; 410 when the
 pod is gone; 404 for a pod number the job does not have (as for a job it cannot see) and for a container
@@ -141,7 +149,18 @@ class PodLogs:
             raise ApiError(502, f"cluster {cluster!r} did not list the job's pods: {why}") from None
         ours = [p for p in items if (p["metadata"].get("annotations") or {}).get(JOB_ID) == pod_id]
         if not ours:
-            raise ApiError(410, self._gone(job, pod if npods > 1 else None, cluster))
+            caps = self._capabilities(cluster)
+            kept = caps.kept_logs.kept_log(pod_id) if caps is not None and caps.kept_logs is not None else None
+            if kept is None:
+                raise ApiError(410, self._gone(job, pod if npods > 1 else None, cluster))
+            name, logs, cut = kept
+            if container is None:
+                container = next(iter(logs))
+            elif container not in logs:
+                raise ApiError(404, f"pod {name} of job {job['id']!r} was preempted and deleted; the end of its log "
+                                    f"is kept for container{'s' if len(logs) > 1 else ''} {', '.join(logs)}, not "
+                                    f"{container!r}", field="container")
+            return _Kept(logs[container], cut), PodRef(cluster, *name.split("/", 1), container)
 
         def attempt(p: dict) -> int:
             try:
@@ -170,7 +189,9 @@ class PodLogs:
         if job.get("state") not in ("succeeded", "failed", "cancelled", "preempted"):
             return f"{which} is gone from cluster {cluster!r} while the job is {job.get('state')}"
         if job.get("state") == "preempted":
-            return f"{which} is gone from cluster {cluster!r}: a preempted job's pod is deleted to free its room"
+            return (f"{which} is gone from cluster {cluster!r}: a preempted job's pod is deleted to free its room, "
+                    f"and the end of its log is kept for {format_duration(retention)} ({setting}) by a service that "
+                    f"runs the scheduling loop (serve --role all), when it could read it then")
         if retention <= 0:
             return f"{which} is gone from cluster {cluster!r}: finished pods are deleted at once ({setting} is 0s)"
         if isinstance(finished, (int, float)) and finished + retention <= time.time():
@@ -181,17 +202,26 @@ class PodLogs:
                 f"after they end, {setting}; this one was deleted before)")
 
     def read(self, job: dict, pod: int, tail: int | None, container: str | None = None) -> tuple[bytes, bool]:
-        """The log (its first :data:`MAX_BYTES` bytes) and whether there was more."""
+        """The log (its first :data:`MAX_BYTES` bytes) and whether there was more (or, for a preempted pod's
+        kept log, whether it was cut to what is kept)."""
         response = self.open(job, pod, follow=False, tail=tail, limit=MAX_BYTES + 1, container=container)
         try:
             content = response.read()
         finally:
             response.release_conn()
-        return content[:MAX_BYTES], len(content) > MAX_BYTES
+        return content[:MAX_BYTES], len(content) > MAX_BYTES or getattr(response, "cut", False)
 
-    def follow(self, job: dict, pod: int, tail: int | None, user: str = "", container: str | None = None):
-        """An open followed log and the function that ends it (idempotent, from any thread); 429 past a cap."""
-        give_back = self._followers.take(user)
+    def take_slot(self, user: str):
+        """A followed log's slot of ``user`` (429 past a cap), and the function that gives it back."""
+        return self._followers.take(user)
+
+    def follow(self, job: dict, pod: int, tail: int | None, user: str = "", container: str | None = None,
+               slot=None):
+        """An open followed log and the function that ends it (idempotent, from any thread); 429 past a cap.
+
+        ``slot``: the give-back function of a slot taken already (:meth:`take_slot`), else one is taken here.
+        """
+        give_back = slot if slot is not None else self._followers.take(user)
         try:
             response = self.open(job, pod, follow=True, tail=tail, container=container)
         except BaseException:
@@ -204,7 +234,10 @@ class PodLogs:
                 return
             done.set()
             try:
-                response.shutdown()
+                try:   # a read blocked in its thread returns at once
+                    response.shutdown()
+                except (RuntimeError, ValueError, OSError):
+                    pass   # the log had ended: urllib3 gave the connection back to its pool already
                 response.release_conn()
             finally:
                 give_back()
@@ -227,8 +260,10 @@ class PodLogs:
         from flotilla.kubernetes.public import KubeApiError, Unreachable, forbidden_message
 
         client, ref = self.locate(job, pod, container)
-        if isinstance(client, JobLogs):
-            return _BackendLog(client, ref, tail=tail, follow=follow, limit=limit)
+        if isinstance(client, (JobLogs, _Kept)):
+            response = _BackendLog(client, ref, tail=tail, follow=follow, limit=limit)
+            response.cut = isinstance(client, _Kept) and client.cut
+            return response
         try:
             return client.pod_log(ref.namespace, ref.name, container=ref.container, tail_lines=tail,
                                   limit_bytes=limit, follow=follow,
@@ -251,6 +286,21 @@ class PodLogs:
             for client in self._clients.values():
                 client.close()
             self._clients.clear()
+
+
+class _Kept:
+    """A preempted pod's kept log tail (:class:`~flotilla.core.capabilities.KeptLogs`) as a backend's log reads:
+    the kept text (its last ``tail`` lines), then the end, followed or not (its container has gone)."""
+
+    def __init__(self, text: bytes, cut: bool):
+        self.text, self.cut = text, cut
+
+    def job_log(self, pod_id: str, tail: int | None, follow: bool):
+        text = self.text
+        if tail is not None:
+            lines = text.splitlines(keepends=True)
+            text = b"".join(lines[len(lines) - tail:]) if tail else b""
+        return iter([text] if text else [])
 
 
 class _BackendLog:
