@@ -117,8 +117,7 @@ def test_a_failed_jobs_log_is_kept_by_default_and_any_container_of_it_can_be_rea
         spec["podSpec"]["initContainers"] = [{**spec["podSpec"]["containers"][0], "name": "setup",
                                               "command": ["sh", "-c", "echo preparing"]}]
         [job_id] = submit(srv, tmp_path, [spec])
-        record = finished(srv, job_id)
-        assert (record["state"], record["reason"]) == ("failed", "container main exited 3 (Error)")
+        assert finished(srv, job_id)["state"] == "failed"
         [pod] = [p for p in real_node.pods() if p["metadata"]["annotations"].get("flotilla.io/job-id") == job_id]
         assert pod["status"]["phase"] == "Failed"
         out = cli(srv, "alice", "logs", job_id)

@@ -11,7 +11,7 @@ import json
 import time
 
 import pytest
-from serve_process import Server, wait_for
+from serve_process import Server, cli, wait_for
 from test_realnode import busybox, events, kinds, status, submit
 
 from flotilla.core.quantities import format_quantity, parse_quantity
