@@ -17,13 +17,18 @@ Attacks:
   the whole attack, then apart for the 1,000 requests arriving (``opening``) and for the open streams held
   idle (``held``).
 
-    python bench/service_attacks.py [--repeat 3] [--attacks form,string,jobs,streams]
+Each attack runs ``--repeat`` times and for at least ``--seconds`` (again and
+again until then), so that a quick refusal still has probes around it. The
+last lines are the table rows of docs/performance.md, with the load average.
+
+    python bench/service_attacks.py [--repeat 1] [--seconds 3] [--attacks form,string,jobs,streams]
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import os
 import socket
 import statistics
 import sys
@@ -75,13 +80,30 @@ class Probe(threading.Thread):
         return [took for at, took in self.samples if at <= end and at + took >= start]
 
 
+def percentiles(samples: list[float]) -> tuple[float, float, float]:
+    """(p50, p99, max) in milliseconds."""
+    ordered = sorted(samples)
+    p99 = ordered[min(len(ordered) - 1, int(len(ordered) * 0.99))]
+    return 1000 * statistics.median(ordered), 1000 * p99, 1000 * ordered[-1]
+
+
 def figures(samples: list[float]) -> str:
     if not samples:
         return "no samples"
-    ordered = sorted(samples)
-    p99 = ordered[min(len(ordered) - 1, int(len(ordered) * 0.99))]
-    return (f"p50 {1000 * statistics.median(ordered):6.1f} ms  p99 {1000 * p99:6.1f} ms  "
-            f"max {1000 * ordered[-1]:6.1f} ms  (n={len(ordered)})")
+    p50, p99, most = percentiles(samples)
+    return f"p50 {p50:6.1f} ms  p99 {p99:6.1f} ms  max {most:6.1f} ms  (n={len(samples)})"
+
+
+def cell(samples: list[float]) -> str:
+    """``p50 / p99 ms`` as the table of docs/performance.md writes it."""
+    if not samples:
+        return "no samples"
+    p50, p99, _ = percentiles(samples)
+    return f"{p50:,.0f} / {p99:,.0f} ms"
+
+
+TITLES = {"form": "16 MiB form, no login", "string": "16 MiB JSON string, logged in",
+          "jobs": "10,000-job submission", "streams": "1,000 idle streams of one user"}
 
 
 def raw_post(port: int, path: str, headers: dict, body: bytes) -> str:
@@ -161,11 +183,13 @@ ATTACKS = {"form": attack_form, "string": attack_string, "jobs": attack_jobs, "s
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    parser.add_argument("--repeat", type=int, default=3)
+    parser.add_argument("--repeat", type=int, default=1)
+    parser.add_argument("--seconds", type=float, default=3.0, help="run each attack at least this long")
     parser.add_argument("--attacks", default=",".join(ATTACKS))
     parser.add_argument("--watch-per-user", type=int, default=None,
                         help="server.streams.watchPerUser (default: the service's, 100); 1000 holds every stream open")
     args = parser.parse_args(argv)
+    rows = []
     with tempfile.TemporaryDirectory() as tmp:
         config = CONFIG.replace("cycle: {period: 0.2s}", "cycle: {period: 1s}") + \
             'server: {listen: "127.0.0.1:PORT"' + \
@@ -187,17 +211,23 @@ def main(argv: list[str] | None = None) -> int:
             print(f"{'quiet':>8}  health {figures(health.between(start, end))}")
             print(f"{'':>8}  submit {figures(submit.between(start, end))}")
             print(f"{'':>8}  other  {figures(other.between(start, end))}")
+            rows.append(f"| none ({end - start:.0f} s) | {cell(health.between(start, end))} | "
+                        f"{cell(submit.between(start, end))} | {cell(other.between(start, end))} | |")
             for name in args.attacks.split(","):
                 answers = []
                 PHASES.clear()
                 start = time.perf_counter()
-                for _ in range(args.repeat):
+                while len(answers) < args.repeat or time.perf_counter() - start < args.seconds:
                     answers.append(ATTACKS[name](srv))
                 end = time.perf_counter()
                 print(f"{name:>8}  health {figures(health.between(start, end))}")
                 print(f"{'':>8}  submit {figures(submit.between(start, end))}")
                 print(f"{'':>8}  other  {figures(other.between(start, end))}")
-                print(f"{'':>8}  attack answered: {'; '.join(sorted(set(answers)))} ({end - start:.1f} s)")
+                answered = f"{'; '.join(sorted(set(answers)))} ({len(answers)} in {end - start:.1f} s)"
+                print(f"{'':>8}  attack answered: {answered}")
+                rows.append(f"| {TITLES[name]} | {cell(health.between(start, end))} | "
+                            f"{cell(submit.between(start, end))} | {cell(other.between(start, end))} | "
+                            f"{answered.replace('HTTP/1.1 ', '')} |")
                 for phase, (begun, ended) in PHASES.items():   # the last repeat's; "held": requests sent then
                     within = phase == "held"
                     print(f"{phase:>8}  health {figures(health.between(begun, ended, within))}")
@@ -207,6 +237,11 @@ def main(argv: list[str] | None = None) -> int:
                 probe.join()
         finally:
             srv.kill()
+    load = ", ".join(f"{x:.1f}" for x in os.getloadavg())
+    print(f"\nload average (1, 5, 15 min) at the end: {load}")
+    print("| attack | health p50 / p99 | small submit p50 / p99 | other user's GET p50 / p99 | attack answered |")
+    print("|---|---|---|---|---|")
+    print("\n".join(rows))
     return 0
 
 

@@ -543,7 +543,8 @@ def create_app(store: Store, settings: ServiceSettings, loop=None, *, admin_endp
 
     # -- service -------------------------------------------------------------------------
     @app.get("/v1/health", tags=["service"], summary="Liveness (no token needed)")
-    def health() -> dict:
+    async def health() -> dict:
+        # On the event loop, never a worker thread: it answers even while every worker is busy.
         return {"ok": not stopping(), "version": __version__}
 
     @app.get("/v1/wishlist", tags=["service"], summary="Node templates: the waiting jobs each would unblock",
