@@ -30,7 +30,8 @@ from flotilla.config.models import PluginConfig
 from flotilla.config.pluginargs import plugin_arg_problems
 from flotilla.core.model import Snapshot
 from flotilla.core.session import Session
-from flotilla.plugin_manager import PluginError, PluginNameConflict, available_plugins, find_plugin, load_plugins
+from flotilla.plugin_manager import (PluginError, PluginLoadFailed, PluginNameConflict, available_plugins, find_plugin,
+                                     load_plugins)
 
 KNOWN_FAIRNESS = ("assetfairness", "drf", "decayedusage")
 
@@ -149,7 +150,7 @@ def check_policy(config, policy: Policy) -> None:
     except LookupError:
         raise PolicyError(f"--compare {policy.text!r}: unknown plugin {policy.name!r} "
                           f"(available: {', '.join(available_plugins())})") from None
-    except PluginNameConflict as exc:
+    except (PluginNameConflict, PluginLoadFailed) as exc:
         raise PolicyError(f"--compare {policy.text!r}: {exc}") from None
     if policy.args is not None:
         problems = plugin_arg_problems([PluginConfig(name=policy.name, args=dict(policy.args))])
@@ -178,7 +179,7 @@ def with_policy(config, policy: Policy | str):
         pm = load_plugins([(policy.name, args)])
     except PluginError as exc:
         hint = ""
-        if policy.args is None:
+        if policy.args is None and exc.field == "args":
             hint = f"; give its args after a colon, e.g. --compare '{policy.name}:{{...}}'"
         raise PolicyError(f"{where}: {'args: ' if exc.field == 'args' else ''}{exc.message}{hint}") from None
     if not _opens_with_queue_order(config, pm):
