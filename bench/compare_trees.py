@@ -3,6 +3,7 @@
 A benchmark, not a test: it prints figures and asserts nothing about time.
 
     python3 bench/compare_trees.py BASE [--tree TREE] [--seeds 1-5] [--repeat 2] [--clock cpu] [--node-pods N]
+        [--shapes 1x1,100x1]
 
 For each seed, ``bench/cycle.py --armada-shapes`` (this file's sibling, the
 same harness for both trees) runs once in each tree, with
@@ -74,6 +75,8 @@ def run(tree: Path, seed: int, args) -> dict[str, list[float]]:
                "--clock", args.clock]
     if args.node_pods:
         command += ["--node-pods", str(args.node_pods)]
+    if args.shapes:
+        command += ["--shapes", args.shapes]
     done = subprocess.run(command, env=env, capture_output=True, text=True, cwd="/")
     if done.returncode != 0:
         sys.exit(f"compare_trees: {tree} seed {seed}: cycle.py exited {done.returncode}: {done.stderr.strip()[-500:]}")
@@ -160,6 +163,7 @@ def main() -> None:
     parser.add_argument("--repeat", type=int, default=2, help="cycle.py's --repeat (best of, per run)")
     parser.add_argument("--clock", choices=("cpu", "wall"), default="cpu")
     parser.add_argument("--node-pods", type=int, default=0, help="cycle.py's --node-pods")
+    parser.add_argument("--shapes", help="cycle.py's --shapes: only these, as NODESxQUEUES,... (default all)")
     parser.add_argument("--instructions", metavar="NODES,QUEUES",
                         help="count instructions per cycle of this shape instead (cachegrind); see above")
     args = parser.parse_args()
