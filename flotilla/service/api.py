@@ -343,10 +343,9 @@ def create_app(store: Store, settings: ServiceSettings, loop=None, *, admin_endp
             return Response(content, media_type="text/plain; charset=utf-8",
                             headers={"X-Flotilla-Log-Truncated": "true" if truncated else "false"})
         give_back = pod_logs.take_slot(who.user)   # past a cap: 429 before the store or the cluster is asked
-        try:
-            job = await run_in_threadpool(access.visible_job, store, job_id, who)
-            response, release = await run_in_threadpool(pod_logs.follow, job, pod, tail, who.user, container,
-                                                        give_back)
+        try:   # in the streams' own lane of threads, so that a burst of follows leaves the others' requests theirs
+            job = await hubs.in_lane(access.visible_job, store, job_id, who)
+            response, release = await hubs.in_lane(pod_logs.follow, job, pod, tail, who.user, container, give_back)
         except BaseException:
             give_back()
             raise
@@ -366,7 +365,8 @@ def create_app(store: Store, settings: ServiceSettings, loop=None, *, admin_endp
                 deadline = loop.time() + pod_logs.follow_idle_timeout
                 while True:
                     if reading is None:
-                        reading = asyncio.ensure_future(run_in_threadpool(pod_logs.next_chunk, response))
+                        reading = asyncio.ensure_future(hubs.in_follow_lane(pod_logs.next_chunk, response,
+                                                                            threads=settings.streams.follows))
                     done, _ = await asyncio.wait({reading, ended}, timeout=max(0.0, deadline - loop.time()),
                                                  return_when=asyncio.FIRST_COMPLETED)
                     if sub.ended is not None or reading not in done:
@@ -400,7 +400,7 @@ def create_app(store: Store, settings: ServiceSettings, loop=None, *, admin_endp
                     who: Identity = Depends(identity)):
         release = watch_slots.take(who.user)   # past the cap: 429 before the store is asked anything
         try:
-            await run_in_threadpool(queue_for, queue, who)
+            await hubs.in_lane(queue_for, queue, who)   # the streams' own lane of threads, not the requests'
             sub = await hubs.subscribe(request.headers.get("authorization"), who, (queue, job_set)) \
                 if follow else None
         except BaseException:
@@ -429,7 +429,7 @@ def create_app(store: Store, settings: ServiceSettings, loop=None, *, admin_endp
                 last_sent = loop.time()
                 while True:
                     while catch_up:   # read from the store: at the start, and when the hub had too much for us
-                        batch = await run_in_threadpool(store.events, queue, job_set, position, BATCH)
+                        batch = await hubs.in_lane(store.events, queue, job_set, position, BATCH)
                         for ev in batch:
                             position = ev["id"]
                             yield render(ev)
@@ -543,7 +543,8 @@ def create_app(store: Store, settings: ServiceSettings, loop=None, *, admin_endp
 
     # -- service -------------------------------------------------------------------------
     @app.get("/v1/health", tags=["service"], summary="Liveness (no token needed)")
-    def health() -> dict:
+    async def health() -> dict:
+        # On the event loop, never a worker thread: it answers even while every worker is busy.
         return {"ok": not stopping(), "version": __version__}
 
     @app.get("/v1/wishlist", tags=["service"], summary="Node templates: the waiting jobs each would unblock",

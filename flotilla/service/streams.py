@@ -1,9 +1,9 @@
 """Fair shares of the service's long-lived answers: watch streams and followed logs, counted per user.
 
-Why: a stream holds a connection, a task that wakes to look for news and,
-for a followed log, a worker thread blocked on the cluster's answer. Shared
-slots let one user's idle streams refuse everyone else; slots per user keep
-each user's streams from costing the others more than their own share.
+Why: a stream holds a connection and, for a followed log, a worker thread
+blocked on the cluster's answer. Shared slots let one user's idle streams
+refuse everyone else; slots per user keep each user's streams from costing
+the others more than their own share.
 
 * ``server.streams.watchPerUser`` (default 100): open job-set event streams
   per user;
@@ -22,12 +22,15 @@ auth reload, at an OIDC token's expiry, and every :data:`REVERIFY_SECONDS`),
 reads the store's new events once for all job sets watched, and ends a
 stream within :data:`TICK` seconds (plus one trip to a worker thread) of its
 token no longer authenticating: revoked by a reload, or an OIDC token past
-its expiry.
+its expiry. The streams' own work in threads (opening, reading a job set's
+past, a followed log's blocked reads) runs in lanes of threads of their own,
+so a burst of streams never holds the pool that other requests wait for.
 """
 
 from __future__ import annotations
 
 import asyncio
+import functools
 import threading
 import time
 import weakref
@@ -51,6 +54,9 @@ QUEUE_SECONDS = 2.0
 REVERIFY_SECONDS = 10.0
 #: Events kept for a stream that has not sent them yet; past it the stream reads them from the store.
 MAX_PENDING = 1000
+#: Worker threads the streams' own store reads may hold at once (opening a stream, reading a job set's past),
+#: beside the pool that ordinary requests use: a burst of streams opened waits in its own lane.
+STREAM_THREADS = 4
 #: Events read per query, and queries per trip.
 BATCH = 1000
 MAX_BATCHES = 10
@@ -210,6 +216,8 @@ class StreamHub:
         self._task: asyncio.Task | None = None
         self._ready: asyncio.Event | None = None
         self._cursor = 0
+        self._lane: Any = None
+        self._follow_lane: Any = None
         #: Trips to a worker thread the hub made (tests read it: an idle hub makes none but its polls).
         self.trips = 0
 
@@ -247,6 +255,23 @@ class StreamHub:
 
     def open_streams(self) -> int:
         return len(self._subscribers)
+
+    async def in_lane(self, fn: Callable, *args) -> Any:
+        """``fn(*args)`` in a worker thread of the streams' lane (:data:`STREAM_THREADS`), not the request pool."""
+        import anyio
+
+        if self._lane is None:
+            self._lane = anyio.CapacityLimiter(STREAM_THREADS)
+        return await anyio.to_thread.run_sync(functools.partial(fn, *args), limiter=self._lane)
+
+    async def in_follow_lane(self, fn: Callable, *args, threads: int) -> Any:
+        """``fn(*args)`` in a thread of the followed logs' own lane (``threads``: ``server.streams.follows``,
+        the most followed logs at once): a read blocked on a quiet log never holds a request's thread."""
+        import anyio
+
+        if self._follow_lane is None:
+            self._follow_lane = anyio.CapacityLimiter(threads)
+        return await anyio.to_thread.run_sync(functools.partial(fn, *args), limiter=self._follow_lane)
 
     # -- the task ---------------------------------------------------------------------------
     def _start(self) -> None:
@@ -386,6 +411,12 @@ class StreamHubs:
 
     async def subscribe(self, credential: str | None, identity, topic: tuple[str, str] | None = None) -> Subscriber:
         return await self.here().subscribe(credential, identity, topic)
+
+    async def in_lane(self, fn: Callable, *args) -> Any:
+        return await self.here().in_lane(fn, *args)
+
+    async def in_follow_lane(self, fn: Callable, *args, threads: int) -> Any:
+        return await self.here().in_follow_lane(fn, *args, threads=threads)
 
     @staticmethod
     def unsubscribe(sub: Subscriber) -> None:
