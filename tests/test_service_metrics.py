@@ -125,3 +125,17 @@ def test_reasons_past_the_per_cycle_limit_are_counted_per_queue(monkeypatch):
     assert body["reasons"] == {"A": {"why g#0": 1, status.NOT_COUNTED: 1},
                                "B": {"why b": 1, status.NOT_COUNTED: 2}}
     assert body["jobReasons"] == {"g": "why g#0", "b": "why b"}
+
+
+def test_a_store_that_cannot_be_read_leaves_its_gauges_out_and_the_rest_answers(tmp_path, monkeypatch):
+    import sqlalchemy as sa
+
+    service, client = make_service(tmp_path)
+
+    def unreadable():
+        raise sa.exc.OperationalError("SELECT", {}, Exception("connection lost"))
+
+    monkeypatch.setattr(service.metrics.status, "get", unreadable)
+    samples = scrape(client)
+    assert only(samples, "flotilla_role_info") == {(("role", "all"),): 1.0}
+    assert only(samples, "flotilla_queue_weight") == {}

@@ -28,6 +28,7 @@ import time
 from typing import Iterable
 
 import sqlalchemy as sa
+import structlog
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
 from prometheus_client.core import GaugeMetricFamily
 from prometheus_client.registry import Collector
@@ -36,6 +37,8 @@ from flotilla.service.metrics.labels import method_label, reason_categories
 from flotilla.service.roles.status import StatusReader
 from flotilla.service.schema import jobs
 from flotilla.service.store import ACTIVE, QUEUED, Store
+
+log = structlog.get_logger("flotilla.metrics")
 
 CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
 #: The states counted per queue by ``flotilla_queue_jobs``.
@@ -52,6 +55,14 @@ class StoreCollector(Collector):
         self.status = status
 
     def collect(self) -> Iterable:
+        # A store that cannot be read now (a failover, a lost connection) leaves these gauges out of this scrape;
+        # the process's own metrics still answer, never a 500 for the whole exposition.
+        try:
+            yield from self._collect()
+        except sa.exc.SQLAlchemyError as exc:
+            log.warning("metrics.store_unreadable", error=str(exc).splitlines()[0][:200])
+
+    def _collect(self) -> Iterable:
         body = self.status.get()
         fair = GaugeMetricFamily("flotilla_queue_fair_share", "The queue's fair share in the last cycle (0..1)",
                                  labels=["queue"])
