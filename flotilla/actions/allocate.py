@@ -45,6 +45,7 @@ from flotilla.core.topology import GangPlace, gang_places, no_domain_reason
 from flotilla.core.units import KnownMisfits, QueueUnits
 from flotilla.core.whynot import Shortfall
 from flotilla.core.placement import GANG, JOB, Refused
+from flotilla.core.reasons import make
 from flotilla.plugin import take_args
 
 log = structlog.get_logger("flotilla.actions.allocate")
@@ -175,7 +176,7 @@ class Allocate:
         run.passed += 1
         if run.passed >= self.lookahead:
             name = run.queue.name
-            session.unexamined_reason[name] = f"lookahead {self.lookahead} reached in queue {name}"
+            session.unexamined_reason[name] = make("lookahead", self.lookahead, name)
             return True
         return False
 
@@ -356,7 +357,7 @@ class Allocate:
                     place = GangPlace(node.cluster, label, node.labels.get(label, "") if label else "")
                     break
         if place is None:
-            return None, f"gang {gang.id}: waiting for its minimum of {gang.min_available} to start"
+            return None, make("gang_minimum", gang.id, gang.min_available)
         return place, None
 
     def _place_elastic_member(self, session, queue, job, vec) -> bool:
@@ -449,7 +450,7 @@ class Allocate:
             if domains is not None:
                 domains.failed(placed, len(members))
         reason = no_domain_reason(gang, len(members), domains) if domains is not None else \
-            f"gang {gang.id}: {best} of {len(members)} members fit"
+            make("gang_fit", gang.id, best, len(members))
         for member in members:
             if member.id not in session.evicted:
                 session.failures[member.id] = reason

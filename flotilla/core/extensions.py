@@ -35,6 +35,8 @@ from numbers import Real
 from operator import eq
 from typing import TYPE_CHECKING, Callable, Protocol, Sequence
 
+from flotilla.core.reasons import Reason, make
+
 if TYPE_CHECKING:
     from flotilla.core.cyclestate import QueueState
     from flotilla.core.model import Gang, Job
@@ -369,11 +371,11 @@ class PluginFailed(Exception):
         self.error: str = error
         self.subject = subject
         self.scope = scope
-        super().__init__(self.reason)
+        super().__init__(str(self.reason))
 
     @property
-    def reason(self) -> str:
-        return f"plugin {self.plugin} failed at {self.point}: {self.error}"
+    def reason(self) -> Reason:
+        return make("plugin_failed", self.plugin, self.point, self.error)
 
 
 def _number(answer) -> bool:
@@ -396,7 +398,7 @@ _finite_number.floats = [True]
 
 
 def _reason(answer) -> str | None:
-    if answer is None or answer.__class__ is str:
+    if answer is None or answer.__class__ is str or answer.__class__ is Reason:
         return None
     return f"TypeError: answered {_shown(answer)}, not None or a string"
 
@@ -480,7 +482,7 @@ def _guard1(fn, plugin, point, at, scope, check, reason):
                 answer = fn(a)
             except Exception as exc:
                 raise PluginFailed(plugin, point, exc, a, scope) from exc
-            if answer is None or answer.__class__ is str:
+            if answer is None or answer.__class__ is str or answer.__class__ is Reason:
                 return answer
             raise PluginFailed(plugin, point, _reason(answer), a, scope)
     else:
@@ -511,7 +513,7 @@ def _guard2(fn, plugin, point, at, scope, check, reason):
                 answer = fn(a, b)
             except Exception as exc:
                 raise PluginFailed(plugin, point, exc, (a, b)[at], scope) from exc
-            if answer is None or answer.__class__ is str:
+            if answer is None or answer.__class__ is str or answer.__class__ is Reason:
                 return answer
             raise PluginFailed(plugin, point, _reason(answer), (a, b)[at], scope)
     else:
