@@ -144,7 +144,7 @@ class Allocate:
                 session.plugin_failed(failure, unit if unit.__class__ is list else (unit,))
                 placed = False
                 if failure.scope == "queue":
-                    session.fail_queue(queue.name, failure.reason)
+                    session.fail_queue(queue.name, failure.why)
                     picker.drop(queue)
                     continue
             if not placed and not self._is_return(session, unit):
@@ -169,7 +169,7 @@ class Allocate:
         try:
             return self.job_valid(job)
         except PluginFailed as failure:
-            return failure.reason
+            return failure.why
 
     def _pass_over(self, session, run) -> bool:
         """Count a unit passed over; True when the queue has used up its lookahead."""
@@ -284,7 +284,7 @@ class Allocate:
             return self._return_evicted(session, queue, job, vec)
         types = session.clear(job)
         if types.__class__ is Refused:
-            session.failures[job.id] = reason = types.reason
+            session.failures[job.id] = reason = types.why
             if types.stage is not JOB and job.affinity is None and not job.claims:
                 run.misfits.by_key[requirements_key(job)] = reason
             return False
@@ -308,7 +308,7 @@ class Allocate:
             return False
         refused = session.place(job, node)
         if refused is not None:
-            session.failures[job.id] = refused.reason
+            session.failures[job.id] = refused.why
             return False
         if self.debug:
             log.debug("allocate", job=job.id, queue=queue.name, node=session.node_name(node))
@@ -368,7 +368,7 @@ class Allocate:
         types = session.clear(job, place) if why is None else Refused(GANG, why)
         if types.__class__ is Refused:
             if job.id not in session.evicted:
-                session.failures[job.id] = types.reason
+                session.failures[job.id] = types.why
             return False
         node = self._find(session, queue, job, vec, types)
         if node is None:
@@ -377,7 +377,7 @@ class Allocate:
             return False
         refused = session.place(job, node)
         if refused is not None:
-            session.failures[job.id] = refused.reason
+            session.failures[job.id] = refused.why
             return False
         return True
 
@@ -400,7 +400,7 @@ class Allocate:
         if refused is not None:
             for member in members:
                 if member.id not in session.evicted:
-                    session.failures[member.id] = refused.reason
+                    session.failures[member.id] = refused.why
             return False
         evicted = [m for m in members if m.id in session.evicted]
         clusters = sorted({session.node_name(session.running[m.id].node)[0] for m in evicted}) if evicted else \

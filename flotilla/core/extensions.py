@@ -371,11 +371,16 @@ class PluginFailed(Exception):
         self.error: str = error
         self.subject = subject
         self.scope = scope
-        super().__init__(str(self.reason))
+        super().__init__(self.reason)
 
     @property
-    def reason(self) -> Reason:
+    def why(self) -> Reason:
+        """What the jobs it leaves waiting read, as data (code ``plugin``)."""
         return make("plugin_failed", self.plugin, self.point, self.error)
+
+    @property
+    def reason(self) -> str:
+        return f"plugin {self.plugin} failed at {self.point}: {self.error}"
 
 
 def _number(answer) -> bool:

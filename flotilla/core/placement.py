@@ -47,7 +47,7 @@ from flotilla.core.feasibility import PORTS_TAKEN, FILTERED
 from flotilla.core.model import Job
 from flotilla.core.nodeindex import EVICTED
 from flotilla.core.podplacements import pod_refusal
-from flotilla.core.reasons import NO_NODES, insufficient, make, on_node
+from flotilla.core.reasons import NO_NODES, code_of, insufficient, make, on_node
 from flotilla.core.statement import place as _place_now
 from flotilla.core.topology import place_types
 from flotilla.core.volumes import BIND_CONFLICT
@@ -58,25 +58,35 @@ STAGES = (GANG, JOB, QUEUE, NODES, NODE, FIT)
 
 
 class Refused(Exception):
-    """The core refused a placement: at which step (``stage``, one of :data:`STAGES`) and why (``reason``: a
-    :class:`~flotilla.core.reasons.Reason`, or a plugin's words).
+    """The core refused a placement: at which step (``stage``, one of :data:`STAGES`) and why: ``why``, a
+    :class:`~flotilla.core.reasons.Reason` (or a plugin's words); ``code``, its code; ``reason``, its words.
 
     An exception type so that an action may raise it as it is; the core
     returns it.
     """
 
-    __slots__ = ("stage", "reason")
+    __slots__ = ("stage", "why")
 
-    def __init__(self, stage: str, reason):
-        super().__init__(stage, reason)
+    def __init__(self, stage: str, why):
+        super().__init__(stage, why)
         self.stage = stage
-        self.reason = reason
+        self.why = why
+
+    @property
+    def reason(self) -> str:
+        """Why, in words (made when asked)."""
+        return str(self.why)
+
+    @property
+    def code(self) -> str:
+        """Why, as a code (:data:`~flotilla.core.reasons.CODES`)."""
+        return code_of(self.why)
 
     def __str__(self) -> str:
         return f"{self.stage}: {self.reason}"
 
     def __repr__(self) -> str:
-        return f"Refused({self.stage!r}, {self.reason!r})"
+        return f"Refused({self.stage!r}, {self.why!r})"
 
 
 class Placing:
