@@ -563,7 +563,7 @@ def _by_priority_class(fn, plugin, point, scope):
             answer = fn(job)
         except Exception as exc:
             raise PluginFailed(plugin, point, exc, job, scope) from exc
-        if answer is not None and answer.__class__ is not str:
+        if answer is not None and answer.__class__ is not str and answer.__class__ is not Reason:
             raise PluginFailed(plugin, point, _reason(answer), job, scope)
         answers[job.priority_class] = answer
         return answer
