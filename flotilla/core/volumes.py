@@ -41,7 +41,7 @@ from dataclasses import dataclass
 from typing import Mapping, Protocol, Sequence
 
 from flotilla.core.nodeaffinity import Term
-from flotilla.core.reasons import make
+from flotilla.core.reasons import Reason, make
 
 #: kube-scheduler's words (VolumeBinding, VolumeZone), as they follow a count of nodes.
 NODE_CONFLICT = make("volume_node_conflict")
@@ -144,7 +144,7 @@ class Claim:
     """
 
     key: str
-    refusal: str = ""
+    refusal: "Reason | str" = ""
     terms: tuple[Term, ...] | None = None
     zones: tuple[tuple[str, frozenset[str]], ...] = ()
     options: Options | None = None
