@@ -218,7 +218,7 @@ def armada_shapes(repeat: int, node_pods: int = 0) -> None:
             moved, seconds = timed_cycle(scheduler, after(first, decisions, arriving), 1.0)
             kept = len(full.running()) - len(moved.preempted)
             best["new queue"] = max(best["new queue"], (kept + len(moved.scheduled)) / seconds)
-        print(f"{shape.label():<28} {best['round one']:>14,.0f} {best['full']:>10,.1f} "
+        print(f"{shape.label():<28} {best['round one']:>14,.0f} {best['full']:>10,.2f} "
               f"{best['evict all']:>14,.0f} {best['new queue']:>14,.0f}", flush=True)
 
 

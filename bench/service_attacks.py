@@ -13,15 +13,22 @@ Attacks:
 * ``string``: a 16 MiB JSON string to ``/v1/submit``, authenticated;
 * ``jobs``: a 10,000-job submission, authenticated;
 * ``streams``: 1,000 idle watch streams opened by one user (those over the per-user cap are refused), and
-  meanwhile another user's small requests (``GET /v1/queues/B``) as the probe.
+  meanwhile another user's small requests (``GET /v1/queues/B``) as the probe. Its figures are printed for
+  the whole attack, then apart for the 1,000 requests arriving (``opening``) and for the open streams held
+  idle (``held``).
 
-    python bench/service_attacks.py [--repeat 3] [--attacks form,string,jobs,streams]
+Each attack runs ``--repeat`` times and for at least ``--seconds`` (again and
+again until then), so that a quick refusal still has probes around it. The
+last lines are the table rows of docs/performance.md, with the load average.
+
+    python bench/service_attacks.py [--repeat 1] [--seconds 3] [--attacks form,string,jobs,streams]
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import os
 import socket
 import statistics
 import sys
@@ -39,6 +46,8 @@ from serve_process import Server  # noqa: E402
 from service_fixtures import CONFIG, job, job_file  # noqa: E402
 
 MIB16 = 16 * 1024 * 1024
+#: Phases of the last attack that has some, by name: (start, end) on ``time.perf_counter``.
+PHASES: dict[str, tuple[float, float]] = {}
 
 
 class Probe(threading.Thread):
@@ -63,17 +72,38 @@ class Probe(threading.Thread):
             self.samples.append((started, took))
             self.stopping.wait(max(0.0, self.every - took))
 
-    def between(self, start: float, end: float) -> list[float]:
-        return [took for at, took in self.samples if start <= at <= end]
+    def between(self, start: float, end: float, begun_within: bool = False) -> list[float]:
+        """The latencies of the requests in flight at some time between ``start`` and ``end`` (``begun_within``:
+        of those sent between them)."""
+        if begun_within:
+            return [took for at, took in self.samples if start <= at <= end]
+        return [took for at, took in self.samples if at <= end and at + took >= start]
+
+
+def percentiles(samples: list[float]) -> tuple[float, float, float]:
+    """(p50, p99, max) in milliseconds."""
+    ordered = sorted(samples)
+    p99 = ordered[min(len(ordered) - 1, int(len(ordered) * 0.99))]
+    return 1000 * statistics.median(ordered), 1000 * p99, 1000 * ordered[-1]
 
 
 def figures(samples: list[float]) -> str:
     if not samples:
         return "no samples"
-    ordered = sorted(samples)
-    p99 = ordered[min(len(ordered) - 1, int(len(ordered) * 0.99))]
-    return (f"p50 {1000 * statistics.median(ordered):6.1f} ms  p99 {1000 * p99:6.1f} ms  "
-            f"max {1000 * ordered[-1]:6.1f} ms  (n={len(ordered)})")
+    p50, p99, most = percentiles(samples)
+    return f"p50 {p50:6.1f} ms  p99 {p99:6.1f} ms  max {most:6.1f} ms  (n={len(samples)})"
+
+
+def cell(samples: list[float]) -> str:
+    """``p50 / p99 ms`` as the table of docs/performance.md writes it."""
+    if not samples:
+        return "no samples"
+    p50, p99, _ = percentiles(samples)
+    return f"{p50:,.0f} / {p99:,.0f} ms"
+
+
+TITLES = {"form": "16 MiB form, no login", "string": "16 MiB JSON string, logged in",
+          "jobs": "10,000-job submission", "streams": "1,000 idle streams of one user"}
 
 
 def raw_post(port: int, path: str, headers: dict, body: bytes) -> str:
@@ -118,6 +148,7 @@ def attack_jobs(srv: Server) -> str:
 def attack_streams(srv: Server, count: int = 1000, hold: float = 10.0) -> str:
     """``count`` idle watch streams of alice's, held ``hold`` seconds: how many were refused (429)."""
     socks, refused = [], 0
+    opening = time.perf_counter()
     request = (f"GET /v1/queues/A/jobsets/idle/events?follow=true HTTP/1.1\r\nHost: 127.0.0.1:{srv.port}\r\n"
                f"Authorization: Bearer alice-token\r\n\r\n").encode()
     for _ in range(count):
@@ -138,7 +169,10 @@ def attack_streams(srv: Server, count: int = 1000, hold: float = 10.0) -> str:
                 opened += 1
         except OSError:
             refused += 1
+    held = time.perf_counter()
     time.sleep(hold)
+    PHASES["opening"] = (opening, held)
+    PHASES["held"] = (held, time.perf_counter())
     for sock in socks:
         sock.close()
     return f"{opened} streams open, {refused} refused"
@@ -149,12 +183,18 @@ ATTACKS = {"form": attack_form, "string": attack_string, "jobs": attack_jobs, "s
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    parser.add_argument("--repeat", type=int, default=3)
+    parser.add_argument("--repeat", type=int, default=1)
+    parser.add_argument("--seconds", type=float, default=3.0, help="run each attack at least this long")
     parser.add_argument("--attacks", default=",".join(ATTACKS))
+    parser.add_argument("--watch-per-user", type=int, default=None,
+                        help="server.streams.watchPerUser (default: the service's, 100); 1000 holds every stream open")
     args = parser.parse_args(argv)
+    rows = []
     with tempfile.TemporaryDirectory() as tmp:
         config = CONFIG.replace("cycle: {period: 0.2s}", "cycle: {period: 1s}") + \
-            'server: {listen: "127.0.0.1:PORT"}\nstore: {url: "sqlite:///DB"}\n'
+            'server: {listen: "127.0.0.1:PORT"' + \
+            (f", streams: {{watchPerUser: {args.watch_per_user}}}" if args.watch_per_user else "") + \
+            '}\nstore: {url: "sqlite:///DB"}\n'
         srv = Server(Path(tmp), config).start(timeout=300)
         try:
             health = Probe(srv.url, 0.02, lambda c: c.get("/v1/health"))
@@ -171,21 +211,37 @@ def main(argv: list[str] | None = None) -> int:
             print(f"{'quiet':>8}  health {figures(health.between(start, end))}")
             print(f"{'':>8}  submit {figures(submit.between(start, end))}")
             print(f"{'':>8}  other  {figures(other.between(start, end))}")
+            rows.append(f"| none ({end - start:.0f} s) | {cell(health.between(start, end))} | "
+                        f"{cell(submit.between(start, end))} | {cell(other.between(start, end))} | |")
             for name in args.attacks.split(","):
                 answers = []
+                PHASES.clear()
                 start = time.perf_counter()
-                for _ in range(args.repeat):
+                while len(answers) < args.repeat or time.perf_counter() - start < args.seconds:
                     answers.append(ATTACKS[name](srv))
                 end = time.perf_counter()
                 print(f"{name:>8}  health {figures(health.between(start, end))}")
                 print(f"{'':>8}  submit {figures(submit.between(start, end))}")
                 print(f"{'':>8}  other  {figures(other.between(start, end))}")
-                print(f"{'':>8}  attack answered: {'; '.join(sorted(set(answers)))} ({end - start:.1f} s)")
+                answered = f"{'; '.join(sorted(set(answers)))} ({len(answers)} in {end - start:.1f} s)"
+                print(f"{'':>8}  attack answered: {answered}")
+                rows.append(f"| {TITLES[name]} | {cell(health.between(start, end))} | "
+                            f"{cell(submit.between(start, end))} | {cell(other.between(start, end))} | "
+                            f"{answered.replace('HTTP/1.1 ', '')} |")
+                for phase, (begun, ended) in PHASES.items():   # the last repeat's; "held": requests sent then
+                    within = phase == "held"
+                    print(f"{phase:>8}  health {figures(health.between(begun, ended, within))}")
+                    print(f"{'':>8}  other  {figures(other.between(begun, ended, within))}  ({ended - begun:.1f} s)")
             for probe in (health, submit, other):
                 probe.stopping.set()
                 probe.join()
         finally:
             srv.kill()
+    load = ", ".join(f"{x:.1f}" for x in os.getloadavg())
+    print(f"\nload average (1, 5, 15 min) at the end: {load}")
+    print("| attack | health p50 / p99 | small submit p50 / p99 | other user's GET p50 / p99 | attack answered |")
+    print("|---|---|---|---|---|")
+    print("\n".join(rows))
     return 0
 
 

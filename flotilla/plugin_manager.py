@@ -80,13 +80,22 @@ def _claimed(group: str, name: str, what: str) -> EntryPoint:
     return claims[0]
 
 
+class PluginLoadFailed(Exception):
+    """A plugin's entry point that cannot be imported: the message names the plugin, its target and the error."""
+
+
 def find_plugin(name: str):
     """The factory registered under ``name``.
 
     ``LookupError`` if no distribution registers it, :class:`PluginNameConflict`
-    if two do.
+    if two do, :class:`PluginLoadFailed` if its module cannot be imported.
     """
-    return _claimed(ENTRY_POINT_GROUP, name, "plugin name").load()
+    entry = _claimed(ENTRY_POINT_GROUP, name, "plugin name")
+    try:
+        return entry.load()
+    except Exception as exc:  # noqa: BLE001 - whatever a third-party import raises is one line naming it
+        raise PluginLoadFailed(f"plugin {name!r} cannot be loaded from {entry.value} ({_distribution(entry)}): "
+                               f"{type(exc).__name__}: {exc}") from None
 
 
 def available_cluster_kinds() -> list[str]:
@@ -176,7 +185,8 @@ def plugin_problem(name: str, plugin, pm: pluggy.PluginManager) -> str | None:
             continue
         hook = opts.get("specname") or attr
         if hook not in hooks:
-            return f"plugin {name!r}: {attr} is not a Flotilla hook{_nearest(hook, hooks)}"
+            named = f"{attr} names hook {hook}, which" if hook != attr else attr
+            return f"plugin {name!r}: {named} is not a Flotilla hook{_nearest(hook, hooks)}"
         if opts.get("wrapper") or opts.get("hookwrapper"):
             return f"plugin {name!r}: {attr} is marked as a hook wrapper; Flotilla's hooks take plain implementations"
         try:
@@ -216,12 +226,14 @@ def load_plugins(plugins: Sequence[tuple[str, Mapping[str, Any]]]) -> pluggy.Plu
             factory = find_plugin(name)
         except LookupError:
             raise PluginError(index, "name", f"unknown plugin {name!r} (available: {', '.join(available_plugins())})") from None
-        except PluginNameConflict as exc:
+        except (PluginNameConflict, PluginLoadFailed) as exc:
             raise PluginError(index, "name", str(exc)) from None
         try:
             built.append((name, factory(dict(args or {}))))
         except (ValueError, TypeError) as exc:
             raise PluginError(index, "args", f"plugin {name!r}: {exc}") from None
+        except Exception as exc:  # noqa: BLE001 - a constructor's own failure is one line naming the plugin
+            raise PluginError(index, "name", f"plugin {name!r} failed to start: {type(exc).__name__}: {exc}") from None
     for index, (name, plugin) in enumerate(built):
         problem = plugin_problem(name, plugin, pm)
         if problem is not None:

@@ -69,6 +69,10 @@ def _action_entry(entry) -> tuple[str, Mapping]:
     return entry.name, entry.args
 
 
+#: The action that hands a cycle's decisions to the clusters.
+HAND_OVER = "lease"
+
+
 class Scheduler:
     """Plugins loaded once, actions in order, one session per cycle.
 
@@ -99,6 +103,11 @@ class Scheduler:
                 raise PluginError(index, "actions", str(exc)) from None
             except (ValueError, TypeError) as exc:
                 raise PluginError(index, "actions.args", f"action {name!r}: {exc}") from None
+            except Exception as exc:  # noqa: BLE001 - a package action that cannot be imported or built: one line
+                raise PluginError(index, "actions", f"action {name!r} failed to load: {type(exc).__name__}: "
+                                                    f"{exc}") from None
+        #: The configured actions that decide, in config order: all but the lease hand-over (see deciding_actions).
+        self._deciding = [action for action in self.actions if getattr(action, "name", "") != HAND_OVER]
         #: (plugin, point, error) -> (when it was last logged, failures since then not logged).
         self._logged: dict[tuple[str, str, str], tuple[float, int]] = {}
         self.clock: Callable[[], float] = time.monotonic
@@ -141,6 +150,13 @@ class Scheduler:
             finally:
                 session.opening_plugin = None
         return session
+
+    def deciding_actions(self) -> list:
+        """The actions ``schedule-once`` and ``serve`` run each cycle: the config's, in its order, all but
+        ``lease``, whose hand-over those two do themselves (print the decisions; record, then apply them).
+        ``simulate`` runs :attr:`actions`, which are these followed by the lease on its simulated clusters.
+        All three build them here, from one config, so they run the same sequence."""
+        return list(self._deciding)
 
     def run_cycle(self, snapshot: Snapshot, rng: random.Random | None = None,
                   backends: Mapping | None = None, actions: Sequence | None = None, head: int = 0,

@@ -162,7 +162,7 @@ def test_a_kubernetes_cluster_has_every_capability_but_logs_and_switch():
     try:
         caps = capabilities_of(backend)
         assert caps.names() == ["intake", "priority_classes", "templates", "enforces_deadlines", "drain",
-                                "availability", "sync", "kubernetes_api", "namespace", "close"]
+                                "availability", "sync", "kept_logs", "kubernetes_api", "namespace", "close"]
         assert (caps.namespace, caps.sync.sync_error) == ("default", "not synced yet")
     finally:
         backend.close()

@@ -376,6 +376,54 @@ def test_finished_pods_stay_for_finished_pod_retention_then_go(kwok):
         backend.close()
 
 
+def test_kept_finished_pods_end_their_retention_across_a_restart(kwok):
+    """Kept pods are counted from their own end (the pod's finishedAt), not from when a process first saw them:
+    a backend started 61 s after they ended, with a 60 s retention, deletes them at its first poll. An earlier
+    attempt's kept pod, listed again, says nothing about the job's newer pod (its failure is old news)."""
+    from flotilla.kubernetes.pods import PodSettings
+
+    def backend_at(offset: float) -> KubernetesCluster:
+        return KubernetesCluster("keep", kubeconfig=kwok["a"].kubeconfig, context=kwok["a"].context,
+                                 settings=PodSettings(name_prefix="again-"), finished_pod_retention=60,
+                                 clock=lambda: time.time() + offset)
+
+    def events_until(backend, wanted, seconds=20):
+        events, deadline = [], time.monotonic() + seconds
+        while not wanted <= {(e.job_id, e.kind) for e in events} and time.monotonic() < deadline:
+            events += backend.poll_events()
+            time.sleep(0.1)
+        return [(e.job_id, e.kind) for e in events]
+
+    names = lambda: sorted(p["metadata"]["name"] for p in kwok["a"].pods())   # noqa: E731
+    first = backend_at(0)
+    try:
+        assert first.wait_synced(30)
+        done = job("done", "A", annotations={"flotilla.io/simulated-duration": "0s"})
+        failing = job("retry", "A", annotations={"flotilla.io/simulated-duration": "0s",
+                                                 "kwok.flotilla.io/exit-code": "3"})
+        first.apply(ClusterDecisions(start=[Placement(done, "keep", "node-1"), Placement(failing, "keep", "node-1")]))
+        ends = events_until(first, {("done", "succeeded"), ("retry", "failed")})
+        # (Whether the watch saw the failing pod Running before it failed is kwok's timing.)
+        assert sorted(e for e in ends if e[1] != "running") == [("done", "succeeded"), ("retry", "failed")]
+        again = job("retry", "A", annotations={"flotilla.io/simulated-duration": "600s"})
+        first.apply(ClusterDecisions(start=[Placement(again, "keep", "node-1")]))
+        assert events_until(first, {("retry", "running")}) == [("retry", "running")]
+        assert first.wait_idle(10) and names() == ["again-done-0", "again-retry-0", "again-retry-1"]
+    finally:
+        first.close()
+    second = backend_at(61)
+    try:
+        assert second.wait_synced(30)
+        assert sorted(events_until(second, {("retry", "running"), ("done", "succeeded")}, 5)) == [
+            ("done", "running"), ("done", "succeeded"), ("retry", "running")]
+        kwok["a"].wait_pods(lambda pods: [p["metadata"]["name"] for p in pods] == ["again-retry-1"], timeout=10,
+                            what="the kept pods deleted, the running one left")
+        assert second.poll_events() == []
+        assert [j.id for j in second.snapshot().running] == ["retry"]
+    finally:
+        second.close()
+
+
 def test_kwok_up_and_down_commands(tmp_path):
     """`flotilla kwok up` prints the context and makes N fake nodes from a template; `down` removes it all."""
     from flotilla.kwok.cluster import workdir

@@ -122,3 +122,31 @@ def test_host_ports_share_a_node_on_other_host_ips_and_protocols(kwok, tmp_path)
     finally:
         close_all(backends)
         cluster.reset(nodes=0)   # the next reset makes the fixture's nodes afresh (110 pods), not these
+
+
+def test_kept_finished_pods_take_no_slot(kwok, tmp_path):
+    """Finished pods kept for their logs (finishedPodRetention, an hour by default) hold nothing: on a node of
+    4 pod slots holding 4 of them, 4 more jobs start, and only a fifth waits for a slot."""
+    cluster = kwok["a"]
+    nodes_of_four_slots(cluster, tmp_path, 1)
+    config, scheduler, backends = scheduler_and_backends(write_config(tmp_path, kwok, names=("a",)))
+    try:
+        runner = Runner(scheduler, backends)
+        done = {"flotilla.io/simulated-duration": "0s"}
+        runner.submit([small(f"done{k}", float(k), annotations=done) for k in range(4)])
+        assert runner.run(lambda r: r.counts() == {"succeeded": 4}, timeout=30), runner.counts()
+        kept = cluster.wait_pods(lambda pods: sorted(p["status"].get("phase") for p in pods) == ["Succeeded"] * 4,
+                                 what="4 finished pods kept")
+        assert sorted(p["spec"]["nodeName"] for p in kept) == ["node-1"] * 4
+        runner.submit([small(f"j{k}", 10.0 + k) for k in range(5)])
+        assert runner.run(lambda r: r.counts() == {"succeeded": 4, "running": 4, "queued": 1}, timeout=30), \
+            runner.counts()
+        for _ in range(3):
+            runner.cycle()
+        assert flotilla_pods_by_node(cluster.pods()) == {
+            "node-1": ["j0", "j1", "j2", "j3"]}
+        assert waiting_reasons(runner) == {"j4": "0/1 nodes are available: 1 Too many pods"}
+        assert len(cluster.pods()) == 8
+    finally:
+        close_all(backends)
+        cluster.reset(nodes=0)   # the next reset makes the fixture's nodes afresh (110 pods), not these

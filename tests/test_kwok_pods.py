@@ -169,14 +169,16 @@ clusters:
   - {name: a, kind: kubernetes, context: a, namespace: batch}
   - {name: b, kind: kubernetes, context: b, workers: 4, bind: binding, nodeSelector: "pool=batch",
      finishedPodRetention: 10m}
+  - {name: c, kind: kubernetes, context: c, finishedPodRetention: 0s}
 """, "k8s.yaml")
     configuration = Configuration()
     configuration.host = "http://127.0.0.1:9"  # never contacted: start=False
-    a, b = (backend_from_config(c, cfg, client=KubeClient(configuration), start=False) for c in cfg.clusters)
+    a, b, c = (backend_from_config(x, cfg, client=KubeClient(configuration), start=False) for x in cfg.clusters)
     assert (a.bind, a._pool._max_workers, a.node_selector, a.settings.namespace) == ("node-name", 32, None, "batch")
     assert (b.bind, b._pool._max_workers, b.node_selector, b.settings.namespace) == ("binding", 4, "pool=batch",
                                                                                       "default")
-    assert (a.finished_pod_retention, b.finished_pod_retention) == (0.0, 600.0)
+    # An hour by default, so that a finished job's log can be read; 0s deletes finished pods at once.
+    assert (a.finished_pod_retention, b.finished_pod_retention, c.finished_pod_retention) == (3600.0, 600.0, 0.0)
 
 
 def test_in_cluster_true_uses_the_pods_service_account_through_the_official_loader(tmp_path, monkeypatch):

@@ -111,42 +111,70 @@ def test_serve_leases_onto_two_kwok_clusters_and_a_gang_fills_one(kwok, tmp_path
 
 
 def test_logs_on_kwok_say_why_there_is_none(kwok, tmp_path):
-    """KWOK's fake nodes run no containers: a running job's log is refused with the reason the API server gives
-    (kwok-controller answering for the node's kubelet has none: 409; a fake node without addresses cannot be
-    reached: 502); a finished pod deleted at once is gone (410)."""
+    """KWOK's fake nodes run no containers: a log is refused with the reason the API server gives (kwok-controller
+    answering for the node's kubelet has none: 409; a fake node without addresses cannot be reached: 502). A
+    finished pod is kept for finishedPodRetention (its log asked for, not a 410), any container of the pod may be
+    named (init containers included; another name is a 404 naming the pod's containers), and once the retention
+    is over the 410 says when the pod went and why."""
+    import time
+
     from flotilla.kubernetes.pods import pod_name
 
     cluster = kwok["a"]
     cluster.create_namespace("flotilla-serve")
     srv = Server(tmp_path, CONFIG + f"  - {{name: a, kind: kubernetes, kubeconfig: {cluster.kubeconfig}, "
-                                    f"context: {cluster.context}, namespace: flotilla-serve}}\n").start()
+                                    f"context: {cluster.context}, namespace: flotilla-serve, "
+                                    f"finishedPodRetention: 20s}}\n").start()
     try:
-        body = {"queue": "A", "jobSetId": "logs", "jobs": [job("long", cpu="1", duration="600s"),
+        setup = {"name": "setup", "image": "busybox", "resources": {"limits": {"cpu": "1"}}}
+        body = {"queue": "A", "jobSetId": "logs", "jobs": [job("long", cpu="1", duration="600s",
+                                                               initContainers=[setup]),
                                                            job("short", cpu="1", duration="1s")]}
         out = cli(srv, "alice", "submit", str(write_file(tmp_path, "logs.yaml", body)), "--output", "json")
         assert out.returncode == 0, out.stderr
         long_id, short_id = (j["id"] for j in json.loads(out.stdout)["jobs"])
-        wait_for(lambda: json.loads(cli(srv, "alice", "status", short_id, "-o", "json").stdout)["state"]
-                 == "succeeded", timeout=60)
+        record = wait_for(lambda: (lambda r: r if r["state"] == "succeeded" else None)(
+            json.loads(cli(srv, "alice", "status", short_id, "-o", "json").stdout)), timeout=60)
         wait_for(lambda: job_pods(cluster).get(long_id, (None, None))[1] == "Running", timeout=60)
-        wait_for(lambda: short_id not in job_pods(cluster), timeout=30)
+        short_pod = f"flotilla-serve/{pod_name('flotilla-', short_id, 0)}"
+        long_pod = f"flotilla-serve/{pod_name('flotilla-', long_id, 0)}"
 
-        with srv.http("alice") as alice:
-            answer = alice.get(f"/v1/jobs/{short_id}/logs")
-            assert (answer.status_code, answer.json()["error"]["message"]) == (
-                410, f"the pod of job {short_id!r} is gone from cluster 'a' (finished pods are kept for the "
-                     "cluster's finishedPodRetention)")
-            pod = f"flotilla-serve/{pod_name('flotilla-', long_id, 0)}"
-            answer = alice.get(f"/v1/jobs/{long_id}/logs", params={"follow": "true", "tail": 5})
+        def refused_by_kwok(answer, pod: str, container: str) -> bool:
             message = answer.json()["error"]["message"]
             if answer.status_code == 409:
-                assert message == f"pod {pod} on cluster 'a': no logs found for container \"main\" in pod \"{pod}\""
-            else:
-                assert answer.status_code == 502, message
-                assert message.startswith(f"pod {pod} on cluster 'a': the API server could not get the log: ")
-                assert "no preferred addresses found" in message
+                return message == f"pod {pod} on cluster 'a': no logs found for container \"{container}\" in pod " \
+                                  f"\"{pod}\""
+            return answer.status_code == 502 and message.startswith(
+                f"pod {pod} on cluster 'a': the API server could not get the log: ") and \
+                "no preferred addresses found" in message
+
+        with srv.http("alice") as alice:
+            assert job_pods(cluster)[short_id][1] == "Succeeded"     # kept, within its 20 s
+            answer = alice.get(f"/v1/jobs/{short_id}/logs")
+            assert refused_by_kwok(answer, short_pod, "main"), answer.json()
+            answer = alice.get(f"/v1/jobs/{long_id}/logs", params={"follow": "true", "tail": 5})
+            assert refused_by_kwok(answer, long_pod, "main"), answer.json()
+            answer = alice.get(f"/v1/jobs/{long_id}/logs", params={"container": "setup"})
+            assert refused_by_kwok(answer, long_pod, "setup"), answer.json()
+            answer = alice.get(f"/v1/jobs/{long_id}/logs", params={"container": "nope"})
+            assert (answer.status_code, answer.json()["error"]["field"], answer.json()["error"]["message"]) == (
+                404, "container", f"pod {long_pod} of job {long_id!r} has no container 'nope'; its containers: "
+                                  "setup, main")
+            answer = alice.get(f"/v1/jobs/{long_id}/logs", params={"container": "Not_A_Name"})
+            assert (answer.status_code, answer.json()["error"]["field"]) == (422, "container")
+        out = cli(srv, "alice", "logs", long_id, "--container", "nope")
+        assert (out.returncode, out.stdout, out.stderr) == (
+            1, "", f"error: 404: pod {long_pod} of job {long_id!r} has no container 'nope'; its containers: "
+                   "setup, main\n")
+
+        wait_for(lambda: short_id not in job_pods(cluster) and time.time() >= record["finished"] + 20, timeout=60)
+        deleted = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(record["finished"] + 20))
+        gone = (f"the pod of job {short_id!r} was deleted from cluster 'a' at {deleted}: finished pods are kept for "
+                "20s after they end (finishedPodRetention of cluster 'a')")
+        with srv.http("alice") as alice:
+            answer = alice.get(f"/v1/jobs/{short_id}/logs")
+            assert (answer.status_code, answer.json()["error"]["message"]) == (410, gone)
         out = cli(srv, "alice", "logs", short_id)
-        assert (out.returncode, out.stdout) == (1, "")
-        assert out.stderr.startswith(f"error: 410: the pod of job {short_id!r} is gone from cluster 'a'")
+        assert (out.returncode, out.stdout, out.stderr) == (1, "", f"error: 410: {gone}\n")
     finally:
         srv.kill()

@@ -47,11 +47,16 @@ def test_logs_answer_as_status_does_and_refuse_what_has_no_log(tmp_path):
                 409, f"job {running!r} ran on simulated cluster {record['cluster']!r}: its jobs run no containers, "
                      "so there is no log")
 
+            answer = bob.get(f"/v1/jobs/{running}/logs", params={"container": "sidecar"})   # no pod: no container
+            assert (answer.status_code, answer.json()["error"]["message"]) == (
+                409, f"job {running!r} ran on simulated cluster {record['cluster']!r}: its jobs run no containers, "
+                     "so there is no log")
             answer = bob.get(f"/v1/jobs/{running}/logs", params={"pod": 1})
             assert (answer.status_code, answer.json()["error"]["field"], answer.json()["error"]["message"]) == (
                 404, "pod", f"job {running!r} has 1 pod: pod must be 0..0, got 1")
             for params, field in (({"tail": 10001}, "tail"), ({"tail": -1}, "tail"), ({"pod": -1}, "pod"),
-                                  ({"follow": "maybe"}, "follow")):
+                                  ({"follow": "maybe"}, "follow"), ({"container": "Main"}, "container"),
+                                  ({"container": "main\n"}, "container"), ({"container": "a" * 64}, "container")):
                 answer = bob.get(f"/v1/jobs/{running}/logs", params=params)
                 assert (answer.status_code, answer.json()["error"]["field"]) == (422, field), params
 

@@ -119,7 +119,7 @@ def test_a_bad_label_key_and_a_label_without_a_gang_are_refused_with_their_path(
     lone = nodes({}) + f"  - {{id: j, queue: A, requests: {{cpu: 1}}, annotations: {{{LABEL}: rack}}}}\n"
     result = invoke(tmp_path, config(), lone)
     assert result.exit_code == 2
-    assert (f"jobs[0].annotations.{LABEL}: only a gang's jobs take a uniformity label (set gang: {{id, cardinality}})"
+    assert (f"jobs[0].annotations.{LABEL}: only a gang runs in one domain of a label; set armadaproject.io/gangId too"
             in result.stderr)
 
 

@@ -122,7 +122,8 @@ def test_an_unauthenticated_json_body_is_not_read(service):
 
 def test_a_large_body_parses_piecewise_to_what_json_loads_gives():
     body = json.dumps({"queue": "A", "jobSetId": "s", "jobs": [job(f"c{i}") for i in range(3000)],
-                       "x": [[1, "a", None, True, {"k": [2.5]}]] * 20000, "s": "é\\\"" * 200000}).encode()
+                       "x": [[1, "a", None, True, {"k": [2.5]}]] * 20000, "s": "é\\\"" * 150000,
+                       "t": ["é" * 30000] * 10, "u": "\U0001F600" * 60000}).encode()
     assert len(body) > bounds.PIECEWISE_BYTES
     assert load_json(body) == json.loads(body)
 
@@ -139,9 +140,10 @@ def test_a_large_bodys_error_is_named_at_its_place(tail, message):
     assert caught.value.message == f"the body is not JSON: {message}"
 
 
-def test_a_16_mib_string_has_no_structure_and_deep_nesting_is_counted_past_strings():
-    assert bounds._structure(b'"' + b"a" * MIB16 + b'"') == (0, 0)
-    assert bounds._structure(b'"' + b'\\"[' * (MIB16 // 3) + b'"') == (0, 0)
+def test_a_long_string_has_no_structure_and_deep_nesting_is_counted_past_strings():
+    longest = bounds.MAX_STRING_BYTES - 2
+    assert bounds._structure(b'"' + b"a" * longest + b'"') == (0, 0)
+    assert bounds._structure(b'"' + b'\\"[' * (longest // 3) + b'"') == (0, 0)
     assert bounds._structure(b'[[["a]]]]\\"]"]]]') == (3, 3)
     deep = b"[" * 505 + b"]" * 505
     with pytest.raises(BoundsError) as caught:
@@ -150,7 +152,8 @@ def test_a_16_mib_string_has_no_structure_and_deep_nesting_is_counted_past_strin
 
 
 def test_a_large_job_file_is_validated_in_steps_with_the_same_errors():
-    jobs = [job(f"c{i}") for i in range(VALIDATION_STEP * 3 + 7)]
+    assert VALIDATION_STEP < 250
+    jobs = [job(f"c{i}") for i in range(307)]
     good = {"queue": "A", "jobSetId": "s", "jobs": jobs}
     assert job_file_in_steps(good) == JobFile.model_validate(good)
     bad = {**good, "jobs": [*jobs[:250], {**jobs[250], "priority": "7"}, *jobs[251:]], "extra": 1}
@@ -164,7 +167,7 @@ def test_a_large_job_file_is_validated_in_steps_with_the_same_errors():
 
 def test_a_large_submission_is_refused_with_the_job_named(service):
     client = TestClient(service.app, base_url="http://127.0.0.1:8080")
-    jobs = [job(f"c{i}") for i in range(VALIDATION_STEP * 2)]
+    jobs = [job(f"c{i}") for i in range(200)]
     jobs[150] = {**jobs[150], "priority": True}
     answer = client.post("/v1/submit", json=job_file("A", "s", jobs), headers={"Authorization": "Bearer alice-token"})
     assert answer.status_code == 422
@@ -174,6 +177,151 @@ def test_a_large_submission_is_refused_with_the_job_named(service):
     assert service.store.count_jobs() == 0
     ok = client.post("/v1/submit", json=job_file("A", "s", jobs[:150]), headers={"Authorization": "Bearer alice-token"})
     assert ok.status_code == 200 and len(ok.json()["jobs"]) == 150
+
+
+def _asgi_json(app, path: str, body: bytes) -> tuple[int, dict, int]:
+    headers = {"host": "127.0.0.1:8080", "content-type": "application/json", "authorization": "Bearer alice-token"}
+    status, _, content, asked = asgi_call(app, "POST", path, headers, body)
+    return status, json.loads(content), asked
+
+
+def test_a_16_mib_json_string_is_refused_with_its_path_before_the_body_is_decoded(service, monkeypatch):
+    def never(body):
+        raise AssertionError("the body was decoded")
+
+    monkeypatch.setattr(bounds, "_decoded", never)
+    head = b'{"queue": "A", "jobSetId": "s", "jobs": [{"podSpec": {"containers": [{"name": "m", "args": ["x", "'
+    body = head + b"a" * (MIB16 - len(head) - 8) + b'"]}]}}]}'
+    status, answer, _ = _asgi_json(service.app, "/v1/submit", body)
+    assert (status, answer["error"]["field"], answer["error"]["message"]) == (
+        413, "jobs[0].podSpec.containers[0].args[1]",
+        f"a string of more than {bounds.MAX_STRING_BYTES} bytes; no field takes one (the most a Kubernetes object "
+        f"holds)")
+    # A body that is one string, and a key that is one: the path is where they stand.
+    status, answer, _ = _asgi_json(service.app, "/v1/submit", b'"' + b"a" * (MIB16 - 2) + b'"')
+    assert (status, answer["error"]["field"]) == (413, None)
+    key = b'{"jobs": [{"labels": {"' + b"k" * (MIB16 - 40) + b'": 1}}]}'
+    status, answer, _ = _asgi_json(service.app, "/v1/submit", key)
+    assert (status, answer["error"]["field"]) == (413, "jobs[0].labels")
+    assert service.store.count_jobs() == 0
+
+
+def test_a_string_of_the_longest_length_is_parsed():
+    value = "é" * (bounds.MAX_STRING_BYTES // 2 - 1)    # two bytes each, the quotes make it the limit
+    assert len(json.dumps(value, ensure_ascii=False).encode()) == bounds.MAX_STRING_BYTES
+    assert load_json(json.dumps({"a": [value]}, ensure_ascii=False).encode()) == {"a": [value]}
+    with pytest.raises(BoundsError) as caught:
+        load_json(json.dumps({"a": [value + "x"]}, ensure_ascii=False).encode())
+    assert (caught.value.status, caught.value.field) == (413, "a[0]")
+
+
+@pytest.mark.parametrize("shift", [-2, -1, 0, 1, 2])
+@pytest.mark.parametrize("bad", [b"\xff", b"\xc3", b"\xe2\x82", b"\xc3("])
+def test_a_large_body_is_decoded_a_window_at_a_time_with_the_byte_named(shift, bad):
+    body = b'"' + b"a" * (bounds.WINDOW + shift - 3) + "é".encode() + bad + "é".encode() * 40000 + b'"'
+    with pytest.raises(UnicodeDecodeError) as whole:
+        body.decode("utf-8")
+    with pytest.raises(BoundsError) as caught:
+        load_json(body)
+    assert caught.value.message == f"the body is not UTF-8 (byte {whole.value.start})"
+    good = b'"' + b"a" * (bounds.WINDOW + shift - 3) + "é".encode() * 40000 + b'"'
+    assert load_json(good) == good[1:-1].decode()
+
+
+def test_a_10000_job_submission_is_stored_whole_with_full_collections_deferred_meanwhile(service, monkeypatch):
+    import gc
+
+    from flotilla.service import collection, jobspec
+
+    seen = []
+    original = jobspec._JOB_ITEMS
+
+    class Watched:
+        def validate_python(self, value):
+            seen.append((collection.deferring(), gc.get_threshold()[2]))
+            return original.validate_python(value)
+
+    monkeypatch.setattr(jobspec, "_JOB_ITEMS", Watched())
+    before = gc.get_threshold()
+    body = json.dumps(job_file("A", "big", [job(f"c{i}", cpu="100m") for i in range(10_000)])).encode()
+    status, answer, _ = _asgi_json(service.app, "/v1/submit", body)
+    assert status == 200
+    assert [j["clientId"] for j in answer["jobs"]] == [f"c{i}" for i in range(10_000)]
+    assert service.store.count_jobs() == 10_000
+    assert len(seen) == 10_000 // VALIDATION_STEP
+    assert set(seen) == {(True, collection._OUT_OF_REACH)}
+    assert (collection.deferring(), gc.get_threshold()) == (False, before)
+
+
+def test_health_answers_while_a_large_submission_is_held_mid_validation(service, monkeypatch):
+    import threading
+
+    import httpx
+
+    from flotilla.service import jobspec
+
+    reached, release = threading.Event(), threading.Event()
+    original, calls = jobspec._JOB_ITEMS, []
+
+    class Held:
+        def validate_python(self, value):
+            calls.append(len(value))
+            if len(calls) == 3:   # a third of the way: the worker thread waits here, holding the submission
+                reached.set()
+                assert release.wait(60)
+            return original.validate_python(value)
+
+    monkeypatch.setattr(jobspec, "_JOB_ITEMS", Held())
+    jobs = [job(f"c{i}") for i in range(VALIDATION_STEP * 5)]
+
+    async def scenario():
+        transport = httpx.ASGITransport(app=service.app)
+        async with httpx.AsyncClient(transport=transport, base_url="http://127.0.0.1:8080") as client:
+            alice = {"Authorization": "Bearer alice-token"}
+            submit = asyncio.ensure_future(client.post("/v1/submit", json=job_file("A", "held", jobs), headers=alice))
+            assert await asyncio.to_thread(reached.wait, 60)
+            health = await client.get("/v1/health")
+            during = (health.status_code, health.json()["ok"], len(calls), submit.done())
+            release.set()
+            answer = await submit
+            return during, answer.status_code, len(answer.json()["jobs"])
+
+    try:
+        during, status, stored = asyncio.run(scenario())
+    finally:
+        release.set()
+    assert during == (200, True, 3, False)
+    assert (status, stored, calls) == (200, VALIDATION_STEP * 5, [VALIDATION_STEP] * 5)
+
+
+def test_full_collections_wait_for_the_last_large_body_and_at_most_the_longest_deferral(monkeypatch):
+    import gc
+
+    from flotilla.service import collection
+
+    now = [1000.0]
+    monkeypatch.setattr(collection.time, "monotonic", lambda: now[0])
+    before = gc.get_threshold()
+    outer = collection.full_collections_deferred()
+    outer.__enter__()
+    with collection.full_collections_deferred():
+        assert gc.get_threshold() == (*before[:2], collection._OUT_OF_REACH)
+    assert collection.deferring()              # the other body is still being handled
+    outer.__exit__(None, None, None)
+    assert (collection.deferring(), gc.get_threshold()) == (False, before)
+    # Bodies that keep overlapping defer full collections for at most MAX_DEFERRAL seconds.
+    first = collection.full_collections_deferred()
+    first.__enter__()
+    now[0] += collection.MAX_DEFERRAL + 1
+    with collection.full_collections_deferred():
+        pass
+    assert (collection.deferring(), gc.get_threshold()) == (False, before)
+    with collection.full_collections_deferred():   # not deferred again until every body in flight is done
+        assert gc.get_threshold() == before
+    first.__exit__(None, None, None)
+    with collection.full_collections_deferred():
+        assert collection.deferring()
+    assert gc.get_threshold() == before
 
 
 # -- item 2: a request's headers have a deadline ----------------------------------------------------------

@@ -39,7 +39,7 @@ def test_followed_logs_are_capped_per_user_and_in_all(monkeypatch):
     settings = from_config(parse_config(
         "server: {streams: {followsPerUser: 2, follows: 3}}\n" + CONFIG, "t.yaml"))
     logs = PodLogs(settings)
-    monkeypatch.setattr(logs, "open", lambda job, pod, follow, tail: FakeResponse())
+    monkeypatch.setattr(logs, "open", lambda job, pod, follow, tail, container=None: FakeResponse())
     alice = [logs.follow({}, 0, None, "alice") for _ in range(2)]
     with pytest.raises(ApiError) as caught:
         logs.follow({}, 0, None, "alice")
@@ -64,7 +64,7 @@ def test_followed_logs_are_capped_per_user_and_in_all(monkeypatch):
 def test_a_follow_that_cannot_open_gives_its_slot_back(monkeypatch):
     logs = PodLogs(from_config(parse_config(CONFIG, "t.yaml")))
 
-    def refuse(job, pod, follow, tail):
+    def refuse(job, pod, follow, tail, container=None):
         raise ApiError(410, "gone")
 
     monkeypatch.setattr(logs, "open", refuse)

@@ -149,7 +149,15 @@ class Evict:
         reclaimable = session.reclaimable_fns
         # What each queue holds, as a vector, only for the plugins that are asked (``left``).
         held = {name: list(queues[name].allocated) for name in names} if reclaimable else None
-        costs = {job_id: cost(running[job_id].vec) for job_id in at_risk}
+        # Jobs of one shape share their vector object: each distinct vector is costed once.
+        by_vector: dict[int, float] = {}
+        costs = {}
+        for job_id in at_risk:
+            vec = running[job_id].vec
+            amount = by_vector.get(id(vec))
+            if amount is None:
+                amount = by_vector[id(vec)] = cost(vec)
+            costs[job_id] = amount
 
         kept_back: set[str] = set()
         if not reclaimable:
@@ -165,8 +173,21 @@ class Evict:
                 total[name] = total.get(name, 0.0) + amount
                 if amount > 0 and amount < least.get(name, float("inf")):
                     least[name] = amount
+            # Per queue: True when the cheapest unit takes it below its floor, False when losing every unit at
+            # risk leaves it at its floor, None between the two (its units weighed in order).
+            bound = {name: True if left[name] - least[name] < floors[name] else
+                     False if left[name] - total[name] >= floors[name] else None for name in least}
             ordered = {}
             for key, unit in units.items():
+                if len(unit) == 1:
+                    # One member (at risk, as every unit's key comes from a job at risk): its queue's bound.
+                    job = unit[0]
+                    verdict = bound[job.queue] if costs[job.id] > 0 else False
+                    if verdict:
+                        kept_back.add(job.id)
+                    elif verdict is None:
+                        ordered[key] = unit
+                    continue
                 touched = {m.queue for m in unit if m.id in at_risk and costs[m.id] > 0}
                 if any(left[name] - least[name] < floors[name] for name in touched):
                     kept_back.update(member.id for member in unit)
@@ -217,13 +238,28 @@ def _victim_order(session, units: dict[str, list], costs: dict[str, float]) -> l
     priority class, then the largest (``costs``: each job at risk's cost by the share weights), then the one on the
     node where its queue has the fewest jobs at risk, then the highest id in natural order."""
     running = session.running
-    keys = sorted(units, key=_natural, reverse=True)
+    # Natural order of ids ending in a number: ids that differ only in that number compare by its value (a-9
+    # before a-10), others by their text. Ids of one workload share their prefix, so the trailing number is what
+    # orders them: a string strip per id, where splitting every digit run would cost a regular expression per id.
+    keys = [text for _, _, text in sorted([(key.rstrip(_DIGIT_CHARS), len(key), key) for key in units], reverse=True)]
     plugins = bool(session.reclaim_order_fns)
     # How many jobs at risk each queue has on each node: fewer first, so a queue's victims empty nodes.
     on_node: dict[tuple[str, int], int] = {}
-    for job_id, job in ((m.id, m) for members in units.values() for m in members if m.id in costs):
-        where = (job.queue, running[job_id].node)
-        on_node[where] = on_node.get(where, 0) + 1
+    for members in units.values():
+        for job in members:
+            if job.id in costs:
+                where = (job.queue, running[job.id].node)
+                on_node[where] = on_node.get(where, 0) + 1
+    if not plugins and all(len(members) == 1 for members in units.values()):
+        # The usual units, one job each and no plugin keys: order() below, inlined; the position keeps the sort
+        # stable (equal keys stay in natural id order) without comparing further.
+        ranked = []
+        for position, key in enumerate(keys):
+            job = units[key][0]
+            where = running[job.id]
+            ranked.append((where.level, -costs.get(job.id, 0.0), on_node.get((job.queue, where.node), 0), position))
+        ranked.sort()
+        return [keys[entry[3]] for entry in ranked]
 
     def order(key: str) -> tuple:
         members = units[key]
@@ -236,17 +272,6 @@ def _victim_order(session, units: dict[str, list], costs: dict[str, float]) -> l
                 min(on_node.get((m.queue, running[m.id].node), 0) for m in members))
 
     return sorted(keys, key=order)   # stable: equal keys stay in natural id order, highest first
-
-
-def _natural(text: str) -> tuple:
-    """``text`` as a natural sort key for ids ending in a number: ids that differ only in that number compare
-    by its value (``a-9`` before ``a-10``), others by their text.
-
-    Ids of one workload share their prefix, so the trailing number is what
-    orders them; this key costs a string strip where splitting every digit
-    run would cost a regular expression per id (thousands per cycle).
-    """
-    return (text.rstrip(_DIGIT_CHARS), len(text), text)
 
 
 def _rivals(session):

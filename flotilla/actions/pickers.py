@@ -22,7 +22,7 @@ from __future__ import annotations
 import heapq
 
 from flotilla.core.cyclestate import QueueState
-from flotilla.core.extensions import PluginFailed
+from flotilla.core.extensions import PluginFailed, inline
 
 
 class FlatPicker:
@@ -36,16 +36,50 @@ class FlatPicker:
         self.session = session
         self.heap: list[tuple[float, str, object, object, object, tuple]] = []
         self.key = session.queue_order_fns[0]
+        #: The policy's own callable and its guard taken apart: its keys are asked per unit offered, so the
+        #: guard's checks are made here, where the keys are filed (:class:`~flotilla.core.extensions.Inline`).
+        self.raw, self.failed, self.check = inline(self.key)
+        #: Floats are the policy's keys (its guard's check has seen one): a finite float needs no check call.
+        self.floats = getattr(self.check, "floats", None)
         #: The policy says a queue's key moves with its own allocation only (asset fairness): a waiting
         #: offer's key stays exact, since only the queue's own placements change its allocation.
         self.steady = getattr(self.key, "own_usage_only", False)
 
-    def offer(self, queue, unit, run, vec) -> None:
+    def _key(self, queue, vec):
+        """The policy's key for ``queue`` with ``vec`` more, or None when it fails (the failure recorded): the
+        guard's work, inline."""
+        failed = self.failed
+        if failed is None:
+            return self.raw(queue, vec)
         try:
-            key = self.key(queue, vec)
-        except PluginFailed as failure:
-            self.session.plugin_failed(failure)
-            return
+            key = self.raw(queue, vec)
+        except Exception as exc:
+            self.session.plugin_failed(failed(exc, queue))
+            return None
+        if self.floats and key.__class__ is float and key - key == 0:
+            return key  # the usual key: a finite float from a policy whose keys are floats
+        problem = self.check(key)
+        if problem is not None:
+            self.session.plugin_failed(failed(problem, queue))
+            return None
+        return key
+
+    def offer(self, queue, unit, run, vec) -> None:
+        failed = self.failed
+        if failed is None:
+            key = self.raw(queue, vec)
+        else:
+            # _key, inlined: one offer per unit placed.
+            try:
+                key = self.raw(queue, vec)
+            except Exception as exc:
+                self.session.plugin_failed(failed(exc, queue))
+                return
+            if not (self.floats and key.__class__ is float and key - key == 0):
+                problem = self.check(key)
+                if problem is not None:
+                    self.session.plugin_failed(failed(problem, queue))
+                    return
         # Queue names are unique, so the heap never compares what follows them.
         heapq.heappush(self.heap, (key, queue.name, queue, unit, run, vec))
 
@@ -58,10 +92,8 @@ class FlatPicker:
             key, name, queue, unit, run, vec = heapq.heappop(heap)
             # Alone in the heap, or with a key that cannot have moved, the offer stands as filed.
             if heap and not self.steady:
-                try:
-                    current = self.key(queue, vec)
-                except PluginFailed as failure:
-                    self.session.plugin_failed(failure)
+                current = self._key(queue, vec)
+                if current is None:
                     continue
                 if current > key and current > heap[0][0]:
                     # A policy whose keys move with other queues' allocations: re-file and look again.

@@ -82,12 +82,14 @@ class AsyncClient:
         return await self._send(Calls.reprioritize(queue, priority, job_set, job_ids))
 
     async def logs(self, job_id: str, *, pod: int = 0, tail: int | None = None,
-                   follow: bool = False) -> AsyncIterator[bytes]:
-        """The job's container log (pod number ``pod`` of the job), in chunks as they come: the last ``tail``
-        lines only if given; with ``follow``, until the container ends. Who may see a job's status may read its
-        log; an error answer raises as every method's does."""
+                   follow: bool = False, container: str | None = None) -> AsyncIterator[bytes]:
+        """The job's container log (pod number ``pod`` of the job; container ``container``, init containers
+        included, else the pod's first), in chunks as they come: the last ``tail`` lines only if given; with
+        ``follow``, until the container ends. Who may see a job's status may read its log; an error answer raises
+        as every method's does."""
         try:
-            async with self.http.stream("GET", f"/v1/jobs/{job_id}/logs", params=log_params(pod, tail, follow),
+            async with self.http.stream("GET", f"/v1/jobs/{job_id}/logs",
+                                        params=log_params(pod, tail, follow, container),
                                         timeout=httpx.Timeout(10.0, read=None if follow else 60.0)) as response:
                 if response.status_code >= 400:
                     await response.aread()

@@ -183,10 +183,12 @@ class Calls:
                     lambda data: bool(data["available"]))
 
 
-def log_params(pod: int, tail: int | None, follow: bool) -> dict:
+def log_params(pod: int, tail: int | None, follow: bool, container: str | None = None) -> dict:
     params: dict[str, Any] = {"pod": pod, "follow": str(follow).lower()}
     if tail is not None:
         params["tail"] = tail
+    if container is not None:
+        params["container"] = container
     return params
 
 

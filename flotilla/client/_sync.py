@@ -80,12 +80,14 @@ class Client:
         """Set the priority of a job set's or some jobs' queued jobs; returns the ids changed."""
         return self._send(Calls.reprioritize(queue, priority, job_set, job_ids))
 
-    def logs(self, job_id: str, *, pod: int = 0, tail: int | None = None, follow: bool = False) -> Iterator[bytes]:
-        """The job's container log (pod number ``pod`` of the job), in chunks as they come: the last ``tail``
-        lines only if given; with ``follow``, until the container ends. Who may see a job's status may read its
-        log; an error answer raises as every method's does."""
+    def logs(self, job_id: str, *, pod: int = 0, tail: int | None = None, follow: bool = False,
+             container: str | None = None) -> Iterator[bytes]:
+        """The job's container log (pod number ``pod`` of the job; container ``container``, init containers
+        included, else the pod's first), in chunks as they come: the last ``tail`` lines only if given; with
+        ``follow``, until the container ends. Who may see a job's status may read its log; an error answer raises
+        as every method's does."""
         try:
-            with self.http.stream("GET", f"/v1/jobs/{job_id}/logs", params=log_params(pod, tail, follow),
+            with self.http.stream("GET", f"/v1/jobs/{job_id}/logs", params=log_params(pod, tail, follow, container),
                                   timeout=httpx.Timeout(10.0, read=None if follow else 60.0)) as response:
                 if response.status_code >= 400:
                     response.read()

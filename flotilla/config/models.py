@@ -355,9 +355,10 @@ class KubernetesClusterConfig(Model):
     #: A start whose claims are not bound this long after its volume choices were written returns its job to its
     #: queue (kube-scheduler's bindTimeoutSeconds, 600 s by default).
     volume_bind_timeout: Duration = Field(600.0, alias="volumeBindTimeout")
-    #: How long a finished pod (Succeeded, Failed) stays, holding nothing, so that its log can be read
-    #: (``flotilla logs``); 0 deletes it at once, which keeps the API server's pod count at the running jobs.
-    finished_pod_retention: Duration = Field(0.0, alias="finishedPodRetention")
+    #: How long a finished pod (Succeeded, Failed) of Flotilla's stays, holding nothing, so that its log can be read
+    #: (``flotilla logs``), counted from the pod's end; 0 deletes it at once, which keeps the API server's pod count
+    #: at the running jobs (docs/kubernetes.md, Logs: what a kept pod costs).
+    finished_pod_retention: Duration = Field(3600.0, alias="finishedPodRetention")
     #: A job's ingress hosts are <pod>-<port>.<ingressDomain>; none: its ingress routes by path.
     ingress_domain: str | None = Field(None, alias="ingressDomain")
     #: Pods whose ``spec.schedulerName`` is this, unbound, are jobs Flotilla schedules (in-cluster pods, see

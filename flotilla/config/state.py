@@ -25,9 +25,9 @@ from flotilla.config.source import SourceMap, load_yaml, read_yaml_file
 from flotilla.core.hostports import host_port
 from flotilla.core.nodeaffinity import AffinityError, parse_node_affinity
 from flotilla.core.podrules import NAMESPACE_NAME_LABEL, label_key_problem, label_value_problem, parse_pod_rules
-from flotilla.core.model import (GANG_MIN_AVAILABLE_ANNOTATION, GANG_NODE_UNIFORMITY_LABEL_ANNOTATION, HOSTNAME_LABEL,
-                                 ClusterSnapshot, Gang, Job, JobState, Node, Queue, Snapshot, parse_min_available)
-from flotilla.core.topology import uniformity_label_problem
+from flotilla.core.gangannotations import read_gang_annotations
+from flotilla.core.model import (GANG_CARDINALITY_ANNOTATION, GANG_ID_ANNOTATION, GANG_NODE_UNIFORMITY_LABEL_ANNOTATION,
+                                 HOSTNAME_LABEL, ClusterSnapshot, Gang, Job, JobState, Node, Queue, Snapshot)
 
 
 def _seconds(value: Any) -> float:
@@ -295,23 +295,31 @@ def _jobs(state: StateFile, config: FlotillaConfig, clusters: list[ClusterSnapsh
 
 
 def _gang(j: int, spec: StateJob, problems: Problems) -> Gang | None:
-    """The job's gang, elastic when the ``flotilla.io/gang-min-available`` annotation gives its minimum, held to
-    one domain of a node label by ``armadaproject.io/gangNodeUniformityLabel``."""
-    label = spec.annotations.get(GANG_NODE_UNIFORMITY_LABEL_ANNOTATION)
-    if label is not None:
-        why = uniformity_label_problem(label) if spec.gang is not None else \
-            "only a gang's jobs take a uniformity label (set gang: {id, cardinality})"
-        if why is not None:
-            problems.append((("jobs", j, "annotations", GANG_NODE_UNIFORMITY_LABEL_ANNOTATION), why))
-            label = None
-    if spec.gang is None:
+    """The job's gang, from ``gang:`` or the gang annotations (read as everywhere else jobs are read, see
+    :mod:`flotilla.core.gangannotations`; both may be given if they agree): elastic when
+    ``flotilla.io/gang-min-available`` gives its minimum, held to one domain of a node label by
+    ``armadaproject.io/gangNodeUniformityLabel``."""
+    if not spec.annotations and spec.gang is None:
         return None
-    text = spec.annotations.get(GANG_MIN_AVAILABLE_ANNOTATION)
-    minimum = parse_min_available(text, spec.gang.cardinality) if text is not None else 0
-    if isinstance(minimum, str):
-        problems.append((("jobs", j, "annotations", GANG_MIN_AVAILABLE_ANNOTATION), minimum))
-        minimum = 0
-    return Gang(spec.gang.id, spec.gang.cardinality, minimum, label or "")
+    read = read_gang_annotations(spec.annotations, size=spec.gang.cardinality if spec.gang is not None else 0)
+    problems.extend((("jobs", j, "annotations", key), why) for key, why in read.problems)
+    if spec.gang is None:
+        return read.gang()
+    for key, said, given, field in ((GANG_ID_ANNOTATION, read.id, spec.gang.id, "id"),
+                                    (GANG_CARDINALITY_ANNOTATION, read.cardinality, spec.gang.cardinality,
+                                     "cardinality")):
+        if said is not None and said != given:
+            problems.append((("jobs", j, "annotations", key),
+                             f"says {said!r} but gang.{field} says {given!r}; give the gang once, or the same in both"))
+    return Gang(spec.gang.id, spec.gang.cardinality, read.min_available, read.uniformity_label)
+
+
+def _gang_of(spec: StateJob) -> tuple[str, int] | None:
+    """The gang id and cardinality a job names (``gang:`` first, else its annotations), for the members' checks."""
+    if spec.gang is not None:
+        return spec.gang.id, spec.gang.cardinality
+    read = read_gang_annotations(spec.annotations) if spec.annotations else None
+    return (read.id, read.cardinality) if read is not None and read.id is not None and read.cardinality else None
 
 
 def _placement(j: int, spec: StateJob, clusters: list[ClusterSnapshot], node_names: Mapping[str, set[str]],
@@ -342,21 +350,23 @@ def _check_gangs(state: StateFile, problems: Problems) -> None:
     """Members of a gang agree on its cardinality and uniformity label, are exactly that many, and share one
     queue."""
     members: dict[str, list[int]] = {}
+    named: dict[int, tuple[str, int]] = {}
     for j, spec in enumerate(state.jobs):
-        if spec.gang is not None:
-            members.setdefault(spec.gang.id, []).append(j)
+        gang = _gang_of(spec) if spec.gang is not None or spec.annotations else None
+        if gang is not None:
+            named[j] = gang
+            members.setdefault(gang[0], []).append(j)
     for gang_id, indices in members.items():
         head = state.jobs[indices[0]]
-        assert head.gang is not None
-        cardinality, agreed = head.gang.cardinality, True
+        cardinality, agreed = named[indices[0]][1], True
         for j in indices[1:]:
             member = state.jobs[j]
-            assert member.gang is not None
-            if member.gang.cardinality != cardinality:
+            if named[j][1] != cardinality:
                 agreed = False
-                problems.append((("jobs", j, "gang", "cardinality"),
-                                 f"gang {gang_id!r} members disagree on cardinality: {member.gang.cardinality} here, "
-                                 f"{cardinality} at jobs[{indices[0]}]"))
+                where = ("jobs", j, "gang", "cardinality") if member.gang is not None else \
+                    ("jobs", j, "annotations", GANG_CARDINALITY_ANNOTATION)
+                problems.append((where, f"gang {gang_id!r} members disagree on cardinality: {named[j][1]} here, "
+                                        f"{cardinality} at jobs[{indices[0]}]"))
             label, head_label = (job.annotations.get(GANG_NODE_UNIFORMITY_LABEL_ANNOTATION) for job in (member, head))
             if label != head_label:
                 problems.append((("jobs", j, "annotations", GANG_NODE_UNIFORMITY_LABEL_ANNOTATION),
@@ -368,9 +378,11 @@ def _check_gangs(state: StateFile, problems: Problems) -> None:
                                  f"gang {gang_id!r} members must share one queue: {member.queue!r} here, "
                                  f"{head.queue!r} at jobs[{indices[0]}]"))
         if agreed and len(indices) != cardinality:
-            problems.append((("jobs", indices[-1], "gang", "cardinality"),
-                             f"gang {gang_id!r} has cardinality {cardinality} but {len(indices)} "
-                             f"job{'s' if len(indices) != 1 else ''}"))
+            last = state.jobs[indices[-1]]
+            where = ("jobs", indices[-1], "gang", "cardinality") if last.gang is not None else \
+                ("jobs", indices[-1], "annotations", GANG_CARDINALITY_ANNOTATION)
+            problems.append((where, f"gang {gang_id!r} has cardinality {cardinality} but {len(indices)} "
+                                    f"job{'s' if len(indices) != 1 else ''}"))
 
 
 __all__ = ["GangConfig", "Seconds", "StateCluster", "StateFile", "StateJob", "StateNode", "build_snapshot",

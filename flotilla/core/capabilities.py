@@ -27,6 +27,8 @@ The capabilities and who uses them:
 * :class:`Syncing`: the backend reads its cluster in the background; a run
   waits until it has (``simulate --real-time``).
 * :class:`JobLogs`: the output of a job's pod, for ``flotilla logs``.
+* :class:`KeptLogs`: the last output of pods the backend deleted (a
+  preempted job's), kept for ``flotilla logs`` once the pod is gone.
 * :class:`KubernetesApi`: the cluster is read through a Kubernetes API
   server (pod logs are read there).
 * :class:`DefaultNamespace`: the namespace of jobs that name none.
@@ -131,6 +133,14 @@ class JobLogs(Protocol):
 
 
 @runtime_checkable
+class KeptLogs(Protocol):
+    def kept_log(self, pod_id: str) -> tuple[str, Mapping[str, bytes], bool] | None:
+        """What was kept of the pod ``pod_id``'s log when the backend deleted it (a preempted job's pod): its
+        ``namespace/name``, each container's last output by container name, and whether any was cut to its bound;
+        None when nothing is kept (never deleted by the backend, or kept past its time)."""
+
+
+@runtime_checkable
 class KubernetesApi(Protocol):
     #: A :class:`flotilla.kubernetes.client.KubeClient` of the cluster's API server.
     client: Any
@@ -161,6 +171,7 @@ class Capabilities:
     switch: Switchable | None = None
     sync: Syncing | None = None
     logs: JobLogs | None = None
+    kept_logs: KeptLogs | None = None
     kubernetes_api: KubernetesApi | None = None
     namespace: str | None = None
     close: Closable | None = None
@@ -186,6 +197,7 @@ def capabilities_of(backend: object) -> Capabilities:
         switch=have(Switchable),
         sync=have(Syncing),
         logs=have(JobLogs),
+        kept_logs=have(KeptLogs),
         kubernetes_api=have(KubernetesApi),
         namespace=backend.namespace if isinstance(backend, DefaultNamespace) else None,
         close=have(Closable),
@@ -217,5 +229,5 @@ class Backends(dict):
 
 
 __all__ = ["Availability", "Backends", "Capabilities", "Closable", "ClusterPriorityClasses", "DeadlineEnforcement",
-           "DefaultNamespace", "JobLogs", "KubernetesApi", "NodeDrain", "PodIntake", "PodTemplates", "Switchable",
+           "DefaultNamespace", "JobLogs", "KeptLogs", "KubernetesApi", "NodeDrain", "PodIntake", "PodTemplates", "Switchable",
            "Syncing", "capabilities_of"]

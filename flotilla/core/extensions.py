@@ -33,7 +33,7 @@ import math
 from dataclasses import dataclass
 from numbers import Real
 from operator import eq
-from typing import TYPE_CHECKING, Callable, Protocol, Sequence
+from typing import TYPE_CHECKING, Callable, NamedTuple, Protocol, Sequence
 
 from flotilla.core.reasons import Reason, make
 
@@ -610,4 +610,30 @@ def guard(point: str, plugin: str, fn: Callable, failed: Callable[[PluginFailed]
         if getattr(fn, promise, False):
             setattr(guarded, promise, True)
     guarded.__wrapped__ = fn
+    if scope != "event":
+        def failed_with(error, subject):
+            return PluginFailed(plugin, point, error, subject, scope)
+        guarded.inline = Inline(fn, failed_with, check)
     return guarded
+
+
+class Inline(NamedTuple):
+    """A guarded callable taken apart, for the one or two call sites asked per job where the guard's own call
+    would be most of the cost (:func:`inline`): the plugin's callable, what its failure becomes, and the check
+    of its answers (the guard's own, so a stateful check sees every answer, inline or guarded).
+
+    A call site calls ``fn``; an exception becomes ``failed(exc, subject)``, raised; an answer it has not
+    accepted before goes through ``check`` (None: good; else the problem, raised as ``failed(problem,
+    subject)``). ``failed`` is None for the core's own callables: they are not guarded, their exceptions
+    propagate.
+    """
+
+    fn: Callable
+    failed: Callable[[BaseException | str, object], PluginFailed] | None
+    check: Callable[[object], str | None] | None
+
+
+def inline(fn: Callable) -> Inline:
+    """``fn`` (guarded by :func:`guard` or the core's own) as an :class:`Inline`."""
+    found = getattr(fn, "inline", None)
+    return found if found is not None else Inline(fn, None, None)

@@ -165,7 +165,48 @@ class NodeSearch:
         nodes like a filtered search and skips those where one of its ports
         is held; preferred node affinity orders node types within each tier
         (:meth:`_find_preferred`).
+
+        The node found passed steps 4 and 5 of the placement primitive
+        (:mod:`flotilla.core.placement`) and the job fits there at ``level``:
+        it is kept as ``_found`` for :meth:`~flotilla.core.placement.Placing.place`,
+        which need not ask them again (nor step 6, when the level is one
+        where fitting is fitting by its rule) until something is placed or
+        returned.
         """
+        pods = self.state.pods
+        if job.pod_rules is None and job.affinity is None and not job.claims and not job.host_ports \
+                and not pods.anti and not pods.scorers.counts and not self.node_filter_fns \
+                and not self.node_score_fns and not self.tier_crossing_score_fns:
+            # Nearly every job: the index's smallest fit, tier by tier, with no call in between (the node tiers'
+            # guard inlined: its answer is checked once per distinct answer, not per call).
+            fn, failed, check = self.node_tiers_inline
+            if failed is None:
+                tiers = fn(queue)
+            else:
+                try:
+                    tiers = fn(queue)
+                except Exception as exc:
+                    raise failed(exc, queue) from exc
+                if tiers is not self.node_tiers_accepted:
+                    problem = check(tiers)
+                    if problem is not None:
+                        raise failed(problem, queue)
+                    if tiers.__class__ is tuple:  # a list may change under the same identity
+                        self.node_tiers_accepted = tiers
+            find, name = self.index.find, queue.name
+            for tier in tiers:
+                found = find(vec, level, types, tier, name)
+                if found is not None:
+                    self._found = (job, found, vec, types, level)
+                    return found
+            return None
+        found = self._find_node(job, vec, level, types, queue)
+        if found is not None:
+            self._found = (job, found, vec, types, level)
+        return found
+
+    def _find_node(self, job: Job, vec: Vector, level: int, types: Sequence[int], queue: QueueState) -> int | None:
+        """:meth:`find_node` for any job (the jobs its common path leaves)."""
         rules = job.pod_rules
         if (rules is not None and rules.preferred) or (self.state.pods.scorers.counts and pod_scored(self, job)):
             return self._find_pod_preferred(job, vec, level, types, queue, self.node_checked(job))
@@ -184,7 +225,7 @@ class NodeSearch:
         if affinity is not None and affinity.preferred:
             return self._find_preferred(job, vec, level, types, queue, filtered, scored)
         if not scored and not filtered:
-            # Nearly every job: the index's smallest fit, tier by tier, with no call in between.
+            # The index's smallest fit, tier by tier (a job with required node affinity, say).
             find, name = self.index.find, queue.name
             for tier in self.node_tiers_fn(queue):
                 found = find(vec, level, types, tier, name)

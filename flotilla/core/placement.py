@@ -99,9 +99,14 @@ class Placing:
         self._gang_cleared: set[int] = set()
         #: id(types) -> the same types as a set, for long type lists.
         self._type_sets: dict[int, frozenset[int]] = {}
-        #: (job, node, vector) of the core's last node search for a cleared job at free room: that node passed
-        #: steps 4 to 6 in the search, and nothing has been placed or returned since (see :meth:`find_node`).
+        #: (job, node, vector, types, level) of the core's last node search: that node passed steps 4 and 5 for
+        #: those types in the search, and the job fits there at that level
+        #: (:meth:`~flotilla.core.nodesearch.NodeSearch.find_node` keeps it); nothing has been placed or returned
+        #: since.
         self._found: tuple | None = None
+        #: The highest priority of a job evicted this cycle (never lowered when one returns: an upper bound): a
+        #: job of that priority or above may take all the room of evicted jobs (step 6).
+        self._evicted_top: int = EVICTED
 
     # -- steps 1 to 4: about the job ---------------------------------------------------------
     def clear(self, job: Job, place=None):
@@ -196,15 +201,6 @@ class Placing:
                 return None
         return Refused(GANG, make("gang_minimum", gang.id, gang.min_available))
 
-    def find_node(self, job: Job, vec, level: int, types: Sequence[int], queue):
-        """The core's node search (:meth:`~flotilla.core.nodesearch.NodeSearch.find_node`); a node it finds at
-        free room for a job cleared for ``types`` passed steps 4 to 6 there, which :meth:`place` then need not ask
-        again, until something is placed or returned."""
-        node = super().find_node(job, vec, level, types, queue)
-        if node is not None and level == EVICTED and self._cleared.get(id(job)) is types:
-            self._found = (job, node, vec)
-        return node
-
     # -- steps 5 and 6: about the node -------------------------------------------------------
     def node_refusal(self, job: Job, i: int, types: Sequence[int],
                      making_way: frozenset[str] | set[str] = frozenset()) -> Refused | None:
@@ -242,6 +238,8 @@ class Placing:
         levels = index.levels
         base = levels[1] if len(levels) > 1 else EVICTED
         priority = self.priority_class(job).priority
+        if priority >= self._evicted_top:
+            return index.fits_on(i, vec, base)  # every evicted job's room is its to take
         free = list(index.free[i][index.level_of[base]])
         running = self.running
         for job_id, (_, held, level) in index.jobs[i].items():
@@ -249,6 +247,12 @@ class Placing:
                 for r, amount in enumerate(held):
                     free[r] -= amount
         return all(amount <= room for amount, room in zip(vec, free))
+
+    def _level_fits(self, job: Job, level: int) -> bool:
+        """Whether fitting at ``level`` is fitting by step 6: the lowest running level (the room of every evicted
+        job counted), for a job of a priority no evicted job's is above."""
+        levels = self.index.levels
+        return len(levels) > 1 and level == levels[1] and self.priority_class(job).priority >= self._evicted_top
 
     # -- placing ----------------------------------------------------------------------------
     def place(self, job: Job, node: int, stmt=None) -> Refused | None:
@@ -263,8 +267,11 @@ class Placing:
             return Refused(JOB, make("already_placed", job.id))
         found, self._found = self._found, None
         cleared = self._cleared
-        if found is not None and found[0] is job and found[1] == node:
-            # The search just found this node for it: steps 4 to 6 held there and nothing changed since.
+        types = cleared.get(id(job))
+        if found is not None and found[0] is job and found[1] == node and found[3] is types and \
+                (found[4] == EVICTED or self._level_fits(job, found[4])):
+            # The search just found this node for it, among the types it was cleared for, at a level where it
+            # fits by step 6: steps 4 to 6 held there and nothing changed since.
             if job.gang is None:
                 cleared.clear()
                 if self._gang_cleared:
@@ -277,7 +284,6 @@ class Placing:
                 stmt._allocate(job, node, found[2])
             return None
         vec = self.vector(job)
-        types = cleared.get(id(job))
         if types is None:
             types = self.clear(job)
             if types.__class__ is Refused:

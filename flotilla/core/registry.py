@@ -22,7 +22,7 @@ from typing import Sequence
 from flotilla.core.cyclestate import QueueState, RunningJob
 from flotilla.core.extensions import (GangReady, JobOrder, JobValid, NodeFilter, NodeScore, NodeTiers, OnAllocate,
                                       OnEvict, PluginFailed, Preemptable, PreemptQueueOrder, Predicate, QueueAdmit,
-                                      QueueOrder, Reclaimable, ReclaimOrder, VictimOrder, guard)
+                                      QueueOrder, Reclaimable, ReclaimOrder, VictimOrder, guard, inline)
 from flotilla.core.feasibility import node_type_refusal
 from flotilla.core.limits import queue_limit_refusal
 from flotilla.core.model import Gang, Job
@@ -48,6 +48,9 @@ class ExtensionRegistry:
         if any(queue.limit_vector is not None for queue in self.queues.values()):
             self.queue_admit_fns.append(queue_limit_refusal(self.space.names))
         self.node_tiers_fn: NodeTiers = lambda queue: ("any",)
+        #: ``node_tiers_fn`` taken apart for the node search's common path, and the answer it last accepted.
+        self.node_tiers_inline = inline(self.node_tiers_fn)
+        self.node_tiers_accepted = None
         #: The plugin whose ``flotilla_session_open`` is running (the scheduler sets it around each call), so that
         #: what it registers can carry its config (its node scores' ``weight:``); None outside those calls.
         self.opening_plugin: str | None = None
@@ -117,6 +120,8 @@ class ExtensionRegistry:
     def set_node_tiers(self, fn: NodeTiers) -> None:
         fn = self._guarded("node_tiers", fn)
         self.node_tiers_fn = fn
+        self.node_tiers_inline = inline(fn)
+        self.node_tiers_accepted = None
 
     def add_node_score(self, fn: NodeScore, across_tiers: bool = False) -> None:
         plugin = self.opening_plugin

@@ -106,6 +106,8 @@ class Statement:
         s = self.session
         running = s.running[job.id]
         s.index.relevel(running.node, job.id, EVICTED)
+        if running.level > s._evicted_top:
+            s._evicted_top = running.level  # the placement primitive's bound on evicted priorities (step 6)
         if s.type_room:
             _touch(s, running.node)
         charge(s.queues[job.queue], running.vec, -1)

@@ -15,7 +15,10 @@ job (rebuilt from its labels and annotations, see
 consumes that node's resources and one of its pod slots
 (``ClusterSnapshot.foreign``, whose ``pods`` counts them) and holds its host
 ports there (``ClusterSnapshot.foreign_ports``). Finished pods
-(Succeeded, Failed) hold nothing. A pod being deleted by anyone else, an
+(Succeeded, Failed) hold nothing, as kube-scheduler (whose pod informer lists
+none) and the kubelet's admission see them: ours are kept for
+``finished_pod_retention`` (counted from the pod's own end, so a restarted
+process keeps none longer) for their logs, then deleted. A pod being deleted by anyone else, an
 earlier pod of a job that has a newer one, and a pod given up (reported
 ``lost``) still hold their resources until they are gone, as the kubelet
 counts them: the scheduler sees that room as taken (foreign usage).
@@ -102,7 +105,8 @@ from flotilla.kubernetes.volumes import SELECTED_NODE, VolumeState
 from flotilla.kubernetes.pods import (ATTEMPT, DURATION, JOB_ID, PodSettings, failure_details, failure_reason, foreign_pod,
                                      is_ours,
                                       job_deadline, job_from_pod, job_grace_period, job_namespace, named_grace_period,
-                                      node_from_object, node_ready, pod_host_ports, pod_manifest, pod_name, pod_phase,
+                                      node_from_object, node_ready, pod_finished_at, pod_host_ports, pod_manifest,
+                                      pod_name, pod_phase,
                                       pod_requests, disruption, permanent_pull_failure, waiting_container,
                                       waiting_reason)
 
@@ -140,7 +144,18 @@ class _Pod:
     cause: str = ""                   # a failed pod's, for retry policies (flotilla.core.backend.FAILURE_CAUSES)
     disrupted: str = ""               # its DisruptionTarget condition's reason and message (evicted, preempted)
     foreign: ForeignPod | None = None  # someone else's, as pod rules see it (labels, namespace, anti-affinity)
+    finished_at: float | None = None  # an ended pod's end, as the pod says it (finishedPodRetention counts from it)
+    containers: tuple[str, ...] = ()  # ours: its containers' names (a preempted pod's log tails are read by them)
 
+
+#: A preempted job's pod: what is kept of each container's log, read just before the pod is deleted (its last
+#: VICTIM_LOG_BYTES, from its last VICTIM_LOG_LINES lines; at most VICTIM_LOG_CONTAINERS containers, each read
+#: within VICTIM_LOG_TIMEOUT seconds), and the most the cluster keeps of all of them (the oldest go first).
+VICTIM_LOG_BYTES = 64 * 1024
+VICTIM_LOG_LINES = 2000
+VICTIM_LOG_CONTAINERS = 4
+VICTIM_LOG_TIMEOUT = 2.0
+VICTIM_LOGS_TOTAL = 32 * 1024 * 1024
 
 #: The phases of a pod that has ended.
 _ENDED = frozenset({"Succeeded", "Failed"})
@@ -227,7 +242,7 @@ class KubernetesCluster:
         #: The keys of ``_pods`` bound to each node: a node's questions (its load, a pod leaving it) read its
         #: own pods, not every pod of the cluster.
         self._pods_on: dict[str, set[tuple[str, str]]] = {}
-        #: Our pods (made or bound by Flotilla), the ones a snapshot looks at one by one.
+        #: Our pods (made or bound by Flotilla) that have not ended, the ones a snapshot looks at one by one.
         self._own: dict[tuple[str, str], _Pod] = {}
         #: What everyone else's live pods use on each node, kept as their events arrive: a snapshot copies it
         #: instead of walking pods that are not Flotilla's.
@@ -272,6 +287,10 @@ class KubernetesCluster:
         self._lost_on_node: set[tuple[str, str]] = set()
         self._nodes_down: dict[str, list] = {}           # node -> [since, deleted, handled]
         self._finished: dict[tuple[str, str], float] = {}  # finished pods kept for their logs -> when to delete
+        #: Preempted pods' log tails, oldest first: pod id -> (until, "namespace/name", container -> bytes, cut);
+        #: at most VICTIM_LOGS_TOTAL bytes in all (``_victim_log_bytes``), each for finished_pod_retention.
+        self._victim_logs: dict[str, tuple[float, str, dict[str, bytes], bool]] = {}
+        self._victim_log_bytes = 0
         self._events: deque[tuple[JobEvent, int | None]] = deque()   # (event, the run it is about)
         self._synced = {"nodes": False, "pods": False}
         self._error: str = "not synced yet"
@@ -612,7 +631,11 @@ class KubernetesCluster:
         if pod.node is not None:
             self._pods_on.setdefault(pod.node, set()).add(key)
         if pod.job is not None:
-            self._own[key] = pod   # (an update keeps its place: snapshots list our pods in a stable order)
+            if pod.phase in _ENDED:
+                # Holds nothing (kept for its log, finishedPodRetention): no snapshot needs to walk it.
+                self._own.pop(key, None)
+            else:
+                self._own[key] = pod   # (an update keeps its place: snapshots list our pods in a stable order)
         else:
             self._own.pop(key, None)
             if pod.node is not None and pod.phase not in _ENDED:
@@ -1266,6 +1289,9 @@ class KubernetesCluster:
             self.reporter.disruption_target(namespace, name, pod.uid,
                                             f"flotilla: preempted by the scheduler to make room for other jobs "
                                             f"(job {job.id})")
+        elif kind == "preempted" and pod is not None and pod.job is not None and self.finished_pod_retention > 0 \
+                and pod.phase == "Running":
+            self._keep_victim_log(pod)
         options = {"apiVersion": "v1", "kind": "DeleteOptions"}
         if grace is not None:
             options["gracePeriodSeconds"] = grace
@@ -1314,12 +1340,61 @@ class KubernetesCluster:
             pass
 
     def _delete_expired(self, now: float) -> None:
-        """Delete the finished pods whose ``finishedPodRetention`` is over."""
+        """Delete the finished pods whose ``finishedPodRetention`` is over, and forget such preempted pods' logs."""
+        if self._victim_logs:
+            for pod_id in [pod_id for pod_id, kept in self._victim_logs.items() if kept[0] <= now]:
+                self._forget_victim_log(pod_id)
         if not self._finished:
             return
         for key in [key for key, due in self._finished.items() if due <= now]:
             del self._finished[key]
             self._pool.submit(self._delete_finished, key)
+
+    def _keep_victim_log(self, pod: _Pod) -> None:
+        """Read the end of each container's log of a preempted pod about to be deleted (Kubernetes keeps no log of
+        a deleted pod) and keep it for ``finished_pod_retention``, within ``VICTIM_LOGS_TOTAL``. Each read waits
+        ``VICTIM_LOG_TIMEOUT`` at most: the delete, and the room it frees, waits for it."""
+        logs: dict[str, bytes] = {}
+        cut = False
+        for container in pod.containers[:VICTIM_LOG_CONTAINERS]:
+            try:
+                response = self.client.pod_log(pod.key[0], pod.key[1], container=container,
+                                               tail_lines=VICTIM_LOG_LINES, limit_bytes=4 * VICTIM_LOG_BYTES,
+                                               read_timeout=VICTIM_LOG_TIMEOUT)
+                try:
+                    text = response.read()
+                finally:
+                    response.release_conn()
+            except Exception as exc:   # no log to keep (KWOK's fake kubelet has none; a node gone): delete anyway
+                log.info("kubernetes.victim_log_unread", cluster=self.name, pod=f"{pod.key[0]}/{pod.key[1]}",
+                         container=container, error=str(exc)[:200])
+                continue
+            cut = cut or len(text) > VICTIM_LOG_BYTES
+            logs[container] = text[-VICTIM_LOG_BYTES:]
+        cut = cut or len(pod.containers) > VICTIM_LOG_CONTAINERS
+        if not logs:
+            return
+        with self._lock:
+            self._forget_victim_log(pod.job.id)
+            self._victim_logs[pod.job.id] = (self.clock() + self.finished_pod_retention, f"{pod.key[0]}/{pod.key[1]}",
+                                             logs, cut)
+            self._victim_log_bytes += sum(map(len, logs.values()))
+            while self._victim_log_bytes > VICTIM_LOGS_TOTAL and self._victim_logs:
+                self._forget_victim_log(next(iter(self._victim_logs)))
+
+    def _forget_victim_log(self, pod_id: str) -> None:
+        kept = self._victim_logs.pop(pod_id, None)
+        if kept is not None:
+            self._victim_log_bytes -= sum(map(len, kept[2].values()))
+
+    def kept_log(self, pod_id: str) -> tuple[str, Mapping[str, bytes], bool] | None:
+        """The log tails kept of pod ``pod_id`` (a job id, ``JOB#N`` for pod N) when it was preempted: its
+        ``namespace/name``, container -> last output, and whether any was cut; None when none are kept."""
+        with self._lock:
+            kept = self._victim_logs.get(pod_id)
+            if kept is None or kept[0] <= self.clock():
+                return None
+            return kept[1], dict(kept[2]), kept[3]
 
     # -- the platform's failures: stuck pods, lost nodes (checked at every poll) -------------------
     def _give_up(self, pod: _Pod, reason: str, cause: str, grace: int | None = 0, kind: str = "lost") -> None:
@@ -1633,6 +1708,16 @@ class KubernetesCluster:
 
     def _replace_pods(self, items: list[dict]) -> None:
         live = set()
+        for obj in items:   # every job's newest attempt first: an earlier attempt's kept pod listed before it is old news
+            if is_ours(obj):
+                annotations = obj["metadata"].get("annotations") or {}
+                try:
+                    attempt = int(annotations.get(ATTEMPT, "0"))
+                except ValueError:
+                    continue
+                job_id = annotations.get(JOB_ID) or obj["metadata"]["labels"][JOB_ID]
+                if attempt > self._attempts.get(job_id, -1):
+                    self._attempts[job_id] = attempt
         for obj in items:
             meta = obj["metadata"]
             live.add((meta.get("namespace", ""), meta["name"]))
@@ -1711,7 +1796,10 @@ class KubernetesCluster:
                        reason=failure_reason(obj) if phase == "Failed" else "",
                        waiting=waiting_reason(obj) if phase == "Pending" else "", owned=owned,
                        exit_code=exit_code, cause=cause, incluster=incluster, uid=meta.get("uid", ""),
-                       disrupted=disruption(obj) if incluster else "")
+                       disrupted=disruption(obj) if incluster else "",
+                       finished_at=pod_finished_at(obj) if phase in _ENDED else None,
+                       containers=old.containers if old is not None and old.containers else
+                       tuple(c.get("name", "") for c in spec.get("containers") or ()))
             self._put_pod(key, pod)
             if phase == "Pending" and not deleting and key not in self._reported and not incluster:
                 # (An in-cluster pod that does not start is its owner's to see to: Flotilla did not make it.)
@@ -1738,7 +1826,7 @@ class KubernetesCluster:
                     # Bound by this process just now: said as kube-scheduler says it (conditions module).
                     self._report(self.reporter.scheduled, key[0], key[1], pod.uid, node)
                 self._unadmit(job_id)
-            self._pod_events(pod, job_id)
+            self._pod_events(pod, job_id, superseded=attempt < self._attempts[job_id])
         else:
             if old is not None and old.requests is not None:
                 requests, ports = old.requests, old.ports
@@ -1768,7 +1856,9 @@ class KubernetesCluster:
                 return
         self._emit(pod.job.id, "waiting", pod.node, pod.waiting, run=self._starts.get(pod.job.id, 0) or None)
 
-    def _pod_events(self, pod: _Pod, job_id: str) -> None:
+    def _pod_events(self, pod: _Pod, job_id: str, superseded: bool = False) -> None:
+        """Report what ``pod`` shows of its job; ``superseded``: the job has a newer attempt's pod, so this one's
+        end (a kept finished pod seen again after a restart) is old news, never said."""
         reported = self._reported.get(pod.key)
         if pod.phase == "Succeeded" and pod.key in self._lost_on_node:
             # Given up while its node was NotReady, it finished meanwhile: the run succeeded after all. Said
@@ -1780,6 +1870,10 @@ class KubernetesCluster:
                                           cause=NODE_RETURNED), None))
             return
         if reported in _FINAL:
+            return
+        if superseded and pod.phase in _ENDED:
+            self._reported[pod.key] = "succeeded" if pod.phase == "Succeeded" else "failed"
+            self._keep_or_delete_finished(pod)
             return
         if pod.phase == "Running" and reported is None and not pod.deleting:
             self._reported[pod.key] = "running"
@@ -1803,12 +1897,21 @@ class KubernetesCluster:
                            cause=returned_label(refused, node.resources if node is not None else None))
             else:
                 self._emit(job_id, kind, pod.node, pod.reason, exit_code=pod.exit_code, cause=pod.cause)
-            if self.delete_finished and not pod.deleting and not pod.incluster:   # the user's pods stay
-                self._ignore_delete.add(pod.key)
-                if self.finished_pod_retention > 0:   # kept (holding nothing) so that its log can be read
-                    self._finished[pod.key] = self.clock() + self.finished_pod_retention
-                else:
-                    self._pool.submit(self._delete_finished, pod.key)
+            self._keep_or_delete_finished(pod)
+
+    def _keep_or_delete_finished(self, pod: _Pod) -> None:
+        """Keep an ended pod of ours (holding nothing) for ``finished_pod_retention`` so that its log can be read,
+        counted from the pod's own end (a restarted process does not keep it another full term); delete it at once
+        without a retention. An in-cluster pod is its owner's and stays."""
+        if not self.delete_finished or pod.deleting or pod.incluster:
+            return
+        self._ignore_delete.add(pod.key)
+        if self.finished_pod_retention > 0:
+            now = self.clock()
+            ended = now if pod.finished_at is None else min(now, pod.finished_at)
+            self._finished[pod.key] = ended + self.finished_pod_retention
+        else:
+            self._pool.submit(self._delete_finished, pod.key)
 
     # -- reading back (tests, tools) ---------------------------------------------------------
     def pods_by_node(self) -> dict[str, list[str]]:

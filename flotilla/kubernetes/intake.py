@@ -24,8 +24,8 @@ import time
 from dataclasses import dataclass, field, replace
 from typing import Any, Mapping
 
-from flotilla.core.model import (DEFAULT_GRACE_PERIOD, GANG_CARDINALITY_ANNOTATION, GANG_ID_ANNOTATION,
-                                 GANG_MIN_AVAILABLE_ANNOTATION)
+from flotilla.core.gangannotations import GANG_ANNOTATIONS
+from flotilla.core.model import DEFAULT_GRACE_PERIOD
 from flotilla.core.hostports import describe, host_port
 from flotilla.core.nodeaffinity import AffinityError, parse_node_affinity
 from flotilla.kubernetes.volumes import pod_claims
@@ -213,8 +213,7 @@ def read_pod(obj: Mapping[str, Any]) -> InClusterPod:
         pod_rules=pod_rules_spec(spec),
         grace_period=float(max(1, grace)) if isinstance(grace, (int, float)) else DEFAULT_GRACE_PERIOD,
         deadline=float(deadline) if isinstance(deadline, (int, float)) and deadline > 0 else 0.0,
-        annotations={k: str(annotations[k]) for k in (GANG_ID_ANNOTATION, GANG_CARDINALITY_ANNOTATION,
-                                                      GANG_MIN_AVAILABLE_ANNOTATION) if k in annotations},
+        annotations={k: str(annotations[k]) for k in GANG_ANNOTATIONS if k in annotations},
         group_name=annotations.get(GROUP_NAME_ANNOTATION) or annotations.get(VOLCANO_GROUP_NAME_ANNOTATION) or None,
         problems=tuple(problems), gated=bool(spec.get("schedulingGates")),
         claims=pod_claims(obj))

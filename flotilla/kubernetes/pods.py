@@ -12,21 +12,23 @@ pod slots (allocatable ``pods``).
 
 from __future__ import annotations
 
+import calendar
 import copy
 import hashlib
 import re
+import time
 from dataclasses import dataclass
 from typing import Any, Mapping
 
 from flotilla.core.backend import PodTemplate
+from flotilla.core.gangannotations import read_gang_annotations
 from flotilla.core.model import (GANG_CARDINALITY_ANNOTATION, GANG_ID_ANNOTATION, GANG_NODE_UNIFORMITY_LABEL_ANNOTATION,
-                                 DEFAULT_GRACE_PERIOD, ForeignPod, Gang, Job, JobState, Node, Taint,
+                                 DEFAULT_GRACE_PERIOD, ForeignPod, Job, JobState, Node, Taint,
                                  Toleration)
 from flotilla.core.hostports import ANY_IP, host_port
 from flotilla.core.nodeaffinity import AffinityError, parse_node_affinity
 from flotilla.core.podrules import PodRules, parse_pod_rules
 from flotilla.core.quantities import QuantityError, format_quantity, parse_quantity
-from flotilla.core.topology import uniformity_label_problem
 from flotilla.kubernetes.requests import effective_requests
 from flotilla.kubernetes.services import OWNED, exposure_manifests
 
@@ -368,6 +370,29 @@ def failure_details(pod: Mapping[str, Any]) -> tuple[int | None, str]:
     return None, ""
 
 
+def pod_finished_at(pod: Mapping[str, Any]) -> float | None:
+    """When an ended pod ended (seconds since the epoch): its containers' latest ``state.terminated.finishedAt``,
+    else its ``Ready`` condition's ``lastTransitionTime``; None when the pod says neither. Read from the pod
+    itself, so that a process started later knows how long a finished pod has been kept."""
+    status = pod.get("status") or {}
+    times = [((container.get("state") or {}).get("terminated") or {}).get("finishedAt")
+             for group in ("initContainerStatuses", "containerStatuses") for container in status.get(group) or ()]
+    if not any(times):
+        times = [condition.get("lastTransitionTime") for condition in status.get("conditions") or ()
+                 if condition.get("type") == "Ready"]
+    seconds = [_epoch(text) for text in times if isinstance(text, str)]
+    seconds = [value for value in seconds if value is not None]
+    return max(seconds) if seconds else None
+
+
+def _epoch(text: str) -> float | None:
+    """An RFC 3339 time as the API server writes it (``2026-11-29T00:30:00Z``), else None."""
+    try:
+        return float(calendar.timegm(time.strptime(text[:19], "%Y-%m-%dT%H:%M:%S")))
+    except ValueError:
+        return None
+
+
 def disruption(pod: Mapping[str, Any]) -> str:
     """The pod's ``DisruptionTarget=True`` condition as ``reason: message`` (evicted, preempted, a taint), or ``""``."""
     for condition in (pod.get("status") or {}).get("conditions") or ():
@@ -428,15 +453,8 @@ def job_from_pod(pod: Mapping[str, Any], cluster: str, requests_cache: dict | No
     ann = meta.get("annotations") or {}
     labels = meta.get("labels") or {}
     spec = pod.get("spec") or {}
-    gang = None
-    if GANG_ID_ANNOTATION in ann:
-        try:
-            gang = Gang(ann[GANG_ID_ANNOTATION], int(ann.get(GANG_CARDINALITY_ANNOTATION, "1")))
-        except ValueError:
-            gang = None
-        label = ann.get(GANG_NODE_UNIFORMITY_LABEL_ANNOTATION)
-        if gang is not None and label and uniformity_label_problem(label) is None:
-            gang = Gang(gang.id, gang.cardinality, uniformity_label=label)
+    # Flotilla wrote these annotations from the job's gang; the one reading of them (a wrong one is dropped).
+    gang = read_gang_annotations(ann).gang() if GANG_ID_ANNOTATION in ann else None
     requests = pod_requests(pod)
     if requests_cache is not None:  # identical request mappings shared, as the core expects of bulk jobs
         key = tuple(sorted(requests.items()))
@@ -549,7 +567,7 @@ def node_from_object(obj: Mapping[str, Any], cluster: str) -> Node:
     )
 
 
-__all__ = ["ATTEMPT", "FAKE_NODE", "JOB_ID", "KWOK_COMPLETE_DELAY", "PodSettings", "QUEUE", "failure_details", "is_ours",
+__all__ = ["ATTEMPT", "FAKE_NODE", "JOB_ID", "KWOK_COMPLETE_DELAY", "PodSettings", "QUEUE", "failure_details", "is_ours", "pod_finished_at",
            "is_terminal",
            "container_outcomes", "failure_reason", "job_from_pod", "label_value", "owned_fields", "POD_NUMBER",
            "waiting_reason", "node_from_object", "node_ready", "pod_manifest", "pod_name",

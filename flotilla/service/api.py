@@ -14,7 +14,7 @@ Endpoints (all under ``/v1``)::
     POST   /cancel                                  {queue, jobSetId?, jobIds?, states?}
     POST   /reprioritize                            {queue, jobSetId?, jobIds?, priority}
     GET    /jobs/{id}                               a job's record (queued: its reason and position)
-    GET    /jobs/{id}/logs                          ?pod=N&tail=N&follow=1: its container's log (text)
+    GET    /jobs/{id}/logs                          ?pod=N&container=NAME&tail=N&follow=1: a container's log (text)
     GET    /queues/{q}/jobsets/{js}/jobs            the job set's jobs
     GET    /queues/{q}/jobsets/{js}/events          ?after=ID&follow=1&format=jsonl|sse (Last-Event-ID honoured)
     GET    /queues                                  every queue
@@ -32,7 +32,6 @@ from __future__ import annotations
 
 import asyncio
 import json
-import time
 from typing import Annotated, Any, Literal
 
 from fastapi import Depends, FastAPI, Header, Path, Query, Request
@@ -55,13 +54,16 @@ from flotilla.service.pending import DEFAULT_LIMIT, HEAD_MAX, PendingView
 from flotilla.service.placement import placement_of, queue_parents
 from flotilla.service.jobspec import (JobFile, field_path, job_file_in_steps, rejections_from_errors,
                                       validate_jobs)
-from flotilla.service.logs import LOG_RESPONSES, MAX_TAIL, PodLogs
+from flotilla.service.logs import CONTAINER_PATTERN, LOG_RESPONSES, MAX_TAIL, PodLogs
 from flotilla.service.settings import DEFAULT_LIMITS, QueueSpec, ServiceSettings, rule_dicts
 from flotilla.service.roles.status import StatusReader
 from flotilla.service.ui.docs import mount_docs
 from flotilla.service.ui.protect import SecurityHeaders
 from flotilla.service.store import Store
-from flotilla.service.streams import RECHECK_SECONDS, Slots
+from flotilla.service.streams import BATCH, Slots, StreamHubs
+
+#: A stream with nothing to send for this long sends an empty line (a comment in server-sent events).
+KEEPALIVE_SECONDS = 15.0
 
 
 class ReleasingStream(StreamingResponse):
@@ -206,13 +208,17 @@ def create_app(store: Store, settings: ServiceSettings, loop=None, *, admin_endp
 
     bearer = HTTPBearer(auto_error=False, description="a token of auth.tokens, or an OIDC token (auth.oidc)")
 
-    def identity(request: Request, credentials: HTTPAuthorizationCredentials | None = Depends(bearer)) -> Identity:
+    async def identity(request: Request,
+                       credentials: HTTPAuthorizationCredentials | None = Depends(bearer)) -> Identity:
         if open_access:   # no auth configured: a local, single-user service (serve allows it on loopback only)
             return Identity("anonymous", frozenset(), admin=True)
         who = getattr(request.state, "identity", None)
         if who is None:
-            try:
-                who = auth.verify(f"Bearer {credentials.credentials}" if credentials else None)
+            header = f"Bearer {credentials.credentials}" if credentials else None
+            try:   # a static token on the event loop; an OIDC token in a thread (its keys may be fetched)
+                who = auth.verify_quickly(header)
+                if who is None:
+                    who = await run_in_threadpool(auth.verify, header)
             except Unauthenticated as exc:
                 raise ApiError(401, str(exc), headers={"WWW-Authenticate": "Bearer"}) from None
         return who
@@ -234,7 +240,7 @@ def create_app(store: Store, settings: ServiceSettings, loop=None, *, admin_endp
             handler = super().get_route_handler()
 
             async def admin_first(request: Request):
-                admin(identity(request, await bearer(request)))
+                admin(await identity(request, await bearer(request)))
                 return await handler(request)
 
             return admin_first
@@ -316,6 +322,8 @@ def create_app(store: Store, settings: ServiceSettings, loop=None, *, admin_endp
     app.state.pod_logs = pod_logs
     watch_slots = Slots("watch streams", settings.streams.watch_per_user, "server.streams.watchPerUser")
     app.state.watch_slots = watch_slots
+    hubs = StreamHubs(store, auth, open_access, stopping)
+    app.state.stream_hubs = hubs
 
     @app.get("/v1/jobs/{job_id}/logs", tags=["jobs"], response_class=StreamingResponse, responses=LOG_RESPONSES,
              summary="A job's container log, read from its cluster (same access as the job's status)")
@@ -324,46 +332,56 @@ def create_app(store: Store, settings: ServiceSettings, loop=None, *, admin_endp
                                           le=INT64_MAX) = 0,
                        follow: bool = Query(False, description="stream until the container ends"),
                        tail: query_integer("only the last N lines", True, ge=0, le=MAX_TAIL) = None,
+                       container: Annotated[str | None, Query(
+                           description="the container to read, init and ephemeral containers included (default: "
+                                       "the pod's first container; 404 naming the pod's containers for one it "
+                                       "does not have)", pattern=CONTAINER_PATTERN, max_length=63)] = None,
                        who: Identity = Depends(identity)):
-        job = await run_in_threadpool(access.visible_job, store, job_id, who)
         if not follow:
-            content, truncated = await run_in_threadpool(pod_logs.read, job, pod, tail)
+            job = await run_in_threadpool(access.visible_job, store, job_id, who)
+            content, truncated = await run_in_threadpool(pod_logs.read, job, pod, tail, container)
             return Response(content, media_type="text/plain; charset=utf-8",
                             headers={"X-Flotilla-Log-Truncated": "true" if truncated else "false"})
-        response, release = await run_in_threadpool(pod_logs.follow, job, pod, tail, who.user)
-        credential = request.headers.get("authorization")
+        give_back = pod_logs.take_slot(who.user)   # past a cap: 429 before the store or the cluster is asked
+        try:   # in the streams' own lane of threads, so that a burst of follows leaves the others' requests theirs
+            job = await hubs.in_lane(access.visible_job, store, job_id, who)
+            response, release = await hubs.in_lane(pod_logs.follow, job, pod, tail, who.user, container, give_back)
+        except BaseException:
+            give_back()
+            raise
+        sub = await hubs.subscribe(request.headers.get("authorization"), who)
+
+        def finish() -> None:
+            hubs.unsubscribe(sub)
+            release()   # also ends a read still blocked in its thread (the client left)
 
         async def stream():
+            """The log as it comes; it ends with the container, after followIdleTimeout without output, or
+            when the hub ends it (the token no longer authenticates, the service stops)."""
+            loop = asyncio.get_running_loop()
+            ended = asyncio.ensure_future(sub.wait())
             reading = None
             try:
-                checked, seen_auth = time.monotonic(), auth.generation
-                while not stopping():
+                deadline = loop.time() + pod_logs.follow_idle_timeout
+                while True:
                     if reading is None:
-                        reading = asyncio.ensure_future(run_in_threadpool(pod_logs.next_chunk, response))
-                    done, _ = await asyncio.wait({reading}, timeout=RECHECK_SECONDS)
-                    if not open_access and (auth.generation != seen_auth
-                                            or time.monotonic() - checked >= RECHECK_SECONDS):
-                        checked, seen_auth = time.monotonic(), auth.generation
-                        if not await run_in_threadpool(still_authenticated, credential):
-                            return   # the token was revoked or has expired: the follow ends
-                    if not done:
-                        continue
+                        reading = asyncio.ensure_future(hubs.in_follow_lane(pod_logs.next_chunk, response,
+                                                                            threads=settings.streams.follows))
+                    done, _ = await asyncio.wait({reading, ended}, timeout=max(0.0, deadline - loop.time()),
+                                                 return_when=asyncio.FIRST_COMPLETED)
+                    if sub.ended is not None or reading not in done:
+                        return   # the token no longer authenticates, the service stops, or no output came
                     chunk, reading = reading.result(), None
                     if not chunk:
                         return
                     yield chunk
+                    deadline = loop.time() + pod_logs.follow_idle_timeout
             finally:
-                release()   # also ends a read still blocked in its thread (the client left)
+                ended.cancel()
+                finish()
 
-        return ReleasingStream(stream(), release, media_type="text/plain; charset=utf-8",
+        return ReleasingStream(stream(), finish, media_type="text/plain; charset=utf-8",
                                headers={"Cache-Control": "no-cache", "X-Accel-Buffering": "no"})
-
-    def still_authenticated(credential: str | None) -> bool:
-        try:
-            auth.verify(credential)
-            return True
-        except Unauthenticated:
-            return False
 
     @app.get("/v1/queues/{queue}/jobsets/{job_set}/jobs", tags=["jobs"], summary="The jobs of a job set")
     def job_set_jobs(queue: QueueName, job_set: JobSetId, state: list[JobState] | None = Query(default=None),
@@ -380,33 +398,22 @@ def create_app(store: Store, settings: ServiceSettings, loop=None, *, admin_endp
     async def watch(request: Request, queue: QueueName, job_set: JobSetId, after: query_integer("events after this id", ge=0, le=INT64_MAX) = 0,
                     follow: bool = True, format: Literal["jsonl", "sse"] = "jsonl", last_event_id: LastEventId = None,
                     who: Identity = Depends(identity)):
-        await run_in_threadpool(queue_for, queue, who)
-        release = watch_slots.take(who.user)
-        credential = request.headers.get("authorization")
+        release = watch_slots.take(who.user)   # past the cap: 429 before the store is asked anything
+        try:
+            await hubs.in_lane(queue_for, queue, who)   # the streams' own lane of threads, not the requests'
+            sub = await hubs.subscribe(request.headers.get("authorization"), who, (queue, job_set)) \
+                if follow else None
+        except BaseException:
+            release()
+            raise
         start = after
         if last_event_id is not None:   # ASCII digits (the header's pattern), at most 19 of them
             start = max(start, min(int(last_event_id), INT64_MAX))
 
-        current = who
-
-        def still_allowed(reauthenticate: bool) -> str | None:
-            """Why the stream must end now (queue deleted, token revoked or expired, access revoked), or None.
-
-            The queue is checked on every batch and at least every two seconds; the token (with
-            ``reauthenticate``) every :data:`RECHECK_SECONDS` and at once after an auth reload.
-            """
-            nonlocal current
-            if reauthenticate and not open_access:
-                try:
-                    current = auth.verify(credential)
-                except Unauthenticated as exc:
-                    return f"the bearer token no longer authenticates ({exc})"
-            spec = store.get_queue(queue)
-            if spec is None:
-                return f"queue {queue!r} was deleted"
-            if not may_act(current, spec):
-                return f"user {who.user!r} may no longer watch queue {queue!r}"
-            return None
+        def finish() -> None:
+            if sub is not None:
+                hubs.unsubscribe(sub)
+            release()
 
         def render(ev: dict) -> str:
             if format == "sse":
@@ -414,46 +421,43 @@ def create_app(store: Store, settings: ServiceSettings, loop=None, *, admin_endp
             return json.dumps(ev) + "\n"
 
         async def stream():
+            """The job set's past from the store, then what the hub hands over (or the end it decides)."""
             position = start
-            seen_writes, seen_auth = -1, auth.generation
-            checked = token_checked = last_sent = time.monotonic()
-            while True:
-                now = time.monotonic()
-                if not open_access and (auth.generation != seen_auth or now - token_checked >= RECHECK_SECONDS):
-                    seen_auth, token_checked = auth.generation, now
-                    if not await run_in_threadpool(still_authenticated, credential):
-                        ended = await run_in_threadpool(still_allowed, True)
-                        yield render({"id": position, "kind": "end", "queue": queue, "jobSet": job_set,
-                                      "reason": ended or "the bearer token no longer authenticates"})
+            loop = asyncio.get_running_loop()
+            try:
+                catch_up = True
+                last_sent = loop.time()
+                while True:
+                    while catch_up:   # read from the store: at the start, and when the hub had too much for us
+                        batch = await hubs.in_lane(store.events, queue, job_set, position, BATCH)
+                        for ev in batch:
+                            position = ev["id"]
+                            yield render(ev)
+                        catch_up = len(batch) == BATCH
+                        last_sent = loop.time() if batch else last_sent
+                    if sub is None:
                         return
-                reauthenticate = now - checked > 2.0
-                if store.writes != seen_writes or reauthenticate:   # other processes may write too
-                    seen_writes = store.writes
-                    checked = now if reauthenticate else checked
-                    ended = await run_in_threadpool(still_allowed, reauthenticate)
-                    if ended is not None:
-                        yield render({"id": position, "kind": "end", "queue": queue, "jobSet": job_set,
-                                      "reason": ended})
-                        return
-                    batch = await run_in_threadpool(store.events, queue, job_set, position, 1000)
-                    for ev in batch:
-                        position = ev["id"]
-                        last_sent = now
-                        yield render(ev)
-                    if len(batch) == 1000:
+                    if not await sub.wait(max(0.0, last_sent + KEEPALIVE_SECONDS - loop.time())):
+                        last_sent = loop.time()
+                        yield ": keep-alive\n\n" if format == "sse" else "\n"
                         continue
-                    if not follow:
+                    if sub.ended is not None:
+                        if sub.ended:   # "" when the service stops: the stream just ends
+                            yield render({"id": position, "kind": "end", "queue": queue, "jobSet": job_set,
+                                          "reason": sub.ended})
                         return
-                if stopping():
-                    return
-                await asyncio.sleep(0.1)
-                if time.monotonic() - last_sent > 15:
-                    last_sent = time.monotonic()
-                    yield ": keep-alive\n\n" if format == "sse" else "\n"
+                    events, catch_up = sub.take()
+                    for ev in events:
+                        if ev["id"] > position:
+                            position = ev["id"]
+                            last_sent = loop.time()
+                            yield render(ev)
+            finally:
+                finish()
 
         media = "text/event-stream" if format == "sse" else "application/x-ndjson"
-        return ReleasingStream(stream(), release, media_type=media, headers={"Cache-Control": "no-cache",
-                                                                              "X-Accel-Buffering": "no"})
+        return ReleasingStream(stream(), finish, media_type=media, headers={"Cache-Control": "no-cache",
+                                                                             "X-Accel-Buffering": "no"})
 
     # -- queues ------------------------------------------------------------------------
     @app.get("/v1/queues", tags=["queues"], summary="Every queue")
@@ -539,7 +543,8 @@ def create_app(store: Store, settings: ServiceSettings, loop=None, *, admin_endp
 
     # -- service -------------------------------------------------------------------------
     @app.get("/v1/health", tags=["service"], summary="Liveness (no token needed)")
-    def health() -> dict:
+    async def health() -> dict:
+        # On the event loop, never a worker thread: it answers even while every worker is busy.
         return {"ok": not stopping(), "version": __version__}
 
     @app.get("/v1/wishlist", tags=["service"], summary="Node templates: the waiting jobs each would unblock",

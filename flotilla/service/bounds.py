@@ -9,7 +9,9 @@ PostgreSQL text column given a NUL) come before any model sees a field.
 * JSON is parsed strictly (:func:`load_json`): no ``NaN``/``Infinity``, no
   number that overflows a double, integers within 64 bits, at most
   :data:`MAX_DEPTH` levels of nesting and :data:`MAX_CONTAINERS` objects
-  and arrays, at most :attr:`Limits.max_jobs` jobs, and every string and
+  and arrays, no string longer than :data:`MAX_STRING_BYTES` (all three
+  checked by a scan of the bytes before anything is decoded or parsed), at
+  most :attr:`Limits.max_jobs` jobs, and every string and
   key valid text (:func:`text_problem`): no NUL, no lone UTF-16 surrogate
   (``"\\ud800"`` is valid JSON but not Unicode: UTF-8 cannot encode it, so
   a stored one would break every response, log line and page that shows
@@ -34,6 +36,7 @@ parsed YAML or JSON), so every path into the store is bounded alike.
 
 from __future__ import annotations
 
+import codecs
 import itertools
 import json
 import math
@@ -63,6 +66,10 @@ MAX_DEPTH = 64
 MAX_CONTAINERS = 1_000_000
 #: Labels and annotations of one job, keys and values together (Kubernetes' TotalAnnotationSizeLimit).
 MAX_METADATA_BYTES = 256 * 1024
+#: The longest JSON string a body may hold, as written (quotes and escapes counted): 1.5 MiB, the most a whole
+#: Kubernetes object may be (etcd's request limit), so no field of a pod, no label and no annotation is longer.
+#: A longer one is refused while the body's structure is scanned, before the body is decoded or parsed.
+MAX_STRING_BYTES = 1536 * 1024
 
 
 class BoundsError(ValueError):
@@ -77,8 +84,6 @@ class BoundsError(ValueError):
 
 #: Lone UTF-16 surrogates: what a JSON escape ``\\ud800`` without its pair decodes to in Python.
 _SURROGATE = re.compile("[\ud800-\udfff]")
-#: A JSON escape that may decode to one (a valid pair decodes to one character: only then is the body walked).
-_SURROGATE_ESCAPE = re.compile(r"\\u[dD][89a-fA-F][0-9a-fA-F]{2}")
 
 
 def text_problem(value: str) -> str | None:
@@ -282,17 +287,67 @@ _OUTSIDE = re.compile(rb'(?:[^"]++|"[^"\\]*+(?:\\.[^"\\]*+)*+")*+')
 _STRING_BODY = re.compile(rb'[^"\\]*+(?:\\.[^"\\]*+)*+')
 _BRACKETS = bytes(range(256)).translate(None, b"[]{}")
 _STEP = {ord("["): 1, ord("{"): 1, ord("]"): -1, ord("}"): -1}
-#: Bytes handled by one C-level step of the scans below: each holds the interpreter lock a few milliseconds,
-#: so a thread doing them leaves the event loop its turn (a 16 MiB body is never one long C call).
-WINDOW = 256 * 1024
+#: What the path of a place in a body is made of: strings and the structural characters.
+_TOKEN = re.compile(rb'"[^"\\]*+(?:\\.[^"\\]*+)*+"|[\[\]{},:]')
+#: Bytes handled by one C-level step of the scans, the decoding and the parsing below: each holds the
+#: interpreter lock about a millisecond, so a thread doing them leaves the event loop its turn (a 16 MiB body is
+#: never one long C call). Larger windows held it 20 to 60 ms each (a 256 KiB window of a 10,000-job body).
+WINDOW = 32 * 1024
 #: Bodies larger than this are parsed piecewise (:func:`_parse_piecewise`), for the same reason.
-PIECEWISE_BYTES = 256 * 1024
+PIECEWISE_BYTES = 64 * 1024
+#: The most one C call of the piecewise parse is given: a container that fits, or a run of small array members.
+PARSE_STEP = 16 * 1024
+
+
+def _path_at(body: bytes, offset: int) -> str | None:
+    """The field path of the value (or key) starting at byte ``offset`` of a JSON text, from what comes before.
+
+    Used only to name a refused string; None past :data:`MAX_DEPTH` levels or in text that is no JSON.
+    """
+    frames: list[list] = []   # [index] for an array, [key, expecting_a_key] for an object
+    for token in _TOKEN.finditer(body, 0, offset):
+        text = token.group()
+        if text == b"[":
+            frames.append([0])
+        elif text == b"{":
+            frames.append([None, True])
+        elif text in (b"]", b"}"):
+            if frames:
+                frames.pop()
+        elif text == b",":
+            if frames and len(frames[-1]) == 1:
+                frames[-1][0] += 1
+            elif frames:
+                frames[-1][1] = True
+        elif text == b":":
+            if frames and len(frames[-1]) == 2:
+                frames[-1][1] = False
+        elif frames and len(frames[-1]) == 2 and frames[-1][1]:   # a key
+            try:
+                frames[-1][0] = json.loads(text)
+            except ValueError:
+                return None
+        if len(frames) > MAX_DEPTH:
+            return None
+    parts: list = []
+    for frame in frames:
+        if len(frame) == 1:
+            parts.append(frame[0])
+        elif not frame[1]:   # a member's value; a key being read names the object it is in
+            parts.append(frame[0])
+    return field_path(parts) or None
+
+
+def _too_long(body: bytes, start: int) -> BoundsError:
+    return BoundsError(f"a string of more than {MAX_STRING_BYTES} bytes; no field takes one (the most a "
+                       f"Kubernetes object holds)", _path_at(body, start), 413)
 
 
 def _structure(body: bytes) -> tuple[int, int]:
     """(containers, deepest nesting) of a JSON text outside its strings, in windows of :data:`WINDOW` bytes.
 
-    Stops counting once more than :data:`MAX_CONTAINERS` are seen.
+    Stops counting once more than :data:`MAX_CONTAINERS` are seen; raises :class:`BoundsError` (413, with the
+    field's path) as soon as a string passes :data:`MAX_STRING_BYTES`, without reading the rest of it.
     """
     n, pos, depth, deepest, containers = len(body), 0, 0, 0, 0
     while pos < n:
@@ -310,9 +365,12 @@ def _structure(body: bytes) -> tuple[int, int]:
                 deepest = max(deepest, max(itertools.accumulate(map(_STEP.__getitem__, brackets), initial=depth)))
             depth += 2 * opened - len(brackets)
             continue
-        pos += 1   # a string that goes past the window: to its closing quote, a window at a time
+        start = pos   # a string that goes past the window: to its closing quote, a window at a time
+        pos += 1
         while pos < n:
             inside = _STRING_BODY.match(body, pos, min(pos + WINDOW, n)).end()
+            if inside - start >= MAX_STRING_BYTES:   # the closing quote would be past the limit
+                raise _too_long(body, start)
             if inside < n and body[inside] == 0x22:   # '"'
                 pos = inside + 1
                 break
@@ -322,6 +380,33 @@ def _structure(body: bytes) -> tuple[int, int]:
         else:
             return containers, deepest
     return containers, deepest
+
+
+def _decoded(body: bytes) -> str:
+    """``body`` as UTF-8 text, :data:`WINDOW` bytes per C call; UnicodeDecodeError at its place in ``body``."""
+    if len(body) <= WINDOW:
+        return body.decode("utf-8")
+    decoder = codecs.getincrementaldecoder("utf-8")()
+    parts = []
+    n = len(body)
+    for start in range(0, n, WINDOW):
+        pending = len(decoder.getstate()[0])
+        try:
+            parts.append(decoder.decode(body[start:start + WINDOW], final=start + WINDOW >= n))
+        except UnicodeDecodeError as exc:
+            raise UnicodeDecodeError("utf-8", body, start - pending + exc.start, start - pending + exc.end,
+                                     exc.reason) from None
+    return "".join(parts)
+
+
+#: A JSON escape that decodes to NUL or may decode to a lone surrogate: only then is the parsed body walked.
+_SUSPECT_ESCAPE = re.compile(rb"\\u(?:0000|[dD][89a-fA-F][0-9a-fA-F]{2})")
+
+
+def _has_suspect_escape(body: bytes) -> bool:
+    """Whether ``body`` holds a :data:`_SUSPECT_ESCAPE`, searched a window at a time (overlapping by 5 bytes)."""
+    n = len(body)
+    return any(_SUSPECT_ESCAPE.search(body, start, min(start + WINDOW + 5, n)) for start in range(0, n, WINDOW))
 
 
 _TEXT_STRING = r'"[^"\\]*+(?:\\.[^"\\]*+)*+"'
@@ -334,10 +419,11 @@ def _parse_piecewise(text: str, decoder: json.JSONDecoder) -> Any:
     """``decoder.decode(text)``, in steps of bounded size.
 
     A value is handed to the C scanner on a slice of 256 bytes, then 4 KiB,
-    then 64 KiB; a container that fits none is walked here, member by
-    member. No single C call then sees more than 64 KiB of structure (a
-    string, however long, is one fast C call), so the thread parsing a large
-    body gives up the interpreter lock often. Errors are
+    then :data:`PARSE_STEP`; a container that fits none is walked here,
+    member by member. No single C call then sees more than
+    :data:`PARSE_STEP` of structure (a string, at most
+    :data:`MAX_STRING_BYTES`, is one fast C call), so the thread parsing a
+    large body gives up the interpreter lock often. Errors are
     :class:`json.JSONDecodeError` at their place in ``text``.
     """
     scan = decoder.scan_once
@@ -361,7 +447,7 @@ def _parse_piecewise(text: str, decoder: json.JSONDecoder) -> Any:
         first = text[i:i + 1]
         if first not in ("[", "{"):
             return scan_at(i)        # a scalar: bounded by its own length
-        for size in (256, 4096, 65536):
+        for size in (256, 4096, PARSE_STEP):
             if i + size >= n:
                 return scan_at(i)
             try:
@@ -372,8 +458,8 @@ def _parse_piecewise(text: str, decoder: json.JSONDecoder) -> Any:
         return (array if first == "[" else mapping)(i + 1)
 
     def run(i: int) -> tuple[list, int]:
-        """The members of a run of at most 64 KiB of small members (and their commas), parsed in one C call."""
-        found = _RUN.match(text, i, min(i + 65536, n))
+        """The members of a run of at most :data:`PARSE_STEP` of small members (and their commas), in one C call."""
+        found = _RUN.match(text, i, min(i + PARSE_STEP, n))
         if found is None:
             return [], i
         try:
@@ -435,9 +521,11 @@ def _parse_piecewise(text: str, decoder: json.JSONDecoder) -> Any:
 def load_json(body: bytes, limits: Limits | None = None) -> Any:
     """Parse a request body within every bound; :class:`BoundsError` names the first problem.
 
-    The structure (containers, depth) is checked before parsing; a body over
-    :data:`PIECEWISE_BYTES` is parsed piecewise, so that no step holds the
-    interpreter lock for long (call this off the event loop).
+    The structure (containers, depth, strings of at most
+    :data:`MAX_STRING_BYTES`) is checked before decoding and parsing; a body
+    is decoded a window at a time and, over :data:`PIECEWISE_BYTES`, parsed
+    piecewise, so that no step holds the interpreter lock for long (call
+    this off the event loop).
     """
     limits = limits or Limits()
     if len(body) > limits.max_body_bytes:
@@ -449,7 +537,7 @@ def load_json(body: bytes, limits: Limits | None = None) -> Any:
     if depth > MAX_DEPTH:
         raise BoundsError(f"nested {depth} levels deep; at most {MAX_DEPTH}")
     try:
-        text = body.decode("utf-8")
+        text = _decoded(body)
         parser = _Parser()
         decoder = json.JSONDecoder(parse_int=parser.parse_int, parse_float=parser.parse_float,
                                    parse_constant=parser.parse_constant)
@@ -460,7 +548,7 @@ def load_json(body: bytes, limits: Limits | None = None) -> Any:
         raise BoundsError(f"the body is not JSON: {exc.msg} at line {exc.lineno} column {exc.colno}") from None
     except (RecursionError, ValueError) as exc:
         raise BoundsError(f"the body cannot be parsed: {type(exc).__name__}") from None
-    if parser.refused or "\\u0000" in text or _SURROGATE_ESCAPE.search(text):
+    if parser.refused or _has_suspect_escape(body):
         check_value(value, limits)
     _check_job_count(value, limits)
     return value
@@ -526,5 +614,5 @@ def job_file_problems(file: Any) -> list:
 __all__ = ["Limits", "BoundsError", "ID_PATTERN", "INTEGER_TEXT", "NODE_NAME_PATTERN",
            "NODE_NAME_RE", "QUERY_INTEGER", "StrictFloat", "StrictInt", "integer_from_text", "ID_RULE", "INT64_MIN", "INT64_MAX", "PRIORITY_MIN", "PRIORITY_MAX",
            "MAX_DEPTH",
-           "MAX_CONTAINERS", "MAX_METADATA_BYTES", "check_value", "id_problem", "job_file_problems", "load_json",
+           "MAX_CONTAINERS", "MAX_METADATA_BYTES", "MAX_STRING_BYTES", "check_value", "id_problem", "job_file_problems", "load_json",
            "metadata_size", "priority_from_text", "shown_text", "text_problem", "url_problem"]

@@ -308,15 +308,17 @@ def status(ctx, job_id, job_set, output, url, token):
               help="Which of the job's pods (a job of several podSpecs), counting from 0.")
 @click.option("--follow", "-f", is_flag=True, help="Keep printing as the container writes, until it ends.")
 @click.option("--tail", type=click.IntRange(0, 10_000), default=None, help="Only the last N lines (at most 10000).")
+@click.option("--container", "-c", default=None, metavar="NAME",
+              help="Which container of the pod, init containers included (default: its first container).")
 @connection_options
 @click.pass_context
-def logs(ctx, job_id, pod, follow, tail, url, token):
-    """Print a job's container log (its pod's first container), read from its cluster.
+def logs(ctx, job_id, pod, follow, tail, container, url, token):
+    """Print a job's container log (its pod's first container, or --container), read from its cluster.
 
     Anyone who may see the job's status may read its log. A job that has
     not started, or ran on a simulated cluster, has none; a finished job's
-    log is there while its cluster keeps the pod (`finishedPodRetention`).
-    Without --tail, at most the log's first 8 MiB.
+    log is there while its cluster keeps the pod (`finishedPodRetention`,
+    an hour by default). Without --tail, at most the log's first 8 MiB.
     """
     from flotilla.client import FlotillaError
 
@@ -324,7 +326,7 @@ def logs(ctx, job_id, pod, follow, tail, url, token):
     out = sys.stdout.buffer
     with _client(ctx) as client:
         try:
-            for chunk in client.logs(job_id, pod=pod, tail=tail, follow=follow):
+            for chunk in client.logs(job_id, pod=pod, tail=tail, follow=follow, container=container):
                 out.write(chunk)
                 out.flush()
         except FlotillaError as exc:

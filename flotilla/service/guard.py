@@ -34,6 +34,7 @@ from __future__ import annotations
 
 import asyncio
 import ipaddress
+from contextlib import ExitStack
 from urllib.parse import urlsplit
 from typing import Any, Callable
 
@@ -45,7 +46,8 @@ from starlette.requests import cookie_parser
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from flotilla.service.auth import Authenticator, Unauthenticated
-from flotilla.service.bounds import BoundsError, load_json, url_problem
+from flotilla.service.bounds import PIECEWISE_BYTES, BoundsError, load_json, url_problem
+from flotilla.service.collection import full_collections_deferred
 from flotilla.service.errors import ApiError, error_response, log_unexpected
 from flotilla.service.settings import Limits
 
@@ -252,11 +254,15 @@ def _replay(body: bytes, disconnect: Message | None) -> Receive:
 class _BoundedRequest(Request):
     #: The route's ``validate_body`` (see :class:`BoundedRoute`), or None.
     validate_body: Callable[[Request, Any], Any] | None = None
+    #: Ends the deferral of full collections this request's large body began (see :class:`BoundedRoute`).
+    handled: ExitStack | None = None
 
     async def json(self) -> Any:
         if not hasattr(self, "_json"):
             limits: Limits = self.app.state.limits
             body = await self.body()
+            if len(body) > PIECEWISE_BYTES and self.handled is not None:
+                self.handled.enter_context(full_collections_deferred())
             try:   # off the event loop: parsing a large body is CPU work
                 value = await run_in_threadpool(load_json, body, limits)
             except BoundsError as exc:
@@ -273,7 +279,11 @@ class BoundedRoute(APIRoute):
     ``validate_body(request, value)``, when set, turns the parsed body into
     the route's body model in that thread too (raising :class:`ApiError` as
     the route would answer); FastAPI then takes the model as it is, so a
-    large body is never validated on the event loop.
+    large body is never validated on the event loop. From the moment a body
+    over :data:`bounds.PIECEWISE_BYTES` is read until the route has
+    answered, full garbage collections wait
+    (:func:`collection.full_collections_deferred`): one pass over its
+    objects would hold the interpreter lock for hundreds of milliseconds.
     """
 
     validate_body: Callable[[Request, Any], Any] | None = None
@@ -284,7 +294,8 @@ class BoundedRoute(APIRoute):
         async def bounded(request: Request) -> Any:
             bounded_request = _BoundedRequest(request.scope, request.receive)
             bounded_request.validate_body = self.validate_body
-            return await handler(bounded_request)
+            with ExitStack() as bounded_request.handled:
+                return await handler(bounded_request)
 
         return bounded
 

@@ -32,8 +32,10 @@ How a pod maps to a job:
   affinity, host ports as for submitted jobs (what a submitted job is
   refused for, a pod is refused for, with its field path);
 * gangs: ``armadaproject.io/gangId`` and ``gangCardinality`` (and
-  ``flotilla.io/gang-min-available``) on the pods, stored once all members
-  wait; or Volcano's ``scheduling.k8s.io/group-name`` (or
+  ``flotilla.io/gang-min-available``) on the pods, read as everywhere
+  (:mod:`flotilla.core.gangannotations`), stored once all members wait
+  (``armadaproject.io/gangNodeUniformityLabel`` is refused here: pods made in
+  the cluster are not held to one domain of a label); or Volcano's ``scheduling.k8s.io/group-name`` (or
   ``scheduling.volcano.sh/group-name``, as Volcano's job controller and
   Kubeflow Trainer write it): the pods of that
   PodGroup are stored as one gang once ``minMember`` of them wait (its
@@ -66,8 +68,9 @@ from typing import AbstractSet as Set, Iterable, Mapping
 import structlog
 
 from flotilla.core.capabilities import Backends, PodIntake
+from flotilla.core.gangannotations import read_gang_annotations
 from flotilla.core.model import (GANG_CARDINALITY_ANNOTATION, GANG_ID_ANNOTATION, GANG_MIN_AVAILABLE_ANNOTATION,
-                                 OWNER_ANNOTATION, parse_min_available)
+                                 GANG_NODE_UNIFORMITY_LABEL_ANNOTATION, OWNER_ANNOTATION)
 from flotilla.kubernetes.public import (JOB_SET_LABEL, KUEUE_QUEUE_LABEL, NO_CLASS, POD_NAME, POD_NAMESPACE, POD_UID,
                                        QUEUE_LABEL, Arrival, queue_label)
 from flotilla.service.placement import place
@@ -331,6 +334,10 @@ class ClusterIntake:
         pod = arrival.pod
         if pod.problems:
             return None, "; ".join(f"{path}: {why}" for path, why in pod.problems)
+        if GANG_NODE_UNIFORMITY_LABEL_ANNOTATION in pod.annotations:
+            return None, (f"metadata.annotations.{GANG_NODE_UNIFORMITY_LABEL_ANNOTATION}: a gang of pods made in the "
+                          f"cluster is not held to one domain of a node label; submit it through Flotilla's API for "
+                          f"that, or remove the annotation")
         group = arrival.group
         if pod.group_name:
             if arrival.group_problem:
@@ -395,30 +402,16 @@ class ClusterIntake:
         annotations = {POD_UID: pod.uid, POD_NAMESPACE: pod.namespace, POD_NAME: pod.name,
                        OWNER_ANNOTATION: pod.namespace}
         if not pod.group_name:
-            gang = pod.annotations.get(GANG_ID_ANNOTATION)
-            text = pod.annotations.get(GANG_CARDINALITY_ANNOTATION)
-            if gang is not None or text is not None:
-                if not gang:
-                    return None, (f"metadata.annotations.{GANG_ID_ANNOTATION}: a gang needs both {GANG_ID_ANNOTATION} "
-                                  f"and {GANG_CARDINALITY_ANNOTATION}; gangId is missing")
-                try:
-                    cardinality = int(text) if text is not None else 0
-                except ValueError:
-                    cardinality = 0
-                if cardinality < 1:
-                    return None, (f"metadata.annotations.{GANG_CARDINALITY_ANNOTATION}: gang cardinality must be a "
-                                  f"whole number of pods, at least 1; got {text!r}")
-                annotations[GANG_ID_ANNOTATION] = gang
-                annotations[GANG_CARDINALITY_ANNOTATION] = str(cardinality)
+            gang = read_gang_annotations(pod.annotations, unit="pods")
+            if gang.problems:
+                key, why = gang.problems[0]
+                return None, f"metadata.annotations.{key}: {why}"
+            if gang.id is not None:
+                annotations[GANG_ID_ANNOTATION] = gang.id
+                annotations[GANG_CARDINALITY_ANNOTATION] = str(gang.cardinality)
                 minimum = pod.annotations.get(GANG_MIN_AVAILABLE_ANNOTATION)
                 if minimum is not None:
-                    problem = parse_min_available(minimum, cardinality)
-                    if isinstance(problem, str):
-                        return None, f"metadata.annotations.{GANG_MIN_AVAILABLE_ANNOTATION}: {problem}"
                     annotations[GANG_MIN_AVAILABLE_ANNOTATION] = minimum
-            elif GANG_MIN_AVAILABLE_ANNOTATION in pod.annotations:
-                return None, (f"metadata.annotations.{GANG_MIN_AVAILABLE_ANNOTATION}: only a gang has a minimum; "
-                              f"set {GANG_ID_ANNOTATION} too")
         spec_pod: dict = {"requests": dict(pod.requests)}
         if pod.node_selector:
             spec_pod["nodeSelector"] = dict(pod.node_selector)

@@ -159,7 +159,7 @@ class ServiceLoop:
         self.backends = Backends.of(backends)
         self.clock = clock
         self.rng = random.Random(seed)
-        self.actions = [a for a in scheduler.actions if getattr(a, "name", "") != "lease"]
+        self.actions = scheduler.deciding_actions()
         self.cycles = 0
         self.last: CycleReport | None = None
         self.last_decisions = None     # the last cycle's Decisions (published by the scheduler role)
@@ -448,7 +448,7 @@ class ServiceLoop:
         with self.cycle_lock:
             self.scheduler = scheduler
             self.settings = settings
-            self.actions = [a for a in scheduler.actions if getattr(a, "name", "") != "lease"]
+            self.actions = scheduler.deciding_actions()
 
     def set_cluster_available(self, name: str, available: bool) -> bool:
         caps = self.backends.capabilities.get(name)

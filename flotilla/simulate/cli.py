@@ -101,9 +101,11 @@ def _stderr_is_tty() -> bool:
               help="Write the JSON report here ('-' for stdout; the table then goes to stderr).")
 @click.option("--plot", "plot_path", type=click.Path(dir_okay=False), default=None,
               help="Write a PNG: each queue's share over time against its fair share, and utilisation.")
-@click.option("--compare", "compare", default=None, metavar="P1,P2,...",
-              help="Run once per fairness policy (plugin names, e.g. assetfairness,drf,decayedusage), "
-                   "replacing the config's fairness plugin; one table, one plot, JSON under 'policies'.")
+@click.option("--compare", "compare", multiple=True, metavar="POLICY[,POLICY...]",
+              help="Run once per fairness policy, replacing the config's fairness plugin; one table, one plot, "
+                   "JSON under 'policies'. A policy is a plugin name with its args as YAML after a colon if it "
+                   "takes any: --compare drf --compare 'tiers:{tiers: {prod: 0, batch: 1}}'. Repeat the option "
+                   "or separate policies by commas.")
 @click.option("--until", callback=_duration, default=None, metavar="DURATION",
               help="Stop at this simulated time (e.g. 2d) even if jobs remain.")
 @click.option("--max-skip", callback=_duration, default=None, metavar="DURATION",
@@ -146,19 +148,20 @@ def simulate(config_path, workload_path, seed, json_path, plot_path, compare, un
       flotilla simulate --real-time --config examples/kwok-two-clusters.yaml \\
           --workload examples/kwok-workload.yaml --speed 10
     """
+    from flotilla.scheduler_main import UserError
+
     if real_time and compare:
-        raise click.BadParameter("--compare runs one policy after another; with --real-time run them one at a "
-                                 "time on fresh clusters", param_hint="--compare")
+        raise UserError("--compare runs one policy after another; with --real-time run them one at a time on "
+                        "fresh clusters")
     if speed != 1.0 and not real_time:
         raise click.BadParameter("--speed applies to --real-time only (a simulated clock has no speed)",
                                  param_hint="--speed")
     from rich.console import Console
 
     from flotilla.config import ConfigError
-    from flotilla.plugin_manager import PluginNameConflict, available_plugins, find_plugin
-    from flotilla.scheduler_main import UserError, build_scheduler, load_config_or_fail
+    from flotilla.scheduler_main import build_scheduler, load_config_or_fail
     from flotilla.simulate.engine import NoProgress, SchedulerBug, Simulation, SimulationError
-    from flotilla.simulate.policies import PolicyError, fairness_index, parse_policies, with_policy
+    from flotilla.simulate.policies import Policy, PolicyError, check_policy, fairness_index, parse_policies, with_policy
     from flotilla.simulate.report import render_table
     from flotilla.simulate.workload import load_workload
 
@@ -173,20 +176,17 @@ def simulate(config_path, workload_path, seed, json_path, plot_path, compare, un
         return run_cli(config, workload, workload_path, seed=seed, json_path=json_path, plot_path=plot_path,
                        until=until, quiet=quiet, speed=speed)
 
-    policies: list[str | None] = [None]
-    if compare is not None:
-        policies = parse_policies(compare)
-        if not policies:
-            raise click.BadParameter("expected plugin names separated by commas, e.g. assetfairness,drf",
-                                     param_hint="--compare")
-        for name in policies:
-            try:
-                find_plugin(name)
-            except LookupError:
-                raise click.BadParameter(f"unknown plugin {name!r} (available: {', '.join(available_plugins())})",
-                                         param_hint="--compare") from None
-            except PluginNameConflict as exc:
-                raise click.BadParameter(str(exc), param_hint="--compare") from None
+    policies: list[Policy | None] = [None]
+    if compare:
+        try:
+            policies = parse_policies(compare)
+            if not policies:
+                raise PolicyError("--compare: expected plugin names, e.g. assetfairness,drf or "
+                                  "'tiers:{tiers: {prod: 0, batch: 1}}'")
+            for policy in policies:
+                check_policy(config, policy)
+        except PolicyError as exc:
+            raise UserError(str(exc)) from None
         if fairness_index(config) is None:
             raise UserError(str(config.source.error(("plugins",), "no fairness plugin (one that registers "
                                                                   "queue_order, e.g. assetfairness) to replace")))
@@ -198,6 +198,7 @@ def simulate(config_path, workload_path, seed, json_path, plot_path, compare, un
     reports: dict[str | None, dict] = {}
     failure: tuple[int, str] | None = None
     for policy in policies:
+        label = policy.label if policy is not None else None
         run_config = config
         if policy is not None:
             try:
@@ -205,28 +206,30 @@ def simulate(config_path, workload_path, seed, json_path, plot_path, compare, un
             except ConfigError as exc:
                 raise UserError(str(exc)) from None
             except PolicyError as exc:
-                raise click.BadParameter(str(exc), param_hint="--compare") from None
+                raise UserError(str(exc)) from None
         try:
             scheduler = build_scheduler(run_config)
         except UserError as exc:
             if policy is not None:
-                raise click.BadParameter(f"{policy!r} cannot be the fairness policy: {exc.format_message()}",
-                                         param_hint="--compare") from None
+                raise UserError(f"--compare {policy.text!r}: {policy.name!r} cannot be the fairness policy: "
+                                f"{exc.format_message()}") from None
             raise
-        bar = _Progress(f"simulate {policy}" if policy else "simulate", show_progress)
+        bar = _Progress(f"simulate {label}" if label else "simulate", show_progress)
         try:
             sim = Simulation(run_config, workload, seed=seed, until=until, max_skip=max_skip, scheduler=scheduler,
                              progress=bar)
-            reports[policy] = sim.run()
+            reports[label] = sim.run()
         except ConfigError as exc:
             raise UserError(str(exc)) from None
         except SimulationError as exc:
-            reports[policy] = exc.report or {}
+            reports[label] = exc.report or {}
             code = EXIT_SCHEDULER_BUG if isinstance(exc, SchedulerBug) else EXIT_NO_PROGRESS
-            failure = (code, (f"{policy}: " if policy else "") + str(exc))
+            failure = (code, (f"{label}: " if label else "") + str(exc))
             break
         finally:
             bar.close()
+        if label is not None and reports[label].get("policy") is not None:
+            reports[label]["policy"] = label
 
     complete = {key: value for key, value in reports.items() if value.get("queues") is not None}
     document = reports[None] if policies == [None] else {"policies": complete}

@@ -72,6 +72,10 @@ class Authenticator:
     def apply(self, settings: ServiceSettings) -> None:
         self.configure(settings.tokens, settings.admin_groups, settings.oidc)
 
+    def now(self) -> float:
+        """The clock tokens' expiry is judged by (Unix seconds)."""
+        return self._clock()
+
     @property
     def oidc(self) -> OidcVerifier | None:
         return self._rules.oidc
@@ -102,6 +106,22 @@ class Authenticator:
         if rules.oidc is not None and token.count(".") == 2:
             return rules.oidc.verify(token)
         raise Unauthenticated("unknown bearer token")
+
+    def verify_quickly(self, authorization: str | None) -> Identity | None:
+        """:meth:`verify` where it needs no key fetch (a static token, a malformed header), on the event loop;
+        None for a token that only an OIDC verification in a thread can judge."""
+        if not authorization:
+            raise Unauthenticated("missing bearer token")
+        scheme, _, token = authorization.partition(" ")
+        token = token.strip()
+        rules = self._rules
+        if scheme.lower() == "bearer" and token and len(token) <= MAX_TOKEN_LENGTH:
+            found = rules.static.lookup(token)
+            if found is not None:
+                return found
+            if rules.oidc is not None and token.count(".") == 2:
+                return None
+        return self.verify(authorization)   # refused without any fetch: the same words as verify's
 
     def authenticate(self, authorization: str | None) -> Identity | None:
         """:meth:`verify`, with None for a credential that does not authenticate."""
