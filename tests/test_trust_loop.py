@@ -142,9 +142,9 @@ def test_a_large_bodys_error_is_named_at_its_place(tail, message):
 
 def test_a_long_string_has_no_structure_and_deep_nesting_is_counted_past_strings():
     longest = bounds.MAX_STRING_BYTES - 2
-    assert bounds._structure(b'"' + b"a" * longest + b'"') == (0, 0)
-    assert bounds._structure(b'"' + b'\\"[' * (longest // 3) + b'"') == (0, 0)
-    assert bounds._structure(b'[[["a]]]]\\"]"]]]') == (3, 3)
+    assert bounds._structure(b'"' + b"a" * longest + b'"') == (0, 0, 0)
+    assert bounds._structure(b'"' + b'\\"[' * (longest // 3) + b'"') == (0, 0, 0)
+    assert bounds._structure(b'[[["a]]]]\\"]"]]]') == (3, 3, 0)
     deep = b"[" * 505 + b"]" * 505
     with pytest.raises(BoundsError) as caught:
         load_json(b'"' + b"x" * bounds.WINDOW * 2 + b'", ' + deep)
@@ -204,6 +204,21 @@ def test_a_16_mib_json_string_is_refused_with_its_path_before_the_body_is_decode
     status, answer, _ = _asgi_json(service.app, "/v1/submit", key)
     assert (status, answer["error"]["field"]) == (413, "jobs[0].labels")
     assert service.store.count_jobs() == 0
+
+
+def test_a_body_validated_in_one_step_holds_a_bounded_number_of_values(service):
+    assert bounds._structure(b'[1, "a,b", {"a": 1, "b": [3, 4]}]') == (3, 3, 4)
+    most = service.settings.limits.max_jobs + bounds.VALUES_BEYOND_JOBS
+    many_keys = json.dumps({"queue": "A", **{f"k{i}": 1 for i in range(900_000)}}).encode()
+    for path in ("/v1/cancel", "/v1/reprioritize"):
+        status, answer, _ = _asgi_json(service.app, path, many_keys)
+        assert (status, answer["error"]["message"]) == (
+            413, f"more than {most} values in one body; this endpoint takes at most {most} "
+                 f"(server.maxJobsPerSubmission + {bounds.VALUES_BEYOND_JOBS})")
+    # As many job ids as a submission may hold are taken (none of these exists).
+    ids = [f"j{i}" for i in range(service.settings.limits.max_jobs)]
+    status, answer, _ = _asgi_json(service.app, "/v1/cancel", json.dumps({"queue": "A", "jobIds": ids}).encode())
+    assert (status, answer["error"]["message"][:40]) == (404, "no such job in queue 'A': j0, j1, j2, j3")
 
 
 def test_a_string_of_the_longest_length_is_parsed():
