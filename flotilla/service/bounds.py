@@ -566,6 +566,46 @@ def load_json(body: bytes, limits: Limits | None = None, max_values: int | None 
     return value
 
 
+# -- submissions: what one validation step may see -----------------------------------------------------
+
+#: Most values (members of objects and arrays and containers, at any depth, the job itself included) one job of
+#: a submission may hold: far beyond any real pod spec, and one job is validated in one C call (a few
+#: microseconds per value), so this bounds that call to tens of milliseconds.
+MAX_JOB_VALUES = 10_000
+
+
+def _values_within(value: Any, most: int) -> int:
+    """How many values ``value`` holds (itself included), counted iteratively; stops at ``most`` + 1."""
+    count, stack = 0, [value]
+    while stack and count <= most:
+        item = stack.pop()
+        count += 1
+        if isinstance(item, dict):
+            stack.extend(item.values())
+        elif isinstance(item, list):
+            stack.extend(item)
+    return count
+
+
+def job_values(raw: Any, limits: Limits | None = None) -> list[int]:
+    """How many values each job of a parsed submission holds; :class:`BoundsError` (413) for a job over
+    :data:`MAX_JOB_VALUES` (its path) or a file holding more than :data:`VALUES_BEYOND_JOBS` values besides
+    its jobs (those are validated in one C call with the file's own fields)."""
+    if not isinstance(raw, dict):
+        return []
+    rest = _values_within([v for k, v in raw.items() if k != "jobs"], VALUES_BEYOND_JOBS + 1) - 1
+    if rest > VALUES_BEYOND_JOBS:
+        raise BoundsError(f"more than {VALUES_BEYOND_JOBS} values besides the jobs in one submission", None, 413)
+    jobs = raw.get("jobs")
+    counts = []
+    for index, job in enumerate(jobs if isinstance(jobs, list) else ()):
+        counts.append(_values_within(job, MAX_JOB_VALUES))
+        if counts[-1] > MAX_JOB_VALUES:
+            raise BoundsError(f"a job of more than {MAX_JOB_VALUES} values (objects, arrays and their members)",
+                              f"jobs[{index}]", 413)
+    return counts
+
+
 # -- job files ---------------------------------------------------------------------------------------
 
 def metadata_size(labels: dict, annotations: dict) -> int:
@@ -626,5 +666,5 @@ def job_file_problems(file: Any) -> list:
 __all__ = ["Limits", "BoundsError", "ID_PATTERN", "INTEGER_TEXT", "NODE_NAME_PATTERN",
            "NODE_NAME_RE", "QUERY_INTEGER", "StrictFloat", "StrictInt", "integer_from_text", "ID_RULE", "INT64_MIN", "INT64_MAX", "PRIORITY_MIN", "PRIORITY_MAX",
            "MAX_DEPTH",
-           "MAX_CONTAINERS", "MAX_METADATA_BYTES", "MAX_STRING_BYTES", "check_value", "id_problem", "job_file_problems", "load_json",
+           "MAX_CONTAINERS", "MAX_JOB_VALUES", "MAX_METADATA_BYTES", "MAX_STRING_BYTES", "job_values", "check_value", "id_problem", "job_file_problems", "load_json",
            "metadata_size", "priority_from_text", "shown_text", "text_problem", "url_problem"]

@@ -270,7 +270,10 @@ class _BoundedRequest(Request):
             except BoundsError as exc:
                 raise ApiError(exc.status, exc.message, field=exc.field) from None
             if self.validate_body is not None:
-                value = await run_in_threadpool(self.validate_body, self, value)
+                try:
+                    value = await run_in_threadpool(self.validate_body, self, value)
+                except BoundsError as exc:
+                    raise ApiError(exc.status, exc.message, field=exc.field) from None
             self._json = value
         return self._json
 
