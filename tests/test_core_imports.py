@@ -157,3 +157,18 @@ def test_the_checks_see_private_names_private_modules_and_kubernetes_internals(t
                                       ("flotilla.service.probe", 2, "flotilla.client._sync")]
     assert [(m, n) for _, m, n in from_imports(probe) if under(m, "flotilla.kubernetes")] == [
         ("flotilla.kubernetes.backend", "KubernetesCluster"), ("flotilla.kubernetes.public", "KubeClient")]
+
+
+#: The store's parts share these modules; no part imports a sibling (what takes two parts is the Store's).
+STORE_SHARED = ("flotilla.service.store.engine", "flotilla.service.store.records")
+
+
+def test_the_store_parts_import_no_sibling():
+    store = PACKAGE / "service" / "store"
+    parts = sorted(path for path in store.glob("*.py") if path.stem != "__init__")
+    assert {path.stem for path in parts} >= {"engine", "records", "queues", "jobs", "events", "intake", "leases"}
+    offending = sorted((module_name(path), line, module) for path in parts
+                       for line, module, name in from_imports(path)
+                       if (under(module, "flotilla.service.store") or (module, name) == ("flotilla.service", "store"))
+                       and (module not in STORE_SHARED or module_name(path) in STORE_SHARED))
+    assert offending == []

@@ -43,6 +43,7 @@ def serve(real_node, tmp_path, **cluster) -> Server:
     entry = {"name": "real", "kind": "kubernetes", "kubeconfig": real_node.kubeconfig, "context": real_node.context,
              "namespace": real_node.namespace, "stuckPodExpiry": "4s", "nodeLostTimeout": "3s",
              "finishedPodRetention": "10m", **cluster}
+    entry = {key: value for key, value in entry.items() if value is not None}   # None: the setting's default
     # Three minutes to come up: the real-node tests run on machines shared with other work, where serve's imports
     # alone have taken over 30 s.
     return Server(tmp_path, CONFIG + f"  - {json.dumps(entry)}\n").start(timeout=180)
@@ -104,6 +105,35 @@ def test_exit_code_reaches_events_status_and_the_log(real_node, tmp_path):
         assert (out.returncode, out.stderr) == (1, f"error: 404: job {job_id!r} not found\n")
     finally:
         srv.kill()
+
+
+def test_a_failed_jobs_log_is_kept_by_default_and_any_container_of_it_can_be_read(real_node, tmp_path):
+    """With finishedPodRetention left at its default (an hour), a failed job's pod stays and its log is read;
+    --container names any container, the init container included; another name is a 404 naming them; a follow
+    that ends with its container is no server error."""
+    srv = serve(real_node, tmp_path, finishedPodRetention=None)
+    try:
+        spec = busybox(real_node, "echo main says hi; exit 3")
+        spec["podSpec"]["initContainers"] = [{**spec["podSpec"]["containers"][0], "name": "setup",
+                                              "command": ["sh", "-c", "echo preparing"]}]
+        [job_id] = submit(srv, tmp_path, [spec])
+        assert finished(srv, job_id)["state"] == "failed"
+        [pod] = [p for p in real_node.pods() if p["metadata"]["annotations"].get("flotilla.io/job-id") == job_id]
+        assert pod["status"]["phase"] == "Failed"
+        out = cli(srv, "alice", "logs", job_id)
+        assert (out.returncode, out.stdout, out.stderr) == (0, "main says hi\n", "")
+        out = cli(srv, "alice", "logs", job_id, "--container", "setup")
+        assert (out.returncode, out.stdout, out.stderr) == (0, "preparing\n", "")
+        out = cli(srv, "alice", "logs", job_id, "--container", "main", "--follow")
+        assert (out.returncode, out.stdout, out.stderr) == (0, "main says hi\n", "")
+        out = cli(srv, "alice", "logs", job_id, "--container", "nope")
+        where = f"{real_node.namespace}/{pod['metadata']['name']}"
+        assert (out.returncode, out.stdout, out.stderr) == (
+            1, "", f"error: 404: pod {where} of job {job_id!r} has no container 'nope'; its containers: setup, "
+                   "main\n")
+    finally:
+        srv.kill()
+    assert "api.internal_error" not in srv.log.read_text()
 
 
 def test_a_memory_limit_is_a_real_cgroup_and_the_job_ends_oom_killed(real_node, tmp_path):

@@ -11,7 +11,7 @@ import json
 import time
 
 import pytest
-from serve_process import Server, wait_for
+from serve_process import Server, cli, wait_for
 from test_realnode import busybox, events, kinds, status, submit
 
 from flotilla.core.quantities import format_quantity, parse_quantity
@@ -132,6 +132,32 @@ def test_a_preemptor_starts_on_a_full_real_node_once_its_victim_is_gone(real_nod
         assert out_of_resources(real_node) == []
         assert not [e for e in events(srv, "low", queue="A") + events(srv, "high", queue="B")
                     if "OutOf" in (e.get("reason") or "")]
+    finally:
+        srv.kill()
+
+
+def test_a_preempted_jobs_log_end_is_kept_after_its_pod_is_deleted(real_node, tmp_path):
+    """The victim's pod is deleted to free the node, and Kubernetes keeps no log of it: what its container had
+    written is read just before the delete and `flotilla logs` prints it once the pod is gone."""
+    srv = serve(real_node, tmp_path)
+    cpu = node_cpu(real_node)
+    try:
+        victim_spec = busybox(real_node, "echo started; echo working; while true; do sleep 1; done",
+                              terminationGracePeriodSeconds=1, priorityClassName="armada-preemptible")
+        victim_spec["podSpec"]["containers"][0]["resources"] = {"limits": {"cpu": cpu, "memory": "32Mi"}}
+        [victim] = submit(srv, tmp_path, [victim_spec], job_set="low", queue="A")
+        wait_for(lambda: status(srv, victim)["state"] == "running", timeout=60)
+        wait_for(lambda: cli(srv, "alice", "logs", victim).stdout == "started\nworking\n", timeout=30)
+        urgent_spec = busybox(real_node, "sleep 2")
+        urgent_spec["podSpec"]["containers"][0]["resources"] = {"limits": {"cpu": "1", "memory": "32Mi"}}
+        [urgent] = submit(srv, tmp_path, [urgent_spec], job_set="high", queue="B")
+        wait_for(lambda: status(srv, victim)["state"] == "preempted", timeout=60)
+        wait_for(lambda: victim not in job_pods(real_node), timeout=60)
+        out = cli(srv, "alice", "logs", victim)
+        assert (out.returncode, out.stdout, out.stderr) == (0, "started\nworking\n", "")
+        out = cli(srv, "alice", "logs", victim, "--tail", "1")
+        assert (out.returncode, out.stdout, out.stderr) == (0, "working\n", "")
+        assert status(srv, urgent)["state"] in ("pending", "running", "succeeded")
     finally:
         srv.kill()
 

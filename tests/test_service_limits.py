@@ -10,7 +10,7 @@ import pytest
 import sqlalchemy as sa
 
 from flotilla.service.schema import queues
-from flotilla.service.store import Store, _JsonCache
+from flotilla.service.store import JsonCache, Store
 from serve_process import Server, cli
 from service_fixtures import job, job_file
 from test_service_e2e import CONFIG
@@ -138,7 +138,7 @@ def test_queue_delete_from_the_cli_is_refused_with_unfinished_jobs_and_forced_wi
 
 
 def test_the_json_parse_cache_is_bounded_by_bytes():
-    cache = _JsonCache(limit=10_000, max_bytes=10_000, max_text=1_000)
+    cache = JsonCache(limit=10_000, max_bytes=10_000, max_text=1_000)
     big = json.dumps({"a": "x" * 5_000})
     assert cache(big) == {"a": "x" * 5_000} and cache.bytes == 0   # too big to keep
     texts = [json.dumps({"k": i, "pad": "y" * 200}) for i in range(100)]

@@ -11,7 +11,7 @@ import sqlalchemy as sa
 from flotilla.scheduler import Scheduler
 from flotilla.core.model import Job
 from flotilla.service.jobspec import prepare
-from flotilla.service.leases import ClusterReport
+from flotilla.service.leases import ClusterReport, ingest
 from flotilla.service.loop import ServiceLoop, service_backends
 from flotilla.service.schema import cluster_reports, leases
 from flotilla.service.settings import QueueSpec, from_config
@@ -271,20 +271,20 @@ def test_a_job_its_cluster_stops_listing_keeps_its_last_renewal_in_the_store(env
     store.record_cycle({ids[0]: ("c1", ["c1-node-0"]), ids[1]: ("c1", ["c1-node-1"])}, {}, now=20.0)
     copy = ActiveCopy()
     writes = lease_writes(store)
-    store.ingest({"c1": ClusterReport([], set(ids))}, now=21.0, lease_timeout=10, max_retries=3, copy=copy)
+    ingest(store, {"c1": ClusterReport([], set(ids))}, now=21.0, lease_timeout=10, max_retries=3, copy=copy)
     assert writes == ["UPDATE"]                          # both marked seen in one grouped statement
     del writes[:]
-    store.ingest({"c1": ClusterReport([], set(ids))}, now=22.0, lease_timeout=10, max_retries=3, copy=copy)
+    ingest(store, {"c1": ClusterReport([], set(ids))}, now=22.0, lease_timeout=10, max_retries=3, copy=copy)
     assert writes == []
-    store.ingest({"c1": ClusterReport([], {ids[0]})}, now=23.0, lease_timeout=10, max_retries=3, copy=copy)
+    ingest(store, {"c1": ClusterReport([], {ids[0]})}, now=23.0, lease_timeout=10, max_retries=3, copy=copy)
     assert writes == ["UPDATE"]                          # y, no longer listed: its renewal at 22 written down
     for now in (24.0, 30.0):
-        store.ingest({"c1": ClusterReport([], {ids[0]})}, now=now, lease_timeout=10, max_retries=3, copy=copy)
+        ingest(store, {"c1": ClusterReport([], {ids[0]})}, now=now, lease_timeout=10, max_retries=3, copy=copy)
     fresh = store.load_active()
     assert fresh == copy.jobs
     assert {i: (j.renewed_at, j.seen, j.lease_renewed) for i, j in fresh.items()} == {
         ids[0]: (30.0, True, 21.0), ids[1]: (22.0, False, 22.0)}
-    store.ingest({"c1": ClusterReport([], {ids[0]})}, now=32.5, lease_timeout=10, max_retries=3, copy=copy)
+    ingest(store, {"c1": ClusterReport([], {ids[0]})}, now=32.5, lease_timeout=10, max_retries=3, copy=copy)
     assert [store.get_job(i)["state"] for i in ids] == ["leased", "queued"]   # y: 10.5 s after 22
     assert set(copy.jobs) == {ids[0]} and copy.jobs == store.load_active()
 
@@ -310,8 +310,8 @@ def test_a_lease_stored_before_version_5_keeps_its_renewal_time(tmp_path):
     assert {i: (j.renewed_at, j.seen) for i, j in store.load_active().items()} == {
         ids[0]: (20.0, False), ids[1]: (17.0, False)}
     copy = ActiveCopy()
-    store.ingest({"c1": ClusterReport([], {ids[0]})}, now=25.0, lease_timeout=10, max_retries=3, copy=copy)
-    store.ingest({"c1": ClusterReport([], {ids[0]})}, now=27.5, lease_timeout=10, max_retries=3, copy=copy)
+    ingest(store, {"c1": ClusterReport([], {ids[0]})}, now=25.0, lease_timeout=10, max_retries=3, copy=copy)
+    ingest(store, {"c1": ClusterReport([], {ids[0]})}, now=27.5, lease_timeout=10, max_retries=3, copy=copy)
     assert [store.get_job(i)["state"] for i in ids] == ["leased", "queued"]   # y: 10.5 s after 17
     assert store.load_active()[ids[0]].renewed_at == 27.5 and copy.jobs == store.load_active()
     store.close()

@@ -56,6 +56,16 @@ def test_a_policy_with_required_args_compares_and_prints_its_table(tmp_path, tie
     assert result.stdout.count("Preemptions") == 1
 
 
+def test_the_documented_tiers_comparison_is_the_one_tested(tiers_installed):
+    # docs/simulate.md and the plugin guide show the command the test above runs.
+    from docs_examples import commands, section
+
+    documented = [commands(section("simulate.md", "Comparing policies")), [c for c in commands(section("plugins.md", "6.")) if c[0] == "simulate"]]
+    tested = ["simulate", "--workload", "examples/workloads/two-queues.yaml", "--compare", "assetfairness",
+              "--compare", "tiers:{tiers: {A: 0, B: 1}}"]
+    assert documented == [[tested], [tested]]
+
+
 def test_commas_inside_args_belong_to_the_args(tmp_path, tiers_installed):
     out = tmp_path / "cmp.json"
     result = simulate("--compare", "assetfairness,tiers:{tiers: {A: 0, B: 1}},drf", "--json", str(out), "-q")

@@ -10,7 +10,7 @@ import sqlalchemy as sa
 from flotilla.core.backend import JobEvent
 from flotilla.service import schema
 from flotilla.service.jobspec import prepare
-from flotilla.service.leases import ClusterReport
+from flotilla.service.leases import ClusterReport, ingest
 from flotilla.service.settings import QueueSpec
 from flotilla.service.store import (CANCELLED, FAILED, LEASED, PENDING, QUEUED, RUNNING, SUCCEEDED, Conflict,
                                    NotFound, SubmissionRejected, rebuild_states)
@@ -74,7 +74,7 @@ def test_a_submission_is_one_transaction(store, monkeypatch):
     def boom(conn, rows):
         raise RuntimeError("crash after the jobs, before the events")
 
-    monkeypatch.setattr(store, "_insert_events", boom)
+    monkeypatch.setattr("flotilla.service.store.jobs.insert_events", boom)   # the submission part's append
     with pytest.raises(RuntimeError):
         submit(store, [job(f"c{i}") for i in range(50)])
     monkeypatch.undo()
@@ -129,7 +129,7 @@ def test_cancel_queued_now_and_running_through_the_loop(store):
     running = store.get_job(ids[0])
     assert running["state"] == LEASED and running["cancelRequested"]
     # The cluster does not run it: the next ingest finishes the cancellation.
-    result = store.ingest({"c1": ClusterReport([], set())}, now=22.0, lease_timeout=60, max_retries=3)
+    result = ingest(store, {"c1": ClusterReport([], set())}, now=22.0, lease_timeout=60, max_retries=3)
     assert ids[0] not in result.active
     assert store.get_job(ids[0])["state"] == CANCELLED
     assert [e["kind"] for e in store.events("A", "s1") if e["jobId"] == ids[0]] == \
@@ -163,14 +163,14 @@ def test_leases_renew_expire_and_fail_after_max_retries(store):
     for attempt in range(4):
         store.record_cycle({only: ("c1", ["n1"])}, {}, now=now)
         store.mark_pending([only], now)
-        result = store.ingest({"c1": ClusterReport([JobEvent(only, "running", "c1", "n1", now + 1)], {only})},
+        result = ingest(store, {"c1": ClusterReport([JobEvent(only, "running", "c1", "n1", now + 1)], {only})},
                               now=now + 1, lease_timeout=10, max_retries=3)
         assert result.active[only].state == RUNNING
         # Renewed while the cluster reports it...
-        store.ingest({"c1": ClusterReport([], {only})}, now=now + 9, lease_timeout=10, max_retries=3)
+        ingest(store, {"c1": ClusterReport([], {only})}, now=now + 9, lease_timeout=10, max_retries=3)
         assert only in store.load_active()
         # ...and expired once the cluster stops answering.
-        store.ingest({}, now=now + 25, lease_timeout=10, max_retries=3)
+        ingest(store, {}, now=now + 25, lease_timeout=10, max_retries=3)
         state = store.get_job(only)["state"]
         assert state == (QUEUED if attempt < 3 else FAILED)
         now += 100
@@ -187,7 +187,7 @@ def test_events_resume_after_an_id_and_succeeded_jobs_leave_the_lease_table(stor
     store.mark_pending(ids, 20.0)
     seen = store.events("A", "s1")
     cut = seen[-1]["id"]
-    store.ingest({"c1": ClusterReport([JobEvent(ids[0], "running", "c1", "n1", 21.0),
+    ingest(store, {"c1": ClusterReport([JobEvent(ids[0], "running", "c1", "n1", 21.0),
                                        JobEvent(ids[0], "succeeded", "c1", "n1", 22.0)], set()),
                   "c2": ClusterReport([JobEvent(ids[1], "running", "c2", "m1", 21.5)], {ids[1]})},
                  now=23.0, lease_timeout=60, max_retries=3)
@@ -238,7 +238,7 @@ def test_the_loops_copy_of_the_queue_follows_every_change_through_the_event_log(
     store.record_cycle({first[1]: ("c1", ["n1"])}, {}, now=14.0)
     check(1, first[2:] + more)                          # leased: out of the queue
     # The lease expires (its cluster never reports it): back in the queue, at the end.
-    store.ingest({"c1": ClusterReport([], set())}, now=100.0, lease_timeout=10, max_retries=3)
+    ingest(store, {"c1": ClusterReport([], set())}, now=100.0, lease_timeout=10, max_retries=3)
     check(1, first[2:] + more + [first[1]])
     # A second copy starting now reads the same queue (order apart).
     other = QueuedJobs(store)
@@ -257,7 +257,7 @@ def test_the_loops_copy_of_active_jobs_equals_a_fresh_read_after_every_cycle(sto
     copy.RELOAD_MIN = reload_min
 
     def cycle(now, running=(), events=()):
-        result = store.ingest({"c1": ClusterReport(list(events), set(running))}, now=now, lease_timeout=10,
+        result = ingest(store, {"c1": ClusterReport(list(events), set(running))}, now=now, lease_timeout=10,
                               max_retries=0, copy=copy)
         assert result.active is copy.jobs
         assert copy.jobs == store.load_active()
@@ -282,9 +282,9 @@ def test_the_loops_copy_of_active_jobs_equals_a_fresh_read_after_every_cycle(sto
         raise RuntimeError("disk full")
 
     with monkeypatch.context() as patch:
-        patch.setattr(store, "_write_changes", fail)
+        patch.setattr(store._leases, "_write_changes", fail)
         with pytest.raises(RuntimeError):
-            store.ingest({"c1": ClusterReport([], {ids[0]})}, now=37.0, lease_timeout=10, max_retries=0, copy=copy)
+            ingest(store, {"c1": ClusterReport([], {ids[0]})}, now=37.0, lease_timeout=10, max_retries=0, copy=copy)
     assert (copy.cursor, copy.jobs) == (None, {})
     assert store.load_active()[ids[0]].renewed_at == 36.0   # nothing of it reached the store
     assert cycle(38.0, {ids[0]})[ids[0]].renewed_at == 38.0

@@ -27,6 +27,7 @@ from flotilla.service.jobspec import prepare
 from flotilla.service.loop import QueuedJobs, ServiceLoop, service_backends
 from flotilla.service.settings import QueueSpec, from_config
 from flotilla.service.store import Store
+from flotilla.service.store.engine import insert_events
 from service_fixtures import POSTGRES_URL, STORE_PARAMS, config as service_config, job, job_file, make_store, \
     reset_postgres
 
@@ -131,12 +132,12 @@ def event_rows(store: Store) -> list[tuple]:
 def test_sqlite_event_ids_are_never_reused_after_the_newest_are_deleted(tmp_path):
     store = Store(f"sqlite:///{tmp_path}/fresh.db")
     with store.write() as conn:
-        store._insert_events(conn, [{"queue": "A", "job_set": "s", "job_id": f"j{n}", "kind": "queued",
+        insert_events(conn, [{"queue": "A", "job_set": "s", "job_id": f"j{n}", "kind": "queued",
                                      "time": 1.0, "cluster": None, "node": None, "reason": ""} for n in range(3)])
     with store.write() as conn:
         conn.execute(schema.events.delete().where(schema.events.c.id > 1))
     with store.write() as conn:
-        store._insert_events(conn, [{"queue": "A", "job_set": "s", "job_id": "j9", "kind": "queued",
+        insert_events(conn, [{"queue": "A", "job_set": "s", "job_id": "j9", "kind": "queued",
                                      "time": 2.0, "cluster": None, "node": None, "reason": ""}])
     assert [row[0] for row in event_rows(store)] == [1, 4]
     store.close()
@@ -159,14 +160,14 @@ def test_the_v6_migration_keeps_every_event_and_continues_past_the_largest_id(tm
         assert conn.execute(sa.text("SELECT name FROM sqlite_master WHERE name LIKE 'events_%'")).all() == []
     for round_ in range(2):
         with store.write() as conn:
-            store._insert_events(conn, [{"queue": "A", "job_set": "s", "job_id": "j5", "kind": "queued",
+            insert_events(conn, [{"queue": "A", "job_set": "s", "job_id": "j5", "kind": "queued",
                                          "time": 5.0, "cluster": None, "node": None, "reason": ""}])
         with store.write() as conn:   # the newest deleted again: its id is still not handed out twice
             conn.execute(schema.events.delete().where(schema.events.c.id == 5 + round_))
     assert [row[0] for row in event_rows(store)] == [1, 2, 3, 4]
     assert store.last_event_id() == 4
     with store.write() as conn:
-        store._insert_events(conn, [{"queue": "A", "job_set": "s", "job_id": "j6", "kind": "queued",
+        insert_events(conn, [{"queue": "A", "job_set": "s", "job_id": "j6", "kind": "queued",
                                      "time": 6.0, "cluster": None, "node": None, "reason": ""}])
     assert [row[0] for row in event_rows(store)] == [1, 2, 3, 4, 7]
     assert store.migrate(schema.MIGRATIONS[:6]) == []
@@ -183,7 +184,7 @@ def test_the_v6_migration_of_an_empty_log_starts_at_one(tmp_path):
     store = Store(f"sqlite:///{path}")
     assert store.schema_version() == schema.LATEST and event_rows(store) == []
     with store.write() as conn:
-        store._insert_events(conn, [{"queue": "A", "job_set": "s", "job_id": "j1", "kind": "queued",
+        insert_events(conn, [{"queue": "A", "job_set": "s", "job_id": "j1", "kind": "queued",
                                      "time": 1.0, "cluster": None, "node": None, "reason": ""}])
     assert [row[0] for row in event_rows(store)] == [1]
     store.close()
@@ -192,7 +193,7 @@ def test_the_v6_migration_of_an_empty_log_starts_at_one(tmp_path):
 def test_events_are_written_only_inside_the_serialised_write_transaction(tmp_path):
     store = Store(f"sqlite:///{tmp_path}/w.db")
     with store.read() as conn, pytest.raises(RuntimeError) as exc:
-        store._insert_events(conn, [{"queue": "A", "job_set": "s", "job_id": "j1", "kind": "queued",
+        insert_events(conn, [{"queue": "A", "job_set": "s", "job_id": "j1", "kind": "queued",
                                      "time": 1.0, "cluster": None, "node": None, "reason": ""}])
     assert str(exc.value) == "events are written only inside Store.write(), which serialises writers"
     assert store.last_event_id() == 0
@@ -223,7 +224,7 @@ def test_postgres_a_writer_behind_an_open_transaction_waits_so_the_reader_skips_
 
     def slow_writer():   # an open transaction that has inserted its events and not committed yet
         with store.write() as conn:
-            store._insert_events(conn, [{"queue": "A", "job_set": "s", "job_id": "slow", "kind": "cancelling",
+            insert_events(conn, [{"queue": "A", "job_set": "s", "job_id": "slow", "kind": "cancelling",
                                          "time": 1.0, "cluster": None, "node": None, "reason": ""}])
             holding.set()
             release.wait()

@@ -276,3 +276,18 @@ def test_the_101st_watch_stream_of_a_user_is_refused_with_the_cap(tmp_path):
         for sock in socks:
             sock.close()
         srv.kill()
+
+
+def test_a_static_token_is_judged_on_the_event_loop_unless_the_table_is_large():
+    from flotilla.service.auth import QUICK_TABLE, Unauthenticated
+    from flotilla.service.settings import TokenSpec
+
+    small = Authenticator([TokenSpec("alice", ("ml",), token="alice-token")])
+    assert small.verify_quickly("Bearer alice-token") == Identity("alice", frozenset({"ml"}))
+    with pytest.raises(Unauthenticated, match="^unknown bearer token$"):
+        small.verify_quickly("Bearer nobody")
+    with pytest.raises(Unauthenticated, match="^missing bearer token$"):
+        small.verify_quickly(None)
+    large = Authenticator([TokenSpec(f"u{i}", token=f"t{i}") for i in range(QUICK_TABLE + 1)])
+    assert large.verify_quickly("Bearer t0") is None   # compared whole, in a thread
+    assert large.verify("Bearer t0") == Identity("u0", frozenset())

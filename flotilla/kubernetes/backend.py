@@ -239,8 +239,8 @@ class KubernetesCluster:
         self._stop = threading.Event()
         self._nodes: dict[str, Node] = {}
         self._pods: dict[tuple[str, str], _Pod] = {}
-        #: The keys of ``_pods`` bound to each node: a node's questions (its load, a pod leaving it) read its
-        #: own pods, not every pod of the cluster.
+        #: The keys of ``_pods`` bound to each node that have not ended: a node's questions (its load, a pod
+        #: leaving it) read its own live pods, not every pod of the cluster nor those kept for their logs.
         self._pods_on: dict[str, set[tuple[str, str]]] = {}
         #: Our pods (made or bound by Flotilla) that have not ended, the ones a snapshot looks at one by one.
         self._own: dict[tuple[str, str], _Pod] = {}
@@ -628,7 +628,7 @@ class KubernetesCluster:
         if old is not None:
             self._unindex(key, old)
         self._pods[key] = pod
-        if pod.node is not None:
+        if pod.node is not None and pod.phase not in _ENDED:   # (an ended pod, kept for its log, holds nothing)
             self._pods_on.setdefault(pod.node, set()).add(key)
         if pod.job is not None:
             if pod.phase in _ENDED:
@@ -656,8 +656,8 @@ class KubernetesCluster:
 
     def _unindex(self, key: tuple[str, str], old: _Pod) -> None:
         """Take ``old``'s part out of the per-node indexes (``_own`` is the caller's to change)."""
-        if old.node is not None:
-            on = self._pods_on[old.node]
+        on = self._pods_on.get(old.node) if old.node is not None else None
+        if on is not None:
             on.discard(key)
             if not on:
                 del self._pods_on[old.node]

@@ -4,7 +4,8 @@ Modules:
 
 * :mod:`~flotilla.service.settings` - what the service reads from the config, as plain values;
 * :mod:`~flotilla.service.schema` / :mod:`~flotilla.service.store` - SQLAlchemy Core tables,
-  versioned migrations, and every transaction the service runs;
+  versioned migrations, and every transaction the service runs (a package, one module per thing it keeps);
+* :mod:`~flotilla.service.leases` - the lease rules: what clusters' reports do to the jobs they hold;
 * :mod:`~flotilla.service.jobspec` - the job file (Armada's jobspec) and validation at submission;
 * :mod:`~flotilla.service.auth` - bearer tokens and per-queue permissions;
 * :mod:`~flotilla.service.api` - the FastAPI application;

@@ -19,7 +19,8 @@ names the job by index and clientId, the field, and the rule.
 from __future__ import annotations
 
 import re
-from typing import Annotated, Any, Sequence
+from dataclasses import dataclass
+from typing import Annotated, Any, Callable, Sequence
 
 from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, TypeAdapter, ValidationError, model_validator
 
@@ -224,172 +225,272 @@ def _fmt_seconds(value: float) -> str:
 
 
 def validate_jobs(file: JobFile, settings: ServiceSettings) -> list[NewJob]:
-    """The rule stage: every job of the file checked, all problems reported together."""
+    """The rule stage: every job of the file checked, all problems reported together.
+
+    One validator per part of a job (:func:`validate_job`), then the gangs across the file
+    (:func:`check_gangs`); problems are reported by job index, each job's in the order its parts are checked.
+    """
     problems: list[Rejection] = job_file_problems(file)
     out: list[NewJob] = []
-    known_pcs = settings.priority_class_names
     for index, job in enumerate(file.jobs):
-        cid = job.clientId
-        before = len(problems)
+        new = validate_job(index, job, settings, problems)
+        if new is not None:
+            out.append(new)
+    check_gangs(out, problems)
+    if problems:
+        problems.sort(key=lambda r: (r.index if r.index is not None else -1))
+        raise SubmissionRejected(problems)
+    return out
 
-        def reject(field: str, message: str) -> None:
-            problems.append(Rejection(index, cid, field, message))
 
-        if job.podSpec is not None and job.podSpecs is not None:
-            reject("podSpec", "give either podSpec or podSpecs, not both")
-            continue
-        if job.podSpec is None and not job.podSpecs:
-            reject("podSpec", "a job needs a podSpec (or podSpecs: a list of pod specs)")
-            continue
-        specs = [("podSpec", job.podSpec)] if job.podSpec is not None else \
-            [(f"podSpecs[{k}]", spec) for k, spec in enumerate(job.podSpecs)]
+#: ``reject(field, message)``: one problem of the job being checked, its field relative to the job.
+Reject = Callable[[str, str], None]
 
-        pcs = {spec.priority_class_name for _, spec in specs if spec.priority_class_name}
-        priority_class = settings.default_priority_class
-        if len(pcs) > 1:
-            reject(f"{specs[0][0]}.priorityClassName",
-                   f"the pods of one job must share a priority class, got {', '.join(sorted(pcs))}")
-        elif pcs:
-            priority_class = pcs.pop()
-            if priority_class not in known_pcs:
-                reject(f"{next(p for p, s in specs if s.priority_class_name)}.priorityClassName",
-                       f"priority class {priority_class!r} does not exist (known: {', '.join(sorted(known_pcs))})")
 
-        pods: list[Pod] = []
-        grace = 0.0
-        deadlines: list[float | None] = []
-        stored_specs = []
-        for path, spec in specs:
-            containers: list[dict[str, int]] = []
-            init: list[tuple[dict[str, int], bool]] = []
-            for group, items in (("containers", spec.containers), ("initContainers", spec.init_containers)):
-                for c, container in enumerate(items or ()):
-                    effective = _equal_requests(container.resources, f"{path}.{group}[{c}].resources", reject)
-                    if group == "containers":
-                        containers.append(effective)
-                    else:
-                        init.append((effective, container.restart_policy == "Always"))
-            pod_level = None
-            if spec.resources is not None:
-                pod_level = _equal_requests(spec.resources, f"{path}.resources", reject)
-                for name in pod_level:
-                    if not is_pod_level_resource(name):
-                        reject(f"{path}.resources.requests.{name}",
-                               f"a pod-level request may name only {', '.join(POD_LEVEL_RESOURCES)} or "
-                               f"hugepages-*, got {name!r}")
-            overhead = _parse_map(spec.overhead or {}, f"{path}.overhead", reject) or {}
-            requests = effective_requests(containers, init, overhead, pod_level)
-            for field_name, message in refused_placement_fields(spec):
-                reject(f"{path}.{field_name}", message)
+@dataclass(slots=True)
+class _PodParts:
+    """What one pod spec of a job gives: the pod to place, its stored spec, its grace period and deadline."""
 
-            tgps = spec.termination_grace_period_seconds
-            if tgps is None:
-                pod_grace = max(1.0, settings.grace_default)
-            elif tgps < 0:
-                reject(f"{path}.terminationGracePeriodSeconds", f"must not be negative, got {tgps:g}")
-                pod_grace = 1.0
-            elif tgps == 0:
-                pod_grace = 1.0
-            elif tgps < 1:
-                reject(f"{path}.terminationGracePeriodSeconds",
-                       f"{tgps:g}s is between 0 and 1s: use 0 (meaning 1s) or at least 1s")
-                pod_grace = 1.0
-            elif tgps > settings.grace_max:
-                reject(f"{path}.terminationGracePeriodSeconds",
-                       f"{tgps:g}s is above the maximum grace period (gracePeriod.max = "
-                       f"{_fmt_seconds(settings.grace_max)})")
-                pod_grace = tgps
+    pod: Pod
+    stored: dict
+    grace: float
+    deadline: float | None
+
+
+def validate_job(index: int, job: JobItem, settings: ServiceSettings, problems: list[Rejection]) -> NewJob | None:
+    """One job, its parts checked in order (each validator appends its problems); None when any part failed."""
+    cid = job.clientId
+    before = len(problems)
+
+    def reject(field: str, message: str) -> None:
+        problems.append(Rejection(index, cid, field, message))
+
+    specs = pod_spec_form(job, reject)
+    if specs is None:
+        return None
+    priority_class = priority_class_of(specs, settings, reject)
+    parts = [pod_parts(path, spec, job, settings, reject) for path, spec in specs]
+    pods = [part.pod for part in parts]
+    stored_specs = [part.stored for part in parts]
+    check_exposed_ports(job, stored_specs, reject)
+    grace = max([0.0, *(part.grace for part in parts)])
+    deadline = job_deadline(pods, [part.deadline for part in parts], stored_specs, grace, settings)
+    gang_id, cardinality = check_gang_annotations(job, len(pods), reject)
+    check_simulation_annotations(job, reject)
+    if len(problems) > before:
+        return None
+    rules = list(rule_dicts(job.retryPolicy))
+    return NewJob(index=index, client_id=cid, priority=job.priority, priority_class=priority_class,
+                  pods=pods, grace_period=grace, deadline=float(deadline),
+                  annotations={**job.annotations, **({NAMESPACE_ANNOTATION: job.namespace} if job.namespace else {})},
+                  spec=stored_job_spec(job, stored_specs, rules),
+                  gang_id=gang_id or None, gang_cardinality=cardinality, retry_policy=rules)
+
+
+def pod_spec_form(job: JobItem, reject: Reject) -> list[tuple[str, PodSpec]] | None:
+    """Exactly one of ``podSpec`` and ``podSpecs``: the pod specs with their paths, else None (refused)."""
+    if job.podSpec is not None and job.podSpecs is not None:
+        reject("podSpec", "give either podSpec or podSpecs, not both")
+        return None
+    if job.podSpec is None and not job.podSpecs:
+        reject("podSpec", "a job needs a podSpec (or podSpecs: a list of pod specs)")
+        return None
+    return [("podSpec", job.podSpec)] if job.podSpec is not None else \
+        [(f"podSpecs[{k}]", spec) for k, spec in enumerate(job.podSpecs)]
+
+
+def priority_class_of(specs: list[tuple[str, PodSpec]], settings: ServiceSettings, reject: Reject) -> str:
+    """The job's priority class: one the service knows, shared by all its pods (none given: the default)."""
+    known_pcs = settings.priority_class_names
+    pcs = {spec.priority_class_name for _, spec in specs if spec.priority_class_name}
+    priority_class = settings.default_priority_class
+    if len(pcs) > 1:
+        reject(f"{specs[0][0]}.priorityClassName",
+               f"the pods of one job must share a priority class, got {', '.join(sorted(pcs))}")
+    elif pcs:
+        priority_class = pcs.pop()
+        if priority_class not in known_pcs:
+            reject(f"{next(p for p, s in specs if s.priority_class_name)}.priorityClassName",
+                   f"priority class {priority_class!r} does not exist (known: {', '.join(sorted(known_pcs))})")
+    return priority_class
+
+
+def pod_parts(path: str, spec: PodSpec, job: JobItem, settings: ServiceSettings, reject: Reject) -> _PodParts:
+    """One pod spec (at ``path``): its requests, fields placement refuses, grace period, deadline, node selector,
+    affinity and spread rules, claims."""
+    requests = pod_requests(path, spec, reject)
+    for field_name, message in refused_placement_fields(spec):
+        reject(f"{path}.{field_name}", message)
+    grace = grace_period(path, spec, settings, reject)
+    deadline = active_deadline(path, spec, reject)
+    tolerations = [t.model_dump(by_alias=True, exclude_none=True) for t in spec.tolerations or ()]
+    selector = node_selector(path, spec, reject)
+    stored = stored_pod_spec(spec)
+    node_affinity = check_affinity(path, stored, job, reject)
+    claims = pod_claims(path, stored, job, settings, reject)
+    pod = Pod({k: v for k, v in requests.items() if v}, selector, tolerations, host_ports(spec),
+              node_affinity or None, dict(job.labels), pod_rules_spec(stored), claims)
+    return _PodParts(pod, stored, grace, deadline)
+
+
+def pod_requests(path: str, spec: PodSpec, reject: Reject) -> dict[str, int]:
+    """The pod's effective requests (kube-scheduler's rule: containers, init containers, overhead, pod level),
+    every container's requests equal to its limits."""
+    containers: list[dict[str, int]] = []
+    init: list[tuple[dict[str, int], bool]] = []
+    for group, items in (("containers", spec.containers), ("initContainers", spec.init_containers)):
+        for c, container in enumerate(items or ()):
+            effective = _equal_requests(container.resources, f"{path}.{group}[{c}].resources", reject)
+            if group == "containers":
+                containers.append(effective)
             else:
-                pod_grace = float(tgps)
-            grace = max(grace, pod_grace)
+                init.append((effective, container.restart_policy == "Always"))
+    pod_level = None
+    if spec.resources is not None:
+        pod_level = _equal_requests(spec.resources, f"{path}.resources", reject)
+        for name in pod_level:
+            if not is_pod_level_resource(name):
+                reject(f"{path}.resources.requests.{name}",
+                       f"a pod-level request may name only {', '.join(POD_LEVEL_RESOURCES)} or "
+                       f"hugepages-*, got {name!r}")
+    overhead = _parse_map(spec.overhead or {}, f"{path}.overhead", reject) or {}
+    return effective_requests(containers, init, overhead, pod_level)
 
-            ads = spec.active_deadline_seconds
-            if ads is not None and ads <= 0:
-                reject(f"{path}.activeDeadlineSeconds", f"must be positive, got {ads:g}")
-            deadlines.append(ads)
 
-            tolerations = [t.model_dump(by_alias=True, exclude_none=True) for t in spec.tolerations or ()]
-            selector = dict(spec.node_selector or {})
-            if spec.os is not None:
-                # The kubelet refuses a pod for another operating system: placed as a selector on the OS label.
-                if selector.get(OS_LABEL, spec.os.name) != spec.os.name:
-                    reject(f"{path}.os.name", f"os {spec.os.name!r} contradicts nodeSelector {OS_LABEL}="
-                                              f"{selector[OS_LABEL]}")
-                selector[OS_LABEL] = spec.os.name
-            stored = stored_pod_spec(spec)
-            node_affinity = (stored.get("affinity") or {}).get("nodeAffinity")
-            try:
-                parse_node_affinity(node_affinity)
-            except AffinityError as exc:
-                reject(f"{path}.affinity.nodeAffinity" + (f".{exc.path}" if exc.path else ""), exc.message)
-            try:
-                parse_pod_rules(stored.get("affinity"), stored.get("topologySpreadConstraints"),
-                                job.namespace or "default", job.labels)
-            except AffinityError as exc:
-                reject(f"{path}.{exc.path}", exc.message)
-            claims = list(spec_claims(stored, job.namespace))
-            if claims and settings.clusters and all(c.kind != "kubernetes" for c in settings.clusters):
-                for v, volume in enumerate(stored.get("volumes") or ()):
-                    if (volume.get("persistentVolumeClaim") or {}).get("claimName"):
-                        reject(f"{path}.volumes[{v}].persistentVolumeClaim",
-                               "the service's clusters are all simulated, and simulated clusters have no volumes: "
-                               "a job naming a claim could never run")
-            pods.append(Pod({k: v for k, v in requests.items() if v}, selector, tolerations, host_ports(spec),
-                            node_affinity or None, dict(job.labels), pod_rules_spec(stored), claims))
+def grace_period(path: str, spec: PodSpec, settings: ServiceSettings, reject: Reject) -> float:
+    """``terminationGracePeriodSeconds``: 0 means 1 s, none the service's default; not negative, not between 0 and
+    1 s, not above ``gracePeriod.max``."""
+    tgps = spec.termination_grace_period_seconds
+    if tgps is None:
+        return max(1.0, settings.grace_default)
+    if tgps < 0:
+        reject(f"{path}.terminationGracePeriodSeconds", f"must not be negative, got {tgps:g}")
+        return 1.0
+    if tgps == 0:
+        return 1.0
+    if tgps < 1:
+        reject(f"{path}.terminationGracePeriodSeconds",
+               f"{tgps:g}s is between 0 and 1s: use 0 (meaning 1s) or at least 1s")
+        return 1.0
+    if tgps > settings.grace_max:
+        reject(f"{path}.terminationGracePeriodSeconds",
+               f"{tgps:g}s is above the maximum grace period (gracePeriod.max = "
+               f"{_fmt_seconds(settings.grace_max)})")
+        return tgps
+    return float(tgps)
 
-            stored_specs.append(stored)
 
-        exposed = exposed_ports(stored_specs[0]) if stored_specs else set()
-        for field, entries in (("services", job.services), ("ingress", job.ingress)):
-            for e, entry in enumerate(entries):
-                for p, port in enumerate(entry.ports):
-                    if port not in exposed:
-                        reject(f"{field}[{e}].ports[{p}]",
-                               f"port {port} is not a containerPort of the job's first pod (exposed: "
-                               f"{', '.join(map(str, sorted(exposed))) or 'none'})")
+def active_deadline(path: str, spec: PodSpec, reject: Reject) -> float | None:
+    """``activeDeadlineSeconds`` as given (None: the service's default applies), positive."""
+    ads = spec.active_deadline_seconds
+    if ads is not None and ads <= 0:
+        reject(f"{path}.activeDeadlineSeconds", f"must be positive, got {ads:g}")
+    return ads
 
-        gpu = any(_is_gpu(name) and amount > 0 for pod in pods for name, amount in pod.requests.items())
-        default_deadline = settings.deadline_gpu if gpu else settings.deadline_cpu
-        deadline = max((d if d is not None else default_deadline) for d in deadlines) if deadlines else default_deadline
-        for stored, given in zip(stored_specs, deadlines):
-            stored["terminationGracePeriodSeconds"] = grace
-            stored["activeDeadlineSeconds"] = given if given is not None else default_deadline
 
-        gang = read_gang_annotations(job.annotations, size=len(pods) if len(pods) >= 2 else 0,
-                                     grouped_by="a gang or a job of several pods")
-        for key, why in gang.problems:
-            reject(f"annotations.{key}", why)
-        gang_id, cardinality = job.annotations.get(GANG_ID_ANNOTATION), gang.cardinality
+def node_selector(path: str, spec: PodSpec, reject: Reject) -> dict[str, str]:
+    """``nodeSelector``, with ``os.name`` as a selector on the OS label (the kubelet refuses a pod for another
+    operating system); the two must agree."""
+    selector = dict(spec.node_selector or {})
+    if spec.os is not None:
+        if selector.get(OS_LABEL, spec.os.name) != spec.os.name:
+            reject(f"{path}.os.name", f"os {spec.os.name!r} contradicts nodeSelector {OS_LABEL}="
+                                      f"{selector[OS_LABEL]}")
+        selector[OS_LABEL] = spec.os.name
+    return selector
 
-        duration_text = job.annotations.get(SIMULATED_DURATION_ANNOTATION)
-        if duration_text is not None and duration_of_annotations(job.annotations) is None:
-            reject(f"annotations.{SIMULATED_DURATION_ANNOTATION}",
-                   f"expected a duration such as 30s, 5m, 2h, 3d or seconds (ASCII digits, at most "
-                   f"{int(MAX_DURATION)} seconds), got {shown_text(duration_text[:80])!r}")
 
-        exit_text = job.annotations.get(SIMULATED_EXIT_CODE_ANNOTATION)
-        if exit_text is not None and exit_code_of_annotations(job.annotations) is None:
-            reject(f"annotations.{SIMULATED_EXIT_CODE_ANNOTATION}",
-                   f"expected an exit code 1-255 in ASCII digits (a run that succeeds has none), got "
-                   f"{shown_text(exit_text[:80])!r}")
+def check_affinity(path: str, stored: dict, job: JobItem, reject: Reject) -> dict | None:
+    """Node affinity, pod (anti-)affinity and spread constraints as placement reads them; the node affinity."""
+    node_affinity = (stored.get("affinity") or {}).get("nodeAffinity")
+    try:
+        parse_node_affinity(node_affinity)
+    except AffinityError as exc:
+        reject(f"{path}.affinity.nodeAffinity" + (f".{exc.path}" if exc.path else ""), exc.message)
+    try:
+        parse_pod_rules(stored.get("affinity"), stored.get("topologySpreadConstraints"),
+                        job.namespace or "default", job.labels)
+    except AffinityError as exc:
+        reject(f"{path}.{exc.path}", exc.message)
+    return node_affinity
 
-        if len(problems) > before:
-            continue
-        spec_out = job.model_dump(mode="json", exclude_none=True)
-        spec_out.pop("podSpec", None)
-        spec_out.pop("podSpecs", None)
-        spec_out["podSpec" if job.podSpec is not None else "podSpecs"] = \
-            stored_specs[0] if job.podSpec is not None else stored_specs
-        rules = list(rule_dicts(job.retryPolicy))
-        if rules:
-            spec_out["retryPolicy"] = rules
-        out.append(NewJob(index=index, client_id=cid, priority=job.priority, priority_class=priority_class,
-                          pods=pods, grace_period=grace, deadline=float(deadline),
-                          annotations={**job.annotations, **({NAMESPACE_ANNOTATION: job.namespace} if job.namespace else {})},
-                          spec=spec_out,
-                          gang_id=gang_id or None, gang_cardinality=cardinality, retry_policy=rules))
 
-    # Gangs: every member in this submission, with one cardinality.
+def pod_claims(path: str, stored: dict, job: JobItem, settings: ServiceSettings, reject: Reject) -> list[str]:
+    """The PersistentVolumeClaims the pod mounts; refused when every cluster is simulated (none has volumes)."""
+    claims = list(spec_claims(stored, job.namespace))
+    if claims and settings.clusters and all(c.kind != "kubernetes" for c in settings.clusters):
+        for v, volume in enumerate(stored.get("volumes") or ()):
+            if (volume.get("persistentVolumeClaim") or {}).get("claimName"):
+                reject(f"{path}.volumes[{v}].persistentVolumeClaim",
+                       "the service's clusters are all simulated, and simulated clusters have no volumes: "
+                       "a job naming a claim could never run")
+    return claims
+
+
+def check_exposed_ports(job: JobItem, stored_specs: list[dict], reject: Reject) -> None:
+    """A service's or ingress's ports are containerPorts of the job's first pod."""
+    exposed = exposed_ports(stored_specs[0]) if stored_specs else set()
+    for field, entries in (("services", job.services), ("ingress", job.ingress)):
+        for e, entry in enumerate(entries):
+            for p, port in enumerate(entry.ports):
+                if port not in exposed:
+                    reject(f"{field}[{e}].ports[{p}]",
+                           f"port {port} is not a containerPort of the job's first pod (exposed: "
+                           f"{', '.join(map(str, sorted(exposed))) or 'none'})")
+
+
+def job_deadline(pods: list[Pod], deadlines: list[float | None], stored_specs: list[dict], grace: float,
+                 settings: ServiceSettings) -> float:
+    """The job's active deadline (its pods' longest; a pod without one: the service's default for GPU or CPU
+    jobs). Each stored pod spec gets the job's grace period and its own deadline."""
+    gpu = any(_is_gpu(name) and amount > 0 for pod in pods for name, amount in pod.requests.items())
+    default_deadline = settings.deadline_gpu if gpu else settings.deadline_cpu
+    deadline = max((d if d is not None else default_deadline) for d in deadlines) if deadlines else default_deadline
+    for stored, given in zip(stored_specs, deadlines):
+        stored["terminationGracePeriodSeconds"] = grace
+        stored["activeDeadlineSeconds"] = given if given is not None else default_deadline
+    return deadline
+
+
+def check_gang_annotations(job: JobItem, npods: int, reject: Reject) -> tuple[str | None, int | None]:
+    """``(gang id as given, cardinality)``: the gang annotations as every reader of jobs reads them
+    (:func:`flotilla.core.gangannotations.read_gang_annotations`), a job of several pods grouped as a gang is."""
+    gang = read_gang_annotations(job.annotations, size=npods if npods >= 2 else 0,
+                                 grouped_by="a gang or a job of several pods")
+    for key, why in gang.problems:
+        reject(f"annotations.{key}", why)
+    return job.annotations.get(GANG_ID_ANNOTATION), gang.cardinality
+
+
+def check_simulation_annotations(job: JobItem, reject: Reject) -> None:
+    """A simulated run's duration and exit code, when given, parse."""
+    duration_text = job.annotations.get(SIMULATED_DURATION_ANNOTATION)
+    if duration_text is not None and duration_of_annotations(job.annotations) is None:
+        reject(f"annotations.{SIMULATED_DURATION_ANNOTATION}",
+               f"expected a duration such as 30s, 5m, 2h, 3d or seconds (ASCII digits, at most "
+               f"{int(MAX_DURATION)} seconds), got {shown_text(duration_text[:80])!r}")
+    exit_text = job.annotations.get(SIMULATED_EXIT_CODE_ANNOTATION)
+    if exit_text is not None and exit_code_of_annotations(job.annotations) is None:
+        reject(f"annotations.{SIMULATED_EXIT_CODE_ANNOTATION}",
+               f"expected an exit code 1-255 in ASCII digits (a run that succeeds has none), got "
+               f"{shown_text(exit_text[:80])!r}")
+
+
+def stored_job_spec(job: JobItem, stored_specs: list[dict], rules: list[dict]) -> dict:
+    """The job as stored: its fields as given, its pod specs as placement and the clusters read them."""
+    spec_out = job.model_dump(mode="json", exclude_none=True)
+    spec_out.pop("podSpec", None)
+    spec_out.pop("podSpecs", None)
+    spec_out["podSpec" if job.podSpec is not None else "podSpecs"] = \
+        stored_specs[0] if job.podSpec is not None else stored_specs
+    if rules:
+        spec_out["retryPolicy"] = rules
+    return spec_out
+
+
+def check_gangs(out: list[NewJob], problems: list[Rejection]) -> None:
+    """Gangs across the file: every member in this submission, one cardinality, one uniformity label; each
+    member learns the gang's pod count."""
     gangs: dict[str, list[NewJob]] = {}
     for new in out:
         if new.gang_id is not None:
@@ -420,10 +521,6 @@ def validate_jobs(file: JobFile, settings: ServiceSettings) -> list[NewJob]:
         total_pods = sum(len(m.pods) for m in members)
         for m in members:
             m.gang_pods = total_pods
-    if problems:
-        problems.sort(key=lambda r: (r.index if r.index is not None else -1))
-        raise SubmissionRejected(problems)
-    return out
 
 
 def _equal_requests(resources, path: str, reject) -> dict[str, int]:

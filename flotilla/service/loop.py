@@ -4,7 +4,7 @@ Each cycle:
 
 1. ask every cluster backend for a snapshot and its events (a cluster that
    does not answer is left out: its leases are not renewed);
-2. one transaction (:meth:`Store.ingest`): apply the clusters' events, renew
+2. one transaction (:func:`flotilla.service.leases.ingest`): apply the clusters' events, renew
    leases of what they run, expire stale leases (``lease-expired``, back to
    the queue or failed after ``lease.maxRetries``), mark jobs past their
    active deadline;
@@ -45,7 +45,7 @@ from flotilla.kubernetes.public import cluster_classes
 from flotilla.plugin_manager import make_backends
 from flotilla.service.intake import ClusterIntake
 from flotilla.service.jobspec import duration_of_annotations, exit_code_of_annotations
-from flotilla.service.leases import ClusterReport, job_of
+from flotilla.service.leases import ClusterReport, ingest, job_of
 from flotilla.service.pending import head_size
 from flotilla.service.placement import queue_parents
 from flotilla.service.settings import ServiceSettings
@@ -253,8 +253,8 @@ class ServiceLoop:
         t1 = time.perf_counter()
         c1 = time.thread_time()
 
-        result = self.store.ingest(reports, now, self.settings.lease_timeout, self.settings.lease_max_retries,
-                                   copy=self.active)
+        result = ingest(self.store, reports, now, self.settings.lease_timeout, self.settings.lease_max_retries,
+                        copy=self.active)
         report.counts = dict(result.counts)
         report.returned = dict(result.returned)
         t2 = time.perf_counter()

@@ -1,9 +1,9 @@
 """Fair shares of the service's long-lived answers: watch streams and followed logs, counted per user.
 
-Why: a stream holds a connection, a task that wakes to look for news and,
-for a followed log, a worker thread blocked on the cluster's answer. Shared
-slots let one user's idle streams refuse everyone else; slots per user keep
-each user's streams from costing the others more than their own share.
+Why: a stream holds a connection and, for a followed log, a worker thread
+blocked on the cluster's answer. Shared slots let one user's idle streams
+refuse everyone else; slots per user keep each user's streams from costing
+the others more than their own share.
 
 * ``server.streams.watchPerUser`` (default 100): open job-set event streams
   per user;
@@ -22,7 +22,9 @@ auth reload, at an OIDC token's expiry, and every :data:`REVERIFY_SECONDS`),
 reads the store's new events once for all job sets watched, and ends a
 stream within :data:`TICK` seconds (plus one trip to a worker thread) of its
 token no longer authenticating: revoked by a reload, or an OIDC token past
-its expiry.
+its expiry. The streams' own work in threads (opening, reading a job set's
+past, a followed log's blocked reads) runs in lanes of threads of their own,
+so a burst of streams never holds the pool that other requests wait for.
 """
 
 from __future__ import annotations

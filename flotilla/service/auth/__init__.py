@@ -29,6 +29,8 @@ log = structlog.get_logger("flotilla.service.auth")
 
 #: The longest bearer token read; a provider's token with many groups stays well under it.
 MAX_TOKEN_LENGTH = 16 * 1024
+#: Static tokens compared on the event loop (each a SHA-256 comparison); a larger table is compared in a thread.
+QUICK_TABLE = 256
 
 
 @dataclass(frozen=True, slots=True)
@@ -108,13 +110,16 @@ class Authenticator:
         raise Unauthenticated("unknown bearer token")
 
     def verify_quickly(self, authorization: str | None) -> Identity | None:
-        """:meth:`verify` where it needs no key fetch (a static token, a malformed header), on the event loop;
-        None for a token that only an OIDC verification in a thread can judge."""
+        """:meth:`verify` where it is quick (a static token of a table of at most :data:`QUICK_TABLE`, a
+        malformed header), on the event loop; None for a token to judge in a thread (an OIDC token, whose keys
+        may be fetched, or a large table, compared whole in constant time)."""
         if not authorization:
             raise Unauthenticated("missing bearer token")
         scheme, _, token = authorization.partition(" ")
         token = token.strip()
         rules = self._rules
+        if len(rules.static) > QUICK_TABLE:
+            return None
         if scheme.lower() == "bearer" and token and len(token) <= MAX_TOKEN_LENGTH:
             found = rules.static.lookup(token)
             if found is not None:
