@@ -33,8 +33,8 @@ from __future__ import annotations
 from flotilla.core.backend import (FAILURE_CAUSES, ClusterBackend, ClusterDecisions, ClusterUnavailable, JobEvent,
                                    PodTemplate)
 from flotilla.core.capabilities import (Availability, Capabilities, Closable, ClusterPriorityClasses,
-                                        DeadlineEnforcement, DefaultNamespace, JobLogs, NodeDrain, PodIntake,
-                                        PodTemplates, Switchable, Syncing, capabilities_of)
+                                        DeadlineEnforcement, DefaultNamespace, JobLogs, KeptLogs, NodeDrain,
+                                        PodIntake, PodTemplates, Switchable, Syncing, capabilities_of)
 from flotilla.core.decisions import Placement
 from flotilla.core.model import HOSTNAME_LABEL, ClusterSnapshot, Job, JobState, Node, Taint
 from flotilla.core.quantities import QuantityError, parse_duration, parse_quantity
@@ -54,7 +54,7 @@ def job_of(pod_id: str) -> str:
 __all__ = [
     "Availability", "Capabilities", "Closable", "ClusterBackend", "ClusterDecisions", "ClusterPriorityClasses",
     "ClusterSnapshot", "ClusterUnavailable", "DeadlineEnforcement", "DefaultNamespace", "FAILURE_CAUSES",
-    "HOSTNAME_LABEL", "Job", "JobEvent", "JobLogs", "JobState", "Node", "NodeDrain", "Placement", "PodIntake",
-    "PodTemplate", "PodTemplates", "QuantityError", "Switchable", "Syncing", "Taint", "capabilities_of", "job_of",
-    "parse_duration", "parse_quantity", "pod_number",
+    "HOSTNAME_LABEL", "Job", "JobEvent", "JobLogs", "JobState", "KeptLogs", "Node", "NodeDrain", "Placement",
+    "PodIntake", "PodTemplate", "PodTemplates", "QuantityError", "Switchable", "Syncing", "Taint", "capabilities_of",
+    "job_of", "parse_duration", "parse_quantity", "pod_number",
 ]

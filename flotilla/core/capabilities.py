@@ -228,5 +228,5 @@ class Backends(dict):
 
 
 __all__ = ["Availability", "Backends", "Capabilities", "Closable", "ClusterPriorityClasses", "DeadlineEnforcement",
-           "DefaultNamespace", "JobLogs", "KeptLogs", "KubernetesApi", "NodeDrain", "PodIntake", "PodTemplates", "Switchable",
-           "Syncing", "capabilities_of"]
+           "DefaultNamespace", "JobLogs", "KeptLogs", "KubernetesApi", "NodeDrain", "PodIntake", "PodTemplates",
+           "Switchable", "Syncing", "capabilities_of"]

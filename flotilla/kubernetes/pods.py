@@ -567,7 +567,8 @@ def node_from_object(obj: Mapping[str, Any], cluster: str) -> Node:
     )
 
 
-__all__ = ["ATTEMPT", "FAKE_NODE", "JOB_ID", "KWOK_COMPLETE_DELAY", "PodSettings", "QUEUE", "failure_details", "is_ours", "pod_finished_at",
+__all__ = ["ATTEMPT", "FAKE_NODE", "JOB_ID", "KWOK_COMPLETE_DELAY", "PodSettings", "QUEUE", "failure_details", "is_ours",
+           "pod_finished_at",
            "is_terminal",
            "container_outcomes", "failure_reason", "job_from_pod", "label_value", "owned_fields", "POD_NUMBER",
            "waiting_reason", "node_from_object", "node_ready", "pod_manifest", "pod_name",
