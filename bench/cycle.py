@@ -5,7 +5,7 @@ A benchmark, not a test: it prints figures and asserts nothing about time.
     python bench/cycle.py [--nodes 10000] [--queues 100] [--jobs 1000000] [--profile] [--second-cycle]
     python bench/cycle.py --uniform --nodes 100 --node-cpu 32 --node-memory 256 --queues 10 \\
         --jobs-per-queue 32000 --job-cpu 1 --job-memory 4 [--running 0.5]
-    python bench/cycle.py --armada-shapes [--repeat 3] [--clock cpu] [--node-pods 110]
+    python bench/cycle.py --armada-shapes [--repeat 3] [--clock cpu] [--node-pods 110] [--shapes 1x1,100x10]
     python bench/cycle.py --idle-cycle
     python bench/cycle.py --tree 10 [--repeat 2]
 
@@ -187,9 +187,12 @@ def compare_tree(scheduler: Scheduler, snapshot: Snapshot, parents: int, repeat:
           f"tree/flat {best['tree'] / best['flat']:.3f}")
 
 
-def armada_shapes(repeat: int, node_pods: int = 0) -> None:
+def armada_shapes(repeat: int, node_pods: int = 0, only: str | None = None) -> None:
     shapes = [Shape(1, 1, 320), Shape(1, 10, 320), Shape(10, 1, 3200), Shape(10, 10, 3200),
               Shape(100, 1, 32000), Shape(100, 10, 32000), Shape(1000, 1, 320000)]
+    if only:
+        wanted = set(only.split(","))
+        shapes = [shape for shape in shapes if f"{shape.nodes}x{shape.queues}" in wanted]
     shapes = [replace(shape, node_pods=node_pods) for shape in shapes]
     print("32-core/256Gi nodes" + (f" of {node_pods} pods" if node_pods else ""),
           "1-core/4Gi preemptible jobs, equal-weight queues; best of", repeat,
@@ -239,6 +242,7 @@ def main() -> None:
                         help="fraction of the cluster already running when the cycle starts (--uniform)")
     parser.add_argument("--armada-shapes", action="store_true", help="run the preset comparison shapes")
     parser.add_argument("--repeat", type=int, default=3, help="runs per --armada-shapes case (best kept)")
+    parser.add_argument("--shapes", help="--armada-shapes: only these, as NODESxQUEUES,... (1x1,100x10)")
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--clock", choices=sorted(CLOCK), default="wall",
                         help="time cycles by wall time or by this process's CPU time")
@@ -255,7 +259,7 @@ def main() -> None:
     global clock
     clock = CLOCK[args.clock]
     if args.armada_shapes:
-        armada_shapes(args.repeat, args.node_pods)
+        armada_shapes(args.repeat, args.node_pods, args.shapes)
         return
     scheduler = Scheduler(load_config(None))
     started = time.perf_counter()

@@ -153,6 +153,7 @@ class Statement:
     def discard(self) -> None:
         s = self.session
         self._close()
+        s._found = None  # what it gives back may take room a node search counted free
         room = s.type_room
         for op, job, node, level in reversed(self.ops):
             if room:
