@@ -4,8 +4,9 @@ states checked exactly.
 The commands are read from the README's ``sh`` blocks (and compared with the list below, so a README change
 shows up here). What is changed to run them side by side with other test runs, and nothing else:
 
-* the quick start's ``pip install -e .`` installs into a fresh virtualenv (``--system-site-packages``, so the
-  dependencies are there), never into the shared environment; every later ``flotilla`` is that venv's;
+* the quick start's ``pip install -e .`` installs into a fresh virtualenv that sees the site-packages of the
+  environment running the tests (a ``.pth`` file naming them, so the dependencies are there without a download),
+  never into that environment; every later ``flotilla`` is that venv's;
 * ``scripts/test`` is not run: it is what runs this test;
 * commands run in a temporary directory holding a link to ``examples/``, so the files they write (plots, JSON,
   ``flotilla.db``) land there; ``serve`` gets ``--listen`` on a free port instead of 8080;
@@ -19,6 +20,7 @@ import json
 import os
 import re
 import shlex
+import site
 import signal
 import subprocess
 import sys
@@ -74,7 +76,11 @@ def test_the_readme_lists_the_commands_this_test_runs():
 def venv(tmp_path_factory) -> Path:
     """A virtualenv in which the quick start's ``pip install -e .`` installs Flotilla (the shared one is left)."""
     root = tmp_path_factory.mktemp("venv")
-    subprocess.run([sys.executable, "-m", "venv", "--system-site-packages", str(root)], check=True)
+    subprocess.run([sys.executable, "-m", "venv", str(root)], check=True)
+    # ``--system-site-packages`` would show the base interpreter's packages, not those of the virtualenv
+    # scripts/test runs in: name this environment's site-packages instead.
+    (site_dir,) = root.glob("lib/python*/site-packages")
+    (site_dir / "flotilla-test-deps.pth").write_text("".join(f"{path}\n" for path in site.getsitepackages()))
     return root / "bin"
 
 

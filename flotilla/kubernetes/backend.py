@@ -1885,7 +1885,8 @@ class KubernetesCluster:
                 kind = "lost"   # the platform's doing, not the job's: retried
             elif kind == "failed" and not pod.incluster and admission_rejection(refused):
                 kind = "returned"   # refused by the kubelet: the node was the wrong place then (admission module)
-            if reported is None and pod.phase == "Succeeded":
+            if reported is None and (pod.phase == "Succeeded" or (kind == "failed" and pod.exit_code is not None)):
+                # Seen only once ended (a short container between two looks): its container did run.
                 self._emit(job_id, "running", pod.node)
             self._reported[pod.key] = kind
             if kind == "succeeded":

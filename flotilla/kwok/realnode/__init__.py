@@ -76,12 +76,24 @@ MONITOR_PERIOD, MONITOR_GRACE = "1s", "5s"
 TOOLS = ("kubelet", "kube-controller-manager")
 #: The kubelet's ``maxPods`` as the node starts (:file:`kubelet.yaml`); ``restart_kubelet`` sets another.
 MAX_PODS = 110
+#: A kubelet that ends this soon after its start is started once more (an exit at start-up, seen once under a
+#: loaded machine and not again by hand); the first exit's reason goes to its log.
+EARLY_EXIT = 10.0
 COMMANDS = {"containerd": "containerd", "ctr": "containerd", "runc": "runc", "iptables": "iptables",
             CNI_BIN + "/bridge": "containernetworking-plugins", "gcc": "gcc"}
 
 
 class RealNodeError(RuntimeError):
     """The real node could not be started, reached or stopped; the message says what and where."""
+
+
+class KubeletExited(RealNodeError):
+    """The kubelet ended while the node was waited for; ``reason`` is how (an exit status or a signal)."""
+
+    def __init__(self, rn: "RealNode", reason: str):
+        self.reason = reason
+        log = rn.log_file("kubelet")
+        super().__init__(f"the kubelet exited ({reason}); its log ({log}):\n{_tail(log)}")
 
 
 @dataclass(frozen=True)
@@ -194,15 +206,43 @@ def _started_as(rn: RealNode, component: str, argv: list[str]) -> bool:
     return argv == recorded
 
 
+#: The processes this one started, by state directory and component: how one ended is read from its handle
+#: (once something else reaps it, its exit status is gone).
+_children: dict[tuple[Path, str], subprocess.Popen] = {}
+
+
 def _spawn(rn: RealNode, component: str, argv: list[str]) -> int:
     """Start ``argv`` in its own session (it outlives this process), logging to ``logs/COMPONENT.log``; the pid
     and the command line are recorded, so that the pid is only ever signalled while it is this process."""
     with open(rn.log_file(component), "ab") as log:
         proc = subprocess.Popen(argv, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
                                 start_new_session=True, cwd=rn.dir)
+    _children[(rn.dir, component)] = proc
     rn.argv_file(component).write_text(json.dumps(argv))
     rn.pid_file(component).write_text(str(proc.pid))
     return proc.pid
+
+
+def _exit_reason(rn: RealNode, component: str) -> str | None:
+    """How the component this process started ended (``exit status 1``, ``killed by SIGKILL``); None while it
+    runs or when this process did not start it."""
+    proc = _children.get((rn.dir, component))
+    code = None if proc is None else proc.poll()
+    if code is None:
+        return None
+    if code < 0:
+        try:
+            return f"killed by {signal.Signals(-code).name}"
+        except ValueError:
+            return f"killed by signal {-code}"
+    return f"exit status {code}"
+
+
+def _note(rn: RealNode, component: str, message: str) -> None:
+    """A line of this module's in the component's log, between the lines of the process itself."""
+    stamp = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
+    with open(rn.log_file(component), "a") as log:
+        log.write(f"real-node {stamp}: {message}\n")
 
 
 def _end(rn: RealNode, component: str, timeout: float = 15.0) -> bool:
@@ -212,6 +252,7 @@ def _end(rn: RealNode, component: str, timeout: float = 15.0) -> bool:
     process left alone, saying so.
     """
     pid, other = _checked_pid(rn, component)
+    _children.pop((rn.dir, component), None)
     if other is not None:
         _say(f"{component}: pid file {rn.pid_file(component)} names another process ({' '.join(other)[:200]}); "
              "left running")
@@ -236,7 +277,7 @@ def _run(argv: list[str], timeout: float = 120, check: bool = True) -> subproces
 
 def _tail(path: Path, lines: int = 15) -> str:
     try:
-        return "\n".join(path.read_text(errors="replace").splitlines()[-lines:])
+        return "\n".join(path.read_text(errors="replace").splitlines()[-lines:]) or "(empty)"
     except OSError:
         return "(no log)"
 
@@ -456,8 +497,7 @@ def restart_kubelet(rn: RealNode | None = None, bin_dir: Path | None = None, max
         changed = _set_max_pods(rn, max_pods)
         if changed or _pid(rn, "kubelet") is None:
             _end(rn, "kubelet")
-            start_kubelet(rn, bin_dir)
-    wait_ready(rn, timeout)
+        kubelet_up(rn, bin_dir, timeout)
     _wait_pod_slots(rn, max_pods, timeout)
 
 
@@ -483,6 +523,28 @@ def _wait_pod_slots(rn: RealNode, max_pods: int, timeout: float) -> None:
             time.sleep(0.1)
     finally:
         client.close()
+
+
+def kubelet_up(rn: RealNode | None = None, bin_dir: Path | None = None, timeout: float = 90.0) -> None:
+    """Start the kubelet if it is not running and wait until the node is Ready. A kubelet this call started that
+    exits within :data:`EARLY_EXIT` seconds is started once more, the reason of its first exit written to its
+    log (and said on stderr); a second exit is an error naming its reason and the log."""
+    rn = rn or node()
+    began = time.monotonic()
+    if not start_kubelet(rn, bin_dir):
+        wait_ready(rn, timeout)
+        return
+    try:
+        wait_ready(rn, timeout)
+    except KubeletExited as exc:
+        lived = time.monotonic() - began
+        if lived > EARLY_EXIT:
+            raise
+        _note(rn, "kubelet", f"the kubelet exited {lived:.1f}s after its start ({exc.reason}); starting it once more")
+        _say(f"the kubelet exited {lived:.1f}s after its start ({exc.reason}); starting it once more "
+             f"(its log: {rn.log_file('kubelet')})")
+        start_kubelet(rn, bin_dir)
+        wait_ready(rn, timeout)
 
 
 def stop_kubelet(rn: RealNode | None = None) -> bool:
@@ -523,9 +585,10 @@ def wait_ready(rn: RealNode, timeout: float = 90.0) -> None:
                     return
             except KubeError:
                 pass
-            if _pid(rn, "kubelet") is None:
-                raise RealNodeError(f"the kubelet exited; its log ({rn.log_file('kubelet')}):\n"
-                                    f"{_tail(rn.log_file('kubelet'))}")
+            # Its handle first: _pid reaps a child that has ended, and its exit status with it.
+            reason = _exit_reason(rn, "kubelet")
+            if reason is not None or _pid(rn, "kubelet") is None:
+                raise KubeletExited(rn, reason or "not started by this process: its exit status is unknown")
             if time.monotonic() > deadline:
                 raise RealNodeError(f"node {NODE} not Ready after {timeout:.0f}s; the kubelet's log "
                                     f"({rn.log_file('kubelet')}):\n{_tail(rn.log_file('kubelet'))}")
@@ -586,8 +649,7 @@ def start(rn: RealNode | None = None, bin_dir: Path | None = None) -> RealNode:
         _start_cluster(rn, bin_dir)
         lap("cluster")
         _start_controller_manager(rn, bin_dir)
-        start_kubelet(rn, bin_dir)
-        wait_ready(rn)
+        kubelet_up(rn, bin_dir)
         lap("kubelet")
         timings["total"] = round(time.monotonic() - began, 2)
         (rn.dir / "timings.json").write_text(json.dumps({"time": time.time(), "phases": timings}) + "\n")
@@ -726,5 +788,6 @@ def stop(rn: RealNode | None = None, bin_dir: Path | None = None) -> list[str]:
     return problems
 
 
-__all__ = ["CLUSTER", "CONTEXT", "IMAGE", "MAX_PODS", "NODE", "RealNode", "RealNodeError", "node", "node_condition",
-           "restart_kubelet", "running", "start", "start_kubelet", "state_dir", "stop", "stop_kubelet", "wait_ready"]
+__all__ = ["CLUSTER", "CONTEXT", "IMAGE", "MAX_PODS", "NODE", "KubeletExited", "RealNode", "RealNodeError",
+           "kubelet_up", "node", "node_condition", "restart_kubelet", "running", "start", "start_kubelet",
+           "state_dir", "stop", "stop_kubelet", "wait_ready"]

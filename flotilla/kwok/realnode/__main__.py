@@ -64,8 +64,7 @@ def kubelet_stop() -> None:
 def kubelet_start() -> None:
     """Start the kubelet again and wait until real-1 is Ready."""
     try:
-        realnode.start_kubelet()
-        realnode.wait_ready(realnode.node())
+        realnode.kubelet_up()
     except realnode.RealNodeError as exc:
         _fail(exc)
 
