@@ -106,6 +106,7 @@ from flotilla.core.hookspecs import hookimpl
 from flotilla.core.model import Gang, Job, Node, PriorityClass, Taint, Toleration
 from flotilla.core.nodeindex import EVICTED, NodeType
 from flotilla.core.placement import STAGES, Refused
+from flotilla.core.reasons import CODES, Reason
 from flotilla.core import shares
 from flotilla.core.resources import ResourceSpace, Vector
 
@@ -286,10 +287,11 @@ def find_node(session: ActionSession, job: Job, types: Sequence[int], queue: Que
     return session.find_node(job, session.vector(job), EVICTED, types, queue)  # type: ignore[attr-defined]
 
 
-def wait_reason(session: ActionSession, job: Job, reason: str) -> None:
+def wait_reason(session: ActionSession, job: Job, reason: Reason | str) -> None:
     """Record why ``job`` waits: the reason ``schedule-once``, the API and the dashboard show for it, unless a
-    later action places it or records another."""
-    session.failures[job.id] = str(reason)  # type: ignore[attr-defined]
+    later action places it or records another. A :class:`Reason` keeps its code (a refusal's ``reason``, say);
+    words count as ``other``."""
+    session.failures[job.id] = reason if reason.__class__ is Reason else str(reason)  # type: ignore[attr-defined]
 
 
 # -- nodes -------------------------------------------------------------------
@@ -375,6 +377,8 @@ __all__ = [
     "VictimOrder",
     # helpers
     "DEFAULT_WEIGHTS", "asset_share", "parse_weights", "take_args", "weight_vector",
+    # why a job waits, as data (a point that answers a reason may answer one; words count as ``other``)
+    "CODES", "Reason",
     # actions: the protocol, the session they see, the placement primitive's refusal, helpers
     "Action", "ActionSession", "PlacementGroup", "Refused", "STAGES", "find_node", "node_positions", "queued_jobs",
     "wait_reason",

@@ -8,6 +8,7 @@ import subprocess
 import pytest
 import structlog
 
+from flotilla.core.reasons import insufficient, nodes_available
 from flotilla.kubernetes.client import pod_path
 from flotilla.kubernetes.conditions import PodReporter
 
@@ -94,6 +95,26 @@ def test_rewrites_only_when_the_reason_changes_and_at_most_once_per_interval(kwo
     assert latest["lastTransitionTime"] == first["lastTransitionTime"]   # the status never left False
     assert [e["message"] for e in events(cluster, "waiting", uid)] == [
         "flotilla: no node fits", "flotilla: queue b is full", "flotilla: gang of 4: 3 placed"]
+
+
+def test_a_reason_given_as_data_is_compared_as_a_value_and_worded_when_written(kwok):
+    cluster = kwok["a"]
+    uid = make_pod(cluster, "data")
+    clock = Clock()
+    reporter = PodReporter(cluster.client, clock=clock, min_interval=10.0)
+    short = nodes_available(0, {insufficient("cpu"): 2})
+
+    assert reporter.unschedulable("default", "data", uid, short) is True
+    clock.now += 30
+    # An equal reason made again (the next cycle's) is the same reason: no write.
+    assert reporter.unschedulable("default", "data", uid, nodes_available(0, {insufficient("cpu"): 2})) is False
+    # The same cause on fewer nodes is another reason.
+    assert reporter.unschedulable("default", "data", uid, nodes_available(1, {insufficient("cpu"): 1})) is True
+    assert conditions(cluster, "data")["PodScheduled"]["message"] == \
+        "flotilla: 1/2 nodes are available: 1 Insufficient cpu"
+    assert [e["message"] for e in events(cluster, "data", uid)] == [
+        "flotilla: 0/2 nodes are available: 2 Insufficient cpu",
+        "flotilla: 1/2 nodes are available: 1 Insufficient cpu"]
 
 
 def test_a_pod_gone_or_replaced_is_not_an_error_and_is_forgotten(kwok):

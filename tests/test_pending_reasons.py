@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-from flotilla.service.metrics.labels import reason_category
-
 # n1 is full (a 4-core job runs there), n2 is empty but tainted: the waiting job's reason names both.
 FULL_AND_TAINTED = """
 clusters:
@@ -24,7 +22,7 @@ def test_a_full_node_and_a_tainted_node_are_both_counted(flotilla_cycle):
     assert result.scheduled == {}
     assert result.queued == {
         "wait-1": "0/2 nodes are available: 1 Insufficient cpu, 1 node(s) had untolerated taint {dedicated: infra}"}
-    assert reason_category(result.queued["wait-1"]) == "insufficient_resources"
+    assert result.codes == {"wait-1": "insufficient_resources"}
 
 
 # Five nodes, each failing a different first check; the counts add up to five.
@@ -77,7 +75,7 @@ def test_no_node_matches_reads_the_same_way(flotilla_cycle):
     reason = result.queued["sel-1"]
     assert reason == ("0/3 nodes are available: 2 node(s) didn't match Pod's node affinity/selector, "
                       "1 node(s) had untolerated taint {dedicated: infra}")
-    assert reason_category(reason) == "node_selector"
+    assert result.codes == {"sel-1": "node_selector"}
 
 
 HOST_PORTS = """

@@ -95,7 +95,7 @@ def test_a_statement_places_through_the_primitive_and_a_gang_member_goes_with_it
 # -- reserve: only nodes the unit may use ------------------------------------------------------------------
 def reserve_once(session):
     Reserve().execute(session)
-    return {job_id: session.failures[job_id] for job_id in session.set_aside}
+    return {job_id: str(session.failures[job_id]) for job_id in session.set_aside}   # the words of each reason
 
 
 def test_reserve_never_reserves_a_node_whose_host_port_is_held():

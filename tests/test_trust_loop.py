@@ -142,9 +142,9 @@ def test_a_large_bodys_error_is_named_at_its_place(tail, message):
 
 def test_a_long_string_has_no_structure_and_deep_nesting_is_counted_past_strings():
     longest = bounds.MAX_STRING_BYTES - 2
-    assert bounds._structure(b'"' + b"a" * longest + b'"') == (0, 0)
-    assert bounds._structure(b'"' + b'\\"[' * (longest // 3) + b'"') == (0, 0)
-    assert bounds._structure(b'[[["a]]]]\\"]"]]]') == (3, 3)
+    assert bounds._structure(b'"' + b"a" * longest + b'"') == (0, 0, 0)
+    assert bounds._structure(b'"' + b'\\"[' * (longest // 3) + b'"') == (0, 0, 0)
+    assert bounds._structure(b'[[["a]]]]\\"]"]]]') == (3, 3, 0)
     deep = b"[" * 505 + b"]" * 505
     with pytest.raises(BoundsError) as caught:
         load_json(b'"' + b"x" * bounds.WINDOW * 2 + b'", ' + deep)
@@ -204,6 +204,59 @@ def test_a_16_mib_json_string_is_refused_with_its_path_before_the_body_is_decode
     status, answer, _ = _asgi_json(service.app, "/v1/submit", key)
     assert (status, answer["error"]["field"]) == (413, "jobs[0].labels")
     assert service.store.count_jobs() == 0
+
+
+def test_a_body_validated_in_one_step_holds_a_bounded_number_of_values(service):
+    assert bounds._structure(b'[1, "a,b", {"a": 1, "b": [3, 4]}]') == (3, 3, 4)
+    most = service.settings.limits.max_jobs + bounds.VALUES_BEYOND_JOBS
+    many_keys = json.dumps({"queue": "A", **{f"k{i}": 1 for i in range(900_000)}}).encode()
+    for path in ("/v1/cancel", "/v1/reprioritize"):
+        status, answer, _ = _asgi_json(service.app, path, many_keys)
+        assert (status, answer["error"]["message"]) == (
+            413, f"more than {most} values in one body; this endpoint takes at most {most} "
+                 f"(server.maxJobsPerSubmission + {bounds.VALUES_BEYOND_JOBS})")
+    # As many job ids as a submission may hold are taken (none of these exists).
+    ids = [f"j{i}" for i in range(service.settings.limits.max_jobs)]
+    status, answer, _ = _asgi_json(service.app, "/v1/cancel", json.dumps({"queue": "A", "jobIds": ids}).encode())
+    assert (status, answer["error"]["message"][:40]) == (404, "no such job in queue 'A': j0, j1, j2, j3")
+
+
+def test_a_submission_is_validated_in_steps_bounded_by_values(service):
+    from flotilla.service.jobspec import VALIDATION_STEP_VALUES, _steps
+
+    assert _steps([1] * 45) == [(0, 20), (20, 40), (40, 45)]
+    assert _steps([900, 900, 900, 50_000, 1, 1]) == [(0, 2), (2, 3), (3, 4), (4, 6)]
+    assert VALIDATION_STEP_VALUES < bounds.MAX_JOB_VALUES
+    # A job alone over MAX_JOB_VALUES, or a file with more than VALUES_BEYOND_JOBS values besides its jobs: 413.
+    env = [{"name": f"E{i}", "value": "x"} for i in range(bounds.MAX_JOB_VALUES // 3)]
+    big = job_file("A", "s", [job("c0"), job("c1", env=env)])
+    status, answer, _ = _asgi_json(service.app, "/v1/submit", json.dumps(big).encode())
+    assert (status, answer["error"]["field"], answer["error"]["message"]) == (
+        413, "jobs[1]", f"a job of more than {bounds.MAX_JOB_VALUES} values (objects, arrays and their members)")
+    extra = {**job_file("A", "s", [job("c0")]), **{f"k{i}": 1 for i in range(900_000)}}
+    status, answer, _ = _asgi_json(service.app, "/v1/submit", json.dumps(extra).encode())
+    assert (status, answer["error"]["message"]) == (
+        413, f"more than {bounds.VALUES_BEYOND_JOBS} values besides the jobs in one submission")
+    assert service.store.count_jobs() == 0
+
+
+def test_an_invalid_job_of_a_large_file_is_validated_again_alone(monkeypatch):
+    from flotilla.service import jobspec
+
+    sizes = []
+    original = jobspec.JobFile.model_validate.__func__
+
+    def watched(cls, value, *args, **kwargs):
+        sizes.append(sum(isinstance(j, dict) for j in value.get("jobs", ())))   # jobs still to be validated
+        return original(cls, value, *args, **kwargs)
+
+    monkeypatch.setattr(jobspec.JobFile, "model_validate", classmethod(watched))
+    jobs = [job(f"c{i}") for i in range(1000)]
+    jobs[999] = {**jobs[999], "priority": "7"}
+    with pytest.raises(ValidationError) as caught:
+        job_file_in_steps({"queue": "A", "jobSetId": "s", "jobs": jobs})
+    assert [e["loc"] for e in caught.value.errors()] == [("jobs", 999, "priority")]
+    assert sizes == [1]
 
 
 def test_a_string_of_the_longest_length_is_parsed():

@@ -17,9 +17,8 @@ from prometheus_client.parser import text_string_to_metric_families
 from flotilla.config import parse_config
 from flotilla.scheduler import Scheduler
 from flotilla.service.jobspec import prepare
-from flotilla.service.metrics.labels import (METHODS, REASON_CATEGORIES, method_label, reason_categories,
-                                             reason_category)
-from flotilla.service.roles.status import NOT_COUNTED
+from flotilla.service.metrics.labels import METHODS, REASON_CATEGORIES, method_label, reason_category
+from flotilla.service.roles.status import NOT_COUNTED, reason_codes
 from flotilla.service.server import build_service
 from serve_process import Server, wait_for
 from service_fixtures import CONFIG as FIXTURE, job, job_file
@@ -27,53 +26,83 @@ from test_service_e2e import CONFIG
 
 
 # -- metrics: bounded labels (findings 5 and 6) ------------------------------------------------------------
-#: One reason as each producer words it (the file that makes it), and the category it counts under.
-PRODUCED_REASONS = [
-    ("0/4 nodes are available: 4 Insufficient cpu", "insufficient_resources"),          # core/whynot.py
-    ("0/4 nodes are available: 3 Insufficient cpu, 1 node(s) were unschedulable", "insufficient_resources"),
-    ("2/4 nodes are available: room taken by other jobs this cycle", "insufficient_resources"),  # core/whynot.py
-    ("fits no node: cpu 64 > largest 8", "insufficient_resources"),                     # actions/enqueue.py
-    ("0/4 nodes are available: 4 node(s) didn't match Pod's node affinity/selector", "node_selector"),  # feasibility
-    ("0/4 nodes are available: 3 node(s) had untolerated taint {gpu: yes}, 1 node(s) were unschedulable", "taint"),
-    ("0/4 nodes are available: 4 node(s) were unschedulable", "unschedulable"),
-    ("0/2 nodes are available: 1 Insufficient cpu, 1 node(s) didn't have free ports for the requested pod ports",
-     "insufficient_resources"),
-    ("0/2 nodes are available: 2 node(s) didn't have free ports for the requested pod ports", "host_ports"),
-    ("0/2 nodes are available: 2 node(s) were refused by a node filter", "other"),
-    ("0/4 nodes are available: 4 node(s) didn't match pod anti-affinity rules", "pod_affinity"),  # podplacements
-    ("0/4 nodes are available: 3 node(s) didn't match pod affinity rules, 1 Insufficient cpu", "pod_affinity"),
-    ("0/4 nodes are available: 4 node(s) didn't satisfy existing pods anti-affinity rules", "pod_affinity"),
-    ("0/3 nodes are available: 2 node(s) didn't match pod topology spread constraints, 1 Insufficient cpu",
-     "topology_spread"),
-    ("0/2 nodes are available: 2 node(s) didn't match pod topology spread constraints (missing required label)",
-     "topology_spread"),
-    ("no nodes", "no_nodes"),                                                           # core/nodesearch.py
-    ("queue A at its cpu limit 0.5", "queue_limit"),                                    # core/limits.py
-    ("queue A is cordoned: it schedules nothing new", "queue_cordoned"),                # core/units.py
-    ("gang g1: 1 of 3 members queued", "gang"),                                         # plugins/gang.py
-    ("gang g1: 2 of 3 members fit", "gang"),                                            # actions/allocate.py
-    ("gang g1: j1: unknown priority class x", "gang"),                                  # actions/allocate.py
-    ("unknown priority class urgent", "priority_class"),                                # plugins/priorityclass.py
-    ("waiting for 2 reserved nodes (n1, n2)", "reserved_nodes"),                        # actions/reserve.py
-    ("lookahead 1000 reached in queue A", "not_reached"),                               # actions/allocate.py
-    ("not reached this cycle", "not_reached"),                                          # core/whynot.py
-    (NOT_COUNTED, "not_counted"),                                                       # roles/status.py
-    ("a third-party plugin's own words", "other"),
-    ("", "other"),
-]
+def _produced_reasons():
+    """One reason as each producer makes it (the file that makes it), its words, and the category it counts under."""
+    from flotilla.core import feasibility, podplacements, volumes
+    from flotilla.core.reasons import insufficient, make, nodes_available, untolerated_taint
+    cpu, taint = insufficient("cpu"), untolerated_taint("gpu", "yes")
+    return [
+        (nodes_available(0, {cpu: 4}), "0/4 nodes are available: 4 Insufficient cpu",
+         "insufficient_resources"),                                                          # core/whynot.py
+        (nodes_available(0, {cpu: 3, feasibility.UNSCHEDULABLE: 1}),
+         "0/4 nodes are available: 3 Insufficient cpu, 1 node(s) were unschedulable", "insufficient_resources"),
+        (nodes_available(2, {}), "2/2 nodes are available: room taken by other jobs this cycle",
+         "insufficient_resources"),
+        (make("fits_no_node", "cpu 64 > largest 8"), "fits no node: cpu 64 > largest 8",
+         "insufficient_resources"),                                                          # core/feasibility.py
+        (nodes_available(0, {feasibility.NOT_SELECTED: 4}),
+         "0/4 nodes are available: 4 node(s) didn't match Pod's node affinity/selector", "node_selector"),
+        (nodes_available(0, {taint: 3, feasibility.UNSCHEDULABLE: 1}),
+         "0/4 nodes are available: 3 node(s) had untolerated taint {gpu: yes}, 1 node(s) were unschedulable", "taint"),
+        (nodes_available(0, {feasibility.UNSCHEDULABLE: 4}), "0/4 nodes are available: 4 node(s) were unschedulable",
+         "unschedulable"),
+        # Equal counts: the words list them in their own order, the code is the first in the causes' fixed order.
+        (nodes_available(0, {feasibility.PORTS_TAKEN: 1, cpu: 1}),
+         "0/2 nodes are available: 1 Insufficient cpu, 1 node(s) didn't have free ports for the requested pod ports",
+         "insufficient_resources"),
+        (nodes_available(0, {feasibility.PORTS_TAKEN: 2}),
+         "0/2 nodes are available: 2 node(s) didn't have free ports for the requested pod ports", "host_ports"),
+        (nodes_available(0, {feasibility.FILTERED: 2}), "0/2 nodes are available: 2 node(s) were refused by a node filter",
+         "other"),
+        (nodes_available(0, {podplacements.ANTI_AFFINITY_NOT_MATCHED: 4}),
+         "0/4 nodes are available: 4 node(s) didn't match pod anti-affinity rules", "pod_affinity"),   # podplacements
+        (nodes_available(0, {podplacements.AFFINITY_NOT_MATCHED: 3, cpu: 1}),
+         "0/4 nodes are available: 3 node(s) didn't match pod affinity rules, 1 Insufficient cpu", "pod_affinity"),
+        (nodes_available(0, {podplacements.EXISTING_ANTI_AFFINITY: 4}),
+         "0/4 nodes are available: 4 node(s) didn't satisfy existing pods anti-affinity rules", "pod_affinity"),
+        (nodes_available(0, {podplacements.SPREAD_NOT_MATCHED: 2, cpu: 1}),
+         "0/3 nodes are available: 2 node(s) didn't match pod topology spread constraints, 1 Insufficient cpu",
+         "topology_spread"),
+        (nodes_available(0, {podplacements.SPREAD_MISSING_LABEL: 2}),
+         "0/2 nodes are available: 2 node(s) didn't match pod topology spread constraints (missing required label)",
+         "topology_spread"),
+        (nodes_available(0, {volumes.BIND_CONFLICT: 2}),
+         "0/2 nodes are available: 2 node(s) didn't find available persistent volumes to bind", "volumes"),
+        (make("no_nodes"), "no nodes", "no_nodes"),                                        # core/nodesearch.py
+        (make("queue_limit", "A", "cpu", 0.5), "queue A at its cpu limit 0.5", "queue_limit"),   # core/limits.py
+        (make("queue_cordoned", "A"), "queue A is cordoned: it schedules nothing new", "queue_cordoned"),  # units
+        (make("gang_queued", "g1", 1, 3), "gang g1: 1 of 3 members queued", "gang"),        # plugins/gang.py
+        (make("gang_fit", "g1", 2, 3), "gang g1: 2 of 3 members fit", "gang"),              # actions/allocate.py
+        (make("gang_member", "g1", "j1", make("unknown_priority_class", "x")), "gang g1: j1: unknown priority class x",
+         "gang"),                                                                          # core/placement.py
+        (make("unknown_priority_class", "urgent"), "unknown priority class urgent", "priority_class"),  # priorityclass
+        (make("reserved_nodes", 2, "s", "n1, n2"), "waiting for 2 reserved nodes (n1, n2)", "reserved_nodes"),
+        (make("plugin_failed", "quota", "queue_order", "ValueError: boom"),
+         "plugin quota failed at queue_order: ValueError: boom", "plugin"),                # core/extensions.py
+        (make("lookahead", 1000, "A"), "lookahead 1000 reached in queue A", "not_reached"),  # actions/allocate.py
+        (make("not_reached"), "not reached this cycle", "not_reached"),                    # core/whynot.py
+        (make("not_counted"), NOT_COUNTED, "not_counted"),                                 # roles/status.py
+        ("a third-party plugin's own words", "a third-party plugin's own words", "other"),
+        ("", "", "other"),
+    ]
 
 
-@pytest.mark.parametrize("reason, category", PRODUCED_REASONS)
-def test_every_produced_reason_has_its_category(reason, category):
-    assert reason_category(reason) == category
+def test_every_produced_reason_has_its_words_and_its_category():
+    for reason, words, category in _produced_reasons():
+        assert (str(reason), reason_category(reason)) == (words, category)
 
 
 def test_categories_are_the_fixed_set_and_sum_counts():
-    assert {category for _, category in PRODUCED_REASONS} == set(REASON_CATEGORIES)
-    assert reason_categories({"0/4 nodes are available: 4 node(s) didn't match Pod's node affinity/selector": 2,
+    assert {category for _, _, category in _produced_reasons()} == set(REASON_CATEGORIES)
+    body = {"reasons": {"A": {"0/4 nodes are available: 4 node(s) didn't match Pod's node affinity/selector": 2,
                               "0/5 nodes are available: 5 node(s) didn't match Pod's node affinity/selector": 3,
-                              "0/4 nodes are available: 4 Insufficient cpu": 1}) == {"node_selector": 5,
-                                                                          "insufficient_resources": 1}
+                              "0/4 nodes are available: 4 Insufficient cpu": 1, "words with no code": 4}},
+            "reasonCodes": {"A": {"0/4 nodes are available: 4 node(s) didn't match Pod's node affinity/selector":
+                                  "node_selector",
+                                  "0/5 nodes are available: 5 node(s) didn't match Pod's node affinity/selector":
+                                  "node_selector",
+                                  "0/4 nodes are available: 4 Insufficient cpu": "insufficient_resources"}}}
+    assert reason_codes(body, "A") == {"node_selector": 5, "insufficient_resources": 1, "other": 4}
 
 
 def test_methods_reduce_to_the_known_ones_and_other():

@@ -233,7 +233,8 @@ def test_the_view_resolves_claims_as_kube_schedulers_volume_binding_reads_them()
     assert dynamic.pv == "" and dynamic.allows({ZONE: "z1"}) and not dynamic.allows({ZONE: "z2"})
     (chosen,) = claim("chosen").options
     assert chosen.allows({NAME_FIELD: "node-2"}) and not chosen.allows({NAME_FIELD: "node-1"})
-    assert claim("orphan").refusal == "node(s) unavailable due to one or more pvc(s) bound to non-existent pv(s)"
+    assert str(claim("orphan").refusal) == "node(s) unavailable due to one or more pvc(s) bound to non-existent pv(s)"
+    assert claim("orphan").refusal.code == "volumes"
     assert claim("solo").rwop and claim("solo").refusal == ""
     assert {HOST, ZONE, NAME_FIELD} <= view.label_keys
 

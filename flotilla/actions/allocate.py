@@ -45,6 +45,7 @@ from flotilla.core.topology import GangPlace, gang_places, no_domain_reason
 from flotilla.core.units import KnownMisfits, QueueUnits
 from flotilla.core.whynot import Shortfall
 from flotilla.core.placement import GANG, JOB, Refused
+from flotilla.core.reasons import make
 from flotilla.plugin import take_args
 
 log = structlog.get_logger("flotilla.actions.allocate")
@@ -143,7 +144,7 @@ class Allocate:
                 session.plugin_failed(failure, unit if unit.__class__ is list else (unit,))
                 placed = False
                 if failure.scope == "queue":
-                    session.fail_queue(queue.name, failure.reason)
+                    session.fail_queue(queue.name, failure.why)
                     picker.drop(queue)
                     continue
             if not placed and not self._is_return(session, unit):
@@ -168,14 +169,14 @@ class Allocate:
         try:
             return self.job_valid(job)
         except PluginFailed as failure:
-            return failure.reason
+            return failure.why
 
     def _pass_over(self, session, run) -> bool:
         """Count a unit passed over; True when the queue has used up its lookahead."""
         run.passed += 1
         if run.passed >= self.lookahead:
             name = run.queue.name
-            session.unexamined_reason[name] = f"lookahead {self.lookahead} reached in queue {name}"
+            session.unexamined_reason[name] = make("lookahead", self.lookahead, name)
             return True
         return False
 
@@ -283,7 +284,7 @@ class Allocate:
             return self._return_evicted(session, queue, job, vec)
         types = session.clear(job)
         if types.__class__ is Refused:
-            session.failures[job.id] = reason = types.reason
+            session.failures[job.id] = reason = types.why
             if types.stage is not JOB and job.affinity is None and not job.claims:
                 run.misfits.by_key[requirements_key(job)] = reason
             return False
@@ -307,7 +308,7 @@ class Allocate:
             return False
         refused = session.place(job, node)
         if refused is not None:
-            session.failures[job.id] = refused.reason
+            session.failures[job.id] = refused.why
             return False
         if self.debug:
             log.debug("allocate", job=job.id, queue=queue.name, node=session.node_name(node))
@@ -356,7 +357,7 @@ class Allocate:
                     place = GangPlace(node.cluster, label, node.labels.get(label, "") if label else "")
                     break
         if place is None:
-            return None, f"gang {gang.id}: waiting for its minimum of {gang.min_available} to start"
+            return None, make("gang_minimum", gang.id, gang.min_available)
         return place, None
 
     def _place_elastic_member(self, session, queue, job, vec) -> bool:
@@ -367,7 +368,7 @@ class Allocate:
         types = session.clear(job, place) if why is None else Refused(GANG, why)
         if types.__class__ is Refused:
             if job.id not in session.evicted:
-                session.failures[job.id] = types.reason
+                session.failures[job.id] = types.why
             return False
         node = self._find(session, queue, job, vec, types)
         if node is None:
@@ -376,7 +377,7 @@ class Allocate:
             return False
         refused = session.place(job, node)
         if refused is not None:
-            session.failures[job.id] = refused.reason
+            session.failures[job.id] = refused.why
             return False
         return True
 
@@ -399,7 +400,7 @@ class Allocate:
         if refused is not None:
             for member in members:
                 if member.id not in session.evicted:
-                    session.failures[member.id] = refused.reason
+                    session.failures[member.id] = refused.why
             return False
         evicted = [m for m in members if m.id in session.evicted]
         clusters = sorted({session.node_name(session.running[m.id].node)[0] for m in evicted}) if evicted else \
@@ -449,7 +450,7 @@ class Allocate:
             if domains is not None:
                 domains.failed(placed, len(members))
         reason = no_domain_reason(gang, len(members), domains) if domains is not None else \
-            f"gang {gang.id}: {best} of {len(members)} members fit"
+            make("gang_fit", gang.id, best, len(members))
         for member in members:
             if member.id not in session.evicted:
                 session.failures[member.id] = reason

@@ -23,6 +23,7 @@ import time
 import structlog
 
 from flotilla.core.feasibility import never_fits
+from flotilla.core.reasons import make
 
 log = structlog.get_logger("flotilla.actions.enqueue")
 
@@ -65,7 +66,7 @@ class Enqueue:
                     set_aside[job.id] = reason
                     for member in session.gangs.get(job.gang.id, ()) if job.gang is not None else ():
                         if member.id != job.id:
-                            set_aside.setdefault(member.id, f"gang {job.gang.id}: {job.id}: {reason}")
+                            set_aside.setdefault(member.id, make("gang_member", job.gang.id, job.id, reason))
         # The queues' orders live across cycles: the jobs set aside stay in them and are passed over.
         session.set_aside = set_aside
         withheld = 0

@@ -165,7 +165,7 @@ class TreePicker:
                     node_key = key(node, self.head[leaf][2])
                 except PluginFailed as failure:
                     session.plugin_failed(failure)
-                    reason = failure.reason
+                    reason = failure.why
             if reason is not None:
                 # Its key failed (now or earlier): withdrawn, and the leaf that offered through it with it.
                 session.fail_queue(leaf, reason)

@@ -43,6 +43,7 @@ import structlog
 from flotilla.core.hostports import HostPorts
 from flotilla.core.nodeindex import EVICTED, NONPREEMPTIBLE
 from flotilla.core.placement import GANG, JOB, QUEUE, Refused
+from flotilla.core.reasons import make
 from flotilla.core.topology import every_place, place_types
 from flotilla.core.units import iter_units
 
@@ -104,7 +105,7 @@ class Reserve:
                 del self.reservations[key]
                 continue
             shown = ", ".join(name for _, name in names[:3]) + (", ..." if len(names) > 3 else "")
-            reason = f"waiting for {len(names)} reserved node{'s' * (len(names) != 1)} ({shown})"
+            reason = make("reserved_nodes", len(names), "s" * (len(names) != 1), shown)
             for member in members:
                 withheld[member.id] = reason
             for i in nodes:

@@ -63,6 +63,8 @@ class Job:
     cancel_requested: bool = False
     #: A queued job's place in its queue's scheduling order as of the last cycle (1: next); None otherwise.
     position: int | None = None
+    #: A queued job's reason code (``insufficient_resources``, ``taint``, ...): what a program reads, not ``reason``.
+    reason_code: str | None = None
     raw: Mapping[str, Any] = _raw()
 
     @classmethod
@@ -73,7 +75,7 @@ class Job:
                    reason=data.get("reason"), retries=data.get("retries") or 0, submitted=data.get("submitted"),
                    started=data.get("started"), finished=data.get("finished"),
                    cancel_requested=bool(data.get("cancelRequested", False)), position=data.get("position"),
-                   raw=data)
+                   reason_code=data.get("reasonCode"), raw=data)
 
 
 @dataclass(frozen=True)
@@ -87,13 +89,16 @@ class PendingJob:
     priority: int = 0
     priority_class: str | None = None
     submitted: float | None = None
+    #: The reason's code (``insufficient_resources``, ``taint``, ...): what a program reads, not ``reason``.
+    reason_code: str | None = None
     raw: Mapping[str, Any] = _raw()
 
     @classmethod
     def parse(cls, data: Mapping[str, Any]) -> PendingJob:
         return cls(position=data["position"], id=data["id"], job_set=data.get("jobSet", ""),
                    reason=data.get("reason", ""), priority=data.get("priority") or 0,
-                   priority_class=data.get("priorityClass"), submitted=data.get("submitted"), raw=data)
+                   priority_class=data.get("priorityClass"), submitted=data.get("submitted"),
+                   reason_code=data.get("reasonCode"), raw=data)
 
 
 @dataclass(frozen=True)

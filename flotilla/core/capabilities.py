@@ -58,7 +58,8 @@ class PodIntake(Protocol):
         """The pods waiting now, as ``take_intake`` gave them."""
 
     def report_waiting(self, notes) -> bool:
-        """Tell waiting pods why they wait: ``(namespace, name, uid, message)`` notes."""
+        """Tell waiting pods why they wait: ``(namespace, name, uid, reason)`` notes, ``reason`` a
+        :class:`~flotilla.core.reasons.Reason` or words (``str(reason)`` words it; equal values read the same)."""
 
     def report_podgroups(self, reasons: Mapping[tuple[str, str], tuple[str, bool]]) -> int:
         """Tell PodGroups why their pods wait: ``(namespace, name) -> (message, stored)``."""

@@ -3,7 +3,8 @@
 ``schedule-once`` prints it, the simulator and the service apply it, and the
 ``lease`` action hands it to cluster backends. Reasons for jobs left queued
 are produced on demand: a cycle over a million queued jobs should not build
-a million strings nobody reads.
+a million strings nobody reads. ``why`` gives a job's reason as data (its
+code is what metrics count); ``explain`` its words, for people.
 """
 
 from __future__ import annotations
@@ -48,6 +49,8 @@ class Decisions:
     queued: list[Job]
     queues: dict[str, QueueReport]
     explain: Callable[[Job], str] = field(repr=False, default=lambda job: "")
+    #: A queued job's reason as data (:class:`~flotilla.core.reasons.Reason`, or a plugin's words).
+    why: Callable[[Job], object] = field(repr=False, default=lambda job: "")
     timings: dict[str, float] = field(default_factory=dict)
     counters: dict[str, int] = field(default_factory=dict)
     #: Per queue, the head of what stays queued in the order the queue offers it next, and whether more follow

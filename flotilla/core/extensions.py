@@ -35,6 +35,8 @@ from numbers import Real
 from operator import eq
 from typing import TYPE_CHECKING, Callable, NamedTuple, Protocol, Sequence
 
+from flotilla.core.reasons import Reason, make
+
 if TYPE_CHECKING:
     from flotilla.core.cyclestate import QueueState
     from flotilla.core.model import Gang, Job
@@ -372,6 +374,11 @@ class PluginFailed(Exception):
         super().__init__(self.reason)
 
     @property
+    def why(self) -> Reason:
+        """What the jobs it leaves waiting read, as data (code ``plugin``)."""
+        return make("plugin_failed", self.plugin, self.point, self.error)
+
+    @property
     def reason(self) -> str:
         return f"plugin {self.plugin} failed at {self.point}: {self.error}"
 
@@ -396,7 +403,7 @@ _finite_number.floats = [True]
 
 
 def _reason(answer) -> str | None:
-    if answer is None or answer.__class__ is str:
+    if answer is None or answer.__class__ is str or answer.__class__ is Reason:
         return None
     return f"TypeError: answered {_shown(answer)}, not None or a string"
 
@@ -480,7 +487,7 @@ def _guard1(fn, plugin, point, at, scope, check, reason):
                 answer = fn(a)
             except Exception as exc:
                 raise PluginFailed(plugin, point, exc, a, scope) from exc
-            if answer is None or answer.__class__ is str:
+            if answer is None or answer.__class__ is str or answer.__class__ is Reason:
                 return answer
             raise PluginFailed(plugin, point, _reason(answer), a, scope)
     else:
@@ -511,7 +518,7 @@ def _guard2(fn, plugin, point, at, scope, check, reason):
                 answer = fn(a, b)
             except Exception as exc:
                 raise PluginFailed(plugin, point, exc, (a, b)[at], scope) from exc
-            if answer is None or answer.__class__ is str:
+            if answer is None or answer.__class__ is str or answer.__class__ is Reason:
                 return answer
             raise PluginFailed(plugin, point, _reason(answer), (a, b)[at], scope)
     else:
@@ -556,7 +563,7 @@ def _by_priority_class(fn, plugin, point, scope):
             answer = fn(job)
         except Exception as exc:
             raise PluginFailed(plugin, point, exc, job, scope) from exc
-        if answer is not None and answer.__class__ is not str:
+        if answer is not None and answer.__class__ is not str and answer.__class__ is not Reason:
             raise PluginFailed(plugin, point, _reason(answer), job, scope)
         answers[job.priority_class] = answer
         return answer

@@ -13,9 +13,10 @@ before any plugin's, so these rules hold whatever the config's plugin list:
   ``matchFields``).
 
 The checks run in kube-scheduler's filter order (NodeUnschedulable,
-TaintToleration, NodeAffinity) and a refusal is worded as its filter words
-it, so that a reason counts each node under the same cause kube-scheduler
-would (``1 node(s) had untolerated taint {gpu: yes}``).
+TaintToleration, NodeAffinity) and a refusal is the cause its filter names
+(a :class:`~flotilla.core.reasons.Reason`, worded as the filter words it), so
+that a reason counts each node under the same cause kube-scheduler would
+(``1 node(s) had untolerated taint {gpu: yes}``).
 
 Plugins may add predicates of their own (all must agree); none can lift
 these. Resource fit is not decided here: the node index answers it per node;
@@ -25,33 +26,20 @@ these. Resource fit is not decided here: the node index answers it per node;
 from __future__ import annotations
 
 from flotilla.core.quantities import format_quantity
-from flotilla.core.resources import PODS
+from flotilla.core.reasons import TOO_MANY_PODS, Reason, insufficient, make, untolerated_taint
 
 REFUSING_EFFECTS = ("NoSchedule", "NoExecute")
 
-#: kube-scheduler's words for each cause, as they follow a count of nodes (``3 node(s) were unschedulable``).
-UNSCHEDULABLE = "node(s) were unschedulable"
-NOT_SELECTED = "node(s) didn't match Pod's node affinity/selector"
-PORTS_TAKEN = "node(s) didn't have free ports for the requested pod ports"
+#: kube-scheduler's causes, worded as they follow a count of nodes (``3 node(s) were unschedulable``).
+UNSCHEDULABLE = make("unschedulable")
+NOT_SELECTED = make("node_selector")
+PORTS_TAKEN = make("host_ports")
 #: A node a plugin's node filter refused (the reserve action keeps reserved nodes for the jobs they wait for).
-FILTERED = "node(s) were refused by a node filter"
+FILTERED = make("node_filter")
 
 
-def untolerated_taint(key: str, value: str) -> str:
-    return f"node(s) had untolerated taint {{{key}: {value}}}"
-
-
-#: kube-scheduler's reason for a node whose pod slots are all taken (NodeResourcesFit; see flotilla.core.resources).
-TOO_MANY_PODS = "Too many pods"
-
-
-def insufficient(resource: str) -> str:
-    """kube-scheduler's reason for a node short of ``resource``: ``Insufficient cpu``, ``Too many pods``."""
-    return TOO_MANY_PODS if resource == PODS else f"Insufficient {resource}"
-
-
-def node_type_refusal(job, node_type) -> str | None:
-    """Why ``job`` may not go on nodes of ``node_type`` (Kubernetes' wording), or None if it may."""
+def node_type_refusal(job, node_type) -> Reason | None:
+    """Why ``job`` may not go on nodes of ``node_type`` (the cause Kubernetes' filter names), or None if it may."""
     if node_type.unschedulable:
         return UNSCHEDULABLE
     for taint in node_type.taints:
@@ -66,7 +54,7 @@ def node_type_refusal(job, node_type) -> str | None:
     return None
 
 
-def never_fits(session, job) -> str | None:
+def never_fits(session, job) -> Reason | str | None:
     """Why no node of any cluster could run ``job`` even empty, or None if one could."""
     types, why = session.allowed_types(job)
     if not types:
@@ -75,7 +63,7 @@ def never_fits(session, job) -> str | None:
     return fits_no_node(session, session.vector(job), (i for t in types for i in index.types[t].nodes))
 
 
-def fits_no_node(session, vec, positions) -> str | None:
+def fits_no_node(session, vec, positions) -> Reason | None:
     """Why ``vec`` fits none of the nodes at ``positions`` even empty (what it asks past the largest), or None."""
     index = session.index
     largest = [0] * len(vec)
@@ -87,5 +75,9 @@ def fits_no_node(session, vec, positions) -> str | None:
     names = session.space.names
     short = [f"{names[r]} {format_quantity(a, names[r])} > largest {format_quantity(largest[r], names[r])}"
              for r, a in enumerate(vec) if a > largest[r]]
-    return "fits no node: " + (", ".join(short) or "no single node has all of " +
-                               ", ".join(f"{n} {format_quantity(a, n)}" for n, a in zip(names, vec) if a))
+    return make("fits_no_node", ", ".join(short) or "no single node has all of " +
+                ", ".join(f"{n} {format_quantity(a, n)}" for n, a in zip(names, vec) if a))
+
+
+__all__ = ["FILTERED", "NOT_SELECTED", "PORTS_TAKEN", "REFUSING_EFFECTS", "TOO_MANY_PODS", "UNSCHEDULABLE",
+           "fits_no_node", "insufficient", "never_fits", "node_type_refusal", "untolerated_taint"]

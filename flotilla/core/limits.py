@@ -12,14 +12,16 @@ from __future__ import annotations
 
 from typing import Callable, Sequence
 
+from flotilla.core.reasons import Reason, make
+
 
 def queue_limit_refusal(names: Sequence[str]) -> Callable:
     """``refusal(queue, job, vec)``: why taking ``vec`` would put ``queue`` or a queue above it over its limit.
 
-    ``names`` are the resource names in vector order, for the reason's wording.
+    ``names`` are the resource names in vector order, for the reason's detail.
     """
 
-    def refusal(queue, job, vec) -> str | None:
+    def refusal(queue, job, vec) -> Reason | None:
         for level in queue.chain:
             limit = level.limit_vector
             if limit is None:
@@ -28,7 +30,7 @@ def queue_limit_refusal(names: Sequence[str]) -> Callable:
             for r, amount in enumerate(vec):
                 if amount and allocated[r] + amount > limit[r]:
                     name = names[r]
-                    return f"queue {level.name} at its {name} limit {level.limits[name]:g}"
+                    return make("queue_limit", level.name, name, level.limits[name])
         return None
 
     return refusal

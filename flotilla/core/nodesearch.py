@@ -23,7 +23,11 @@ from flotilla.core.cyclestate import QueueState
 from flotilla.core.model import Job
 from flotilla.core.podplacements import best_possible, pod_score, pod_scored
 from flotilla.core.resources import Vector
-from flotilla.core.whynot import nodes_available
+from flotilla.core.reasons import NO_NODES, Why, cause_order, nodes_available
+
+
+def _by_cause(item: tuple) -> tuple:
+    return cause_order(item[0])
 
 
 #: How many fitting nodes a job with preferred pod rules compares at most, per tier (without node scores).
@@ -57,11 +61,11 @@ class NodeSearch:
     """Allowed node types and the node search (a mixin of Session)."""
 
     def _open_node_search(self) -> None:
-        self._allowed_cache: dict[tuple, tuple[list[int], str | None]] = {}
+        self._allowed_cache: dict[tuple, tuple[list[int], Why | None]] = {}
         self._allowed_by_identity: dict[tuple, tuple] = {}
         #: Per requirements (the value key of ``_allowed_cache``), the refused nodes per refusal (interned).
-        self._refused_nodes: dict[tuple, tuple[tuple[str, int], ...]] = {}
-        self._refusals_interned: dict[tuple, tuple[tuple[str, int], ...]] = {}
+        self._refused_nodes: dict[tuple, tuple[tuple[Why, int], ...]] = {}
+        self._refusals_interned: dict[tuple, tuple[tuple[Why, int], ...]] = {}
         self._interned_types: dict[tuple[int, ...], list[int]] = {}
         self._preferred_cache: dict[tuple, list[list[int]]] = {}
         #: Topology gangs (:mod:`flotilla.core.topology`): label -> its domains' node types, and a member's
@@ -88,7 +92,7 @@ class NodeSearch:
         """The one list object equal to ``types`` this cycle (callers key caches by ``id(types)``)."""
         return self._interned_types.setdefault(tuple(types), types)
 
-    def allowed_types(self, job: Job, cluster: str | None = None) -> tuple[list[int], str | None]:
+    def allowed_types(self, job: Job, cluster: str | None = None) -> tuple[list[int], Why | None]:
         """Node types the predicates accept for ``job`` (optionally in one cluster), and why not if none.
 
         Cached per job requirements for the whole cycle: predicates see
@@ -109,7 +113,7 @@ class NodeSearch:
             self._allowed_by_identity[fast] = (hit, selector, tolerations)
             return hit
         allowed: list[int] = []
-        refusals: Counter[str] = Counter()
+        refusals: Counter[Why] = Counter()
         for node_type in self.index.types:
             if cluster is not None and node_type.cluster != cluster:
                 continue
@@ -122,17 +126,17 @@ class NodeSearch:
                 allowed.append(node_type.id)
         why = None
         if not allowed:
-            why = nodes_available(0, refusals) if refusals else "no nodes"
+            why = nodes_available(0, refusals) if refusals else NO_NODES
         # Equal lists are one object, so callers may key caches by id(types) across queues.
         allowed = self._interned_types.setdefault(tuple(allowed), allowed)
         result = (allowed, why)
         self._allowed_cache[key] = result
-        refused = tuple(sorted(refusals.items()))
+        refused = tuple(sorted(refusals.items(), key=_by_cause))
         self._refused_nodes[key] = self._refusals_interned.setdefault(refused, refused)
         self._allowed_by_identity[fast] = (result, selector, tolerations)
         return result
 
-    def refused_nodes(self, job: Job, cluster: str | None = None) -> tuple[tuple[str, int], ...]:
+    def refused_nodes(self, job: Job, cluster: str | None = None) -> tuple[tuple[Why, int], ...]:
         """The nodes the predicates refuse ``job`` (optionally in one cluster): ``(refusal, nodes)`` pairs.
 
         Each node counts once, under the first predicate that refused its

@@ -32,8 +32,9 @@ before is asked 1 to 4 first). A clearance holds until the next placement
 outside the gang it was given for (a placement changes what queues hold).
 
 Every refusal is one type, :class:`Refused`: the step that refused (its
-``stage``) and the reason, worded as the rest of the core words it (a
-shortfall of room is worded when asked, :class:`~flotilla.core.whynot.Shortfall`).
+``stage``) and the reason, a :class:`~flotilla.core.reasons.Reason` (or a
+plugin's words), worded only when shown (a shortfall of room is counted when
+asked, :class:`~flotilla.core.whynot.Shortfall`).
 Refusals are returned, not raised: a search tries many nodes and most
 tries fail.
 """
@@ -42,10 +43,11 @@ from __future__ import annotations
 
 from typing import Sequence
 
-from flotilla.core.feasibility import PORTS_TAKEN, FILTERED, insufficient
+from flotilla.core.feasibility import PORTS_TAKEN, FILTERED
 from flotilla.core.model import Job
 from flotilla.core.nodeindex import EVICTED
 from flotilla.core.podplacements import pod_refusal
+from flotilla.core.reasons import NO_NODES, code_of, insufficient, make, on_node
 from flotilla.core.statement import place as _place_now
 from flotilla.core.topology import place_types
 from flotilla.core.volumes import BIND_CONFLICT
@@ -56,24 +58,35 @@ STAGES = (GANG, JOB, QUEUE, NODES, NODE, FIT)
 
 
 class Refused(Exception):
-    """The core refused a placement: at which step (``stage``, one of :data:`STAGES`) and why (``reason``).
+    """The core refused a placement: at which step (``stage``, one of :data:`STAGES`) and why: ``why``, a
+    :class:`~flotilla.core.reasons.Reason` (or a plugin's words); ``code``, its code; ``reason``, its words.
 
     An exception type so that an action may raise it as it is; the core
     returns it.
     """
 
-    __slots__ = ("stage", "reason")
+    __slots__ = ("stage", "why")
 
-    def __init__(self, stage: str, reason):
-        super().__init__(stage, reason)
+    def __init__(self, stage: str, why):
+        super().__init__(stage, why)
         self.stage = stage
-        self.reason = reason
+        self.why = why
+
+    @property
+    def reason(self) -> str:
+        """Why, in words (made when asked)."""
+        return str(self.why)
+
+    @property
+    def code(self) -> str:
+        """Why, as a code (:data:`~flotilla.core.reasons.CODES`)."""
+        return code_of(self.why)
 
     def __str__(self) -> str:
         return f"{self.stage}: {self.reason}"
 
     def __repr__(self) -> str:
-        return f"Refused({self.stage!r}, {self.reason!r})"
+        return f"Refused({self.stage!r}, {self.why!r})"
 
 
 class Placing:
@@ -101,7 +114,7 @@ class Placing:
         place, if given), or :class:`Refused`."""
         queue = self.queues.get(job.queue)
         if queue is None:
-            return Refused(QUEUE, f"unknown queue {job.queue!r}")
+            return Refused(QUEUE, make("unknown_queue", job.queue))
         if job.gang is not None:
             refused = self._gang_alone(job)
             if refused is not None:
@@ -118,7 +131,7 @@ class Placing:
                     return Refused(QUEUE, reason)
         types, why = self.allowed_types(job) if place is None else place_types(self, job, place)
         if not types:
-            return Refused(NODES, why or "no nodes")
+            return Refused(NODES, why or NO_NODES)
         self._cleared[id(job)] = types
         return types
 
@@ -131,7 +144,7 @@ class Placing:
         if queue is None or queue.name not in {m.queue for m in members} or self.queues.get(queue.name) is not queue:
             queue = self.queues.get(members[0].queue)
             if queue is None:
-                return Refused(QUEUE, f"unknown queue {members[0].queue!r}")
+                return Refused(QUEUE, make("unknown_queue", members[0].queue))
         refused = self._gang_whole(gang, members)
         if refused is not None:
             return refused
@@ -141,7 +154,7 @@ class Placing:
         for member in members:
             why = self.job_valid(member)
             if why:
-                return Refused(JOB, f"gang {gang.id}: {member.id}: {why}")
+                return Refused(JOB, make("gang_member", gang.id, member.id, why))
         vec = tuple(map(sum, zip(*(self.vector(m) for m in members))))
         reason = self.admit(queue, members[0], vec)
         if reason:
@@ -153,10 +166,10 @@ class Placing:
         """Step 4 for a member of the gang :meth:`clear_gang` cleared last: its node types in ``place``, or
         :class:`Refused`."""
         if id(member) not in self._gang_cleared:
-            return Refused(GANG, f"{member.id} is not a member of the gang cleared last")
+            return Refused(GANG, make("gang_not_cleared", member.id))
         types, why = place_types(self, member, place)
         if not types:
-            return Refused(NODES, why or "no nodes")
+            return Refused(NODES, why or NO_NODES)
         self._cleared[id(member)] = types
         return types
 
@@ -164,30 +177,29 @@ class Placing:
         """Whether ``members`` are what the gang places together: every member not running (evicted ones
         included) nor placed this cycle; for an elastic gang, at least what its minimum still needs."""
         if gang is None or any(m.gang is None or m.gang.id != gang.id for m in members):
-            return Refused(GANG, "the jobs given are not one gang's members")
+            return Refused(GANG, make("gang_not_one"))
         running, evicted, placed = self.running, self.evicted, self.scheduled_ids
         known = self.gangs.get(gang.id, members)
         if gang.min_available:
             started = sum(1 for m in known if m.id in running and m.id not in evicted)
             if started + len(members) >= gang.min_available:
                 return None
-            return Refused(GANG, f"gang {gang.id}: waiting for its minimum of {gang.min_available} to start")
+            return Refused(GANG, make("gang_minimum", gang.id, gang.min_available))
         pending = {m.id for m in known if m.id in evicted or (m.id not in running and m.id not in placed)}
         if pending == {m.id for m in members}:
             return None
-        return Refused(GANG, f"gang {gang.id}: its members are placed together ({len(pending)} to place, "
-                             f"{len(members)} given)")
+        return Refused(GANG, make("gang_partial", gang.id, len(pending), len(members)))
 
     def _gang_alone(self, job: Job) -> Refused | None:
         """A gang member asked about alone: only an elastic gang's member, once the gang has started."""
         gang = job.gang
         if not gang.min_available:
-            return Refused(GANG, f"gang {gang.id}: its members are placed together")
+            return Refused(GANG, make("gang_together", gang.id))
         running, evicted, placed = self.running, self.evicted, self.scheduled_ids
         for member in self.gangs.get(gang.id, ()):
             if member.id in placed or (member.id in running and member.id not in evicted):
                 return None
-        return Refused(GANG, f"gang {gang.id}: waiting for its minimum of {gang.min_available} to start")
+        return Refused(GANG, make("gang_minimum", gang.id, gang.min_available))
 
     # -- steps 5 and 6: about the node -------------------------------------------------------
     def node_refusal(self, job: Job, i: int, types: Sequence[int],
@@ -252,7 +264,7 @@ class Placing:
         placement is cleared first (steps 1 to 4, for its own queue).
         """
         if job.id in self.scheduled_ids or job.id in self.running:
-            return Refused(JOB, f"{job.id} is already placed")
+            return Refused(JOB, make("already_placed", job.id))
         found, self._found = self._found, None
         cleared = self._cleared
         types = cleared.get(id(job))
@@ -298,32 +310,31 @@ class Placing:
             stmt._allocate(job, node, vec)
         return None
 
-    # -- wording (refusals only) --------------------------------------------------------------
-    def _type_refusal(self, job: Job, i: int) -> str:
+    # -- reasons (refusals only) --------------------------------------------------------------
+    def _type_refusal(self, job: Job, i: int):
         node_type = self.index.types[self.index.type_of[i]]
         for fn in self.predicate_fns:
             reason = fn(job, node_type)
             if reason:
-                return f"node {self.index.nodes[i].name}: {reason}"
-        return f"node {self.index.nodes[i].name} is not in the place the job may use"
+                return on_node(self.index.nodes[i].name, (reason,))
+        return make("not_in_place", self.index.nodes[i].name)
 
-    def _node_refusal_reason(self, job: Job, i: int) -> str:
+    def _node_refusal_reason(self, job: Job, i: int):
         name = self.index.nodes[i].name
         if job.host_ports and not self.state.ports.free(i, job.host_ports):
-            return f"node {name}: {PORTS_TAKEN}"
+            return on_node(name, (PORTS_TAKEN,))
         if job.claims and self.volume_picks is not None and not self.volume_picks.allowed(job, i):
-            return f"node {name}: {BIND_CONFLICT}"
+            return on_node(name, (BIND_CONFLICT,))
         if job.pod_rules is not None or self.state.pods.anti:
             reason = pod_refusal(self, job, i)
             if reason is not None:
-                return f"node {name}: {reason}"
-        return f"node {name}: {FILTERED}"
+                return on_node(name, (reason,))
+        return on_node(name, (FILTERED,))
 
-    def _fit_refusal(self, job: Job, i: int, vec) -> str:
+    def _fit_refusal(self, job: Job, i: int, vec):
         free = self.index.free[i][self.index.level_of[EVICTED]]
         short = [name for name, amount, room in zip(self.space.names, vec, free) if amount > room]
-        return f"node {self.index.nodes[i].name}: " + (", ".join(insufficient(name) for name in short)
-                                                       or "no room")
+        return on_node(self.index.nodes[i].name, tuple(insufficient(name) for name in short))
 
 
 __all__ = ["FIT", "GANG", "JOB", "NODE", "NODES", "Placing", "QUEUE", "Refused", "STAGES"]

@@ -42,12 +42,13 @@ from typing import Mapping, Sequence
 
 from flotilla.core.feasibility import REFUSING_EFFECTS
 from flotilla.core.podrules import NamespaceSelection, PodRules, PodTerm, Selector, namespace_allows
+from flotilla.core.reasons import make
 
-SPREAD_NOT_MATCHED = "node(s) didn't match pod topology spread constraints"
-SPREAD_MISSING_LABEL = "node(s) didn't match pod topology spread constraints (missing required label)"
-AFFINITY_NOT_MATCHED = "node(s) didn't match pod affinity rules"
-ANTI_AFFINITY_NOT_MATCHED = "node(s) didn't match pod anti-affinity rules"
-EXISTING_ANTI_AFFINITY = "node(s) didn't satisfy existing pods anti-affinity rules"
+SPREAD_NOT_MATCHED = make("spread")
+SPREAD_MISSING_LABEL = make("spread_missing_label")
+AFFINITY_NOT_MATCHED = make("pod_affinity")
+ANTI_AFFINITY_NOT_MATCHED = make("pod_anti_affinity")
+EXISTING_ANTI_AFFINITY = make("existing_anti_affinity")
 
 #: How many selectors' counts are kept between cycles at most (:meth:`PodPlacements.prune`).
 MAX_MATCHERS = 4096

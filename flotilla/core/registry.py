@@ -27,6 +27,7 @@ from flotilla.core.feasibility import node_type_refusal
 from flotilla.core.limits import queue_limit_refusal
 from flotilla.core.model import Gang, Job
 from flotilla.core.podplacements import pod_checked, pod_refusal
+from flotilla.core.reasons import Why
 from flotilla.core.resources import Vector
 
 
@@ -74,7 +75,7 @@ class ExtensionRegistry:
         #: (plugin, point, error) -> how many times it failed this cycle.
         self.plugin_errors: dict[tuple[str, str, str], int] = {}
         #: Queues a plugin failure left out of the cycle, with the reason their jobs read.
-        self.failed_queues: dict[str, str] = {}
+        self.failed_queues: dict[str, Why] = {}
 
     def _guarded(self, point: str, fn):
         plugin = self.opening_plugin
@@ -86,12 +87,12 @@ class ExtensionRegistry:
         key = (failure.plugin, failure.point, failure.error)
         self.plugin_errors[key] = self.plugin_errors.get(key, 0) + 1
         if failure.scope == "queue" and failure.subject is not None:
-            self.failed_queues.setdefault(failure.subject.name, failure.reason)
+            self.failed_queues.setdefault(failure.subject.name, failure.why)
         for job in jobs:
             if job.id not in self.evicted:
-                self.failures[job.id] = failure.reason
+                self.failures[job.id] = failure.why
 
-    def fail_queue(self, name: str, reason: str) -> None:
+    def fail_queue(self, name: str, reason: Why) -> None:
         """Leave queue ``name`` out of the rest of the cycle: its jobs wait with ``reason``."""
         self.failed_queues.setdefault(name, reason)
 

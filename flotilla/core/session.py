@@ -273,6 +273,7 @@ class Session(ExtensionRegistry, Placing, NodeSearch, WhyNot):
             queued=queued,
             queues=reports,
             explain=self.explain,
+            why=self.why,
             timings=dict(self.timings),
             counters=dict(self.counters),
             heads=heads,

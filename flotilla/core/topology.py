@@ -40,6 +40,7 @@ from typing import Sequence
 
 from flotilla.core.model import Gang, Job
 from flotilla.core.nodeindex import EVICTED
+from flotilla.core.reasons import Reason, make
 from flotilla.core.resources import Vector
 
 #: A label key is a Kubernetes qualified name: an optional DNS subdomain prefix and "/", then 1-63 characters.
@@ -229,14 +230,13 @@ def every_place(session, gang: Gang | None, clusters: Sequence[str]) -> list[Gan
             for cluster, value in domain_types(session, gang.uniformity_label) if cluster in clusters]
 
 
-def no_domain_reason(gang: Gang, size: int, search: DomainSearch) -> str:
+def no_domain_reason(gang: Gang, size: int, search: DomainSearch) -> Reason:
     """Why a topology gang's ``size`` members wait: no single domain of its label holds them all, with counts."""
-    head = f"gang {gang.id} of {size} does not fit in any single {search.label} domain"
     if not search.total:
-        return f"{head}: no node has label {search.label}"
+        return make("gang_no_label", gang.id, size, search.label)
     detail = ", ".join(f"{count} {why}" for why, count in sorted(search.outcomes.items(),
                                                                  key=lambda kv: (-kv[1], kv[0])))
-    return f"{head}: 0/{search.total} domains fit: {detail}"
+    return make("gang_domains", gang.id, size, search.label, search.total, detail)
 
 
 def _room(session, types: Sequence[int], level: int) -> list[int]:

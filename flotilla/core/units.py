@@ -17,6 +17,7 @@ from typing import Iterable
 from flotilla.core.cyclestate import QueueState
 from flotilla.core.model import Job
 from flotilla.core.jobqueue import JobQueue
+from flotilla.core.reasons import make
 from flotilla.core.whynot import Failure
 
 # Field getters for the C-level passes over runs of jobs.
@@ -100,7 +101,7 @@ class QueueUnits:
             return False
         queue, session = self.queue, self.session
         if queue.name in session.cordoned:
-            session.unexamined_reason[queue.name] = f"queue {queue.name} is cordoned: it schedules nothing new"
+            session.unexamined_reason[queue.name] = make("queue_cordoned", queue.name)
             self.finished = True
             return False
         self.order = session.queued_in_order(queue)

@@ -41,12 +41,13 @@ from dataclasses import dataclass
 from typing import Mapping, Protocol, Sequence
 
 from flotilla.core.nodeaffinity import Term
+from flotilla.core.reasons import Reason, make
 
 #: kube-scheduler's words (VolumeBinding, VolumeZone), as they follow a count of nodes.
-NODE_CONFLICT = "node(s) had volume node affinity conflict"
-BIND_CONFLICT = "node(s) didn't find available persistent volumes to bind"
-ZONE_CONFLICT = "node(s) had no available volume zone"
-PV_MISSING = "node(s) unavailable due to one or more pvc(s) bound to non-existent pv(s)"
+NODE_CONFLICT = make("volume_node_conflict")
+BIND_CONFLICT = make("volume_bind_conflict")
+ZONE_CONFLICT = make("volume_zone_conflict")
+PV_MISSING = make("volume_pv_missing")
 UNBOUND_IMMEDIATE = "pod has unbound immediate PersistentVolumeClaims"
 RWOP_CONFLICT = "node has pod using PersistentVolumeClaim with the same name and ReadWriteOncePod access mode"
 #: A cluster that has no volumes (simulated): a job naming claims cannot run there.
@@ -143,7 +144,7 @@ class Claim:
     """
 
     key: str
-    refusal: str = ""
+    refusal: "Reason | str" = ""
     terms: tuple[Term, ...] | None = None
     zones: tuple[tuple[str, frozenset[str]], ...] = ()
     options: Options | None = None

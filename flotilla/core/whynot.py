@@ -1,16 +1,17 @@
-"""Why a job is still queued: the failures actions record, worded when asked.
+"""Why a job is still queued: the failures actions record, counted when asked.
 
 A mixin of :class:`~flotilla.core.session.Session`. An action records a
-job's :data:`Failure`: a reason (a string, worded at once) or a
-:class:`Shortfall` (no node had room), which is worded only when someone
-asks (:meth:`WhyNot.explain`). Once the session has closed, a wording is
-kept; and before the next cycle changes the node index, every distinct
-shortfall not yet asked about is worded while the index still shows this
-cycle's room (:meth:`~flotilla.core.cyclestate.CycleState.before_next_change`).
-A cycle whose explanations nobody reads words none. Jobs of one shape
-share one failure object, so a million misfits cost a handful of wordings.
+job's :data:`Failure`: a :class:`~flotilla.core.reasons.Reason` (or a
+plugin's words) or a :class:`Shortfall` (no node had room), whose nodes are
+counted only when someone asks (:meth:`WhyNot.why`, data; :meth:`WhyNot.explain`,
+its words). Once the session has closed, a count is kept; and before the next
+cycle changes the node index, every distinct shortfall not yet asked about is
+counted while the index still shows this cycle's room
+(:meth:`~flotilla.core.cyclestate.CycleState.before_next_change`). A cycle
+whose explanations nobody reads counts none. Jobs of one shape share one
+failure object, so a million misfits cost a handful of counts.
 
-A shortfall is worded in kube-scheduler's style: every node of the job's
+A shortfall reads in kube-scheduler's style: every node of the job's
 cluster (or of every cluster) counted once, under the first check it
 fails, in kube-scheduler's filter order: the predicates' refusal of its
 type (unschedulable, an untolerated taint, node affinity or selector), then
@@ -20,18 +21,20 @@ plugin's node filter::
     0/3 nodes are available: 1 Insufficient cpu, 1 node(s) had untolerated taint {gpu: yes}, 1 node(s) were unschedulable
 
 Causes are listed by count, largest first (ties by text), so the first one
-is the most common (the metrics' reason category is read from it), and
-the counts add up to the nodes.
+is the most common, and the counts add up to the nodes. The reason's code
+(the metrics' category) is its most common cause's, ties broken in a fixed
+order of causes, never by their words (:func:`~flotilla.core.reasons.nodes_available`).
 """
 
 from __future__ import annotations
 
 from itertools import repeat
 from operator import attrgetter
-from typing import Mapping, Sequence, Union
+from typing import Sequence, Union
 
-from flotilla.core.feasibility import FILTERED, PORTS_TAKEN, insufficient
+from flotilla.core.feasibility import FILTERED, PORTS_TAKEN
 from flotilla.core.model import Job
+from flotilla.core.reasons import Reason, Why, insufficient, make, nodes_available
 from flotilla.core.volumes import BIND_CONFLICT
 from flotilla.core.podplacements import pod_checked, pod_refusal
 from flotilla.core.resources import Vector
@@ -60,21 +63,10 @@ class Shortfall:
         self.key: tuple | None = None
 
 
-def nodes_available(available: int, causes: Mapping[str, int]) -> str:
-    """``"<available>/<total> nodes are available: <count> <cause>, ..."``, causes largest count first."""
-    total = available + sum(causes.values())
-    if len(causes) == 1:  # the common case (one resource short everywhere): nothing to order
-        [(cause, count)] = causes.items()
-        listed = [(count, cause)] if count else []
-    else:
-        listed = sorted(((count, cause) for cause, count in causes.items() if count),
-                        key=lambda kv: (-kv[0], kv[1]))
-    detail = ", ".join(f"{count} {cause}" for count, cause in listed) or "room taken by other jobs this cycle"
-    return f"{available}/{total} nodes are available: {detail}"
-
-
-#: What an action records for a job it could not place: a reason, or a shortfall worded when asked.
-Failure = Union[str, Shortfall]
+#: What an action records for a job it could not place: a reason, or a shortfall counted when asked.
+Failure = Union[Reason, str, Shortfall]
+#: Why a job of a queue no action reached waits.
+NOT_REACHED = make("not_reached")
 
 
 class WhyNot:
@@ -88,8 +80,8 @@ class WhyNot:
         self._passed_over_failures: dict[str, Failure] = {}
         self._passed_over_read = 0
         #: Per queue, why its jobs were not reached (cordoned, lookahead used up).
-        self.unexamined_reason: dict[str, str] = {}
-        self._shortfalls: dict[tuple, str] = {}
+        self.unexamined_reason: dict[str, Why] = {}
+        self._shortfalls: dict[tuple, Reason] = {}
         #: Set when the session closes: the room the wordings count no longer changes in this session.
         self._explanations_final = False
 
@@ -116,7 +108,11 @@ class WhyNot:
         return found
 
     def explain(self, job: Job) -> str:
-        """One short reason why ``job`` is still queued."""
+        """One short reason why ``job`` is still queued, in words (:meth:`why`'s)."""
+        return str(self.why(job))
+
+    def why(self, job: Job) -> Why:
+        """Why ``job`` is still queued: a :class:`~flotilla.core.reasons.Reason` (or a plugin's words)."""
         if self.failed_queues and job.queue in self.failed_queues:
             return self.failed_queues[job.queue]   # a plugin's failure left its queue out of the cycle
         failure = self.failures.get(job.id)
@@ -128,19 +124,19 @@ class WhyNot:
                 found = self._read_passed_over()
             failure = found.get(job.id)
         if failure is None:
-            return self.unexamined_reason.get(job.queue, "not reached this cycle")
-        if isinstance(failure, str):
+            return self.unexamined_reason.get(job.queue, NOT_REACHED)
+        if failure.__class__ is not Shortfall:
             return failure
         key = self._shortfall_key(failure)
-        text = self._shortfalls.get(key)
-        if text is None:
-            text = self._word(failure)
+        reason = self._shortfalls.get(key)
+        if reason is None:
+            reason = self._count(failure)
             if self._explanations_final:
-                self._shortfalls[key] = text
-        return text
+                self._shortfalls[key] = reason
+        return reason
 
     def _shortfall_key(self, shortfall: Shortfall) -> tuple:
-        """What a shortfall's wording depends on: equal keys read the same (kept on the shortfall)."""
+        """What a shortfall's counts depend on: equal keys count the same (kept on the shortfall)."""
         key = shortfall.key
         if key is None:
             job = shortfall.job
@@ -156,10 +152,10 @@ class WhyNot:
             shortfall.key = key
         return key
 
-    def _word(self, shortfall: Shortfall) -> str:
+    def _count(self, shortfall: Shortfall) -> Reason:
         """Every node of the job's clusters counted once, under the first check it fails (module docstring)."""
         job = shortfall.job
-        causes: dict[str, int] = dict(self.refused_nodes(job, shortfall.cluster)) if job is not None else {}
+        causes: dict[Why, int] = dict(self.refused_nodes(job, shortfall.cluster)) if job is not None else {}
         fitting, short = self.index.shortfall(shortfall.vec, shortfall.level, shortfall.types)
         for name, count in zip(self.space.names, short):
             if count:
@@ -187,12 +183,12 @@ class WhyNot:
         return nodes_available(available, causes)
 
     def _close_explanations(self) -> None:
-        """The session closes: keep wordings from now on, and word the rest before the index next changes."""
+        """The session closes: keep counts from now on, and count the rest before the index next changes."""
         self._explanations_final = True
         self.state.before_next_change(self._freeze_explanations)
 
     def _freeze_explanations(self) -> None:
-        """Word the node shortfalls now: the index lives on and changes in the next cycle.
+        """Count the node shortfalls now: the index lives on and changes in the next cycle.
 
         Each distinct failure once: jobs of one shape share their failure object, so they are
         told apart by identity in a C-level pass, not walked one by one.
@@ -205,4 +201,4 @@ class WhyNot:
             if failure.__class__ is Shortfall:
                 key = self._shortfall_key(failure)
                 if key not in self._shortfalls:
-                    self._shortfalls[key] = self._word(failure)
+                    self._shortfalls[key] = self._count(failure)

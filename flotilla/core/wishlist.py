@@ -113,9 +113,10 @@ def compute_wishlist(scheduler, snapshot: Snapshot, waiting: Sequence[Job], temp
         if not placed:
             for member, vec, types in zip(unit, vecs, allowed):
                 unfit_queues[member.id] = member.queue
-                unfit[member.id] = (_no_template(session, member, vec, types, positions)
-                                    or f"gang {member.gang.id if member.gang else member.id}: no template fits "
-                                       f"every member with the free room")
+                why = _no_template(session, member, vec, types, positions)   # a report: its words
+                unfit[member.id] = (str(why) if why else
+                                    f"gang {member.gang.id if member.gang else member.id}: no template fits "
+                                    f"every member with the free room")
     return Wishlist(wishes, unfit, unfit_queues)
 
 

@@ -26,7 +26,9 @@ they are, and no read of the pod is needed first.
 
 Writes cost the API server, and a queue of thousands of pods is told the
 same thing every cycle, so a pod is told again only when the reason
-changes, and at most once per ``min_interval`` seconds. The memory for
+changes (compared as a value: a :class:`~flotilla.core.reasons.Reason`'s
+code, cause and counts, or a refusal's words; the message is worded only
+when written), and at most once per ``min_interval`` seconds. The memory for
 that is bounded: ``forget`` drops a pod (call it when the pod is deleted)
 and past ``max_entries`` the least recently written pods are forgotten
 (the worst that costs is one early repeat of a condition).
@@ -45,6 +47,7 @@ from urllib.parse import quote
 
 import structlog
 
+from flotilla.core.reasons import Why
 from flotilla.kubernetes.client import ApiError, KubeClient, KubeError, pod_path
 
 log = structlog.get_logger("flotilla.kubernetes.conditions")
@@ -74,7 +77,7 @@ def now_rfc3339() -> str:
 class _Written:
     __slots__ = ("reason", "at")
 
-    def __init__(self, reason: str | None, at: float):
+    def __init__(self, reason: Why | None, at: float):
         self.reason = reason
         self.at = at
 
@@ -109,10 +112,11 @@ class PodReporter:
         """How many pods are remembered (bounded by ``max_entries``)."""
         return len(self._written)
 
-    def unschedulable(self, namespace: str, name: str, uid: str, reason: str) -> bool:
-        """PodScheduled=False, reason Unschedulable, message 'flotilla: ' + reason, plus a Warning Event
+    def unschedulable(self, namespace: str, name: str, uid: str, reason: Why) -> bool:
+        """PodScheduled=False, reason Unschedulable, message 'flotilla: ' + the reason's words, plus a Warning Event
         FailedScheduling on the pod (involvedObject with uid; reportingComponent/source = component); skipped when the reason
-        is unchanged or the last write for this uid was less than min_interval ago. True when written."""
+        is unchanged (an equal value) or the last write for this uid was less than min_interval ago. True when
+        written."""
         now = self.clock()
         with self._lock:
             last = self._written.get(uid)
@@ -120,7 +124,7 @@ class PodReporter:
                 return False
             # Claimed before the request so concurrent callers do not write twice; the reason is set on success.
             self._remember(uid, _Written(last.reason if last else None, now))
-        message = truncate(MESSAGE_PREFIX + reason, CONDITION_MESSAGE_LIMIT)
+        message = truncate(MESSAGE_PREFIX + str(reason), CONDITION_MESSAGE_LIMIT)
         condition = {"type": "PodScheduled", "status": "False", "reason": "Unschedulable", "message": message,
                      "lastProbeTime": None}
         if last is None or last.reason is None:

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 from typing import Mapping
 
+from flotilla.core.reasons import make
 from flotilla.plugin import hookimpl, take_args
 
 
@@ -29,10 +30,10 @@ class Gang:
             if gang.min_available:
                 known = len(session.gangs[gang.id])
                 if known != gang.cardinality:
-                    return f"gang {gang.id}: {known} of {gang.cardinality} members queued"
+                    return make("gang_queued", gang.id, known, gang.cardinality)
                 return None
             if len(members) != gang.cardinality:
-                return f"gang {gang.id}: {len(members)} of {gang.cardinality} members queued"
+                return make("gang_queued", gang.id, len(members), gang.cardinality)
             return None
 
         session.add_gang_ready(complete)

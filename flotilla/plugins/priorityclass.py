@@ -12,6 +12,7 @@ from __future__ import annotations
 
 from typing import Mapping
 
+from flotilla.core.reasons import make
 from flotilla.plugin import hookimpl, take_args
 
 
@@ -26,7 +27,7 @@ class PriorityClassPlugin:
 
         def known(job):
             name = job.priority_class or default
-            return None if name in classes else f"unknown priority class {name}"
+            return None if name in classes else make("unknown_priority_class", name)
 
         def may_displace(preemptor, victim):
             mine = classes[preemptor.priority_class or default]

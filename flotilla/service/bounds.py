@@ -285,14 +285,18 @@ class _Parser:
 _STRING = re.compile(rb'"[^"\\]*+(?:\\.[^"\\]*+)*+"')
 _OUTSIDE = re.compile(rb'(?:[^"]++|"[^"\\]*+(?:\\.[^"\\]*+)*+")*+')
 _STRING_BODY = re.compile(rb'[^"\\]*+(?:\\.[^"\\]*+)*+')
-_BRACKETS = bytes(range(256)).translate(None, b"[]{}")
-_STEP = {ord("["): 1, ord("{"): 1, ord("]"): -1, ord("}"): -1}
+_BRACKETS = bytes(range(256)).translate(None, b"[]{},")
+_STEP = {ord("["): 1, ord("{"): 1, ord("]"): -1, ord("}"): -1, ord(","): 0}
 #: What the path of a place in a body is made of: strings and the structural characters.
 _TOKEN = re.compile(rb'"[^"\\]*+(?:\\.[^"\\]*+)*+"|[\[\]{},:]')
 #: Bytes handled by one C-level step of the scans, the decoding and the parsing below: each holds the
 #: interpreter lock about a millisecond, so a thread doing them leaves the event loop its turn (a 16 MiB body is
 #: never one long C call). Larger windows held it 20 to 60 ms each (a 256 KiB window of a 10,000-job body).
 WINDOW = 32 * 1024
+#: Values a body of an endpoint other than a submission may hold beyond ``server.maxJobsPerSubmission``
+#: (a cancellation names up to that many job ids). Such a body is validated in one C call, a few microseconds
+#: per value: 900,000 unknown keys held the interpreter lock for 2 s.
+VALUES_BEYOND_JOBS = 1000
 #: Bodies larger than this are parsed piecewise (:func:`_parse_piecewise`), for the same reason.
 PIECEWISE_BYTES = 64 * 1024
 #: The most one C call of the piecewise parse is given: a container that fits, or a run of small array members.
@@ -343,27 +347,30 @@ def _too_long(body: bytes, start: int) -> BoundsError:
                        f"Kubernetes object holds)", _path_at(body, start), 413)
 
 
-def _structure(body: bytes) -> tuple[int, int]:
-    """(containers, deepest nesting) of a JSON text outside its strings, in windows of :data:`WINDOW` bytes.
+def _structure(body: bytes) -> tuple[int, int, int]:
+    """(containers, deepest nesting, commas) of a JSON text outside its strings, in windows of :data:`WINDOW`
+    bytes (containers and commas together bound how many values it holds).
 
     Stops counting once more than :data:`MAX_CONTAINERS` are seen; raises :class:`BoundsError` (413, with the
     field's path) as soon as a string passes :data:`MAX_STRING_BYTES`, without reading the rest of it.
     """
-    n, pos, depth, deepest, containers = len(body), 0, 0, 0, 0
+    n, pos, depth, deepest, containers, commas = len(body), 0, 0, 0, 0, 0
     while pos < n:
         end = _OUTSIDE.match(body, pos, min(pos + WINDOW, n)).end()
         if end > pos:   # whole strings and the structure between them
             brackets = _STRING.sub(b"", body[pos:end]).translate(None, _BRACKETS)
             pos = end
-            opened = brackets.count(b"[") + brackets.count(b"{")
             if not brackets:
                 continue
+            opened = brackets.count(b"[") + brackets.count(b"{")
+            separators = brackets.count(b",")
             containers += opened
+            commas += separators
             if containers > MAX_CONTAINERS:
-                return containers, deepest
+                return containers, deepest, commas
             if opened:
                 deepest = max(deepest, max(itertools.accumulate(map(_STEP.__getitem__, brackets), initial=depth)))
-            depth += 2 * opened - len(brackets)
+            depth += 2 * opened + separators - len(brackets)
             continue
         start = pos   # a string that goes past the window: to its closing quote, a window at a time
         pos += 1
@@ -375,11 +382,11 @@ def _structure(body: bytes) -> tuple[int, int]:
                 pos = inside + 1
                 break
             if inside == pos:   # a backslash ends the text: unterminated, the parser says where
-                return containers, deepest
+                return containers, deepest, commas
             pos = inside
         else:
-            return containers, deepest
-    return containers, deepest
+            return containers, deepest, commas
+    return containers, deepest, commas
 
 
 def _decoded(body: bytes) -> str:
@@ -518,22 +525,27 @@ def _parse_piecewise(text: str, decoder: json.JSONDecoder) -> Any:
     return result
 
 
-def load_json(body: bytes, limits: Limits | None = None) -> Any:
+def load_json(body: bytes, limits: Limits | None = None, max_values: int | None = None) -> Any:
     """Parse a request body within every bound; :class:`BoundsError` names the first problem.
 
     The structure (containers, depth, strings of at most
     :data:`MAX_STRING_BYTES`) is checked before decoding and parsing; a body
     is decoded a window at a time and, over :data:`PIECEWISE_BYTES`, parsed
     piecewise, so that no step holds the interpreter lock for long (call
-    this off the event loop).
+    this off the event loop). ``max_values``: the most values (members of
+    objects and arrays, counted by their commas, and containers) the body
+    may hold, checked by the same scan.
     """
     limits = limits or Limits()
     if len(body) > limits.max_body_bytes:
         raise BoundsError(f"body of {len(body)} bytes; at most {limits.max_body_bytes} (server.maxBodySize)",
                           None, 413)
-    containers, depth = _structure(body)
+    containers, depth, commas = _structure(body)
     if containers > MAX_CONTAINERS:
         raise BoundsError(f"more than {MAX_CONTAINERS} objects and arrays in one body", None, 413)
+    if max_values is not None and containers + commas > max_values:
+        raise BoundsError(f"more than {max_values} values in one body; this endpoint takes at most {max_values} "
+                          f"(server.maxJobsPerSubmission + {VALUES_BEYOND_JOBS})", None, 413)
     if depth > MAX_DEPTH:
         raise BoundsError(f"nested {depth} levels deep; at most {MAX_DEPTH}")
     try:
@@ -552,6 +564,46 @@ def load_json(body: bytes, limits: Limits | None = None) -> Any:
         check_value(value, limits)
     _check_job_count(value, limits)
     return value
+
+
+# -- submissions: what one validation step may see -----------------------------------------------------
+
+#: Most values (members of objects and arrays and containers, at any depth, the job itself included) one job of
+#: a submission may hold: far beyond any real pod spec, and one job is validated in one C call (a few
+#: microseconds per value), so this bounds that call to tens of milliseconds.
+MAX_JOB_VALUES = 10_000
+
+
+def _values_within(value: Any, most: int) -> int:
+    """How many values ``value`` holds (itself included), counted iteratively; stops at ``most`` + 1."""
+    count, stack = 0, [value]
+    while stack and count <= most:
+        item = stack.pop()
+        count += 1
+        if isinstance(item, dict):
+            stack.extend(item.values())
+        elif isinstance(item, list):
+            stack.extend(item)
+    return count
+
+
+def job_values(raw: Any, limits: Limits | None = None) -> list[int]:
+    """How many values each job of a parsed submission holds; :class:`BoundsError` (413) for a job over
+    :data:`MAX_JOB_VALUES` (its path) or a file holding more than :data:`VALUES_BEYOND_JOBS` values besides
+    its jobs (those are validated in one C call with the file's own fields)."""
+    if not isinstance(raw, dict):
+        return []
+    rest = _values_within([v for k, v in raw.items() if k != "jobs"], VALUES_BEYOND_JOBS + 1) - 1
+    if rest > VALUES_BEYOND_JOBS:
+        raise BoundsError(f"more than {VALUES_BEYOND_JOBS} values besides the jobs in one submission", None, 413)
+    jobs = raw.get("jobs")
+    counts = []
+    for index, job in enumerate(jobs if isinstance(jobs, list) else ()):
+        counts.append(_values_within(job, MAX_JOB_VALUES))
+        if counts[-1] > MAX_JOB_VALUES:
+            raise BoundsError(f"a job of more than {MAX_JOB_VALUES} values (objects, arrays and their members)",
+                              f"jobs[{index}]", 413)
+    return counts
 
 
 # -- job files ---------------------------------------------------------------------------------------
@@ -614,5 +666,5 @@ def job_file_problems(file: Any) -> list:
 __all__ = ["Limits", "BoundsError", "ID_PATTERN", "INTEGER_TEXT", "NODE_NAME_PATTERN",
            "NODE_NAME_RE", "QUERY_INTEGER", "StrictFloat", "StrictInt", "integer_from_text", "ID_RULE", "INT64_MIN", "INT64_MAX", "PRIORITY_MIN", "PRIORITY_MAX",
            "MAX_DEPTH",
-           "MAX_CONTAINERS", "MAX_METADATA_BYTES", "MAX_STRING_BYTES", "check_value", "id_problem", "job_file_problems", "load_json",
+           "MAX_CONTAINERS", "MAX_JOB_VALUES", "MAX_METADATA_BYTES", "MAX_STRING_BYTES", "job_values", "check_value", "id_problem", "job_file_problems", "load_json",
            "metadata_size", "priority_from_text", "shown_text", "text_problem", "url_problem"]

@@ -46,7 +46,7 @@ from starlette.requests import cookie_parser
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from flotilla.service.auth import Authenticator, Unauthenticated
-from flotilla.service.bounds import PIECEWISE_BYTES, BoundsError, load_json, url_problem
+from flotilla.service.bounds import PIECEWISE_BYTES, VALUES_BEYOND_JOBS, BoundsError, load_json, url_problem
 from flotilla.service.collection import full_collections_deferred
 from flotilla.service.errors import ApiError, error_response, log_unexpected
 from flotilla.service.settings import Limits
@@ -263,12 +263,17 @@ class _BoundedRequest(Request):
             body = await self.body()
             if len(body) > PIECEWISE_BYTES and self.handled is not None:
                 self.handled.enter_context(full_collections_deferred())
+            # A body the route validates in one step (any but a submission's) holds a bounded number of values.
+            most = None if self.validate_body is not None else limits.max_jobs + VALUES_BEYOND_JOBS
             try:   # off the event loop: parsing a large body is CPU work
-                value = await run_in_threadpool(load_json, body, limits)
+                value = await run_in_threadpool(load_json, body, limits, most)
             except BoundsError as exc:
                 raise ApiError(exc.status, exc.message, field=exc.field) from None
             if self.validate_body is not None:
-                value = await run_in_threadpool(self.validate_body, self, value)
+                try:
+                    value = await run_in_threadpool(self.validate_body, self, value)
+                except BoundsError as exc:
+                    raise ApiError(exc.status, exc.message, field=exc.field) from None
             self._json = value
         return self._json
 
@@ -279,7 +284,10 @@ class BoundedRoute(APIRoute):
     ``validate_body(request, value)``, when set, turns the parsed body into
     the route's body model in that thread too (raising :class:`ApiError` as
     the route would answer); FastAPI then takes the model as it is, so a
-    large body is never validated on the event loop. From the moment a body
+    large body is never validated on the event loop. A route without it
+    validates its body in one C call, so its body holds at most
+    ``server.maxJobsPerSubmission`` + :data:`bounds.VALUES_BEYOND_JOBS`
+    values (413 past them). From the moment a body
     over :data:`bounds.PIECEWISE_BYTES` is read until the route has
     answered, full garbage collections wait
     (:func:`collection.full_collections_deferred`): one pass over its

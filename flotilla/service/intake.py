@@ -442,10 +442,12 @@ class ClusterIntake:
     # -- why not ---------------------------------------------------------------------------
     def explain(self, backends: Mapping[str, object], decisions, queued: Mapping[str, tuple], scheduled: set[str]
                 ) -> None:
-        """Tell each waiting pod why: a parked one its refusal, a stored one still queued the scheduler's reason
-        (at most :data:`REPORT_LIMIT` per cluster and cycle, taking turns; repeats cost no write)."""
+        """Tell each waiting pod why: a parked one its refusal, a stored one still queued the scheduler's reason (a
+        :class:`~flotilla.core.reasons.Reason`, worded by the backend when it writes) (at most :data:`REPORT_LIMIT`
+        per cluster and cycle, taking turns; repeats cost no write)."""
         if decisions is None:
             return
+        why = getattr(decisions, "why", None) or decisions.explain
         for name, backend in sorted(self.backends(backends).items()):
             pods = backend.waiting_pods()
             parked = self.parked.get(name, {})
@@ -464,9 +466,9 @@ class ClusterIntake:
                 held = queued.get(pod.job_id)
                 if held is None or pod.job_id in scheduled:
                     continue
-                notes.append((pod.namespace, pod.name, pod.uid, decisions.explain(held[1][0])))
+                notes.append((pod.namespace, pod.name, pod.uid, why(held[1][0])))
                 if pod.group_name:
-                    groups.setdefault((pod.namespace, pod.group_name), (notes[-1][3], True))
+                    groups.setdefault((pod.namespace, pod.group_name), (str(notes[-1][3]), True))
             self._report_from[name] = start + REPORT_LIMIT
             backend.report_waiting(notes)
             backend.report_podgroups(groups)

@@ -35,7 +35,7 @@ from flotilla.core.quantities import (MAX_DURATION, QuantityError, format_quanti
 from flotilla.kubernetes.public import (OS_LABEL, POD_LEVEL_RESOURCES, IngressSpec, PodSpec, ServiceSpec,
                                        effective_requests, exposed_ports, host_ports, is_pod_level_resource,
                                        pod_rules_spec, refused_placement_fields, spec_claims, stored_pod_spec)
-from flotilla.service.bounds import BoundsError, StrictInt, check_value, job_file_problems, shown_text
+from flotilla.service.bounds import BoundsError, StrictInt, check_value, job_file_problems, job_values, shown_text
 from flotilla.service.settings import ServiceSettings, rule_dicts
 from flotilla.service.store import NewJob, Pod, Rejection, SubmissionRejected
 
@@ -124,20 +124,46 @@ _JOB_ITEMS = TypeAdapter(list[JobItem])
 #: Jobs validated in one call: a short hold of the interpreter lock (a few milliseconds; 100 jobs held it
 #: 30 ms), so a thread validating a large file leaves the event loop its turn between steps.
 VALIDATION_STEP = 20
+#: Values (see :func:`bounds.job_values`) validated in one call, unless one job alone holds more.
+VALIDATION_STEP_VALUES = 2000
+
+
+def _steps(counts: list[int]) -> list[tuple[int, int]]:
+    """(start, end) of each step: at most :data:`VALIDATION_STEP` jobs and :data:`VALIDATION_STEP_VALUES` values."""
+    out, start, held = [], 0, 0
+    for index, count in enumerate(counts):
+        if index > start and (index - start == VALIDATION_STEP or held + count > VALIDATION_STEP_VALUES):
+            out.append((start, index))
+            start, held = index, 0
+        held += count
+    if start < len(counts):
+        out.append((start, len(counts)))
+    return out
 
 
 def job_file_in_steps(raw: Any) -> JobFile:
-    """``JobFile.model_validate(raw)``, a few jobs at a time; the same :class:`ValidationError` when invalid."""
+    """``JobFile.model_validate(raw)``, a few jobs at a time; the same :class:`ValidationError` when invalid.
+
+    :class:`BoundsError` (413) for a job or the rest of the file over :func:`bounds.job_values`' bounds.
+    """
+    counts = job_values(raw)
     jobs = raw.get("jobs") if isinstance(raw, dict) else None
-    if not isinstance(jobs, list) or len(jobs) <= VALIDATION_STEP:
+    if not isinstance(jobs, list) or (len(jobs) <= VALIDATION_STEP and sum(counts) <= VALIDATION_STEP_VALUES):
         return JobFile.model_validate(raw)
-    items: list[JobItem] = []
-    try:
-        for start in range(0, len(jobs), VALIDATION_STEP):
-            items += _JOB_ITEMS.validate_python(jobs[start:start + VALIDATION_STEP])
-    except ValidationError:
-        return JobFile.model_validate(raw)   # every problem, worded and ordered as one validation words them
-    return JobFile.model_validate({**raw, "jobs": items})   # validated jobs pass as they are
+    items: list = []
+    for start, end in _steps(counts):
+        step = jobs[start:end]
+        try:
+            items += _JOB_ITEMS.validate_python(step)
+        except ValidationError:   # job by job: an invalid job stays as given, for the last validation to word
+            for one in step:
+                try:
+                    items.append(JobItem.model_validate(one))
+                except ValidationError:
+                    items.append(one)
+    # Validated jobs pass as they are; the invalid ones (only they) are validated again, so every problem is
+    # worded and ordered as one validation of the whole file words them.
+    return JobFile.model_validate({**raw, "jobs": items})
 
 
 # -- turning pydantic errors into rejections ---------------------------------------------------

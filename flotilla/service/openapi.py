@@ -63,6 +63,9 @@ class PendingJob(BaseModel):
     priorityClass: str
     submitted: float
     reason: str = Field(description="why the last cycle left it queued, in kube-scheduler's words for nodes")
+    reasonCode: str = Field(description="the reason's code, what programs read to tell reasons apart (the "
+                                        "`reason` label of flotilla_queue_queued_jobs_by_reason); the words "
+                                        "may change between releases, the codes do not")
 
 
 class QueuePending(BaseModel):

@@ -21,7 +21,9 @@ jobs, not pods, from 1: the job the queue would offer next.
 
 The head of a queue is read from the cycle's queue order after the actions
 ran, as far as it reaches (no other job is walked); its reasons are worded
-once per distinct failure (:mod:`flotilla.core.whynot`).
+once per distinct failure (:mod:`flotilla.core.whynot`). Beside each reason's
+words goes its code (``reasonCode``, :mod:`flotilla.core.reasons`): what a
+program reads to tell reasons apart; the words are for people.
 """
 
 from __future__ import annotations
@@ -30,6 +32,7 @@ from typing import Any, Callable, Iterable
 
 import sqlalchemy as sa
 
+from flotilla.core.reasons import OTHER, code_of, make
 from flotilla.service.leases import QUEUED, job_of
 from flotilla.service.schema import jobs
 from flotilla.service.store import Store, chunks
@@ -43,7 +46,8 @@ HEAD_TOTAL = 20_000
 #: ``limit`` of ``GET /v1/queues/{name}/pending`` when not given.
 DEFAULT_LIMIT = 100
 #: The reason of a queued job the last cycle gave none for (submitted since, or past what was published).
-NOT_EXAMINED = "not examined in the last cycle"
+NOT_EXAMINED_REASON = make("not_examined")
+NOT_EXAMINED = str(NOT_EXAMINED_REASON)
 
 
 def head_size(queues: int) -> int:
@@ -54,12 +58,15 @@ def head_size(queues: int) -> int:
 def published_heads(decisions) -> dict[str, dict[str, Any]]:
     """The heads of ``decisions`` (``Decisions.heads``) as the status publishes them.
 
-    ``{queue: {"jobs": [[job id, reason index], ...], "reasons": [text, ...], "more": bool}}``: jobs in
-    order, one entry per job (a job of several pods reads as its first pod), ``more`` when jobs follow.
+    ``{queue: {"jobs": [[job id, reason index], ...], "reasons": [text, ...], "codes": [code, ...],
+    "more": bool}}``: jobs in order, one entry per job (a job of several pods reads as its first pod), each
+    reason's code beside its words, ``more`` when jobs follow.
     """
     out: dict[str, dict[str, Any]] = {}
+    why = getattr(decisions, "why", None) or decisions.explain
     for name, (pods, more) in sorted(getattr(decisions, "heads", {}).items()):
         texts: dict[str, int] = {}
+        codes: list[str] = []
         rows: list[list] = []
         seen: set[str] = set()
         for pod in pods:
@@ -67,12 +74,14 @@ def published_heads(decisions) -> dict[str, dict[str, Any]]:
             if job_id in seen:
                 continue
             seen.add(job_id)
-            reason = decisions.explain(pod)
-            index = texts.get(reason)
+            reason = why(pod)
+            text = str(reason)
+            index = texts.get(text)
             if index is None:
-                index = texts[reason] = len(texts)
+                index = texts[text] = len(texts)
+                codes.append(code_of(reason))
             rows.append([job_id, index])
-        out[name] = {"jobs": rows, "reasons": list(texts), "more": bool(more)}
+        out[name] = {"jobs": rows, "reasons": list(texts), "codes": codes, "more": bool(more)}
     return out
 
 
@@ -90,12 +99,14 @@ class PendingView:
         self.store = store
         self.status = status
 
-    def _head(self, body: dict, queue: str) -> tuple[list[str], list[str], dict[str, int]]:
-        """The published head of ``queue``: its job ids in order, each one's reason, and each id's position."""
+    def _head(self, body: dict, queue: str) -> tuple[list[str], list[tuple[str, str]], dict[str, int]]:
+        """The published head of ``queue``: its job ids in order, each one's reason (words, code), and each id's
+        position."""
         head = body.get("pending", {}).get(queue) or {}
         texts = head.get("reasons", [])
+        codes = head.get("codes") or [OTHER] * len(texts)
         ids = [row[0] for row in head.get("jobs", [])]
-        reasons = [texts[row[1]] for row in head.get("jobs", [])]
+        reasons = [(texts[row[1]], codes[row[1]]) for row in head.get("jobs", [])]
         return ids, reasons, {job_id: k + 1 for k, job_id in enumerate(ids)}
 
     def _rows(self, ids: Iterable[str]) -> dict[str, Any]:
@@ -106,18 +117,24 @@ class PendingView:
                     out[row.id] = row
         return out
 
-    def _other_reason(self, body: dict, job_id: str) -> str:
-        return body.get("jobReasons", {}).get(job_id) or NOT_EXAMINED
+    def _other_reason(self, body: dict, queue: str, job_id: str) -> tuple[str, str]:
+        """A queued job's reason outside its queue's head: (words, code)."""
+        text = body.get("jobReasons", {}).get(job_id)
+        if not text:
+            return NOT_EXAMINED, NOT_EXAMINED_REASON.code
+        return text, body.get("reasonCodes", {}).get(queue, {}).get(text, OTHER)
 
     def job(self, record: dict) -> dict:
-        """``record`` (a job's, as the store gives it) with ``position``, and ``reason`` when it is queued."""
+        """``record`` (a job's, as the store gives it) with ``position``, and ``reason`` and ``reasonCode`` when it
+        is queued."""
         if record.get("state") != QUEUED:
             return {**record, "position": None}
         body = self.status()
         ids, reasons, positions = self._head(body, record["queue"])
         position = positions.get(record["id"])
         if position is not None:
-            return {**record, "reason": reasons[position - 1], "position": position}
+            text, code = reasons[position - 1]
+            return {**record, "reason": text, "reasonCode": code, "position": position}
         # Beyond the head: the head's length, then the queued jobs outside it that sort before this one.
         mine = (record["priority"], record["submitted"], record["id"])
         before = (jobs.c.priority < mine[0]) | ((jobs.c.priority == mine[0]) & (
@@ -126,8 +143,8 @@ class PendingView:
             ahead = conn.execute(sa.select(sa.func.count()).select_from(jobs).where(
                 jobs.c.queue == record["queue"], jobs.c.state == QUEUED, before)).scalar_one()
         in_head = sum(1 for row in self._rows(ids).values() if row.state == QUEUED and _order(row) < mine)
-        return {**record, "reason": self._other_reason(body, record["id"]),
-                "position": len(ids) + ahead - in_head + 1}
+        text, code = self._other_reason(body, record["queue"], record["id"])
+        return {**record, "reason": text, "reasonCode": code, "position": len(ids) + ahead - in_head + 1}
 
     def queue(self, name: str, limit: int) -> dict:
         """The first ``limit`` queued jobs of queue ``name`` in scheduling order, with positions and reasons."""
@@ -153,7 +170,7 @@ class PendingView:
                 if row.id in skip:
                     continue
                 rank += 1
-                listed.append(self._entry(row, rank, self._other_reason(body, row.id)))
+                listed.append(self._entry(row, rank, self._other_reason(body, name, row.id)))
                 if len(listed) == limit:
                     break
         with self.store.read() as conn:
@@ -163,9 +180,10 @@ class PendingView:
                 "jobs": listed}
 
     @staticmethod
-    def _entry(row, position: int, reason: str) -> dict:
+    def _entry(row, position: int, reason: tuple[str, str]) -> dict:
         return {"position": position, "id": row.id, "jobSet": row.job_set, "priority": row.priority,
-                "priorityClass": row.priority_class, "submitted": row.submitted, "reason": reason}
+                "priorityClass": row.priority_class, "submitted": row.submitted, "reason": reason[0],
+                "reasonCode": reason[1]}
 
 
 __all__ = ["DEFAULT_LIMIT", "HEAD_MAX", "NOT_EXAMINED", "PendingView", "head_size", "published_heads"]

@@ -33,8 +33,8 @@ from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, gene
 from prometheus_client.core import GaugeMetricFamily
 from prometheus_client.registry import Collector
 
-from flotilla.service.metrics.labels import method_label, reason_categories
-from flotilla.service.roles.status import StatusReader
+from flotilla.service.metrics.labels import method_label
+from flotilla.service.roles.status import StatusReader, reason_codes
 from flotilla.service.schema import jobs
 from flotilla.service.store import ACTIVE, QUEUED, Store
 
@@ -82,9 +82,9 @@ class StoreCollector(Collector):
                                     "Queued jobs after the last cycle, by the category of why they were not "
                                     "scheduled (the reasons' text is on the dashboard, for the queue's owners)",
                                     labels=["queue", "reason"])
-        for name, per_reason in sorted(body.get("reasons", {}).items()):
-            for category, count in sorted(reason_categories(per_reason).items()):
-                reasons.add_metric([name, category], count)
+        for name in sorted(body.get("reasons", {})):
+            for code, count in sorted(reason_codes(body, name).items()):
+                reasons.add_metric([name, code], count)
         up = GaugeMetricFamily("flotilla_cluster_up", "1 if the cluster answered in the last cycle, else 0",
                                labels=["cluster"])
         for name, answered in body.get("clusters", {}).items():

@@ -40,8 +40,7 @@ from flotilla.service.bounds import (INT64_MAX, INTEGER_TEXT, BoundsError, id_pr
                                      text_problem)
 from flotilla.service.errors import ApiError
 from flotilla.service.guard import LOGIN_COOKIE, MAX_FORM_FIELDS
-from flotilla.service.metrics.labels import reason_categories
-from flotilla.service.roles.status import StatusReader
+from flotilla.service.roles.status import StatusReader, reason_codes
 from flotilla.service.settings import ServiceSettings
 from flotilla.service.store import ACTIVE, NONTERMINAL, QUEUED, STATES, Store
 from flotilla.service.ui.protect import FORM_FIELD, CSRF_COOKIE, form_refusal, form_token, notice, \
@@ -256,7 +255,7 @@ def mount_ui(app, store: Store, settings: ServiceSettings, status: StatusReader,
             per_reason = body.get("reasons", {}).get(name, {})
             return page("queue.html", request, identity, queue=queue, counts=counts, states=STATES, mine=mine,
                         job_sets=job_sets(store, name) if mine else [], share=body.get("queues", {}).get(name, {}),
-                        reasons=per_reason if mine else reason_categories(per_reason))
+                        reasons=per_reason if mine else reason_codes(body, name))
         return await guarded(request, render)
 
     @router.get("/jobs")
