@@ -119,3 +119,26 @@ def test_service_and_ingress_ports_must_be_container_ports_and_fields_known(env)
         "job 0 (clientId 'a'): ingress[0].ports[0]: port 7070 is not a containerPort of the job's first pod "
         "(exposed: 8080)",
     ]
+
+
+def test_a_date_time_is_an_rfc3339_string_only(env):
+    """metav1.Time as the API server parses it: a Unix time, a bare date or a time without offset is refused."""
+    def claim_metadata(metadata):
+        return [{"name": "v", "ephemeral": {"volumeClaimTemplate": {"metadata": metadata, "spec": {}}}}]
+
+    bad = job("a", volumes=claim_metadata({"creationTimestamp": 0, "deletionTimestamp": "2024-05-01",
+                                           "managedFields": [{"time": "2024-05-01T12:00:00"}]}))
+    path = "podSpec.volumes[0].ephemeral.volumeClaimTemplate.metadata"
+    expected = "expected an RFC 3339 date-time string such as 2024-05-01T12:00:00Z, got"
+    assert refused(env, job_file("A", "s", [bad])) == [
+        f"job 0 (clientId 'a'): {path}.creationTimestamp: Value error, {expected} 0",
+        f"job 0 (clientId 'a'): {path}.deletionTimestamp: Value error, {expected} '2024-05-01'",
+        f"job 0 (clientId 'a'): {path}.managedFields[0].time: Value error, {expected} '2024-05-01T12:00:00'",
+    ]
+    client, store = env
+    good = job("b", volumes=claim_metadata({"creationTimestamp": "2024-05-01T12:00:00Z",
+                                            "managedFields": [{"time": "2024-05-01T12:00:00.5+02:00"}]}))
+    r = client.post("/v1/submit", json=job_file("A", "s", [good]), headers=headers("alice"))
+    assert r.status_code == 200, r.text
+    assert store.job_spec(r.json()["jobs"][0]["id"])["podSpec"]["volumes"] == claim_metadata(
+        {"creationTimestamp": "2024-05-01T12:00:00Z", "managedFields": [{"time": "2024-05-01T12:00:00.500000+02:00"}]})

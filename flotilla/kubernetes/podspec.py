@@ -11,6 +11,10 @@ pod later, but before anything is stored. What Flotilla changes on top:
 * ``terminationGracePeriodSeconds`` and ``activeDeadlineSeconds`` may be
   fractions here: the job spec's rules (:mod:`flotilla.service.jobspec`)
   check them and the pod gets whole seconds;
+* a date-time (the metadata of an ephemeral volume's claim template) is an
+  RFC 3339 string only, as the API server parses ``metav1.Time``: the
+  client's model alone would also take a number (a Unix time) or a date
+  without a time or offset, none of which the schema allows;
 * the fields the scheduler owns are refused: ``nodeName`` (the scheduler
   binds), ``schedulerName`` (the cluster's setting), and
   ``restartPolicy: Always`` (a batch job must end);
@@ -29,10 +33,14 @@ field names) and reaches the pod unchanged but for those owned fields
 
 from __future__ import annotations
 
-from typing import Annotated, Any
+import copy
+import re
+from datetime import datetime
+from typing import Annotated, Any, Optional
 
-from kubernetes.client.models import V1Container, V1PodSpec
-from pydantic import Field, Strict, field_validator, model_validator
+from kubernetes.client.models import (V1Container, V1EphemeralVolumeSource, V1ManagedFieldsEntry, V1ObjectMeta,
+                                      V1PersistentVolumeClaimTemplate, V1PodSpec, V1Volume)
+from pydantic import BeforeValidator, Field, Strict, field_validator, model_validator
 
 from flotilla.core.hostports import describe, host_port
 
@@ -72,10 +80,56 @@ def _quantities_as_text(spec: dict) -> dict:
     return out
 
 
+#: RFC 3339 as Go's ``time.RFC3339`` parses it (what ``metav1.Time`` takes): a date, ``T``, a time with optional
+#: fractional seconds, and ``Z`` or an offset. The calendar ranges are checked by the datetime parse after it.
+_RFC3339 = re.compile(r"[0-9]{4}-[0-9]{2}-[0-9]{2}T[0-9]{2}:[0-9]{2}:[0-9]{2}(\.[0-9]+)?(Z|[+-][0-9]{2}:[0-9]{2})")
+
+
+def _rfc3339_text(value: Any) -> Any:
+    if value is None or (isinstance(value, str) and _RFC3339.fullmatch(value)):
+        return value
+    raise ValueError(f"expected an RFC 3339 date-time string such as 2024-05-01T12:00:00Z, got {value!r}")
+
+
+#: A date-time field of the Kubernetes schema: an RFC 3339 string (or null), nothing else.
+Rfc3339 = Annotated[datetime, BeforeValidator(_rfc3339_text)]
+
+
+def _field(model, name: str):
+    """The client model's field ``name`` (its aliases and description) for a subclass that narrows its type."""
+    return copy.copy(model.model_fields[name])
+
+
+# The chain from the pod spec down to the date-time fields: each link narrows one field to the strict type below
+# it and keeps the client's class name, so the OpenAPI document names the same components.
+class V1ManagedFieldsEntry(V1ManagedFieldsEntry):   # noqa: F811
+    time: Optional[Rfc3339] = _field(V1ManagedFieldsEntry, "time")
+
+
+class V1ObjectMeta(V1ObjectMeta):   # noqa: F811
+    creation_timestamp: Optional[Rfc3339] = _field(V1ObjectMeta, "creation_timestamp")
+    deletion_timestamp: Optional[Rfc3339] = _field(V1ObjectMeta, "deletion_timestamp")
+    managed_fields: Optional[list[V1ManagedFieldsEntry]] = _field(V1ObjectMeta, "managed_fields")
+
+
+class V1PersistentVolumeClaimTemplate(V1PersistentVolumeClaimTemplate):   # noqa: F811
+    metadata: Optional[V1ObjectMeta] = _field(V1PersistentVolumeClaimTemplate, "metadata")
+
+
+class V1EphemeralVolumeSource(V1EphemeralVolumeSource):   # noqa: F811
+    volume_claim_template: Optional[V1PersistentVolumeClaimTemplate] = _field(V1EphemeralVolumeSource,
+                                                                              "volume_claim_template")
+
+
+class V1Volume(V1Volume):   # noqa: F811
+    ephemeral: Optional[V1EphemeralVolumeSource] = _field(V1Volume, "ephemeral")
+
+
 class PodSpec(V1PodSpec):
     """A Kubernetes pod spec as a job may give it (see the module docstring)."""
 
     containers: list[V1Container] = Field(min_length=1)
+    volumes: Optional[list[V1Volume]] = _field(V1PodSpec, "volumes")
     #: JSON numbers (a string or a boolean is refused, as the API server refuses them).
     termination_grace_period_seconds: Annotated[float, Strict()] | None = Field(None,
                                                                            alias="terminationGracePeriodSeconds")
