@@ -82,7 +82,7 @@ def test_a_bad_namespace_is_refused(env):
 
 def test_the_whole_pod_spec_is_stored_with_the_api_field_names(env):
     client, store = env
-    good = job("a", cpu=2, restart_policy="OnFailure",
+    good = job("a", cpu=2, restartPolicy="OnFailure",
                volumes=[{"name": "v", "emptyDir": {}}], securityContext={"runAsUser": 1000})
     good["podSpec"]["containers"][0].update({"command": ["sh", "-c"], "args": ["echo hi"],
                                              "env": [{"name": "A", "value": "1"}],
@@ -142,3 +142,13 @@ def test_a_date_time_is_an_rfc3339_string_only(env):
     assert r.status_code == 200, r.text
     assert store.job_spec(r.json()["jobs"][0]["id"])["podSpec"]["volumes"] == claim_metadata(
         {"creationTimestamp": "2024-05-01T12:00:00Z", "managedFields": [{"time": "2024-05-01T12:00:00.500000+02:00"}]})
+
+
+def test_a_field_is_spelt_as_the_kubernetes_api_spells_it(env):
+    """The client's Python names (host_network) are not the API's: refused with where and the API's name."""
+    bad = job("a", host_network=True)
+    bad["podSpec"]["containers"][0]["security_context"] = {}
+    assert refused(env, job_file("A", "s", [bad])) == [
+        "job 0 (clientId 'a'): podSpec: Value error, containers[0].security_context: unknown field, Kubernetes "
+        "spells it securityContext; host_network: unknown field, Kubernetes spells it hostNetwork",
+    ]

@@ -11,6 +11,9 @@ pod later, but before anything is stored. What Flotilla changes on top:
 * ``terminationGracePeriodSeconds`` and ``activeDeadlineSeconds`` may be
   fractions here: the job spec's rules (:mod:`flotilla.service.jobspec`)
   check them and the pod gets whole seconds;
+* a field is spelt as in the Kubernetes API (``hostNetwork``): the
+  client's model also takes its Python name (``host_network``), which the
+  schema and the API server do not know;
 * a date-time (the metadata of an ephemeral volume's claim template) is an
   RFC 3339 string only, as the API server parses ``metav1.Time``: the
   client's model alone would also take a number (a Unix time) or a date
@@ -36,11 +39,12 @@ from __future__ import annotations
 import copy
 import re
 from datetime import datetime
-from typing import Annotated, Any, Optional
+from functools import cache
+from typing import Annotated, Any, Optional, get_args
 
 from kubernetes.client.models import (V1Container, V1EphemeralVolumeSource, V1ManagedFieldsEntry, V1ObjectMeta,
                                       V1PersistentVolumeClaimTemplate, V1PodSpec, V1Volume)
-from pydantic import BeforeValidator, Field, Strict, field_validator, model_validator
+from pydantic import BaseModel, BeforeValidator, Field, Strict, field_validator, model_validator
 
 from flotilla.core.hostports import describe, host_port
 
@@ -59,7 +63,7 @@ def _quantity_text(value: Any) -> Any:
 def _quantities_as_text(spec: dict) -> dict:
     """A copy of ``spec`` whose container requests and limits (and overhead) hold strings where YAML gave numbers."""
     out = dict(spec)
-    for group in ("containers", "initContainers", "init_containers"):
+    for group in ("containers", "initContainers"):
         containers = out.get(group)
         if not isinstance(containers, list):
             continue
@@ -77,6 +81,43 @@ def _quantities_as_text(spec: dict) -> dict:
     if isinstance(out.get("resources"), dict):
         out["resources"] = {key: ({k: _quantity_text(v) for k, v in value.items()} if isinstance(value, dict)
                                   else value) for key, value in out["resources"].items()}
+    return out
+
+
+@cache
+def _spellings(model: type[BaseModel]) -> tuple[dict[str, str], dict[str, type[BaseModel]]]:
+    """``model``'s Python-only field names (name -> API name) and its fields that hold models (API name -> model)."""
+    python_names, nested = {}, {}
+    for name, field in model.model_fields.items():
+        api_name = field.serialization_alias or field.alias or name
+        if api_name != name:
+            python_names[name] = api_name
+        todo = [field.annotation]
+        while todo:
+            kind = todo.pop()
+            if isinstance(kind, type) and issubclass(kind, BaseModel):
+                nested[api_name] = kind
+            todo.extend(get_args(kind))
+    return python_names, nested
+
+
+def python_spellings(data: Any, model: type[BaseModel], path: str = "") -> list[str]:
+    """``path: API name`` for every key of ``data`` (in any nesting) that is a field's Python name, not its API
+    name. Walks only what was given, by the model's structure: work that grows with the pod spec's size."""
+    out = []
+    if isinstance(data, list):
+        for k, item in enumerate(data):
+            out += python_spellings(item, model, f"{path}[{k}]")
+        return out
+    if not isinstance(data, dict):
+        return out
+    python_names, nested = _spellings(model)
+    for key, value in data.items():
+        where = f"{path}.{key}" if path else str(key)
+        if key in python_names:
+            out.append(f"{where}: unknown field, Kubernetes spells it {python_names[key]}")
+        elif key in nested:
+            out += python_spellings(value, nested[key], where)
     return out
 
 
@@ -101,27 +142,32 @@ def _field(model, name: str):
 
 
 # The chain from the pod spec down to the date-time fields: each link narrows one field to the strict type below
-# it and keeps the client's class name, so the OpenAPI document names the same components.
+# it and keeps the client's class name and description, so the OpenAPI document names the same components.
 class V1ManagedFieldsEntry(V1ManagedFieldsEntry):   # noqa: F811
+    __doc__ = V1ManagedFieldsEntry.__doc__   # the OpenAPI description
     time: Optional[Rfc3339] = _field(V1ManagedFieldsEntry, "time")
 
 
 class V1ObjectMeta(V1ObjectMeta):   # noqa: F811
+    __doc__ = V1ObjectMeta.__doc__   # the OpenAPI description
     creation_timestamp: Optional[Rfc3339] = _field(V1ObjectMeta, "creation_timestamp")
     deletion_timestamp: Optional[Rfc3339] = _field(V1ObjectMeta, "deletion_timestamp")
     managed_fields: Optional[list[V1ManagedFieldsEntry]] = _field(V1ObjectMeta, "managed_fields")
 
 
 class V1PersistentVolumeClaimTemplate(V1PersistentVolumeClaimTemplate):   # noqa: F811
+    __doc__ = V1PersistentVolumeClaimTemplate.__doc__   # the OpenAPI description
     metadata: Optional[V1ObjectMeta] = _field(V1PersistentVolumeClaimTemplate, "metadata")
 
 
 class V1EphemeralVolumeSource(V1EphemeralVolumeSource):   # noqa: F811
+    __doc__ = V1EphemeralVolumeSource.__doc__   # the OpenAPI description
     volume_claim_template: Optional[V1PersistentVolumeClaimTemplate] = _field(V1EphemeralVolumeSource,
                                                                               "volume_claim_template")
 
 
 class V1Volume(V1Volume):   # noqa: F811
+    __doc__ = V1Volume.__doc__   # the OpenAPI description
     ephemeral: Optional[V1EphemeralVolumeSource] = _field(V1Volume, "ephemeral")
 
 
@@ -137,8 +183,13 @@ class PodSpec(V1PodSpec):
 
     @model_validator(mode="before")
     @classmethod
-    def _numbers_as_quantities(cls, data: Any) -> Any:
-        return _quantities_as_text(data) if isinstance(data, dict) else data
+    def _api_names_and_quantities(cls, data: Any) -> Any:
+        if not isinstance(data, dict):
+            return data
+        wrong = python_spellings(data, cls)
+        if wrong:
+            raise ValueError("; ".join(wrong))
+        return _quantities_as_text(data)
 
     @field_validator("restart_policy")
     @classmethod
