@@ -202,13 +202,20 @@ def test_two_jobs_with_one_host_port_take_turns_on_the_real_node(real_node, tmp_
         assert status(srv, second)["state"] == "queued"
         assert wait_for(lambda: waiting_reason(srv, second), timeout=30) == \
             "0/1 nodes are available: 1 node(s) didn't have free ports for the requested pod ports"
+        opened = time.time()
         (gate / "go").touch()
         for job_id in (first, second):
             wait_for(lambda: status(srv, job_id)["state"] == "succeeded", timeout=60)
         evs = events(srv)
-        first_done = max(e["time"] for e in evs if e["jobId"] == first and e["kind"] == "succeeded")
-        second_pending = min(e["time"] for e in evs if e["jobId"] == second and e["kind"] == "leased")
-        assert second_pending >= first_done
+        # The second job is leased only once the gate let the first end (its "succeeded" event is stamped when the
+        # report is taken in, which may follow by a cycle the pod's end that the snapshot already saw), and its
+        # container starts after the first's ended, by the kubelet's own times (kept pods, whole seconds).
+        second_leased = min(e["time"] for e in evs if e["jobId"] == second and e["kind"] == "leased")
+        assert second_leased >= opened
+        pods = job_pods(real_node)
+        first_ended = pods[first]["status"]["containerStatuses"][0]["state"]["terminated"]["finishedAt"]
+        second_started = pods[second]["status"]["containerStatuses"][0]["state"]["terminated"]["startedAt"]
+        assert second_started >= first_ended
         assert [k for k, _ in kinds(evs, second)][-1] == "succeeded"
         assert out_of_resources(real_node) == []
     finally:

@@ -1911,6 +1911,8 @@ class KubernetesCluster:
             now = self.clock()
             ended = now if pod.finished_at is None else min(now, pod.finished_at)
             self._finished[pod.key] = ended + self.finished_pod_retention
+            for item in pod.owned:   # a kept pod is kept for its log: its services and ingresses go with the job
+                self._pool.submit(self._delete_object, pod.key[0], item)
         else:
             self._pool.submit(self._delete_finished, pod.key)
 
