@@ -1913,6 +1913,7 @@ class KubernetesCluster:
             self._finished[pod.key] = ended + self.finished_pod_retention
             for item in pod.owned:   # a kept pod is kept for its log: its services and ingresses go with the job
                 self._pool.submit(self._delete_object, pod.key[0], item)
+            pod.owned = ()   # deleted now: the pod's own delete, an hour on, has none left to delete again
         else:
             self._pool.submit(self._delete_finished, pod.key)
 
