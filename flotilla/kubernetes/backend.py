@@ -234,6 +234,8 @@ class KubernetesCluster:
         #: claims to be bound: job id -> (job, node, attempt, template, choices, start count, deadline).
         self.volumes = VolumeState(self.settings.namespace)
         self._volume_waits: dict[str, tuple] = {}
+        #: claim key -> the jobs of ``_volume_waits`` waiting for it: a claim's event looks at its own jobs only
+        self._waits_on_claim: dict[str, set[str]] = {}
 
         self._lock = threading.RLock()
         self._stop = threading.Event()
@@ -550,21 +552,28 @@ class KubernetesCluster:
                 return
             self._volume_waits[job.id] = (job, node, attempt, template, choices, started,
                                           self.clock() + self.volume_bind_timeout)
-            self._check_volume_waits()
+            for claim in job.claims:
+                self._waits_on_claim.setdefault(self.volumes.qualified(claim), set()).add(job.id)
+            self._check_volume_waits((job.id,))
 
-    def _check_volume_waits(self) -> None:
+    def _check_volume_waits(self, job_ids=None) -> None:
         """Start the waiting jobs whose claims are all bound; return to its queue one whose binding failed or timed
-        out (under the lock)."""
+        out (under the lock). ``job_ids``: only these (the jobs waiting for a claim that changed); None: all."""
         now = self.clock()
-        for job_id, (job, node, attempt, template, choices, started, deadline) in list(self._volume_waits.items()):
+        waits = self._volume_waits
+        for job_id in list(waits if job_ids is None else job_ids):
+            wait = waits.get(job_id)
+            if wait is None:
+                continue
+            job, node, attempt, template, choices, started, deadline = wait
             if self._starts.get(job_id) != started or job_id not in self._inflight:
-                del self._volume_waits[job_id]   # stopped or started again since
+                self._end_volume_wait(job_id)   # stopped or started again since
                 self.volumes.forget(choices)
                 continue
             failed = [claim for claim, pv in choices if not pv and self.volumes.provisioning_failed(claim, node)]
             unbound = self.volumes.unbound(job.claims)
             if not unbound:
-                del self._volume_waits[job_id]
+                self._end_volume_wait(job_id)
                 self._start_pod(job, node, attempt, template, lambda task: self._pool.submit(*task))
                 continue
             if failed:
@@ -574,12 +583,22 @@ class KubernetesCluster:
                        f"{', '.join(unbound)}")
             else:
                 continue
-            del self._volume_waits[job_id]
+            self._end_volume_wait(job_id)
             self.volumes.forget(choices)
             self._inflight.pop(job_id, None)
             self._kill_on_create.pop(job_id, None)
             if self._stopping.pop(job_id, None) is None:
                 self._emit(job_id, "lost", node, f"binding volumes: {why}")
+
+    def _end_volume_wait(self, job_id: str) -> None:
+        job = self._volume_waits.pop(job_id)[0]
+        for claim in job.claims:
+            key = self.volumes.qualified(claim)
+            jobs = self._waits_on_claim.get(key)
+            if jobs is not None:
+                jobs.discard(job_id)
+                if not jobs:
+                    del self._waits_on_claim[key]
 
     # -- held starts (see the module docstring) ------------------------------------------------
     def _hold(self, node: str, job: Job, attempt: int, template: PodTemplate | None, nominate: bool = True) -> None:
@@ -1635,7 +1654,10 @@ class KubernetesCluster:
         elif kind in VOLUME_INFORMERS:
             self.volumes.on_event(kind, event, obj)
             if self._volume_waits and kind == "pvcs":
-                self._check_volume_waits()
+                meta = obj.get("metadata") or {}
+                waiting = self._waits_on_claim.get(f"{meta.get('namespace', '')}/{meta.get('name', '')}")
+                if waiting:
+                    self._check_volume_waits(waiting)
         elif kind == "namespaces":
             name = (obj.get("metadata") or {}).get("name")
             if event != "DELETED" and _terminating(obj):
