@@ -186,6 +186,11 @@ class NamespaceMissing(Exception):
     """The job's namespace does not exist in the cluster: the job fails (Flotilla creates no namespaces)."""
 
 
+def volume_writers(workers: int) -> int:
+    """How many threads write the volume choices of starts, beside the ``workers`` that write pods."""
+    return max(2, workers // 4)
+
+
 class KubernetesCluster:
     """A Kubernetes cluster as a Flotilla cluster backend (see the module docstring).
 
@@ -215,7 +220,8 @@ class KubernetesCluster:
         if bind not in ("node-name", "binding"):
             raise ValueError(f"bind must be 'node-name' or 'binding', not {bind!r}")
         self.name = name
-        self.client = client or KubeClient.from_kubeconfig(kubeconfig, context, pool_size=max(8, workers + 6))
+        self.client = client or KubeClient.from_kubeconfig(kubeconfig, context,
+                                                           pool_size=max(8, workers + volume_writers(workers) + 6))
         self.settings = settings or PodSettings()
         self.duration_of = duration_of
         self.priority_classes = list(priority_classes)
@@ -314,6 +320,11 @@ class KubernetesCluster:
         self._reporting: list = []                       # the futures of the batch being written
         self._side_errors: dict[str, str] = {}          # namespaces/podgroups informer -> its last error
         self._pool = ThreadPoolExecutor(max_workers=workers, thread_name_prefix=f"kube-{name}")
+        #: The volume writes of starts (claimRefs, selected-node) have writers of their own: a burst of thousands
+        #: does not queue the pods whose claims are bound already behind it (the PV controller binds claims far
+        #: slower than these writers write).
+        self._volume_pool = ThreadPoolExecutor(max_workers=volume_writers(workers),
+                                               thread_name_prefix=f"kube-{name}-volumes")
         self._threads: list[threading.Thread] = []
         self.counters = {"created": 0, "deleted": 0, "create_errors": 0, "relists": 0, "watch_events": 0,
                          "returned": 0}
@@ -373,6 +384,7 @@ class KubernetesCluster:
             log.warning("kubernetes.informer_not_stopped", cluster=self.name, threads=left, timeout=timeout)
         if self._report_pool is not None:
             self._report_pool.shutdown(wait=True, cancel_futures=True)
+        self._volume_pool.shutdown(wait=True, cancel_futures=False)   # first: its binds hand pods to the pool
         self._pool.shutdown(wait=True, cancel_futures=False)
         self.client.close()
 
@@ -390,7 +402,8 @@ class KubernetesCluster:
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
             with self._lock:
-                busy = self._pool._work_queue.qsize() or self._kill_on_create or \
+                busy = self._pool._work_queue.qsize() or self._volume_pool._work_queue.qsize() or \
+                    self._kill_on_create or \
                     any(job_id not in self._volume_waits for job_id in self._inflight)
             if not busy:
                 return True
@@ -472,8 +485,9 @@ class KubernetesCluster:
         work: list[tuple] = []
         with self._lock:
             self._apply(decisions, work)
+        bind_volumes = self._bind_volumes
         for task in work:
-            self._pool.submit(*task)
+            (self._volume_pool if task[0] == bind_volumes else self._pool).submit(*task)
 
     def _apply(self, decisions: ClusterDecisions, work: list[tuple]) -> None:
         """Record the stops and starts of ``decisions`` (under the lock); the requests to make go to ``work``."""
@@ -1964,7 +1978,7 @@ def backend_from_config(cluster_config, config=None, **kwargs) -> KubernetesClus
     )
     if getattr(cluster_config, "in_cluster", False):
         workers = getattr(cluster_config, "workers", None) or 32
-        options["client"] = KubeClient.from_in_cluster(pool_size=max(8, workers + 6))
+        options["client"] = KubeClient.from_in_cluster(pool_size=max(8, workers + volume_writers(workers) + 6))
     for attr, key in (("bind", "bind"), ("workers", "workers"), ("node_selector", "node_selector"),
                       ("delete_finished", "delete_finished"), ("stuck_pod_expiry", "stuck_pod_expiry"),
                       ("node_lost_timeout", "node_lost_timeout"), ("volume_bind_timeout", "volume_bind_timeout"),
