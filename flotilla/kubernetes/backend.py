@@ -41,7 +41,11 @@ started jobs' pods already bound (``spec.nodeName``; or, with
 ``bind="binding"``, pending and then bound through the ``binding``
 subresource) and deletes the preempted and cancelled jobs' pods with their
 grace period. Until the watch shows a new pod, the job is counted on its
-node anyway (so the next cycle cannot double-book it).
+node anyway (so the next cycle cannot double-book it). A start whose claims
+need binding first (flotilla.kubernetes.volumes) has its volume writes made by
+a second, smaller pool and then waits, holding no thread, until the claims'
+watch events show them bound; each claim's event looks only at the starts
+waiting for that claim.
 
 Held starts (a nominated node). A kubelet refuses a pod the node has no
 room for yet (``OutOfcpu``), and room freed by preemption comes only when
