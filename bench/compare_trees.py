@@ -25,7 +25,13 @@ process of its own that repeats the shape's four cycles (round one from a
 fresh snapshot and no kept state, then full, evict all, new queue, as
 ``cycle.py`` does) until its round-one and new-queue cycles have taken
 ``--budget`` CPU seconds each, and reports per case the work done over the
-CPU time the case's cycles took (for *full*, milliseconds per cycle). The
+CPU time the case's cycles took (for *full*, milliseconds per cycle).
+
+Either way a cycle is measured with Python's garbage collector paused, as
+``Scheduler.run_cycle`` pauses it: the collection that the cycle's
+allocations bring due runs when collection resumes after it, at a moment
+that depends on every allocation since the process started (a measurement
+that took it in would count it in one tree and not the other by chance). The
 two trees of a pair run back to back with the same hash seed (the pair's
 number: string hashing sets how dicts and sets of job ids lay out), the
 order alternating from pair to pair, so load that changes slowly weighs
@@ -39,6 +45,7 @@ measurement cannot tell.
 from __future__ import annotations
 
 import argparse
+import gc
 import json
 import os
 import random
@@ -138,9 +145,11 @@ def child_instructions(nodes: int, queues: int, case: str, marks: str) -> None:
     def around(name, run, snapshot):
         if name != case:
             return run()
+        gc.disable()   # the collection a cycle's allocations bring due falls after it (the cycle pauses it)
         library.marks_start()
         decisions = run()
         library.marks_stop()
+        gc.enable()
         return decisions
 
     Cases(nodes, queues).sequence(around, last=case)
@@ -153,9 +162,11 @@ def child_times(nodes: int, queues: int, budget: float) -> None:
     totals = {case: [0, 0.0, 0] for case in CASES}
 
     def around(name, run, snapshot):
+        gc.disable()   # as in child_instructions
         started = time.process_time()
         decisions = run()
         seconds = time.process_time() - started
+        gc.enable()
         total = totals[name]
         total[0] += work(name, decisions, snapshot)
         total[1] += seconds
