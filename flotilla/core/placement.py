@@ -93,12 +93,8 @@ class Placing:
     """The placement primitive (a mixin of Session); see the module docstring."""
 
     def _open_placement(self) -> None:
-        #: id(job) -> the node types it was cleared for, until the next placement (module docstring); the job
-        #: cleared last by :meth:`clear` (not a gang member) is kept in the two slots below instead, which is
-        #: every clearance of a search that places its job (no dictionary work per job).
+        #: id(job) -> the node types it was cleared for, until the next placement (module docstring).
         self._cleared: dict[int, list[int]] = {}
-        self._one: Job | None = None
-        self._one_types: list[int] | None = None
         #: id(member) of the gang last cleared by clear_gang.
         self._gang_cleared: set[int] = set()
         #: id(types) -> the same types as a set, for long type lists.
@@ -136,13 +132,7 @@ class Placing:
         types, why = self.allowed_types(job) if place is None else place_types(self, job, place)
         if not types:
             return Refused(NODES, why or NO_NODES)
-        if job.gang is not None:
-            self._cleared[id(job)] = types
-            return types
-        one = self._one
-        if one is not None and one is not job:
-            self._cleared[id(one)] = self._one_types   # its clearance still holds: kept in the dictionary
-        self._one, self._one_types = job, types
+        self._cleared[id(job)] = types
         return types
 
     def clear_gang(self, members: Sequence[Job], queue=None) -> Refused | None:
@@ -277,15 +267,13 @@ class Placing:
             return Refused(JOB, make("already_placed", job.id))
         found, self._found = self._found, None
         cleared = self._cleared
-        types = self._one_types if self._one is job else cleared.get(id(job)) if cleared else None
+        types = cleared.get(id(job))
         if found is not None and found[0] is job and found[1] == node and found[3] is types and \
                 (found[4] == EVICTED or self._level_fits(job, found[4])):
             # The search just found this node for it, among the types it was cleared for, at a level where it
             # fits by step 6: steps 4 to 6 held there and nothing changed since.
             if job.gang is None:
-                self._one = None
-                if cleared:
-                    cleared.clear()
+                cleared.clear()
                 if self._gang_cleared:
                     self._gang_cleared = set()
             else:
@@ -311,9 +299,7 @@ class Placing:
             return Refused(FIT, self._fit_refusal(job, node, vec))
         if job.gang is None:
             # What queues hold changes: clearances given before this placement no longer hold.
-            self._one = None
-            if cleared:
-                cleared.clear()
+            cleared.clear()
             if self._gang_cleared:
                 self._gang_cleared = set()
         else:
