@@ -216,6 +216,6 @@ def shortfall(requests: Mapping[str, int], load: Mapping[str, int], allocatable:
     return None
 
 
-__all__ = ["ADMISSION_REASONS", "OTHER", "OTHER_SCHEDULER_PERIOD", "TOO_MANY_PODS", "UNDECIDED_WINDOW", "ARRIVALS_PERIOD",
-           "SchedulerPresence", "admission_rejection", "fresh_use", "returned_label", "shortfall", "undecided_elsewhere",
-           "waiting_elsewhere", "waits_for_node"]
+__all__ = ["ADMISSION_REASONS", "OTHER", "OTHER_SCHEDULER_PERIOD", "TOO_MANY_PODS", "UNDECIDED_WINDOW",
+           "ARRIVALS_PERIOD", "SchedulerPresence", "admission_rejection", "fresh_use", "returned_label", "shortfall",
+           "undecided_elsewhere", "waiting_elsewhere", "waits_for_node"]
