@@ -79,20 +79,21 @@ from __future__ import annotations
 import threading
 import time
 from collections import deque
-from itertools import chain
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass, replace
+from dataclasses import replace
 from typing import Callable, Iterable, Mapping, Sequence
 
 import structlog
 
 from flotilla.core.backend import NODE_RETURNED, ClusterDecisions, ClusterUnavailable, JobEvent, PodTemplate
-from flotilla.core.model import ClusterSnapshot, ForeignPod, Job, JobState, Node
+from flotilla.core.model import ClusterSnapshot, Job, JobState, Node
 from flotilla.core.podrules import NAMESPACE_NAME_LABEL
 from flotilla.core.quantities import QuantityError, parse_duration
 from flotilla.core.resources import PODS, UNLIMITED_PODS
 from flotilla.kubernetes.client import (ApiError, Gone, KubeClient, KubeError, Unreachable, WatchBroken,
                                         forbidden_message, pod_path)
+from flotilla.kubernetes.backend.podcache import ENDED, FINAL, CachedPod, PodCache
+from flotilla.kubernetes.backend.victimlogs import VictimLogs, read_tails
 from flotilla.kubernetes.services import OWNED, exposure_manifests, object_path, owner_reference
 from flotilla.kubernetes.admission import (ARRIVALS_PERIOD, OTHER_SCHEDULER_PERIOD, UNDECIDED_WINDOW, admission_rejection,
                                            fresh_use, returned_label, shortfall, undecided_elsewhere, waits_for_node)
@@ -106,7 +107,7 @@ from flotilla.kubernetes.pods import (ATTEMPT, DURATION, JOB_ID, PodSettings, fa
                                      is_ours,
                                       job_deadline, job_from_pod, job_grace_period, job_namespace, named_grace_period,
                                       node_from_object, node_ready, pod_finished_at, pod_host_ports, pod_manifest,
-                                      pod_name, pod_phase,
+                                      pod_phase,
                                       pod_requests, disruption, permanent_pull_failure, waiting_container,
                                       waiting_reason)
 
@@ -124,43 +125,6 @@ def annotation_duration(job: Job) -> float | None:
         return None
 
 
-@dataclass(slots=True)
-class _Pod:
-    """What the informer keeps of one pod."""
-
-    key: tuple[str, str]
-    node: str | None
-    phase: str
-    deleting: bool
-    job: Job | None = None            # ours
-    requests: Mapping[str, int] | None = None  # someone else's
-    ports: tuple = ()                 # someone else's host ports ((protocol, port, host IP))
-    reason: str = ""                  # why it failed
-    waiting: str = ""                 # why it has not started
-    owned: tuple[str, ...] = ()       # its services and ingresses ("services/NAME")
-    incluster: bool = False           # an in-cluster pod Flotilla bound (not one it created)
-    uid: str = ""
-    exit_code: int | None = None      # a failed pod's: its first failed container's, when it failed on its own
-    cause: str = ""                   # a failed pod's, for retry policies (flotilla.core.backend.FAILURE_CAUSES)
-    disrupted: str = ""               # its DisruptionTarget condition's reason and message (evicted, preempted)
-    foreign: ForeignPod | None = None  # someone else's, as pod rules see it (labels, namespace, anti-affinity)
-    finished_at: float | None = None  # an ended pod's end, as the pod says it (finishedPodRetention counts from it)
-    containers: tuple[str, ...] = ()  # ours: its containers' names (a preempted pod's log tails are read by them)
-
-
-#: A preempted job's pod: what is kept of each container's log, read just before the pod is deleted (its last
-#: VICTIM_LOG_BYTES, from its last VICTIM_LOG_LINES lines; at most VICTIM_LOG_CONTAINERS containers, each read
-#: within VICTIM_LOG_TIMEOUT seconds), and the most the cluster keeps of all of them (the oldest go first).
-VICTIM_LOG_BYTES = 64 * 1024
-VICTIM_LOG_LINES = 2000
-VICTIM_LOG_CONTAINERS = 4
-VICTIM_LOG_TIMEOUT = 2.0
-VICTIM_LOGS_TOTAL = 32 * 1024 * 1024
-
-#: The phases of a pod that has ended.
-_ENDED = frozenset({"Succeeded", "Failed"})
-#: What was reported of a pod that ends its story (nothing more is said about it).
-_FINAL = ("succeeded", "failed", "preempted", "cancelled", "lost", "returned")
 #: Pod failure reasons that are the platform's, not the job's: the job is retried, not failed.
 PLATFORM_FAILURES = frozenset({"Evicted", "NodeLost", "Shutdown", "NodeShutdown", "Terminated"})
 
@@ -238,21 +202,8 @@ class KubernetesCluster:
         self._lock = threading.RLock()
         self._stop = threading.Event()
         self._nodes: dict[str, Node] = {}
-        self._pods: dict[tuple[str, str], _Pod] = {}
-        #: The keys of ``_pods`` bound to each node that have not ended: a node's questions (its load, a pod
-        #: leaving it) read its own live pods, not every pod of the cluster nor those kept for their logs.
-        self._pods_on: dict[str, set[tuple[str, str]]] = {}
-        #: Our pods (made or bound by Flotilla) that have not ended, the ones a snapshot looks at one by one.
-        self._own: dict[tuple[str, str], _Pod] = {}
-        #: What everyone else's live pods use on each node, kept as their events arrive: a snapshot copies it
-        #: instead of walking pods that are not Flotilla's.
-        self._foreign_on: dict[str, dict[str, int]] = {}
-        #: The host ports everyone else's live pods bind on each node (node -> pod key -> its ports), kept alike.
-        self._foreign_ports_on: dict[str, dict[tuple[str, str], tuple]] = {}
-        #: Everyone else's live pods per node, for pod affinity and spread, and each node's tuple of them as the
-        #: last snapshot gave it (dropped when one of them changes, so an unchanged node's is the same object).
-        self._foreign_pods_on: dict[str, dict[tuple[str, str], ForeignPod]] = {}
-        self._foreign_pod_tuples: dict[str, tuple[ForeignPod, ...]] = {}
+        #: The pod informer's copy of the pods, indexed per node (flotilla.kubernetes.backend.podcache).
+        self.cache = PodCache()
         self._job_pod: dict[str, tuple[str, str]] = {}   # job id -> its live pod
         self._attempts: dict[str, int] = {}
         self._inflight: dict[str, Job] = {}              # started, pod not seen yet
@@ -287,10 +238,8 @@ class KubernetesCluster:
         self._lost_on_node: set[tuple[str, str]] = set()
         self._nodes_down: dict[str, list] = {}           # node -> [since, deleted, handled]
         self._finished: dict[tuple[str, str], float] = {}  # finished pods kept for their logs -> when to delete
-        #: Preempted pods' log tails, oldest first: pod id -> (until, "namespace/name", container -> bytes, cut);
-        #: at most VICTIM_LOGS_TOTAL bytes in all (``_victim_log_bytes``), each for finished_pod_retention.
-        self._victim_logs: dict[str, tuple[float, str, dict[str, bytes], bool]] = {}
-        self._victim_log_bytes = 0
+        #: Preempted pods' log tails (flotilla.kubernetes.backend.victimlogs), each for finished_pod_retention.
+        self.victim_logs = VictimLogs()
         self._events: deque[tuple[JobEvent, int | None]] = deque()   # (event, the run it is about)
         self._synced = {"nodes": False, "pods": False}
         self._error: str = "not synced yet"
@@ -420,15 +369,13 @@ class KubernetesCluster:
             known = self._nodes
             # Everyone else's pods, as their events left them; then ours, one by one (names bound locally: this
             # loop is per pod and per cycle).
-            foreign = {node: dict(used) for node, used in self._foreign_on.items() if node in known}
-            foreign_ports = {node: tuple(chain.from_iterable(ports.values()))
-                             for node, ports in self._foreign_ports_on.items() if node in known}
+            foreign, foreign_ports = self.cache.foreign_use(known)
             stopping, job_pod_of, reported_of = self._stopping, self._job_pod.get, self._reported.get
             stopped = self._stopped
             append, see = running.append, seen.add
-            for pod in self._own.values():
+            for pod in self.cache.own.values():
                 node = pod.node
-                if node is None or node not in known or pod.phase in _ENDED:
+                if node is None or node not in known or pod.phase in ENDED:
                     continue
                 job = pod.job
                 job_id = job.id
@@ -451,14 +398,7 @@ class KubernetesCluster:
             for job_id, job in self._inflight.items():
                 if job_id not in seen and job_id not in self._stopping and job.node in self._nodes:
                     running.append(job)
-            tuples = self._foreign_pod_tuples
-            foreign_pods = {}
-            for node, on in self._foreign_pods_on.items():
-                if node in known:
-                    pods = tuples.get(node)
-                    if pods is None:
-                        pods = tuples[node] = tuple(on.values())
-                    foreign_pods[node] = pods
+            foreign_pods = self.cache.foreign_pods(known)
             volumes = self.volumes.view(self._side_errors)
         return ClusterSnapshot(self.name, nodes, running, foreign, foreign_pods, volumes=volumes,
                                foreign_ports=foreign_ports, namespace_labels=self._namespace_labels)
@@ -597,7 +537,7 @@ class KubernetesCluster:
     def _mark_stopped(self, key: tuple[str, str] | None) -> None:
         """Leave pod ``key`` out of the snapshots from now on: Flotilla deletes it by a decision (module docstring,
         Stopped pods). Not a pod already being deleted by someone else or given up: their room was never given."""
-        pod = self._pods.get(key) if key is not None else None
+        pod = self.cache.get(key) if key is not None else None
         if key is None or key in self._stopped or self._reported.get(key) == "lost" \
                 or (pod is not None and pod.deleting and key not in self._ignore_delete):
             return
@@ -609,8 +549,8 @@ class KubernetesCluster:
         horizon = now - self.stuck_pod_expiry
         for key in [key for key, since in self._stopped.items() if since <= horizon]:
             del self._stopped[key]
-            pod = self._pods.get(key)
-            if pod is None or pod.node is None or pod.phase in _ENDED:
+            pod = self.cache.get(key)
+            if pod is None or pod.node is None or pod.phase in ENDED:
                 continue
             log.warning("kubernetes.stopped_pod_stuck", cluster=self.name, job=pod.job.id, node=pod.node,
                         pod=f"{key[0]}/{key[1]}")
@@ -623,85 +563,18 @@ class KubernetesCluster:
                            f"node {pod.node} has no room for the pod: {pod.job.id}'s pod has been terminating "
                            f"for stuckPodExpiry {self.stuck_pod_expiry:g}s ({key[0]}/{key[1]})", cause="Stuck")
 
-    def _put_pod(self, key: tuple[str, str], pod: _Pod) -> None:
-        old = self._pods.get(key)
-        if old is not None:
-            self._unindex(key, old)
-        self._pods[key] = pod
-        if pod.node is not None and pod.phase not in _ENDED:   # (an ended pod, kept for its log, holds nothing)
-            self._pods_on.setdefault(pod.node, set()).add(key)
-        if pod.job is not None:
-            if pod.phase in _ENDED:
-                # Holds nothing (kept for its log, finishedPodRetention): no snapshot needs to walk it.
-                self._own.pop(key, None)
-            else:
-                self._own[key] = pod   # (an update keeps its place: snapshots list our pods in a stable order)
-        else:
-            self._own.pop(key, None)
-            if pod.node is not None and pod.phase not in _ENDED:
-                self._charge_foreign(pod.node, pod.requests, 1)
-                if pod.ports:
-                    self._foreign_ports_on.setdefault(pod.node, {})[key] = pod.ports
-                if pod.foreign is not None:
-                    self._foreign_pods_on.setdefault(pod.node, {})[key] = pod.foreign
-                    self._foreign_pod_tuples.pop(pod.node, None)
-
-    def _pop_pod(self, key: tuple[str, str]) -> _Pod | None:
-        old = self._pods.pop(key, None)
-        self._stopped.pop(key, None)
-        if old is not None:
-            self._unindex(key, old)
-            self._own.pop(key, None)
-        return old
-
-    def _unindex(self, key: tuple[str, str], old: _Pod) -> None:
-        """Take ``old``'s part out of the per-node indexes (``_own`` is the caller's to change)."""
-        on = self._pods_on.get(old.node) if old.node is not None else None
-        if on is not None:
-            on.discard(key)
-            if not on:
-                del self._pods_on[old.node]
-        if old.job is None and old.node is not None and old.phase not in _ENDED:
-            self._charge_foreign(old.node, old.requests, -1)
-            if old.ports:
-                ports = self._foreign_ports_on[old.node]
-                del ports[key]
-                if not ports:
-                    del self._foreign_ports_on[old.node]
-            on = self._foreign_pods_on.get(old.node)
-            if on is not None and on.pop(key, None) is not None:
-                self._foreign_pod_tuples.pop(old.node, None)
-                if not on:
-                    del self._foreign_pods_on[old.node]
-
-    def _charge_foreign(self, node: str, requests: Mapping[str, int] | None, sign: int) -> None:
-        """Count a foreign pod on ``node`` in (1) or out (-1): its requests, and one pod slot (``pods``)."""
-        used = self._foreign_on.setdefault(node, {})
-        for resource, amount in (*(requests or {}).items(), (PODS, 1)):
-            left = used.get(resource, 0) + sign * amount
-            if left:
-                used[resource] = left
-            else:
-                used.pop(resource, None)
-        if not used:
-            del self._foreign_on[node]
-
-    def _pods_of_node(self, node: str) -> list[_Pod]:
-        pods = self._pods
-        return [pods[key] for key in self._pods_on.get(node, ())]
-
     def _leaving(self, node: str) -> bool:
         """Whether a pod on ``node`` is on its way out (deleted, or ours being stopped) and still holds room."""
-        return any(pod.phase not in _ENDED
+        return any(pod.phase not in ENDED
                    and (pod.deleting or (pod.job is not None and pod.job.id in self._stopping))
-                   for pod in self._pods_of_node(node))
+                   for pod in self.cache.of_node(node))
 
     def _node_load(self, node: str) -> dict[str, int]:
         """What the kubelet counts on ``node``: its live pods (terminating ones too) and the pods being created."""
         load: dict[str, int] = {}
         created = set()
-        for pod in self._pods_of_node(node):
-            if pod.phase in _ENDED:
+        for pod in self.cache.of_node(node):
+            if pod.phase in ENDED:
                 continue
             if pod.job is not None:
                 created.add(pod.job.id)
@@ -778,8 +651,8 @@ class KubernetesCluster:
         pods = gone = 0
         seen = set()
         stopping = self._stopping
-        for pod in self._pods_of_node(node):
-            if pod.phase in _ENDED:
+        for pod in self.cache.of_node(node):
+            if pod.phase in ENDED:
                 continue
             requests = pod.requests if pod.job is None else pod.job.requests
             pods += 1
@@ -828,7 +701,7 @@ class KubernetesCluster:
                 bound_here[(job.annotations[POD_NAMESPACE], job.annotations[POD_NAME])] = job_id
         live = []
         for obj in on_node:
-            if (obj.get("status") or {}).get("phase") in _ENDED:
+            if (obj.get("status") or {}).get("phase") in ENDED:
                 continue
             try:
                 requests = pod_requests(obj)
@@ -1131,9 +1004,9 @@ class KubernetesCluster:
         """Every live in-cluster pod Flotilla bound: job id -> (node, running) (a new leader checks them once)."""
         with self._lock:
             self.intake.take_bound()
-            return {pod.job.id: (pod.node, pod.phase == "Running") for pod in self._own.values()
+            return {pod.job.id: (pod.node, pod.phase == "Running") for pod in self.cache.own.values()
                     if pod.incluster and pod.job is not None and pod.node and not pod.deleting
-                    and pod.phase not in _ENDED}
+                    and pod.phase not in ENDED}
 
     def delete_cancelled(self, pods) -> int:
         """Delete the waiting in-cluster pods whose jobs were cancelled through Flotilla (``(namespace, name, uid,
@@ -1283,7 +1156,7 @@ class KubernetesCluster:
             self._mark_stopped(key)   # (a pod made after its job was stopped is marked only now)
         namespace, name = key
         grace = self._grace_of(key, job)
-        pod = self._pods.get(key)
+        pod = self.cache.get(key)
         if kind == "preempted" and pod is not None and pod.incluster:
             # Said before the delete, so that the pod's Job (podFailurePolicy) can tell a preemption from a failure.
             self.reporter.disruption_target(namespace, name, pod.uid,
@@ -1317,7 +1190,7 @@ class KubernetesCluster:
             if self._reported.get(key) == "lost" or self._starts.get(job.id, 0) != started:
                 return  # already reported, or about an earlier run of a job that runs again
             self._reported[key] = kind
-            pod = self._pods.get(key)
+            pod = self.cache.get(key)
             node = pod.node if pod is not None else job.node
             self._emit(job.id, kind, node, "preempted by the scheduler" if kind == "preempted" else "cancelled",
                        run=started)
@@ -1341,63 +1214,31 @@ class KubernetesCluster:
 
     def _delete_expired(self, now: float) -> None:
         """Delete the finished pods whose ``finishedPodRetention`` is over, and forget such preempted pods' logs."""
-        if self._victim_logs:
-            for pod_id in [pod_id for pod_id, kept in self._victim_logs.items() if kept[0] <= now]:
-                self._forget_victim_log(pod_id)
+        self.victim_logs.expire(now)
         if not self._finished:
             return
         for key in [key for key, due in self._finished.items() if due <= now]:
             del self._finished[key]
             self._pool.submit(self._delete_finished, key)
 
-    def _keep_victim_log(self, pod: _Pod) -> None:
+    def _keep_victim_log(self, pod: CachedPod) -> None:
         """Read the end of each container's log of a preempted pod about to be deleted (Kubernetes keeps no log of
-        a deleted pod) and keep it for ``finished_pod_retention``, within ``VICTIM_LOGS_TOTAL``. Each read waits
-        ``VICTIM_LOG_TIMEOUT`` at most: the delete, and the room it frees, waits for it."""
-        logs: dict[str, bytes] = {}
-        cut = False
-        for container in pod.containers[:VICTIM_LOG_CONTAINERS]:
-            try:
-                response = self.client.pod_log(pod.key[0], pod.key[1], container=container,
-                                               tail_lines=VICTIM_LOG_LINES, limit_bytes=4 * VICTIM_LOG_BYTES,
-                                               read_timeout=VICTIM_LOG_TIMEOUT)
-                try:
-                    text = response.read()
-                finally:
-                    response.release_conn()
-            except Exception as exc:   # no log to keep (KWOK's fake kubelet has none; a node gone): delete anyway
-                log.info("kubernetes.victim_log_unread", cluster=self.name, pod=f"{pod.key[0]}/{pod.key[1]}",
-                         container=container, error=str(exc)[:200])
-                continue
-            cut = cut or len(text) > VICTIM_LOG_BYTES
-            logs[container] = text[-VICTIM_LOG_BYTES:]
-        cut = cut or len(pod.containers) > VICTIM_LOG_CONTAINERS
+        a deleted pod) and keep it for ``finished_pod_retention`` (flotilla.kubernetes.backend.victimlogs)."""
+        logs, cut = read_tails(self.client, self.name, pod.key, pod.containers)
         if not logs:
             return
         with self._lock:
-            self._forget_victim_log(pod.job.id)
-            self._victim_logs[pod.job.id] = (self.clock() + self.finished_pod_retention, f"{pod.key[0]}/{pod.key[1]}",
-                                             logs, cut)
-            self._victim_log_bytes += sum(map(len, logs.values()))
-            while self._victim_log_bytes > VICTIM_LOGS_TOTAL and self._victim_logs:
-                self._forget_victim_log(next(iter(self._victim_logs)))
-
-    def _forget_victim_log(self, pod_id: str) -> None:
-        kept = self._victim_logs.pop(pod_id, None)
-        if kept is not None:
-            self._victim_log_bytes -= sum(map(len, kept[2].values()))
+            self.victim_logs.keep(pod.job.id, self.clock() + self.finished_pod_retention,
+                                  f"{pod.key[0]}/{pod.key[1]}", logs, cut)
 
     def kept_log(self, pod_id: str) -> tuple[str, Mapping[str, bytes], bool] | None:
         """The log tails kept of pod ``pod_id`` (a job id, ``JOB#N`` for pod N) when it was preempted: its
         ``namespace/name``, container -> last output, and whether any was cut; None when none are kept."""
         with self._lock:
-            kept = self._victim_logs.get(pod_id)
-            if kept is None or kept[0] <= self.clock():
-                return None
-            return kept[1], dict(kept[2]), kept[3]
+            return self.victim_logs.get(pod_id, self.clock())
 
     # -- the platform's failures: stuck pods, lost nodes (checked at every poll) -------------------
-    def _give_up(self, pod: _Pod, reason: str, cause: str, grace: int | None = 0, kind: str = "lost") -> None:
+    def _give_up(self, pod: CachedPod, reason: str, cause: str, grace: int | None = 0, kind: str = "lost") -> None:
         """Report ``pod``'s job ``lost`` (the service retries it elsewhere; ``kind`` failed: the job's own
         failure) and remove the pod."""
         self._reported[pod.key] = "lost"
@@ -1435,8 +1276,8 @@ class KubernetesCluster:
         if self.stuck_pod_expiry is not None:
             horizon = now - self.stuck_pod_expiry
             for key in [key for key, since in self._starting.items() if since <= horizon]:
-                pod = self._pods.get(key)
-                if pod is None or pod.job is None or self._reported.get(key) in _FINAL:
+                pod = self.cache.get(key)
+                if pod is None or pod.job is None or self._reported.get(key) in FINAL:
                     self._starting.pop(key, None)
                     continue
                 why = f" ({pod.waiting})" if pod.waiting else ""
@@ -1451,9 +1292,9 @@ class KubernetesCluster:
                 if deleted:   # handled once; a node of that name that comes back starts afresh
                     del self._nodes_down[name]
                 what = "deleted" if deleted else "NotReady"
-                for pod in self._pods_of_node(name):
+                for pod in self.cache.of_node(name):
                     if pod.job is not None and not pod.deleting \
-                            and pod.phase not in _ENDED and self._reported.get(pod.key) not in _FINAL:
+                            and pod.phase not in ENDED and self._reported.get(pod.key) not in FINAL:
                         # Force (no grace) when the node is gone: no kubelet is left to confirm.
                         grace = 0 if deleted else self._grace_of(pod.key, pod.job)
                         if not deleted:
@@ -1723,15 +1564,15 @@ class KubernetesCluster:
             live.add((meta.get("namespace", ""), meta["name"]))
             self._on_pod("MODIFIED", obj)
         self.intake.replace_pods({obj["metadata"].get("uid") for obj in items})
-        for key in [key for key in self._pods if key not in live]:
-            old = self._pods[key]
+        for key in [key for key in self.cache.pods if key not in live]:
+            old = self.cache.pods[key]
             self._on_pod("DELETED", {"metadata": {"namespace": key[0], "name": key[1]}, "_cached": old})
 
     def _on_pod(self, kind: str, obj: dict) -> None:
         self._on_pod_change(kind, obj)
         meta = obj["metadata"]
         self.volumes.on_pod((meta.get("namespace", ""), meta["name"]), None if kind == "DELETED" else obj,
-                            pod_phase(obj) not in _ENDED if kind != "DELETED" else False)
+                            pod_phase(obj) not in ENDED if kind != "DELETED" else False)
         if self._held:
             # A pod gone or finished frees room: the starts held for its node may go now, not a cycle later.
             old = obj.get("_cached")
@@ -1745,7 +1586,8 @@ class KubernetesCluster:
         key = (meta.get("namespace", ""), meta["name"])
         self.intake.on_pod(kind, obj)
         if kind == "DELETED":
-            old = self._pop_pod(key)
+            old = self.cache.pop(key)
+            self._stopped.pop(key, None)
             if self._undecided.pop(key, None) is not None:
                 self._release_all_held()
             if old is None or old.job is None:
@@ -1761,7 +1603,7 @@ class KubernetesCluster:
                 self._ignore_delete.discard(key)
                 if self._stopping.get(job_id) and self._reported.get(key) == self._stopping[job_id]:
                     self._stopping.pop(job_id, None)
-            elif self._reported.get(key) not in _FINAL and job_id not in self._held_ids:
+            elif self._reported.get(key) not in FINAL and job_id not in self._held_ids:
                 # (A held job's earlier pod going says nothing about the start waiting for its room.)
                 self._inflight.pop(job_id, None)
                 self._unadmit(job_id)
@@ -1783,7 +1625,7 @@ class KubernetesCluster:
         phase = pod_phase(obj)
         deleting = bool(meta.get("deletionTimestamp"))
         node = spec.get("nodeName")
-        old = self._pods.get(key)
+        old = self.cache.get(key)
         incluster = not is_ours(obj) and node is not None and bound_by_flotilla(obj, self.settings.scheduler_name)
         if is_ours(obj) or incluster:
             job = old.job if old is not None and old.job is not None and old.node == node else None
@@ -1792,15 +1634,15 @@ class KubernetesCluster:
             owned = old.owned if old is not None else \
                 tuple(item for item in (meta.get("annotations") or {}).get(OWNED, "").split(",") if item)
             exit_code, cause = failure_details(obj) if phase == "Failed" else (None, "")
-            pod = _Pod(key, node, phase, deleting, job=job,
+            pod = CachedPod(key, node, phase, deleting, job=job,
                        reason=failure_reason(obj) if phase == "Failed" else "",
                        waiting=waiting_reason(obj) if phase == "Pending" else "", owned=owned,
                        exit_code=exit_code, cause=cause, incluster=incluster, uid=meta.get("uid", ""),
                        disrupted=disruption(obj) if incluster else "",
-                       finished_at=pod_finished_at(obj) if phase in _ENDED else None,
+                       finished_at=pod_finished_at(obj) if phase in ENDED else None,
                        containers=old.containers if old is not None and old.containers else
                        tuple(c.get("name", "") for c in spec.get("containers") or ()))
-            self._put_pod(key, pod)
+            self.cache.put(key, pod)
             if phase == "Pending" and not deleting and key not in self._reported and not incluster:
                 # (An in-cluster pod that does not start is its owner's to see to: Flotilla did not make it.)
                 self._starting.setdefault(key, self.clock())
@@ -1808,7 +1650,7 @@ class KubernetesCluster:
                 self._starting.pop(key, None)
             job_id = job.id
             if phase == "Pending" and not incluster and node is not None and not deleting \
-                    and self._reported.get(key) not in _FINAL and pod.waiting != (old.waiting if old else ""):
+                    and self._reported.get(key) not in FINAL and pod.waiting != (old.waiting if old else ""):
                 self._waiting_news(pod, obj, old)
             try:
                 attempt = int((meta.get("annotations") or {}).get(ATTEMPT, "0"))
@@ -1822,7 +1664,7 @@ class KubernetesCluster:
             if node is not None and job_id not in self._held_ids and attempt == self._attempts[job_id]:
                 # (An earlier attempt's pod, still changing, says nothing of the start in flight.)
                 if self._inflight.pop(job_id, None) is not None and (old is None or old.node is None) \
-                        and phase not in _ENDED:
+                        and phase not in ENDED:
                     # Bound by this process just now: said as kube-scheduler says it (conditions module).
                     self._report(self.reporter.scheduled, key[0], key[1], pod.uid, node)
                 self._unadmit(job_id)
@@ -1836,11 +1678,11 @@ class KubernetesCluster:
             foreign = old.foreign if old is not None and old.foreign is not None and \
                 old.foreign.labels == labels and old.foreign.terminating == deleting else \
                 foreign_pod(key, labels, spec, deleting)
-            self._put_pod(key, _Pod(key, node, phase, deleting, requests=requests, ports=ports,
+            self.cache.put(key, CachedPod(key, node, phase, deleting, requests=requests, ports=ports,
                                     foreign=foreign))
             self._note_undecided(key, obj, node, phase, deleting, requests)
 
-    def _waiting_news(self, pod: _Pod, obj: dict, old: _Pod | None) -> None:
+    def _waiting_news(self, pod: CachedPod, obj: dict, old: CachedPod | None) -> None:
         """A pod of ours waits on its node for a new reason: say it (the job's status shows it), or fail the job
         when its image will never come (a permanent pull failure, or ``IMAGE_PULL_BACKOFFS`` back-offs)."""
         found = waiting_container(obj)
@@ -1856,7 +1698,7 @@ class KubernetesCluster:
                 return
         self._emit(pod.job.id, "waiting", pod.node, pod.waiting, run=self._starts.get(pod.job.id, 0) or None)
 
-    def _pod_events(self, pod: _Pod, job_id: str, superseded: bool = False) -> None:
+    def _pod_events(self, pod: CachedPod, job_id: str, superseded: bool = False) -> None:
         """Report what ``pod`` shows of its job; ``superseded``: the job has a newer attempt's pod, so this one's
         end (a kept finished pod seen again after a restart) is old news, never said."""
         reported = self._reported.get(pod.key)
@@ -1869,16 +1711,16 @@ class KubernetesCluster:
                                           f"succeeded on node {pod.node}, reported once the node returned",
                                           cause=NODE_RETURNED), None))
             return
-        if reported in _FINAL:
+        if reported in FINAL:
             return
-        if superseded and pod.phase in _ENDED:
+        if superseded and pod.phase in ENDED:
             self._reported[pod.key] = "succeeded" if pod.phase == "Succeeded" else "failed"
             self._keep_or_delete_finished(pod)
             return
         if pod.phase == "Running" and reported is None and not pod.deleting:
             self._reported[pod.key] = "running"
             self._emit(job_id, "running", pod.node)
-        elif pod.phase in _ENDED:
+        elif pod.phase in ENDED:
             kind = "succeeded" if pod.phase == "Succeeded" else "failed"
             refused = pod.reason.split(":", 1)[0]
             if kind == "failed" and refused in PLATFORM_FAILURES:
@@ -1900,7 +1742,7 @@ class KubernetesCluster:
                 self._emit(job_id, kind, pod.node, pod.reason, exit_code=pod.exit_code, cause=pod.cause)
             self._keep_or_delete_finished(pod)
 
-    def _keep_or_delete_finished(self, pod: _Pod) -> None:
+    def _keep_or_delete_finished(self, pod: CachedPod) -> None:
         """Keep an ended pod of ours (holding nothing) for ``finished_pod_retention`` so that its log can be read,
         counted from the pod's own end (a restarted process does not keep it another full term); delete it at once
         without a retention. An in-cluster pod is its owner's and stays."""
@@ -1922,78 +1764,10 @@ class KubernetesCluster:
         """Job ids of our live (not deleting, not finished) pods per node, from the informer's copy."""
         out: dict[str, list[str]] = {}
         with self._lock:
-            for pod in self._pods.values():
-                if pod.job is not None and not pod.deleting and pod.phase not in _ENDED:
+            for pod in self.cache.pods.values():
+                if pod.job is not None and not pod.deleting and pod.phase not in ENDED:
                     out.setdefault(pod.node or "", []).append(pod.job.id)
         return out
 
 
-def backend_from_config(cluster_config, config=None, **kwargs) -> KubernetesCluster:
-    """A :class:`KubernetesCluster` for a ``kind: kubernetes`` entry of the scheduler config."""
-    settings = pod_settings(cluster_config, config)
-    pcs = []
-    if config is not None:
-        pcs = [(pc.name, pc.priority, pc.preemptible) for pc in getattr(config, "priority_classes", []) or []]
-    options = dict(
-        kubeconfig=getattr(cluster_config, "kubeconfig", None) or "~/.kube/config",
-        context=getattr(cluster_config, "context", None),
-        settings=settings,
-        priority_classes=pcs,
-    )
-    if getattr(cluster_config, "in_cluster", False):
-        workers = getattr(cluster_config, "workers", None) or 32
-        options["client"] = KubeClient.from_in_cluster(pool_size=max(8, workers + 6))
-    for attr, key in (("bind", "bind"), ("workers", "workers"), ("node_selector", "node_selector"),
-                      ("delete_finished", "delete_finished"), ("stuck_pod_expiry", "stuck_pod_expiry"),
-                      ("node_lost_timeout", "node_lost_timeout"), ("volume_bind_timeout", "volume_bind_timeout"),
-                      ("finished_pod_retention", "finished_pod_retention")):
-        value = getattr(cluster_config, attr, None)
-        if value is not None:
-            options[key] = value
-    spread = getattr(config, "pod_topology_spread", None)
-    if spread is not None and spread.constraints():
-        options["default_spread"] = spread.constraints()
-    options.update(kwargs)
-    return KubernetesCluster(cluster_config.name, **options)
-
-
-def _seconds(value, default: float | None) -> float | None:
-    if value is None:
-        return default
-    if hasattr(value, "total_seconds"):
-        return float(value.total_seconds())
-    try:
-        return parse_duration(value)
-    except QuantityError:
-        return default
-
-
-def pod_settings(cluster_config=None, config=None) -> PodSettings:
-    """Pod settings from the scheduler config: namespace, grace period default, cpu/gpu deadlines."""
-    grace = getattr(config, "grace_period", None) if config is not None else None
-    deadlines = getattr(config, "deadlines", None) if config is not None else None
-
-    def pick(obj, *names):
-        for n in names:
-            if obj is None:
-                return None
-            if isinstance(obj, Mapping):
-                if n in obj:
-                    return obj[n]
-            elif getattr(obj, n, None) is not None:
-                return getattr(obj, n)
-        return None
-
-    defaults = PodSettings()
-    return PodSettings(
-        namespace=getattr(cluster_config, "namespace", None) or defaults.namespace,
-        name_prefix=getattr(cluster_config, "pod_name_prefix", None) or defaults.name_prefix,
-        scheduler_name=getattr(cluster_config, "scheduler_name", None) or defaults.scheduler_name,
-        grace_default=_seconds(pick(grace, "default"), defaults.grace_default),
-        deadline_cpu=_seconds(pick(deadlines, "cpu"), defaults.deadline_cpu),
-        deadline_gpu=_seconds(pick(deadlines, "gpu"), defaults.deadline_gpu),
-        ingress_domain=getattr(cluster_config, "ingress_domain", None),
-    )
-
-
-__all__ = ["KubernetesCluster", "annotation_duration", "backend_from_config", "pod_settings"]
+__all__ = ["KubernetesCluster", "annotation_duration"]
