@@ -49,7 +49,7 @@ def test_indexed_snapshot_equals_a_walk_over_every_pod():
     backend = KubernetesCluster("c", client=object(), start=False, workers=1)
     try:
         backend._nodes = {name: Node(name, "c", {"cpu": 64000}) for name in NODES}
-        backend._synced = {"nodes": True, "pods": True}
+        backend.health.synced = {"nodes": True, "pods": True}
         rng = random.Random(7)
         live: dict[str, dict] = {}
         for step in range(3000):

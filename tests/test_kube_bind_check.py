@@ -66,7 +66,7 @@ def foreign(name: str, node_name: str, cpu: str, phase: str = "Running") -> dict
 def backend_with(*nodes: dict) -> tuple[KubernetesCluster, Recorder]:
     client = Recorder()
     backend = KubernetesCluster("c", client=client, start=False, workers=1, duration_of=None)
-    backend._synced = {"nodes": True, "pods": True}
+    backend.health.synced = {"nodes": True, "pods": True}
     for obj in nodes:
         backend._on_node("ADDED", obj)
     return backend, client
@@ -132,7 +132,7 @@ def waiting_foreign(name: str, cpu: str) -> dict:
 def test_beside_an_active_scheduler_a_bind_reads_the_node_afresh_and_counts_what_the_watch_lags_on():
     client = FreshRecorder()
     backend = KubernetesCluster("c", client=client, start=False, workers=1, duration_of=None)
-    backend._synced = {"nodes": True, "pods": True}
+    backend.health.synced = {"nodes": True, "pods": True}
     for obj in (node("n1", "4"), node("n2", "4")):
         backend._on_node("ADDED", obj)
     try:

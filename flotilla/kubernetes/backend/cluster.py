@@ -87,17 +87,17 @@ import structlog
 
 from flotilla.core.backend import NODE_RETURNED, ClusterDecisions, ClusterUnavailable, JobEvent, PodTemplate
 from flotilla.core.model import ClusterSnapshot, Job, JobState, Node
-from flotilla.core.podrules import NAMESPACE_NAME_LABEL
 from flotilla.core.quantities import QuantityError, parse_duration
 from flotilla.core.resources import PODS, UNLIMITED_PODS
-from flotilla.kubernetes.client import (ApiError, Gone, KubeClient, KubeError, Unreachable, WatchBroken,
-                                        forbidden_message, pod_path)
+from flotilla.kubernetes.client import ApiError, KubeClient, KubeError, Unreachable, forbidden_message, pod_path
 from flotilla.kubernetes.backend.podcache import ENDED, FINAL, CachedPod, PodCache
 from flotilla.kubernetes.backend.victimlogs import VictimLogs, read_tails
+from flotilla.kubernetes.backend.informers import InformerHealth, watch_kind
+from flotilla.kubernetes.backend.namespaces import NamespaceView
+from flotilla.kubernetes.backend.reporting import Reporting
 from flotilla.kubernetes.services import OWNED, exposure_manifests, object_path, owner_reference
 from flotilla.kubernetes.admission import (ARRIVALS_PERIOD, OTHER_SCHEDULER_PERIOD, UNDECIDED_WINDOW, admission_rejection,
                                            fresh_use, returned_label, shortfall, undecided_elsewhere, waits_for_node)
-from flotilla.kubernetes.podgroupstatus import PodGroupReporter, podgroup_status
 from flotilla.kubernetes.priorityclasses import PRIORITY_CLASSES_PATH, PriorityClassTracker, setup_priority_classes
 from flotilla.kubernetes.intake import (JOBS_PATH, JOBSETS_PATH, PODGROUPS_PATH, POD_NAME, POD_NAMESPACE, POD_UID,
                                         SELECTOR_INFORMERS, IntakeTracker, bound_by_flotilla)
@@ -127,19 +127,6 @@ def annotation_duration(job: Job) -> float | None:
 
 #: Pod failure reasons that are the platform's, not the job's: the job is retried, not failed.
 PLATFORM_FAILURES = frozenset({"Evicted", "NodeLost", "Shutdown", "NodeShutdown", "Terminated"})
-
-
-def _namespace_labels(namespace: Mapping) -> dict[str, str]:
-    """A Namespace object's labels (the API server gives each ``kubernetes.io/metadata.name``)."""
-    meta = namespace.get("metadata") or {}
-    labels = meta.get("labels") or {}
-    return {NAMESPACE_NAME_LABEL: meta.get("name"), **{k: v for k, v in labels.items() if isinstance(v, str)}}
-
-
-def _terminating(namespace: Mapping) -> bool:
-    """Whether a namespace object is being deleted."""
-    return bool((namespace.get("metadata") or {}).get("deletionTimestamp")) \
-        or (namespace.get("status") or {}).get("phase") == "Terminating"
 
 
 #: A pod of ours whose image the kubelet has backed off pulling this many times fails its job (its message said).
@@ -241,11 +228,12 @@ class KubernetesCluster:
         #: Preempted pods' log tails (flotilla.kubernetes.backend.victimlogs), each for finished_pod_retention.
         self.victim_logs = VictimLogs()
         self._events: deque[tuple[JobEvent, int | None]] = deque()   # (event, the run it is about)
-        self._synced = {"nodes": False, "pods": False}
-        self._error: str = "not synced yet"
+        #: Whether the nodes' and pods' informers are in sync, and the other informers' last errors
+        #: (flotilla.kubernetes.backend.informers).
+        self.health = InformerHealth(name, self._lock)
         self._known_pcs: set[str] = set()
-        self._terminating_ns: set[str] = set()           # namespaces being deleted (no Events written there)
-        self._namespace_labels: dict[str, dict] = {}      # namespace -> its labels (a new dict on every change)
+        #: The namespaces' labels, and those being deleted (flotilla.kubernetes.backend.namespaces).
+        self.namespaces = NamespaceView()
         self._pcs_done = False
         self._namespaces: set[str] = set()
         self._requests_cache: dict = {}
@@ -255,11 +243,10 @@ class KubernetesCluster:
         self.intake = IntakeTracker(self.settings.scheduler_name, default_spread=tuple(default_spread))
         #: The cluster's PriorityClass objects (flotilla.kubernetes.priorityclasses), from their own watch.
         self.cluster_pcs = PriorityClassTracker()
-        self._group_reporter = None                     # PodGroup statuses (flotilla.kubernetes.podgroupstatus)
-        self._reporter = None
-        self._report_pool: ThreadPoolExecutor | None = None
-        self._reporting: list = []                       # the futures of the batch being written
-        self._side_errors: dict[str, str] = {}          # namespaces/podgroups informer -> its last error
+        #: Flotilla's word on in-cluster pods and PodGroups, written by a pool of its own
+        #: (flotilla.kubernetes.backend.reporting).
+        self.reporting = Reporting(self.client, name, self.settings.scheduler_name, self._lock, self._stop,
+                                   self.namespaces.writable)
         self._pool = ThreadPoolExecutor(max_workers=workers, thread_name_prefix=f"kube-{name}")
         self._threads: list[threading.Thread] = []
         self.counters = {"created": 0, "deleted": 0, "create_errors": 0, "relists": 0, "watch_events": 0,
@@ -282,7 +269,10 @@ class KubernetesCluster:
                                    # Services and controllers, for the default spread selector: only when configured.
                                    *((kind, path, {}) for kind, path in SELECTOR_INFORMERS.items()
                                      if self.intake.default_spread)):
-            thread = threading.Thread(target=self._informer, args=(kind, path, params), daemon=True,
+            thread = threading.Thread(target=watch_kind, args=(kind, path, params), kwargs=dict(
+                cluster=self.name, client=self.client, stop=self._stop, watch_timeout=self.watch_timeout,
+                lock=self._lock, counters=self.counters, before_list=self._before_list, on_list=self._replace,
+                on_event=self._on_event, absent=self._absent, failed=self._informer_failed), daemon=True,
                                       name=f"kube-{self.name}-{kind}")
             thread.start()
             self._threads.append(thread)
@@ -318,8 +308,7 @@ class KubernetesCluster:
         left = [thread.name for thread in self._threads if thread.is_alive()]
         if left:
             log.warning("kubernetes.informer_not_stopped", cluster=self.name, threads=left, timeout=timeout)
-        if self._report_pool is not None:
-            self._report_pool.shutdown(wait=True, cancel_futures=True)
+        self.reporting.close()
         self._pool.shutdown(wait=True, cancel_futures=False)
         self.client.close()
 
@@ -346,12 +335,12 @@ class KubernetesCluster:
 
     @property
     def available(self) -> bool:
-        return all(self._synced.values())
+        return self.health.available
 
     @property
     def sync_error(self) -> str:
         """Why the cluster cannot be read (``not synced yet``, or an informer's last error)."""
-        return self._error
+        return self.health.error
 
     @property
     def namespace(self) -> str:
@@ -362,7 +351,7 @@ class KubernetesCluster:
     def snapshot(self) -> ClusterSnapshot:
         with self._lock:
             if not self.available:
-                raise ClusterUnavailable(f"cluster {self.name}: {self._error}")
+                raise ClusterUnavailable(f"cluster {self.name}: {self.health.error}")
             nodes = list(self._nodes.values())
             running: list[Job] = []
             seen: set[str] = set()
@@ -399,9 +388,9 @@ class KubernetesCluster:
                 if job_id not in seen and job_id not in self._stopping and job.node in self._nodes:
                     running.append(job)
             foreign_pods = self.cache.foreign_pods(known)
-            volumes = self.volumes.view(self._side_errors)
+            volumes = self.volumes.view(self.health.side_errors)
         return ClusterSnapshot(self.name, nodes, running, foreign, foreign_pods, volumes=volumes,
-                               foreign_ports=foreign_ports, namespace_labels=self._namespace_labels)
+                               foreign_ports=foreign_ports, namespace_labels=self.namespaces.labels)
 
     def apply(self, decisions: ClusterDecisions) -> None:
         # The requests are handed to the workers once the bookkeeping is done and the lock is free: a worker
@@ -530,7 +519,7 @@ class KubernetesCluster:
         self._held_since.setdefault(node, self.clock())
         if nominate and POD_UID in job.annotations and job.id not in self._nominated:
             self._nominated.add(job.id)
-            self._report(self.reporter.nominated, job.annotations[POD_NAMESPACE], job.annotations[POD_NAME],
+            self.reporting.submit(self.reporter.nominated, job.annotations[POD_NAMESPACE], job.annotations[POD_NAME],
                          job.annotations[POD_UID], node,
                          f"waiting on node {node} for the pods leaving it (preempted) to be gone")
 
@@ -625,7 +614,7 @@ class KubernetesCluster:
         job = self._inflight.pop(job_id, None)
         if job is not None and job_id in self._nominated:   # its nomination ends with the hold
             self._nominated.discard(job_id)
-            self._report(self.reporter.nominated, job.annotations[POD_NAMESPACE], job.annotations[POD_NAME],
+            self.reporting.submit(self.reporter.nominated, job.annotations[POD_NAMESPACE], job.annotations[POD_NAME],
                          job.annotations[POD_UID], None)
         for node, waiting in list(self._held.items()):
             waiting[:] = [entry for entry in waiting if entry[0].id != job_id]
@@ -965,24 +954,7 @@ class KubernetesCluster:
     @property
     def reporter(self):
         """The :class:`~flotilla.kubernetes.conditions.PodReporter` writing Flotilla's word onto in-cluster pods."""
-        if self._reporter is None:
-            from flotilla.kubernetes.conditions import PodReporter
-            self._reporter = PodReporter(self.client, component=self.settings.scheduler_name,
-                                         writable=self._namespace_writable)
-        return self._reporter
-
-    def _namespace_writable(self, namespace: str) -> bool:
-        """False for a namespace being deleted (its watch says so): no Event is written there."""
-        return namespace not in self._terminating_ns
-
-    def _report(self, write: Callable, *args) -> None:
-        """Hand a write of Flotilla's word on a pod (an Event, a nomination) to the reporting pool, never the binds'."""
-        with self._lock:
-            if self._stop.is_set():
-                return
-            if self._report_pool is None:
-                self._report_pool = ThreadPoolExecutor(max_workers=4, thread_name_prefix=f"kube-{self.name}-report")
-            self._report_pool.submit(write, *args)
+        return self.reporting.reporter
 
     def take_intake(self):
         """The waiting in-cluster pods new or changed since the last call, and those that left (job id -> why)."""
@@ -1042,58 +1014,13 @@ class KubernetesCluster:
         is still being written, a new one is dropped (False): the loop hands over every reason again each
         cycle, so nothing is lost but a repeat.
         """
-        if not notes:
-            return True
-        with self._lock:
-            if any(not future.done() for future in self._reporting):
-                return False
-            if self._report_pool is None:
-                self._report_pool = ThreadPoolExecutor(max_workers=4, thread_name_prefix=f"kube-{self.name}-report")
-            batch = list(notes)
-            size = -(-len(batch) // 4)
-            self._reporting = [self._report_pool.submit(self._report_waiting, batch[i:i + size])
-                               for i in range(0, len(batch), size)]
-        return True
+        return self.reporting.waiting(notes)
 
     def report_podgroups(self, reasons: Mapping[tuple[str, str], tuple[str, bool]]) -> int:
         """Write the status of the PodGroups whose pods changed, or whose waiting pods' reason is in ``reasons``
         ((namespace, group) -> (reason, stored in its queue)), where it changed
         (:mod:`flotilla.kubernetes.podgroupstatus`); returns how many writes were started."""
-        with self._lock:
-            if self.intake.podgroups_problem is not None or self._stop.is_set():
-                return 0
-            if self._group_reporter is None:
-                self._group_reporter = PodGroupReporter(self.client, PODGROUPS_PATH.rsplit("/", 1)[0])
-            keys = self.intake.groups_changed | set(reasons)
-            self.intake.groups_changed = set()
-            writes = []
-            for key in sorted(keys):
-                group, members = self.intake.podgroups.get(key), self.intake.group_members.get(key)
-                if group is None or not members:
-                    continue
-                reason, stored = reasons.get(key, (None, True))
-                status = podgroup_status(group.min_member, members, reason, stored)
-                if self._group_reporter.claim(key, status):
-                    writes.append((key, status))
-        for key, status in writes:   # the reporting pool's: never queued before a bind
-            self._report(self._write_podgroup, key, status)
-        return len(writes)
-
-    def _write_podgroup(self, key, status) -> None:
-        try:
-            self._group_reporter.write(key, status)
-        except KubeError as exc:
-            if getattr(exc, "status", None) != 404:
-                log.warning("kubernetes.podgroup_status_failed", cluster=self.name, podgroup="/".join(key),
-                            error=str(exc))
-
-    def _report_waiting(self, notes) -> None:
-        reporter = self.reporter
-        for namespace, name, uid, reason in notes:
-            try:
-                reporter.unschedulable(namespace, name, uid, reason)
-            except Exception:  # the reporter logs its own failures; nothing here may stop the pool
-                log.exception("kubernetes.report_failed", cluster=self.name, pod=f"{namespace}/{name}")
+        return self.reporting.podgroups(self.intake, reasons)
 
     def _expose(self, job: Job, node: str, pod: dict, template: PodTemplate) -> bool:
         """Create the job's services and ingresses, owned by its first pod; on a refusal, remove the pod again."""
@@ -1319,113 +1246,22 @@ class KubernetesCluster:
             return self.cluster_pcs.version, list(self.cluster_pcs.classes.values())
 
     # -- informers (one thread each for nodes, pods, namespaces, PodGroups, PriorityClasses and Jobs) ----------
-    def _informer(self, kind: str, path: str, params: dict) -> None:
-        """List, then watch from the list's version, until close(): its watch is shut then, and a failure seen
-        while stopping is no outage to report."""
-        backoff = 0.1
-        broken = 0
-        resource_version = None
-        while not self._stop.is_set():
-            try:
-                if resource_version is None:
-                    if kind == "pods" and not self._pcs_done:
-                        # Before the first sync (and again after an outage until it worked once), so that
-                        # a cluster unreachable at start still gets its priority classes.
-                        self._pcs_done = self._setup_priority_classes()
-                    listing = self.client.request("GET", path, params=params or None, timeout=60)
-                    resource_version = listing["metadata"]["resourceVersion"]
-                    with self._lock:
-                        self.counters["relists"] += 1
-                        self._replace(kind, listing.get("items", []))
-                    backoff = 0.1
-                for event in self.client.watch(path, resource_version, self.watch_timeout, self._stop, **params):
-                    broken = 0
-                    obj = event.get("object") or {}
-                    rv = (obj.get("metadata") or {}).get("resourceVersion")
-                    if event["type"] != "BOOKMARK":
-                        with self._lock:
-                            self.counters["watch_events"] += 1
-                            self._on_event(kind, event["type"], obj)
-                    if rv:
-                        resource_version = rv
-            except Gone:
-                resource_version = None
-            except ApiError as exc:
-                if self._stop.is_set():
-                    return
-                if kind in SELECTOR_INFORMERS and exc.status in (403, 404):
-                    # Pods get default spread constraints without these objects' selectors; said once, looked for
-                    # again each minute.
-                    with self._lock:
-                        self.intake.selectors_synced.add(kind)
-                    if self._side_errors.get(kind) != str(exc):
-                        self._side_errors[kind] = str(exc)
-                        log.warning(f"kubernetes.{kind}_unreadable", cluster=self.name, error=forbidden_message(exc),
-                                    reason=f"default spread constraints do not read the selectors of {kind}")
-                    resource_version = None
-                    self._stop.wait(60.0)
-                    continue
-                if kind in ("jobs", "jobsets") and exc.status in (403, 404):
-                    # Pods are taken in without their Jobs' (JobSets') queue labels; said once (a cluster without
-                    # JobSets, quietly), looked for again each minute.
-                    with self._lock:
-                        setattr(self.intake, f"{kind}_synced", True)
-                    if self._side_errors.get(kind) != str(exc):
-                        self._side_errors[kind] = str(exc)
-                        if exc.status == 403 or kind == "jobs":
-                            log.warning(f"kubernetes.{kind}_unreadable", cluster=self.name,
-                                        error=forbidden_message(exc), reason=f"the queue labels of {kind} are not read")
-                    resource_version = None
-                    self._stop.wait(60.0)
-                    continue
-                if kind != "podgroups" or exc.status not in (403, 404):
-                    self._informer_failed(kind, exc)
-                    resource_version = None
-                    self._stop.wait(backoff)
-                    backoff = min(backoff * 2, 2.0)
-                    continue
-                # No PodGroup CRD (or no right to read it): pods naming a PodGroup are refused, saying so; looked
-                # for again every minute, so installing the CRD later works without a restart.
-                problem = (f"the PodGroup CRD ({PODGROUPS_PATH}) is not installed on cluster {self.name}"
-                           if exc.status == 404 else f"cannot read PodGroups on cluster {self.name}: "
-                                                     f"{forbidden_message(exc)}")
-                with self._lock:
-                    first = self.intake.podgroups_problem != problem
-                    self.intake.set_podgroups_problem(problem)
-                    self.intake.podgroups_synced = True
-                if first:
-                    log.warning("kubernetes.podgroups_unavailable", cluster=self.name, reason=problem)
-                resource_version = None
-                self._stop.wait(60.0)
-            except WatchBroken as exc:
-                if self._stop.is_set():
-                    return
-                # A stream that was flowing ended abruptly: watch again from the last version seen. If the
-                # server is really gone, connecting fails next and the cluster is marked unavailable then.
-                broken += 1
-                if broken <= 3:
-                    log.info("kubernetes.watch_broken", cluster=self.name, kind=kind, error=str(exc))
-                    self._stop.wait(0.05)
-                    continue
-                self._informer_failed(kind, exc)
-                resource_version = None
-                self._stop.wait(backoff)
-                backoff = min(backoff * 2, 2.0)
-            except (KubeError, ValueError, KeyError) as exc:
-                if self._stop.is_set():
-                    return
-                self._informer_failed(kind, exc)
-                resource_version = None
-                self._stop.wait(backoff)
-                backoff = min(backoff * 2, 2.0)
+    def _before_list(self, kind: str) -> None:
+        if kind == "pods" and not self._pcs_done:
+            # Before the first sync (and again after an outage until it worked once), so that
+            # a cluster unreachable at start still gets its priority classes.
+            self._pcs_done = self._setup_priority_classes()
+
+    def _absent(self, kind: str, exc: ApiError) -> bool:
+        return self.health.absent(kind, exc, self.intake)
 
     def _replace(self, kind: str, items: list[dict]) -> None:
         if kind == "priorityclasses":
-            self._side_errors.pop(kind, None)
+            self.health.side_errors.pop(kind, None)
             self.cluster_pcs.replace(items)
             return
         if kind in ("jobs", "jobsets"):
-            self._side_errors.pop(kind, None)
+            self.health.side_errors.pop(kind, None)
             self.intake.replace_jobs(items, jobsets=kind == "jobsets")
             return
         if kind == "nodes":
@@ -1433,21 +1269,18 @@ class KubernetesCluster:
         elif kind == "pods":
             self._replace_pods(items)
         elif kind in VOLUME_INFORMERS:
-            self._side_errors.pop(kind, None)
+            self.health.side_errors.pop(kind, None)
             self.volumes.replace(kind, items)
             if self._volume_waits:
                 self._check_volume_waits()
             return
         elif kind in SELECTOR_INFORMERS:
-            self._side_errors.pop(kind, None)
+            self.health.side_errors.pop(kind, None)
             self.intake.replace_selector_objects(kind, items)
             return
         elif kind == "namespaces":
-            self._side_errors.pop(kind, None)
-            self._terminating_ns = {obj["metadata"]["name"] for obj in items if _terminating(obj)}
-            labels = {(obj.get("metadata") or {}).get("name"): _namespace_labels(obj) for obj in items}
-            if labels != self._namespace_labels:
-                self._namespace_labels = labels
+            self.health.side_errors.pop(kind, None)
+            self.namespaces.replace(items)
             live = {(obj.get("metadata") or {}).get("name") for obj in items}
             for name in [name for name in self.intake.namespaces if name not in live]:
                 self.intake.on_namespace("DELETED", {"metadata": {"name": name}})
@@ -1460,13 +1293,13 @@ class KubernetesCluster:
                     for obj in items}
             for key in [key for key in self.intake.podgroups if key not in live]:
                 self.intake.on_podgroup("DELETED", {"metadata": {"namespace": key[0], "name": key[1]}})
-            self._side_errors.pop(kind, None)
+            self.health.side_errors.pop(kind, None)
             self.intake.set_podgroups_problem(None)
             for obj in items:
                 self.intake.on_podgroup("MODIFIED", obj)
             self.intake.podgroups_synced = True
             return
-        self._synced[kind] = True
+        self.health.synced[kind] = True
 
     def _on_event(self, kind: str, event: str, obj: dict) -> None:
         if kind == "nodes":
@@ -1478,17 +1311,7 @@ class KubernetesCluster:
             if self._volume_waits and kind == "pvcs":
                 self._check_volume_waits()
         elif kind == "namespaces":
-            name = (obj.get("metadata") or {}).get("name")
-            if event != "DELETED" and _terminating(obj):
-                self._terminating_ns.add(name)
-            else:
-                self._terminating_ns.discard(name)
-            known = self._namespace_labels
-            if event == "DELETED":
-                if name in known:
-                    self._namespace_labels = {k: v for k, v in known.items() if k != name}
-            elif known.get(name) != (labels := _namespace_labels(obj)):
-                self._namespace_labels = {**known, name: labels}
+            self.namespaces.on_event(event, obj)
             self.intake.on_namespace(event, obj)
         elif kind in SELECTOR_INFORMERS:
             self.intake.on_selector_object(kind, event, obj)
@@ -1502,21 +1325,9 @@ class KubernetesCluster:
             self.intake.on_podgroup(event, obj)
 
     def _informer_failed(self, kind: str, exc: Exception) -> None:
-        text = forbidden_message(exc) if isinstance(exc, ApiError) and exc.status == 403 else str(exc)
         if kind in VOLUME_INFORMERS:
             self.volumes.changed()   # the claims' reason names the error
-        if kind not in self._synced:   # namespaces, PodGroups, PriorityClasses, Jobs: scheduling goes on
-            if self._side_errors.get(kind) != text:   # once per distinct error, not once per retry
-                self._side_errors[kind] = text
-                log.warning("kubernetes.watch_failed", cluster=self.name, kind=kind, error=text)
-            return
-        with self._lock:
-            was = self.available
-            changed = self._error != f"{kind}: {text}"
-            self._synced[kind] = False
-            self._error = f"{kind}: {text}"
-        if was or changed:   # once per distinct error, not once per retry
-            log.warning("kubernetes.unavailable", cluster=self.name, error=text)
+        self.health.failed(kind, exc)
 
     def _replace_nodes(self, items: list[dict]) -> None:
         before = set(self._nodes)
@@ -1597,8 +1408,8 @@ class KubernetesCluster:
             job_id = old.job.id
             if self._job_pod.get(job_id) == key:
                 del self._job_pod[job_id]
-            if old.incluster and self._reporter is not None:
-                self._reporter.forget(old.uid)
+            if old.incluster:
+                self.reporting.forget(old.uid)
             if key in self._ignore_delete:
                 self._ignore_delete.discard(key)
                 if self._stopping.get(job_id) and self._reported.get(key) == self._stopping[job_id]:
@@ -1666,7 +1477,7 @@ class KubernetesCluster:
                 if self._inflight.pop(job_id, None) is not None and (old is None or old.node is None) \
                         and phase not in ENDED:
                     # Bound by this process just now: said as kube-scheduler says it (conditions module).
-                    self._report(self.reporter.scheduled, key[0], key[1], pod.uid, node)
+                    self.reporting.submit(self.reporter.scheduled, key[0], key[1], pod.uid, node)
                 self._unadmit(job_id)
             self._pod_events(pod, job_id, superseded=attempt < self._attempts[job_id])
         else:
