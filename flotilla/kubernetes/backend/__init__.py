@@ -25,8 +25,9 @@ podgroupstatus, priorityclasses, services, volumes, pods).
 from __future__ import annotations
 
 from flotilla.kubernetes.backend.cluster import (IMAGE_PULL_BACKOFFS, PLATFORM_FAILURES, KubernetesCluster,
-                                                 NamespaceMissing, annotation_duration)
+                                                 annotation_duration)
 from flotilla.kubernetes.backend.config import backend_from_config, pod_settings
+from flotilla.kubernetes.backend.writes import NamespaceMissing
 
 __all__ = ["IMAGE_PULL_BACKOFFS", "KubernetesCluster", "NamespaceMissing", "PLATFORM_FAILURES", "annotation_duration",
            "backend_from_config", "pod_settings"]

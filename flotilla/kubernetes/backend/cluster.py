@@ -89,13 +89,14 @@ from flotilla.core.backend import NODE_RETURNED, ClusterDecisions, ClusterUnavai
 from flotilla.core.model import ClusterSnapshot, Job, JobState, Node
 from flotilla.core.quantities import QuantityError, parse_duration
 from flotilla.core.resources import PODS, UNLIMITED_PODS
-from flotilla.kubernetes.client import ApiError, KubeClient, KubeError, Unreachable, forbidden_message, pod_path
+from flotilla.kubernetes.client import ApiError, KubeClient, KubeError, Unreachable, forbidden_message
 from flotilla.kubernetes.backend.podcache import ENDED, FINAL, CachedPod, PodCache
 from flotilla.kubernetes.backend.victimlogs import VictimLogs, read_tails
 from flotilla.kubernetes.backend.informers import InformerHealth, watch_kind
 from flotilla.kubernetes.backend.namespaces import NamespaceView
 from flotilla.kubernetes.backend.reporting import Reporting
-from flotilla.kubernetes.services import OWNED, exposure_manifests, object_path, owner_reference
+from flotilla.kubernetes.backend.writes import PodWrites, WriteRefused
+from flotilla.kubernetes.services import OWNED
 from flotilla.kubernetes.admission import (ARRIVALS_PERIOD, OTHER_SCHEDULER_PERIOD, UNDECIDED_WINDOW, admission_rejection,
                                            fresh_use, returned_label, shortfall, undecided_elsewhere, waits_for_node)
 from flotilla.kubernetes.priorityclasses import PRIORITY_CLASSES_PATH, PriorityClassTracker, setup_priority_classes
@@ -106,7 +107,7 @@ from flotilla.kubernetes.volumes import SELECTED_NODE, VolumeState
 from flotilla.kubernetes.pods import (ATTEMPT, DURATION, JOB_ID, PodSettings, failure_details, failure_reason, foreign_pod,
                                      is_ours,
                                       job_deadline, job_from_pod, job_grace_period, job_namespace, named_grace_period,
-                                      node_from_object, node_ready, pod_finished_at, pod_host_ports, pod_manifest,
+                                      node_from_object, node_ready, pod_finished_at, pod_host_ports,
                                       pod_phase,
                                       pod_requests, disruption, permanent_pull_failure, waiting_container,
                                       waiting_reason)
@@ -131,10 +132,6 @@ PLATFORM_FAILURES = frozenset({"Evicted", "NodeLost", "Shutdown", "NodeShutdown"
 
 #: A pod of ours whose image the kubelet has backed off pulling this many times fails its job (its message said).
 IMAGE_PULL_BACKOFFS = 3
-
-
-class NamespaceMissing(Exception):
-    """The job's namespace does not exist in the cluster: the job fails (Flotilla creates no namespaces)."""
 
 
 class KubernetesCluster:
@@ -235,7 +232,6 @@ class KubernetesCluster:
         #: The namespaces' labels, and those being deleted (flotilla.kubernetes.backend.namespaces).
         self.namespaces = NamespaceView()
         self._pcs_done = False
-        self._namespaces: set[str] = set()
         self._requests_cache: dict = {}
         #: The waiting in-cluster pods (flotilla.kubernetes.intake), kept from the pod, namespace, PodGroup and Job
         #: watches.
@@ -248,6 +244,8 @@ class KubernetesCluster:
         self.reporting = Reporting(self.client, name, self.settings.scheduler_name, self._lock, self._stop,
                                    self.namespaces.writable)
         self._pool = ThreadPoolExecutor(max_workers=workers, thread_name_prefix=f"kube-{name}")
+        #: The requests that create, bind and delete pods and their services (flotilla.kubernetes.backend.writes).
+        self.writes = PodWrites(self.client, name, self.settings, bind)
         self._threads: list[threading.Thread] = []
         self.counters = {"created": 0, "deleted": 0, "create_errors": 0, "relists": 0, "watch_events": 0,
                          "returned": 0}
@@ -852,18 +850,6 @@ class KubernetesCluster:
               exit_code: int | None = None, cause: str = "") -> None:
         self._events.append((JobEvent(job_id, kind, self.name, node, self.clock(), reason, exit_code, cause), run))
 
-    def _check_namespace(self, namespace: str) -> None:
-        """Raise :class:`NamespaceMissing` unless ``namespace`` exists (remembered once seen)."""
-        if namespace in self._namespaces:
-            return
-        try:
-            self.client.get(f"/api/v1/namespaces/{namespace}")
-        except ApiError as exc:
-            if exc.status == 404:
-                raise NamespaceMissing(f"namespace {namespace!r} does not exist on cluster {self.name}") from None
-            raise
-        self._namespaces.add(namespace)
-
     def _create(self, job: Job, node: str, attempt: int, template: PodTemplate | None = None) -> None:
         if not self._admit(job, node, attempt, template):
             return
@@ -877,41 +863,11 @@ class KubernetesCluster:
                 duration = None  # let the deadline stage fail it, as the kubelet would
         namespace = job_namespace(job, self.settings, template)
         exposed = template is not None and bool(template.services or template.ingresses)
-        for _ in range(3):
-            body = pod_manifest(job, None if self.bind == "binding" else node, attempt, self.settings, duration,
-                                priority_class_known=job.priority_class in self._known_pcs, template=template)
-            name = body["metadata"]["name"]
-            try:
-                self._check_namespace(namespace)
-                if exposed:   # its services and ingresses need its uid
-                    created = self.client.post(pod_path(namespace), body)
-                else:
-                    self.client.create_pod(namespace, body)
-                if self.bind == "binding":
-                    self.client.post(pod_path(namespace, name) + "/binding", parse=False, body={
-                        "apiVersion": "v1", "kind": "Binding", "metadata": {"name": name, "namespace": namespace},
-                        "target": {"apiVersion": "v1", "kind": "Node", "name": node}})
-                break
-            except ApiError as exc:
-                if exc.status == 409 and exc.reason == "AlreadyExists":
-                    # A pod of that name exists: ours from an earlier attempt still terminating -> next attempt.
-                    attempt += 1
-                    with self._lock:
-                        self._attempts[job.id] = max(self._attempts.get(job.id, 0), attempt)
-                    continue
-                if exc.status == 403:   # the platform's doing: retried, and said once, naming verb and resource
-                    self._create_failed(job, node, "lost", forbidden_message(exc))
-                else:
-                    self._create_failed(job, node, "failed", f"pod rejected: {exc}")
-                return
-            except NamespaceMissing as exc:
-                self._create_failed(job, node, "failed", str(exc))
-                return
-            except Unreachable as exc:
-                self._create_failed(job, node, "lost", f"API server unreachable: {exc}")
-                return
-        else:
-            self._create_failed(job, node, "failed", "pod name taken by earlier attempts")
+        try:
+            name, created = self.writes.create(job, node, attempt, namespace, template, duration,
+                                               job.priority_class in self._known_pcs, exposed, self._name_taken(job.id))
+        except WriteRefused as refused:
+            self._create_failed(job, node, refused.kind, refused.reason)
             return
         if exposed and not self._expose(job, node, created, template):
             return
@@ -922,26 +878,19 @@ class KubernetesCluster:
         if kill is not None:
             self._delete(job, (namespace, name), kill, self._starts.get(job.id, 0))
 
+    def _name_taken(self, job_id: str):
+        """Note the attempts whose pod names were found taken (a pod of an earlier attempt still terminating)."""
+        def taken(attempt: int) -> None:
+            with self._lock:
+                self._attempts[job_id] = max(self._attempts.get(job_id, 0), attempt)
+        return taken
+
     def _bind(self, job: Job, node: str) -> None:
         """Bind an in-cluster pod to ``node`` (``pods/binding``), only the very pod that was queued (its uid)."""
-        namespace, name, uid = job.annotations[POD_NAMESPACE], job.annotations[POD_NAME], job.annotations[POD_UID]
-        body = {"apiVersion": "v1", "kind": "Binding",
-                "metadata": {"name": name, "namespace": namespace, "uid": uid, "annotations": {JOB_ID: job.id}},
-                "target": {"apiVersion": "v1", "kind": "Node", "name": node}}
         try:
-            self.client.post(pod_path(namespace, name) + "/binding", body, parse=False)
-        except ApiError as exc:
-            if exc.status == 403:
-                self._create_failed(job, node, "lost", forbidden_message(exc))
-            elif exc.status in (404, 409):
-                # Gone, made again under its name (another uid), or bound meanwhile: never this pod's place.
-                self._create_failed(job, node, "failed", f"pod {namespace}/{name} not bound: it was deleted, "
-                                                         f"replaced or bound since it was queued ({exc})")
-            else:
-                self._create_failed(job, node, "failed", f"binding refused: {exc}")
-            return
-        except Unreachable as exc:
-            self._create_failed(job, node, "lost", f"API server unreachable: {exc}")
+            namespace, name = self.writes.bind_pod(job, node)
+        except WriteRefused as refused:
+            self._create_failed(job, node, refused.kind, refused.reason)
             return
         with self._lock:
             self.counters["bound"] = self.counters.get("bound", 0) + 1
@@ -992,14 +941,7 @@ class KubernetesCluster:
 
     def _delete_cancelled(self, namespace: str, name: str, uid: str, message: str) -> None:
         self.reporter.cancelled(namespace, name, uid, message)
-        try:   # the uid as precondition: a pod made again under the name since is not this job's
-            self.client.delete(pod_path(namespace, name), {"apiVersion": "v1", "kind": "DeleteOptions",
-                                                           "preconditions": {"uid": uid}})
-        except ApiError as exc:
-            if exc.status not in (404, 409):
-                log.warning("kubernetes.delete_failed", cluster=self.name, pod=f"{namespace}/{name}", error=str(exc))
-        except Unreachable as exc:
-            log.warning("kubernetes.delete_unreachable", cluster=self.name, pod=f"{namespace}/{name}", error=str(exc))
+        self.writes.delete_same(namespace, name, uid)
 
     def waiting_pods(self) -> list:
         """The waiting in-cluster pods (:class:`~flotilla.kubernetes.intake.InClusterPod`), a copy."""
@@ -1024,43 +966,19 @@ class KubernetesCluster:
 
     def _expose(self, job: Job, node: str, pod: dict, template: PodTemplate) -> bool:
         """Create the job's services and ingresses, owned by its first pod; on a refusal, remove the pod again."""
+        done, refused = self.writes.expose(pod, template)
+        if refused is None:
+            return True
         namespace = pod["metadata"]["namespace"]
-        done = []
-        for resource, obj in exposure_manifests(pod, template.services, template.ingresses,
-                                                self.settings.ingress_domain):
-            obj["metadata"]["ownerReferences"] = [owner_reference(pod)]
-            try:
-                self.client.post(object_path(namespace, resource), obj, parse=False)
-                done.append(f"{resource}/{obj['metadata']['name']}")
-            except (ApiError, Unreachable) as exc:
-                if isinstance(exc, ApiError) and exc.status == 409:
-                    continue   # left by an earlier attempt: owned by the old pod, replaced below by the GC
-                key = (namespace, pod["metadata"]["name"])
-                with self._lock:
-                    self._reported[key] = "failed"
-                    self._ignore_delete.add(key)
-                self._delete_finished(key)
-                for item in done:
-                    self._delete_object(namespace, item)
-                if isinstance(exc, Unreachable) or exc.status == 403:
-                    why = forbidden_message(exc) if isinstance(exc, ApiError) else str(exc)
-                    self._create_failed(job, node, "lost", f"{obj['kind']} {obj['metadata']['name']}: {why}")
-                else:
-                    self._create_failed(job, node, "failed", f"{obj['kind']} {obj['metadata']['name']} rejected: "
-                                                             f"{exc}")
-                return False
-        return True
-
-    def _delete_object(self, namespace: str, item: str) -> None:
-        """Delete ``resource/name`` (a job's service or ingress); gone already is fine."""
-        resource, name = item.split("/", 1)
-        try:
-            self.client.delete(object_path(namespace, resource, name))
-        except ApiError as exc:
-            if exc.status != 404:
-                log.warning("kubernetes.delete_failed", cluster=self.name, object=item, error=str(exc))
-        except KubeError as exc:
-            log.warning("kubernetes.delete_failed", cluster=self.name, object=item, error=str(exc))
+        key = (namespace, pod["metadata"]["name"])
+        with self._lock:
+            self._reported[key] = "failed"
+            self._ignore_delete.add(key)
+        self.writes.delete_quietly(key)
+        for item in done:
+            self.writes.delete_object(namespace, item)
+        self._create_failed(job, node, refused.kind, refused.reason)
+        return False
 
     def _create_failed(self, job: Job, node: str, kind: str, reason: str) -> None:
         log.warning("kubernetes.create_failed", cluster=self.name, job=job.id, reason=reason)
@@ -1092,11 +1010,8 @@ class KubernetesCluster:
         elif kind == "preempted" and pod is not None and pod.job is not None and self.finished_pod_retention > 0 \
                 and pod.phase == "Running":
             self._keep_victim_log(pod)
-        options = {"apiVersion": "v1", "kind": "DeleteOptions"}
-        if grace is not None:
-            options["gracePeriodSeconds"] = grace
         try:
-            self.client.delete(pod_path(namespace, name), options)
+            self.writes.delete_pod(key, grace)
         except ApiError as exc:
             if exc.status != 404:
                 log.warning("kubernetes.delete_failed", cluster=self.name, job=job.id, error=str(exc))
@@ -1129,16 +1044,6 @@ class KubernetesCluster:
             return None
         return job_grace_period(job, self.settings)
 
-    def _delete_finished(self, key: tuple[str, str], grace: int | None = 0) -> None:
-        """Delete pod ``key`` with ``grace`` seconds (None: the pod's own ``terminationGracePeriodSeconds``)."""
-        options = {"apiVersion": "v1", "kind": "DeleteOptions"}
-        if grace is not None:
-            options["gracePeriodSeconds"] = grace
-        try:
-            self.client.delete(pod_path(*key), options)
-        except KubeError:
-            pass
-
     def _delete_expired(self, now: float) -> None:
         """Delete the finished pods whose ``finishedPodRetention`` is over, and forget such preempted pods' logs."""
         self.victim_logs.expire(now)
@@ -1146,7 +1051,7 @@ class KubernetesCluster:
             return
         for key in [key for key, due in self._finished.items() if due <= now]:
             del self._finished[key]
-            self._pool.submit(self._delete_finished, key)
+            self._pool.submit(self.writes.delete_quietly, key)
 
     def _keep_victim_log(self, pod: CachedPod) -> None:
         """Read the end of each container's log of a preempted pod about to be deleted (Kubernetes keeps no log of
@@ -1174,7 +1079,7 @@ class KubernetesCluster:
         self._ignore_delete.add(pod.key)
         self._emit(pod.job.id, "failed" if pod.incluster else kind, pod.node, reason, cause=cause)
         log.warning("kubernetes.pod_given_up", cluster=self.name, job=pod.job.id, reason=reason)
-        self._pool.submit(self._delete_finished, pod.key, grace)
+        self._pool.submit(self.writes.delete_quietly, pod.key, grace)
 
     def _give_up_held(self, now: float) -> None:
         """Release what fits now; give up starts held on a node where nothing has been leaving for
@@ -1404,7 +1309,7 @@ class KubernetesCluster:
             if old is None or old.job is None:
                 return
             for item in old.owned:   # its services and ingresses go with it (no garbage collector needed)
-                self._pool.submit(self._delete_object, key[0], item)
+                self._pool.submit(self.writes.delete_object, key[0], item)
             job_id = old.job.id
             if self._job_pod.get(job_id) == key:
                 del self._job_pod[job_id]
@@ -1565,10 +1470,10 @@ class KubernetesCluster:
             ended = now if pod.finished_at is None else min(now, pod.finished_at)
             self._finished[pod.key] = ended + self.finished_pod_retention
             for item in pod.owned:   # a kept pod is kept for its log: its services and ingresses go with the job
-                self._pool.submit(self._delete_object, pod.key[0], item)
+                self._pool.submit(self.writes.delete_object, pod.key[0], item)
             pod.owned = ()   # deleted now: the pod's own delete, an hour on, has none left to delete again
         else:
-            self._pool.submit(self._delete_finished, pod.key)
+            self._pool.submit(self.writes.delete_quietly, pod.key)
 
     # -- reading back (tests, tools) ---------------------------------------------------------
     def pods_by_node(self) -> dict[str, list[str]]:
