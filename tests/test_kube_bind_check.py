@@ -142,7 +142,7 @@ def test_beside_an_active_scheduler_a_bind_reads_the_node_afresh_and_counts_what
         # kube-scheduler's pod seen waiting, then placed; the arrival is over by the binds below.
         backend._on_pod("ADDED", waiting_foreign("seen", "1"))
         backend._on_pod("MODIFIED", foreign("seen", "n2", "1"))
-        backend._arrivals.clear()
+        backend.guard.arrivals.clear()
         # The API server already holds a pod the watch has not shown: 3 cores on n1.
         client.listed["spec.nodeName=n1"] = [foreign("unseen", "n1", "3")]
         start(backend, ("j1", "n1", 2000))

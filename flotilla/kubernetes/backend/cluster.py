@@ -88,29 +88,28 @@ import structlog
 from flotilla.core.backend import NODE_RETURNED, ClusterDecisions, ClusterUnavailable, JobEvent, PodTemplate
 from flotilla.core.model import ClusterSnapshot, Job, JobState, Node
 from flotilla.core.quantities import QuantityError, parse_duration
-from flotilla.core.resources import PODS, UNLIMITED_PODS
-from flotilla.kubernetes.client import ApiError, KubeClient, KubeError, Unreachable, forbidden_message
-from flotilla.kubernetes.backend.podcache import ENDED, FINAL, CachedPod, PodCache
-from flotilla.kubernetes.backend.victimlogs import VictimLogs, read_tails
+from flotilla.core.resources import PODS
+from flotilla.kubernetes.admission import admission_rejection, returned_label
+from flotilla.kubernetes.backend.bindguard import BIND, HOLD, YIELD, YIELD_BURST, BindGuard
+from flotilla.kubernetes.backend.held import HeldStarts
 from flotilla.kubernetes.backend.informers import InformerHealth, watch_kind
 from flotilla.kubernetes.backend.namespaces import NamespaceView
+from flotilla.kubernetes.backend.podcache import ENDED, FINAL, CachedPod, PodCache
 from flotilla.kubernetes.backend.reporting import Reporting
+from flotilla.kubernetes.backend.victimlogs import VictimLogs, read_tails
 from flotilla.kubernetes.backend.writes import PodWrites, WriteRefused
-from flotilla.kubernetes.services import OWNED
-from flotilla.kubernetes.admission import (ARRIVALS_PERIOD, OTHER_SCHEDULER_PERIOD, UNDECIDED_WINDOW, admission_rejection,
-                                           fresh_use, returned_label, shortfall, undecided_elsewhere, waits_for_node)
-from flotilla.kubernetes.priorityclasses import PRIORITY_CLASSES_PATH, PriorityClassTracker, setup_priority_classes
+from flotilla.kubernetes.client import ApiError, KubeClient, Unreachable, forbidden_message
 from flotilla.kubernetes.intake import (JOBS_PATH, JOBSETS_PATH, PODGROUPS_PATH, POD_NAME, POD_NAMESPACE, POD_UID,
                                         SELECTOR_INFORMERS, IntakeTracker, bound_by_flotilla)
+from flotilla.kubernetes.pods import (ATTEMPT, DURATION, JOB_ID, PodSettings, disruption, failure_details, failure_reason,
+                                      foreign_pod, is_ours, job_deadline, job_from_pod, job_grace_period, job_namespace,
+                                      named_grace_period, node_from_object, node_ready, permanent_pull_failure,
+                                      pod_finished_at, pod_host_ports, pod_phase, pod_requests, waiting_container,
+                                      waiting_reason)
+from flotilla.kubernetes.priorityclasses import PRIORITY_CLASSES_PATH, PriorityClassTracker, setup_priority_classes
+from flotilla.kubernetes.services import OWNED
 from flotilla.kubernetes.volumes import INFORMERS as VOLUME_INFORMERS
 from flotilla.kubernetes.volumes import SELECTED_NODE, VolumeState
-from flotilla.kubernetes.pods import (ATTEMPT, DURATION, JOB_ID, PodSettings, failure_details, failure_reason, foreign_pod,
-                                     is_ours,
-                                      job_deadline, job_from_pod, job_grace_period, job_namespace, named_grace_period,
-                                      node_from_object, node_ready, pod_finished_at, pod_host_ports,
-                                      pod_phase,
-                                      pod_requests, disruption, permanent_pull_failure, waiting_container,
-                                      waiting_reason)
 
 log = structlog.get_logger("flotilla.kubernetes")
 
@@ -191,22 +190,12 @@ class KubernetesCluster:
         self._job_pod: dict[str, tuple[str, str]] = {}   # job id -> its live pod
         self._attempts: dict[str, int] = {}
         self._inflight: dict[str, Job] = {}              # started, pod not seen yet
-        #: Binds that passed the live check (flotilla.kubernetes.admission), pod not seen yet: node -> job id ->
-        #: requests, and job id -> node. The next check on the node counts them.
-        self._admitted_on: dict[str, dict[str, Mapping[str, int]]] = {}
-        self._admitted: dict[str, str] = {}
-        #: Other schedulers' pods not placed yet (no node, not found unschedulable): key -> (first seen, requests,
-        #: nodeSelector). A bind leaves them the room they may take (flotilla.kubernetes.admission).
-        self._undecided: dict[tuple[str, str], tuple[float, Mapping[str, int], Mapping[str, str]]] = {}
-        self._nominated: set[str] = set()                # held in-cluster starts told their node
-        self._arrivals: deque = deque()                  # (key, first seen, requests, nodeSelector) of those pods
-        self._other_seen_at: float | None = None         # when the watch last showed such a pod arrive
+        #: The bind's own check: Flotilla's binds not seen yet, other schedulers' pods not placed yet
+        #: (flotilla.kubernetes.backend.bindguard).
+        self.guard = BindGuard(self.client, name, self.settings.scheduler_name)
         self._settle_timer: threading.Timer | None = None   # retries held starts once such a burst is over
-        self._yielding: dict[str, float] = {}            # job id -> since when its bind gives way to them
-        #: Node -> starts waiting for room on it, in order: (job, attempt, template, start count).
-        self._held: dict[str, list[tuple]] = {}
-        self._held_ids: set[str] = set()
-        self._held_since: dict[str, float] = {}          # node -> since when nothing on it has been leaving
+        #: Starts waiting for room on their node (flotilla.kubernetes.backend.held).
+        self.held_starts = HeldStarts()
         self._stopping: dict[str, str] = {}              # job id -> preempted | cancelled
         #: Pods Flotilla is deleting by a decision -> when: not counted by a snapshot (module docstring, Stopped
         #: pods) until gone, or until ``stuck_pod_expiry`` has passed.
@@ -404,7 +393,7 @@ class KubernetesCluster:
         """Record the stops and starts of ``decisions`` (under the lock); the requests to make go to ``work``."""
         for kind, jobs in (("preempted", decisions.preempt), ("cancelled", decisions.cancel)):
             for job in jobs:
-                if job.id in self._held_ids:
+                if job.id in self.held_starts.ids:
                     self._drop_held(job.id, kind)
                     continue
                 self._stopping[job.id] = kind
@@ -422,7 +411,7 @@ class KubernetesCluster:
             self._stopping.pop(job.id, None)
             self._unadmit(job.id)
             running = replace(job, state=JobState.RUNNING, cluster=self.name, node=placement.node)
-            if job.id in self._held_ids:   # started again elsewhere: the old hold is void
+            if job.id in self.held_starts.ids:   # started again elsewhere: the old hold is void
                 self._drop_held(job.id, None)
             self._inflight[job.id] = running
             template = decisions.templates.get(job.id)
@@ -436,7 +425,7 @@ class KubernetesCluster:
 
     def _start_pod(self, running: Job, node: str, attempt: int, template, submit) -> None:
         """Create the pod of a start now, or hold it until its node has room (module docstring, Held starts)."""
-        if node not in self._held and not self._leaving(node):
+        if node not in self.held_starts.by_node and not self._leaving(node):
             # Nothing on the node is on its way out: the scheduler counted every pod there.
             submit((self._create, running, node, attempt, template))
             return
@@ -512,14 +501,10 @@ class KubernetesCluster:
     def _hold(self, node: str, job: Job, attempt: int, template: PodTemplate | None, nominate: bool = True) -> None:
         """Hold ``job``'s start for ``node`` until the room its leaving pods free is there; a waiting in-cluster
         pod is nominated to the node meanwhile (``status.nominatedNodeName``, as kube-scheduler does), once."""
-        self._held.setdefault(node, []).append((job, attempt, template, self._starts.get(job.id, 0)))
-        self._held_ids.add(job.id)
-        self._held_since.setdefault(node, self.clock())
-        if nominate and POD_UID in job.annotations and job.id not in self._nominated:
-            self._nominated.add(job.id)
+        if self.held_starts.hold(node, job, attempt, template, self._starts.get(job.id, 0), self.clock(), nominate):
             self.reporting.submit(self.reporter.nominated, job.annotations[POD_NAMESPACE], job.annotations[POD_NAME],
-                         job.annotations[POD_UID], node,
-                         f"waiting on node {node} for the pods leaving it (preempted) to be gone")
+                                  job.annotations[POD_UID], node,
+                                  f"waiting on node {node} for the pods leaving it (preempted) to be gone")
 
     def _mark_stopped(self, key: tuple[str, str] | None) -> None:
         """Leave pod ``key`` out of the snapshots from now on: Flotilla deletes it by a decision (module docstring,
@@ -541,8 +526,8 @@ class KubernetesCluster:
                 continue
             log.warning("kubernetes.stopped_pod_stuck", cluster=self.name, job=pod.job.id, node=pod.node,
                         pod=f"{key[0]}/{key[1]}")
-            for job, _, _, started in list(self._held.get(pod.node, ())):
-                if job.id not in self._held_ids or self._starts.get(job.id) != started:
+            for job, _, _, started in list(self.held_starts.by_node.get(pod.node, ())):
+                if job.id not in self.held_starts.ids or self._starts.get(job.id) != started:
                     continue   # stale: stopped or started again since
                 log.warning("kubernetes.held_start_given_up", cluster=self.name, job=job.id, node=pod.node)
                 self._drop_held(job.id, None)
@@ -556,69 +541,28 @@ class KubernetesCluster:
                    and (pod.deleting or (pod.job is not None and pod.job.id in self._stopping))
                    for pod in self.cache.of_node(node))
 
-    def _node_load(self, node: str) -> dict[str, int]:
-        """What the kubelet counts on ``node``: its live pods (terminating ones too) and the pods being created."""
-        load: dict[str, int] = {}
-        created = set()
-        for pod in self.cache.of_node(node):
-            if pod.phase in ENDED:
-                continue
-            if pod.job is not None:
-                created.add(pod.job.id)
-            for resource, amount in (pod.requests if pod.job is None else pod.job.requests).items():
-                load[resource] = load.get(resource, 0) + amount
-            load[PODS] = load.get(PODS, 0) + 1
-        for job_id, job in self._inflight.items():
-            if job.node == node and job_id not in created and job_id not in self._held_ids:
-                for resource, amount in job.requests.items():
-                    load[resource] = load.get(resource, 0) + amount
-                load[PODS] = load.get(PODS, 0) + 1
-        return load
-
     def _release_held(self, node: str) -> None:
-        """Create the pods of the starts held for ``node`` that now fit, in order (the first that does not
-        fit keeps those after it waiting: no start overtakes an earlier one on its node)."""
-        waiting = self._held.get(node)
-        if not waiting:
+        """Create the pods of the starts held for ``node`` that now fit, in order (flotilla.kubernetes.backend.held)."""
+        if not self.held_starts.by_node.get(node):
             return
         target = self._nodes.get(node)
-        load = self._node_load(node) if target is not None else None
-        while waiting:
-            job, attempt, template, started = waiting[0]
-            if self._starts.get(job.id) != started or job.id not in self._held_ids:
-                waiting.pop(0)   # stale: stopped or started again since
-                continue
-            if load is None or any(load.get(resource, 0) + amount > target.resources.get(resource, 0)
-                                   for resource, amount in job.requests.items()) \
-                    or load.get(PODS, 0) + 1 > target.resources.get(PODS, UNLIMITED_PODS):
-                if load is None or self._leaving(node):
-                    return
-                # Nothing on the node is leaving: the room will not come by waiting. The bind's own check
-                # (_admit) returns the job to its queue.
-            waiting.pop(0)
-            self._held_ids.discard(job.id)
-            for resource, amount in job.requests.items():
-                load[resource] = load.get(resource, 0) + amount
-            load[PODS] = load.get(PODS, 0) + 1
+        load = self.held_starts.node_load(node, self.cache.of_node(node), self._inflight) \
+            if target is not None else None
+        for job, attempt, template in self.held_starts.release(node, target, load, lambda: self._leaving(node),
+                                                               self._starts):
             self._pool.submit(self._create, job, node, attempt, template)
-        del self._held[node]
-        self._held_since.pop(node, None)
 
     def _drop_held(self, job_id: str, kind: str | None) -> None:
         """Forget a held start; ``kind`` (preempted, cancelled, lost): report the job so, no pod was made."""
-        self._held_ids.discard(job_id)
-        self._yielding.pop(job_id, None)
+        self.held_starts.ids.discard(job_id)
+        self.guard.yielding.pop(job_id, None)
         self._unadmit(job_id)
         job = self._inflight.pop(job_id, None)
-        if job is not None and job_id in self._nominated:   # its nomination ends with the hold
-            self._nominated.discard(job_id)
+        if job is not None and job_id in self.held_starts.nominated:   # its nomination ends with the hold
+            self.held_starts.nominated.discard(job_id)
             self.reporting.submit(self.reporter.nominated, job.annotations[POD_NAMESPACE], job.annotations[POD_NAME],
-                         job.annotations[POD_UID], None)
-        for node, waiting in list(self._held.items()):
-            waiting[:] = [entry for entry in waiting if entry[0].id != job_id]
-            if not waiting:
-                del self._held[node]
-                self._held_since.pop(node, None)
+                                  job.annotations[POD_UID], None)
+        self.held_starts.forget(job_id)
         if kind is not None:
             reason = {"preempted": "preempted by the scheduler", "cancelled": "cancelled"}.get(kind, kind)
             self._emit(job_id, kind, job.node if job is not None else None, reason, run=self._starts.get(job_id, 0))
@@ -626,137 +570,38 @@ class KubernetesCluster:
     def held(self) -> dict[str, list[str]]:
         """Job ids of the starts held per node, in order (tests, tools)."""
         with self._lock:
-            return {node: [entry[0].id for entry in waiting] for node, waiting in self._held.items() if waiting}
+            return self.held_starts.job_ids()
 
     # -- the live check just before a bind (flotilla.kubernetes.admission) ---------------------------
-    def _live_use(self, node: str) -> tuple[dict[str, int], int, dict[str, int], int]:
-        """What the kubelet of ``node`` will count: the requests and number of its live pods, whoever bound them
-        (terminating ones too), with Flotilla's binds not yet seen by the watch; then the part of both that is
-        leaving (deleted, or ours being stopped)."""
-        load: dict[str, int] = {}
-        leaving: dict[str, int] = {}
-        pods = gone = 0
-        seen = set()
-        stopping = self._stopping
-        for pod in self.cache.of_node(node):
-            if pod.phase in ENDED:
-                continue
-            requests = pod.requests if pod.job is None else pod.job.requests
-            pods += 1
-            for resource, amount in (requests or {}).items():
-                load[resource] = load.get(resource, 0) + amount
-            if pod.job is not None:
-                seen.add(pod.job.id)
-            if pod.deleting or (pod.job is not None and pod.job.id in stopping):
-                gone += 1
-                for resource, amount in (requests or {}).items():
-                    leaving[resource] = leaving.get(resource, 0) + amount
-        for job_id, requests in self._admitted_on.get(node, {}).items():
-            if job_id in seen:
-                continue
-            pods += 1
-            for resource, amount in requests.items():
-                load[resource] = load.get(resource, 0) + amount
-        return load, pods, leaving, gone
-
-    def _read_afresh(self, node: str) -> tuple[list[dict], list[dict]] | None:
-        """While another scheduler is active: the pods on ``node`` and those waiting for other schedulers, read from
-        the API server itself (consistent lists), not from the watch, which may lag (module
-        :mod:`flotilla.kubernetes.admission`). None when no other scheduler is active or the read fails (the watch's
-        view stands then)."""
-        seen = self._other_seen_at
-        if seen is None or self.clock() - seen > OTHER_SCHEDULER_PERIOD:
-            return None
-        try:
-            on_node = self.client.get("/api/v1/pods", fieldSelector=f"spec.nodeName={node}").get("items") or []
-            waiting = self.client.get("/api/v1/pods", fieldSelector="spec.nodeName=,spec.schedulerName!="
-                                                                    + self.settings.scheduler_name).get("items") or []
-        except KubeError as exc:
-            log.info("kubernetes.fresh_read_failed", cluster=self.name, node=node, error=str(exc))
-            return None
-        return on_node, waiting
-
-    def _fresh_view(self, node: Node, fresh: tuple[list[dict], list[dict]]) -> tuple[dict[str, int], int, dict]:
-        """From a fresh read of ``node`` (:meth:`_read_afresh`): what its kubelet will count, and the requests of the
-        other schedulers' waiting pods that may take room there and the watch does not show waiting (by key)."""
-        on_node, waiting = fresh
-        admitted = self._admitted_on.get(node.name, {})
-        bound_here = {}   # in-cluster pods Flotilla is binding here, by pod: their job ids (their pods carry no label)
-        for job_id in admitted:
-            job = self._inflight.get(job_id)
-            if job is not None and POD_UID in job.annotations:
-                bound_here[(job.annotations[POD_NAMESPACE], job.annotations[POD_NAME])] = job_id
-        live = []
-        for obj in on_node:
-            if (obj.get("status") or {}).get("phase") in ENDED:
-                continue
-            try:
-                requests = pod_requests(obj)
-            except (ValueError, ArithmeticError):
-                continue
-            meta = obj["metadata"]
-            job_id = (meta.get("labels") or {}).get(JOB_ID) or bound_here.get((meta.get("namespace", ""), meta["name"]))
-            live.append((job_id, requests))
-        load, pods = fresh_use(live, admitted)
-        unseen = {}
-        for obj in waiting:
-            key = (obj["metadata"].get("namespace", ""), obj["metadata"]["name"])
-            if key not in self._undecided and waits_for_node(obj, node.labels, self.settings.scheduler_name):
-                try:
-                    unseen[key] = pod_requests(obj)
-                except (ValueError, ArithmeticError):
-                    continue
-        return load, pods, unseen
-
     def _admit(self, job: Job, node: str, attempt: int, template: PodTemplate | None) -> bool:
         """Whether ``job``'s pod may be bound to ``node`` now, checked against the live view (module
         :mod:`flotilla.kubernetes.admission`), read afresh while another scheduler is active; if so, its room is
         reserved until the watch shows the pod. Otherwise the start is held for the node when the room comes once
         its leaving pods are gone, else the job is returned to its queue with the reason."""
-        fresh = self._read_afresh(node)   # outside the lock: a round trip to the API server
+        fresh = self.guard.read_afresh(node, self.clock)   # outside the lock: a round trip to the API server
         with self._lock:
             target = self._nodes.get(node)
             if target is None:
                 return True   # gone from the watch: the bind itself says what becomes of it
-            load, pods, leaving, gone = self._live_use(node)
+            load, pods, leaving, gone = self.guard.live_use(node, self.cache.of_node(node), self._stopping)
             unseen: dict = {}
             if fresh is not None:
-                fresh_load, fresh_pods, unseen = self._fresh_view(target, fresh)
+                fresh_load, fresh_pods, unseen = self.guard.fresh_view(target, fresh, self._inflight)
                 load = {r: max(load.get(r, 0), fresh_load.get(r, 0)) for r in set(load) | set(fresh_load)}
                 pods = max(pods, fresh_pods)
-            slots = target.resources.get(PODS)   # its allocatable pods, None when it declares none
-            short = shortfall(job.requests, load, target.resources, pods, slots)
-            if short is None:
-                now = self.clock()
-                waited = now - self._yielding.setdefault(job.id, now)
-                incoming = self._incoming(target, now) if (self._undecided or self._arrivals or unseen) \
-                    and waited < UNDECIDED_WINDOW else None
-                if incoming is not None:
-                    for requests in unseen.values():
-                        for resource, amount in requests.items():
-                            incoming[resource] = incoming.get(resource, 0) + amount
-                    if unseen or self._burst_on(target, now):
-                        # Its pods are still arriving: more may come than any read shows, placed from a cache
-                        # that may not show this bind. Its burst goes first (held, tried again as it settles).
-                        self._hold(node, job, attempt, template, nominate=False)
-                        self._settle_later(now)
-                        return False
-                if incoming and shortfall(job.requests, {r: load.get(r, 0) + incoming.get(r, 0)
-                                                         for r in set(load) | set(incoming)},
-                                          target.resources, pods, slots) is not None:
-                    # Another scheduler is placing pods that may take this room: they go first (held, and tried
-                    # again as soon as they are placed or found unschedulable, or its burst is over).
-                    self._hold(node, job, attempt, template, nominate=False)
-                    return False
-                self._yielding.pop(job.id, None)
-                self._nominated.discard(job.id)
-                self._admitted[job.id] = node
-                self._admitted_on.setdefault(node, {})[job.id] = job.requests
+            verdict, detail = self.guard.verdict(job, target, load, pods, leaving, gone, unseen, self.clock)
+            if verdict == BIND:
+                self.held_starts.nominated.discard(job.id)
                 return True
-            if gone and shortfall(job.requests, {r: v - leaving.get(r, 0) for r, v in load.items()},
-                                  target.resources, pods - gone, slots) is None:
+            if verdict in (YIELD_BURST, YIELD):
+                self._hold(node, job, attempt, template, nominate=False)
+                if verdict == YIELD_BURST:
+                    self._settle_later(detail)
+                return False
+            if verdict == HOLD:
                 self._hold(node, job, attempt, template)
                 return False
+            short = detail
             self.counters["returned"] += 1
             self._inflight.pop(job.id, None)
             self._kill_on_create.pop(job.id, None)
@@ -768,45 +613,19 @@ class KubernetesCluster:
             return False
 
     def _note_undecided(self, key, obj: dict, node: str | None, phase: str, deleting: bool, requests) -> None:
-        """Keep ``_undecided`` (flotilla.kubernetes.admission): another scheduler's pods it has not placed yet."""
-        if node is None and phase == "Pending" and not deleting and undecided_elsewhere(obj, self.settings.scheduler_name):
-            if key not in self._undecided:
-                entry = (self.clock(), requests or {}, (obj.get("spec") or {}).get("nodeSelector") or {})
-                self._other_seen_at = entry[0]
-                self._undecided[key] = entry
-                self._arrivals.append((key, *entry))
-        elif self._undecided.pop(key, None) is not None:
+        """Keep the other schedulers' pods not placed yet (flotilla.kubernetes.backend.bindguard)."""
+        if self.guard.note_pod(key, obj, node, phase, deleting, requests, self.clock):
             self._release_all_held()   # decided (bound, or found unschedulable): room held for it may go now
 
     def _release_all_held(self) -> None:
-        for name in list(self._held):
+        for name in list(self.held_starts.by_node):
             self._release_held(name)
-
-    def _incoming(self, node: Node, now: float) -> dict[str, int]:
-        """The room another scheduler may take on ``node`` any moment (flotilla.kubernetes.admission): the requests
-        of its pods not placed yet (seen within ``UNDECIDED_WINDOW`` seconds), and, while its pods keep arriving,
-        of those that arrived within ``ARRIVALS_PERIOD`` seconds and were placed since (its view of the node may
-        not show Flotilla's newest binds yet). A pod whose nodeSelector the node does not match takes nothing."""
-        incoming: dict[str, int] = {}
-        arrivals = self._arrivals
-        while arrivals and arrivals[0][1] < now - ARRIVALS_PERIOD:
-            arrivals.popleft()
-        horizon = now - UNDECIDED_WINDOW
-        recent = [entry[1:] for entry in arrivals if entry[0] not in self._undecided]
-        for since, requests, selector in [*self._undecided.values(), *recent]:
-            if since < horizon or any(node.labels.get(k) != v for k, v in selector.items()):
-                continue
-            for resource, amount in requests.items():
-                incoming[resource] = incoming.get(resource, 0) + amount
-        return incoming
 
     def _settle_later(self, now: float) -> None:
         """Try the held starts again once the other scheduler's burst is over: no pod event may come to do it."""
         if self._settle_timer is not None and self._settle_timer.is_alive():
             return
-        last = max((since for _, since, _, _ in self._arrivals), default=now)
-        delay = min(max(last + ARRIVALS_PERIOD - now, 0.0), ARRIVALS_PERIOD) + 0.05
-        timer = threading.Timer(delay, self._settle)
+        timer = threading.Timer(self.guard.settle_delay(now), self._settle)
         timer.name, timer.daemon = f"kube-{self.name}-settle", True
         self._settle_timer = timer
         timer.start()
@@ -817,20 +636,9 @@ class KubernetesCluster:
             if not self._stop.is_set():
                 self._release_all_held()
 
-    def _burst_on(self, node: Node, now: float) -> bool:
-        """Whether another scheduler's pods that may take room on ``node`` arrived within ``ARRIVALS_PERIOD``
-        seconds (its burst is not over)."""
-        return any(since >= now - ARRIVALS_PERIOD and not any(node.labels.get(k) != v for k, v in selector.items())
-                   for _, since, _, selector in self._arrivals)
-
     def _unadmit(self, job_id: str) -> None:
         """Forget ``job_id``'s reserved room: its pod is seen by the watch, or its start is over."""
-        node = self._admitted.pop(job_id, None)
-        if node is not None:
-            on = self._admitted_on[node]
-            on.pop(job_id, None)
-            if not on:
-                del self._admitted_on[node]
+        self.guard.unadmit(job_id)
 
     def poll_events(self) -> list[JobEvent]:
         with self._lock:
@@ -1084,16 +892,16 @@ class KubernetesCluster:
     def _give_up_held(self, now: float) -> None:
         """Release what fits now; give up starts held on a node where nothing has been leaving for
         ``stuck_pod_expiry`` (their room will not come: the job is retried elsewhere)."""
-        for node in list(self._held):
+        for node in list(self.held_starts.by_node):
             self._release_held(node)
-            if node not in self._held:
+            if node not in self.held_starts.by_node:
                 continue
             if self._leaving(node) or self.stuck_pod_expiry is None:
-                self._held_since[node] = now
+                self.held_starts.since[node] = now
                 continue
-            if now - self._held_since.get(node, now) < self.stuck_pod_expiry:
+            if now - self.held_starts.since.get(node, now) < self.stuck_pod_expiry:
                 continue
-            for job, _, _, _ in list(self._held[node]):
+            for job, _, _, _ in list(self.held_starts.by_node[node]):
                 log.warning("kubernetes.held_start_given_up", cluster=self.name, job=job.id, node=node)
                 self._drop_held(job.id, None)
                 self._emit(job.id, "lost", node, f"node {node} has no room for the pod and nothing on it is "
@@ -1103,7 +911,7 @@ class KubernetesCluster:
     def _give_up_stuck_and_lost(self, now: float) -> None:
         if self._stopped and self.stuck_pod_expiry is not None:
             self._expire_stopped(now)
-        if self._held:
+        if self.held_starts.by_node:
             self._give_up_held(now)
         if self.stuck_pod_expiry is not None:
             horizon = now - self.stuck_pod_expiry
@@ -1245,7 +1053,7 @@ class KubernetesCluster:
     def _on_node(self, kind: str, obj: dict) -> None:
         name = obj["metadata"]["name"]
         self._on_node_change(kind, obj, name)
-        if name in self._held:   # resized: a held start may fit now
+        if name in self.held_starts.by_node:   # resized: a held start may fit now
             self._release_held(name)
 
     def _on_node_change(self, kind: str, obj: dict, name: str) -> None:
@@ -1289,12 +1097,12 @@ class KubernetesCluster:
         meta = obj["metadata"]
         self.volumes.on_pod((meta.get("namespace", ""), meta["name"]), None if kind == "DELETED" else obj,
                             pod_phase(obj) not in ENDED if kind != "DELETED" else False)
-        if self._held:
+        if self.held_starts.by_node:
             # A pod gone or finished frees room: the starts held for its node may go now, not a cycle later.
             old = obj.get("_cached")
             node = (obj.get("spec") or {}).get("nodeName") or (old.node if old is not None else None)
-            for name in [node] if node is not None else list(self._held):
-                if name in self._held:
+            for name in [node] if node is not None else list(self.held_starts.by_node):
+                if name in self.held_starts.by_node:
                     self._release_held(name)
 
     def _on_pod_change(self, kind: str, obj: dict) -> None:
@@ -1304,7 +1112,7 @@ class KubernetesCluster:
         if kind == "DELETED":
             old = self.cache.pop(key)
             self._stopped.pop(key, None)
-            if self._undecided.pop(key, None) is not None:
+            if self.guard.forget_pod(key):
                 self._release_all_held()
             if old is None or old.job is None:
                 return
@@ -1319,7 +1127,7 @@ class KubernetesCluster:
                 self._ignore_delete.discard(key)
                 if self._stopping.get(job_id) and self._reported.get(key) == self._stopping[job_id]:
                     self._stopping.pop(job_id, None)
-            elif self._reported.get(key) not in FINAL and job_id not in self._held_ids:
+            elif self._reported.get(key) not in FINAL and job_id not in self.held_starts.ids:
                 # (A held job's earlier pod going says nothing about the start waiting for its room.)
                 self._inflight.pop(job_id, None)
                 self._unadmit(job_id)
@@ -1377,7 +1185,7 @@ class KubernetesCluster:
             current = self._job_pod.get(job_id)
             if current is None or current == key or not deleting:
                 self._job_pod[job_id] = key
-            if node is not None and job_id not in self._held_ids and attempt == self._attempts[job_id]:
+            if node is not None and job_id not in self.held_starts.ids and attempt == self._attempts[job_id]:
                 # (An earlier attempt's pod, still changing, says nothing of the start in flight.)
                 if self._inflight.pop(job_id, None) is not None and (old is None or old.node is None) \
                         and phase not in ENDED:
