@@ -8,10 +8,25 @@ is handed what it needs (a client, a clock, values) and never calls back
 into the cluster, so each can be read, and tested, on its own.
 
 * :mod:`~flotilla.kubernetes.backend.cluster`: the facade: snapshots,
-  decisions applied, pod writes and their bind check, held starts, job
-  events (its docstring states the written rules of all of them);
+  decisions applied, what a pod's phase means for its job, the platform's
+  failures (stuck pods, lost nodes), claims bound before a pod (its
+  docstring states the written rules of the whole);
+* :mod:`~flotilla.kubernetes.backend.informers`: the list-watch loop of each
+  kind, and whether the cluster can be read (``InformerHealth``);
 * :mod:`~flotilla.kubernetes.backend.podcache`: the pod informer's copy of
-  the pods, indexed per node (what a snapshot and a bind check read);
+  the pods, indexed per node (what a snapshot and a bind check read); the
+  one part the others share;
+* :mod:`~flotilla.kubernetes.backend.namespaces`: the namespaces' labels and
+  those being deleted;
+* :mod:`~flotilla.kubernetes.backend.writes`: the requests that create, bind
+  and delete pods and a job's services and ingresses, each refusal said as
+  what the job becomes;
+* :mod:`~flotilla.kubernetes.backend.bindguard`: the bind's own check, just
+  before each bind, and its verdict;
+* :mod:`~flotilla.kubernetes.backend.held`: the starts held for their node
+  until the room its leaving pods free is there;
+* :mod:`~flotilla.kubernetes.backend.reporting`: Flotilla's word on pods and
+  PodGroups, through a pool of its own;
 * :mod:`~flotilla.kubernetes.backend.victimlogs`: preempted pods' log tails,
   read before their delete and kept for ``finishedPodRetention``;
 * :mod:`~flotilla.kubernetes.backend.config`: a ``kind: kubernetes`` config

@@ -1,4 +1,5 @@
-"""The Kubernetes cluster backend: one real (or KWOK) cluster behind the ClusterBackend protocol.
+"""The Kubernetes cluster backend's facade: :class:`KubernetesCluster`, composing the parts of
+:mod:`flotilla.kubernetes.backend` (the package docstring lists them); the rules of the whole are here.
 
 Reading. Two informer threads per cluster keep an in-memory copy of the
 cluster's nodes and pods current: list once, then watch from the list's
@@ -58,14 +59,16 @@ and gives it to no other job), and its pod is created as soon as a pod on
 the node is gone. A held start whose room does not come although nothing
 on its node is leaving any more goes to the bind's own check (below), which
 returns it; one held for a stopped pod that has not gone within
-``stuck_pod_expiry`` is given up (``lost``: the job is retried).
+``stuck_pod_expiry`` is given up (``lost``: the job is retried)
+(:mod:`flotilla.kubernetes.backend.held`).
 
 The bind's own check. Just before each bind, the node is checked against
 the live view (every live pod, whoever bound it, and Flotilla's binds not
 yet seen); a bind that no longer fits is held when a leaving pod frees the
 room, else its job is *returned* to its queue (no retry used), and a
 kubelet's admission refusal returns the job too
-(:mod:`flotilla.kubernetes.admission`).
+(:mod:`flotilla.kubernetes.admission`; the check's state and verdict:
+:mod:`flotilla.kubernetes.backend.bindguard`).
 
 Events. Pod phases become job events: ``running``, ``succeeded``,
 ``failed`` (with the pod's reason, e.g. DeadlineExceeded, or the API
