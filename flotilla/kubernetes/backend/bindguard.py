@@ -143,11 +143,12 @@ class BindGuard:
         return load, pods, unseen
 
     # -- the verdict -----------------------------------------------------------------------------
-    def verdict(self, job: Job, target: Node, load: dict[str, int], pods: int, leaving: dict[str, int], gone: int,
-                unseen: Mapping, clock: Callable[[], float]) -> tuple[str, object]:
-        """The verdict on binding ``job`` to ``target`` now (module docstring), with its detail: the moment for
-        ``YIELD_BURST`` (its settling counts from it), the shortfall for ``RETURN``. ``BIND`` reserves the room."""
-        node = target.name
+    def verdict(self, job: Job, node: str, target: Node, load: dict[str, int], pods: int, leaving: dict[str, int],
+                gone: int, unseen: Mapping, clock: Callable[[], float]) -> tuple[str, object]:
+        """The verdict on binding ``job`` to node ``node`` (``target``) now, from its live use (``load``, ``pods``,
+        the part ``leaving`` and the number of pods ``gone``, :meth:`live_use`) and the other schedulers' pods a
+        fresh read found waiting (``unseen``), with the verdict's detail: the moment for ``YIELD_BURST`` (its
+        settling counts from it), the shortfall for ``RETURN``. ``BIND`` reserves the room (module docstring)."""
         slots = target.resources.get(PODS)   # its allocatable pods, None when it declares none
         short = shortfall(job.requests, load, target.resources, pods, slots)
         if short is None:

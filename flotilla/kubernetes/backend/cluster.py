@@ -592,7 +592,8 @@ class KubernetesCluster:
                 fresh_load, fresh_pods, unseen = self.guard.fresh_view(target, fresh, self._inflight)
                 load = {r: max(load.get(r, 0), fresh_load.get(r, 0)) for r in set(load) | set(fresh_load)}
                 pods = max(pods, fresh_pods)
-            verdict, detail = self.guard.verdict(job, target, load, pods, leaving, gone, unseen, self.clock)
+            verdict, detail = self.guard.verdict(job, node, target, load, pods, leaving, gone, unseen,
+                                                 self.clock)
             if verdict == BIND:
                 self.held_starts.nominated.discard(job.id)
                 return True
