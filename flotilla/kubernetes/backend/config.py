@@ -10,7 +10,7 @@ from __future__ import annotations
 from typing import Mapping
 
 from flotilla.core.quantities import QuantityError, parse_duration
-from flotilla.kubernetes.backend.cluster import KubernetesCluster
+from flotilla.kubernetes.backend.cluster import KubernetesCluster, volume_writers
 from flotilla.kubernetes.client import KubeClient
 from flotilla.kubernetes.pods import PodSettings
 
@@ -29,7 +29,7 @@ def backend_from_config(cluster_config, config=None, **kwargs) -> KubernetesClus
     )
     if getattr(cluster_config, "in_cluster", False):
         workers = getattr(cluster_config, "workers", None) or 32
-        options["client"] = KubeClient.from_in_cluster(pool_size=max(8, workers + 6))
+        options["client"] = KubeClient.from_in_cluster(pool_size=max(8, workers + volume_writers(workers) + 6))
     for attr, key in (("bind", "bind"), ("workers", "workers"), ("node_selector", "node_selector"),
                       ("delete_finished", "delete_finished"), ("stuck_pod_expiry", "stuck_pod_expiry"),
                       ("node_lost_timeout", "node_lost_timeout"), ("volume_bind_timeout", "volume_bind_timeout"),
