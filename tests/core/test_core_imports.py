@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import ast
+import sys
 from pathlib import Path
 
 CORE = Path(__file__).resolve().parents[2] / "flotilla" / "core"
@@ -152,7 +153,7 @@ def test_the_checks_see_private_names_private_modules_and_kubernetes_internals(t
     probe.write_text("from flotilla.kwok.cluster import _kill\nfrom flotilla.client._sync import Client\n"
                      "from flotilla.service.probe import _mine\ndef f():\n    from flotilla.kubernetes.backend import "
                      "KubernetesCluster\n    from flotilla.kubernetes.public import KubeClient\n")
-    monkeypatch.setattr(__import__(__name__), "PACKAGE", package)
+    monkeypatch.setattr(sys.modules[__name__], "PACKAGE", package)
     assert private_imports(probe) == [("flotilla.service.probe", 1, "flotilla.kwok.cluster._kill"),
                                       ("flotilla.service.probe", 2, "flotilla.client._sync")]
     assert [(m, n) for _, m, n in from_imports(probe) if under(m, "flotilla.kubernetes")] == [
