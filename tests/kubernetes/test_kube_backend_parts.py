@@ -51,7 +51,7 @@ def test_held_starts_go_in_order_the_first_that_does_not_fit_keeps_the_rest_and_
 
 
 def test_the_bind_guard_binds_what_fits_holds_what_leaving_pods_make_room_for_and_returns_the_rest():
-    guard = BindGuard(client=None, cluster="c", scheduler_name="flotilla")
+    guard = BindGuard(client=None, cluster="c", scheduler_name="flotilla", clock=lambda: 1000.0)
     node = Node("n1", "c", {"cpu": 4000, "pods": 3})
     clock = lambda: 1000.0   # noqa: E731
     fits = job("fits", 1000)
@@ -68,9 +68,9 @@ def test_the_bind_guard_binds_what_fits_holds_what_leaving_pods_make_room_for_an
 
 
 def test_the_bind_guard_gives_way_to_another_schedulers_pod_not_placed_yet_for_its_window():
-    guard = BindGuard(client=None, cluster="c", scheduler_name="flotilla")
-    waiting = {"metadata": {"namespace": "d", "name": "theirs"}, "spec": {"schedulerName": "default-scheduler"}}
     now = [1000.0]
+    guard = BindGuard(client=None, cluster="c", scheduler_name="flotilla", clock=lambda: now[0])
+    waiting = {"metadata": {"namespace": "d", "name": "theirs"}, "spec": {"schedulerName": "default-scheduler"}}
     assert guard.note_pod(("d", "theirs"), waiting, None, "Pending", False, {"cpu": 2000}, lambda: now[0]) is False
     node = Node("n1", "c", {"cpu": 4000})
     mine = job("mine", 3000)

@@ -16,10 +16,11 @@ they read and gives each bind its verdict (:meth:`BindGuard.verdict`):
 * ``RETURN``: it does not fit and nothing leaving would make room: the job
   returns to its queue, with the shortfall as its reason.
 
-While another scheduler is active (one of its pods seen arriving within
-``OTHER_SCHEDULER_PERIOD``), the node and the other schedulers' waiting pods
-are read afresh from the API server (consistent lists), not only from the
-watch, which may lag.
+While another scheduler is active (``SchedulerPresence``: one of its pods
+seen waiting within ``OTHER_SCHEDULER_PERIOD``, or found by a cycle's one
+consistent read), the node and the other schedulers' waiting pods are read
+afresh from the API server (consistent lists), not only from the watch,
+which may lag.
 """
 
 from __future__ import annotations
@@ -31,8 +32,8 @@ import structlog
 
 from flotilla.core.model import Job, Node
 from flotilla.core.resources import PODS
-from flotilla.kubernetes.admission import (ARRIVALS_PERIOD, OTHER_SCHEDULER_PERIOD, UNDECIDED_WINDOW, fresh_use,
-                                           shortfall, undecided_elsewhere, waits_for_node)
+from flotilla.kubernetes.admission import (ARRIVALS_PERIOD, UNDECIDED_WINDOW, SchedulerPresence, fresh_use, shortfall,
+                                           undecided_elsewhere, waits_for_node)
 from flotilla.kubernetes.backend.podcache import ENDED, CachedPod
 from flotilla.kubernetes.client import KubeError
 from flotilla.kubernetes.intake import POD_NAME, POD_NAMESPACE, POD_UID
@@ -48,9 +49,9 @@ class BindGuard:
     """What the bind check reads beyond the pod cache: Flotilla's binds not yet seen (``admitted_on``: node -> job
     id -> requests; ``admitted``: job id -> node), other schedulers' pods not placed yet (``undecided``: key ->
     (first seen, requests, nodeSelector)) and their recent arrivals, and since when each start has given way to
-    them (``yielding``)."""
+    them (``yielding``); whether another scheduler is active (``presence``)."""
 
-    def __init__(self, client, cluster: str, scheduler_name: str) -> None:
+    def __init__(self, client, cluster: str, scheduler_name: str, clock: Callable[[], float]) -> None:
         self.client = client
         self.cluster = cluster
         self.scheduler_name = scheduler_name
@@ -58,7 +59,8 @@ class BindGuard:
         self.admitted: dict[str, str] = {}
         self.undecided: dict[tuple[str, str], tuple[float, Mapping[str, int], Mapping[str, str]]] = {}
         self.arrivals: deque = deque()                   # (key, first seen, requests, nodeSelector) of those pods
-        self.other_seen_at: float | None = None          # when the watch last showed such a pod arrive
+        #: Whether another scheduler is active: binds read the API server afresh then (admission module).
+        self.presence = SchedulerPresence(clock, scheduler_name)
         self.yielding: dict[str, float] = {}             # job id -> since when its bind gives way to them
 
     # -- the live view -------------------------------------------------------------------------
@@ -92,21 +94,28 @@ class BindGuard:
                 load[resource] = load.get(resource, 0) + amount
         return load, pods, leaving, gone
 
-    def read_afresh(self, node: str, clock: Callable[[], float]) -> tuple[list[dict], list[dict]] | None:
+    def read_afresh(self, node: str) -> tuple[list[dict], list[dict]] | None:
         """While another scheduler is active: the pods on ``node`` and those waiting for other schedulers, read from
         the API server itself (consistent lists), not from the watch, which may lag. None when no other scheduler
         is active or the read fails (the watch's view stands then)."""
-        seen = self.other_seen_at
-        if seen is None or clock() - seen > OTHER_SCHEDULER_PERIOD:
+        if not self.presence.active(self.read_waiting):
             return None
         try:
             on_node = self.client.get("/api/v1/pods", fieldSelector=f"spec.nodeName={node}").get("items") or []
-            waiting = self.client.get("/api/v1/pods", fieldSelector="spec.nodeName=,spec.schedulerName!="
-                                                                    + self.scheduler_name).get("items") or []
         except KubeError as exc:
             log.info("kubernetes.fresh_read_failed", cluster=self.cluster, node=node, error=str(exc))
             return None
-        return on_node, waiting
+        waiting = self.read_waiting()
+        return None if waiting is None else (on_node, waiting)
+
+    def read_waiting(self) -> list[dict] | None:
+        """The pods waiting for other schedulers, read from the API server itself (None when the read fails)."""
+        try:
+            return self.client.get("/api/v1/pods", fieldSelector="spec.nodeName=,spec.schedulerName!="
+                                                                 + self.scheduler_name).get("items") or []
+        except KubeError as exc:
+            log.info("kubernetes.fresh_read_failed", cluster=self.cluster, error=str(exc))
+            return None
 
     def fresh_view(self, node: Node, fresh: tuple[list[dict], list[dict]],
                    inflight: Mapping[str, Job]) -> tuple[dict[str, int], int, dict]:
@@ -196,7 +205,7 @@ class BindGuard:
         if node is None and phase == "Pending" and not deleting and undecided_elsewhere(obj, self.scheduler_name):
             if key not in self.undecided:
                 entry = (clock(), requests or {}, (obj.get("spec") or {}).get("nodeSelector") or {})
-                self.other_seen_at = entry[0]
+                self.presence.seen(entry[0])
                 self.undecided[key] = entry
                 self.arrivals.append((key, *entry))
             return False

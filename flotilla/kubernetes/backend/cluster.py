@@ -207,7 +207,7 @@ class KubernetesCluster:
         self._inflight: dict[str, Job] = {}              # started, pod not seen yet
         #: The bind's own check: Flotilla's binds not seen yet, other schedulers' pods not placed yet
         #: (flotilla.kubernetes.backend.bindguard).
-        self.guard = BindGuard(self.client, name, self.settings.scheduler_name)
+        self.guard = BindGuard(self.client, name, self.settings.scheduler_name, self.clock)
         self._settle_timer: threading.Timer | None = None   # retries held starts once such a burst is over
         #: Starts waiting for room on their node (flotilla.kubernetes.backend.held).
         self.held_starts = HeldStarts()
@@ -414,6 +414,8 @@ class KubernetesCluster:
 
     def _apply(self, decisions: ClusterDecisions, work: list[tuple]) -> None:
         """Record the stops and starts of ``decisions`` (under the lock); the requests to make go to ``work``."""
+        if decisions.start:
+            self.guard.presence.new_cycle()   # its first bind tells whether another scheduler is active (admission)
         for kind, jobs in (("preempted", decisions.preempt), ("cancelled", decisions.cancel)):
             for job in jobs:
                 if job.id in self.held_starts.ids:
@@ -618,7 +620,7 @@ class KubernetesCluster:
         :mod:`flotilla.kubernetes.admission`), read afresh while another scheduler is active; if so, its room is
         reserved until the watch shows the pod. Otherwise the start is held for the node when the room comes once
         its leaving pods are gone, else the job is returned to its queue with the reason."""
-        fresh = self.guard.read_afresh(node, self.clock)   # outside the lock: a round trip to the API server
+        fresh = self.guard.read_afresh(node)   # outside the lock: a round trip to the API server
         with self._lock:
             target = self._nodes.get(node)
             if target is None:
