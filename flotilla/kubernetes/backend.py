@@ -98,7 +98,7 @@ from flotilla.core.resources import PODS, UNLIMITED_PODS
 from flotilla.kubernetes.client import (ApiError, Gone, KubeClient, KubeError, Unreachable, WatchBroken,
                                         forbidden_message, pod_path)
 from flotilla.kubernetes.services import OWNED, exposure_manifests, object_path, owner_reference
-from flotilla.kubernetes.admission import (ARRIVALS_PERIOD, OTHER_SCHEDULER_PERIOD, UNDECIDED_WINDOW, admission_rejection,
+from flotilla.kubernetes.admission import (ARRIVALS_PERIOD, UNDECIDED_WINDOW, SchedulerPresence, admission_rejection,
                                            fresh_use, returned_label, shortfall, undecided_elsewhere, waits_for_node)
 from flotilla.kubernetes.podgroupstatus import PodGroupReporter, podgroup_status
 from flotilla.kubernetes.priorityclasses import PRIORITY_CLASSES_PATH, PriorityClassTracker, setup_priority_classes
@@ -277,7 +277,8 @@ class KubernetesCluster:
         self._undecided: dict[tuple[str, str], tuple[float, Mapping[str, int], Mapping[str, str]]] = {}
         self._nominated: set[str] = set()                # held in-cluster starts told their node
         self._arrivals: deque = deque()                  # (key, first seen, requests, nodeSelector) of those pods
-        self._other_seen_at: float | None = None         # when the watch last showed such a pod arrive
+        #: Whether another scheduler is active: binds read the API server afresh then (admission module).
+        self._presence = SchedulerPresence(self.clock, self.settings.scheduler_name)
         self._settle_timer: threading.Timer | None = None   # retries held starts once such a burst is over
         self._yielding: dict[str, float] = {}            # job id -> since when its bind gives way to them
         #: Node -> starts waiting for room on it, in order: (job, attempt, template, start count).
@@ -495,6 +496,8 @@ class KubernetesCluster:
 
     def _apply(self, decisions: ClusterDecisions, work: list[tuple]) -> None:
         """Record the stops and starts of ``decisions`` (under the lock); the requests to make go to ``work``."""
+        if decisions.start:
+            self._presence.new_cycle()   # its first bind tells whether another scheduler is active (admission)
         for kind, jobs in (("preempted", decisions.preempt), ("cancelled", decisions.cancel)):
             for job in jobs:
                 if job.id in self._held_ids:
@@ -841,17 +844,24 @@ class KubernetesCluster:
         the API server itself (consistent lists), not from the watch, which may lag (module
         :mod:`flotilla.kubernetes.admission`). None when no other scheduler is active or the read fails (the watch's
         view stands then)."""
-        seen = self._other_seen_at
-        if seen is None or self.clock() - seen > OTHER_SCHEDULER_PERIOD:
+        if not self._presence.active(self._read_waiting):
             return None
         try:
             on_node = self.client.get("/api/v1/pods", fieldSelector=f"spec.nodeName={node}").get("items") or []
-            waiting = self.client.get("/api/v1/pods", fieldSelector="spec.nodeName=,spec.schedulerName!="
-                                                                    + self.settings.scheduler_name).get("items") or []
         except KubeError as exc:
             log.info("kubernetes.fresh_read_failed", cluster=self.name, node=node, error=str(exc))
             return None
-        return on_node, waiting
+        waiting = self._read_waiting()
+        return None if waiting is None else (on_node, waiting)
+
+    def _read_waiting(self) -> list[dict] | None:
+        """The pods waiting for other schedulers, read from the API server itself (None when the read fails)."""
+        try:
+            return self.client.get("/api/v1/pods", fieldSelector="spec.nodeName=,spec.schedulerName!="
+                                                                 + self.settings.scheduler_name).get("items") or []
+        except KubeError as exc:
+            log.info("kubernetes.fresh_read_failed", cluster=self.name, error=str(exc))
+            return None
 
     def _fresh_view(self, node: Node, fresh: tuple[list[dict], list[dict]]) -> tuple[dict[str, int], int, dict]:
         """From a fresh read of ``node`` (:meth:`_read_afresh`): what its kubelet will count, and the requests of the
@@ -949,7 +959,7 @@ class KubernetesCluster:
         if node is None and phase == "Pending" and not deleting and undecided_elsewhere(obj, self.settings.scheduler_name):
             if key not in self._undecided:
                 entry = (self.clock(), requests or {}, (obj.get("spec") or {}).get("nodeSelector") or {})
-                self._other_seen_at = entry[0]
+                self._presence.seen(entry[0])
                 self._undecided[key] = entry
                 self._arrivals.append((key, *entry))
         elif self._undecided.pop(key, None) is not None:
