@@ -28,7 +28,6 @@ the last.
 
 from __future__ import annotations
 
-import argparse
 import json
 import os
 import sys
@@ -40,6 +39,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
+import kwok_common  # noqa: E402
 from kwok_throughput import (NAMESPACE, CpuMeter, RecorderProcess, cpu_seconds, start_kube_scheduler,  # noqa: E402
                              stop_process)
 
@@ -308,41 +308,19 @@ clusters:
 
 
 def main(argv=None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--nodes", type=int, default=1000)
-    parser.add_argument("--jobs", type=int, default=5000)
+    parser = kwok_common.parser(__doc__, "flvol", timeout=900)
     parser.add_argument("--pvs-per-node", type=int, default=5)
-    parser.add_argument("--queues", type=int, default=10)
-    parser.add_argument("--workers", type=int, default=32)
-    parser.add_argument("--period", type=float, default=1.0, help="Flotilla's cycle period, seconds")
-    parser.add_argument("--timeout", type=float, default=900)
-    parser.add_argument("--name", default=f"flvol-{os.getpid()}")
-    parser.add_argument("--keep", action="store_true", help="leave the fake cluster running")
-    parser.add_argument("--json", help="write the figures here too")
-    parser.add_argument("--skip-kube-scheduler", action="store_true")
-    parser.add_argument("--skip-flotilla", action="store_true")
     args = parser.parse_args(argv)
 
-    bin_dir = kwok.find_bin_dir()
-    node_template = Path(tempfile.mkdtemp(prefix="flotilla-bench-")) / "node.yaml"
-    node_template.write_text("namePrefix: node\nresources: {cpu: 32, memory: 128Gi, pods: 110}\n")
-    kubeconfig = str(node_template.parent / "kubeconfig")
-    print(f"starting fake cluster {args.name} with {args.nodes} nodes ...", file=sys.stderr)
     # The PV controller's client limits raised (its default 20 QPS would bind a few claims a second for either
     # scheduler): the schedulers are measured, not the controller's rate limit.
-    cluster = kwok.up(args.name, args.nodes, node_template, kubeconfig=kubeconfig, bin_dir=bin_dir, timeout=300,
-                      controllers=("persistentvolume-binder",),
-                      extra_args=["kube-controller-manager=kube-api-qps=1000",
-                                  "kube-controller-manager=kube-api-burst=2000"])
+    bench = kwok_common.start(args, controllers=("persistentvolume-binder",),
+                              extra_args=["kube-controller-manager=kube-api-qps=1000",
+                                          "kube-controller-manager=kube-api-burst=2000"])
+    cluster, bin_dir = bench.cluster, bench.bin_dir
     client = cluster.client(pool_size=args.workers + 8)
     results = {"nodes": args.nodes, "jobs": args.jobs, "pvsPerNode": args.pvs_per_node, "cpus": os.cpu_count()}
     try:
-        try:
-            client.post("/api/v1/namespaces", {"apiVersion": "v1", "kind": "Namespace",
-                                               "metadata": {"name": NAMESPACE}})
-        except ApiError as exc:
-            if exc.status != 409:
-                raise
         recorder = RecorderProcess(cluster, NAMESPACE)
         if not args.skip_kube_scheduler:
             make_volumes(client, args.nodes, args.pvs_per_node, args.jobs, args.workers)
@@ -358,8 +336,7 @@ def main(argv=None) -> int:
         recorder.close()
     finally:
         client.close()
-        if not args.keep:
-            kwok.down(args.name, kubeconfig=kubeconfig, bin_dir=bin_dir)
+        bench.down()
     f, k = results.get("flotilla", {}), results.get("kubeScheduler", {})
     print(f"\n{args.jobs} pods with WaitForFirstConsumer claims, {args.pvs_per_node} local PVs per node, "
           f"{args.nodes} KWOK nodes ({os.cpu_count()} cores, one API server)")
