@@ -332,11 +332,18 @@ def test_a_claim_seen_bound_starts_only_the_jobs_waiting_for_it_and_looks_at_no_
 
 
 def test_a_claim_not_bound_by_the_timeout_returns_its_job_and_the_bound_ones_start():
+    """Each cycle's pass looks only at the starts whose time is up."""
     backend, started, now = _waiting_backend(3)
     try:
         backend._on_event("pvcs", "MODIFIED", _pvc("c1", volume="pv1", phase="Bound"))
-        now[0] += 61.0
+        looked = []
+        unbound = backend.volumes.unbound
+        backend.volumes.unbound = lambda names: looked.append(names) or unbound(names)
+        now[0] += 59.0
+        assert backend.poll_events() == [] and looked == []   # the periodic pass reads no claim before its time
+        now[0] += 2.0
         events = backend.poll_events()
+        assert sorted(looked) == [("ns/c0",), ("ns/c2",)]
         assert started == [("job-1", "node-1")]
         assert sorted((e.job_id, e.kind, e.reason) for e in events) == [
             ("job-0", "lost", "binding volumes: claims not bound within volumeBindTimeout 60s: ns/c0"),
