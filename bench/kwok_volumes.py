@@ -96,6 +96,22 @@ def make_volumes(client: KubeClient, nodes: int, per_node: int, jobs: int, worke
     print(f"  {nodes * per_node} PVs and {jobs} claims made in {time.monotonic() - started:.1f}s", file=sys.stderr)
 
 
+def wait_available(cluster, client: KubeClient, count: int, timeout: float = 900) -> None:
+    """Wait until the PV controller has made all ``count`` PVs ``Available`` (kube-scheduler's VolumeBinding takes
+    no other): both runs start from volumes the controller has seen. A kube-controller-manager that exited (on a
+    loaded machine it can give up waiting for the API server at its start) is started again."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if kwok.component_pid(cluster.name, "kube-controller-manager") is None:
+            print("  kube-controller-manager not running: starting it again", file=sys.stderr)
+            kwok.start_component(cluster.name, "kube-controller-manager")
+        phases = [pv["status"].get("phase") for pv in client.get(PVS)["items"]]
+        if sum(phase == "Available" for phase in phases) >= count:
+            return
+        time.sleep(2.0)
+    raise SystemExit(f"kwok_volumes: the PV controller did not make {count} PVs Available within {timeout:g}s")
+
+
 def delete_everything(client: KubeClient, recorder, workers: int) -> None:
     """Every pod, claim and PV of the run, gone (PVs last: a bound PV goes once its claim has)."""
     def delete(path):
@@ -324,12 +340,14 @@ def main(argv=None) -> int:
         recorder = RecorderProcess(cluster, NAMESPACE)
         if not args.skip_kube_scheduler:
             make_volumes(client, args.nodes, args.pvs_per_node, args.jobs, args.workers)
+            wait_available(cluster, client, args.nodes * args.pvs_per_node)
             results["kubeScheduler"] = run_kube_scheduler(cluster, bin_dir, client, recorder, args.jobs,
                                                           args.workers, args.timeout)
             print(json.dumps(results["kubeScheduler"]), file=sys.stderr)
             delete_everything(client, recorder, args.workers)
         if not args.skip_flotilla:
             make_volumes(client, args.nodes, args.pvs_per_node, args.jobs, args.workers)
+            wait_available(cluster, client, args.nodes * args.pvs_per_node)
             results["flotilla"] = run_flotilla(cluster, recorder, args.jobs, args.queues, args.workers,
                                                args.period, args.timeout)
             print(json.dumps(results["flotilla"]), file=sys.stderr)
