@@ -66,7 +66,7 @@ def test_the_installed_action_places_only_where_the_core_allows(tmp_path, instal
                   extra="actions: [{name: firstfit}]")
     out = run_once(tmp_path, text, STATE)
     assert {p["job"]: p["node"] for p in out["scheduled"]} == {"a-1": "node-2", "a-2": "node-1", "b-1": "node-1"}
-    assert out["reasons"] == {"b-2": "firstfit: queue B at its cpu limit 0.125"}
+    assert out["reasons"] == {"b-2": "queue B at its cpu limit 0.125"}
 
 
 def test_its_bad_args_are_a_config_error_at_their_line(tmp_path, installed):

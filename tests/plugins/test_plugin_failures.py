@@ -137,6 +137,24 @@ def test_a_queue_order_answering_none_or_mixing_kinds_is_that_queues_failure(tmp
     assert out["reasons"] == {f"q3-{i}": f"plugin badfair failed at queue_order: {reason}" for i in range(1, 5)}
 
 
+TREE = "queues: [{name: org, weight: 1}, {name: Q1, weight: 1, parent: org}, {name: Q2, weight: 1, parent: org}, " \
+       "{name: Q3, weight: 1, parent: org}]"
+
+
+@pytest.mark.parametrize("fail, reasons", [
+    ("{Q2: raise, Q3: nan}", {"Q2": "KeyError: 'Q2'", "Q3": "ValueError: answered nan, not a finite number"}),
+    ("{Q3: none}", {"Q3": "TypeError: answered None, not a number"}),
+    ("{Q3: tuple}", {"Q3": "TypeError: answered (1.0, 0.0) where earlier answers were numbers"}),
+])
+def test_in_a_queue_tree_a_failing_key_leaves_its_queue_out(tmp_path, badfair, fail, reasons):
+    # The tree picker asks the policy's key per queue on a unit's path and checks each answer as the guard does.
+    out = run_once(tmp_path, config(TREE, plugins(f"{{fail: {fail}}}")), state())
+    placed = [q for q in ("Q1", "Q2", "Q3") if q not in reasons]
+    assert sorted(placements(out)) == [f"{q.lower()}-{i}" for q in placed for i in range(1, 5)]
+    assert out["reasons"] == {f"{q.lower()}-{i}": f"plugin badfair failed at queue_order: {why}"
+                              for q, why in reasons.items() for i in range(1, 5)}
+
+
 def test_a_job_point_failing_leaves_that_job_waiting_and_the_rest_placed(tmp_path, badfair):
     out = run_once(tmp_path, config(QUEUES, plugins("{fail: {q1-2: raise, q2-1: int, q3-3: score}}")),
                    state(nodes=3))
