@@ -17,7 +17,12 @@ recorder of ``bench/kwok_throughput.py``) times every pod's first bind.
   claim is bound.
 
 Between the runs every pod, claim and PV is deleted and made again, so both start
-from the same free volumes. kube-controller-manager's client limits are raised
+from the same free volumes, once the PV controller has made every PV ``Available``.
+Flotilla's run also marks each job's steps (:class:`Phases`: its decision, its
+volume write, the PV controller's binding, seeing it, the pod) and prints where
+the time went (``phases``). Each half may take ``--timeout`` seconds (an hour:
+the PV controller binds one claim at a time, and on a loaded machine 5,000 take
+over half an hour). kube-controller-manager's client limits are raised
 (1,000 QPS): at its default 20 QPS the PV controller binds a few claims a second
 whichever scheduler asks. Pods bound per second counts from the first bind to
 the last.
@@ -324,7 +329,7 @@ clusters:
 
 
 def main(argv=None) -> int:
-    parser = kwok_common.parser(__doc__, "flvol", timeout=900)
+    parser = kwok_common.parser(__doc__, "flvol", timeout=3600)
     parser.add_argument("--pvs-per-node", type=int, default=5)
     args = parser.parse_args(argv)
 
