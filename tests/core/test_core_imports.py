@@ -173,3 +173,24 @@ def test_the_store_parts_import_no_sibling():
                        if (under(module, "flotilla.service.store") or (module, name) == ("flotilla.service", "store"))
                        and (module not in STORE_SHARED or module_name(path) in STORE_SHARED))
     assert offending == []
+
+
+#: The Kubernetes backend's parts share the pod cache; the facade (cluster.py) composes them, and only the package
+#: and the config factory import it (no part calls back into the cluster).
+BACKEND = "flotilla.kubernetes.backend"
+BACKEND_SHARED = (f"{BACKEND}.podcache",)
+BACKEND_FACADES = (f"{BACKEND}.cluster", f"{BACKEND}.config")
+
+
+def test_the_kubernetes_backend_parts_import_no_sibling_but_the_pod_cache():
+    backend = PACKAGE / "kubernetes" / "backend"
+    parts = sorted(path for path in backend.glob("*.py") if module_name(path) not in (BACKEND, *BACKEND_FACADES))
+    assert {path.stem for path in parts} >= {"podcache", "informers", "writes", "bindguard", "held", "reporting"}
+    offending = sorted((module_name(path), line, module) for path in parts
+                       for line, module, name in from_imports(path)
+                       if (under(module, BACKEND) or (module, name) == ("flotilla.kubernetes", "backend"))
+                       and module not in BACKEND_SHARED)
+    assert offending == []
+    importers_of_the_cluster = sorted({module_name(path) for path in sorted(PACKAGE.rglob("*.py"))
+                                       for _, module, _ in from_imports(path) if module == f"{BACKEND}.cluster"})
+    assert importers_of_the_cluster == [BACKEND, f"{BACKEND}.config"]

@@ -67,7 +67,7 @@ def waiting_foreign(name: str, cpu: str) -> dict:
 def test_beside_an_active_scheduler_a_bind_reads_the_node_afresh_and_counts_what_the_watch_lags_on():
     client = FreshRecorder()
     backend = KubernetesCluster("c", client=client, start=False, workers=1, duration_of=None)
-    backend._synced = {"nodes": True, "pods": True}
+    backend.health.synced = {"nodes": True, "pods": True}
     for obj in (node("n1", "4"), node("n2", "4")):
         backend._on_node("ADDED", obj)
     try:
@@ -80,7 +80,7 @@ def test_beside_an_active_scheduler_a_bind_reads_the_node_afresh_and_counts_what
         # kube-scheduler's pod seen waiting, then placed; the arrival is over by the binds below.
         backend._on_pod("ADDED", waiting_foreign("seen", "1"))
         backend._on_pod("MODIFIED", foreign("seen", "n2", "1"))
-        backend._arrivals.clear()
+        backend.guard.arrivals.clear()
         # The API server already holds a pod the watch has not shown: 3 cores on n1.
         client.listed["spec.nodeName=n1"] = [foreign("unseen", "n1", "3")]
         start(backend, ("j1", "n1", 2000))
@@ -108,7 +108,7 @@ def test_beside_an_active_scheduler_a_bind_reads_the_node_afresh_and_counts_what
 def test_until_another_scheduler_is_seen_each_cycle_of_starts_reads_once_whether_one_waits():
     client = FreshRecorder()
     backend = KubernetesCluster("c", client=client, start=False, workers=1, duration_of=None)
-    backend._synced = {"nodes": True, "pods": True}
+    backend.health.synced = {"nodes": True, "pods": True}
     for obj in (node("n1", "4"), node("n2", "4")):
         backend._on_node("ADDED", obj)
     try:
@@ -134,9 +134,9 @@ def test_until_another_scheduler_is_seen_each_cycle_of_starts_reads_once_whether
         assert len(client.created) == 5 and backend.held() == {"n1": ["j6", "j7"]}
         assert events(backend) == []
         # Active now: the next cycle's bind reads its node afresh, with no cycle read first (still three).
-        assert backend._presence.reads == 3
+        assert backend.guard.presence.reads == 3
         start(backend, ("j8", "n2", 1000))
-        assert backend._presence.reads == 3 and "spec.nodeName=n2" in client.lists
+        assert backend.guard.presence.reads == 3 and "spec.nodeName=n2" in client.lists
     finally:
         backend._stop.set()
         backend._pool.shutdown(wait=False)
