@@ -8,34 +8,15 @@ The build takes minutes the first time (mmdebstrap, PyPI); later ones reuse ~/.c
 
 from __future__ import annotations
 
-import subprocess
 import time
-from pathlib import Path
 
 import pytest
 
 import flotilla
 from flotilla.kubernetes.client import pod_path
+from tests.support.image import build_and_import
 
 pytestmark = [pytest.mark.realnode, pytest.mark.image]
-
-REPO = Path(__file__).resolve().parents[2]
-TAG = f"flotilla.local/flotilla:{flotilla.__version__}"
-
-
-def build_and_import(out: Path) -> str:
-    """Build the archive into ``out``, import it into real-1's containerd; the image's name."""
-    from flotilla.kwok.realnode import node
-
-    built = subprocess.run([str(REPO / "scripts" / "image"), "--out", str(out)], capture_output=True, text=True,
-                           timeout=3600, cwd=REPO)
-    assert built.returncode == 0, built.stderr[-4000:]
-    assert built.stdout.strip() == str(out)
-    ctr = ["ctr", "--address", str(node().socket), "-n", "k8s.io", "images"]
-    imported = subprocess.run([*ctr, "import", str(out)], capture_output=True, text=True, timeout=600)
-    assert imported.returncode == 0, imported.stderr
-    assert TAG in subprocess.run([*ctr, "ls", "-q"], capture_output=True, text=True, check=True).stdout.split()
-    return TAG
 
 
 def test_the_images_flotilla_version_is_the_packages(real_node, tmp_path):

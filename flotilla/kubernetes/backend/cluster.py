@@ -495,9 +495,11 @@ class KubernetesCluster:
                 self._waits_on_claim.setdefault(self.volumes.qualified(claim), set()).add(job.id)
             self._check_volume_waits((job.id,))
 
-    def _check_volume_waits(self, job_ids=None) -> None:
+    def _check_volume_waits(self, job_ids=None, expired_only: bool = False) -> None:
         """Start the waiting jobs whose claims are all bound; return to its queue one whose binding failed or timed
-        out (under the lock). ``job_ids``: only these (the jobs waiting for a claim that changed); None: all."""
+        out (under the lock). ``job_ids``: only these (the jobs waiting for a claim that changed); None: all.
+        ``expired_only``: the claims of a job are looked at only once its time is up (the periodic pass: a claim's
+        binding is seen through its own event)."""
         now = self.clock()
         waits = self._volume_waits
         for job_id in list(waits if job_ids is None else job_ids):
@@ -508,6 +510,8 @@ class KubernetesCluster:
             if self._starts.get(job_id) != started or job_id not in self._inflight:
                 self._end_volume_wait(job_id)   # stopped or started again since
                 self.volumes.forget(choices)
+                continue
+            if expired_only and now < deadline:
                 continue
             failed = [claim for claim, pv in choices if not pv and self.volumes.provisioning_failed(claim, node)]
             unbound = self.volumes.unbound(job.claims)
@@ -689,7 +693,7 @@ class KubernetesCluster:
             self._give_up_stuck_and_lost(now)
             self._delete_expired(now)
             if self._volume_waits:
-                self._check_volume_waits()
+                self._check_volume_waits(expired_only=True)
             # An event about an earlier run of a job started again since (a delete that finished late) is
             # dropped: the service would take it for news about the new run.
             events = [ev for ev, run in self._events if run is None or run == self._starts.get(ev.job_id, 0)]
