@@ -14,7 +14,7 @@ from flotilla.config import load_config
 from flotilla.scheduler import Scheduler
 from flotilla.core.model import ClusterSnapshot, Job, JobState, Node, Queue, Snapshot
 from tests.support.scenario import config, run_once
-from tests.support.actions import ACTION_STATE, installed_action  # noqa: F401 (a fixture)
+from tests.support.actions import ACTION_STATE
 
 GIB = 2**30
 

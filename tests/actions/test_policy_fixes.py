@@ -4,7 +4,7 @@ from __future__ import annotations
 
 
 from tests.support.scenario import config, placements, run_once
-from tests.support.actions import ACTION_STATE, installed_action, with_classes  # noqa: F401 (a fixture)
+from tests.support.actions import ACTION_STATE, with_classes
 
 
 # One 8-core node full of A's jobs: four 20000-priority ones (submitted first) and four 25000-priority ones.

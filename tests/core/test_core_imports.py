@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import ast
+import sys
 from pathlib import Path
 
 CORE = Path(__file__).resolve().parents[2] / "flotilla" / "core"
@@ -152,7 +153,7 @@ def test_the_checks_see_private_names_private_modules_and_kubernetes_internals(t
     probe.write_text("from flotilla.kwok.cluster import _kill\nfrom flotilla.client._sync import Client\n"
                      "from flotilla.service.probe import _mine\ndef f():\n    from flotilla.kubernetes.backend import "
                      "KubernetesCluster\n    from flotilla.kubernetes.public import KubeClient\n")
-    monkeypatch.setattr(__import__(__name__), "PACKAGE", package)
+    monkeypatch.setattr(sys.modules[__name__], "PACKAGE", package)
     assert private_imports(probe) == [("flotilla.service.probe", 1, "flotilla.kwok.cluster._kill"),
                                       ("flotilla.service.probe", 2, "flotilla.client._sync")]
     assert [(m, n) for _, m, n in from_imports(probe) if under(m, "flotilla.kubernetes")] == [
@@ -172,3 +173,24 @@ def test_the_store_parts_import_no_sibling():
                        if (under(module, "flotilla.service.store") or (module, name) == ("flotilla.service", "store"))
                        and (module not in STORE_SHARED or module_name(path) in STORE_SHARED))
     assert offending == []
+
+
+#: The Kubernetes backend's parts share the pod cache; the facade (cluster.py) composes them, and only the package
+#: and the config factory import it (no part calls back into the cluster).
+BACKEND = "flotilla.kubernetes.backend"
+BACKEND_SHARED = (f"{BACKEND}.podcache",)
+BACKEND_FACADES = (f"{BACKEND}.cluster", f"{BACKEND}.config")
+
+
+def test_the_kubernetes_backend_parts_import_no_sibling_but_the_pod_cache():
+    backend = PACKAGE / "kubernetes" / "backend"
+    parts = sorted(path for path in backend.glob("*.py") if module_name(path) not in (BACKEND, *BACKEND_FACADES))
+    assert {path.stem for path in parts} >= {"podcache", "informers", "writes", "bindguard", "held", "reporting"}
+    offending = sorted((module_name(path), line, module) for path in parts
+                       for line, module, name in from_imports(path)
+                       if (under(module, BACKEND) or (module, name) == ("flotilla.kubernetes", "backend"))
+                       and module not in BACKEND_SHARED)
+    assert offending == []
+    importers_of_the_cluster = sorted({module_name(path) for path in sorted(PACKAGE.rglob("*.py"))
+                                       for _, module, _ in from_imports(path) if module == f"{BACKEND}.cluster"})
+    assert importers_of_the_cluster == [BACKEND, f"{BACKEND}.config"]

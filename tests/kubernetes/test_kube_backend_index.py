@@ -16,7 +16,7 @@ def full_walk(backend: KubernetesCluster) -> tuple[list[str], dict[str, dict[str
     """Running job ids and foreign usage per node (``pods``: how many pods), from every pod, as the snapshot's
     definition reads."""
     running, foreign = [], {}
-    for pod in backend._pods.values():
+    for pod in backend.cache.pods.values():
         if pod.node is None or pod.node not in backend._nodes or pod.phase in ("Succeeded", "Failed"):
             continue
         requests = pod.requests
@@ -49,7 +49,7 @@ def test_indexed_snapshot_equals_a_walk_over_every_pod():
     backend = KubernetesCluster("c", client=object(), start=False, workers=1)
     try:
         backend._nodes = {name: Node(name, "c", {"cpu": 64000}) for name in NODES}
-        backend._synced = {"nodes": True, "pods": True}
+        backend.health.synced = {"nodes": True, "pods": True}
         rng = random.Random(7)
         live: dict[str, dict] = {}
         for step in range(3000):
@@ -75,6 +75,6 @@ def test_indexed_snapshot_equals_a_walk_over_every_pod():
                 assert backend._leaving(node) == any(
                     p.node == node and p.phase not in ("Succeeded", "Failed")
                     and (p.deleting or (p.job is not None and p.job.id in backend._stopping))
-                    for p in backend._pods.values()), f"step {step}"
+                    for p in backend.cache.pods.values()), f"step {step}"
     finally:
         backend._pool.shutdown(wait=False)

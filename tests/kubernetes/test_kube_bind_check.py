@@ -55,6 +55,9 @@ class FreshRecorder(Recorder):
         return {"items": self.listed.get(fieldSelector, [])}
 
 
+WAITING = "spec.nodeName=,spec.schedulerName!=flotilla"   # the list of the pods waiting for other schedulers
+
+
 def waiting_foreign(name: str, cpu: str) -> dict:
     pod = foreign(name, "", cpu, phase="Pending")
     del pod["spec"]["nodeName"]
@@ -64,21 +67,24 @@ def waiting_foreign(name: str, cpu: str) -> dict:
 def test_beside_an_active_scheduler_a_bind_reads_the_node_afresh_and_counts_what_the_watch_lags_on():
     client = FreshRecorder()
     backend = KubernetesCluster("c", client=client, start=False, workers=1, duration_of=None)
-    backend._synced = {"nodes": True, "pods": True}
+    backend.health.synced = {"nodes": True, "pods": True}
     for obj in (node("n1", "4"), node("n2", "4")):
         backend._on_node("ADDED", obj)
     try:
         backend.snapshot()
         start(backend, ("j0", "n2", 1000))
-        assert client.lists == [] and len(client.created) == 1   # no other scheduler seen: the watch's view alone
+        # No other scheduler seen: the cycle's one read of the pods waiting for others shows none, so the watch's
+        # view alone.
+        assert client.lists == [WAITING] and len(client.created) == 1
+        client.lists.clear()
         # kube-scheduler's pod seen waiting, then placed; the arrival is over by the binds below.
         backend._on_pod("ADDED", waiting_foreign("seen", "1"))
         backend._on_pod("MODIFIED", foreign("seen", "n2", "1"))
-        backend._arrivals.clear()
+        backend.guard.arrivals.clear()
         # The API server already holds a pod the watch has not shown: 3 cores on n1.
         client.listed["spec.nodeName=n1"] = [foreign("unseen", "n1", "3")]
         start(backend, ("j1", "n1", 2000))
-        assert client.lists == ["spec.nodeName=n1", "spec.nodeName=,spec.schedulerName!=flotilla"]
+        assert client.lists == ["spec.nodeName=n1", WAITING]
         assert events(backend) == [("j1", "returned", "not bound to node n1: Insufficient cpu there now (pods bound "
                                                       "there since the scheduling decision)", "Insufficient cpu")]
         # A pod waiting for kube-scheduler that the watch has not shown: its burst goes first, the bind is held.
@@ -94,6 +100,43 @@ def test_beside_an_active_scheduler_a_bind_reads_the_node_afresh_and_counts_what
             time.sleep(0.05)
         assert [body["metadata"]["name"] for _, body in client.created] == ["flotilla-j0-0", "flotilla-j2-0"]
         assert backend.held() == {} and events(backend) == []
+    finally:
+        backend._stop.set()
+        backend._pool.shutdown(wait=False)
+
+
+def test_until_another_scheduler_is_seen_each_cycle_of_starts_reads_once_whether_one_waits():
+    client = FreshRecorder()
+    backend = KubernetesCluster("c", client=client, start=False, workers=1, duration_of=None)
+    backend.health.synced = {"nodes": True, "pods": True}
+    for obj in (node("n1", "4"), node("n2", "4")):
+        backend._on_node("ADDED", obj)
+    try:
+        backend.snapshot()
+        # Alone on the cluster (an unschedulable and a gated pod of kube-scheduler's wait, undecided by none):
+        # one read per cycle of starts, not one per bind.
+        unschedulable = waiting_foreign("unschedulable", "1")
+        unschedulable["status"]["conditions"] = [{"type": "PodScheduled", "status": "False"}]
+        gated = waiting_foreign("gated", "1")
+        gated["spec"]["schedulingGates"] = [{"name": "example.com/gate"}]
+        client.listed[WAITING] = [unschedulable, gated]
+        start(backend, ("j1", "n1", 1000), ("j2", "n1", 1000), ("j3", "n2", 1000))
+        start(backend, ("j4", "n2", 1000), ("j5", "n2", 1000))
+        assert client.lists == [WAITING, WAITING]
+        assert [body["metadata"]["name"] for _, body in client.created] == [
+            "flotilla-j1-0", "flotilla-j2-0", "flotilla-j3-0", "flotilla-j4-0", "flotilla-j5-0"]
+        # kube-scheduler's pod is created before the watch shows it: the cycle's read finds it, so another
+        # scheduler is active, the bind reads its node afresh, and waits for that burst (held).
+        client.lists.clear()
+        client.listed[WAITING] = [unschedulable, waiting_foreign("coming", "1")]
+        start(backend, ("j6", "n1", 1000), ("j7", "n1", 1000))
+        assert client.lists == [WAITING, "spec.nodeName=n1", WAITING, "spec.nodeName=n1", WAITING]
+        assert len(client.created) == 5 and backend.held() == {"n1": ["j6", "j7"]}
+        assert events(backend) == []
+        # Active now: the next cycle's bind reads its node afresh, with no cycle read first (still three).
+        assert backend.guard.presence.reads == 3
+        start(backend, ("j8", "n2", 1000))
+        assert backend.guard.presence.reads == 3 and "spec.nodeName=n2" in client.lists
     finally:
         backend._stop.set()
         backend._pool.shutdown(wait=False)

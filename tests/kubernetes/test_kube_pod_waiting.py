@@ -83,7 +83,7 @@ def test_a_pod_given_up_on_a_lost_node_that_reports_success_when_it_returns_is_a
     now = [1000.0]
     backend = KubernetesCluster("c", client=Recorder(), start=False, workers=1, duration_of=None,
                                 node_lost_timeout=300, clock=lambda: now[0])
-    backend._synced = {"nodes": True, "pods": True}
+    backend.health.synced = {"nodes": True, "pods": True}
     try:
         backend._on_node("ADDED", node("n1", "4"))
         backend._on_pod("ADDED", pod("j1", None, "Running"))

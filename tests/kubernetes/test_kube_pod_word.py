@@ -13,9 +13,9 @@ from tests.support.kube_fakes import backend_with, events, foreign, node, start
 
 
 def settle(backend) -> None:
-    if backend._report_pool is not None:
-        backend._report_pool.shutdown(wait=True)
-        backend._report_pool = None
+    if backend.reporting.pool is not None:
+        backend.reporting.pool.shutdown(wait=True)
+        backend.reporting.pool = None
 
 
 def seen(backend, job_id: str, node_name: str, phase: str = "Pending", namespace: str = "default") -> None:

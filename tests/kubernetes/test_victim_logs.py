@@ -14,7 +14,7 @@ import pytest
 
 from flotilla.core.capabilities import Backends
 from flotilla.core.model import Job
-from flotilla.kubernetes import backend as kube
+from flotilla.kubernetes.backend import victimlogs
 from flotilla.kubernetes.backend import KubernetesCluster
 from flotilla.kubernetes.client import ApiError
 from flotilla.service.errors import ApiError as RefusedError
@@ -102,7 +102,7 @@ def test_a_preempted_pods_log_tail_is_read_before_its_delete_and_kept_for_the_re
         now[0] += 1
         assert backend.kept_log("victim") is None            # its time is over
         backend.poll_events()
-        assert (backend._victim_logs, backend._victim_log_bytes) == ({}, 0)
+        assert (backend.victim_logs.kept, backend.victim_logs.size) == ({}, 0)
     finally:
         backend.close()
 
@@ -120,13 +120,13 @@ def test_nothing_is_kept_without_a_retention_or_a_log_and_the_oldest_go_past_the
         assert backend.kept_log("w") is None and len(backend.client.deleted) == 1
     finally:
         backend.close()
-    monkeypatch.setattr(kube, "VICTIM_LOGS_TOTAL", 3 * 65536)
+    monkeypatch.setattr(victimlogs, "VICTIM_LOGS_TOTAL", 3 * 65536)
     backend = cluster({(f"p{k}-0", "main"): bytes([65 + k]) * 70_000 for k in range(4)})
     try:
         for k in range(4):
             preempt(backend, f"p{k}-0", f"p{k}", containers=("main",))
         assert [pod_id for pod_id in ("p0", "p1", "p2", "p3") if backend.kept_log(pod_id)] == ["p1", "p2", "p3"]
-        assert backend._victim_log_bytes == 3 * 65536
+        assert backend.victim_logs.size == 3 * 65536
     finally:
         backend.close()
 

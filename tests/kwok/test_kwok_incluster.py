@@ -19,7 +19,7 @@ from flotilla.scheduler import Scheduler
 from flotilla.service.settings import from_config
 from flotilla.service.store import Store
 from tests.support.incluster import (SERVE_CONFIG, Harness, bound_per_node, condition, ensure_podgroup_crd, fill,
-                                     harness, live, make_job, make_namespace, make_pod)  # noqa: F401 (harness: a fixture)
+                                     live, make_job, make_namespace, make_pod)
 
 pytestmark = pytest.mark.kwok
 

@@ -1,7 +1,7 @@
 """In-cluster pods on a KWOK cluster past their first placement: PodGroup fields, late gang members, cancelling
 through Flotilla, a new leader finding its predecessor's binds, and a preempted Job pod's replacement.
 
-The scheduling loop runs in this process (the ``harness`` of test_kwok_incluster.py) except in the last test,
+The scheduling loop runs in this process (the ``harness`` fixture of tests/support/incluster.py) except in the last test,
 which runs ``flotilla serve``; everything asserted is read back from the API server or the store.
 """
 
@@ -12,8 +12,7 @@ import time
 import pytest
 
 from flotilla.kubernetes.client import pod_path
-from tests.support.incluster import (Harness, bound_per_node, condition, fill, harness, live, make_job,
-                                     make_namespace, make_pod)  # noqa: F401 (harness: a fixture)
+from tests.support.incluster import Harness, bound_per_node, condition, fill, live, make_job, make_namespace, make_pod
 
 pytestmark = pytest.mark.kwok
 

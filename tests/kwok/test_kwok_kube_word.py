@@ -76,7 +76,7 @@ def test_no_event_is_written_into_a_namespace_being_deleted(kwok, tmp_path):
     backend = backends["kwok-a"]
     try:
         cluster.client.delete("/api/v1/namespaces/leaving")
-        wait_for(lambda: "leaving" in backend._terminating_ns, what="the namespace seen terminating")
+        wait_for(lambda: "leaving" in backend.namespaces.terminating, what="the namespace seen terminating")
         backend.reporter.scheduled("leaving", "p", "uid-p", "node-1")
         backend.reporter.scheduled("default", "p", "uid-p", "node-1")
         events = cluster.client.get("/api/v1/namespaces/default/events",

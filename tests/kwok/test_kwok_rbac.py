@@ -81,7 +81,7 @@ def test_the_service_account_of_deploy_rbac_runs_the_workloads_in_cluster(kwok, 
                                   priority_classes=[("rbac-test", 1000, True)]) for bind in ("node-name", "binding")]
     try:
         for b in backends:
-            assert b.wait_synced(30), b._error
+            assert b.wait_synced(30), b.health.error
         plain, binding = backends
         short = Job("short", "A", priority_class="rbac-test", requests={"cpu": 1000},
                     annotations={"flotilla.io/simulated-duration": "1s"})

@@ -87,7 +87,7 @@ def test_what_the_scheduler_refuses_is_a_setup_error_with_its_place(flotilla_cyc
     with pytest.raises(SetupError) as refused:
         flotilla_cycle(SMALL, plugins=BUILT_INS + [(RefuseJobSet, {"jobst": "x"})])
     assert str(refused.value) == \
-        "plugins[5].args: plugin 'test_testing_plugin.RefuseJobSet': unknown argument(s) jobst; expected jobSet"
+        "plugins[5].args: plugin 'tests.plugins.test_testing_plugin.RefuseJobSet': unknown argument(s) jobst; expected jobSet"
     with pytest.raises(SetupError) as refused:
         flotilla_cycle(SMALL, plugins=["nope"])
     assert str(refused.value).startswith("plugins[0].name: unknown plugin 'nope' (available: assetfairness, ")
@@ -107,14 +107,14 @@ def test_a_class_that_cannot_be_imported_by_name_is_refused_with_what_to_do(flot
         flotilla_cycle(SMALL, plugins=BUILT_INS + [Local])
     assert str(refused.value) == (
         "plugins: test_a_class_that_cannot_be_imported_by_name_is_refused_with_what_to_do.<locals>.Local is not "
-        "importable as test_testing_plugin:test_a_class_that_cannot_be_imported_by_name_is_refused_with_what_to_do."
+        "importable as tests.plugins.test_testing_plugin:test_a_class_that_cannot_be_imported_by_name_is_refused_with_what_to_do."
         "<locals>.Local; define it at the top level of a module, or name its installed entry point")
 
 
 def test_an_installed_class_goes_by_its_entry_point_name(flotilla_cycle, tmp_path, monkeypatch):
     # A distribution (as pip installs one) whose entry point names the class above.
     install_distribution(tmp_path / "site", "refuser_plugin", "", "flotilla.plugins",
-                         "refuser = test_testing_plugin:RefuseJobSet")
+                         "refuser = tests.plugins.test_testing_plugin:RefuseJobSet")
     monkeypatch.syspath_prepend(str(tmp_path / "site"))
     with pytest.raises(SetupError) as refused:
         flotilla_cycle(SMALL, plugins=BUILT_INS + [(RefuseJobSet, {"jobst": "x"})])

@@ -49,7 +49,7 @@ def foreign(name: str, node_name: str, cpu: str, phase: str = "Running") -> dict
 def backend_with(*nodes: dict) -> tuple[KubernetesCluster, Recorder]:
     client = Recorder()
     backend = KubernetesCluster("c", client=client, start=False, workers=1, duration_of=None)
-    backend._synced = {"nodes": True, "pods": True}
+    backend.health.synced = {"nodes": True, "pods": True}
     for obj in nodes:
         backend._on_node("ADDED", obj)
     return backend, client
