@@ -1,7 +1,8 @@
 """The chart installed with ``helm install`` on the real node's cluster, its standalone pod running the image of
 ``scripts/image`` on ``real-1``: from inside, with the chart's ServiceAccount (the API server authorizes with
 RBAC), it binds a pod made with kubectl (``schedulerName: flotilla``, the queue label) in the release's namespace,
-which runs to completion; ``helm uninstall`` leaves no Flotilla object, pod or lease behind.
+which runs to completion; ``flotilla`` from outside submits a job set, ``helm upgrade`` adds a queue while it runs,
+``flotilla queue list`` shows the queue and every job succeeds once; ``helm uninstall`` leaves no Flotilla object, pod or lease behind.
 
 What the node's cluster lacks is stood in for, and only that: it runs no Deployment controller and no
 kube-scheduler, so the test makes the standalone pod from the Deployment's own template, bound to ``real-1``; no
@@ -13,9 +14,10 @@ claim itself is tested with a local volume in test_realnode_volumes.py).
 
 from __future__ import annotations
 
+import json
 import os
 import subprocess
-import time
+import sys
 from pathlib import Path
 from urllib.parse import urlparse
 
@@ -38,6 +40,16 @@ def run(*args: str, tmp_path: Path, check: bool = True) -> subprocess.CompletedP
     if check:
         assert result.returncode == 0, result.stdout + result.stderr
     return result
+
+
+def flotilla(*args: str, tmp_path: Path):
+    """The CLI against the standalone pod's API, as the chart's example admin; its JSON answer."""
+    env = {**os.environ, "FLOTILLA_URL": f"http://127.0.0.1:{LISTEN_PORT}", "FLOTILLA_TOKEN": "admin-secret",
+           "HOME": str(tmp_path)}
+    result = subprocess.run([sys.executable, "-m", "flotilla.scheduler_main", *args], capture_output=True,
+                            text=True, env=env, timeout=120, cwd=REPO)
+    assert result.returncode == 0, result.stdout + result.stderr
+    return json.loads(result.stdout)
 
 
 def standalone_pod(deployment: dict, server: str) -> dict:
@@ -97,6 +109,32 @@ def test_helm_install_runs_flotilla_on_real_1_and_uninstall_leaves_nothing(real_
         done = real_node.wait(lambda: (p := client.get(pod_path(namespace, "kubectl-made")))["status"].get("phase")
                               in ("Succeeded", "Failed") and p, timeout=240, what="the kubectl-made pod to end")
         assert (done["status"]["phase"], done["spec"]["nodeName"]) == ("Succeeded", "real-1"), done["status"]
+
+        # From outside (the pod listens on the host's loopback): a job set submitted, the chart upgraded with a new
+        # queue while it runs; the queue appears, and every job succeeds exactly once.
+        job = {"podSpec": {"restartPolicy": "Never", "dnsPolicy": "Default", "containers": [{
+            "name": "c", "image": real_node.image, "command": ["sh", "-c", "sleep 8"],
+            "resources": {"requests": {"cpu": "50m", "memory": "32Mi"}, "limits": {"cpu": "50m", "memory": "32Mi"}}}]}}
+        jobs = tmp_path / "jobs.yaml"
+        jobs.write_text(yaml.safe_dump({"queue": "research", "jobSetId": "across", "jobs": [
+            {**job, "clientId": f"j{i}"} for i in range(3)]}))
+        ids = flotilla("submit", str(jobs), "--output", "json", tmp_path=tmp_path)["jobs"]
+        assert len(ids) == 3
+        values = tmp_path / "upgrade.yaml"
+        values.write_text(yaml.safe_dump({"config": {"queues": [
+            {"name": "research", "weight": 1, "groupOwners": ["research"]},
+            {"name": "production", "weight": 3, "groupOwners": ["production"]},
+            {"name": "added", "weight": 1}]}}))
+        run(helm, "upgrade", "flt", str(CHART), *kube, "--reuse-values", "--values", str(values), tmp_path=tmp_path)
+        real_node.wait(lambda: "added" in [q["name"] for q in flotilla("queue", "list", "--output", "json",
+                                                                          tmp_path=tmp_path)["queues"]],
+                       timeout=240, step=2, what="the upgraded config's queue in flotilla queue list")
+        states = real_node.wait(lambda: (rows := flotilla("status", "--job-set", "research", "across", "--output",
+                                                          "json", tmp_path=tmp_path)["jobs"])
+                                and all(r["state"] in ("succeeded", "failed", "cancelled") for r in rows) and rows,
+                                timeout=300, step=2, what="the job set to end")
+        assert sorted((r["clientId"], r["state"], r["retries"]) for r in states) == [
+            ("j0", "succeeded", 0), ("j1", "succeeded", 0), ("j2", "succeeded", 0)]
         standalone = client.get(pod_path(namespace, "standalone"))
         assert standalone["status"]["containerStatuses"][0]["restartCount"] == 0
     finally:
