@@ -143,3 +143,15 @@ def test_a_crash_between_record_and_hand_over_leaves_leases_that_expire(tmp_path
     running = [job.id for b in backends.values() for job in b.running_jobs()]
     assert running == [job_id]
     store.close()
+
+
+def test_serve_needs_the_lease_action():
+    from flotilla.service.loop import lease_missing
+
+    text = CONFIG.replace("actions: [evict, allocate, preempt, lease]", "actions: [evict, allocate, preempt]")
+    cfg = parse_config(text, "flotilla.yaml")
+    assert str(lease_missing(cfg, Scheduler(cfg))) == (
+        "flotilla.yaml:1: actions: serve needs the lease action (it records the decisions, then hands them to the "
+        "clusters): expected e.g. [evict, allocate, preempt, lease]")
+    cfg = parse_config(CONFIG, "flotilla.yaml")
+    assert lease_missing(cfg, Scheduler(cfg)) is None
