@@ -107,8 +107,6 @@ class Scheduler:
             except Exception as exc:  # noqa: BLE001 - a package action that cannot be imported or built: one line
                 raise PluginError(index, "actions", f"action {name!r} failed to load: {type(exc).__name__}: "
                                                     f"{exc}") from None
-        #: The configured actions that decide, in config order: all but the lease hand-over (see deciding_actions).
-        self._deciding = [action for action in self.actions if getattr(action, "name", "") != HAND_OVER]
         #: (plugin, point, error) -> (when it was last logged, failures since then not logged).
         self._logged: dict[tuple[str, str, str], tuple[float, int]] = {}
         self.clock: Callable[[], float] = time.monotonic
@@ -153,15 +151,11 @@ class Scheduler:
                 session.opening_plugin = None
         return session
 
-    def deciding_actions(self) -> list:
-        """The actions that decide: the config's, in its order, all but ``lease`` (the hand-over).
-        ``schedule-once``, ``serve`` and ``simulate`` all run :attr:`actions`, ``lease`` included; what the
-        lease does differs only by the sink each gives :meth:`run_cycle` (flotilla.core.handover)."""
-        return list(self._deciding)
-
     def hands_over(self) -> bool:
-        """Whether the configured actions include ``lease``: without it no decision leaves the session."""
-        return len(self._deciding) != len(self.actions)
+        """Whether the configured actions include ``lease``: without it no decision leaves the session.
+        ``schedule-once``, ``serve`` and ``simulate`` all run :attr:`actions`; what the lease does differs only by
+        the sink each gives :meth:`run_cycle` (flotilla.core.handover)."""
+        return any(getattr(action, "name", "") == HAND_OVER for action in self.actions)
 
     def run_cycle(self, snapshot: Snapshot, rng: random.Random | None = None,
                   backends: Mapping | None = None, actions: Sequence | None = None, head: int = 0,
