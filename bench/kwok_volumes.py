@@ -153,6 +153,96 @@ def _controller_cpu(cluster, since: float | None = None) -> float | None:
     return now if since is None else now - since
 
 
+class Phases:
+    """When each of Flotilla's steps happened for each job (wall clock), and its API calls for the volumes.
+
+    ``decided``: the cycle's decision reached the backend; ``writeStart`` / ``writeEnd``: its volume writes
+    began and returned (a pool thread); ``controllerBound``: the PV controller's last write to the claim
+    (the API server's managedFields time, to the second); ``seenBound``: Flotilla's watch saw every claim of
+    the job bound; ``created``: the pod was created bound to its node."""
+
+    ORDER = ("decided", "writeStart", "writeEnd", "controllerBound", "seenBound", "created")
+
+    def __init__(self):
+        import threading
+        self.lock = threading.Lock()
+        self.at: dict[str, dict[str, float]] = {}
+        self.patches: list[float] = []
+
+    def mark(self, job_id: str, phase: str, at: float | None = None) -> None:
+        at = time.time() if at is None else at
+        with self.lock:
+            self.at.setdefault(job_id, {}).setdefault(phase, at)
+
+    def instrument(self, backend) -> None:
+        """Wrap the backend's steps (this bench's instance only) to mark each job's phases."""
+        apply, bind, start, create, patch = (backend.apply, backend._bind_volumes, backend._start_pod,
+                                             backend._create, backend.client.patch)
+
+        def timed_apply(decisions):
+            for p in decisions.start:
+                self.mark(p.job.id, "decided")
+            return apply(decisions)
+
+        def timed_bind(job, *args):
+            self.mark(job.id, "writeStart")
+            try:
+                return bind(job, *args)
+            finally:
+                self.mark(job.id, "writeEnd")
+
+        def timed_start(job, *args):
+            self.mark(job.id, "seenBound")
+            return start(job, *args)
+
+        def timed_create(job, *args):
+            try:
+                return create(job, *args)
+            finally:
+                self.mark(job.id, "created")
+
+        def timed_patch(*args, **kwargs):
+            t = time.monotonic()
+            try:
+                return patch(*args, **kwargs)
+            finally:
+                with self.lock:
+                    self.patches.append(time.monotonic() - t)
+
+        backend.apply, backend._bind_volumes, backend._start_pod, backend._create = (
+            timed_apply, timed_bind, timed_start, timed_create)
+        backend.client.patch = timed_patch
+
+    def read_controller(self, client: KubeClient) -> None:
+        """``controllerBound`` of every claim, from kube-controller-manager's managedFields entries."""
+        from datetime import datetime
+        for pvc in client.get(CLAIMS)["items"]:
+            times = [datetime.fromisoformat(f["time"].replace("Z", "+00:00")).timestamp()
+                     for f in pvc["metadata"].get("managedFields") or ()
+                     if f.get("manager", "").startswith("kube-controller-manager") and f.get("time")]
+            if times and pvc.get("status", {}).get("phase") == "Bound":
+                self.mark("job-" + pvc["metadata"]["name"][2:], "controllerBound", max(times))
+
+    def summary(self, t0: float) -> dict:
+        """Per phase: when the first and last job reached it (s after t0); per step between phases: the median,
+        90th percentile and largest time a job spent in it."""
+        def q(values, f):
+            return round(values[min(len(values) - 1, int(f * len(values)))], 2) if values else None
+        out: dict = {"reached": {}, "steps": {}}
+        with self.lock:
+            rows = list(self.at.values())
+            patches = sorted(self.patches)
+        for phase in self.ORDER:
+            times = sorted(r[phase] - t0 for r in rows if phase in r)
+            out["reached"][phase] = {"jobs": len(times), "first": q(times, 0), "last": q(times, 1)}
+        for a, b in zip(self.ORDER, self.ORDER[1:]):
+            spans = sorted(r[b] - r[a] for r in rows if a in r and b in r)
+            out["steps"][f"{a}->{b}"] = {"p50": q(spans, 0.5), "p90": q(spans, 0.9), "max": q(spans, 1)}
+        out["volumePatches"] = {"calls": len(patches), "p50": q(patches, 0.5), "p90": q(patches, 0.9),
+                                "max": q(patches, 1)}
+        return out
+
+
 def run_flotilla(cluster, recorder, count: int, queues: int, workers: int, period: float, timeout: float) -> dict:
     from flotilla.config import load_config
     from flotilla.kubernetes.backend import KubernetesCluster
@@ -179,6 +269,8 @@ clusters:
     backend = Templated("bench", cluster.client(pool_size=workers + 8), settings=PodSettings(namespace=NAMESPACE),
                         priority_classes=[(pc.name, pc.priority, pc.preemptible) for pc in config.priority_classes],
                         workers=workers, delete_finished=False)
+    phases = Phases()
+    phases.instrument(backend)
     try:
         assert backend.wait_synced(60), "backend did not sync"
         deadline = time.monotonic() + 120
@@ -189,6 +281,8 @@ clusters:
                     submitted=float(i), requests={"cpu": 100}, claims=(f"{NAMESPACE}/c-{i:05d}",))
                 for i in range(count)]
         print(f"flotilla: submitting {count} jobs with claims in {queues} queues", file=sys.stderr)
+        meter, controllers = CpuMeter(cluster), _controller_cpu(cluster)
+        own_cpu = time.process_time()
         t0 = time.time()
         runner.submit(jobs)
         cycles = []
@@ -200,6 +294,10 @@ clusters:
                 cycles.append((round(result.seconds, 3), len(result.decisions.scheduled)))
             time.sleep(max(0.0, period - (time.monotonic() - t)))
         stats = recorder.stats(t0, count)
+        stats["cpuSeconds"] = meter.stop(**{"flotilla (bench process)": time.process_time() - own_cpu,
+                                            "kube-controller-manager": _controller_cpu(cluster, controllers)})
+        phases.read_controller(backend.client)
+        stats["phases"] = phases.summary(t0)
         stats["cycles"] = len(cycles)
         stats["slowestCycleSeconds"] = max((c[0] for c in cycles), default=None)
         stats["firstCycleScheduled"] = cycles[0][1] if cycles else 0

@@ -41,7 +41,11 @@ started jobs' pods already bound (``spec.nodeName``; or, with
 ``bind="binding"``, pending and then bound through the ``binding``
 subresource) and deletes the preempted and cancelled jobs' pods with their
 grace period. Until the watch shows a new pod, the job is counted on its
-node anyway (so the next cycle cannot double-book it).
+node anyway (so the next cycle cannot double-book it). A start whose claims
+need binding first (flotilla.kubernetes.volumes) has its volume writes made by
+a second, smaller pool and then waits, holding no thread, until the claims'
+watch events show them bound; each claim's event looks only at the starts
+waiting for that claim.
 
 Held starts (a nominated node). A kubelet refuses a pod the node has no
 room for yet (``OutOfcpu``), and room freed by preemption comes only when
@@ -186,6 +190,11 @@ class NamespaceMissing(Exception):
     """The job's namespace does not exist in the cluster: the job fails (Flotilla creates no namespaces)."""
 
 
+def volume_writers(workers: int) -> int:
+    """How many threads write the volume choices of starts, beside the ``workers`` that write pods."""
+    return max(2, workers // 4)
+
+
 class KubernetesCluster:
     """A Kubernetes cluster as a Flotilla cluster backend (see the module docstring).
 
@@ -215,7 +224,8 @@ class KubernetesCluster:
         if bind not in ("node-name", "binding"):
             raise ValueError(f"bind must be 'node-name' or 'binding', not {bind!r}")
         self.name = name
-        self.client = client or KubeClient.from_kubeconfig(kubeconfig, context, pool_size=max(8, workers + 6))
+        self.client = client or KubeClient.from_kubeconfig(kubeconfig, context,
+                                                           pool_size=max(8, workers + volume_writers(workers) + 6))
         self.settings = settings or PodSettings()
         self.duration_of = duration_of
         self.priority_classes = list(priority_classes)
@@ -234,6 +244,8 @@ class KubernetesCluster:
         #: claims to be bound: job id -> (job, node, attempt, template, choices, start count, deadline).
         self.volumes = VolumeState(self.settings.namespace)
         self._volume_waits: dict[str, tuple] = {}
+        #: claim key -> the jobs of ``_volume_waits`` waiting for it: a claim's event looks at its own jobs only
+        self._waits_on_claim: dict[str, set[str]] = {}
 
         self._lock = threading.RLock()
         self._stop = threading.Event()
@@ -312,6 +324,11 @@ class KubernetesCluster:
         self._reporting: list = []                       # the futures of the batch being written
         self._side_errors: dict[str, str] = {}          # namespaces/podgroups informer -> its last error
         self._pool = ThreadPoolExecutor(max_workers=workers, thread_name_prefix=f"kube-{name}")
+        #: The volume writes of starts (claimRefs, selected-node) have writers of their own: a burst of thousands
+        #: does not queue the pods whose claims are bound already behind it (the PV controller binds claims far
+        #: slower than these writers write).
+        self._volume_pool = ThreadPoolExecutor(max_workers=volume_writers(workers),
+                                               thread_name_prefix=f"kube-{name}-volumes")
         self._threads: list[threading.Thread] = []
         self.counters = {"created": 0, "deleted": 0, "create_errors": 0, "relists": 0, "watch_events": 0,
                          "returned": 0}
@@ -371,6 +388,7 @@ class KubernetesCluster:
             log.warning("kubernetes.informer_not_stopped", cluster=self.name, threads=left, timeout=timeout)
         if self._report_pool is not None:
             self._report_pool.shutdown(wait=True, cancel_futures=True)
+        self._volume_pool.shutdown(wait=True, cancel_futures=False)   # first: its binds hand pods to the pool
         self._pool.shutdown(wait=True, cancel_futures=False)
         self.client.close()
 
@@ -388,7 +406,8 @@ class KubernetesCluster:
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
             with self._lock:
-                busy = self._pool._work_queue.qsize() or self._kill_on_create or \
+                busy = self._pool._work_queue.qsize() or self._volume_pool._work_queue.qsize() or \
+                    self._kill_on_create or \
                     any(job_id not in self._volume_waits for job_id in self._inflight)
             if not busy:
                 return True
@@ -470,8 +489,9 @@ class KubernetesCluster:
         work: list[tuple] = []
         with self._lock:
             self._apply(decisions, work)
+        bind_volumes = self._bind_volumes
         for task in work:
-            self._pool.submit(*task)
+            (self._volume_pool if task[0] == bind_volumes else self._pool).submit(*task)
 
     def _apply(self, decisions: ClusterDecisions, work: list[tuple]) -> None:
         """Record the stops and starts of ``decisions`` (under the lock); the requests to make go to ``work``."""
@@ -550,21 +570,28 @@ class KubernetesCluster:
                 return
             self._volume_waits[job.id] = (job, node, attempt, template, choices, started,
                                           self.clock() + self.volume_bind_timeout)
-            self._check_volume_waits()
+            for claim in job.claims:
+                self._waits_on_claim.setdefault(self.volumes.qualified(claim), set()).add(job.id)
+            self._check_volume_waits((job.id,))
 
-    def _check_volume_waits(self) -> None:
+    def _check_volume_waits(self, job_ids=None) -> None:
         """Start the waiting jobs whose claims are all bound; return to its queue one whose binding failed or timed
-        out (under the lock)."""
+        out (under the lock). ``job_ids``: only these (the jobs waiting for a claim that changed); None: all."""
         now = self.clock()
-        for job_id, (job, node, attempt, template, choices, started, deadline) in list(self._volume_waits.items()):
+        waits = self._volume_waits
+        for job_id in list(waits if job_ids is None else job_ids):
+            wait = waits.get(job_id)
+            if wait is None:
+                continue
+            job, node, attempt, template, choices, started, deadline = wait
             if self._starts.get(job_id) != started or job_id not in self._inflight:
-                del self._volume_waits[job_id]   # stopped or started again since
+                self._end_volume_wait(job_id)   # stopped or started again since
                 self.volumes.forget(choices)
                 continue
             failed = [claim for claim, pv in choices if not pv and self.volumes.provisioning_failed(claim, node)]
             unbound = self.volumes.unbound(job.claims)
             if not unbound:
-                del self._volume_waits[job_id]
+                self._end_volume_wait(job_id)
                 self._start_pod(job, node, attempt, template, lambda task: self._pool.submit(*task))
                 continue
             if failed:
@@ -574,12 +601,22 @@ class KubernetesCluster:
                        f"{', '.join(unbound)}")
             else:
                 continue
-            del self._volume_waits[job_id]
+            self._end_volume_wait(job_id)
             self.volumes.forget(choices)
             self._inflight.pop(job_id, None)
             self._kill_on_create.pop(job_id, None)
             if self._stopping.pop(job_id, None) is None:
                 self._emit(job_id, "lost", node, f"binding volumes: {why}")
+
+    def _end_volume_wait(self, job_id: str) -> None:
+        job = self._volume_waits.pop(job_id)[0]
+        for claim in job.claims:
+            key = self.volumes.qualified(claim)
+            jobs = self._waits_on_claim.get(key)
+            if jobs is not None:
+                jobs.discard(job_id)
+                if not jobs:
+                    del self._waits_on_claim[key]
 
     # -- held starts (see the module docstring) ------------------------------------------------
     def _hold(self, node: str, job: Job, attempt: int, template: PodTemplate | None, nominate: bool = True) -> None:
@@ -1635,7 +1672,10 @@ class KubernetesCluster:
         elif kind in VOLUME_INFORMERS:
             self.volumes.on_event(kind, event, obj)
             if self._volume_waits and kind == "pvcs":
-                self._check_volume_waits()
+                meta = obj.get("metadata") or {}
+                waiting = self._waits_on_claim.get(f"{meta.get('namespace', '')}/{meta.get('name', '')}")
+                if waiting:
+                    self._check_volume_waits(waiting)
         elif kind == "namespaces":
             name = (obj.get("metadata") or {}).get("name")
             if event != "DELETED" and _terminating(obj):
@@ -1942,7 +1982,7 @@ def backend_from_config(cluster_config, config=None, **kwargs) -> KubernetesClus
     )
     if getattr(cluster_config, "in_cluster", False):
         workers = getattr(cluster_config, "workers", None) or 32
-        options["client"] = KubeClient.from_in_cluster(pool_size=max(8, workers + 6))
+        options["client"] = KubeClient.from_in_cluster(pool_size=max(8, workers + volume_writers(workers) + 6))
     for attr, key in (("bind", "bind"), ("workers", "workers"), ("node_selector", "node_selector"),
                       ("delete_finished", "delete_finished"), ("stuck_pod_expiry", "stuck_pod_expiry"),
                       ("node_lost_timeout", "node_lost_timeout"), ("volume_bind_timeout", "volume_bind_timeout"),
