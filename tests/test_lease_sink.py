@@ -19,8 +19,7 @@ from flotilla.service.handover import StoreSink
 from flotilla.service.jobspec import prepare
 from flotilla.service.loop import ServiceLoop, service_backends
 from flotilla.service.settings import from_config
-from flotilla.service.store import Store
-from service_fixtures import config as service_config, job, job_file
+from service_fixtures import STORE_PARAMS, config as service_config, job, job_file, make_store
 
 CONFIG = """\
 actions: [evict, allocate, preempt, lease]
@@ -68,10 +67,10 @@ def test_a_refused_lease_is_not_handed_over_and_record_comes_first():
     assert sorted(job.id for job in backends["c1"].running_jobs()) == ["a-1", "a-3"]
 
 
-def _loop(tmp_path, clock):
+def _loop(kind, tmp_path, clock):
     cfg = service_config()
     settings = from_config(cfg)
-    store = Store(f"sqlite:///{tmp_path}/loop.db")
+    store = make_store(kind, tmp_path)
     store.sync_queues(settings.queues)
     backends = dict(service_backends(cfg, clock=clock))
     return settings, store, backends, lambda: ServiceLoop(store, settings, Scheduler(cfg), backends, clock=clock,
@@ -86,9 +85,10 @@ class Clock:
         return self.now
 
 
-def test_the_service_sink_refuses_a_job_cancelled_while_the_cycle_ran(tmp_path):
+@pytest.mark.parametrize("kind", STORE_PARAMS)
+def test_the_service_sink_refuses_a_job_cancelled_while_the_cycle_ran(kind, tmp_path):
     clock = Clock()
-    settings, store, backends, make = _loop(tmp_path, clock)
+    settings, store, backends, make = _loop(kind, tmp_path, clock)
     _, new = prepare(job_file("A", "s", [job("x", duration="1h"), job("y", duration="1h")]), settings)
     first, second = [s.id for s in store.submit("A", "s", "alice", new, now=clock.now)]
     loop = make()
@@ -109,9 +109,10 @@ def test_the_service_sink_refuses_a_job_cancelled_while_the_cycle_ran(tmp_path):
     store.close()
 
 
-def test_a_crash_between_record_and_hand_over_leaves_leases_that_expire(tmp_path, monkeypatch):
+@pytest.mark.parametrize("kind", STORE_PARAMS)
+def test_a_crash_between_record_and_hand_over_leaves_leases_that_expire(kind, tmp_path, monkeypatch):
     clock = Clock()
-    settings, store, backends, make = _loop(tmp_path, clock)
+    settings, store, backends, make = _loop(kind, tmp_path, clock)
     _, new = prepare(job_file("A", "s", [job("x", duration="1h")]), settings)
     (job_id,) = [s.id for s in store.submit("A", "s", "alice", new, now=clock.now)]
 
