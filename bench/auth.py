@@ -2,7 +2,7 @@
 
 Builds an :class:`Authenticator` with ``--tokens`` static tokens and OIDC
 settings whose JWKS a loopback server serves (the test's identity provider,
-``tests/test_auth_oidc.py``), then times ``--repeat`` verifications of each
+``tests/service/test_auth_oidc.py``), then times ``--repeat`` verifications of each
 kind of token, the OIDC ones carrying ``--groups`` groups. The keys are
 fetched once before timing, as a running server holds them. A benchmark,
 not a test: it asserts nothing.

@@ -33,11 +33,9 @@ second counts from the first bind to the last.
 
 from __future__ import annotations
 
-import argparse
 import json
 import os
 import sys
-import tempfile
 import time
 from collections import Counter, defaultdict
 from concurrent.futures import ThreadPoolExecutor
@@ -46,6 +44,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
+import kwok_common  # noqa: E402
 import kwok_throughput  # noqa: E402
 from kwok_throughput import (NAMESPACE, CpuMeter, RecorderProcess, cpu_seconds, delete_all,  # noqa: E402
                              start_kube_scheduler, stop_process)
@@ -55,7 +54,6 @@ from flotilla.core.model import Job  # noqa: E402
 from flotilla.core.podrules import parse_pod_rules  # noqa: E402
 from flotilla.kubernetes.client import ApiError, KubeError  # noqa: E402
 from flotilla.kubernetes.pods import PodSettings, pod_manifest  # noqa: E402
-from flotilla.kwok import cluster as kwok  # noqa: E402
 
 HOSTNAME = "kubernetes.io/hostname"
 CONTAINER = {"name": "c", "image": "registry.k8s.io/pause:3.10",
@@ -177,41 +175,20 @@ def run_flotilla(cluster, client, recorder, jobs, by_job, queues: int, workers: 
 
 
 def main(argv=None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser = kwok_common.parser(__doc__, "flbench", timeout=1800)
     parser.add_argument("--rule", choices=("anti-affinity", "spread"), required=True)
-    parser.add_argument("--nodes", type=int, default=1000)
-    parser.add_argument("--jobs", type=int, default=5000)
     parser.add_argument("--apps", type=int, default=10)
-    parser.add_argument("--queues", type=int, default=10)
-    parser.add_argument("--workers", type=int, default=32)
-    parser.add_argument("--period", type=float, default=1.0, help="Flotilla's cycle period, seconds")
-    parser.add_argument("--timeout", type=float, default=1800)
-    parser.add_argument("--name", default=f"flbench-{os.getpid()}")
-    parser.add_argument("--keep", action="store_true", help="leave the fake cluster running")
-    parser.add_argument("--skip-kube-scheduler", action="store_true")
-    parser.add_argument("--skip-flotilla", action="store_true")
-    parser.add_argument("--json", help="write the figures here too")
     args = parser.parse_args(argv)
 
-    bin_dir = kwok.find_bin_dir()
     shapes = templates(args.rule, args.apps)
     jobs, by_job = jobs_for(args.jobs, args.queues, args.rule, shapes)
-    template = Path(tempfile.mkdtemp(prefix="flotilla-bench-")) / "node.yaml"
-    template.write_text("namePrefix: node\nresources: {cpu: 32, memory: 128Gi, pods: 110}\n")
-    kubeconfig = str(template.parent / "kubeconfig")
-    print(f"starting fake cluster {args.name} with {args.nodes} nodes ...", file=sys.stderr)
-    cluster = kwok.up(args.name, args.nodes, template, kubeconfig=kubeconfig, bin_dir=bin_dir, timeout=300)
+    bench = kwok_common.start(args)
+    cluster, bin_dir = bench.cluster, bench.bin_dir
     results: dict = {"rule": args.rule, "nodes": args.nodes, "jobs": args.jobs, "apps": args.apps,
                      "cpus": os.cpu_count()}
     client = cluster.client(pool_size=args.workers + 8)
     recorder = None
     try:
-        try:
-            client.post("/api/v1/namespaces", {"apiVersion": "v1", "kind": "Namespace",
-                                               "metadata": {"name": NAMESPACE}})
-        except ApiError as exc:
-            if exc.status != 409:
-                raise
         recorder = RecorderProcess(cluster, NAMESPACE)
         if not args.skip_kube_scheduler:
             results["kubeScheduler"] = run_kube_scheduler(cluster, bin_dir, client, recorder, jobs, by_job,
@@ -226,8 +203,7 @@ def main(argv=None) -> int:
         if recorder is not None:
             recorder.close()
         client.close()
-        if not args.keep:
-            kwok.down(args.name, kubeconfig=kubeconfig, bin_dir=bin_dir)
+        bench.down()
     for who in ("kubeScheduler", "flotilla"):
         if who in results:
             r = results[who]

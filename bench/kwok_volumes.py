@@ -17,7 +17,12 @@ recorder of ``bench/kwok_throughput.py``) times every pod's first bind.
   claim is bound.
 
 Between the runs every pod, claim and PV is deleted and made again, so both start
-from the same free volumes. kube-controller-manager's client limits are raised
+from the same free volumes, once the PV controller has made every PV ``Available``.
+Flotilla's run also marks each job's steps (:class:`Phases`: its decision, its
+volume write, the PV controller's binding, seeing it, the pod) and prints where
+the time went (``phases``). Each half may take ``--timeout`` seconds (an hour:
+the PV controller binds one claim at a time, and on a loaded machine 5,000 take
+over half an hour). kube-controller-manager's client limits are raised
 (1,000 QPS): at its default 20 QPS the PV controller binds a few claims a second
 whichever scheduler asks. Pods bound per second counts from the first bind to
 the last.
@@ -28,7 +33,6 @@ the last.
 
 from __future__ import annotations
 
-import argparse
 import json
 import os
 import sys
@@ -40,6 +44,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
+import kwok_common  # noqa: E402
 from kwok_throughput import (NAMESPACE, CpuMeter, RecorderProcess, cpu_seconds, start_kube_scheduler,  # noqa: E402
                              stop_process)
 
@@ -94,6 +99,22 @@ def make_volumes(client: KubeClient, nodes: int, per_node: int, jobs: int, worke
         list(pool.map(pv, [(n, k) for n in range(1, nodes + 1) for k in range(per_node)]))
         list(pool.map(claim, range(jobs)))
     print(f"  {nodes * per_node} PVs and {jobs} claims made in {time.monotonic() - started:.1f}s", file=sys.stderr)
+
+
+def wait_available(cluster, client: KubeClient, count: int, timeout: float = 900) -> None:
+    """Wait until the PV controller has made all ``count`` PVs ``Available`` (kube-scheduler's VolumeBinding takes
+    no other): both runs start from volumes the controller has seen. A kube-controller-manager that exited (on a
+    loaded machine it can give up waiting for the API server at its start) is started again."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if kwok.component_pid(cluster.name, "kube-controller-manager") is None:
+            print("  kube-controller-manager not running: starting it again", file=sys.stderr)
+            kwok.start_component(cluster.name, "kube-controller-manager")
+        phases = [pv["status"].get("phase") for pv in client.get(PVS)["items"]]
+        if sum(phase == "Available" for phase in phases) >= count:
+            return
+        time.sleep(2.0)
+    raise SystemExit(f"kwok_volumes: the PV controller did not make {count} PVs Available within {timeout:g}s")
 
 
 def delete_everything(client: KubeClient, recorder, workers: int) -> None:
@@ -308,58 +329,37 @@ clusters:
 
 
 def main(argv=None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--nodes", type=int, default=1000)
-    parser.add_argument("--jobs", type=int, default=5000)
+    parser = kwok_common.parser(__doc__, "flvol", timeout=3600)
     parser.add_argument("--pvs-per-node", type=int, default=5)
-    parser.add_argument("--queues", type=int, default=10)
-    parser.add_argument("--workers", type=int, default=32)
-    parser.add_argument("--period", type=float, default=1.0, help="Flotilla's cycle period, seconds")
-    parser.add_argument("--timeout", type=float, default=900)
-    parser.add_argument("--name", default=f"flvol-{os.getpid()}")
-    parser.add_argument("--keep", action="store_true", help="leave the fake cluster running")
-    parser.add_argument("--json", help="write the figures here too")
-    parser.add_argument("--skip-kube-scheduler", action="store_true")
-    parser.add_argument("--skip-flotilla", action="store_true")
     args = parser.parse_args(argv)
 
-    bin_dir = kwok.find_bin_dir()
-    node_template = Path(tempfile.mkdtemp(prefix="flotilla-bench-")) / "node.yaml"
-    node_template.write_text("namePrefix: node\nresources: {cpu: 32, memory: 128Gi, pods: 110}\n")
-    kubeconfig = str(node_template.parent / "kubeconfig")
-    print(f"starting fake cluster {args.name} with {args.nodes} nodes ...", file=sys.stderr)
     # The PV controller's client limits raised (its default 20 QPS would bind a few claims a second for either
     # scheduler): the schedulers are measured, not the controller's rate limit.
-    cluster = kwok.up(args.name, args.nodes, node_template, kubeconfig=kubeconfig, bin_dir=bin_dir, timeout=300,
-                      controllers=("persistentvolume-binder",),
-                      extra_args=["kube-controller-manager=kube-api-qps=1000",
-                                  "kube-controller-manager=kube-api-burst=2000"])
+    bench = kwok_common.start(args, controllers=("persistentvolume-binder",),
+                              extra_args=["kube-controller-manager=kube-api-qps=1000",
+                                          "kube-controller-manager=kube-api-burst=2000"])
+    cluster, bin_dir = bench.cluster, bench.bin_dir
     client = cluster.client(pool_size=args.workers + 8)
     results = {"nodes": args.nodes, "jobs": args.jobs, "pvsPerNode": args.pvs_per_node, "cpus": os.cpu_count()}
     try:
-        try:
-            client.post("/api/v1/namespaces", {"apiVersion": "v1", "kind": "Namespace",
-                                               "metadata": {"name": NAMESPACE}})
-        except ApiError as exc:
-            if exc.status != 409:
-                raise
         recorder = RecorderProcess(cluster, NAMESPACE)
         if not args.skip_kube_scheduler:
             make_volumes(client, args.nodes, args.pvs_per_node, args.jobs, args.workers)
+            wait_available(cluster, client, args.nodes * args.pvs_per_node)
             results["kubeScheduler"] = run_kube_scheduler(cluster, bin_dir, client, recorder, args.jobs,
                                                           args.workers, args.timeout)
             print(json.dumps(results["kubeScheduler"]), file=sys.stderr)
             delete_everything(client, recorder, args.workers)
         if not args.skip_flotilla:
             make_volumes(client, args.nodes, args.pvs_per_node, args.jobs, args.workers)
+            wait_available(cluster, client, args.nodes * args.pvs_per_node)
             results["flotilla"] = run_flotilla(cluster, recorder, args.jobs, args.queues, args.workers,
                                                args.period, args.timeout)
             print(json.dumps(results["flotilla"]), file=sys.stderr)
         recorder.close()
     finally:
         client.close()
-        if not args.keep:
-            kwok.down(args.name, kubeconfig=kubeconfig, bin_dir=bin_dir)
+        bench.down()
     f, k = results.get("flotilla", {}), results.get("kubeScheduler", {})
     print(f"\n{args.jobs} pods with WaitForFirstConsumer claims, {args.pvs_per_node} local PVs per node, "
           f"{args.nodes} KWOK nodes ({os.cpu_count()} cores, one API server)")

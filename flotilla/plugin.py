@@ -289,7 +289,7 @@ def find_node(session: ActionSession, job: Job, types: Sequence[int], queue: Que
 
 def wait_reason(session: ActionSession, job: Job, reason: Reason | str) -> None:
     """Record why ``job`` waits: the reason ``schedule-once``, the API and the dashboard show for it, unless a
-    later action places it or records another. A :class:`Reason` keeps its code (a refusal's ``reason``, say);
+    later action places it or records another. A :class:`Reason` keeps its code (a refusal's ``why``, say);
     words count as ``other``."""
     session.failures[job.id] = reason if reason.__class__ is Reason else str(reason)  # type: ignore[attr-defined]
 

@@ -3,7 +3,7 @@ API from the OpenAPI schema the app serves, the metrics from the metrics module'
 
 Each function returns one page's Markdown, so a new option, command, route or metric appears in the docs with no
 one writing it. ``docs/gen/pages.py`` writes them during ``mkdocs build`` (mkdocs-gen-files);
-``tests/test_docs_site.py`` checks them against the code they are read from.
+``tests/docs/test_docs_site.py`` checks them against the code they are read from.
 """
 
 from __future__ import annotations

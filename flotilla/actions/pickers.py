@@ -117,6 +117,11 @@ class TreePicker:
         self.version: dict[str, int] = {}
         self.head: dict[str, tuple[object, object, tuple]] = {}
         self.leaf: dict[str, str] = {}
+        #: The policy's callable and its guard taken apart, as in :class:`FlatPicker`: a key is asked per queue
+        #: on the path of every unit placed, so the guard's checks are made here, a finite float from a policy
+        #: whose keys are floats needing none.
+        self.raw, self.failed, self.check = inline(session.queue_order_fns[0])
+        self.floats = getattr(self.check, "floats", None)
 
     def offer(self, queue: QueueState, unit, units, vec) -> None:
         self.head[queue.name] = (unit, units, vec)
@@ -147,7 +152,7 @@ class TreePicker:
     def _refile(self, queue: QueueState) -> None:
         """Recompute the keys from ``queue`` up to the root, filing each in its parent's heap."""
         session = self.session
-        key = session.queue_order_fns[0]
+        raw, failed_with, check, floats = self.raw, self.failed, self.check, self.floats
         failed = session.failed_queues
         for node in queue.chain:
             name = node.name
@@ -161,11 +166,26 @@ class TreePicker:
                 continue  # withdrawn: its stale entries are skipped; the parent recomputes without it
             reason = failed.get(name) if failed else None
             if reason is None:
+                # The guard's work, inline (FlatPicker.offer): one call to the policy per queue on the path.
                 try:
-                    node_key = key(node, self.head[leaf][2])
-                except PluginFailed as failure:
+                    node_key = raw(node, self.head[leaf][2])
+                except Exception as exc:
+                    if failed_with is not None:
+                        failure = failed_with(exc, node)
+                    elif isinstance(exc, PluginFailed):   # the core's own key (not guarded) raises it as it is
+                        failure = exc
+                    else:
+                        raise
                     session.plugin_failed(failure)
                     reason = failure.why
+                else:
+                    if failed_with is not None and not (floats and node_key.__class__ is float
+                                                        and node_key - node_key == 0):
+                        problem = check(node_key)
+                        if problem is not None:
+                            failure = failed_with(problem, node)
+                            session.plugin_failed(failure)
+                            reason = failure.why
             if reason is not None:
                 # Its key failed (now or earlier): withdrawn, and the leaf that offered through it with it.
                 session.fail_queue(leaf, reason)

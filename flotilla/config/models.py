@@ -67,9 +67,10 @@ def _quantities(value: Any) -> dict[str, int]:
 
 
 #: ``30s``, ``5m``, ``2h``, ``3d`` or a number, as float seconds.
-Duration = Annotated[float, BeforeValidator(_duration)]
+Duration = Annotated[float, BeforeValidator(_duration, json_schema_input_type=Union[float, str])]
 #: ``{cpu: 500m, memory: 64Mi}`` as exact integers (millicores for cpu, base units otherwise).
-Quantities = Annotated[dict[str, int], BeforeValidator(_quantities)]
+Quantities = Annotated[dict[str, int],
+                       BeforeValidator(_quantities, json_schema_input_type=dict[str, Union[float, str]])]
 
 
 def _requests(value: Any) -> dict[str, int]:
@@ -81,7 +82,8 @@ def _requests(value: Any) -> dict[str, int]:
 
 
 #: A job's requests: quantities, never ``pods`` (Kubernetes refuses it in a container's resources too).
-Requests = Annotated[dict[str, int], BeforeValidator(_requests)]
+Requests = Annotated[dict[str, int],
+                     BeforeValidator(_requests, json_schema_input_type=dict[str, Union[float, str]])]
 #: A name users refer to elsewhere (queue, class, cluster, node): never empty.
 Name = Annotated[str, Field(min_length=1)]
 
@@ -500,7 +502,8 @@ class StreamsConfig(Model):
 class ServerConfig(Model):
     listen: str = "127.0.0.1:8080"
     #: Largest request body, in bytes (``16Mi``); larger ones are answered 413 before they are read.
-    max_body_size: Annotated[int, BeforeValidator(lambda v: parse_quantity(v, "memory"))] = Field(
+    max_body_size: Annotated[int, BeforeValidator(lambda v: parse_quantity(v, "memory"),
+                                                  json_schema_input_type=Union[int, str])] = Field(
         16 * 1024 * 1024, ge=1024, le=1024**3, alias="maxBodySize")
     #: Most jobs in one submission; more are answered 413.
     max_jobs_per_submission: int = Field(10_000, ge=1, le=1_000_000, alias="maxJobsPerSubmission")
@@ -648,7 +651,8 @@ class PlacementRuleConfig(Model):
 class FlotillaConfig(Model):
     """The whole scheduler config; ``config.source`` reports later problems at their line in the file."""
 
-    actions: list[Annotated[ActionConfig, BeforeValidator(_action_entry)]] = Field(
+    actions: list[Annotated[ActionConfig,
+                            BeforeValidator(_action_entry, json_schema_input_type=Union[str, ActionConfig])]] = Field(
         default_factory=lambda: [ActionConfig(name=name) for name in KNOWN_ACTIONS])
     plugins: list[PluginConfig] = Field(default_factory=_default_plugins)
     priority_classes: list[PriorityClassConfig] = Field(default_factory=_default_classes, alias="priorityClasses")

@@ -30,7 +30,7 @@ already work that way). Ties in job order (same priority and submission
 time) go to the job first seen, which is the snapshot order when the
 producer appends new jobs at the end.
 
-``tests/test_cycle_state.py`` runs cycles with random changes and compares,
+``tests/core/test_cycle_state.py`` runs cycles with random changes and compares,
 after every one, this state and its decisions with a fresh rebuild.
 """
 

@@ -1,7 +1,7 @@
 """``docs/plugins-reference.md``, generated from the declarations (:mod:`flotilla.core.extensions`, the hookspecs).
 
 ``python -m flotilla.core.reference > docs/plugins-reference.md`` (what
-``scripts/plugins-reference`` runs) writes it; ``tests/test_docs.py``
+``scripts/plugins-reference`` runs) writes it; ``tests/docs/test_docs.py``
 checks that the file is what this module renders, so the reference cannot
 drift from the code.
 """

@@ -1,7 +1,7 @@
 """Kubernetes clusters behind the cluster-backend protocol.
 
 * :mod:`flotilla.kubernetes.backend`: :class:`KubernetesCluster`, one cluster
-  (informers, pod writes, job events);
+  (informers, pod writes, job events), a package of one module per part;
 * :mod:`flotilla.kubernetes.pods`: jobs as pods and back (labels, annotations);
 * :mod:`flotilla.kubernetes.client`: JSON over the official client's connection pool;
 * :mod:`flotilla.kubernetes.runner`: a scheduler loop with jobs in memory.

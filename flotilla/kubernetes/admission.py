@@ -30,9 +30,17 @@ active (its pods seen within ``OTHER_SCHEDULER_PERIOD``), each bind first
 reads the API server afresh (a consistent list, not the watch): the pods on
 the node and the pods waiting for other schedulers. The check then counts the
 larger of the two views of the node (:func:`fresh_use`) and every waiting pod
-either view shows (:func:`waits_for_node`). What is left open is a pod created
-after that read and placed by the other scheduler before its cache shows
-Flotilla's bind: Flotilla cannot see it in time (docs/kubernetes.md).
+either view shows (:func:`waits_for_node`). Until another scheduler has been
+seen (at start-up, and once ``OTHER_SCHEDULER_PERIOD`` has passed without
+one), the watch alone cannot say none is there: its pods may be created, and
+even placed, before the watch shows them. So the first bind of each cycle of
+starts makes one consistent read of the pods waiting for other schedulers
+(:class:`SchedulerPresence`), and the binds of that cycle wait for it: one
+read per cycle on a cluster where Flotilla is alone, not one per bind. If it
+shows one undecided, the other scheduler is active and every bind reads
+afresh as above. What is left open is a pod created after that read and
+placed by the other scheduler before its cache shows Flotilla's bind:
+Flotilla cannot see it in time (docs/kubernetes.md gives how often).
 
 The kubelet checks again when the pod arrives (``pkg/kubelet/lifecycle/
 predicate.go``): a pod it does not admit ends ``Failed`` at once with the
@@ -48,7 +56,8 @@ reason}`` metric, with a reason label from a bounded set
 
 from __future__ import annotations
 
-from typing import Iterable, Mapping
+import threading
+from typing import Callable, Iterable, Mapping
 
 #: The kubelet's admission reasons (predicate.go) that send the job back to its queue. ``OutOf<resource>``
 #: (``OutOfcpu``, ``OutOfmemory``, ``OutOfpods``, ``OutOfephemeral-storage``, an extended resource's) is matched
@@ -110,16 +119,67 @@ TOO_MANY_PODS = "Too many pods"
 OTHER_SCHEDULER_PERIOD = 300.0
 
 
-def waits_for_node(pod: Mapping, labels: Mapping[str, str], scheduler_name: str) -> bool:
-    """Whether ``pod``, read afresh, is another scheduler's undecided pod (:func:`undecided_elsewhere`) that may take
-    room on a node of ``labels`` (its nodeSelector matches; no node yet; not deleted; Pending)."""
+def waiting_elsewhere(pod: Mapping, scheduler_name: str) -> bool:
+    """Whether ``pod``, read afresh, is another scheduler's undecided pod (:func:`undecided_elsewhere`) still to be
+    placed (no node yet; not deleted; Pending)."""
     spec = pod.get("spec") or {}
     if spec.get("nodeName") or (pod.get("metadata") or {}).get("deletionTimestamp") \
             or (pod.get("status") or {}).get("phase", "Pending") != "Pending":
         return False
-    if any(labels.get(k) != v for k, v in (spec.get("nodeSelector") or {}).items()):
-        return False
     return undecided_elsewhere(pod, scheduler_name)
+
+
+def waits_for_node(pod: Mapping, labels: Mapping[str, str], scheduler_name: str) -> bool:
+    """Whether ``pod``, read afresh, waits elsewhere (:func:`waiting_elsewhere`) and may take room on a node of
+    ``labels`` (its nodeSelector matches)."""
+    if any(labels.get(k) != v for k, v in ((pod.get("spec") or {}).get("nodeSelector") or {}).items()):
+        return False
+    return waiting_elsewhere(pod, scheduler_name)
+
+
+class SchedulerPresence:
+    """Whether another scheduler is active, for the binds' fresh reads (module docstring): one of its pods seen
+    waiting within ``OTHER_SCHEDULER_PERIOD`` (:meth:`seen`, from the watch), or else found by this cycle's one
+    consistent read of the pods waiting for other schedulers (:meth:`active`; :meth:`new_cycle` starts a cycle of
+    starts). Until a read says none waits, binds do not go: the first of a cycle reads, the others wait for it."""
+
+    def __init__(self, clock: Callable[[], float], scheduler_name: str):
+        self.clock = clock
+        self.scheduler_name = scheduler_name
+        self.seen_at: float | None = None   # when the watch, or a read, last showed another scheduler's pod waiting
+        self.cycle = 0
+        self.probed = -1                    # the cycle whose read is done
+        self.reads = 0
+        self._lock = threading.Lock()
+
+    def seen(self, at: float) -> None:
+        self.seen_at = at
+
+    def new_cycle(self) -> None:
+        self.cycle += 1
+
+    def recent(self) -> bool:
+        seen = self.seen_at
+        return seen is not None and self.clock() - seen <= OTHER_SCHEDULER_PERIOD
+
+    def active(self, read_waiting: Callable[[], list[dict] | None]) -> bool:
+        """Whether another scheduler is active, reading the pods waiting for other schedulers (``read_waiting``:
+        a consistent list, None when it failed) once per cycle while none has been seen recently."""
+        if self.recent():
+            return True
+        with self._lock:
+            if self.recent():
+                return True
+            if self.probed == self.cycle:
+                return False
+            cycle = self.cycle
+            waiting = read_waiting()
+            self.reads += 1
+            self.probed = cycle
+            if waiting is not None and any(waiting_elsewhere(pod, self.scheduler_name) for pod in waiting):
+                self.seen_at = self.clock()
+                return True
+            return False
 
 
 def fresh_use(live: Iterable[tuple[str | None, Mapping[str, int]]],
@@ -156,5 +216,6 @@ def shortfall(requests: Mapping[str, int], load: Mapping[str, int], allocatable:
     return None
 
 
-__all__ = ["ADMISSION_REASONS", "OTHER", "OTHER_SCHEDULER_PERIOD", "TOO_MANY_PODS", "UNDECIDED_WINDOW", "ARRIVALS_PERIOD",
-           "admission_rejection", "fresh_use", "returned_label", "shortfall", "undecided_elsewhere", "waits_for_node"]
+__all__ = ["ADMISSION_REASONS", "OTHER", "OTHER_SCHEDULER_PERIOD", "TOO_MANY_PODS", "UNDECIDED_WINDOW",
+           "ARRIVALS_PERIOD", "SchedulerPresence", "admission_rejection", "fresh_use", "returned_label", "shortfall",
+           "undecided_elsewhere", "waiting_elsewhere", "waits_for_node"]

@@ -5,7 +5,7 @@ The service reads and checks submitted podSpecs as the API server would
 pods others create (their labels and the ``Arrival`` of one), ranks the
 clusters' PriorityClasses beside its own, and reads a job's pod log through
 a cluster's API server. Those names are here, and only here:
-``tests/test_core_imports.py`` refuses a ``flotilla.service`` module that
+``tests/core/test_core_imports.py`` refuses a ``flotilla.service`` module that
 imports any other module of ``flotilla.kubernetes``, so the backend's
 insides (informers, writes, held starts, conditions) can change without the
 service noticing. Everything the backend offers the service at run time

@@ -18,6 +18,7 @@ Errors go to stderr, one line each; stdout carries only the output.
 from __future__ import annotations
 
 import json
+import os
 import sys
 from typing import Any, Iterable
 
@@ -201,6 +202,9 @@ def _read_job_file(path: str) -> dict:
         raise CommandError(f"{path}: not valid YAML: {exc}", EXIT_USAGE) from None
     if not isinstance(data, dict):
         raise CommandError(f"{path}: expected a job file (queue, jobSetId, jobs)", EXIT_USAGE)
+    if "queue" not in data and os.environ.get("FLOTILLA_QUEUE"):
+        # kubectl flotilla sets it from the current namespace's flotilla.io/queue label (flotilla.kubectl_plugin).
+        data = {"queue": os.environ["FLOTILLA_QUEUE"], **data}
     return data
 
 

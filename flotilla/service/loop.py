@@ -407,7 +407,7 @@ class ServiceLoop:
         Jobs unchanged since the last cycle are the objects of the last
         snapshot, and so are the lists when nothing in them changed. The
         result equals one built from scratch from the store (same jobs, same
-        fields; ``tests/test_service_snapshot.py``).
+        fields; ``tests/service/test_service_snapshot.py``).
         """
         self.queued.sync()
         queue_specs = self.store.list_queues()

@@ -32,7 +32,9 @@ def test_jobs_go_to_the_first_node_that_takes_them(flotilla_cycle):
     result = flotilla_cycle(STATE, config=config())
     # a-1 and a-2 fill node-1 to 1 cpu; a-3 skips the tainted node-2; b-1 takes node-1's last cpu.
     assert result.scheduled == {"a-1": "node-1", "a-2": "node-1", "a-3": "node-3", "b-1": "node-1"}
-    assert result.queued == {"a-4": "firstfit: node node-3: Insufficient cpu"}
+    assert result.queued == {"a-4": "node node-3: Insufficient cpu"}
+    # The refusal's why is what it waits with: its code is kept (words alone would count as other).
+    assert result.codes == {"a-4": "insufficient_resources"}
 
 
 def test_only_the_queues_named_and_at_most_max_jobs(flotilla_cycle):

@@ -38,7 +38,11 @@ runs (so it tears their networks down), kubelet, controller manager,
 leftover containers, containerd, the cluster, then every mount under the
 directory (deepest first), the bridge, the CNI's NAT chains and the cgroups.
 Only processes whose pids this module recorded are signalled, and only while
-they still run the command line recorded with the pid.
+they still run the command line recorded with the pid, and besides them any
+other kubelet or containerd whose command line names a path in the state
+directory (:func:`_strays`): one started there by another checkout, whose
+pid file a later start overwrote, would otherwise outlive ``stop`` and hold
+the node's name, ports and mounts.
 
 Every phase of a start is timed; the figures go to ``timings.json`` in the
 directory (``bench/realnode.py`` reports them).
@@ -258,11 +262,42 @@ def _end(rn: RealNode, component: str, timeout: float = 15.0) -> bool:
              "left running")
     rn.pid_file(component).unlink(missing_ok=True)
     rn.argv_file(component).unlink(missing_ok=True)
-    if pid is None:
-        return False
     from flotilla.kwok.cluster import stop_process
+    strays = [other for other in _strays(rn, component) if other != pid] if component in STRAYS else []
+    for other in strays:
+        _say(f"{component}: pid {other} runs from {rn.dir} without its pid file there; stopping it too")
+        stop_process(other, signal.SIGTERM, timeout)
+    if pid is None:
+        return bool(strays)
     stop_process(pid, signal.SIGTERM, timeout)
     return True
+
+
+#: The components stopped wherever they run from the state directory, pid file or not (:func:`_strays`).
+STRAYS = ("kubelet", "containerd")
+
+
+def _strays(rn: RealNode, component: str) -> list[int]:
+    """The live processes of ``component`` (its binary's name) whose command line names the state directory or a
+    path in it (``--root-dir DIR/kubelet``, ``--config=DIR/config/containerd.toml``), by pid, this one excepted."""
+    from flotilla.kwok.cluster import process_argv
+
+    root = str(rn.dir).rstrip("/")
+    found = []
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit() or int(entry.name) == os.getpid():
+            continue
+        pid = int(entry.name)
+        argv = process_argv(pid)
+        if not argv or Path(argv[0]).name != component:
+            continue
+        for arg in argv[1:]:
+            value = arg.split("=", 1)[1] if arg.startswith("-") and "=" in arg else arg
+            if value == root or value.startswith(root + "/"):
+                if _alive(pid):
+                    found.append(pid)
+                break
+    return sorted(found)
 
 
 def _run(argv: list[str], timeout: float = 120, check: bool = True) -> subprocess.CompletedProcess:

@@ -41,15 +41,21 @@ app.kubernetes.io/instance: {{ .root.Release.Name }}
 app.kubernetes.io/part-of: flotilla
 {{- end -}}
 
-{{/* The args and env every role's container shares; call with (dict "root" $ "role" "api"). */}}
+{{/* The args and env every role's container shares; call with (dict "root" $ "role" "api").
+The standalone role (`serve --role all`) keeps its SQLite store on the claim mounted at /var/lib/flotilla. */}}
 {{- define "flotilla.container" -}}
 image: {{ include "flotilla.image" .root }}
 imagePullPolicy: {{ .root.Values.image.pullPolicy }}
+{{- if eq .role "all" }}
+args: [serve, --role, all, --config, /etc/flotilla/config/config.yaml, --store, "sqlite:////var/lib/flotilla/flotilla.db"]
+env:
+{{- else }}
 args: [serve, --role, {{ .role }}, --config, /etc/flotilla/config/config.yaml, --store, $(FLOTILLA_STORE_URL)]
 env:
   - name: FLOTILLA_STORE_URL
     valueFrom:
       secretKeyRef: {name: {{ .root.Values.store.secret.name }}, key: {{ .root.Values.store.secret.key }}}
+{{- end }}
   - name: POD_NAME
     valueFrom:
       fieldRef: {fieldPath: metadata.name}
@@ -88,6 +94,50 @@ tolerations:
 {{- end }}
 {{- with .affinity }}
 affinity:
+  {{- toYaml . | nindent 2 }}
+{{- end }}
+{{- end -}}
+
+{{/* The config as the ConfigMap holds it: with releaseNamespace, the release's namespace added to every queue's
+namespaces and given to in-cluster clusters that name no namespace. */}}
+{{- define "flotilla.config" -}}
+{{- $config := deepCopy .Values.config -}}
+{{- if .Values.releaseNamespace -}}
+{{- $queues := list -}}
+{{- range $config.queues -}}
+{{- $namespaces := default list .namespaces -}}
+{{- if not (has $.Release.Namespace $namespaces) -}}
+{{- $namespaces = append $namespaces $.Release.Namespace -}}
+{{- end -}}
+{{- $queues = append $queues (set (deepCopy .) "namespaces" $namespaces) -}}
+{{- end -}}
+{{- if $config.queues -}}
+{{- $_ := set $config "queues" $queues -}}
+{{- end -}}
+{{- $clusters := list -}}
+{{- range $config.clusters -}}
+{{- if and .inCluster (not .namespace) -}}
+{{- $clusters = append $clusters (set (deepCopy .) "namespace" $.Release.Namespace) -}}
+{{- else -}}
+{{- $clusters = append $clusters . -}}
+{{- end -}}
+{{- end -}}
+{{- if $config.clusters -}}
+{{- $_ := set $config "clusters" $clusters -}}
+{{- end -}}
+{{- end -}}
+{{- toYaml $config -}}
+{{- end -}}
+
+{{/* The pod-level fields every Flotilla pod shares: service account, pull secrets, security context. */}}
+{{- define "flotilla.podCommon" -}}
+serviceAccountName: {{ include "flotilla.serviceAccountName" . }}
+{{- with .Values.imagePullSecrets }}
+imagePullSecrets:
+  {{- toYaml . | nindent 2 }}
+{{- end }}
+{{- with .Values.podSecurityContext }}
+securityContext:
   {{- toYaml . | nindent 2 }}
 {{- end }}
 {{- end -}}

@@ -5,7 +5,8 @@ An action of the ``flotilla.actions`` entry-point group, written against
 queued jobs in job order and offers each to the nodes one by one through the
 placement primitive: the core places it on the first node every rule allows
 (taints, selector, queue limits, host ports, room, ...) and refuses the
-others. A job no node takes waits with the last refusal as its reason.
+others. A job no node takes waits with the last refusal's ``why`` as its reason
+(a :class:`Reason`: its code is what the metrics count).
 Gangs are left to ``allocate``, which places their members together.
 """
 
@@ -39,7 +40,7 @@ class FirstFit:
                     continue
                 types = session.clear(job)  # the job's rules once; a refusal here is for every node
                 if isinstance(types, Refused):
-                    wait_reason(session, job, f"firstfit: {types.reason}")
+                    wait_reason(session, job, types.why)  # its code kept
                     continue
                 last = None
                 for node in node_positions(session):
@@ -48,4 +49,4 @@ class FirstFit:
                         placed += 1
                         break
                 else:
-                    wait_reason(session, job, f"firstfit: {last.reason}" if last is not None else "firstfit: no nodes")
+                    wait_reason(session, job, last.why if last is not None else "firstfit: no nodes")

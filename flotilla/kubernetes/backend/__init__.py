@@ -1,0 +1,48 @@
+"""The Kubernetes cluster backend: one real (or KWOK) cluster behind the ClusterBackend protocol.
+
+:class:`KubernetesCluster` (:mod:`~flotilla.kubernetes.backend.cluster`) is
+the one public class: it owns the cluster's lock, its threads and pools, and
+composes the parts below, each a module named for what it holds. A part
+keeps its own state, called under the cluster's lock where it says so; it
+is handed what it needs (a client, a clock, values) and never calls back
+into the cluster, so each can be read, and tested, on its own.
+
+* :mod:`~flotilla.kubernetes.backend.cluster`: the facade: snapshots,
+  decisions applied, what a pod's phase means for its job, the platform's
+  failures (stuck pods, lost nodes), claims bound before a pod (its
+  docstring states the written rules of the whole);
+* :mod:`~flotilla.kubernetes.backend.informers`: the list-watch loop of each
+  kind, and whether the cluster can be read (``InformerHealth``);
+* :mod:`~flotilla.kubernetes.backend.podcache`: the pod informer's copy of
+  the pods, indexed per node (what a snapshot and a bind check read); the
+  one part the others share;
+* :mod:`~flotilla.kubernetes.backend.namespaces`: the namespaces' labels and
+  those being deleted;
+* :mod:`~flotilla.kubernetes.backend.writes`: the requests that create, bind
+  and delete pods and a job's services and ingresses, each refusal said as
+  what the job becomes;
+* :mod:`~flotilla.kubernetes.backend.bindguard`: the bind's own check, just
+  before each bind, and its verdict;
+* :mod:`~flotilla.kubernetes.backend.held`: the starts held for their node
+  until the room its leaving pods free is there;
+* :mod:`~flotilla.kubernetes.backend.reporting`: Flotilla's word on pods and
+  PodGroups, through a pool of its own;
+* :mod:`~flotilla.kubernetes.backend.victimlogs`: preempted pods' log tails,
+  read before their delete and kept for ``finishedPodRetention``;
+* :mod:`~flotilla.kubernetes.backend.config`: a ``kind: kubernetes`` config
+  entry as a :class:`KubernetesCluster` and its pod settings.
+
+The rules a part applies that are not about this cluster's state live beside
+this package in :mod:`flotilla.kubernetes` (admission, conditions, intake,
+podgroupstatus, priorityclasses, services, volumes, pods).
+"""
+
+from __future__ import annotations
+
+from flotilla.kubernetes.backend.cluster import (IMAGE_PULL_BACKOFFS, PLATFORM_FAILURES, KubernetesCluster,
+                                                 annotation_duration)
+from flotilla.kubernetes.backend.config import backend_from_config, pod_settings
+from flotilla.kubernetes.backend.writes import NamespaceMissing
+
+__all__ = ["IMAGE_PULL_BACKOFFS", "KubernetesCluster", "NamespaceMissing", "PLATFORM_FAILURES", "annotation_duration",
+           "backend_from_config", "pod_settings"]

@@ -1,0 +1,196 @@
+"""The core's imports, read from its source (ast, not import side effects): nothing above it, no cycles."""
+
+from __future__ import annotations
+
+import ast
+import sys
+from pathlib import Path
+
+CORE = Path(__file__).resolve().parents[2] / "flotilla" / "core"
+FORBIDDEN = ("flotilla.actions", "flotilla.plugins", "flotilla.service", "flotilla.kubernetes")
+
+
+def imports_of(path: Path) -> set[str]:
+    """Every module ``path`` imports, anywhere in it (also inside functions and TYPE_CHECKING blocks)."""
+    package = "flotilla.core"
+    found: set[str] = set()
+    for node in ast.walk(ast.parse(path.read_text(), str(path))):
+        if isinstance(node, ast.Import):
+            found.update(alias.name for alias in node.names)
+        elif isinstance(node, ast.ImportFrom):
+            if node.level:
+                base = package.rsplit(".", node.level - 1)[0] if node.level > 1 else package
+                module = f"{base}.{node.module}" if node.module else base
+            else:
+                module = node.module
+            found.add(module)
+            # ``from flotilla.core import hookspecs`` imports the module flotilla.core.hookspecs.
+            found.update(f"{module}.{alias.name}" for alias in node.names
+                         if (CORE.parent.parent / (f"{module}.{alias.name}".replace(".", "/") + ".py")).exists())
+    return found
+
+
+def core_graph() -> dict[str, set[str]]:
+    modules = {f"flotilla.core.{path.stem}": path for path in CORE.glob("*.py") if path.stem != "__init__"}
+    return {name: imports_of(path) for name, path in modules.items()}
+
+
+def under(module: str, package: str) -> bool:
+    return module == package or module.startswith(package + ".")
+
+
+def test_the_core_imports_no_action_plugin_service_or_backend():
+    graph = core_graph()
+    assert len(graph) > 10  # the glob found the core
+    offending = sorted((name, imported) for name, imported_set in graph.items() for imported in imported_set
+                       if any(under(imported, forbidden) for forbidden in FORBIDDEN))
+    assert offending == []
+
+
+def test_the_core_has_no_import_cycles():
+    graph = core_graph()
+    edges = {name: {m for m in imported if m in graph and m != name} for name, imported in graph.items()}
+    cycles = []
+    state: dict[str, int] = {}   # 1: on the current path, 2: done
+    path: list[str] = []
+
+    def visit(name: str) -> None:
+        state[name] = 1
+        path.append(name)
+        for nxt in sorted(edges[name]):
+            if state.get(nxt) == 1:
+                cycles.append(path[path.index(nxt):] + [nxt])
+            elif nxt not in state:
+                visit(nxt)
+        path.pop()
+        state[name] = 2
+
+    for name in sorted(edges):
+        if name not in state:
+            visit(name)
+    assert cycles == []
+
+
+def test_the_walk_sees_imports_inside_functions_and_type_checking_blocks(tmp_path):
+    module = tmp_path / "probe.py"
+    module.write_text("from typing import TYPE_CHECKING\nif TYPE_CHECKING:\n    from flotilla.actions import allocate\n"
+                      "def f():\n    import flotilla.service.api\n")
+    assert {"flotilla.actions", "flotilla.service.api"} <= imports_of(module)
+
+
+# -- across the whole package ------------------------------------------------------------------
+
+PACKAGE = CORE.parent
+
+
+def module_name(path: Path) -> str:
+    parts = path.relative_to(PACKAGE.parent).with_suffix("").parts
+    return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
+
+
+def from_imports(path: Path) -> list[tuple[int, str, str]]:
+    """``(line, module, name)`` of every ``from MODULE import NAME`` in ``path`` (relative ones resolved)."""
+    name = module_name(path)
+    package = name if path.name == "__init__.py" else name.rpartition(".")[0]
+    found = []
+    for node in ast.walk(ast.parse(path.read_text(), str(path))):
+        if isinstance(node, ast.ImportFrom):
+            module = node.module or ""
+            if node.level:
+                base = package.rsplit(".", node.level - 1)[0] if node.level > 1 else package
+                module = f"{base}.{module}" if module else base
+            found += [(node.lineno, module, alias.name) for alias in node.names]
+        elif isinstance(node, ast.Import):
+            found += [(node.lineno, alias.name, "") for alias in node.names]
+    return found
+
+
+def private(name: str) -> bool:
+    return name.startswith("_") and not name.startswith("__")
+
+
+def private_imports(path: Path) -> list[tuple[str, int, str]]:
+    """Private names (``_x``) ``path`` takes from another module, and private modules from outside their package."""
+    importer = module_name(path)
+    out = []
+    for line, module, name in from_imports(path):
+        if not module.startswith("flotilla"):
+            continue
+        if name and private(name) and module != importer:
+            out.append((importer, line, f"{module}.{name}"))
+        parts = module.split(".")
+        for depth, part in enumerate(parts):   # flotilla.client._sync: only for flotilla.client's own modules
+            if private(part) and not under(importer, ".".join(parts[:depth])):
+                out.append((importer, line, module))
+                break
+    return out
+
+
+def test_no_module_imports_a_private_name_of_another():
+    """A leading underscore is the module's own business: another module that needs it needs a public name."""
+    offending = [found for path in sorted(PACKAGE.rglob("*.py")) for found in private_imports(path)]
+    assert offending == []
+
+
+#: The one module of flotilla.kubernetes the service may import (its public surface).
+KUBERNETES_SURFACE = "flotilla.kubernetes.public"
+
+
+def test_the_service_imports_only_the_public_surface_of_the_kubernetes_package():
+    offending = sorted((module_name(path), line, module)
+                       for path in sorted((PACKAGE / "service").rglob("*.py"))
+                       for line, module, name in from_imports(path)
+                       if under(module, "flotilla.kubernetes")
+                       and not under(f"{module}.{name}" if module == "flotilla" else module, KUBERNETES_SURFACE)
+                       and not (module == "flotilla.kubernetes" and name == "public"))
+    assert offending == []
+
+
+def test_the_checks_see_private_names_private_modules_and_kubernetes_internals(tmp_path, monkeypatch):
+    package = tmp_path / "flotilla"
+    (package / "service").mkdir(parents=True)
+    probe = package / "service" / "probe.py"
+    probe.write_text("from flotilla.kwok.cluster import _kill\nfrom flotilla.client._sync import Client\n"
+                     "from flotilla.service.probe import _mine\ndef f():\n    from flotilla.kubernetes.backend import "
+                     "KubernetesCluster\n    from flotilla.kubernetes.public import KubeClient\n")
+    monkeypatch.setattr(sys.modules[__name__], "PACKAGE", package)
+    assert private_imports(probe) == [("flotilla.service.probe", 1, "flotilla.kwok.cluster._kill"),
+                                      ("flotilla.service.probe", 2, "flotilla.client._sync")]
+    assert [(m, n) for _, m, n in from_imports(probe) if under(m, "flotilla.kubernetes")] == [
+        ("flotilla.kubernetes.backend", "KubernetesCluster"), ("flotilla.kubernetes.public", "KubeClient")]
+
+
+#: The store's parts share these modules; no part imports a sibling (what takes two parts is the Store's).
+STORE_SHARED = ("flotilla.service.store.engine", "flotilla.service.store.records")
+
+
+def test_the_store_parts_import_no_sibling():
+    store = PACKAGE / "service" / "store"
+    parts = sorted(path for path in store.glob("*.py") if path.stem != "__init__")
+    assert {path.stem for path in parts} >= {"engine", "records", "queues", "jobs", "events", "intake", "leases"}
+    offending = sorted((module_name(path), line, module) for path in parts
+                       for line, module, name in from_imports(path)
+                       if (under(module, "flotilla.service.store") or (module, name) == ("flotilla.service", "store"))
+                       and (module not in STORE_SHARED or module_name(path) in STORE_SHARED))
+    assert offending == []
+
+
+#: The Kubernetes backend's parts share the pod cache; the facade (cluster.py) composes them, and only the package
+#: and the config factory import it (no part calls back into the cluster).
+BACKEND = "flotilla.kubernetes.backend"
+BACKEND_SHARED = (f"{BACKEND}.podcache",)
+BACKEND_FACADES = (f"{BACKEND}.cluster", f"{BACKEND}.config")
+
+
+def test_the_kubernetes_backend_parts_import_no_sibling_but_the_pod_cache():
+    backend = PACKAGE / "kubernetes" / "backend"
+    parts = sorted(path for path in backend.glob("*.py") if module_name(path) not in (BACKEND, *BACKEND_FACADES))
+    assert {path.stem for path in parts} >= {"podcache", "informers", "writes", "bindguard", "held", "reporting"}
+    offending = sorted((module_name(path), line, module) for path in parts
+                       for line, module, name in from_imports(path)
+                       if (under(module, BACKEND) or (module, name) == ("flotilla.kubernetes", "backend"))
+                       and module not in BACKEND_SHARED)
+    assert offending == []
+    importers_of_the_cluster = sorted({module_name(path) for path in sorted(PACKAGE.rglob("*.py"))
+                                       for _, module, _ in from_imports(path) if module == f"{BACKEND}.cluster"})
+    assert importers_of_the_cluster == [BACKEND, f"{BACKEND}.config"]

@@ -1,0 +1,153 @@
+"""The chart installed with ``helm install`` on the real node's cluster, its standalone pod running the image of
+``scripts/image`` on ``real-1``: from inside, with the chart's ServiceAccount (the API server authorizes with
+RBAC), it binds a pod made with kubectl (``schedulerName: flotilla``, the queue label) in the release's namespace,
+which runs to completion; ``flotilla`` from outside submits a job set, ``helm upgrade`` adds a queue while it runs,
+``flotilla queue list`` shows the queue and every job succeeds once; ``helm uninstall`` leaves no Flotilla object, pod or lease behind.
+
+What the node's cluster lacks is stood in for, and only that: it runs no Deployment controller and no
+kube-scheduler, so the test makes the standalone pod from the Deployment's own template, bound to ``real-1``; no
+ServiceAccount admission (KWOK turns it off) and no kube-proxy, so the pod gets a token of the chart's
+ServiceAccount (TokenRequest) at the usual path and reaches the API server on the host's loopback (host network,
+``KUBERNETES_SERVICE_HOST``), listening on a port of its own there; the SQLite store's claim is an emptyDir (the
+claim itself is tested with a local volume in test_realnode_volumes.py).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+from urllib.parse import urlparse
+
+import pytest
+import yaml
+
+from flotilla.kubernetes.client import ApiError, pod_path
+from tests.support.image import REPO, imported_image
+
+pytestmark = [pytest.mark.realnode, pytest.mark.image]
+
+CHART = REPO / "deploy" / "helm" / "flotilla"
+LISTEN_PORT = 18431
+
+
+def run(*args: str, tmp_path: Path, check: bool = True) -> subprocess.CompletedProcess:
+    env = {**os.environ, "HELM_CACHE_HOME": str(tmp_path / "helm-cache"),
+           "HELM_CONFIG_HOME": str(tmp_path / "helm-config"), "HELM_DATA_HOME": str(tmp_path / "helm-data")}
+    result = subprocess.run(list(args), capture_output=True, text=True, env=env, timeout=300)
+    if check:
+        assert result.returncode == 0, result.stdout + result.stderr
+    return result
+
+
+def flotilla(*args: str, tmp_path: Path):
+    """The CLI against the standalone pod's API, as the chart's example admin; its JSON answer."""
+    env = {**os.environ, "FLOTILLA_URL": f"http://127.0.0.1:{LISTEN_PORT}", "FLOTILLA_TOKEN": "admin-secret",
+           "HOME": str(tmp_path)}
+    result = subprocess.run([sys.executable, "-m", "flotilla.scheduler_main", *args], capture_output=True,
+                            text=True, env=env, timeout=120, cwd=REPO)
+    assert result.returncode == 0, result.stdout + result.stderr
+    return json.loads(result.stdout)
+
+
+def standalone_pod(deployment: dict, server: str) -> dict:
+    """The Deployment's pod, as its controller would make it, bound to real-1 (see the module's docstring)."""
+    template = deployment["spec"]["template"]
+    spec = template["spec"]
+    spec.update(nodeName="real-1", dnsPolicy="Default", hostNetwork=True)
+    (container,) = spec["containers"]
+    container["args"] += ["--listen", f"127.0.0.1:{LISTEN_PORT}"]
+    container["ports"] = [{"name": "http", "containerPort": LISTEN_PORT}]
+    container.pop("readinessProbe")
+    container.pop("livenessProbe")
+    host = urlparse(server)
+    container["env"] += [{"name": "KUBERNETES_SERVICE_HOST", "value": host.hostname},
+                         {"name": "KUBERNETES_SERVICE_PORT", "value": str(host.port)}]
+    container["volumeMounts"].append({"name": "token", "mountPath": "/var/run/secrets/kubernetes.io/serviceaccount",
+                                      "readOnly": True})
+    spec["volumes"] = [v for v in spec["volumes"] if v["name"] != "data"] + [
+        {"name": "data", "emptyDir": {}}, {"name": "token", "secret": {"secretName": "standalone-token"}}]
+    return {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "standalone", "labels":
+                                                            template["metadata"]["labels"]}, "spec": spec}
+
+
+def test_helm_install_runs_flotilla_on_real_1_and_uninstall_leaves_nothing(real_node, tmp_path):
+    image = imported_image(tmp_path / "flotilla.oci.tar")
+    bin_dir = real_node.bin_dir
+    helm, kubectl = str(bin_dir / "helm"), str(bin_dir / "kubectl")
+    client, namespace = real_node.client, real_node.namespace
+    kube = ("--kubeconfig", real_node.kubeconfig, "--kube-context", real_node.context, "--namespace", namespace)
+    name, tag = image.rsplit(":", 1)
+    run(helm, "install", "flt", str(CHART), *kube, "--set", f"image.repository={name}", "--set", f"image.tag={tag}",
+        "--set", "standalone.persistence.existingClaim=unused", tmp_path=tmp_path)
+    try:
+        deployment = client.get(f"/apis/apps/v1/namespaces/{namespace}/deployments/flt-flotilla")
+        config = yaml.safe_load(client.get(f"/api/v1/namespaces/{namespace}/configmaps/flt-flotilla-config")
+                                ["data"]["config.yaml"])
+        assert [(q["name"], q["namespaces"]) for q in config["queues"]] == [("research", [namespace]),
+                                                                            ("production", [namespace])]
+        token = run(kubectl, "--kubeconfig", real_node.kubeconfig, "--context", real_node.context, "-n", namespace,
+                    "create", "token", "flt-flotilla", "--duration", "1h", tmp_path=tmp_path).stdout.strip()
+        from flotilla.kwok.cluster import workdir
+        ca = (workdir("flotilla-realnode") / "pki" / "ca.crt").read_text()
+        client.post(f"/api/v1/namespaces/{namespace}/secrets", {
+            "apiVersion": "v1", "kind": "Secret", "metadata": {"name": "standalone-token"},
+            "stringData": {"token": token, "ca.crt": ca, "namespace": namespace}})
+        server = yaml.safe_load(Path(real_node.kubeconfig).read_text())["clusters"][0]["cluster"]["server"]
+        client.post(pod_path(namespace), standalone_pod(deployment, server))
+        real_node.wait(lambda: client.get(pod_path(namespace, "standalone"))["status"].get("phase") == "Running",
+                       timeout=180, what="the standalone pod running")
+
+        client.post(pod_path(namespace), {"apiVersion": "v1", "kind": "Pod", "metadata": {
+            "name": "kubectl-made", "labels": {"flotilla.io/queue": "research"}}, "spec": {
+            "schedulerName": "flotilla", "restartPolicy": "Never", "dnsPolicy": "Default",
+            "automountServiceAccountToken": False,
+            "containers": [{"name": "c", "image": real_node.image, "command": ["sh", "-c", "echo ran"],
+                            "resources": {"requests": {"cpu": "50m", "memory": "32Mi"}}}]}})
+        done = real_node.wait(lambda: (p := client.get(pod_path(namespace, "kubectl-made")))["status"].get("phase")
+                              in ("Succeeded", "Failed") and p, timeout=240, what="the kubectl-made pod to end")
+        assert (done["status"]["phase"], done["spec"]["nodeName"]) == ("Succeeded", "real-1"), done["status"]
+
+        # From outside (the pod listens on the host's loopback): a job set submitted, the chart upgraded with a new
+        # queue while it runs; the queue appears, and every job succeeds exactly once.
+        job = {"podSpec": {"restartPolicy": "Never", "dnsPolicy": "Default", "containers": [{
+            "name": "c", "image": real_node.image, "command": ["sh", "-c", "sleep 8"],
+            "resources": {"requests": {"cpu": "50m", "memory": "32Mi"}, "limits": {"cpu": "50m", "memory": "32Mi"}}}]}}
+        jobs = tmp_path / "jobs.yaml"
+        jobs.write_text(yaml.safe_dump({"queue": "research", "jobSetId": "across", "jobs": [
+            {**job, "clientId": f"j{i}"} for i in range(3)]}))
+        ids = flotilla("submit", str(jobs), "--output", "json", tmp_path=tmp_path)["jobs"]
+        assert len(ids) == 3
+        values = tmp_path / "upgrade.yaml"
+        values.write_text(yaml.safe_dump({"config": {"queues": [
+            {"name": "research", "weight": 1, "groupOwners": ["research"]},
+            {"name": "production", "weight": 3, "groupOwners": ["production"]},
+            {"name": "added", "weight": 1}]}}))
+        run(helm, "upgrade", "flt", str(CHART), *kube, "--reuse-values", "--values", str(values), tmp_path=tmp_path)
+        real_node.wait(lambda: "added" in [q["name"] for q in flotilla("queue", "list", "--output", "json",
+                                                                          tmp_path=tmp_path)["queues"]],
+                       timeout=240, step=2, what="the upgraded config's queue in flotilla queue list")
+        states = real_node.wait(lambda: (rows := flotilla("status", "--job-set", "research", "across", "--output",
+                                                          "json", tmp_path=tmp_path)["jobs"])
+                                and all(r["state"] in ("succeeded", "failed", "cancelled") for r in rows) and rows,
+                                timeout=300, step=2, what="the job set to end")
+        assert sorted((r["clientId"], r["state"], r["retries"]) for r in states) == [
+            ("j0", "succeeded", 0), ("j1", "succeeded", 0), ("j2", "succeeded", 0)]
+        standalone = client.get(pod_path(namespace, "standalone"))
+        assert standalone["status"]["containerStatuses"][0]["restartCount"] == 0
+    finally:
+        real_node.delete_pods(namespace)
+        run(helm, "uninstall", "flt", *kube, "--wait", tmp_path=tmp_path, check=False)
+    for kind in ("deployments", "configmaps", "services", "serviceaccounts"):
+        group = "apis/apps/v1" if kind == "deployments" else "api/v1"
+        left = [o["metadata"]["name"] for o in client.get(f"/{group}/namespaces/{namespace}/{kind}")["items"]
+                if o["metadata"]["name"].startswith("flt-")]
+        assert left == [], (kind, left)
+    assert real_node.pods(namespace) == []
+    leases = client.get(f"/apis/coordination.k8s.io/v1/namespaces/{namespace}/leases")["items"]
+    assert leases == []
+    with pytest.raises(ApiError) as gone:
+        client.get("/apis/rbac.authorization.k8s.io/v1/clusterroles/flt-flotilla")
+    assert gone.value.status == 404
