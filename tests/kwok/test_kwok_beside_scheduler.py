@@ -124,9 +124,6 @@ def kube_pod(name: str) -> dict:
                                      "resources": {"requests": {"cpu": "1"}, "limits": {"cpu": "1"}}}]}}
 
 
-@pytest.mark.xfail(strict=False, reason=(
-    "the race with kube-scheduler is made rare, not closed: in one CI run (round 0) kube-scheduler bound "
-    "r0-k11 and r0-k13 onto shared-1 after Flotilla's binds had filled it (22 of 20 cores); see docs/kubernetes.md"))
 def test_thirty_and_thirty_pods_beside_kube_scheduler_never_overcommit_a_node(kwok, tmp_path):
     from flotilla.config import load_config
     from flotilla.kwok.cluster import create_nodes, wait_nodes_ready
