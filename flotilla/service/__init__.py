@@ -8,7 +8,7 @@ Modules:
 * :mod:`~flotilla.service.leases` - the lease rules: what clusters' reports do to the jobs they hold;
 * :mod:`~flotilla.service.jobspec` - the job file (Armada's jobspec) and validation at submission;
 * :mod:`~flotilla.service.auth` - bearer tokens and per-queue permissions;
-* :mod:`~flotilla.service.api` - the FastAPI application;
+* :mod:`~flotilla.service.api` - the FastAPI application (a package, one router per resource);
 * :mod:`~flotilla.service.loop` - the scheduling loop (leases, events, hand-over to clusters);
 * :mod:`~flotilla.service.server` - ``flotilla serve``: API and loop in one process;
 * :mod:`~flotilla.service.cli` - the commands, which talk to the API through :mod:`flotilla.client`.

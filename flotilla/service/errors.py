@@ -20,7 +20,7 @@ SQL parameters, tokens or annotations).
 from __future__ import annotations
 
 import traceback
-from typing import Any, Sequence
+from typing import Any, Iterator, Sequence
 
 import structlog
 from fastapi import FastAPI, Request
@@ -118,10 +118,23 @@ def rejection_items(rejections: Sequence[Rejection]) -> list[ErrorItem]:
             for r in rejections]
 
 
+def _routes(routes) -> Iterator:
+    """Every route, an included router's too (FastAPI may keep an included router whole, as one route).
+
+    The app's routers are included without a prefix: their routes' paths are the paths served.
+    """
+    for route in routes:
+        inner = getattr(route, "original_router", None)
+        if inner is not None:
+            yield from _routes(inner.routes)
+        else:
+            yield route
+
+
 def _allowed_methods(app: FastAPI, path: str) -> list[str]:
     """Every method some route serves at ``path``: Starlette's 405 names only the first matching route's."""
     methods: set[str] = set()
-    for route in app.router.routes:
+    for route in _routes(app.router.routes):
         regex, route_methods = getattr(route, "path_regex", None), getattr(route, "methods", None)
         if regex is not None and route_methods and regex.match(path):
             methods |= set(route_methods)

@@ -7,7 +7,7 @@ import json
 import pytest
 from fastapi.testclient import TestClient
 
-from flotilla.service.api import create_app
+from flotilla.service.api import admin, create_app, jobs, jobsets, logs, nodes, queues, service
 from flotilla.service.settings import QueueSpec
 from flotilla.service.store import Store
 from tests.support.service import api_env, TOKENS, headers, job, job_file, settings
@@ -124,6 +124,32 @@ def test_openapi_is_published(env):
     client, _ = env
     schema = client.get("/openapi.json").json()
     assert "/v1/submit" in schema["paths"] and "JobFile" in json.dumps(schema)
+
+
+#: The API's operations, router by router (jobs, logs, job sets, queues, nodes, service), in the document's order.
+OPERATIONS = [
+    ("/v1/submit", ["post"]), ("/v1/cancel", ["post"]), ("/v1/reprioritize", ["post"]),
+    ("/v1/jobs/{job_id}", ["get"]), ("/v1/jobs/{job_id}/logs", ["get"]),
+    ("/v1/queues/{queue}/jobsets/{job_set}/jobs", ["get"]), ("/v1/queues/{queue}/jobsets/{job_set}/events", ["get"]),
+    ("/v1/queues", ["get", "post"]), ("/v1/queues/{name}/cordon", ["post"]), ("/v1/queues/{name}/uncordon", ["post"]),
+    ("/v1/queues/{name}", ["get", "put", "delete"]), ("/v1/queues/{name}/pending", ["get"]),
+    ("/v1/nodes", ["get"]), ("/v1/nodes/{cluster}/{node}/{action}", ["post"]),
+    ("/v1/health", ["get"]), ("/v1/wishlist", ["get"]), ("/v1/status", ["get"]),
+]
+
+
+@pytest.mark.parametrize("admin_endpoints", [False, True])
+def test_the_document_lists_every_router_s_operations_and_no_route_closes_over_the_app(tmp_path, admin_endpoints):
+    store = Store(f"sqlite:///{tmp_path}/api.db")
+    app = create_app(store, settings(), admin_endpoints=admin_endpoints)
+    extra = [("/v1/admin/clusters/{name}/{action}", ["post"])] if admin_endpoints else []
+    assert [(path, list(ops)) for path, ops in app.openapi()["paths"].items()] == OPERATIONS + extra
+    # Every endpoint is a router module's own function: it reaches the service through the app's ApiContext.
+    routers = [jobs.router, logs.router, jobsets.router, queues.router, nodes.router, service.router, admin.router]
+    endpoints = [route.endpoint for router in routers for route in router.routes]
+    assert len(endpoints) == 21
+    assert [e.__qualname__ for e in endpoints if e.__closure__ or "<locals>" in e.__qualname__] == []
+    store.close()
 
 
 def test_malformed_requests_get_422_with_the_field_path(env):
