@@ -28,6 +28,7 @@ import structlog
 from flotilla.actions import ActionNameConflict, get_action
 from flotilla.core.decisions import Decisions
 from flotilla.core.extensions import PluginFailed
+from flotilla.core.handover import BackendSink, LeaseSink
 from flotilla.core.logs import ensure_configured
 from flotilla.core.model import PriorityClass, Queue, Snapshot
 from flotilla.plugin_manager import PluginError, load_plugins
@@ -106,8 +107,6 @@ class Scheduler:
             except Exception as exc:  # noqa: BLE001 - a package action that cannot be imported or built: one line
                 raise PluginError(index, "actions", f"action {name!r} failed to load: {type(exc).__name__}: "
                                                     f"{exc}") from None
-        #: The configured actions that decide, in config order: all but the lease hand-over (see deciding_actions).
-        self._deciding = [action for action in self.actions if getattr(action, "name", "") != HAND_OVER]
         #: (plugin, point, error) -> (when it was last logged, failures since then not logged).
         self._logged: dict[tuple[str, str, str], tuple[float, int]] = {}
         self.clock: Callable[[], float] = time.monotonic
@@ -134,10 +133,11 @@ class Scheduler:
         """A session on ``snapshot`` with the plugins' callables registered, for questions outside a cycle."""
         return self._open(snapshot, random.Random(0))
 
-    def _open(self, snapshot: Snapshot, rng: random.Random, backends: Mapping | None = None,
+    def _open(self, snapshot: Snapshot, rng: random.Random, sink: LeaseSink | None = None,
               state: CycleState | None = None) -> Session:
         session = Session(snapshot, self.settings, rng, self.pm.get_plugins(), state)
-        session.backends = dict(backends or {})
+        #: Where the lease action hands the decisions (flotilla.core.handover); None: nowhere (schedule-once).
+        session.lease_sink = sink
         # Each plugin's implementation in turn, in config order (the order pluggy calls them), so that what one
         # registers is known to be its: a node score takes its plugin's weight, and every callable is guarded in
         # its name (flotilla.core.extensions.guard). A raise here fails the cycle closed, naming the plugin.
@@ -151,17 +151,17 @@ class Scheduler:
                 session.opening_plugin = None
         return session
 
-    def deciding_actions(self) -> list:
-        """The actions ``schedule-once`` and ``serve`` run each cycle: the config's, in its order, all but
-        ``lease``, whose hand-over those two do themselves (print the decisions; record, then apply them).
-        ``simulate`` runs :attr:`actions`, which are these followed by the lease on its simulated clusters.
-        All three build them here, from one config, so they run the same sequence."""
-        return list(self._deciding)
+    def hands_over(self) -> bool:
+        """Whether the configured actions include ``lease``: without it no decision leaves the session.
+        ``schedule-once``, ``serve`` and ``simulate`` all run :attr:`actions`; what the lease does differs only by
+        the sink each gives :meth:`run_cycle` (flotilla.core.handover)."""
+        return any(getattr(action, "name", "") == HAND_OVER for action in self.actions)
 
     def run_cycle(self, snapshot: Snapshot, rng: random.Random | None = None,
                   backends: Mapping | None = None, actions: Sequence | None = None, head: int = 0,
-                  head_key: Callable | None = None) -> Decisions:
-        """Run the actions on ``snapshot``; ``backends`` (by cluster name) receive the lease.
+                  head_key: Callable | None = None, sink: LeaseSink | None = None) -> Decisions:
+        """Run the actions on ``snapshot``; the lease action hands the decisions to ``sink``, or with
+        ``backends`` (by cluster name) and no sink, to those backends (:class:`~flotilla.core.handover.BackendSink`).
 
         With ``head``, the decisions also hold each queue's first ``head``
         waiting jobs in order (``Decisions.heads``; distinct by ``head_key``).
@@ -176,18 +176,20 @@ class Scheduler:
         paused = gc.isenabled()
         gc.disable()
         try:
-            return self._run_cycle(snapshot, rng, backends, actions, head, head_key)
+            if sink is None and backends:
+                sink = BackendSink(backends)
+            return self._run_cycle(snapshot, rng, sink, actions, head, head_key)
         finally:
             if paused:
                 gc.enable()
 
-    def _run_cycle(self, snapshot: Snapshot, rng: random.Random | None, backends: Mapping | None,
+    def _run_cycle(self, snapshot: Snapshot, rng: random.Random | None, sink: LeaseSink | None,
                    actions: Sequence | None, head: int = 0, head_key: Callable | None = None) -> Decisions:
         started = time.perf_counter()
         state = self.state if self.state is not None else CycleState()
         self.state = None  # until the cycle ends well: a failure part-way leaves no half-changed state
         try:
-            session = self._open(snapshot, rng or random.Random(0), backends, state)
+            session = self._open(snapshot, rng or random.Random(0), sink, state)
         except PluginFailed as failure:
             self.log_failures({(failure.plugin, failure.point, failure.error): 1})
             raise

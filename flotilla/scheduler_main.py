@@ -104,7 +104,7 @@ def schedule_once(config_path, state_path, seed, indent):
       flotilla schedule-once --config examples/flotilla.yaml --state S.yaml --seed 7
     """
     _, scheduler, snapshot = _load_for_cycle(config_path, state_path)
-    actions = scheduler.deciding_actions()
+    actions = scheduler.actions   # lease included: with no sink it hands nothing over
     decisions = run_or_fail(scheduler, snapshot, seed, actions)
     click.echo(json.dumps(decisions.to_dict(), indent=indent or None))
 
@@ -152,7 +152,7 @@ def wishlist(config_path, state_path, seed, indent):
     config, scheduler, snapshot = _load_for_cycle(config_path, state_path)
     if not config.node_templates:
         raise UserError("the config lists no nodeTemplates: nothing to wish for")
-    actions = scheduler.deciding_actions()
+    actions = scheduler.actions   # lease included: with no sink it hands nothing over
     decisions = run_or_fail(scheduler, snapshot, seed, actions)
     result = compute_wishlist(scheduler, snapshot, decisions.queued, [t.to_core() for t in config.node_templates],
                               decisions.scheduled, decisions.preempted)

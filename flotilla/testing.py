@@ -255,7 +255,7 @@ def run_cycle(state, plugins: Sequence[Any] | None = None, config=None, seed: in
         snapshot = validate_state(*loaded, cfg)
     except ConfigError as exc:
         raise SetupError(str(exc)) from None
-    actions = [action for action in scheduler.actions if action.name != "lease"]
+    actions = scheduler.actions   # lease included: with no sink it hands nothing over
     decisions = scheduler.run_cycle(snapshot, random.Random(seed), actions=actions)
     output = decisions.to_dict()
     return CycleResult(

@@ -1,21 +1,19 @@
-"""``lease``: hand the cycle's decisions to the cluster backends.
+"""``lease``: hand the cycle's decisions to the session's lease sink.
 
-Against simulated clusters this starts and stops jobs; against Kubernetes it
-creates and deletes pods; in the service it also records leases. The session
-carries the backends (``session.backends``, by cluster name); with none (as
-in ``schedule-once``) there is nothing to hand over and the action is a no-op.
-The decisions are the session's so far: lease runs last.
+The sink (``session.lease_sink``, :mod:`flotilla.core.handover`) first records
+the decisions and says which it accepted, then applies those to the clusters:
+simulated clusters start and stop jobs, Kubernetes clusters get pods created
+and deleted, and in the service the leases are recorded in the store before
+any cluster sees them. With no sink (``schedule-once``) there is nothing to
+hand over and the action is a no-op. The decisions are the session's so far:
+lease runs last (flotilla.config.actionorder).
 """
 
 from __future__ import annotations
 
 import time
 
-import structlog
-
-from flotilla.core.backend import ClusterDecisions
-
-log = structlog.get_logger("flotilla.actions.lease")
+from flotilla.core.handover import Handover
 
 
 class Lease:
@@ -23,19 +21,10 @@ class Lease:
 
     def execute(self, session) -> None:
         started = time.perf_counter()
-        backends = getattr(session, "backends", None) or {}
-        if backends:
+        sink = getattr(session, "lease_sink", None)
+        if sink is not None:
             session.preempt_evicted()
-            starts: dict[str, list] = {}
-            for placement in session.scheduled:
-                starts.setdefault(placement.cluster, []).append(placement)
-            stops: dict[str, list] = {}
-            for job in session.preempted.values():
-                stops.setdefault(job.cluster, []).append(job)
-            for name in sorted(set(starts) | set(stops)):
-                backend = backends.get(name)
-                if backend is None:
-                    log.warning("lease.no_backend", cluster=name)
-                    continue
-                backend.apply(ClusterDecisions(start=starts.get(name, []), preempt=stops.get(name, [])))
+            handover = Handover(list(session.scheduled), list(session.preempted.values()))
+            accepted = sink.record(handover)
+            sink.hand_over(accepted)
         session.timings[self.name] = time.perf_counter() - started

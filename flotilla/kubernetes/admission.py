@@ -118,6 +118,9 @@ TOO_MANY_PODS = "Too many pods"
 #: showed one of its pods waiting.
 OTHER_SCHEDULER_PERIOD = 300.0
 
+#: How long a read that found no other scheduler's pod waiting vouches for the binds after it (seconds).
+PRESENCE_READ_TRUSTED = 0.25
+
 
 def waiting_elsewhere(pod: Mapping, scheduler_name: str) -> bool:
     """Whether ``pod``, read afresh, is another scheduler's undecided pod (:func:`undecided_elsewhere`) still to be
@@ -141,7 +144,11 @@ class SchedulerPresence:
     """Whether another scheduler is active, for the binds' fresh reads (module docstring): one of its pods seen
     waiting within ``OTHER_SCHEDULER_PERIOD`` (:meth:`seen`, from the watch), or else found by this cycle's one
     consistent read of the pods waiting for other schedulers (:meth:`active`; :meth:`new_cycle` starts a cycle of
-    starts). Until a read says none waits, binds do not go: the first of a cycle reads, the others wait for it."""
+    starts). Until a read says none waits, binds do not go: the first of a cycle reads, the others wait for it.
+    A read that found none is trusted for ``PRESENCE_READ_TRUSTED`` seconds only: under load a cycle's binds
+    spread over a second or more, and another scheduler's burst may start right after the read; a later bind of
+    the same cycle then makes a new read (shared with the binds that wait on it), so the reads stay bounded by
+    time, not by binds."""
 
     def __init__(self, clock: Callable[[], float], scheduler_name: str):
         self.clock = clock
@@ -149,6 +156,7 @@ class SchedulerPresence:
         self.seen_at: float | None = None   # when the watch, or a read, last showed another scheduler's pod waiting
         self.cycle = 0
         self.probed = -1                    # the cycle whose read is done
+        self.probed_at = 0.0                # when that read was made
         self.reads = 0
         self._lock = threading.Lock()
 
@@ -170,12 +178,13 @@ class SchedulerPresence:
         with self._lock:
             if self.recent():
                 return True
-            if self.probed == self.cycle:
+            if self.probed == self.cycle and self.clock() - self.probed_at <= PRESENCE_READ_TRUSTED:
                 return False
             cycle = self.cycle
             waiting = read_waiting()
             self.reads += 1
             self.probed = cycle
+            self.probed_at = self.clock()
             if waiting is not None and any(waiting_elsewhere(pod, self.scheduler_name) for pod in waiting):
                 self.seen_at = self.clock()
                 return True
@@ -216,6 +225,6 @@ def shortfall(requests: Mapping[str, int], load: Mapping[str, int], allocatable:
     return None
 
 
-__all__ = ["ADMISSION_REASONS", "OTHER", "OTHER_SCHEDULER_PERIOD", "TOO_MANY_PODS", "UNDECIDED_WINDOW",
+__all__ = ["ADMISSION_REASONS", "OTHER", "OTHER_SCHEDULER_PERIOD", "PRESENCE_READ_TRUSTED", "TOO_MANY_PODS", "UNDECIDED_WINDOW",
            "ARRIVALS_PERIOD", "SchedulerPresence", "admission_rejection", "fresh_use", "returned_label", "shortfall",
            "undecided_elsewhere", "waiting_elsewhere", "waits_for_node"]

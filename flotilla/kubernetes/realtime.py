@@ -67,7 +67,8 @@ def play(config, workload, seed: int = 0, speed: float = 1.0, until: float | Non
             if not syncing.wait_synced(sync_timeout):
                 raise RealTimeError(f"cluster {name}: cannot read it ({syncing.sync_error})")
         scheduler = scheduler or Scheduler(config)
-        runner = Runner(scheduler, backends, lease_timeout=float(config.lease.timeout), seed=seed)
+        runner = Runner(scheduler, backends, lease_timeout=float(config.lease.timeout), seed=seed,
+                        max_retries=config.lease.max_retries)
         pool: dict[str, int] = {}
         for backend in backends.values():
             for node in backend.snapshot().nodes:

@@ -8,11 +8,15 @@ the backends' events. ``flotilla simulate --real-time``, the kwok tests and
 the throughput benchmark use it; the service keeps the same states in its
 store instead.
 
-Leases: a job placed on a cluster keeps its lease while that cluster cannot
-be read, until ``lease_timeout`` seconds have passed since the cluster was
-last read; then the job is queued again (``lease-expired``). If the cluster
-comes back with the old pod still there, that pod is cancelled, so a job
-never runs twice.
+Leases follow the rules of :mod:`flotilla.core.leases`, the service's: a
+job placed on a cluster keeps its lease while that cluster cannot be read,
+until ``lease_timeout`` seconds have passed since the cluster was last read
+(each read renews the leases of its jobs); then the run is given up and
+the job queued again, or failed once it has had ``max_retries`` retries. A
+lost pod gives its run up the same way, except that a pod lost with its
+node (``NodeLost``) returns its job to the queue without using a retry. If
+the cluster comes back with the old pod still there, that pod is
+cancelled, so a job never runs twice.
 """
 
 from __future__ import annotations
@@ -26,6 +30,8 @@ import structlog
 
 from flotilla.core.backend import ClusterDecisions, ClusterUnavailable, JobEvent
 from flotilla.core.decisions import Decisions
+from flotilla.core.leases import LEASE_EXPIRED, Failure, decide, expiry_reason, lease_expired, lost_reason, \
+    returns_without_retry
 from flotilla.core.model import ClusterSnapshot, Job, JobState, Snapshot
 
 log = structlog.get_logger("flotilla.runner")
@@ -45,6 +51,7 @@ class JobRecord:
     running_at: float | None = None
     finished_at: float | None = None
     preemptions: int = 0
+    retries: int = 0               # runs the platform lost that counted (flotilla.core.leases)
     reason: str = ""
     history: list[tuple[float, str, str | None, str | None]] = field(default_factory=list)
 
@@ -63,10 +70,12 @@ class Runner:
     """Jobs in memory, a scheduler, and backends by cluster name; see the module docstring."""
 
     def __init__(self, scheduler, backends: Mapping[str, object], lease_timeout: float = 60.0,
-                 clock: Callable[[], float] = time.time, seed: int = 0, requeue_preempted: bool = True):
+                 clock: Callable[[], float] = time.time, seed: int = 0, requeue_preempted: bool = True,
+                 max_retries: int = 3):
         self.scheduler = scheduler
         self.backends = dict(backends)
         self.lease_timeout = lease_timeout
+        self.max_retries = max_retries
         self.clock = clock
         self.rng = random.Random(seed)
         self.requeue_preempted = requeue_preempted
@@ -137,10 +146,25 @@ class Runner:
         elif event.kind in ("succeeded", "failed") and record.state in (LEASED, RUNNING):
             record.finished_at = now
             self._set(record, event.kind, now, event.cluster, event.node or record.node, event.reason)
-        elif event.kind == "lost" and record.state == LEASED and record.cluster == event.cluster:
-            self._set(record, QUEUED, now, reason=event.reason)
+        elif event.kind == "lost" and record.state in (LEASED, RUNNING) and record.cluster == event.cluster:
+            failure = Failure(True, event.exit_code, event.cause)
+            reason = lost_reason(event.cluster, event.reason)
+            if returns_without_retry(failure):
+                self._set(record, QUEUED, now, reason=reason)
+            else:
+                self._give_up(record, failure, reason, now)
         elif event.kind == "returned" and record.state in (LEASED, RUNNING):
             self._set(record, QUEUED, now, reason=event.reason)   # not bound, or refused by the kubelet
+
+    def _give_up(self, record: JobRecord, failure: Failure, reason: str, now: float) -> None:
+        """A run the platform lost: queued again while the job has retries left, else failed."""
+        decision = decide((), failure, self.max_retries)
+        if decision.retries_left(record.retries):
+            record.retries += 1
+            self._set(record, QUEUED, now, reason=f"{reason} ({decision.retry_text(record.retries)})")
+        else:
+            record.finished_at = now
+            self._set(record, "failed", now, reason=decision.fail_text(reason))
 
     # -- one cycle ---------------------------------------------------------------------------
     def cycle(self) -> CycleResult:
@@ -162,11 +186,13 @@ class Runner:
         now = self.clock()
         expired = []
         for name in unavailable:
-            if now - self.last_seen.get(name, now) > self.lease_timeout:
-                for record in self.jobs.values():
+            renewed = self.last_seen.get(name, now)
+            if lease_expired(renewed, now, self.lease_timeout):
+                for record in list(self.jobs.values()):
                     if record.cluster == name and record.state in (LEASED, RUNNING):
                         expired.append(record.job.id)
-                        self._set(record, QUEUED, now, reason=f"lease expired: cluster {name} unreachable")
+                        self._give_up(record, LEASE_EXPIRED, expiry_reason(name, renewed, now, self.lease_timeout),
+                                      now)
         if not snapshots:
             return CycleResult(None, [], unavailable, expired, started, self.clock() - started)
         snapshot = Snapshot(snapshots, [record.job for record in self._queued.values()], self.scheduler.queues(),

@@ -165,12 +165,16 @@ def serve(config_path, listen, store_url, admin_endpoints, seed, role, identity)
       flotilla serve --config examples/serve.yaml
     """
     from flotilla.scheduler_main import build_scheduler, load_config_or_fail
+    from flotilla.service.loop import lease_missing
     from flotilla.service.server import build_service, run
 
     from flotilla.service.roles import RoleError
 
     config = load_config_or_fail(config_path)
     scheduler = build_scheduler(config)
+    missing = lease_missing(config, scheduler)
+    if missing is not None:
+        raise CommandError(str(missing), EXIT_USAGE)
     try:
         service = build_service(config, scheduler, store_url=store_url, admin_endpoints=admin_endpoints, seed=seed,
                                 role=role, identity=identity, config_path=config_path)

@@ -24,7 +24,9 @@ listing its job, every other lease of the cluster is renewed by the
 cluster's one ``cluster_reports`` row, and expiry, stops and deadlines look
 at the copy's indexes (jobs not listed, jobs asked to stop, a heap of
 deadlines), except for a cluster silent past the timeout, whose jobs are all
-looked at. The model (active jobs, the copy, pod ids) is the store's
+looked at. The rules themselves (expiry, retries, node lost) are
+:mod:`flotilla.core.leases`, shared with the in-memory runner; the model
+(active jobs, the copy, pod ids) is the store's
 (:mod:`flotilla.service.store.leases`).
 """
 
@@ -35,7 +37,9 @@ from operator import attrgetter
 from typing import TYPE_CHECKING, Mapping, Sequence
 
 from flotilla.core.backend import NODE_RETURNED, JobEvent
-from flotilla.service.retry import Failure, Policies, decide
+from flotilla.core.leases import (LEASE_EXPIRED, Failure, decide, expiry_reason, lease_expired, lost_reason,
+                                  returns_without_retry)
+from flotilla.service.retry import Policies
 from flotilla.service.store.leases import ActiveCopy, ActiveJob, Changes, IngestResult, job_of, pod_ids
 from flotilla.service.store.records import (CANCELLED, FAILED, LEASED, PENDING, PREEMPTED, QUEUED, RUNNING,
                                             STOP_CANCEL, STOP_DEADLINE, STOP_NONE, SUCCEEDED)
@@ -69,8 +73,7 @@ class ClusterReport:
     enforces_deadlines: bool = False
 
 
-#: The failures the service finds itself: a lease not renewed in time, a job past its active deadline.
-LEASE_EXPIRED = Failure(True, cause="LeaseExpired")
+#: A failure the service finds itself (as an expired lease, flotilla.core.leases): a job past its active deadline.
 DEADLINE = Failure(False, cause="DeadlineExceeded")
 
 
@@ -177,7 +180,7 @@ class _Cycle:
         """
         decision = decide(self.rules_of(job), failure, self.max_retries)
         retries = job.retries + 1
-        if decision.retry and job.retries < decision.limit:
+        if decision.retries_left(job.retries):
             if not announced:
                 self.event(job, "run-failed", when, reason, job.cluster, _node_text(job), pod)
                 if job.npods > 1:
@@ -296,9 +299,8 @@ class _Cycle:
     def on_lost(self, cluster: str, job: ActiveJob, ev: JobEvent, when: float, pod: int | None) -> None:
         self.stop_pods(job)
         failure = Failure(True, ev.exit_code, ev.cause)
-        reason = f"lost on cluster {cluster}: {ev.reason or 'no reason given'}"
-        if ev.cause == "NodeLost" and job.stop_requested == STOP_NONE \
-                and not any(rule.matches(failure) for rule in self.rules_of(job)):
+        reason = lost_reason(cluster, ev.reason)
+        if job.stop_requested == STOP_NONE and returns_without_retry(failure, self.rules_of(job)):
             # Its node went away: the platform's doing, which uses none of the job's own retries (a retry
             # policy rule on NodeLost decides otherwise).
             self.event(job, "lease-expired", when, reason, job.cluster, _node_text(job), pod)
@@ -358,20 +360,18 @@ class _Cycle:
         """Only jobs their cluster did not list can be past the timeout, unless the cluster itself has not
         answered within it."""
         copy, now = self.copy, self.now
-        horizon = now - lease_timeout
         expired = []
         for cluster, here in copy.on_cluster.items():
             beat = copy.beats.get(cluster)
-            if beat is None or beat.at < horizon:
-                expired.extend(job for job in here.values() if job.renewed_at < horizon)
+            if beat is None or lease_expired(beat.at, now, lease_timeout):
+                expired.extend(job for job in here.values() if lease_expired(job.renewed_at, now, lease_timeout))
             else:
                 expired.extend(here[job_id] for job_id in copy.unseen[cluster]
-                               if here[job_id].lease_renewed < horizon)
+                               if lease_expired(here[job_id].lease_renewed, now, lease_timeout))
         for job in sorted(expired, key=_ID):
             self.stop_pods(job)
-            self.requeue_or_fail(job, "lease-expired",
-                                 f"lease on cluster {job.cluster} not renewed for {now - job.renewed_at:.0f}s "
-                                 f"(timeout {lease_timeout:g}s)", now, failure=LEASE_EXPIRED)
+            self.requeue_or_fail(job, "lease-expired", expiry_reason(job.cluster, job.renewed_at, now, lease_timeout),
+                                 now, failure=LEASE_EXPIRED)
 
     # -- 4. stops asked for (cancel) or due (active deadline), on clusters that answered ------------------------
     def stop_asked(self, reports: Mapping[str, ClusterReport]) -> None:

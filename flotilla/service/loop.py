@@ -10,17 +10,22 @@ Each cycle:
    active deadline;
 3. stop on the clusters what must stop (cancelled, past deadline, not
    theirs any more), with each job's grace period;
-4. read the queued jobs in bulk, run the configured actions (all but
-   ``lease``) on the snapshot;
-5. one transaction (:meth:`Store.record_cycle`): leases and ``leased``
-   events for placed jobs, ``preempted`` for preempted ones;
-6. the lease hand-over: the leased jobs' specs read by id for clusters
-   that create real pods (:mod:`flotilla.service.templates`), ``apply``
-   per cluster; the jobs a cluster accepted
-   become ``pending`` (one more transaction). A cluster that fails here
-   keeps its jobs ``leased`` until the lease expires and they run elsewhere.
+4. read the queued jobs in bulk (the snapshot);
+5. run the configured actions on it, the same ``simulate`` and
+   ``schedule-once`` run; the last, ``lease``, hands the decisions to the
+   cycle's :class:`~flotilla.service.handover.StoreSink`, which records them
+   in one transaction (:meth:`Store.record_cycle`: leases and ``leased``
+   events for placed jobs, ``preempted`` for preempted ones), then applies
+   what it recorded to the clusters (pod templates for clusters that create
+   real pods, ``apply`` per cluster, the jobs a cluster accepted become
+   ``pending``). A cluster that fails here keeps its jobs ``leased`` until
+   the lease expires and they run elsewhere;
+6. tell the clusters' waiting pods why they wait, and report the cycle's
+   timings per phase (``clusters``, ``ingest``, ``stop``, ``load``,
+   ``schedule``, ``record``, ``lease``).
 
-Recording before handing over means a crash between the two leaves leased
+Recording before handing over (the sink's contract,
+:mod:`flotilla.core.handover`) means a crash between the two leaves leased
 jobs that no cluster runs: their leases expire and they are queued again,
 so no job is ever lost or run twice by the service's own doing.
 """
@@ -38,11 +43,11 @@ import structlog
 
 from flotilla.core.backend import ClusterDecisions, ClusterUnavailable
 from flotilla.core.capabilities import Backends
-from flotilla.core.decisions import Placement
 from flotilla.core.wishlist import compute_wishlist
 from flotilla.core.model import ClusterSnapshot, Job, JobState, PriorityClass, Queue, Snapshot
 from flotilla.kubernetes.public import cluster_classes
 from flotilla.plugin_manager import make_backends
+from flotilla.service.handover import StoreSink
 from flotilla.service.intake import ClusterIntake
 from flotilla.service.jobspec import duration_of_annotations, exit_code_of_annotations
 from flotilla.service.leases import ClusterReport, ingest, job_of
@@ -52,12 +57,14 @@ from flotilla.service.settings import ServiceSettings
 from flotilla.service.snapshot import (DEADLINE_ANNOTATION, DEFAULT_NAMESPACE, GRACE_ANNOTATION, Converter, RunningPods,
                                        default_namespace)
 from flotilla.service.store import ActiveCopy, QueuedJob, Store
-from flotilla.service.templates import templates_for
 
 log = structlog.get_logger("flotilla.service.loop")
 
 _ID = attrgetter("id")
 _Converter = Converter   # the name it had here
+
+#: The phases of a cycle, as ``CycleReport.timings`` and ``cpu`` and the ``service.cycle`` log line name them.
+PHASES = ("clusters", "ingest", "stop", "load", "schedule", "record", "lease")
 
 
 @dataclass(slots=True)
@@ -100,6 +107,15 @@ def service_backends(config, pm=None, clock: Callable[[], float] = time.time) ->
     """
     return make_backends(config, pm, clock=clock, duration_of=lambda job: duration_of_annotations(job.annotations),
                          exit_code_of=lambda job: exit_code_of_annotations(job.annotations))
+
+
+def lease_missing(config, scheduler):
+    """The config error for a scheduler without the ``lease`` action, which ``serve`` hands its decisions through
+    (as ``simulate`` does); None when it has one."""
+    if scheduler.hands_over():
+        return None
+    return config.source.error(("actions",), "serve needs the lease action (it records the decisions, then hands "
+                                             "them to the clusters): expected e.g. [evict, allocate, preempt, lease]")
 
 
 class QueuedJobs:
@@ -147,6 +163,34 @@ class QueuedJobs:
         return len(ids), len(self.jobs)
 
 
+class _Phases:
+    """Wall and CPU seconds (of the loop's thread) per named phase of a cycle, in the order they ran."""
+
+    def __init__(self):
+        self._wall = time.perf_counter()
+        self._cpu = time.thread_time()
+        self.timings: dict[str, float] = {}
+        self.cpu: dict[str, float] = {}
+        self.total = 0.0
+
+    def mark(self, name: str) -> None:
+        """The time since the last mark is ``name``'s."""
+        wall, cpu = time.perf_counter(), time.thread_time()
+        self.timings[name] = self.timings.get(name, 0.0) + wall - self._wall
+        self.cpu[name] = self.cpu.get(name, 0.0) + cpu - self._cpu
+        self.total += wall - self._wall
+        self._wall, self._cpu = wall, cpu
+
+    def move(self, timings: Mapping[str, float], cpu: Mapping[str, float], out_of: str) -> None:
+        """Time measured inside phase ``out_of`` given to the phases it names (added to theirs)."""
+        for name, seconds in timings.items():
+            self.timings[out_of] -= seconds
+            self.timings[name] = self.timings.get(name, 0.0) + seconds
+        for name, seconds in cpu.items():
+            self.cpu[out_of] -= seconds
+            self.cpu[name] = self.cpu.get(name, 0.0) + seconds
+
+
 class ServiceLoop:
     """Cycles of the scheduler against the store and the cluster backends."""
 
@@ -159,7 +203,7 @@ class ServiceLoop:
         self.backends = Backends.of(backends)
         self.clock = clock
         self.rng = random.Random(seed)
-        self.actions = scheduler.deciding_actions()
+        self.actions = scheduler.actions
         self.cycles = 0
         self.last: CycleReport | None = None
         self.last_decisions = None     # the last cycle's Decisions (published by the scheduler role)
@@ -219,11 +263,44 @@ class ServiceLoop:
         return states
 
     def _cycle(self) -> CycleReport:
-        t0 = time.perf_counter()
-        c0 = time.thread_time()
+        """One cycle as named steps (the module docstring), each timed in ``report.timings`` and ``report.cpu``."""
+        phases = _Phases()
         now = self.clock()
         self.cycles += 1
         report = CycleReport(self.cycles, now)
+        snaps, reports = self._read_clusters(report, now)
+        phases.mark("clusters")
+        result = self._ingest(reports, now, report)
+        phases.mark("ingest")
+        self._stop(result.stops, snaps, report)
+        phases.mark("stop")
+        snapshot = self.build_snapshot(snaps, now)
+        report.queued = len(self.queued.jobs)
+        report.running = len(result.active)
+        phases.mark("load")
+        sink = StoreSink(self.store, self.backends, self.running_pods.of, now, self.clock)
+        decisions = self._schedule(snapshot, sink)
+        report.leased = len(sink.leased)
+        report.preempted = len(sink.preempted)
+        phases.mark("schedule")
+        if self.intake.backends(self.backends):
+            self.intake.explain(self.backends, decisions, self.queued.jobs, set(sink.leased))
+        phases.mark("lease")
+        # The sink's steps ran inside the scheduling: counted as theirs, under their own names.
+        phases.move(sink.timings, sink.cpu, out_of="schedule")
+        report.timings = {name: phases.timings[name] for name in PHASES}
+        report.cpu = {name: phases.cpu[name] for name in PHASES}
+        report.seconds = phases.total
+        self.last = report
+        log.info("service.cycle", **{k: v for k, v in report.to_dict().items() if k not in ("timings", "cpu")},
+                 **{f"{k}_s": round(v, 4) for k, v in report.timings.items()},
+                 **{f"{k}_cpu": round(v, 4) for k, v in report.cpu.items()})
+        return report
+
+    def _read_clusters(self, report: CycleReport, now: float
+                       ) -> tuple[dict[str, ClusterSnapshot], dict[str, ClusterReport]]:
+        """Drains handed to the backends, then each cluster's snapshot and events (one that does not answer is
+        left out: its leases are not renewed), and the in-cluster pods taken in."""
         reports: dict[str, ClusterReport] = {}
         snaps: dict[str, ClusterSnapshot] = {}
         self._apply_drains()
@@ -250,17 +327,20 @@ class ServiceLoop:
             report.intake = self.intake.run(
                 self.backends, snaps, self.store.list_queues(), {pc.name for pc in classes},
                 self.settings.default_priority_class, now, preemptible={pc.name for pc in classes if pc.preemptible})
-        t1 = time.perf_counter()
-        c1 = time.thread_time()
+        return snaps, reports
 
+    def _ingest(self, reports: Mapping[str, ClusterReport], now: float, report: CycleReport):
+        """The clusters' reports in one transaction: events, lease renewal and expiry, deadlines."""
         result = ingest(self.store, reports, now, self.settings.lease_timeout, self.settings.lease_max_retries,
                         copy=self.active)
         report.counts = dict(result.counts)
         report.returned = dict(result.returned)
-        t2 = time.perf_counter()
-        c2 = time.thread_time()
+        return result
 
-        for cluster, items in result.stops.items():
+    def _stop(self, stops: Mapping[str, list], snaps: Mapping[str, ClusterSnapshot], report: CycleReport) -> None:
+        """Stop on the clusters read this cycle what must stop (cancelled, past deadline, not theirs any more),
+        each pod once, with its job's grace period."""
+        for cluster, items in stops.items():
             backend = self.backends.get(cluster)
             if backend is None or cluster not in snaps:
                 continue
@@ -279,16 +359,11 @@ class ServiceLoop:
                 report.stopped += len(cancel)
             except ClusterUnavailable:
                 log.info("cluster.unavailable", cluster=cluster, during="stop")
-        t3 = time.perf_counter()
-        c3 = time.thread_time()
 
-        snapshot = self.build_snapshot(snaps, now)
-        report.queued = len(self.queued.jobs)
-        report.running = len(result.active)
-        t4 = time.perf_counter()
-        c4 = time.thread_time()
-
-        decisions = self.scheduler.run_cycle(snapshot, self.rng, actions=self.actions,
+    def _schedule(self, snapshot: Snapshot, sink: StoreSink):
+        """The configured actions on ``snapshot``, ``lease`` handing the decisions to ``sink``; the node wishlist
+        after them, when the config has node templates."""
+        decisions = self.scheduler.run_cycle(snapshot, self.rng, actions=self.actions, sink=sink,
                                              head=head_size(len(snapshot.queues)), head_key=job_of)
         self.last_decisions = decisions
         templates = self.scheduler.config.node_templates
@@ -297,75 +372,7 @@ class ServiceLoop:
                                     decisions.scheduled, decisions.preempted)
             # "queues": each queue's part, so that a user is shown only what their queues hold (GET /v1/wishlist)
             self.last_wishlist = {**wish.to_dict(), "queues": wish.by_queue()}
-        t5 = time.perf_counter()
-        c5 = time.thread_time()
-
-        placed: dict[str, dict[int, tuple[str, str]]] = {}
-        pod_jobs: dict[str, Job] = {}
-        for placement in decisions.scheduled:
-            job_id = job_of(placement.job.id)
-            index = int(placement.job.id.split("#", 1)[1]) if "#" in placement.job.id else 0
-            placed.setdefault(job_id, {})[index] = (placement.cluster, placement.node)
-            pod_jobs[placement.job.id] = placement.job
-        leased: dict[str, tuple[str, list[str]]] = {}
-        for job_id, pods in placed.items():
-            clusters_used = {cluster for cluster, _ in pods.values()}
-            if len(clusters_used) != 1:  # cannot happen: pods of a job are one gang
-                log.error("lease.split_job", job=job_id, clusters=sorted(clusters_used))
-                continue
-            leased[job_id] = (clusters_used.pop(), [pods[k][1] for k in sorted(pods)])
-        preempted = {job_of(job.id): "preempted by the scheduler" for job in decisions.preempted}
-        done_leased, done_preempted = self.store.record_cycle(leased, preempted, now)
-        report.leased = len(done_leased)
-        report.preempted = len(done_preempted)
-        t6 = time.perf_counter()
-        c6 = time.thread_time()
-
-        # The lease hand-over.
-        starts: dict[str, list[Placement]] = {}
-        for placement in decisions.scheduled:
-            if job_of(placement.job.id) in done_leased:
-                starts.setdefault(placement.cluster, []).append(placement)
-        stops: dict[str, list[Job]] = {}
-        for job_id in done_preempted:
-            for pod in self.running_pods.of(job_id):
-                stops.setdefault(pod.cluster, []).append(pod)
-        templates = templates_for(self.store, self.backends, starts)
-        pending: list[str] = []
-        for cluster in sorted(set(starts) | set(stops)):
-            backend = self.backends.get(cluster)
-            if backend is None:
-                continue
-            try:
-                backend.apply(ClusterDecisions(start=starts.get(cluster, []), preempt=stops.get(cluster, []),
-                                               templates=templates))
-            except ClusterUnavailable:
-                log.info("cluster.unavailable", cluster=cluster, during="lease")
-                continue
-            except Exception:
-                log.exception("lease.apply_failed", cluster=cluster)
-                continue
-            pending.extend({job_of(p.job.id) for p in starts.get(cluster, [])})
-        known = {}
-        for job_id in pending:
-            pod = pod_jobs.get(job_id) or pod_jobs.get(f"{job_id}#0")
-            cluster, nodes = leased[job_id]
-            known[job_id] = (pod.queue, pod.job_set, cluster, ",".join(dict.fromkeys(nodes)))
-        self.store.mark_pending(pending, self.clock(), known)
-        if self.intake.backends(self.backends):
-            self.intake.explain(self.backends, decisions, self.queued.jobs, set(done_leased))
-        t7 = time.perf_counter()
-        c7 = time.thread_time()
-        report.timings = {"clusters": t1 - t0, "ingest": t2 - t1, "stop": t3 - t2, "load": t4 - t3,
-                          "schedule": t5 - t4, "record": t6 - t5, "lease": t7 - t6}
-        report.cpu = {"clusters": c1 - c0, "ingest": c2 - c1, "stop": c3 - c2, "load": c4 - c3,
-                      "schedule": c5 - c4, "record": c6 - c5, "lease": c7 - c6}
-        report.seconds = t7 - t0
-        self.last = report
-        log.info("service.cycle", **{k: v for k, v in report.to_dict().items() if k not in ("timings", "cpu")},
-                 **{f"{k}_s": round(v, 4) for k, v in report.timings.items()},
-                 **{f"{k}_cpu": round(v, 4) for k, v in report.cpu.items()})
-        return report
+        return decisions
 
     def _running_ids(self, cluster: str, running: list[Job]) -> set[str]:
         """The ids of a cluster's running pods: the last cycle's set when the backend lists the same objects."""
@@ -448,7 +455,7 @@ class ServiceLoop:
         with self.cycle_lock:
             self.scheduler = scheduler
             self.settings = settings
-            self.actions = scheduler.deciding_actions()
+            self.actions = scheduler.actions
 
     def set_cluster_available(self, name: str, available: bool) -> bool:
         caps = self.backends.capabilities.get(name)

@@ -21,17 +21,10 @@ import json
 from dataclasses import dataclass
 from typing import Callable, Iterable, Mapping, Sequence
 
+from flotilla.core.leases import Decision, Failure, decide
+
 #: Compiled policies kept, by their JSON text (a cycle's failures mostly share a few policies).
 _CACHE_SIZE = 256
-
-
-@dataclass(frozen=True, slots=True)
-class Failure:
-    """What ended a run: ``platform`` for the platform's doing (lost, lease expired), with what the cluster said."""
-
-    platform: bool
-    exit_code: int | None = None
-    cause: str = ""
 
 
 @dataclass(frozen=True, slots=True)
@@ -49,26 +42,6 @@ class Rule:
             return failure.cause in self.causes
         code = failure.exit_code
         return code is not None and any(low <= code <= high for low, high in self.ranges)
-
-
-@dataclass(frozen=True, slots=True)
-class Decision:
-    """``retry`` or not; ``rule`` names the rule that decided (``""``: the defaults did), ``limit`` its retries."""
-
-    retry: bool
-    limit: int
-    rule: str = ""
-
-    def retry_text(self, retries: int) -> str:
-        """The ``queued`` event's reason: ``retry 1 of 3``, after the rule when one decided."""
-        return f"{self.rule}: retry {retries} of {self.limit}" if self.rule else f"retry {retries} of {self.limit}"
-
-    def fail_text(self, reason: str) -> str:
-        """The ``failed`` event's reason: what happened, then why it is final."""
-        if not self.retry:
-            return f"{reason}; {self.rule}" if self.rule else reason
-        gave_up = f"gave up after {self.limit} retries"
-        return f"{reason}; {self.rule}: {gave_up}" if self.rule else f"{reason}; {gave_up}"
 
 
 def _range(entry: int | str) -> tuple[int, int]:
@@ -138,14 +111,6 @@ class Policies:
         if mine is None:
             mine = self._queues[queue] = self._compile(self._read_queue(queue), "queue")
         return job + mine
-
-
-def decide(rules: Sequence[Rule], failure: Failure, default_limit: int) -> Decision:
-    """The first rule of ``rules`` that matches ``failure``, else the defaults (platform failures retried)."""
-    for rule in rules:
-        if rule.matches(failure):
-            return Decision(rule.retry, rule.limit, rule.text)
-    return Decision(failure.platform, default_limit)
 
 
 __all__ = ["Decision", "Failure", "Policies", "Rule", "compile_policy", "decide", "dump_policy"]

@@ -109,7 +109,7 @@ class Simulation:
         if self.period <= 0:
             raise config.source.error(("cycle", "period"), "expected a positive duration, e.g. 1s")
         self.scheduler = scheduler or Scheduler(config)
-        if "lease" not in [action.name for action in self.scheduler.actions]:
+        if not self.scheduler.hands_over():
             raise config.source.error(("actions",), "simulate needs the lease action (it starts and stops jobs "
                                                     "on the simulated clusters): expected e.g. "
                                                     "[evict, allocate, preempt, lease]")

@@ -1,8 +1,9 @@
 """``schedule-once``, ``serve`` and ``simulate`` run the same action sequence for one config.
 
 Each entry point's cycles are watched where they run (``Scheduler._run_cycle``) and the names of the actions
-each cycle ran are compared: schedule-once and the service run the config's deciding actions in its order and
-hand over themselves; simulate runs the same followed by ``lease`` on its simulated clusters.
+each cycle ran are compared: all three run the config's actions in its order, ``lease`` included; what the lease
+hands the decisions to (its sink) is what differs: none for schedule-once, the store then the clusters for the
+service, the simulated clusters for simulate.
 """
 
 from __future__ import annotations
@@ -42,9 +43,10 @@ def ran(monkeypatch):
     cycles: list[list[str]] = []
     real = Scheduler._run_cycle
 
-    def watched(self, snapshot, rng, backends, actions, *rest, **kw):
-        cycles.append([action.name for action in (actions if actions is not None else self.actions)])
-        return real(self, snapshot, rng, backends, actions, *rest, **kw)
+    def watched(self, snapshot, rng, sink, actions, *rest, **kw):
+        cycles.append([action.name for action in (actions if actions is not None else self.actions)]
+                      + [f"sink:{type(sink).__name__}"])
+        return real(self, snapshot, rng, sink, actions, *rest, **kw)
 
     monkeypatch.setattr(Scheduler, "_run_cycle", watched)
     return cycles
@@ -79,7 +81,7 @@ def test_the_three_entry_points_run_one_action_sequence(tmp_path, ran, extra, de
     report = Simulation(sim_cfg, load_workload(tmp_path / "workload.yaml", sim_cfg)).run()
     simulated = ran[:]
 
-    assert once == [deciding]
-    assert served == [deciding]
+    assert once == [deciding + ["lease", "sink:NoneType"]]
+    assert served == [deciding + ["lease", "sink:StoreSink"]]
     assert report["queues"]["A"]["finished"] == 1
-    assert simulated == [deciding + ["lease"]] * report["cycles"]
+    assert simulated == [deciding + ["lease", "sink:BackendSink"]] * report["cycles"]

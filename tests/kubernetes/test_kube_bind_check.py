@@ -10,7 +10,8 @@ from __future__ import annotations
 import time
 
 from flotilla.core.backend import ClusterDecisions, JobEvent
-from flotilla.kubernetes.admission import admission_rejection, returned_label, shortfall
+from flotilla.kubernetes import admission
+from flotilla.kubernetes.admission import PRESENCE_READ_TRUSTED, SchedulerPresence, admission_rejection, returned_label, shortfall
 from flotilla.kubernetes.backend import KubernetesCluster
 from flotilla.kubernetes.pods import JOB_ID
 from flotilla.scheduler import Scheduler
@@ -105,7 +106,30 @@ def test_beside_an_active_scheduler_a_bind_reads_the_node_afresh_and_counts_what
         backend._pool.shutdown(wait=False)
 
 
-def test_until_another_scheduler_is_seen_each_cycle_of_starts_reads_once_whether_one_waits():
+def test_a_read_that_found_no_other_scheduler_vouches_for_a_short_time_only():
+    now = [100.0]
+    presence = SchedulerPresence(lambda: now[0], "flotilla")
+    reads = []
+    answers = [[], [], [waiting_foreign("burst", "1")]]
+
+    def read():
+        reads.append(now[0])
+        return answers[len(reads) - 1]
+
+    presence.new_cycle()
+    assert presence.active(read) is False                      # the cycle's first bind reads: none waits
+    now[0] += PRESENCE_READ_TRUSTED / 2
+    assert presence.active(read) is False and reads == [100.0]  # a bind soon after trusts that read
+    now[0] += PRESENCE_READ_TRUSTED                               # a bind of the same cycle, later: a new read
+    assert presence.active(read) is False and len(reads) == 2
+    presence.new_cycle()                                          # a new cycle reads again, however soon
+    assert presence.active(read) is True and len(reads) == 3   # kube-scheduler's burst has started
+    now[0] += 1
+    assert presence.active(read) is True and len(reads) == 3   # active: the watch and fresh reads take over
+
+
+def test_until_another_scheduler_is_seen_each_cycle_of_starts_reads_once_whether_one_waits(monkeypatch):
+    monkeypatch.setattr(admission, "PRESENCE_READ_TRUSTED", 3600.0)   # the binds of one cycle, however slow here
     client = FreshRecorder()
     backend = KubernetesCluster("c", client=client, start=False, workers=1, duration_of=None)
     backend.health.synced = {"nodes": True, "pods": True}

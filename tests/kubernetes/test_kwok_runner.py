@@ -84,3 +84,47 @@ def test_other_flotilla_jobs_count_for_their_queue_and_unknown_queues_only_take_
     assert len(result.decisions.scheduled) == 4  # a is full (2 + 2), b takes 4
     assert {p.cluster for p in result.decisions.scheduled} == {"b"}
     assert result.decisions.queues["B"].allocated == {"cpu": "2"}
+
+
+def test_expiries_use_the_jobs_retries_then_fail_it_as_the_service_does(tmp_path):
+    runner, backends, clock = setup(tmp_path, cores=(1, 0))
+    runner.max_retries = 2
+    runner.submit(jobs("j", 1))
+    runner.cycle()
+    runner.pump_events()
+    record = runner.jobs["j-1"]
+    reasons = []
+    for _ in range(3):
+        assert (record.state, record.cluster) == ("running", "a")
+        backends["a"].available = False
+        clock.t += 31
+        result = runner.cycle()      # a unheard of for 31s: the lease expires
+        assert result.expired == ["j-1"]
+        reasons.append(record.reason)
+        backends["a"].available = True
+        if record.state == "failed":
+            break
+        runner.cycle()               # a back: its old run is cancelled and the job leased again
+        runner.pump_events()
+    assert reasons == ["lease on cluster a not renewed for 31s (timeout 30s) (retry 1 of 2)",
+                       "lease on cluster a not renewed for 31s (timeout 30s) (retry 2 of 2)",
+                       "lease on cluster a not renewed for 31s (timeout 30s); gave up after 2 retries"]
+    assert (record.state, record.retries) == ("failed", 2)
+    runner.cycle()
+    assert backends["a"].running_jobs() == []     # the last run, back with its cluster, is cancelled
+
+
+def test_a_pod_lost_with_its_node_uses_no_retry_and_another_loss_does(tmp_path):
+    from flotilla.core.backend import JobEvent
+
+    runner, backends, clock = setup(tmp_path, cores=(2, 0))
+    runner.submit(jobs("j", 2))
+    runner.cycle()
+    runner.pump_events()
+    assert runner.counts() == {"running": 2}
+    runner._on_event(JobEvent("j-1", "lost", "a", "n1", clock.t, "node n1 deleted", cause="NodeLost"))
+    runner._on_event(JobEvent("j-2", "lost", "a", "n1", clock.t, "pod deleted"))
+    first, second = runner.jobs["j-1"], runner.jobs["j-2"]
+    assert (first.state, first.retries, first.reason) == ("queued", 0, "lost on cluster a: node n1 deleted")
+    assert (second.state, second.retries, second.reason) == ("queued", 1,
+                                                            "lost on cluster a: pod deleted (retry 1 of 3)")

@@ -84,11 +84,15 @@ class ConfigReloader:
 
     def reload(self) -> bool:
         from flotilla.scheduler_main import UserError, build_scheduler, load_config_or_fail
+        from flotilla.service.loop import lease_missing
         from flotilla.service.settings import from_config
 
         try:
             config = load_config_or_fail(str(self.path))
             scheduler = build_scheduler(config)
+            missing = lease_missing(config, scheduler)
+            if missing is not None:
+                raise UserError(str(missing))
             settings = from_config(config)
         except UserError as exc:
             self.failures += 1
