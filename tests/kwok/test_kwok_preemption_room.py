@@ -148,8 +148,8 @@ def test_a_preempted_pod_that_does_not_go_counts_again_after_stuck_pod_expiry(kw
         result = runner.cycle()
         urgent = runner.jobs["urgent"]
         assert [state for _, state, _, _ in urgent.history] == ["submitted", "leased", "queued", "leased"]
-        assert urgent.reason == (f"node node-1 has no room for the pod: victim's pod has been terminating for "
-                                 f"stuckPodExpiry 5s (default/{victim_pod})")
+        assert urgent.reason == (f"lost on cluster kwok-a: node node-1 has no room for the pod: victim's pod has been "
+                                 f"terminating for stuckPodExpiry 5s (default/{victim_pod}) (retry 1 of 3)")
         assert [(p.job.id, p.node) for p in result.decisions.scheduled] == [("urgent", "node-1")]
         assert sorted(j.id for j in result.decisions.preempted) == ["keep-1", "keep-2"]
         assert backend.snapshot().foreign == {"node-1": {"cpu": 16000, "pods": 1}}
