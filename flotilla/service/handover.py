@@ -25,9 +25,8 @@ from typing import Callable
 
 import structlog
 
-from flotilla.core.backend import ClusterDecisions, ClusterUnavailable
+from flotilla.core.backend import ClusterUnavailable
 from flotilla.core.capabilities import Backends
-from flotilla.core.decisions import Placement
 from flotilla.core.handover import Handover
 from flotilla.core.model import Job
 from flotilla.service.leases import job_of
@@ -81,30 +80,27 @@ class StoreSink:
 
     def hand_over(self, accepted: Handover) -> None:
         t0, c0 = time.perf_counter(), time.thread_time()
-        starts: dict[str, list[Placement]] = {}
+        by_cluster = accepted.by_cluster()
         first_pod: dict[str, Job] = {}
         for placement in accepted.start:
-            starts.setdefault(placement.cluster, []).append(placement)
             first_pod.setdefault(job_of(placement.job.id), placement.job)
-        stops: dict[str, list[Job]] = {}
-        for pod in accepted.stop:
-            stops.setdefault(pod.cluster, []).append(pod)
-        templates = templates_for(self.store, self.backends, starts)
+        templates = templates_for(self.store, self.backends,
+                                  {cluster: decisions.start for cluster, decisions in by_cluster.items()})
         pending: list[str] = []
-        for cluster in sorted(set(starts) | set(stops)):
+        for cluster, decisions in by_cluster.items():
             backend = self.backends.get(cluster)
             if backend is None:
                 continue
+            decisions.templates = templates
             try:
-                backend.apply(ClusterDecisions(start=starts.get(cluster, []), preempt=stops.get(cluster, []),
-                                               templates=templates))
+                backend.apply(decisions)
             except ClusterUnavailable:
                 log.info("cluster.unavailable", cluster=cluster, during="lease")
                 continue
             except Exception:
                 log.exception("lease.apply_failed", cluster=cluster)
                 continue
-            pending.extend({job_of(p.job.id) for p in starts.get(cluster, [])})
+            pending.extend({job_of(p.job.id) for p in decisions.start})
         known = {}
         for job_id in pending:
             pod = first_pod[job_id]
