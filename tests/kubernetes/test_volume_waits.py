@@ -42,8 +42,8 @@ def _waiting_backend(claims: int):
     for i in range(claims):
         job = Job(f"job-{i}", "A", requests={"cpu": 100}, claims=(f"ns/c{i}",))
         with backend._lock:
-            backend._starts[job.id] = 1
-            backend._inflight[job.id] = job
+            backend.book.starts[job.id] = 1
+            backend.book.inflight[job.id] = job
             backend.volumes.assume(((f"ns/c{i}", f"pv{i}"),), f"node-{i}")
         backend._bind_volumes(job, f"node-{i}", 0, None, ((f"ns/c{i}", f"pv{i}"),), 1)
     return backend, started, now

@@ -85,7 +85,6 @@ from __future__ import annotations
 
 import threading
 import time
-from collections import deque
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import replace
 from typing import Callable, Iterable, Mapping, Sequence
@@ -100,6 +99,8 @@ from flotilla.kubernetes.admission import admission_rejection, returned_label
 from flotilla.kubernetes.backend.bindguard import BIND, HOLD, YIELD, YIELD_BURST, BindGuard
 from flotilla.kubernetes.backend.held import HeldStarts
 from flotilla.kubernetes.backend.informers import InformerHealth, watch_kind
+from flotilla.kubernetes.backend.ledger import Ledger
+from flotilla.kubernetes.backend.lostpods import LostPods
 from flotilla.kubernetes.backend.namespaces import NamespaceView
 from flotilla.kubernetes.backend.podcache import ENDED, FINAL, CachedPod, PodCache
 from flotilla.kubernetes.backend.priorityclasses import PriorityClasses
@@ -110,8 +111,8 @@ from flotilla.kubernetes.client import ApiError, KubeClient, Unreachable, forbid
 from flotilla.kubernetes.intake import (JOBS_PATH, JOBSETS_PATH, PODGROUPS_PATH, POD_NAME, POD_NAMESPACE, POD_UID,
                                         SELECTOR_INFORMERS, IntakeTracker, bound_by_flotilla)
 from flotilla.kubernetes.pods import (ATTEMPT, DURATION, JOB_ID, PodSettings, disruption, failure_details, failure_reason,
-                                      foreign_pod, is_ours, job_deadline, job_from_pod, job_grace_period, job_namespace,
-                                      named_grace_period, node_from_object, node_ready, permanent_pull_failure,
+                                      delete_grace, foreign_pod, is_ours, job_deadline, job_from_pod, job_namespace,
+                                      node_from_object, node_ready, permanent_pull_failure,
                                       pod_finished_at, pod_host_ports, pod_phase, pod_requests, waiting_container,
                                       waiting_reason)
 from flotilla.kubernetes.priorityclasses import PRIORITY_CLASSES_PATH
@@ -202,33 +203,16 @@ class KubernetesCluster:
         self._nodes: dict[str, Node] = {}
         #: The pod informer's copy of the pods, indexed per node (flotilla.kubernetes.backend.podcache).
         self.cache = PodCache()
-        self._job_pod: dict[str, tuple[str, str]] = {}   # job id -> its live pod
-        self._attempts: dict[str, int] = {}
-        self._inflight: dict[str, Job] = {}              # started, pod not seen yet
+        #: The bookkeeping of our jobs and pods, and the events to say (flotilla.kubernetes.backend.ledger).
+        self.book = Ledger(name, lambda: self.clock())
         #: The bind's own check: Flotilla's binds not seen yet, other schedulers' pods not placed yet
         #: (flotilla.kubernetes.backend.bindguard).
         self.guard = BindGuard(self.client, name, self.settings.scheduler_name, self.clock)
         self._settle_timer: threading.Timer | None = None   # retries held starts once such a burst is over
         #: Starts waiting for room on their node (flotilla.kubernetes.backend.held).
         self.held_starts = HeldStarts()
-        self._stopping: dict[str, str] = {}              # job id -> preempted | cancelled
-        #: Pods Flotilla is deleting by a decision -> when: not counted by a snapshot (module docstring, Stopped
-        #: pods) until gone, or until ``stuck_pod_expiry`` has passed.
-        self._stopped: dict[tuple[str, str], float] = {}
-        self._kill_on_create: dict[str, str] = {}        # stopped before its pod was created
-        self._ignore_delete: set[tuple[str, str]] = set()
-        self._reported: dict[tuple[str, str], str] = {}
-        self._starts: dict[str, int] = {}                # job id -> times started: tells a stale delete
-        self._starting: dict[tuple[str, str], float] = {}  # our pods not started yet -> first seen
-        self._pull_backoffs: dict[tuple[str, str], int] = {}  # our waiting pods -> times the kubelet backed off
-        #: Our pods given up because their node was NotReady past nodeLostTimeout: a success they report when the
-        #: node returns is their job's (NODE_RETURNED).
-        self._lost_on_node: set[tuple[str, str]] = set()
-        self._nodes_down: dict[str, list] = {}           # node -> [since, deleted, handled]
-        self._finished: dict[tuple[str, str], float] = {}  # finished pods kept for their logs -> when to delete
         #: Preempted pods' log tails (flotilla.kubernetes.backend.victimlogs), each for finished_pod_retention.
         self.victim_logs = VictimLogs()
-        self._events: deque[tuple[JobEvent, int | None]] = deque()   # (event, the run it is about)
         #: Whether the nodes' and pods' informers are in sync, and the other informers' last errors
         #: (flotilla.kubernetes.backend.informers).
         self.health = InformerHealth(name, self._lock)
@@ -254,6 +238,12 @@ class KubernetesCluster:
         #: slower than these writers write).
         self._volume_pool = ThreadPoolExecutor(max_workers=volume_writers(workers),
                                                thread_name_prefix=f"kube-{name}-volumes")
+        #: The platform's failures: stuck pods, lost nodes, held starts whose room never comes
+        #: (flotilla.kubernetes.backend.lostpods).
+        self.lost_pods = LostPods(name, self.book, self.cache, self.held_starts, self.settings, self.book.clock,
+                                  stuck_pod_expiry, node_lost_timeout,
+                                  lambda key, grace: self._pool.submit(self.writes.delete_quietly, key, grace),
+                                  self._release_held, self._drop_held, self._leaving)
         self._threads: list[threading.Thread] = []
         self.counters = {"created": 0, "deleted": 0, "create_errors": 0, "relists": 0, "watch_events": 0,
                          "returned": 0}
@@ -334,8 +324,8 @@ class KubernetesCluster:
         while time.monotonic() < deadline:
             with self._lock:
                 busy = self._pool._work_queue.qsize() or self._volume_pool._work_queue.qsize() or \
-                    self._kill_on_create or \
-                    any(job_id not in self._volume_waits for job_id in self._inflight)
+                    self.book.kill_on_create or \
+                    any(job_id not in self._volume_waits for job_id in self.book.inflight)
             if not busy:
                 return True
             time.sleep(0.02)
@@ -367,8 +357,8 @@ class KubernetesCluster:
             # Everyone else's pods, as their events left them; then ours, one by one (names bound locally: this
             # loop is per pod and per cycle).
             foreign, foreign_ports = self.cache.foreign_use(known)
-            stopping, job_pod_of, reported_of = self._stopping, self._job_pod.get, self._reported.get
-            stopped = self._stopped
+            stopping, job_pod_of, reported_of = self.book.stopping, self.book.job_pod.get, self.book.reported.get
+            stopped = self.book.stopped
             append, see = running.append, seen.add
             for pod in self.cache.own.values():
                 node = pod.node
@@ -392,8 +382,8 @@ class KubernetesCluster:
                 used[PODS] = used.get(PODS, 0) + 1
                 if job.host_ports:
                     foreign_ports[pod.node] = foreign_ports.get(pod.node, ()) + job.host_ports
-            for job_id, job in self._inflight.items():
-                if job_id not in seen and job_id not in self._stopping and job.node in self._nodes:
+            for job_id, job in self.book.inflight.items():
+                if job_id not in seen and job_id not in self.book.stopping and job.node in self._nodes:
                     running.append(job)
             foreign_pods = self.cache.foreign_pods(known)
             volumes = self.volumes.view(self.health.side_errors)
@@ -420,30 +410,30 @@ class KubernetesCluster:
                 if job.id in self.held_starts.ids:
                     self._drop_held(job.id, kind)
                     continue
-                self._stopping[job.id] = kind
-                key = self._job_pod.get(job.id)
-                if key is None and job.id in self._inflight:
-                    self._kill_on_create[job.id] = kind
+                self.book.stopping[job.id] = kind
+                key = self.book.job_pod.get(job.id)
+                if key is None and job.id in self.book.inflight:
+                    self.book.kill_on_create[job.id] = kind
                     continue
                 self._mark_stopped(key)
-                work.append((self._delete, job, key, kind, self._starts.get(job.id, 0)))
+                work.append((self._delete, job, key, kind, self.book.starts.get(job.id, 0)))
         for placement in decisions.start:
             job = placement.job
-            attempt = self._attempts.get(job.id, -1) + 1
-            self._attempts[job.id] = attempt
-            self._starts[job.id] = self._starts.get(job.id, 0) + 1
-            self._stopping.pop(job.id, None)
+            attempt = self.book.attempts.get(job.id, -1) + 1
+            self.book.attempts[job.id] = attempt
+            self.book.starts[job.id] = self.book.starts.get(job.id, 0) + 1
+            self.book.stopping.pop(job.id, None)
             self._unadmit(job.id)
             running = replace(job, state=JobState.RUNNING, cluster=self.name, node=placement.node)
             if job.id in self.held_starts.ids:   # started again elsewhere: the old hold is void
                 self._drop_held(job.id, None)
-            self._inflight[job.id] = running
+            self.book.inflight[job.id] = running
             template = decisions.templates.get(job.id)
             if job.claims and (placement.volumes or self.volumes.unbound(job.claims)):
                 # Its claims are bound first (flotilla.kubernetes.volumes); the pod comes once they are.
                 self.volumes.assume(placement.volumes, placement.node)
                 work.append((self._bind_volumes, running, placement.node, attempt, template, placement.volumes,
-                             self._starts[job.id]))
+                             self.book.starts[job.id]))
                 continue
             self._start_pod(running, placement.node, attempt, template, work.append)
 
@@ -485,7 +475,7 @@ class KubernetesCluster:
             self._create_failed(job, node, "lost", f"binding volumes: {why}")
             return
         with self._lock:
-            if self._starts.get(job.id) != started or job.id not in self._inflight:
+            if self.book.starts.get(job.id) != started or job.id not in self.book.inflight:
                 self.volumes.forget(choices)
                 return
             self._volume_waits[job.id] = (job, node, attempt, template, choices, started,
@@ -506,7 +496,7 @@ class KubernetesCluster:
             if wait is None:
                 continue
             job, node, attempt, template, choices, started, deadline = wait
-            if self._starts.get(job_id) != started or job_id not in self._inflight:
+            if self.book.starts.get(job_id) != started or job_id not in self.book.inflight:
                 self._end_volume_wait(job_id)   # stopped or started again since
                 self.volumes.forget(choices)
                 continue
@@ -527,10 +517,10 @@ class KubernetesCluster:
                 continue
             self._end_volume_wait(job_id)
             self.volumes.forget(choices)
-            self._inflight.pop(job_id, None)
-            self._kill_on_create.pop(job_id, None)
-            if self._stopping.pop(job_id, None) is None:
-                self._emit(job_id, "lost", node, f"binding volumes: {why}")
+            self.book.inflight.pop(job_id, None)
+            self.book.kill_on_create.pop(job_id, None)
+            if self.book.stopping.pop(job_id, None) is None:
+                self.book.emit(job_id, "lost", node, f"binding volumes: {why}")
 
     def _end_volume_wait(self, job_id: str) -> None:
         job = self._volume_waits.pop(job_id)[0]
@@ -546,7 +536,7 @@ class KubernetesCluster:
     def _hold(self, node: str, job: Job, attempt: int, template: PodTemplate | None, nominate: bool = True) -> None:
         """Hold ``job``'s start for ``node`` until the room its leaving pods free is there; a waiting in-cluster
         pod is nominated to the node meanwhile (``status.nominatedNodeName``, as kube-scheduler does), once."""
-        if self.held_starts.hold(node, job, attempt, template, self._starts.get(job.id, 0), self.clock(), nominate):
+        if self.held_starts.hold(node, job, attempt, template, self.book.starts.get(job.id, 0), self.clock(), nominate):
             self.reporting.submit(self.reporter.nominated, job.annotations[POD_NAMESPACE], job.annotations[POD_NAME],
                                   job.annotations[POD_UID], node,
                                   f"waiting on node {node} for the pods leaving it (preempted) to be gone")
@@ -555,35 +545,15 @@ class KubernetesCluster:
         """Leave pod ``key`` out of the snapshots from now on: Flotilla deletes it by a decision (module docstring,
         Stopped pods). Not a pod already being deleted by someone else or given up: their room was never given."""
         pod = self.cache.get(key) if key is not None else None
-        if key is None or key in self._stopped or self._reported.get(key) == "lost" \
-                or (pod is not None and pod.deleting and key not in self._ignore_delete):
+        if key is None or key in self.book.stopped or self.book.reported.get(key) == "lost" \
+                or (pod is not None and pod.deleting and key not in self.book.ignore_delete):
             return
-        self._stopped[key] = self.clock()
-
-    def _expire_stopped(self, now: float) -> None:
-        """Count again the stopped pods still there ``stuck_pod_expiry`` after their delete, and give up the starts
-        held for their nodes (module docstring, Stopped pods)."""
-        horizon = now - self.stuck_pod_expiry
-        for key in [key for key, since in self._stopped.items() if since <= horizon]:
-            del self._stopped[key]
-            pod = self.cache.get(key)
-            if pod is None or pod.node is None or pod.phase in ENDED:
-                continue
-            log.warning("kubernetes.stopped_pod_stuck", cluster=self.name, job=pod.job.id, node=pod.node,
-                        pod=f"{key[0]}/{key[1]}")
-            for job, _, _, started in list(self.held_starts.by_node.get(pod.node, ())):
-                if job.id not in self.held_starts.ids or self._starts.get(job.id) != started:
-                    continue   # stale: stopped or started again since
-                log.warning("kubernetes.held_start_given_up", cluster=self.name, job=job.id, node=pod.node)
-                self._drop_held(job.id, None)
-                self._emit(job.id, "lost", pod.node,
-                           f"node {pod.node} has no room for the pod: {pod.job.id}'s pod has been terminating "
-                           f"for stuckPodExpiry {self.stuck_pod_expiry:g}s ({key[0]}/{key[1]})", cause="Stuck")
+        self.book.stopped[key] = self.clock()
 
     def _leaving(self, node: str) -> bool:
         """Whether a pod on ``node`` is on its way out (deleted, or ours being stopped) and still holds room."""
         return any(pod.phase not in ENDED
-                   and (pod.deleting or (pod.job is not None and pod.job.id in self._stopping))
+                   and (pod.deleting or (pod.job is not None and pod.job.id in self.book.stopping))
                    for pod in self.cache.of_node(node))
 
     def _release_held(self, node: str) -> None:
@@ -591,10 +561,10 @@ class KubernetesCluster:
         if not self.held_starts.by_node.get(node):
             return
         target = self._nodes.get(node)
-        load = self.held_starts.node_load(node, self.cache.of_node(node), self._inflight) \
+        load = self.held_starts.node_load(node, self.cache.of_node(node), self.book.inflight) \
             if target is not None else None
         for job, attempt, template in self.held_starts.release(node, target, load, lambda: self._leaving(node),
-                                                               self._starts):
+                                                               self.book.starts):
             self._pool.submit(self._create, job, node, attempt, template)
 
     def _drop_held(self, job_id: str, kind: str | None) -> None:
@@ -602,7 +572,7 @@ class KubernetesCluster:
         self.held_starts.ids.discard(job_id)
         self.guard.yielding.pop(job_id, None)
         self._unadmit(job_id)
-        job = self._inflight.pop(job_id, None)
+        job = self.book.inflight.pop(job_id, None)
         if job is not None and job_id in self.held_starts.nominated:   # its nomination ends with the hold
             self.held_starts.nominated.discard(job_id)
             self.reporting.submit(self.reporter.nominated, job.annotations[POD_NAMESPACE], job.annotations[POD_NAME],
@@ -610,7 +580,8 @@ class KubernetesCluster:
         self.held_starts.forget(job_id)
         if kind is not None:
             reason = {"preempted": "preempted by the scheduler", "cancelled": "cancelled"}.get(kind, kind)
-            self._emit(job_id, kind, job.node if job is not None else None, reason, run=self._starts.get(job_id, 0))
+            self.book.emit(job_id, kind, job.node if job is not None else None, reason,
+                           run=self.book.starts.get(job_id, 0))
 
     def held(self) -> dict[str, list[str]]:
         """Job ids of the starts held per node, in order (tests, tools)."""
@@ -628,10 +599,10 @@ class KubernetesCluster:
             target = self._nodes.get(node)
             if target is None:
                 return True   # gone from the watch: the bind itself says what becomes of it
-            load, pods, leaving, gone = self.guard.live_use(node, self.cache.of_node(node), self._stopping)
+            load, pods, leaving, gone = self.guard.live_use(node, self.cache.of_node(node), self.book.stopping)
             unseen: dict = {}
             if fresh is not None:
-                fresh_load, fresh_pods, unseen = self.guard.fresh_view(target, fresh, self._inflight)
+                fresh_load, fresh_pods, unseen = self.guard.fresh_view(target, fresh, self.book.inflight)
                 load = {r: max(load.get(r, 0), fresh_load.get(r, 0)) for r in set(load) | set(fresh_load)}
                 pods = max(pods, fresh_pods)
             verdict, detail = self.guard.verdict(job, node, target, load, pods, leaving, gone, unseen,
@@ -649,12 +620,12 @@ class KubernetesCluster:
                 return False
             short = detail
             self.counters["returned"] += 1
-            self._inflight.pop(job.id, None)
-            self._kill_on_create.pop(job.id, None)
-            if self._stopping.pop(job.id, None) is None:
-                self._emit(job.id, "returned", node, f"not bound to node {node}: {short} there now (pods bound "
+            self.book.inflight.pop(job.id, None)
+            self.book.kill_on_create.pop(job.id, None)
+            if self.book.stopping.pop(job.id, None) is None:
+                self.book.emit(job.id, "returned", node, f"not bound to node {node}: {short} there now (pods bound "
                                                      f"there since the scheduling decision)",
-                           cause=returned_label(short), run=self._starts.get(job.id, 0))
+                           cause=returned_label(short), run=self.book.starts.get(job.id, 0))
             log.info("kubernetes.bind_returned", cluster=self.name, job=job.id, node=node, reason=short)
             return False
 
@@ -689,21 +660,13 @@ class KubernetesCluster:
     def poll_events(self) -> list[JobEvent]:
         with self._lock:
             now = self.clock()
-            self._give_up_stuck_and_lost(now)
+            self.lost_pods.check(now)
             self._delete_expired(now)
             if self._volume_waits:
                 self._check_volume_waits(expired_only=True)
-            # An event about an earlier run of a job started again since (a delete that finished late) is
-            # dropped: the service would take it for news about the new run.
-            events = [ev for ev, run in self._events if run is None or run == self._starts.get(ev.job_id, 0)]
-            self._events.clear()
-        return events
+            return self.book.take_events()   # (but those about an earlier run: flotilla.kubernetes.backend.ledger)
 
     # -- writes (pool threads) ----------------------------------------------------------------
-    def _emit(self, job_id: str, kind: str, node: str | None, reason: str = "", run: int | None = None,
-              exit_code: int | None = None, cause: str = "") -> None:
-        self._events.append((JobEvent(job_id, kind, self.name, node, self.clock(), reason, exit_code, cause), run))
-
     def _create(self, job: Job, node: str, attempt: int, template: PodTemplate | None = None) -> None:
         if not self._admit(job, node, attempt, template):
             return
@@ -728,16 +691,16 @@ class KubernetesCluster:
             return
         with self._lock:
             self.counters["created"] += 1
-            self._job_pod[job.id] = (namespace, name)
-            kill = self._kill_on_create.pop(job.id, None)
+            self.book.job_pod[job.id] = (namespace, name)
+            kill = self.book.kill_on_create.pop(job.id, None)
         if kill is not None:
-            self._delete(job, (namespace, name), kill, self._starts.get(job.id, 0))
+            self._delete(job, (namespace, name), kill, self.book.starts.get(job.id, 0))
 
     def _name_taken(self, job_id: str):
         """Note the attempts whose pod names were found taken (a pod of an earlier attempt still terminating)."""
         def taken(attempt: int) -> None:
             with self._lock:
-                self._attempts[job_id] = max(self._attempts.get(job_id, 0), attempt)
+                self.book.attempts[job_id] = max(self.book.attempts.get(job_id, 0), attempt)
         return taken
 
     def _bind(self, job: Job, node: str) -> None:
@@ -749,10 +712,10 @@ class KubernetesCluster:
             return
         with self._lock:
             self.counters["bound"] = self.counters.get("bound", 0) + 1
-            self._job_pod[job.id] = (namespace, name)
-            kill = self._kill_on_create.pop(job.id, None)
+            self.book.job_pod[job.id] = (namespace, name)
+            kill = self.book.kill_on_create.pop(job.id, None)
         if kill is not None:
-            self._delete(job, (namespace, name), kill, self._starts.get(job.id, 0))
+            self._delete(job, (namespace, name), kill, self.book.starts.get(job.id, 0))
 
     # -- in-cluster pods: what the scheduling loop takes in, and what it tells them ---------------------
     @property
@@ -827,8 +790,8 @@ class KubernetesCluster:
         namespace = pod["metadata"]["namespace"]
         key = (namespace, pod["metadata"]["name"])
         with self._lock:
-            self._reported[key] = "failed"
-            self._ignore_delete.add(key)
+            self.book.reported[key] = "failed"
+            self.book.ignore_delete.add(key)
         self.writes.delete_quietly(key)
         for item in done:
             self.writes.delete_object(namespace, item)
@@ -839,23 +802,23 @@ class KubernetesCluster:
         log.warning("kubernetes.create_failed", cluster=self.name, job=job.id, reason=reason)
         with self._lock:
             self.counters["create_errors"] += 1
-            self._inflight.pop(job.id, None)
+            self.book.inflight.pop(job.id, None)
             self._unadmit(job.id)
-            self._kill_on_create.pop(job.id, None)
-            if self._stopping.pop(job.id, None) is None:
-                self._emit(job.id, kind, node, reason)
+            self.book.kill_on_create.pop(job.id, None)
+            if self.book.stopping.pop(job.id, None) is None:
+                self.book.emit(job.id, kind, node, reason)
 
     def _delete(self, job: Job, key: tuple[str, str] | None, kind: str, started: int = 0) -> None:
         """Delete the job's pod ``key``; report ``kind`` unless the job has been started again since
         (``started``: its start count when the delete was asked for) or its pod was already given up."""
         if key is None:
             with self._lock:
-                self._stopping.pop(job.id, None)
+                self.book.stopping.pop(job.id, None)
             return
         with self._lock:
             self._mark_stopped(key)   # (a pod made after its job was stopped is marked only now)
         namespace, name = key
-        grace = self._grace_of(key, job)
+        grace = delete_grace(job, self.settings)
         pod = self.cache.get(key)
         if kind == "preempted" and pod is not None and pod.incluster:
             # Said before the delete, so that the pod's Job (podFailurePolicy) can tell a preemption from a failure.
@@ -871,41 +834,34 @@ class KubernetesCluster:
             if exc.status != 404:
                 log.warning("kubernetes.delete_failed", cluster=self.name, job=job.id, error=str(exc))
                 with self._lock:
-                    self._stopping.pop(job.id, None)
-                    self._stopped.pop(key, None)
+                    self.book.stopping.pop(job.id, None)
+                    self.book.stopped.pop(key, None)
                 return
         except Unreachable as exc:
             # Keep it counted out; the next snapshot after reconnecting shows the pod again if it survived.
             log.warning("kubernetes.delete_unreachable", cluster=self.name, job=job.id, error=str(exc))
             with self._lock:
-                self._stopping.pop(job.id, None)
-                self._stopped.pop(key, None)
+                self.book.stopping.pop(job.id, None)
+                self.book.stopped.pop(key, None)
             return
         with self._lock:
             self.counters["deleted"] += 1
-            self._ignore_delete.add(key)
-            if self._reported.get(key) == "lost" or self._starts.get(job.id, 0) != started:
+            self.book.ignore_delete.add(key)
+            if self.book.reported.get(key) == "lost" or self.book.starts.get(job.id, 0) != started:
                 return  # already reported, or about an earlier run of a job that runs again
-            self._reported[key] = kind
+            self.book.reported[key] = kind
             pod = self.cache.get(key)
             node = pod.node if pod is not None else job.node
-            self._emit(job.id, kind, node, "preempted by the scheduler" if kind == "preempted" else "cancelled",
+            self.book.emit(job.id, kind, node, "preempted by the scheduler" if kind == "preempted" else "cancelled",
                        run=started)
-
-    def _grace_of(self, key: tuple[str, str], job: Job) -> int | None:
-        """The grace period to delete ``job``'s pod with: the job's own when it names one; else None, the pod's
-        ``terminationGracePeriodSeconds``, which it was made with (a job rebuilt from its pod names none)."""
-        if named_grace_period(job) is None:
-            return None
-        return job_grace_period(job, self.settings)
 
     def _delete_expired(self, now: float) -> None:
         """Delete the finished pods whose ``finishedPodRetention`` is over, and forget such preempted pods' logs."""
         self.victim_logs.expire(now)
-        if not self._finished:
+        if not self.book.finished:
             return
-        for key in [key for key, due in self._finished.items() if due <= now]:
-            del self._finished[key]
+        for key in [key for key, due in self.book.finished.items() if due <= now]:
+            del self.book.finished[key]
             self._pool.submit(self.writes.delete_quietly, key)
 
     def _keep_victim_log(self, pod: CachedPod) -> None:
@@ -923,71 +879,6 @@ class KubernetesCluster:
         ``namespace/name``, container -> last output, and whether any was cut; None when none are kept."""
         with self._lock:
             return self.victim_logs.get(pod_id, self.clock())
-
-    # -- the platform's failures: stuck pods, lost nodes (checked at every poll) -------------------
-    def _give_up(self, pod: CachedPod, reason: str, cause: str, grace: int | None = 0, kind: str = "lost") -> None:
-        """Report ``pod``'s job ``lost`` (the service retries it elsewhere; ``kind`` failed: the job's own
-        failure) and remove the pod."""
-        self._reported[pod.key] = "lost"
-        self._stopped.pop(pod.key, None)   # its room counts again (module docstring)
-        self._starting.pop(pod.key, None)
-        self._ignore_delete.add(pod.key)
-        self._emit(pod.job.id, "failed" if pod.incluster else kind, pod.node, reason, cause=cause)
-        log.warning("kubernetes.pod_given_up", cluster=self.name, job=pod.job.id, reason=reason)
-        self._pool.submit(self.writes.delete_quietly, pod.key, grace)
-
-    def _give_up_held(self, now: float) -> None:
-        """Release what fits now; give up starts held on a node where nothing has been leaving for
-        ``stuck_pod_expiry`` (their room will not come: the job is retried elsewhere)."""
-        for node in list(self.held_starts.by_node):
-            self._release_held(node)
-            if node not in self.held_starts.by_node:
-                continue
-            if self._leaving(node) or self.stuck_pod_expiry is None:
-                self.held_starts.since[node] = now
-                continue
-            if now - self.held_starts.since.get(node, now) < self.stuck_pod_expiry:
-                continue
-            for job, _, _, _ in list(self.held_starts.by_node[node]):
-                log.warning("kubernetes.held_start_given_up", cluster=self.name, job=job.id, node=node)
-                self._drop_held(job.id, None)
-                self._emit(job.id, "lost", node, f"node {node} has no room for the pod and nothing on it is "
-                                                  f"leaving (held for stuckPodExpiry {self.stuck_pod_expiry:g}s)",
-                           cause="Stuck")
-
-    def _give_up_stuck_and_lost(self, now: float) -> None:
-        if self._stopped and self.stuck_pod_expiry is not None:
-            self._expire_stopped(now)
-        if self.held_starts.by_node:
-            self._give_up_held(now)
-        if self.stuck_pod_expiry is not None:
-            horizon = now - self.stuck_pod_expiry
-            for key in [key for key, since in self._starting.items() if since <= horizon]:
-                pod = self.cache.get(key)
-                if pod is None or pod.job is None or self._reported.get(key) in FINAL:
-                    self._starting.pop(key, None)
-                    continue
-                why = f" ({pod.waiting})" if pod.waiting else ""
-                self._give_up(pod, f"pod stuck: not started within stuckPodExpiry "
-                                   f"{self.stuck_pod_expiry:g}s{why}", "Stuck")
-        if self.node_lost_timeout is not None:
-            for name, down in list(self._nodes_down.items()):
-                since, deleted, handled = down
-                if handled or now - since < self.node_lost_timeout:
-                    continue
-                down[2] = True
-                if deleted:   # handled once; a node of that name that comes back starts afresh
-                    del self._nodes_down[name]
-                what = "deleted" if deleted else "NotReady"
-                for pod in self.cache.of_node(name):
-                    if pod.job is not None and not pod.deleting \
-                            and pod.phase not in ENDED and self._reported.get(pod.key) not in FINAL:
-                        # Force (no grace) when the node is gone: no kubelet is left to confirm.
-                        grace = 0 if deleted else self._grace_of(pod.key, pod.job)
-                        if not deleted:
-                            self._lost_on_node.add(pod.key)
-                        self._give_up(pod, f"node {name} lost: {what} for {now - since:.0f}s "
-                                           f"(nodeLostTimeout {self.node_lost_timeout:g}s)", "NodeLost", grace)
 
     # -- priority classes ------------------------------------------------------------------
     def cluster_priority_classes(self) -> tuple[int, list]:
@@ -1098,13 +989,9 @@ class KubernetesCluster:
     def _on_node_change(self, kind: str, obj: dict, name: str) -> None:
         if kind == "DELETED":
             self._nodes.pop(name, None)
-            down = self._nodes_down.setdefault(name, [self.clock(), True, False])
-            down[1] = True
+            self.lost_pods.node_changed(name, deleted=True, ready=False)
         else:
-            if node_ready(obj):
-                self._nodes_down.pop(name, None)
-            else:
-                self._nodes_down.setdefault(name, [self.clock(), False, False])
+            self.lost_pods.node_changed(name, deleted=False, ready=node_ready(obj))
             try:
                 self._nodes[name] = node_from_object(obj, self.name)
             except (KeyError, ValueError) as exc:
@@ -1120,8 +1007,8 @@ class KubernetesCluster:
                 except ValueError:
                     continue
                 job_id = annotations.get(JOB_ID) or obj["metadata"]["labels"][JOB_ID]
-                if attempt > self._attempts.get(job_id, -1):
-                    self._attempts[job_id] = attempt
+                if attempt > self.book.attempts.get(job_id, -1):
+                    self.book.attempts[job_id] = attempt
         for obj in items:
             meta = obj["metadata"]
             live.add((meta.get("namespace", ""), meta["name"]))
@@ -1150,7 +1037,7 @@ class KubernetesCluster:
         self.intake.on_pod(kind, obj)
         if kind == "DELETED":
             old = self.cache.pop(key)
-            self._stopped.pop(key, None)
+            self.book.stopped.pop(key, None)
             if self.guard.forget_pod(key):
                 self._release_all_held()
             if old is None or old.job is None:
@@ -1158,31 +1045,31 @@ class KubernetesCluster:
             for item in old.owned:   # its services and ingresses go with it (no garbage collector needed)
                 self._pool.submit(self.writes.delete_object, key[0], item)
             job_id = old.job.id
-            if self._job_pod.get(job_id) == key:
-                del self._job_pod[job_id]
+            if self.book.job_pod.get(job_id) == key:
+                del self.book.job_pod[job_id]
             if old.incluster:
                 self.reporting.forget(old.uid)
-            if key in self._ignore_delete:
-                self._ignore_delete.discard(key)
-                if self._stopping.get(job_id) and self._reported.get(key) == self._stopping[job_id]:
-                    self._stopping.pop(job_id, None)
-            elif self._reported.get(key) not in FINAL and job_id not in self.held_starts.ids:
+            if key in self.book.ignore_delete:
+                self.book.ignore_delete.discard(key)
+                if self.book.stopping.get(job_id) and self.book.reported.get(key) == self.book.stopping[job_id]:
+                    self.book.stopping.pop(job_id, None)
+            elif self.book.reported.get(key) not in FINAL and job_id not in self.held_starts.ids:
                 # (A held job's earlier pod going says nothing about the start waiting for its room.)
-                self._inflight.pop(job_id, None)
+                self.book.inflight.pop(job_id, None)
                 self._unadmit(job_id)
                 if not old.incluster:
-                    self._emit(job_id, "lost", old.node, "pod deleted outside Flotilla")
+                    self.book.emit(job_id, "lost", old.node, "pod deleted outside Flotilla")
                 elif old.disrupted:   # evicted, or preempted by another scheduler: not its owner's doing
-                    self._emit(job_id, "failed", old.node, f"pod deleted outside Flotilla: {old.disrupted}")
+                    self.book.emit(job_id, "failed", old.node, f"pod deleted outside Flotilla: {old.disrupted}")
                 else:
                     # An in-cluster pod is the user's: deleted (kubectl delete job / pod), its job is cancelled
                     # (its controller, if any, makes a new pod: a new job).
-                    self._emit(job_id, "cancelled", old.node, "pod deleted outside Flotilla", cause="Deleted")
-            self._reported.pop(key, None)
-            self._starting.pop(key, None)
-            self._finished.pop(key, None)
-            self._pull_backoffs.pop(key, None)
-            self._lost_on_node.discard(key)
+                    self.book.emit(job_id, "cancelled", old.node, "pod deleted outside Flotilla", cause="Deleted")
+            self.book.reported.pop(key, None)
+            self.book.starting.pop(key, None)
+            self.book.finished.pop(key, None)
+            self.book.pull_backoffs.pop(key, None)
+            self.book.lost_on_node.discard(key)
             return
         spec = obj.get("spec") or {}
         phase = pod_phase(obj)
@@ -1206,32 +1093,32 @@ class KubernetesCluster:
                        containers=old.containers if old is not None and old.containers else
                        tuple(c.get("name", "") for c in spec.get("containers") or ()))
             self.cache.put(key, pod)
-            if phase == "Pending" and not deleting and key not in self._reported and not incluster:
+            if phase == "Pending" and not deleting and key not in self.book.reported and not incluster:
                 # (An in-cluster pod that does not start is its owner's to see to: Flotilla did not make it.)
-                self._starting.setdefault(key, self.clock())
+                self.book.starting.setdefault(key, self.clock())
             else:
-                self._starting.pop(key, None)
+                self.book.starting.pop(key, None)
             job_id = job.id
             if phase == "Pending" and not incluster and node is not None and not deleting \
-                    and self._reported.get(key) not in FINAL and pod.waiting != (old.waiting if old else ""):
+                    and self.book.reported.get(key) not in FINAL and pod.waiting != (old.waiting if old else ""):
                 self._waiting_news(pod, obj, old)
             try:
                 attempt = int((meta.get("annotations") or {}).get(ATTEMPT, "0"))
             except ValueError:
                 attempt = 0
-            if attempt > self._attempts.get(job_id, -1):
-                self._attempts[job_id] = attempt
-            current = self._job_pod.get(job_id)
+            if attempt > self.book.attempts.get(job_id, -1):
+                self.book.attempts[job_id] = attempt
+            current = self.book.job_pod.get(job_id)
             if current is None or current == key or not deleting:
-                self._job_pod[job_id] = key
-            if node is not None and job_id not in self.held_starts.ids and attempt == self._attempts[job_id]:
+                self.book.job_pod[job_id] = key
+            if node is not None and job_id not in self.held_starts.ids and attempt == self.book.attempts[job_id]:
                 # (An earlier attempt's pod, still changing, says nothing of the start in flight.)
-                if self._inflight.pop(job_id, None) is not None and (old is None or old.node is None) \
+                if self.book.inflight.pop(job_id, None) is not None and (old is None or old.node is None) \
                         and phase not in ENDED:
                     # Bound by this process just now: said as kube-scheduler says it (conditions module).
                     self.reporting.submit(self.reporter.scheduled, key[0], key[1], pod.uid, node)
                 self._unadmit(job_id)
-            self._pod_events(pod, job_id, superseded=attempt < self._attempts[job_id])
+            self._pod_events(pod, job_id, superseded=attempt < self.book.attempts[job_id])
         else:
             if old is not None and old.requests is not None:
                 requests, ports = old.requests, old.ports
@@ -1252,37 +1139,38 @@ class KubernetesCluster:
         if found is not None:
             _, reason, message = found
             if reason == "ImagePullBackOff" and (old is None or ": ImagePullBackOff" not in old.waiting):
-                self._pull_backoffs[pod.key] = self._pull_backoffs.get(pod.key, 0) + 1
-            backoffs = self._pull_backoffs.get(pod.key, 0)
+                self.book.pull_backoffs[pod.key] = self.book.pull_backoffs.get(pod.key, 0) + 1
+            backoffs = self.book.pull_backoffs.get(pod.key, 0)
             if permanent_pull_failure(reason, message) or backoffs >= IMAGE_PULL_BACKOFFS:
                 why = pod.waiting if backoffs < IMAGE_PULL_BACKOFFS else \
                     f"{pod.waiting} (the kubelet backed off pulling {backoffs} times)"
-                self._give_up(pod, f"image not pulled: {why}", "", self._grace_of(pod.key, pod.job), kind="failed")
+                self.lost_pods.give_up(pod, f"image not pulled: {why}", "", delete_grace(pod.job, self.settings),
+                                       kind="failed")
                 return
-        self._emit(pod.job.id, "waiting", pod.node, pod.waiting, run=self._starts.get(pod.job.id, 0) or None)
+        self.book.emit(pod.job.id, "waiting", pod.node, pod.waiting, run=self.book.starts.get(pod.job.id, 0) or None)
 
     def _pod_events(self, pod: CachedPod, job_id: str, superseded: bool = False) -> None:
         """Report what ``pod`` shows of its job; ``superseded``: the job has a newer attempt's pod, so this one's
         end (a kept finished pod seen again after a restart) is old news, never said."""
-        reported = self._reported.get(pod.key)
-        if pod.phase == "Succeeded" and pod.key in self._lost_on_node:
+        reported = self.book.reported.get(pod.key)
+        if pod.phase == "Succeeded" and pod.key in self.book.lost_on_node:
             # Given up while its node was NotReady, it finished meanwhile: the run succeeded after all. Said
             # whatever the job does now (queued again, or rerun): the service keeps the success, stops a rerun.
-            self._lost_on_node.discard(pod.key)
-            self._reported[pod.key] = "succeeded"
-            self._events.append((JobEvent(job_id, "succeeded", self.name, pod.node, self.clock(),
+            self.book.lost_on_node.discard(pod.key)
+            self.book.reported[pod.key] = "succeeded"
+            self.book.events.append((JobEvent(job_id, "succeeded", self.name, pod.node, self.clock(),
                                           f"succeeded on node {pod.node}, reported once the node returned",
                                           cause=NODE_RETURNED), None))
             return
         if reported in FINAL:
             return
         if superseded and pod.phase in ENDED:
-            self._reported[pod.key] = "succeeded" if pod.phase == "Succeeded" else "failed"
+            self.book.reported[pod.key] = "succeeded" if pod.phase == "Succeeded" else "failed"
             self._keep_or_delete_finished(pod)
             return
         if pod.phase == "Running" and reported is None and not pod.deleting:
-            self._reported[pod.key] = "running"
-            self._emit(job_id, "running", pod.node)
+            self.book.reported[pod.key] = "running"
+            self.book.emit(job_id, "running", pod.node)
         elif pod.phase in ENDED:
             kind = "succeeded" if pod.phase == "Succeeded" else "failed"
             refused = pod.reason.split(":", 1)[0]
@@ -1292,17 +1180,17 @@ class KubernetesCluster:
                 kind = "returned"   # refused by the kubelet: the node was the wrong place then (admission module)
             if reported is None and (pod.phase == "Succeeded" or (kind == "failed" and pod.exit_code is not None)):
                 # Seen only once ended (a short container between two looks): its container did run.
-                self._emit(job_id, "running", pod.node)
-            self._reported[pod.key] = kind
+                self.book.emit(job_id, "running", pod.node)
+            self.book.reported[pod.key] = kind
             if kind == "succeeded":
-                self._emit(job_id, kind, pod.node)
+                self.book.emit(job_id, kind, pod.node)
             elif kind == "returned":
                 self.counters["returned"] += 1
                 node = self._nodes.get(pod.node) if pod.node is not None else None
-                self._emit(job_id, kind, pod.node, f"refused by the kubelet of node {pod.node}: {pod.reason}",
+                self.book.emit(job_id, kind, pod.node, f"refused by the kubelet of node {pod.node}: {pod.reason}",
                            cause=returned_label(refused, node.resources if node is not None else None))
             else:
-                self._emit(job_id, kind, pod.node, pod.reason, exit_code=pod.exit_code, cause=pod.cause)
+                self.book.emit(job_id, kind, pod.node, pod.reason, exit_code=pod.exit_code, cause=pod.cause)
             self._keep_or_delete_finished(pod)
 
     def _keep_or_delete_finished(self, pod: CachedPod) -> None:
@@ -1311,11 +1199,11 @@ class KubernetesCluster:
         without a retention. An in-cluster pod is its owner's and stays."""
         if not self.delete_finished or pod.deleting or pod.incluster:
             return
-        self._ignore_delete.add(pod.key)
+        self.book.ignore_delete.add(pod.key)
         if self.finished_pod_retention > 0:
             now = self.clock()
             ended = now if pod.finished_at is None else min(now, pod.finished_at)
-            self._finished[pod.key] = ended + self.finished_pod_retention
+            self.book.finished[pod.key] = ended + self.finished_pod_retention
             for item in pod.owned:   # a kept pod is kept for its log: its services and ingresses go with the job
                 self._pool.submit(self.writes.delete_object, pod.key[0], item)
             pod.owned = ()   # deleted now: the pod's own delete, an hour on, has none left to delete again
