@@ -10,8 +10,7 @@ reaches into the cluster's own state, so each can be read, and tested, on
 its own.
 
 * :mod:`~flotilla.kubernetes.backend.cluster`: the facade: snapshots,
-  decisions applied, what a pod's phase means for its job, claims bound
-  before a pod (its docstring states the written rules of the whole);
+  decisions applied, claims bound before a pod (its docstring states the written rules of the whole);
 * :mod:`~flotilla.kubernetes.backend.informers`: the list-watch loop of each
   kind, and whether the cluster can be read (``InformerHealth``);
 * :mod:`~flotilla.kubernetes.backend.podcache`: the pod informer's copy of
@@ -22,6 +21,9 @@ its own.
   cache;
 * :mod:`~flotilla.kubernetes.backend.lostpods`: the platform's failures:
   pods stuck, nodes lost, held starts whose room never comes;
+* :mod:`~flotilla.kubernetes.backend.podevents`: what a pod's change means
+  for the cache and, for a pod of ours, for its job (its events, its pod
+  kept for its log or deleted);
 * :mod:`~flotilla.kubernetes.backend.namespaces`: the namespaces' labels and
   those being deleted;
 * :mod:`~flotilla.kubernetes.backend.writes`: the requests that create, bind
@@ -47,9 +49,9 @@ podgroupstatus, priorityclasses, services, volumes, pods).
 
 from __future__ import annotations
 
-from flotilla.kubernetes.backend.cluster import (IMAGE_PULL_BACKOFFS, PLATFORM_FAILURES, KubernetesCluster,
-                                                 annotation_duration)
+from flotilla.kubernetes.backend.cluster import KubernetesCluster, annotation_duration
 from flotilla.kubernetes.backend.config import backend_from_config, pod_settings
+from flotilla.kubernetes.backend.podevents import IMAGE_PULL_BACKOFFS, PLATFORM_FAILURES
 from flotilla.kubernetes.backend.writes import NamespaceMissing
 
 __all__ = ["IMAGE_PULL_BACKOFFS", "KubernetesCluster", "NamespaceMissing", "PLATFORM_FAILURES", "annotation_duration",

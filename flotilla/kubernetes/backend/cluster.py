@@ -78,7 +78,9 @@ Events. Pod phases become job events: ``running``, ``succeeded``,
 ``failed`` (with the pod's reason, e.g. DeadlineExceeded, or the API
 error that refused the pod), ``preempted`` and ``cancelled`` once the
 delete is accepted, and ``lost`` when a pod could not be created because
-the API server was unreachable (the job may go elsewhere).
+the API server was unreachable (the job may go elsewhere)
+(:mod:`flotilla.kubernetes.backend.podevents`; pods stuck and nodes lost:
+:mod:`flotilla.kubernetes.backend.lostpods`).
 """
 
 from __future__ import annotations
@@ -91,32 +93,29 @@ from typing import Callable, Iterable, Mapping, Sequence
 
 import structlog
 
-from flotilla.core.backend import NODE_RETURNED, ClusterDecisions, ClusterUnavailable, JobEvent, PodTemplate
+from flotilla.core.backend import ClusterDecisions, ClusterUnavailable, JobEvent, PodTemplate
 from flotilla.core.model import ClusterSnapshot, Job, JobState, Node
 from flotilla.core.quantities import QuantityError, parse_duration
 from flotilla.core.resources import PODS
-from flotilla.kubernetes.admission import admission_rejection, returned_label
+from flotilla.kubernetes.admission import returned_label
 from flotilla.kubernetes.backend.bindguard import BIND, HOLD, YIELD, YIELD_BURST, BindGuard
 from flotilla.kubernetes.backend.held import HeldStarts
 from flotilla.kubernetes.backend.informers import InformerHealth, watch_kind
 from flotilla.kubernetes.backend.ledger import Ledger
 from flotilla.kubernetes.backend.lostpods import LostPods
 from flotilla.kubernetes.backend.namespaces import NamespaceView
-from flotilla.kubernetes.backend.podcache import ENDED, FINAL, CachedPod, PodCache
+from flotilla.kubernetes.backend.podcache import ENDED, CachedPod, PodCache
+from flotilla.kubernetes.backend.podevents import PodEvents
 from flotilla.kubernetes.backend.priorityclasses import PriorityClasses
 from flotilla.kubernetes.backend.reporting import Reporting
 from flotilla.kubernetes.backend.victimlogs import VictimLogs, read_tails
 from flotilla.kubernetes.backend.writes import PodWrites, WriteRefused
 from flotilla.kubernetes.client import ApiError, KubeClient, Unreachable, forbidden_message
 from flotilla.kubernetes.intake import (JOBS_PATH, JOBSETS_PATH, PODGROUPS_PATH, POD_NAME, POD_NAMESPACE, POD_UID,
-                                        SELECTOR_INFORMERS, IntakeTracker, bound_by_flotilla)
-from flotilla.kubernetes.pods import (ATTEMPT, DURATION, JOB_ID, PodSettings, disruption, failure_details, failure_reason,
-                                      delete_grace, foreign_pod, is_ours, job_deadline, job_from_pod, job_namespace,
-                                      node_from_object, node_ready, permanent_pull_failure,
-                                      pod_finished_at, pod_host_ports, pod_phase, pod_requests, waiting_container,
-                                      waiting_reason)
+                                        SELECTOR_INFORMERS, IntakeTracker)
+from flotilla.kubernetes.pods import (ATTEMPT, DURATION, JOB_ID, PodSettings, delete_grace, is_ours, job_deadline,
+                                      job_namespace, node_from_object, node_ready, pod_phase)
 from flotilla.kubernetes.priorityclasses import PRIORITY_CLASSES_PATH
-from flotilla.kubernetes.services import OWNED
 from flotilla.kubernetes.volumes import INFORMERS as VOLUME_INFORMERS
 from flotilla.kubernetes.volumes import SELECTED_NODE, VolumeState
 
@@ -132,14 +131,6 @@ def annotation_duration(job: Job) -> float | None:
         return parse_duration(value)
     except QuantityError:
         return None
-
-
-#: Pod failure reasons that are the platform's, not the job's: the job is retried, not failed.
-PLATFORM_FAILURES = frozenset({"Evicted", "NodeLost", "Shutdown", "NodeShutdown", "Terminated"})
-
-
-#: A pod of ours whose image the kubelet has backed off pulling this many times fails its job (its message said).
-IMAGE_PULL_BACKOFFS = 3
 
 
 def volume_writers(workers: int) -> int:
@@ -218,7 +209,6 @@ class KubernetesCluster:
         self.health = InformerHealth(name, self._lock)
         #: The namespaces' labels, and those being deleted (flotilla.kubernetes.backend.namespaces).
         self.namespaces = NamespaceView()
-        self._requests_cache: dict = {}
         #: The waiting in-cluster pods (flotilla.kubernetes.intake), kept from the pod, namespace, PodGroup and Job
         #: watches.
         #: Cluster default spread constraints for in-cluster pods without their own (config podTopologySpread).
@@ -238,15 +228,23 @@ class KubernetesCluster:
         #: slower than these writers write).
         self._volume_pool = ThreadPoolExecutor(max_workers=volume_writers(workers),
                                                thread_name_prefix=f"kube-{name}-volumes")
+        self.counters = {"created": 0, "deleted": 0, "create_errors": 0, "relists": 0, "watch_events": 0,
+                         "returned": 0}
         #: The platform's failures: stuck pods, lost nodes, held starts whose room never comes
         #: (flotilla.kubernetes.backend.lostpods).
         self.lost_pods = LostPods(name, self.book, self.cache, self.held_starts, self.settings, self.book.clock,
                                   stuck_pod_expiry, node_lost_timeout,
                                   lambda key, grace: self._pool.submit(self.writes.delete_quietly, key, grace),
                                   self._release_held, self._drop_held, self._leaving)
+        #: What a pod's change means for the cache and for its job (flotilla.kubernetes.backend.podevents).
+        self.pod_events = PodEvents(name, self.book, self.cache, self.settings, self.book.clock, self.counters,
+                                    intake=self.intake, guard=self.guard, held=self.held_starts,
+                                    reporting=self.reporting, writes=self.writes,
+                                    node_of=lambda node: self._nodes.get(node),
+                                    give_up=self.lost_pods.give_up, submit=lambda *task: self._pool.submit(*task),
+                                    release_all_held=self._release_all_held, delete_finished=delete_finished,
+                                    finished_pod_retention=finished_pod_retention)
         self._threads: list[threading.Thread] = []
-        self.counters = {"created": 0, "deleted": 0, "create_errors": 0, "relists": 0, "watch_events": 0,
-                         "returned": 0}
         if start:
             self.start()
 
@@ -629,11 +627,6 @@ class KubernetesCluster:
             log.info("kubernetes.bind_returned", cluster=self.name, job=job.id, node=node, reason=short)
             return False
 
-    def _note_undecided(self, key, obj: dict, node: str | None, phase: str, deleting: bool, requests) -> None:
-        """Keep the other schedulers' pods not placed yet (flotilla.kubernetes.backend.bindguard)."""
-        if self.guard.note_pod(key, obj, node, phase, deleting, requests, self.clock):
-            self._release_all_held()   # decided (bound, or found unschedulable): room held for it may go now
-
     def _release_all_held(self) -> None:
         for name in list(self.held_starts.by_node):
             self._release_held(name)
@@ -661,7 +654,8 @@ class KubernetesCluster:
         with self._lock:
             now = self.clock()
             self.lost_pods.check(now)
-            self._delete_expired(now)
+            self.victim_logs.expire(now)
+            self.pod_events.delete_expired(now)
             if self._volume_waits:
                 self._check_volume_waits(expired_only=True)
             return self.book.take_events()   # (but those about an earlier run: flotilla.kubernetes.backend.ledger)
@@ -855,15 +849,6 @@ class KubernetesCluster:
             self.book.emit(job.id, kind, node, "preempted by the scheduler" if kind == "preempted" else "cancelled",
                        run=started)
 
-    def _delete_expired(self, now: float) -> None:
-        """Delete the finished pods whose ``finishedPodRetention`` is over, and forget such preempted pods' logs."""
-        self.victim_logs.expire(now)
-        if not self.book.finished:
-            return
-        for key in [key for key, due in self.book.finished.items() if due <= now]:
-            del self.book.finished[key]
-            self._pool.submit(self.writes.delete_quietly, key)
-
     def _keep_victim_log(self, pod: CachedPod) -> None:
         """Read the end of each container's log of a preempted pod about to be deleted (Kubernetes keeps no log of
         a deleted pod) and keep it for ``finished_pod_retention`` (flotilla.kubernetes.backend.victimlogs)."""
@@ -1019,7 +1004,7 @@ class KubernetesCluster:
             self._on_pod("DELETED", {"metadata": {"namespace": key[0], "name": key[1]}, "_cached": old})
 
     def _on_pod(self, kind: str, obj: dict) -> None:
-        self._on_pod_change(kind, obj)
+        self.pod_events.on_pod_change(kind, obj)
         meta = obj["metadata"]
         self.volumes.on_pod((meta.get("namespace", ""), meta["name"]), None if kind == "DELETED" else obj,
                             pod_phase(obj) not in ENDED if kind != "DELETED" else False)
@@ -1030,185 +1015,6 @@ class KubernetesCluster:
             for name in [node] if node is not None else list(self.held_starts.by_node):
                 if name in self.held_starts.by_node:
                     self._release_held(name)
-
-    def _on_pod_change(self, kind: str, obj: dict) -> None:
-        meta = obj["metadata"]
-        key = (meta.get("namespace", ""), meta["name"])
-        self.intake.on_pod(kind, obj)
-        if kind == "DELETED":
-            old = self.cache.pop(key)
-            self.book.stopped.pop(key, None)
-            if self.guard.forget_pod(key):
-                self._release_all_held()
-            if old is None or old.job is None:
-                return
-            for item in old.owned:   # its services and ingresses go with it (no garbage collector needed)
-                self._pool.submit(self.writes.delete_object, key[0], item)
-            job_id = old.job.id
-            if self.book.job_pod.get(job_id) == key:
-                del self.book.job_pod[job_id]
-            if old.incluster:
-                self.reporting.forget(old.uid)
-            if key in self.book.ignore_delete:
-                self.book.ignore_delete.discard(key)
-                if self.book.stopping.get(job_id) and self.book.reported.get(key) == self.book.stopping[job_id]:
-                    self.book.stopping.pop(job_id, None)
-            elif self.book.reported.get(key) not in FINAL and job_id not in self.held_starts.ids:
-                # (A held job's earlier pod going says nothing about the start waiting for its room.)
-                self.book.inflight.pop(job_id, None)
-                self._unadmit(job_id)
-                if not old.incluster:
-                    self.book.emit(job_id, "lost", old.node, "pod deleted outside Flotilla")
-                elif old.disrupted:   # evicted, or preempted by another scheduler: not its owner's doing
-                    self.book.emit(job_id, "failed", old.node, f"pod deleted outside Flotilla: {old.disrupted}")
-                else:
-                    # An in-cluster pod is the user's: deleted (kubectl delete job / pod), its job is cancelled
-                    # (its controller, if any, makes a new pod: a new job).
-                    self.book.emit(job_id, "cancelled", old.node, "pod deleted outside Flotilla", cause="Deleted")
-            self.book.reported.pop(key, None)
-            self.book.starting.pop(key, None)
-            self.book.finished.pop(key, None)
-            self.book.pull_backoffs.pop(key, None)
-            self.book.lost_on_node.discard(key)
-            return
-        spec = obj.get("spec") or {}
-        phase = pod_phase(obj)
-        deleting = bool(meta.get("deletionTimestamp"))
-        node = spec.get("nodeName")
-        old = self.cache.get(key)
-        incluster = not is_ours(obj) and node is not None and bound_by_flotilla(obj, self.settings.scheduler_name)
-        if is_ours(obj) or incluster:
-            job = old.job if old is not None and old.job is not None and old.node == node else None
-            if job is None:
-                job = job_from_pod(obj, self.name, self._requests_cache)
-            owned = old.owned if old is not None else \
-                tuple(item for item in (meta.get("annotations") or {}).get(OWNED, "").split(",") if item)
-            exit_code, cause = failure_details(obj) if phase == "Failed" else (None, "")
-            pod = CachedPod(key, node, phase, deleting, job=job,
-                       reason=failure_reason(obj) if phase == "Failed" else "",
-                       waiting=waiting_reason(obj) if phase == "Pending" else "", owned=owned,
-                       exit_code=exit_code, cause=cause, incluster=incluster, uid=meta.get("uid", ""),
-                       disrupted=disruption(obj) if incluster else "",
-                       finished_at=pod_finished_at(obj) if phase in ENDED else None,
-                       containers=old.containers if old is not None and old.containers else
-                       tuple(c.get("name", "") for c in spec.get("containers") or ()))
-            self.cache.put(key, pod)
-            if phase == "Pending" and not deleting and key not in self.book.reported and not incluster:
-                # (An in-cluster pod that does not start is its owner's to see to: Flotilla did not make it.)
-                self.book.starting.setdefault(key, self.clock())
-            else:
-                self.book.starting.pop(key, None)
-            job_id = job.id
-            if phase == "Pending" and not incluster and node is not None and not deleting \
-                    and self.book.reported.get(key) not in FINAL and pod.waiting != (old.waiting if old else ""):
-                self._waiting_news(pod, obj, old)
-            try:
-                attempt = int((meta.get("annotations") or {}).get(ATTEMPT, "0"))
-            except ValueError:
-                attempt = 0
-            if attempt > self.book.attempts.get(job_id, -1):
-                self.book.attempts[job_id] = attempt
-            current = self.book.job_pod.get(job_id)
-            if current is None or current == key or not deleting:
-                self.book.job_pod[job_id] = key
-            if node is not None and job_id not in self.held_starts.ids and attempt == self.book.attempts[job_id]:
-                # (An earlier attempt's pod, still changing, says nothing of the start in flight.)
-                if self.book.inflight.pop(job_id, None) is not None and (old is None or old.node is None) \
-                        and phase not in ENDED:
-                    # Bound by this process just now: said as kube-scheduler says it (conditions module).
-                    self.reporting.submit(self.reporter.scheduled, key[0], key[1], pod.uid, node)
-                self._unadmit(job_id)
-            self._pod_events(pod, job_id, superseded=attempt < self.book.attempts[job_id])
-        else:
-            if old is not None and old.requests is not None:
-                requests, ports = old.requests, old.ports
-            else:
-                requests, ports = pod_requests(obj), pod_host_ports(spec)
-            labels = meta.get("labels") or {}
-            foreign = old.foreign if old is not None and old.foreign is not None and \
-                old.foreign.labels == labels and old.foreign.terminating == deleting else \
-                foreign_pod(key, labels, spec, deleting)
-            self.cache.put(key, CachedPod(key, node, phase, deleting, requests=requests, ports=ports,
-                                    foreign=foreign))
-            self._note_undecided(key, obj, node, phase, deleting, requests)
-
-    def _waiting_news(self, pod: CachedPod, obj: dict, old: CachedPod | None) -> None:
-        """A pod of ours waits on its node for a new reason: say it (the job's status shows it), or fail the job
-        when its image will never come (a permanent pull failure, or ``IMAGE_PULL_BACKOFFS`` back-offs)."""
-        found = waiting_container(obj)
-        if found is not None:
-            _, reason, message = found
-            if reason == "ImagePullBackOff" and (old is None or ": ImagePullBackOff" not in old.waiting):
-                self.book.pull_backoffs[pod.key] = self.book.pull_backoffs.get(pod.key, 0) + 1
-            backoffs = self.book.pull_backoffs.get(pod.key, 0)
-            if permanent_pull_failure(reason, message) or backoffs >= IMAGE_PULL_BACKOFFS:
-                why = pod.waiting if backoffs < IMAGE_PULL_BACKOFFS else \
-                    f"{pod.waiting} (the kubelet backed off pulling {backoffs} times)"
-                self.lost_pods.give_up(pod, f"image not pulled: {why}", "", delete_grace(pod.job, self.settings),
-                                       kind="failed")
-                return
-        self.book.emit(pod.job.id, "waiting", pod.node, pod.waiting, run=self.book.starts.get(pod.job.id, 0) or None)
-
-    def _pod_events(self, pod: CachedPod, job_id: str, superseded: bool = False) -> None:
-        """Report what ``pod`` shows of its job; ``superseded``: the job has a newer attempt's pod, so this one's
-        end (a kept finished pod seen again after a restart) is old news, never said."""
-        reported = self.book.reported.get(pod.key)
-        if pod.phase == "Succeeded" and pod.key in self.book.lost_on_node:
-            # Given up while its node was NotReady, it finished meanwhile: the run succeeded after all. Said
-            # whatever the job does now (queued again, or rerun): the service keeps the success, stops a rerun.
-            self.book.lost_on_node.discard(pod.key)
-            self.book.reported[pod.key] = "succeeded"
-            self.book.events.append((JobEvent(job_id, "succeeded", self.name, pod.node, self.clock(),
-                                          f"succeeded on node {pod.node}, reported once the node returned",
-                                          cause=NODE_RETURNED), None))
-            return
-        if reported in FINAL:
-            return
-        if superseded and pod.phase in ENDED:
-            self.book.reported[pod.key] = "succeeded" if pod.phase == "Succeeded" else "failed"
-            self._keep_or_delete_finished(pod)
-            return
-        if pod.phase == "Running" and reported is None and not pod.deleting:
-            self.book.reported[pod.key] = "running"
-            self.book.emit(job_id, "running", pod.node)
-        elif pod.phase in ENDED:
-            kind = "succeeded" if pod.phase == "Succeeded" else "failed"
-            refused = pod.reason.split(":", 1)[0]
-            if kind == "failed" and refused in PLATFORM_FAILURES:
-                kind = "lost"   # the platform's doing, not the job's: retried
-            elif kind == "failed" and not pod.incluster and admission_rejection(refused):
-                kind = "returned"   # refused by the kubelet: the node was the wrong place then (admission module)
-            if reported is None and (pod.phase == "Succeeded" or (kind == "failed" and pod.exit_code is not None)):
-                # Seen only once ended (a short container between two looks): its container did run.
-                self.book.emit(job_id, "running", pod.node)
-            self.book.reported[pod.key] = kind
-            if kind == "succeeded":
-                self.book.emit(job_id, kind, pod.node)
-            elif kind == "returned":
-                self.counters["returned"] += 1
-                node = self._nodes.get(pod.node) if pod.node is not None else None
-                self.book.emit(job_id, kind, pod.node, f"refused by the kubelet of node {pod.node}: {pod.reason}",
-                           cause=returned_label(refused, node.resources if node is not None else None))
-            else:
-                self.book.emit(job_id, kind, pod.node, pod.reason, exit_code=pod.exit_code, cause=pod.cause)
-            self._keep_or_delete_finished(pod)
-
-    def _keep_or_delete_finished(self, pod: CachedPod) -> None:
-        """Keep an ended pod of ours (holding nothing) for ``finished_pod_retention`` so that its log can be read,
-        counted from the pod's own end (a restarted process does not keep it another full term); delete it at once
-        without a retention. An in-cluster pod is its owner's and stays."""
-        if not self.delete_finished or pod.deleting or pod.incluster:
-            return
-        self.book.ignore_delete.add(pod.key)
-        if self.finished_pod_retention > 0:
-            now = self.clock()
-            ended = now if pod.finished_at is None else min(now, pod.finished_at)
-            self.book.finished[pod.key] = ended + self.finished_pod_retention
-            for item in pod.owned:   # a kept pod is kept for its log: its services and ingresses go with the job
-                self._pool.submit(self.writes.delete_object, pod.key[0], item)
-            pod.owned = ()   # deleted now: the pod's own delete, an hour on, has none left to delete again
-        else:
-            self._pool.submit(self.writes.delete_quietly, pod.key)
 
     # -- reading back (tests, tools) ---------------------------------------------------------
     def pods_by_node(self) -> dict[str, list[str]]:
