@@ -72,7 +72,7 @@ def test_indexed_snapshot_equals_a_walk_over_every_pod():
             assert {n: {r: v for r, v in used.items() if v} for n, used in snap.foreign.items() if used} == \
                 expected_foreign, f"step {step}"
             for node in NODES:
-                assert backend._leaving(node) == any(
+                assert backend.starts.leaving(node) == any(
                     p.node == node and p.phase not in ("Succeeded", "Failed")
                     and (p.deleting or (p.job is not None and p.job.id in backend.book.stopping))
                     for p in backend.cache.pods.values()), f"step {step}"

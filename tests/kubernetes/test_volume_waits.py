@@ -38,7 +38,7 @@ def _waiting_backend(claims: int):
     backend._replace("pvs", [_pv(f"pv{i}", node=f"node-{i}") for i in range(claims)])
     backend._replace("pvcs", [_pvc(f"c{i}") for i in range(claims)])
     started: list[tuple[str, str]] = []
-    backend._start_pod = lambda job, node, *rest: started.append((job.id, node))
+    backend.starts.start_pod = lambda job, node, *rest: started.append((job.id, node))
     for i in range(claims):
         job = Job(f"job-{i}", "A", requests={"cpu": 100}, claims=(f"ns/c{i}",))
         with backend._lock:

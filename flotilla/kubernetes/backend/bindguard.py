@@ -51,6 +51,9 @@ class BindGuard:
     (first seen, requests, nodeSelector)) and their recent arrivals, and since when each start has given way to
     them (``yielding``); whether another scheduler is active (``presence``)."""
 
+    #: The verdicts of :meth:`verdict`, for the parts handed a guard.
+    BIND, YIELD_BURST, YIELD, HOLD, RETURN = BIND, YIELD_BURST, YIELD, HOLD, RETURN
+
     def __init__(self, client, cluster: str, scheduler_name: str, clock: Callable[[], float]) -> None:
         self.client = client
         self.cluster = cluster

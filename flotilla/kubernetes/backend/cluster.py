@@ -64,7 +64,8 @@ the node is gone. A held start whose room does not come although nothing
 on its node is leaving any more goes to the bind's own check (below), which
 returns it; one held for a stopped pod that has not gone within
 ``stuck_pod_expiry`` is given up (``lost``: the job is retried)
-(:mod:`flotilla.kubernetes.backend.held`).
+(:mod:`flotilla.kubernetes.backend.held`; the start path:
+:mod:`flotilla.kubernetes.backend.starts`).
 
 The bind's own check. Just before each bind, the node is checked against
 the live view (every live pod, whoever bound it, and Flotilla's binds not
@@ -88,17 +89,15 @@ from __future__ import annotations
 import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import replace
 from typing import Callable, Iterable, Mapping, Sequence
 
 import structlog
 
-from flotilla.core.backend import ClusterDecisions, ClusterUnavailable, JobEvent, PodTemplate
-from flotilla.core.model import ClusterSnapshot, Job, JobState, Node
+from flotilla.core.backend import ClusterDecisions, ClusterUnavailable, JobEvent
+from flotilla.core.model import ClusterSnapshot, Job, Node
 from flotilla.core.quantities import QuantityError, parse_duration
 from flotilla.core.resources import PODS
-from flotilla.kubernetes.admission import returned_label
-from flotilla.kubernetes.backend.bindguard import BIND, HOLD, YIELD, YIELD_BURST, BindGuard
+from flotilla.kubernetes.backend.bindguard import BindGuard
 from flotilla.kubernetes.backend.held import HeldStarts
 from flotilla.kubernetes.backend.informers import InformerHealth, watch_kind
 from flotilla.kubernetes.backend.ledger import Ledger
@@ -108,13 +107,13 @@ from flotilla.kubernetes.backend.podcache import ENDED, CachedPod, PodCache
 from flotilla.kubernetes.backend.podevents import PodEvents
 from flotilla.kubernetes.backend.priorityclasses import PriorityClasses
 from flotilla.kubernetes.backend.reporting import Reporting
+from flotilla.kubernetes.backend.starts import Starts
 from flotilla.kubernetes.backend.victimlogs import VictimLogs, read_tails
-from flotilla.kubernetes.backend.writes import PodWrites, WriteRefused
+from flotilla.kubernetes.backend.writes import PodWrites
 from flotilla.kubernetes.client import ApiError, KubeClient, Unreachable, forbidden_message
-from flotilla.kubernetes.intake import (JOBS_PATH, JOBSETS_PATH, PODGROUPS_PATH, POD_NAME, POD_NAMESPACE, POD_UID,
-                                        SELECTOR_INFORMERS, IntakeTracker)
-from flotilla.kubernetes.pods import (ATTEMPT, DURATION, JOB_ID, PodSettings, delete_grace, is_ours, job_deadline,
-                                      job_namespace, node_from_object, node_ready, pod_phase)
+from flotilla.kubernetes.intake import JOBS_PATH, JOBSETS_PATH, PODGROUPS_PATH, SELECTOR_INFORMERS, IntakeTracker
+from flotilla.kubernetes.pods import (ATTEMPT, DURATION, JOB_ID, PodSettings, delete_grace, is_ours, node_from_object,
+                                      node_ready, pod_phase)
 from flotilla.kubernetes.priorityclasses import PRIORITY_CLASSES_PATH
 from flotilla.kubernetes.volumes import INFORMERS as VOLUME_INFORMERS
 from flotilla.kubernetes.volumes import SELECTED_NODE, VolumeState
@@ -199,7 +198,6 @@ class KubernetesCluster:
         #: The bind's own check: Flotilla's binds not seen yet, other schedulers' pods not placed yet
         #: (flotilla.kubernetes.backend.bindguard).
         self.guard = BindGuard(self.client, name, self.settings.scheduler_name, self.clock)
-        self._settle_timer: threading.Timer | None = None   # retries held starts once such a burst is over
         #: Starts waiting for room on their node (flotilla.kubernetes.backend.held).
         self.held_starts = HeldStarts()
         #: Preempted pods' log tails (flotilla.kubernetes.backend.victimlogs), each for finished_pod_retention.
@@ -230,19 +228,27 @@ class KubernetesCluster:
                                                thread_name_prefix=f"kube-{name}-volumes")
         self.counters = {"created": 0, "deleted": 0, "create_errors": 0, "relists": 0, "watch_events": 0,
                          "returned": 0}
+        #: The start path: pods made now, held for their node, or checked just before their bind
+        #: (flotilla.kubernetes.backend.starts).
+        self.starts = Starts(name, self._lock, self._stop, self.book, self.cache, self.settings, self.book.clock,
+                             self.counters, guard=self.guard, held=self.held_starts, writes=self.writes,
+                             reporting=self.reporting, volumes=self.volumes, node_of=lambda node: self._nodes.get(node),
+                             pcs_known=self.priority_classes.known, duration_of=duration_of,
+                             submit=lambda *task: self._pool.submit(*task),
+                             bind_volumes=lambda *args: self._bind_volumes(*args), delete=self._delete)
         #: The platform's failures: stuck pods, lost nodes, held starts whose room never comes
         #: (flotilla.kubernetes.backend.lostpods).
         self.lost_pods = LostPods(name, self.book, self.cache, self.held_starts, self.settings, self.book.clock,
                                   stuck_pod_expiry, node_lost_timeout,
                                   lambda key, grace: self._pool.submit(self.writes.delete_quietly, key, grace),
-                                  self._release_held, self._drop_held, self._leaving)
+                                  self.starts.release_held, self.starts.drop_held, self.starts.leaving)
         #: What a pod's change means for the cache and for its job (flotilla.kubernetes.backend.podevents).
         self.pod_events = PodEvents(name, self.book, self.cache, self.settings, self.book.clock, self.counters,
                                     intake=self.intake, guard=self.guard, held=self.held_starts,
                                     reporting=self.reporting, writes=self.writes,
                                     node_of=lambda node: self._nodes.get(node),
                                     give_up=self.lost_pods.give_up, submit=lambda *task: self._pool.submit(*task),
-                                    release_all_held=self._release_all_held, delete_finished=delete_finished,
+                                    release_all_held=self.starts.release_all_held, delete_finished=delete_finished,
                                     finished_pod_retention=finished_pod_retention)
         self._threads: list[threading.Thread] = []
         if start:
@@ -291,10 +297,7 @@ class KubernetesCluster:
             if self._stop.is_set():
                 return
             self._stop.set()
-            timer = self._settle_timer
-        if timer is not None:
-            timer.cancel()
-            timer.join(timeout)
+        self.starts.close(timeout)
         self.client.end_watches(self._stop)
         deadline = time.monotonic() + timeout
         for thread in self._threads:
@@ -395,7 +398,7 @@ class KubernetesCluster:
         work: list[tuple] = []
         with self._lock:
             self._apply(decisions, work)
-        bind_volumes = self._bind_volumes
+        bind_volumes = self.starts.bind_volumes
         for task in work:
             (self._volume_pool if task[0] == bind_volumes else self._pool).submit(*task)
 
@@ -406,7 +409,7 @@ class KubernetesCluster:
         for kind, jobs in (("preempted", decisions.preempt), ("cancelled", decisions.cancel)):
             for job in jobs:
                 if job.id in self.held_starts.ids:
-                    self._drop_held(job.id, kind)
+                    self.starts.drop_held(job.id, kind)
                     continue
                 self.book.stopping[job.id] = kind
                 key = self.book.job_pod.get(job.id)
@@ -415,34 +418,7 @@ class KubernetesCluster:
                     continue
                 self._mark_stopped(key)
                 work.append((self._delete, job, key, kind, self.book.starts.get(job.id, 0)))
-        for placement in decisions.start:
-            job = placement.job
-            attempt = self.book.attempts.get(job.id, -1) + 1
-            self.book.attempts[job.id] = attempt
-            self.book.starts[job.id] = self.book.starts.get(job.id, 0) + 1
-            self.book.stopping.pop(job.id, None)
-            self._unadmit(job.id)
-            running = replace(job, state=JobState.RUNNING, cluster=self.name, node=placement.node)
-            if job.id in self.held_starts.ids:   # started again elsewhere: the old hold is void
-                self._drop_held(job.id, None)
-            self.book.inflight[job.id] = running
-            template = decisions.templates.get(job.id)
-            if job.claims and (placement.volumes or self.volumes.unbound(job.claims)):
-                # Its claims are bound first (flotilla.kubernetes.volumes); the pod comes once they are.
-                self.volumes.assume(placement.volumes, placement.node)
-                work.append((self._bind_volumes, running, placement.node, attempt, template, placement.volumes,
-                             self.book.starts[job.id]))
-                continue
-            self._start_pod(running, placement.node, attempt, template, work.append)
-
-    def _start_pod(self, running: Job, node: str, attempt: int, template, submit) -> None:
-        """Create the pod of a start now, or hold it until its node has room (module docstring, Held starts)."""
-        if node not in self.held_starts.by_node and not self._leaving(node):
-            # Nothing on the node is on its way out: the scheduler counted every pod there.
-            submit((self._create, running, node, attempt, template))
-            return
-        self._hold(node, running, attempt, template)
-        self._release_held(node)
+        self.starts.place(decisions.start, decisions.templates, work)
 
     # -- claims bound before the pod (flotilla.kubernetes.volumes) ------------------------------
     def _bind_volumes(self, job: Job, node: str, attempt: int, template, choices, started: int) -> None:
@@ -470,7 +446,7 @@ class KubernetesCluster:
             why = forbidden_message(exc) if isinstance(exc, ApiError) and exc.status == 403 else str(exc)
             with self._lock:
                 self.volumes.forget(choices)
-            self._create_failed(job, node, "lost", f"binding volumes: {why}")
+            self.starts.create_failed(job, node, "lost", f"binding volumes: {why}")
             return
         with self._lock:
             if self.book.starts.get(job.id) != started or job.id not in self.book.inflight:
@@ -504,7 +480,7 @@ class KubernetesCluster:
             unbound = self.volumes.unbound(job.claims)
             if not unbound:
                 self._end_volume_wait(job_id)
-                self._start_pod(job, node, attempt, template, lambda task: self._pool.submit(*task))
+                self.starts.start_pod(job, node, attempt, template, lambda task: self._pool.submit(*task))
                 continue
             if failed:
                 why = f"provisioning failed for PVC {', '.join(failed)} (its {SELECTED_NODE} was removed)"
@@ -530,15 +506,7 @@ class KubernetesCluster:
                 if not jobs:
                     del self._waits_on_claim[key]
 
-    # -- held starts (see the module docstring) ------------------------------------------------
-    def _hold(self, node: str, job: Job, attempt: int, template: PodTemplate | None, nominate: bool = True) -> None:
-        """Hold ``job``'s start for ``node`` until the room its leaving pods free is there; a waiting in-cluster
-        pod is nominated to the node meanwhile (``status.nominatedNodeName``, as kube-scheduler does), once."""
-        if self.held_starts.hold(node, job, attempt, template, self.book.starts.get(job.id, 0), self.clock(), nominate):
-            self.reporting.submit(self.reporter.nominated, job.annotations[POD_NAMESPACE], job.annotations[POD_NAME],
-                                  job.annotations[POD_UID], node,
-                                  f"waiting on node {node} for the pods leaving it (preempted) to be gone")
-
+    # -- stops and held starts (see the module docstring) ------------------------------------------
     def _mark_stopped(self, key: tuple[str, str] | None) -> None:
         """Leave pod ``key`` out of the snapshots from now on: Flotilla deletes it by a decision (module docstring,
         Stopped pods). Not a pod already being deleted by someone else or given up: their room was never given."""
@@ -548,107 +516,10 @@ class KubernetesCluster:
             return
         self.book.stopped[key] = self.clock()
 
-    def _leaving(self, node: str) -> bool:
-        """Whether a pod on ``node`` is on its way out (deleted, or ours being stopped) and still holds room."""
-        return any(pod.phase not in ENDED
-                   and (pod.deleting or (pod.job is not None and pod.job.id in self.book.stopping))
-                   for pod in self.cache.of_node(node))
-
-    def _release_held(self, node: str) -> None:
-        """Create the pods of the starts held for ``node`` that now fit, in order (flotilla.kubernetes.backend.held)."""
-        if not self.held_starts.by_node.get(node):
-            return
-        target = self._nodes.get(node)
-        load = self.held_starts.node_load(node, self.cache.of_node(node), self.book.inflight) \
-            if target is not None else None
-        for job, attempt, template in self.held_starts.release(node, target, load, lambda: self._leaving(node),
-                                                               self.book.starts):
-            self._pool.submit(self._create, job, node, attempt, template)
-
-    def _drop_held(self, job_id: str, kind: str | None) -> None:
-        """Forget a held start; ``kind`` (preempted, cancelled, lost): report the job so, no pod was made."""
-        self.held_starts.ids.discard(job_id)
-        self.guard.yielding.pop(job_id, None)
-        self._unadmit(job_id)
-        job = self.book.inflight.pop(job_id, None)
-        if job is not None and job_id in self.held_starts.nominated:   # its nomination ends with the hold
-            self.held_starts.nominated.discard(job_id)
-            self.reporting.submit(self.reporter.nominated, job.annotations[POD_NAMESPACE], job.annotations[POD_NAME],
-                                  job.annotations[POD_UID], None)
-        self.held_starts.forget(job_id)
-        if kind is not None:
-            reason = {"preempted": "preempted by the scheduler", "cancelled": "cancelled"}.get(kind, kind)
-            self.book.emit(job_id, kind, job.node if job is not None else None, reason,
-                           run=self.book.starts.get(job_id, 0))
-
     def held(self) -> dict[str, list[str]]:
         """Job ids of the starts held per node, in order (tests, tools)."""
         with self._lock:
             return self.held_starts.job_ids()
-
-    # -- the live check just before a bind (flotilla.kubernetes.admission) ---------------------------
-    def _admit(self, job: Job, node: str, attempt: int, template: PodTemplate | None) -> bool:
-        """Whether ``job``'s pod may be bound to ``node`` now, checked against the live view (module
-        :mod:`flotilla.kubernetes.admission`), read afresh while another scheduler is active; if so, its room is
-        reserved until the watch shows the pod. Otherwise the start is held for the node when the room comes once
-        its leaving pods are gone, else the job is returned to its queue with the reason."""
-        fresh = self.guard.read_afresh(node)   # outside the lock: a round trip to the API server
-        with self._lock:
-            target = self._nodes.get(node)
-            if target is None:
-                return True   # gone from the watch: the bind itself says what becomes of it
-            load, pods, leaving, gone = self.guard.live_use(node, self.cache.of_node(node), self.book.stopping)
-            unseen: dict = {}
-            if fresh is not None:
-                fresh_load, fresh_pods, unseen = self.guard.fresh_view(target, fresh, self.book.inflight)
-                load = {r: max(load.get(r, 0), fresh_load.get(r, 0)) for r in set(load) | set(fresh_load)}
-                pods = max(pods, fresh_pods)
-            verdict, detail = self.guard.verdict(job, node, target, load, pods, leaving, gone, unseen,
-                                                 self.clock)
-            if verdict == BIND:
-                self.held_starts.nominated.discard(job.id)
-                return True
-            if verdict in (YIELD_BURST, YIELD):
-                self._hold(node, job, attempt, template, nominate=False)
-                if verdict == YIELD_BURST:
-                    self._settle_later(detail)
-                return False
-            if verdict == HOLD:
-                self._hold(node, job, attempt, template)
-                return False
-            short = detail
-            self.counters["returned"] += 1
-            self.book.inflight.pop(job.id, None)
-            self.book.kill_on_create.pop(job.id, None)
-            if self.book.stopping.pop(job.id, None) is None:
-                self.book.emit(job.id, "returned", node, f"not bound to node {node}: {short} there now (pods bound "
-                                                     f"there since the scheduling decision)",
-                           cause=returned_label(short), run=self.book.starts.get(job.id, 0))
-            log.info("kubernetes.bind_returned", cluster=self.name, job=job.id, node=node, reason=short)
-            return False
-
-    def _release_all_held(self) -> None:
-        for name in list(self.held_starts.by_node):
-            self._release_held(name)
-
-    def _settle_later(self, now: float) -> None:
-        """Try the held starts again once the other scheduler's burst is over: no pod event may come to do it."""
-        if self._settle_timer is not None and self._settle_timer.is_alive():
-            return
-        timer = threading.Timer(self.guard.settle_delay(now), self._settle)
-        timer.name, timer.daemon = f"kube-{self.name}-settle", True
-        self._settle_timer = timer
-        timer.start()
-
-    def _settle(self) -> None:
-        with self._lock:
-            self._settle_timer = None
-            if not self._stop.is_set():
-                self._release_all_held()
-
-    def _unadmit(self, job_id: str) -> None:
-        """Forget ``job_id``'s reserved room: its pod is seen by the watch, or its start is over."""
-        self.guard.unadmit(job_id)
 
     def poll_events(self) -> list[JobEvent]:
         with self._lock:
@@ -659,57 +530,6 @@ class KubernetesCluster:
             if self._volume_waits:
                 self._check_volume_waits(expired_only=True)
             return self.book.take_events()   # (but those about an earlier run: flotilla.kubernetes.backend.ledger)
-
-    # -- writes (pool threads) ----------------------------------------------------------------
-    def _create(self, job: Job, node: str, attempt: int, template: PodTemplate | None = None) -> None:
-        if not self._admit(job, node, attempt, template):
-            return
-        if POD_UID in job.annotations:
-            self._bind(job, node)
-            return
-        duration = self.duration_of(job) if self.duration_of else None
-        if duration is not None:
-            deadline = job_deadline(job, self.settings)
-            if deadline is not None and duration > deadline:
-                duration = None  # let the deadline stage fail it, as the kubelet would
-        namespace = job_namespace(job, self.settings, template)
-        exposed = template is not None and bool(template.services or template.ingresses)
-        try:
-            name, created = self.writes.create(job, node, attempt, namespace, template, duration,
-                                               self.priority_classes.known(job.priority_class), exposed,
-                                               self._name_taken(job.id))
-        except WriteRefused as refused:
-            self._create_failed(job, node, refused.kind, refused.reason)
-            return
-        if exposed and not self._expose(job, node, created, template):
-            return
-        with self._lock:
-            self.counters["created"] += 1
-            self.book.job_pod[job.id] = (namespace, name)
-            kill = self.book.kill_on_create.pop(job.id, None)
-        if kill is not None:
-            self._delete(job, (namespace, name), kill, self.book.starts.get(job.id, 0))
-
-    def _name_taken(self, job_id: str):
-        """Note the attempts whose pod names were found taken (a pod of an earlier attempt still terminating)."""
-        def taken(attempt: int) -> None:
-            with self._lock:
-                self.book.attempts[job_id] = max(self.book.attempts.get(job_id, 0), attempt)
-        return taken
-
-    def _bind(self, job: Job, node: str) -> None:
-        """Bind an in-cluster pod to ``node`` (``pods/binding``), only the very pod that was queued (its uid)."""
-        try:
-            namespace, name = self.writes.bind_pod(job, node)
-        except WriteRefused as refused:
-            self._create_failed(job, node, refused.kind, refused.reason)
-            return
-        with self._lock:
-            self.counters["bound"] = self.counters.get("bound", 0) + 1
-            self.book.job_pod[job.id] = (namespace, name)
-            kill = self.book.kill_on_create.pop(job.id, None)
-        if kill is not None:
-            self._delete(job, (namespace, name), kill, self.book.starts.get(job.id, 0))
 
     # -- in-cluster pods: what the scheduling loop takes in, and what it tells them ---------------------
     @property
@@ -775,32 +595,6 @@ class KubernetesCluster:
         ((namespace, group) -> (reason, stored in its queue)), where it changed
         (:mod:`flotilla.kubernetes.podgroupstatus`); returns how many writes were started."""
         return self.reporting.podgroups(self.intake, reasons)
-
-    def _expose(self, job: Job, node: str, pod: dict, template: PodTemplate) -> bool:
-        """Create the job's services and ingresses, owned by its first pod; on a refusal, remove the pod again."""
-        done, refused = self.writes.expose(pod, template)
-        if refused is None:
-            return True
-        namespace = pod["metadata"]["namespace"]
-        key = (namespace, pod["metadata"]["name"])
-        with self._lock:
-            self.book.reported[key] = "failed"
-            self.book.ignore_delete.add(key)
-        self.writes.delete_quietly(key)
-        for item in done:
-            self.writes.delete_object(namespace, item)
-        self._create_failed(job, node, refused.kind, refused.reason)
-        return False
-
-    def _create_failed(self, job: Job, node: str, kind: str, reason: str) -> None:
-        log.warning("kubernetes.create_failed", cluster=self.name, job=job.id, reason=reason)
-        with self._lock:
-            self.counters["create_errors"] += 1
-            self.book.inflight.pop(job.id, None)
-            self._unadmit(job.id)
-            self.book.kill_on_create.pop(job.id, None)
-            if self.book.stopping.pop(job.id, None) is None:
-                self.book.emit(job.id, kind, node, reason)
 
     def _delete(self, job: Job, key: tuple[str, str] | None, kind: str, started: int = 0) -> None:
         """Delete the job's pod ``key``; report ``kind`` unless the job has been started again since
@@ -969,7 +763,7 @@ class KubernetesCluster:
         name = obj["metadata"]["name"]
         self._on_node_change(kind, obj, name)
         if name in self.held_starts.by_node:   # resized: a held start may fit now
-            self._release_held(name)
+            self.starts.release_held(name)
 
     def _on_node_change(self, kind: str, obj: dict, name: str) -> None:
         if kind == "DELETED":
@@ -1014,7 +808,7 @@ class KubernetesCluster:
             node = (obj.get("spec") or {}).get("nodeName") or (old.node if old is not None else None)
             for name in [node] if node is not None else list(self.held_starts.by_node):
                 if name in self.held_starts.by_node:
-                    self._release_held(name)
+                    self.starts.release_held(name)
 
     # -- reading back (tests, tools) ---------------------------------------------------------
     def pods_by_node(self) -> dict[str, list[str]]:
