@@ -172,6 +172,16 @@ def run_kube_scheduler(cluster, bin_dir: Path, client: KubeClient, recorder, cou
         print(f"  kube-scheduler log: {log}", file=sys.stderr)
 
 
+def stray_claim_refs(client: KubeClient) -> int:
+    """PVs whose claimRef names a claim bound to another PV: a claim written onto two PVs (the PV controller then
+    takes the claimRef off the other, and that PV changes under any scheduler that chose it meanwhile)."""
+    volume_of = {pvc["metadata"]["name"]: (pvc.get("spec") or {}).get("volumeName")
+                 for pvc in client.get(CLAIMS)["items"]}
+    return sum(1 for pv in client.get(PVS)["items"]
+               if ((pv.get("spec") or {}).get("claimRef") or {}).get("name") in volume_of
+               and volume_of[pv["spec"]["claimRef"]["name"]] not in (None, "", pv["metadata"]["name"]))
+
+
 def _controller_cpu(cluster, since: float | None = None) -> float | None:
     """kube-controller-manager's CPU seconds (since ``since``, when given)."""
     now = cpu_seconds(kwok.component_pid(cluster.name, "kube-controller-manager"))
@@ -436,6 +446,7 @@ clusters:
         stats["cpuSeconds"] = meter.stop(**{"flotilla (bench process)": time.process_time() - own_cpu,
                                             "kube-controller-manager": _controller_cpu(cluster, controllers)})
         phases.read_controller(backend.client)
+        stats["pvsNamingAClaimBoundElsewhere"] = stray_claim_refs(backend.client)
         stats["phases"] = phases.summary(t0)
         stats["cycles"] = len(cycles)
         stats["slowestCycleSeconds"] = max((c[0] for c in cycles), default=None)
@@ -445,6 +456,14 @@ clusters:
         if isinstance(backend._lock, TimedLock):
             stats["backendLock"] = backend._lock.summary()
         stats["createErrors"] = backend.counters["create_errors"]
+        # Starts given back (a volume write refused, a claim not bound in time): how many, and the last reasons.
+        stats["startsGivenBack"] = sum(sum(h[1] == "queued" for h in r.history[1:]) for r in runner.jobs.values())
+        stats["jobStates"], stats["lastReasons"] = {}, {}
+        for record in runner.jobs.values():
+            stats["jobStates"][record.state] = stats["jobStates"].get(record.state, 0) + 1
+            if record.reason:
+                short = record.reason[:90]
+                stats["lastReasons"][short] = stats["lastReasons"].get(short, 0) + 1
         return stats
     finally:
         backend.close()
