@@ -427,6 +427,7 @@ class KubernetesCluster:
             with self._lock:
                 writes = self.volumes.bind_requests(choices, node)
             for path, patch in writes:
+                ref = patch.get("spec", {}).get("claimRef")
                 for tries in range(3):
                     try:
                         self.client.patch(path, patch)
@@ -434,14 +435,16 @@ class KubernetesCluster:
                     except ApiError as exc:
                         # A PV changed since the informer saw it (its phase set, say): read it again and write with
                         # its version while it is still free for the claim; taken meanwhile, the choice is void.
-                        if exc.status != 409 or "claimRef" not in patch.get("spec", {}) or tries == 2:
+                        if exc.status != 409 or ref is None or tries == 2:
                             raise
-                        ref = patch["spec"]["claimRef"]
                         version = self.volumes.still_free(self.client.get(path), f"{ref['namespace']}/{ref['name']}")
                         if version is None:
                             raise LookupError(f"{path.rsplit('/', 1)[-1]} was bound to another claim meanwhile") \
                                 from None
                         patch["metadata"]["resourceVersion"] = version
+                if ref is not None:   # taken until the PV informer shows it (VolumeState.written)
+                    with self._lock:
+                        self.volumes.wrote(path.rsplit("/", 1)[-1], f"{ref['namespace']}/{ref['name']}")
         except (LookupError, ApiError, Unreachable) as exc:
             why = forbidden_message(exc) if isinstance(exc, ApiError) and exc.status == 403 else str(exc)
             with self._lock:
