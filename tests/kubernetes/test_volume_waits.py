@@ -45,7 +45,7 @@ def _waiting_backend(claims: int):
             backend.book.starts[job.id] = 1
             backend.book.inflight[job.id] = job
             backend.volumes.assume(((f"ns/c{i}", f"pv{i}"),), f"node-{i}")
-        backend._bind_volumes(job, f"node-{i}", 0, None, ((f"ns/c{i}", f"pv{i}"),), 1)
+        backend.volume_waits.bind(job, f"node-{i}", 0, None, ((f"ns/c{i}", f"pv{i}"),), 1)
     return backend, started, now
 
 
@@ -65,8 +65,8 @@ def test_a_claim_seen_bound_starts_only_the_jobs_waiting_for_it_and_looks_at_no_
         assert started == [("job-7", "node-7")]
         backend._on_event("pvcs", "MODIFIED", _pvc("c8", volume="pv8", phase="Bound"))
         assert started == [("job-7", "node-7"), ("job-8", "node-8")]
-        assert sorted(backend._volume_waits) == sorted(f"job-{i}" for i in range(50) if i not in (7, 8))
-        assert "ns/c7" not in backend._waits_on_claim and backend._waits_on_claim["ns/c9"] == {"job-9"}
+        assert sorted(backend.volume_waits.waits) == sorted(f"job-{i}" for i in range(50) if i not in (7, 8))
+        assert "ns/c7" not in backend.volume_waits.on_claim and backend.volume_waits.on_claim["ns/c9"] == {"job-9"}
     finally:
         backend.close()
 
@@ -88,7 +88,7 @@ def test_a_claim_not_bound_by_the_timeout_returns_its_job_and_the_bound_ones_sta
         assert sorted((e.job_id, e.kind, e.reason) for e in events) == [
             ("job-0", "lost", "binding volumes: claims not bound within volumeBindTimeout 60s: ns/c0"),
             ("job-2", "lost", "binding volumes: claims not bound within volumeBindTimeout 60s: ns/c2")]
-        assert backend._volume_waits == {} and backend._waits_on_claim == {}
+        assert backend.volume_waits.waits == {} and backend.volume_waits.on_claim == {}
         assert backend.volumes.assumed_claims == {} and backend.volumes.assumed_pvs == {}
     finally:
         backend.close()

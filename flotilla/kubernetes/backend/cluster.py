@@ -46,7 +46,7 @@ node anyway (so the next cycle cannot double-book it). A start whose claims
 need binding first (flotilla.kubernetes.volumes) has its volume writes made by
 a second, smaller pool and then waits, holding no thread, until the claims'
 watch events show them bound; each claim's event looks only at the starts
-waiting for that claim.
+waiting for that claim (:mod:`flotilla.kubernetes.backend.volumewaits`).
 
 Held starts (a nominated node). A kubelet refuses a pod the node has no
 room for yet (``OutOfcpu``), and room freed by preemption comes only when
@@ -109,14 +109,15 @@ from flotilla.kubernetes.backend.priorityclasses import PriorityClasses
 from flotilla.kubernetes.backend.reporting import Reporting
 from flotilla.kubernetes.backend.starts import Starts
 from flotilla.kubernetes.backend.victimlogs import VictimLogs, read_tails
+from flotilla.kubernetes.backend.volumewaits import VolumeWaits
 from flotilla.kubernetes.backend.writes import PodWrites
-from flotilla.kubernetes.client import ApiError, KubeClient, Unreachable, forbidden_message
+from flotilla.kubernetes.client import ApiError, KubeClient, Unreachable
 from flotilla.kubernetes.intake import JOBS_PATH, JOBSETS_PATH, PODGROUPS_PATH, SELECTOR_INFORMERS, IntakeTracker
 from flotilla.kubernetes.pods import (ATTEMPT, DURATION, JOB_ID, PodSettings, delete_grace, is_ours, node_from_object,
                                       node_ready, pod_phase)
 from flotilla.kubernetes.priorityclasses import PRIORITY_CLASSES_PATH
 from flotilla.kubernetes.volumes import INFORMERS as VOLUME_INFORMERS
-from flotilla.kubernetes.volumes import SELECTED_NODE, VolumeState
+from flotilla.kubernetes.volumes import VolumeState
 
 log = structlog.get_logger("flotilla.kubernetes")
 
@@ -177,16 +178,9 @@ class KubernetesCluster:
         self.stuck_pod_expiry = stuck_pod_expiry
         self.node_lost_timeout = node_lost_timeout
         self.finished_pod_retention = finished_pod_retention
-        #: How long a start waits for its claims to be bound before its job returns to its queue (kube-scheduler's
-        #: bindTimeoutSeconds, 600 s by default).
-        self.volume_bind_timeout = volume_bind_timeout
         self.clock = clock
-        #: Claims, volumes and storage classes (flotilla.kubernetes.volumes), and the starts waiting for their
-        #: claims to be bound: job id -> (job, node, attempt, template, choices, start count, deadline).
+        #: Claims, volumes and storage classes (flotilla.kubernetes.volumes).
         self.volumes = VolumeState(self.settings.namespace)
-        self._volume_waits: dict[str, tuple] = {}
-        #: claim key -> the jobs of ``_volume_waits`` waiting for it: a claim's event looks at its own jobs only
-        self._waits_on_claim: dict[str, set[str]] = {}
 
         self._lock = threading.RLock()
         self._stop = threading.Event()
@@ -235,7 +229,13 @@ class KubernetesCluster:
                              reporting=self.reporting, volumes=self.volumes, node_of=lambda node: self._nodes.get(node),
                              pcs_known=self.priority_classes.known, duration_of=duration_of,
                              submit=lambda *task: self._pool.submit(*task),
-                             bind_volumes=lambda *args: self._bind_volumes(*args), delete=self._delete)
+                             bind_volumes=lambda *args: self.volume_waits.bind(*args), delete=self._delete)
+        #: The starts waiting for their claims to be bound (flotilla.kubernetes.backend.volumewaits).
+        self.volume_waits = VolumeWaits(self._lock, self.book, self.volumes, self.client, self.book.clock,
+                                        volume_bind_timeout,
+                                        start_pod=lambda *args: self.starts.start_pod(*args),
+                                        create_failed=lambda *args: self.starts.create_failed(*args),
+                                        submit=lambda *task: self._pool.submit(*task))
         #: The platform's failures: stuck pods, lost nodes, held starts whose room never comes
         #: (flotilla.kubernetes.backend.lostpods).
         self.lost_pods = LostPods(name, self.book, self.cache, self.held_starts, self.settings, self.book.clock,
@@ -326,11 +326,21 @@ class KubernetesCluster:
             with self._lock:
                 busy = self._pool._work_queue.qsize() or self._volume_pool._work_queue.qsize() or \
                     self.book.kill_on_create or \
-                    any(job_id not in self._volume_waits for job_id in self.book.inflight)
+                    any(job_id not in self.volume_waits.waits for job_id in self.book.inflight)
             if not busy:
                 return True
             time.sleep(0.02)
         return False
+
+    @property
+    def volume_bind_timeout(self) -> float:
+        """How long a start waits for its claims to be bound before its job returns to its queue (kube-scheduler's
+        bindTimeoutSeconds, 600 s by default)."""
+        return self.volume_waits.timeout
+
+    @volume_bind_timeout.setter
+    def volume_bind_timeout(self, seconds: float) -> None:
+        self.volume_waits.timeout = seconds
 
     @property
     def available(self) -> bool:
@@ -420,95 +430,6 @@ class KubernetesCluster:
                 work.append((self._delete, job, key, kind, self.book.starts.get(job.id, 0)))
         self.starts.place(decisions.start, decisions.templates, work)
 
-    # -- claims bound before the pod (flotilla.kubernetes.volumes) ------------------------------
-    def _bind_volumes(self, job: Job, node: str, attempt: int, template, choices, started: int) -> None:
-        """Write the placement's volume choices (pool thread), then wait for the job's claims to be bound."""
-        try:
-            with self._lock:
-                writes = self.volumes.bind_requests(choices, node)
-            for path, patch in writes:
-                ref = patch.get("spec", {}).get("claimRef")
-                for tries in range(3):
-                    try:
-                        self.client.patch(path, patch)
-                        break
-                    except ApiError as exc:
-                        # A PV changed since the informer saw it (its phase set, say): read it again and write with
-                        # its version while it is still free for the claim; taken meanwhile, the choice is void.
-                        if exc.status != 409 or ref is None or tries == 2:
-                            raise
-                        version = self.volumes.still_free(self.client.get(path), f"{ref['namespace']}/{ref['name']}")
-                        if version is None:
-                            raise LookupError(f"{path.rsplit('/', 1)[-1]} was bound to another claim meanwhile") \
-                                from None
-                        patch["metadata"]["resourceVersion"] = version
-                if ref is not None:   # taken until the PV informer shows it (VolumeState.written)
-                    with self._lock:
-                        self.volumes.wrote(path.rsplit("/", 1)[-1], f"{ref['namespace']}/{ref['name']}")
-        except (LookupError, ApiError, Unreachable) as exc:
-            why = forbidden_message(exc) if isinstance(exc, ApiError) and exc.status == 403 else str(exc)
-            with self._lock:
-                self.volumes.forget(choices)
-            self.starts.create_failed(job, node, "lost", f"binding volumes: {why}")
-            return
-        with self._lock:
-            if self.book.starts.get(job.id) != started or job.id not in self.book.inflight:
-                self.volumes.forget(choices)
-                return
-            self._volume_waits[job.id] = (job, node, attempt, template, choices, started,
-                                          self.clock() + self.volume_bind_timeout)
-            for claim in job.claims:
-                self._waits_on_claim.setdefault(self.volumes.qualified(claim), set()).add(job.id)
-            self._check_volume_waits((job.id,))
-
-    def _check_volume_waits(self, job_ids=None, expired_only: bool = False) -> None:
-        """Start the waiting jobs whose claims are all bound; return to its queue one whose binding failed or timed
-        out (under the lock). ``job_ids``: only these (the jobs waiting for a claim that changed); None: all.
-        ``expired_only``: the claims of a job are looked at only once its time is up (the periodic pass: a claim's
-        binding is seen through its own event)."""
-        now = self.clock()
-        waits = self._volume_waits
-        for job_id in list(waits if job_ids is None else job_ids):
-            wait = waits.get(job_id)
-            if wait is None:
-                continue
-            job, node, attempt, template, choices, started, deadline = wait
-            if self.book.starts.get(job_id) != started or job_id not in self.book.inflight:
-                self._end_volume_wait(job_id)   # stopped or started again since
-                self.volumes.forget(choices)
-                continue
-            if expired_only and now < deadline:
-                continue
-            failed = [claim for claim, pv in choices if not pv and self.volumes.provisioning_failed(claim, node)]
-            unbound = self.volumes.unbound(job.claims)
-            if not unbound:
-                self._end_volume_wait(job_id)
-                self.starts.start_pod(job, node, attempt, template, lambda task: self._pool.submit(*task))
-                continue
-            if failed:
-                why = f"provisioning failed for PVC {', '.join(failed)} (its {SELECTED_NODE} was removed)"
-            elif now >= deadline:
-                why = (f"claims not bound within volumeBindTimeout {self.volume_bind_timeout:g}s: "
-                       f"{', '.join(unbound)}")
-            else:
-                continue
-            self._end_volume_wait(job_id)
-            self.volumes.forget(choices)
-            self.book.inflight.pop(job_id, None)
-            self.book.kill_on_create.pop(job_id, None)
-            if self.book.stopping.pop(job_id, None) is None:
-                self.book.emit(job_id, "lost", node, f"binding volumes: {why}")
-
-    def _end_volume_wait(self, job_id: str) -> None:
-        job = self._volume_waits.pop(job_id)[0]
-        for claim in job.claims:
-            key = self.volumes.qualified(claim)
-            jobs = self._waits_on_claim.get(key)
-            if jobs is not None:
-                jobs.discard(job_id)
-                if not jobs:
-                    del self._waits_on_claim[key]
-
     # -- stops and held starts (see the module docstring) ------------------------------------------
     def _mark_stopped(self, key: tuple[str, str] | None) -> None:
         """Leave pod ``key`` out of the snapshots from now on: Flotilla deletes it by a decision (module docstring,
@@ -530,8 +451,8 @@ class KubernetesCluster:
             self.lost_pods.check(now)
             self.victim_logs.expire(now)
             self.pod_events.delete_expired(now)
-            if self._volume_waits:
-                self._check_volume_waits(expired_only=True)
+            if self.volume_waits.waits:
+                self.volume_waits.check(expired_only=True)
             return self.book.take_events()   # (but those about an earlier run: flotilla.kubernetes.backend.ledger)
 
     # -- in-cluster pods: what the scheduling loop takes in, and what it tells them ---------------------
@@ -693,8 +614,8 @@ class KubernetesCluster:
         elif kind in VOLUME_INFORMERS:
             self.health.side_errors.pop(kind, None)
             self.volumes.replace(kind, items)
-            if self._volume_waits:
-                self._check_volume_waits()
+            if self.volume_waits.waits:
+                self.volume_waits.check()
             return
         elif kind in SELECTOR_INFORMERS:
             self.health.side_errors.pop(kind, None)
@@ -730,11 +651,8 @@ class KubernetesCluster:
             self._on_pod(event, obj)
         elif kind in VOLUME_INFORMERS:
             self.volumes.on_event(kind, event, obj)
-            if self._volume_waits and kind == "pvcs":
-                meta = obj.get("metadata") or {}
-                waiting = self._waits_on_claim.get(f"{meta.get('namespace', '')}/{meta.get('name', '')}")
-                if waiting:
-                    self._check_volume_waits(waiting)
+            if self.volume_waits.waits and kind == "pvcs":
+                self.volume_waits.claim_changed(obj)
         elif kind == "namespaces":
             self.namespaces.on_event(event, obj)
             self.intake.on_namespace(event, obj)
