@@ -10,7 +10,7 @@ reaches into the cluster's own state, so each can be read, and tested, on
 its own.
 
 * :mod:`~flotilla.kubernetes.backend.cluster`: the facade: snapshots,
-  decisions' stops, the informers' events handed to the parts (its docstring states the written rules of the whole);
+  decisions handed to the parts, the informers' events too (its docstring states the written rules of the whole);
 * :mod:`~flotilla.kubernetes.backend.informers`: the list-watch loop of each
   kind, and whether the cluster can be read (``InformerHealth``);
 * :mod:`~flotilla.kubernetes.backend.podcache`: the pod informer's copy of
@@ -29,6 +29,8 @@ its own.
 * :mod:`~flotilla.kubernetes.backend.starts`: the start path: a decision's
   starts made pods now, held for their node, or checked just before their
   bind;
+* :mod:`~flotilla.kubernetes.backend.stops`: the stop path: a decision's
+  stopped pods left out of the snapshots and deleted;
 * :mod:`~flotilla.kubernetes.backend.volumewaits`: the starts whose claims
   are bound first: their volume writes, and their wait for the claims;
 * :mod:`~flotilla.kubernetes.backend.writes`: the requests that create, bind

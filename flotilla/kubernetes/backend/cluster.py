@@ -35,7 +35,8 @@ victim after another for as long as a grace period lasts. A stopped pod
 still there ``stuck_pod_expiry`` after its delete counts again (foreign
 usage) and the starts held for its node are given up at that moment
 (``lost``, cause ``Stuck``: retried): its room is not coming, and from the
-next snapshot on the scheduler sees the node as the kubelet does.
+next snapshot on the scheduler sees the node as the kubelet does
+(:mod:`flotilla.kubernetes.backend.stops`).
 
 Writing. ``apply()`` returns at once: a small thread pool creates the
 started jobs' pods already bound (``spec.nodeName``; or, with
@@ -103,17 +104,18 @@ from flotilla.kubernetes.backend.informers import InformerHealth, watch_kind
 from flotilla.kubernetes.backend.ledger import Ledger
 from flotilla.kubernetes.backend.lostpods import LostPods
 from flotilla.kubernetes.backend.namespaces import NamespaceView
-from flotilla.kubernetes.backend.podcache import ENDED, CachedPod, PodCache
+from flotilla.kubernetes.backend.podcache import ENDED, PodCache
 from flotilla.kubernetes.backend.podevents import PodEvents
 from flotilla.kubernetes.backend.priorityclasses import PriorityClasses
 from flotilla.kubernetes.backend.reporting import Reporting
 from flotilla.kubernetes.backend.starts import Starts
+from flotilla.kubernetes.backend.stops import Stops
 from flotilla.kubernetes.backend.victimlogs import VictimLogs, read_tails
 from flotilla.kubernetes.backend.volumewaits import VolumeWaits
 from flotilla.kubernetes.backend.writes import PodWrites
-from flotilla.kubernetes.client import ApiError, KubeClient, Unreachable
+from flotilla.kubernetes.client import ApiError, KubeClient
 from flotilla.kubernetes.intake import JOBS_PATH, JOBSETS_PATH, PODGROUPS_PATH, SELECTOR_INFORMERS, IntakeTracker
-from flotilla.kubernetes.pods import (ATTEMPT, DURATION, JOB_ID, PodSettings, delete_grace, is_ours, node_from_object,
+from flotilla.kubernetes.pods import (ATTEMPT, DURATION, JOB_ID, PodSettings, is_ours, node_from_object,
                                       node_ready, pod_phase)
 from flotilla.kubernetes.priorityclasses import PRIORITY_CLASSES_PATH
 from flotilla.kubernetes.volumes import INFORMERS as VOLUME_INFORMERS
@@ -229,7 +231,13 @@ class KubernetesCluster:
                              reporting=self.reporting, volumes=self.volumes, node_of=lambda node: self._nodes.get(node),
                              pcs_known=self.priority_classes.known, duration_of=duration_of,
                              submit=lambda *task: self._pool.submit(*task),
-                             bind_volumes=lambda *args: self.volume_waits.bind(*args), delete=self._delete)
+                             bind_volumes=lambda *args: self.volume_waits.bind(*args),
+                             delete=lambda *args: self.stops.delete(*args))
+        #: The stop path: stopped pods left out of the snapshots and deleted (flotilla.kubernetes.backend.stops).
+        self.stops = Stops(name, self._lock, self.book, self.cache, self.settings, self.book.clock, self.counters,
+                           client=self.client, held=self.held_starts, writes=self.writes, reporting=self.reporting,
+                           victim_logs=self.victim_logs, read_tails=read_tails, drop_held=self.starts.drop_held,
+                           finished_pod_retention=finished_pod_retention)
         #: The starts waiting for their claims to be bound (flotilla.kubernetes.backend.volumewaits).
         self.volume_waits = VolumeWaits(self._lock, self.book, self.volumes, self.client, self.book.clock,
                                         volume_bind_timeout,
@@ -416,29 +424,8 @@ class KubernetesCluster:
         """Record the stops and starts of ``decisions`` (under the lock); the requests to make go to ``work``."""
         if decisions.start:
             self.guard.presence.new_cycle()   # its first bind tells whether another scheduler is active (admission)
-        for kind, jobs in (("preempted", decisions.preempt), ("cancelled", decisions.cancel)):
-            for job in jobs:
-                if job.id in self.held_starts.ids:
-                    self.starts.drop_held(job.id, kind)
-                    continue
-                self.book.stopping[job.id] = kind
-                key = self.book.job_pod.get(job.id)
-                if key is None and job.id in self.book.inflight:
-                    self.book.kill_on_create[job.id] = kind
-                    continue
-                self._mark_stopped(key)
-                work.append((self._delete, job, key, kind, self.book.starts.get(job.id, 0)))
+        self.stops.stop(decisions.preempt, decisions.cancel, work)
         self.starts.place(decisions.start, decisions.templates, work)
-
-    # -- stops and held starts (see the module docstring) ------------------------------------------
-    def _mark_stopped(self, key: tuple[str, str] | None) -> None:
-        """Leave pod ``key`` out of the snapshots from now on: Flotilla deletes it by a decision (module docstring,
-        Stopped pods). Not a pod already being deleted by someone else or given up: their room was never given."""
-        pod = self.cache.get(key) if key is not None else None
-        if key is None or key in self.book.stopped or self.book.reported.get(key) == "lost" \
-                or (pod is not None and pod.deleting and key not in self.book.ignore_delete):
-            return
-        self.book.stopped[key] = self.clock()
 
     def held(self) -> dict[str, list[str]]:
         """Job ids of the starts held per node, in order (tests, tools)."""
@@ -519,63 +506,6 @@ class KubernetesCluster:
         ((namespace, group) -> (reason, stored in its queue)), where it changed
         (:mod:`flotilla.kubernetes.podgroupstatus`); returns how many writes were started."""
         return self.reporting.podgroups(self.intake, reasons)
-
-    def _delete(self, job: Job, key: tuple[str, str] | None, kind: str, started: int = 0) -> None:
-        """Delete the job's pod ``key``; report ``kind`` unless the job has been started again since
-        (``started``: its start count when the delete was asked for) or its pod was already given up."""
-        if key is None:
-            with self._lock:
-                self.book.stopping.pop(job.id, None)
-            return
-        with self._lock:
-            self._mark_stopped(key)   # (a pod made after its job was stopped is marked only now)
-        namespace, name = key
-        grace = delete_grace(job, self.settings)
-        pod = self.cache.get(key)
-        if kind == "preempted" and pod is not None and pod.incluster:
-            # Said before the delete, so that the pod's Job (podFailurePolicy) can tell a preemption from a failure.
-            self.reporter.disruption_target(namespace, name, pod.uid,
-                                            f"flotilla: preempted by the scheduler to make room for other jobs "
-                                            f"(job {job.id})")
-        elif kind == "preempted" and pod is not None and pod.job is not None and self.finished_pod_retention > 0 \
-                and pod.phase == "Running":
-            self._keep_victim_log(pod)
-        try:
-            self.writes.delete_pod(key, grace)
-        except ApiError as exc:
-            if exc.status != 404:
-                log.warning("kubernetes.delete_failed", cluster=self.name, job=job.id, error=str(exc))
-                with self._lock:
-                    self.book.stopping.pop(job.id, None)
-                    self.book.stopped.pop(key, None)
-                return
-        except Unreachable as exc:
-            # Keep it counted out; the next snapshot after reconnecting shows the pod again if it survived.
-            log.warning("kubernetes.delete_unreachable", cluster=self.name, job=job.id, error=str(exc))
-            with self._lock:
-                self.book.stopping.pop(job.id, None)
-                self.book.stopped.pop(key, None)
-            return
-        with self._lock:
-            self.counters["deleted"] += 1
-            self.book.ignore_delete.add(key)
-            if self.book.reported.get(key) == "lost" or self.book.starts.get(job.id, 0) != started:
-                return  # already reported, or about an earlier run of a job that runs again
-            self.book.reported[key] = kind
-            pod = self.cache.get(key)
-            node = pod.node if pod is not None else job.node
-            self.book.emit(job.id, kind, node, "preempted by the scheduler" if kind == "preempted" else "cancelled",
-                       run=started)
-
-    def _keep_victim_log(self, pod: CachedPod) -> None:
-        """Read the end of each container's log of a preempted pod about to be deleted (Kubernetes keeps no log of
-        a deleted pod) and keep it for ``finished_pod_retention`` (flotilla.kubernetes.backend.victimlogs)."""
-        logs, cut = read_tails(self.client, self.name, pod.key, pod.containers)
-        if not logs:
-            return
-        with self._lock:
-            self.victim_logs.keep(pod.job.id, self.clock() + self.finished_pod_retention,
-                                  f"{pod.key[0]}/{pod.key[1]}", logs, cut)
 
     def kept_log(self, pod_id: str) -> tuple[str, Mapping[str, bytes], bool] | None:
         """The log tails kept of pod ``pod_id`` (a job id, ``JOB#N`` for pod N) when it was preempted: its
