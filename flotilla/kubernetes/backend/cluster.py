@@ -231,7 +231,7 @@ class KubernetesCluster:
                              reporting=self.reporting, volumes=self.volumes, node_of=lambda node: self._nodes.get(node),
                              pcs_known=self.priority_classes.known, duration_of=duration_of,
                              submit=lambda *task: self._pool.submit(*task),
-                             bind_volumes=lambda *args: self.volume_waits.bind(*args),
+                             claims_first=lambda *args: self.volume_waits.start(*args),
                              delete=lambda *args: self.stops.delete(*args))
         #: The stop path: stopped pods left out of the snapshots and deleted (flotilla.kubernetes.backend.stops).
         self.stops = Stops(name, self._lock, self.book, self.cache, self.settings, self.book.clock, self.counters,
@@ -416,7 +416,7 @@ class KubernetesCluster:
         work: list[tuple] = []
         with self._lock:
             self._apply(decisions, work)
-        bind_volumes = self.starts.bind_volumes
+        bind_volumes = self.volume_waits.bind
         for task in work:
             (self._volume_pool if task[0] == bind_volumes else self._pool).submit(*task)
 

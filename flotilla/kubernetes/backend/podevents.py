@@ -184,7 +184,7 @@ class PodEvents:
                 old.foreign.labels == labels and old.foreign.terminating == deleting else \
                 foreign_pod(key, labels, spec, deleting)
             self.cache.put(key, CachedPod(key, node, phase, deleting, requests=requests, ports=ports,
-                                    foreign=foreign))
+                                          foreign=foreign))
             if self.guard.note_pod(key, obj, node, phase, deleting, requests, self.clock):
                 self.release_all_held()   # decided (bound, or found unschedulable): room held for it may go now
 
@@ -200,8 +200,7 @@ class PodEvents:
             if permanent_pull_failure(reason, message) or backoffs >= IMAGE_PULL_BACKOFFS:
                 why = pod.waiting if backoffs < IMAGE_PULL_BACKOFFS else \
                     f"{pod.waiting} (the kubelet backed off pulling {backoffs} times)"
-                self.give_up(pod, f"image not pulled: {why}", "", delete_grace(pod.job, self.settings),
-                                       kind="failed")
+                self.give_up(pod, f"image not pulled: {why}", "", delete_grace(pod.job, self.settings), kind="failed")
                 return
         self.book.emit(pod.job.id, "waiting", pod.node, pod.waiting, run=self.book.starts.get(pod.job.id, 0) or None)
 

@@ -5,7 +5,7 @@ Written rules (the cluster's docstring states them for the whole):
 
 * a start is counted on its node from the decision on (``inflight``) until
   the watch shows its pod, so the next cycle cannot double-book it;
-* a start whose claims need binding first goes to ``bind_volumes``
+* a start whose claims need binding first goes to ``claims_first``
   (:mod:`flotilla.kubernetes.volumes`); its pod comes once they are bound;
 * a start on a node where nothing is leaving is created at once; on a node
   where some pod is leaving (deleted, or ours being stopped) it is held for
@@ -49,15 +49,16 @@ class Starts:
     ``book``, ``cache``, ``counters``. The parts it uses: ``guard`` (the bind's own check), ``held`` (the held
     starts), ``writes``, ``reporting``, ``volumes`` (the claims' state). Callables: ``node_of(name)`` the node as
     the watch shows it; ``pcs_known(name)`` whether a pod may name a priority class; ``duration_of(job)`` kwok's
-    completion delay (None: none written); ``submit(fn, *args)`` a pod write for the pool; ``bind_volumes``
-    the volume writes of a start (a task of their own pool); ``delete(job, key, kind, started)`` a stopped job's
-    pod deleted.
+    completion delay (None: none written); ``submit(fn, *args)`` a pod write for the pool;
+    ``claims_first(job, node, attempt, template, choices, started, work)`` a start whose claims are bound first
+    (:mod:`flotilla.kubernetes.backend.volumewaits`); ``delete(job, key, kind, started)`` a stopped job's pod
+    deleted.
     """
 
     def __init__(self, cluster: str, lock, stop: threading.Event, book: Ledger, cache: PodCache,
                  settings: PodSettings, clock: Callable[[], float], counters: dict, *, guard, held, writes, reporting,
                  volumes, node_of: Callable[[str], Node | None], pcs_known: Callable[[str | None], bool],
-                 duration_of: Callable[[Job], float | None] | None, submit: Callable, bind_volumes: Callable,
+                 duration_of: Callable[[Job], float | None] | None, submit: Callable, claims_first: Callable,
                  delete: Callable) -> None:
         self.cluster = cluster
         self._lock = lock
@@ -76,7 +77,7 @@ class Starts:
         self.pcs_known = pcs_known
         self.duration_of = duration_of
         self.submit = submit
-        self.bind_volumes = bind_volumes
+        self.claims_first = claims_first
         self.delete = delete
         self._settle_timer: threading.Timer | None = None   # retries held starts once a burst is over
 
@@ -90,7 +91,7 @@ class Starts:
 
     def place(self, placements, templates: Mapping[str, PodTemplate], work: list[tuple]) -> None:
         """Record the starts ``placements`` of a decision (under the lock); the requests to make go to ``work``
-        (``(callable, *args)`` each; a start whose claims are bound first: ``bind_volumes``)."""
+        (``(callable, *args)`` each; a start whose claims are bound first: ``claims_first``)."""
         for placement in placements:
             job = placement.job
             attempt = self.book.attempts.get(job.id, -1) + 1
@@ -106,8 +107,8 @@ class Starts:
             if job.claims and (placement.volumes or self.volumes.unbound(job.claims)):
                 # Its claims are bound first (flotilla.kubernetes.volumes); the pod comes once they are.
                 self.volumes.assume(placement.volumes, placement.node)
-                work.append((self.bind_volumes, running, placement.node, attempt, template, placement.volumes,
-                             self.book.starts[job.id]))
+                self.claims_first(running, placement.node, attempt, template, placement.volumes,
+                                  self.book.starts[job.id], work)
                 continue
             self.start_pod(running, placement.node, attempt, template, work.append)
 

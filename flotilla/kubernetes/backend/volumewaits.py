@@ -61,6 +61,15 @@ class VolumeWaits:
         #: claim key -> the jobs of ``waits`` waiting for it: a claim's event looks at its own jobs only
         self.on_claim: dict[str, set[str]] = {}
 
+    def start(self, job: Job, node: str, attempt: int, template, choices, started: int, work: list[tuple]) -> None:
+        """A start whose claims are bound first (under the lock; its choices assumed): its volume writes go to
+        ``work`` (``(bind, *args)``, for the volume writers), or, written already (a start given back and placed
+        again while the PV controller binds), it waits for its claims at once, not behind other starts' writes."""
+        if self._nothing_to_write(choices, node):
+            self.await_claims(job, node, attempt, template, choices, started)
+            return
+        work.append((self.bind, job, node, attempt, template, choices, started))
+
     def bind(self, job: Job, node: str, attempt: int, template, choices, started: int) -> None:
         """Write the placement's volume choices (pool thread), then wait for the job's claims to be bound."""
         try:
@@ -92,14 +101,24 @@ class VolumeWaits:
             self.create_failed(job, node, "lost", f"binding volumes: {why}")
             return
         with self._lock:
-            if self.book.starts.get(job.id) != started or job.id not in self.book.inflight:
-                self.volumes.forget(choices)
-                return
-            self.waits[job.id] = (job, node, attempt, template, choices, started,
-                                          self.clock() + self.timeout)
-            for claim in job.claims:
-                self.on_claim.setdefault(self.volumes.qualified(claim), set()).add(job.id)
-            self.check((job.id,))
+            self.await_claims(job, node, attempt, template, choices, started)
+
+    def _nothing_to_write(self, choices, node: str) -> bool:
+        """Whether binding ``choices`` on ``node`` needs no API write (under the lock)."""
+        try:
+            return not self.volumes.bind_requests(choices, node)
+        except LookupError:
+            return False   # the writer says why
+
+    def await_claims(self, job: Job, node: str, attempt: int, template, choices, started: int) -> None:
+        """Wait for the job's claims to be bound, then start its pod (under the lock; the writes are done)."""
+        if self.book.starts.get(job.id) != started or job.id not in self.book.inflight:
+            self.volumes.forget(choices)
+            return
+        self.waits[job.id] = (job, node, attempt, template, choices, started, self.clock() + self.timeout)
+        for claim in job.claims:
+            self.on_claim.setdefault(self.volumes.qualified(claim), set()).add(job.id)
+        self.check((job.id,))
 
     def check(self, job_ids=None, expired_only: bool = False) -> None:
         """Start the waiting jobs whose claims are all bound; return to its queue one whose binding failed or timed
