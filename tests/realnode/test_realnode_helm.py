@@ -110,6 +110,29 @@ def test_helm_install_runs_flotilla_on_real_1_and_uninstall_leaves_nothing(real_
                               in ("Succeeded", "Failed") and p, timeout=240, what="the kubectl-made pod to end")
         assert (done["status"]["phase"], done["spec"]["nodeName"]) == ("Succeeded", "real-1"), done["status"]
 
+        # A batch/v1 Job of 3 completions, applied with kubectl: the Job controller makes its pods, Flotilla binds
+        # them, the kubelet runs them; the Job completes 3 of 3.
+        job_manifest = tmp_path / "job.yaml"
+        job_manifest.write_text(yaml.safe_dump({"apiVersion": "batch/v1", "kind": "Job", "metadata": {
+            "name": "three", "labels": {"flotilla.io/queue": "research"}}, "spec": {
+            "completions": 3, "parallelism": 2, "backoffLimit": 0, "template": {
+                "metadata": {"labels": {"flotilla.io/queue": "research"}}, "spec": {
+                    "schedulerName": "flotilla", "restartPolicy": "Never", "dnsPolicy": "Default",
+                    "automountServiceAccountToken": False,
+                    "containers": [{"name": "c", "image": real_node.image, "command": ["sh", "-c", "echo done"],
+                                    "resources": {"requests": {"cpu": "50m", "memory": "32Mi"}}}]}}}}))
+        run(kubectl, "--kubeconfig", real_node.kubeconfig, "--context", real_node.context, "-n", namespace,
+            "apply", "-f", str(job_manifest), tmp_path=tmp_path)
+        ended = real_node.wait(lambda: (j := client.get(f"/apis/batch/v1/namespaces/{namespace}/jobs/three"))
+                               ["status"].get("completionTime") or j["status"].get("failed") and j,
+                               timeout=300, step=2, what="the Job to complete")
+        finished = client.get(f"/apis/batch/v1/namespaces/{namespace}/jobs/three")["status"]
+        assert (finished.get("succeeded"), finished.get("failed", 0)) == (3, 0), (ended, finished)
+        assert [c["type"] for c in finished["conditions"] if c["status"] == "True"] == ["SuccessCriteriaMet",
+                                                                                        "Complete"]
+        job_pods = [p for p in real_node.pods(namespace) if p["metadata"]["name"].startswith("three-")]
+        assert sorted((p["status"]["phase"], p["spec"]["nodeName"]) for p in job_pods) == [("Succeeded", "real-1")] * 3
+
         # From outside (the pod listens on the host's loopback): a job set submitted, the chart upgraded with a new
         # queue while it runs; the queue appears, and every job succeeds exactly once.
         job = {"podSpec": {"restartPolicy": "Never", "dnsPolicy": "Default", "containers": [{
@@ -137,7 +160,18 @@ def test_helm_install_runs_flotilla_on_real_1_and_uninstall_leaves_nothing(real_
             ("j0", "succeeded", 0), ("j1", "succeeded", 0), ("j2", "succeeded", 0)]
         standalone = client.get(pod_path(namespace, "standalone"))
         assert standalone["status"]["containerStatuses"][0]["restartCount"] == 0
+
+        # helm rollback to the first revision: its ConfigMap lists no "added", the pod reloads it, and the queue
+        # (a config queue with no unfinished job) is removed.
+        run(helm, "rollback", "flt", "1", *kube, tmp_path=tmp_path)
+        real_node.wait(lambda: [q["name"] for q in flotilla("queue", "list", "--output", "json",
+                                                            tmp_path=tmp_path)["queues"]] == ["production", "research"],
+                       timeout=240, step=2, what="the queue the rollback dropped gone from flotilla queue list")
     finally:
+        try:    # its pods go with it (the garbage collector)
+            client.delete(f"/apis/batch/v1/namespaces/{namespace}/jobs/three", {"propagationPolicy": "Background"})
+        except ApiError:
+            pass
         real_node.delete_pods(namespace)
         run(helm, "uninstall", "flt", *kube, "--wait", tmp_path=tmp_path, check=False)
     for kind in ("deployments", "configmaps", "services", "serviceaccounts"):
