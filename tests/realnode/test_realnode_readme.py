@@ -44,9 +44,11 @@ def test_the_readme_walk_builds_the_image_installs_the_chart_and_runs_a_job_3_of
     assert walk.returncode == 0, walk.stdout[-3000:] + walk.stderr[-3000:]
     said = [line for line in walk.stdout.splitlines()
             if line in ("flotilla-pod", "job.batch/hello created", "job.batch/hello condition met",
-                        "3 of 3 succeeded", 'job.batch "hello" deleted', 'release "flotilla" uninstalled')]
+                        "3 of 3 succeeded", 'job.batch "hello" deleted from flotilla namespace',
+                        'release "flotilla" uninstalled')]
     assert said == ["flotilla-pod", "job.batch/hello created", "job.batch/hello condition met", "3 of 3 succeeded",
-                    'job.batch "hello" deleted', 'release "flotilla" uninstalled'], walk.stdout[-3000:]
+                    'job.batch "hello" deleted from flotilla namespace', 'release "flotilla" uninstalled'], \
+        walk.stdout[-3000:]
     client = real_node.client
     # The release's pod and token Secret are owned by its Deployment: the garbage collector removes them.
     real_node.wait(lambda: not real_node.pods("flotilla"), timeout=120, step=1, what="the release's pods gone")
