@@ -311,3 +311,34 @@ def test_jobs_whose_claims_pin_their_node_are_placed_and_refused_as_a_pass_over_
     assert reasons == {"big": "0/4 nodes are available: 3 node(s) had volume node affinity conflict, 1 Insufficient cpu",
                        "sel": "0/4 nodes are available: 3 node(s) didn't match Pod's node affinity/selector, "
                               "1 node(s) didn't find available persistent volumes to bind"}
+
+
+def test_the_views_label_keys_follow_each_change_as_reading_every_object_would():
+    """The node label keys the volumes read are kept per object as events come, not read from every PV per view."""
+    from flotilla.kubernetes.volumes import KubeVolumes
+    from flotilla.core.volumes import ZONE_KEYS
+
+    state = _state(pvs=[_pv("a", "node-1"), _pv("z", "node-2", labels={ZONE: "z1"})],
+                   pvcs=[_pvc("one"), _pvc("dyn", sc="dynamic",
+                                            annotations={"volume.kubernetes.io/selected-node": "node-2"})],
+                   classes=[_sc("local"), _sc("dynamic", provisioner="example.com/csi", topology=["z1"])])
+
+    def keys():
+        view = state.view()
+        scratch = KubeVolumes("ns", view.pvcs, view.pvs, view.classes, view.rwop_users, view.assumed_claims,
+                              view.assumed_pvs).label_keys
+        assert view.label_keys == scratch
+        return view.label_keys
+
+    assert keys() == {HOST, NAME_FIELD, *ZONE_KEYS}
+    state.on_event("pvs", "DELETED", _pv("z", "node-2", labels={ZONE: "z1"}))
+    assert keys() == {HOST, NAME_FIELD, ZONE}                      # the class's topology still reads the zone
+    state.on_event("storageclasses", "DELETED", _sc("dynamic", provisioner="example.com/csi", topology=["z1"]))
+    assert keys() == {HOST, NAME_FIELD}
+    state.on_event("pvcs", "MODIFIED", _pvc("dyn", sc="dynamic", volume="made", phase="Bound",
+                                            annotations={"volume.kubernetes.io/selected-node": "node-2"}))
+    assert keys() == {HOST}
+    state.on_event("pvs", "MODIFIED", _pv("a", "node-1", labels={ZONE: "z2"}))
+    assert keys() == {HOST, *ZONE_KEYS}
+    state.replace("pvs", [])
+    assert keys() == frozenset()
