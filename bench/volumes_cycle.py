@@ -26,11 +26,16 @@ from flotilla.scheduler import Scheduler  # noqa: E402
 HOST = "kubernetes.io/hostname"
 
 
-def state(nodes: int, per_node: int, jobs: int) -> VolumeState:
+def state(nodes: int, per_node: int, jobs: int, prebound: bool = False) -> VolumeState:
+    """``prebound``: each claim ``c<j>`` is named by the claimRef of PV ``j`` (its binding under way: the start was
+    given back, say after ``volumeBindTimeout``, before the PV controller bound the claim)."""
     volumes = VolumeState("ns")
+
+    def claim_ref(i):
+        return {"claimRef": {"namespace": "ns", "name": f"c{i}", "uid": f"u{i}"}} if prebound and i < jobs else {}
     volumes.replace("pvs", [{
         "metadata": {"name": f"pv-{n}-{k}", "resourceVersion": "1"},
-        "spec": {"capacity": {"storage": "1Gi"}, "accessModes": ["ReadWriteOnce"], "storageClassName": "local",
+        "spec": {**claim_ref(n * per_node + k), "capacity": {"storage": "1Gi"}, "accessModes": ["ReadWriteOnce"], "storageClassName": "local",
                  "nodeAffinity": {"required": {"nodeSelectorTerms": [{"matchExpressions": [
                      {"key": HOST, "operator": "In", "values": [f"node-{n}"]}]}]}}},
         "status": {"phase": "Available"}} for n in range(nodes) for k in range(per_node)])
@@ -51,12 +56,13 @@ def main(argv=None) -> int:
     parser.add_argument("--pvs-per-node", type=int, default=5)
     args = parser.parse_args(argv)
     volumes = state(args.nodes, args.pvs_per_node, args.jobs)
+    prebound = state(args.nodes, args.pvs_per_node, args.jobs, prebound=True)
     nodes = [Node(f"node-{n}", "c1", {"cpu": 32000}, {HOST: f"node-{n}"}) for n in range(args.nodes)]
     requests = {"cpu": 1000}
-    cases = {"no claims": [Job(f"p{j}", "A", requests=requests, submitted=j) for j in range(args.jobs)],
-             "a claim each": [Job(f"j{j}", "A", requests=requests, claims=(f"ns/c{j}",), submitted=j)
-                              for j in range(args.jobs)]}
-    for name, jobs in cases.items():
+    claimed = [Job(f"j{j}", "A", requests=requests, claims=(f"ns/c{j}",), submitted=j) for j in range(args.jobs)]
+    cases = {"no claims": ([Job(f"p{j}", "A", requests=requests, submitted=j) for j in range(args.jobs)], volumes),
+             "a claim each": (claimed, volumes), "each pre-bound": (claimed, prebound)}
+    for name, (jobs, volumes) in cases.items():
         scheduler = Scheduler(parse_config("queues: [{name: A}]\n", None))
         started = time.perf_counter()
         snapshot = Snapshot([ClusterSnapshot("c1", nodes, volumes=volumes.view())], jobs, [Queue("A")],

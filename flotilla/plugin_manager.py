@@ -30,7 +30,6 @@ import pluggy
 
 from flotilla.core import hookspecs
 from flotilla.core.entrypoints import installed
-from flotilla.core.backend import ClusterBackend
 from flotilla.core.capabilities import Backends
 
 ENTRY_POINT_GROUP = "flotilla.plugins"

@@ -3,7 +3,7 @@ body (``{"error": {"code", "message", "field", "errors"}}``, see ``flotilla/serv
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
 

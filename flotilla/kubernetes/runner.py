@@ -32,7 +32,7 @@ from flotilla.core.backend import ClusterDecisions, ClusterUnavailable, JobEvent
 from flotilla.core.decisions import Decisions
 from flotilla.core.leases import LEASE_EXPIRED, Failure, decide, expiry_reason, lease_expired, lost_reason, \
     returns_without_retry
-from flotilla.core.model import ClusterSnapshot, Job, JobState, Snapshot
+from flotilla.core.model import ClusterSnapshot, Job, Snapshot
 
 log = structlog.get_logger("flotilla.runner")
 

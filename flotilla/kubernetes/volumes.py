@@ -80,6 +80,7 @@ class PVC:
 class PV:
     name: str
     claim_ref: tuple[str, str] | None
+    claim_uid: str
     phase: str
     deleting: bool
     storage_class: str
@@ -147,7 +148,7 @@ def read_pv(obj: Mapping[str, Any]) -> PV:
     meta, spec, status = obj.get("metadata") or {}, obj.get("spec") or {}, obj.get("status") or {}
     ref = spec.get("claimRef")
     return PV(meta["name"], (ref.get("namespace", ""), ref.get("name", "")) if ref else None,
-              status.get("phase") or "Pending", bool(meta.get("deletionTimestamp")), spec.get("storageClassName") or "",
+              (ref or {}).get("uid") or "", status.get("phase") or "Pending", bool(meta.get("deletionTimestamp")), spec.get("storageClassName") or "",
               frozenset(spec.get("accessModes") or ()), _storage((spec.get("capacity") or {}).get("storage")),
               spec.get("volumeMode") or "Filesystem", dict(meta.get("labels") or {}),
               _node_terms(spec.get("nodeAffinity")), meta.get("resourceVersion", ""))
@@ -212,13 +213,16 @@ class KubeVolumes:
 
     def __init__(self, namespace: str, pvcs: Mapping[tuple[str, str], PVC], pvs: Mapping[str, PV],
                  classes: Mapping[str, StorageClass], rwop_users: Mapping[str, int],
-                 assumed_claims: Mapping[str, tuple[str, str]], assumed_pvs: Mapping[str, str], problem: str = ""):
+                 assumed_claims: Mapping[str, tuple[str, str]], assumed_pvs: Mapping[str, str], problem: str = "",
+                 written: Mapping[str, str] | None = None):
         self.namespace = namespace
         #: Why the claims cannot be read at all (an informer not synced): every claim waits with it.
         self.problem = problem
         self.pvcs, self.pvs, self.classes = pvcs, pvs, classes
         self.rwop_users = rwop_users
         self.assumed_claims, self.assumed_pvs = assumed_claims, assumed_pvs
+        #: PV -> claim key: claimRefs written that the PV informer has not shown yet (taken, and that claim's)
+        self.written = written or {}
         self._cache: dict[tuple[str, ...], tuple[Claim, ...]] = {}
         self._one: dict[str, Claim] = {}
         self._shapes: dict[tuple, Options] = {}
@@ -291,7 +295,8 @@ class KubeVolumes:
                                                                                    (pvc.selected_node,)),)),)),),
                          rwop=rwop)
         dynamic = sc.provisioner and sc.provisioner != NO_PROVISIONER and not pvc.volume_name
-        prebound = self._prebound().get((pvc.namespace, pvc.name))
+        prebound = [pv for pv in self._prebound().get((pvc.namespace, pvc.name), ())
+                    if pv.claim_uid in ("", pvc.uid)]
         if pvc.volume_name or prebound:
             # Its own volumes only (named by the claim, or whose claimRef names it): an options object of its own.
             named = [self.pvs[pvc.volume_name]] if pvc.volume_name in self.pvs else []
@@ -316,17 +321,24 @@ class KubeVolumes:
             self._free_by_class = {}
             for pv in self.pvs.values():
                 if pv.claim_ref is None and not pv.deleting and pv.phase in ("Available", "Pending") \
-                        and pv.name not in self.assumed_pvs:
+                        and pv.name not in self.assumed_pvs and pv.name not in self.written:
                     self._free_by_class.setdefault(pv.storage_class, []).append(pv)
         return self._free_by_class
 
     def _prebound(self) -> dict[tuple[str, str], list[PV]]:
-        """The PVs whose claimRef names a claim not bound to them yet, per claim."""
+        """The PVs whose claimRef names a claim (asked only for claims not bound yet), per claim, in any phase
+        (kube-scheduler's ``IsVolumeBoundToClaim``: the PV controller may have made the PV ``Bound`` before it
+        writes the claim); with the claimRefs written that the informer has not shown yet."""
         if self._prebound_by_claim is None:
             self._prebound_by_claim = {}
             for pv in self.pvs.values():
-                if pv.claim_ref is not None and pv.phase != "Bound" and not pv.deleting:
+                if pv.claim_ref is not None and not pv.deleting:
                     self._prebound_by_claim.setdefault(pv.claim_ref, []).append(pv)
+            for name, claim_key in self.written.items():
+                pv = self.pvs.get(name)
+                if pv is not None and pv.claim_ref is None:
+                    namespace, _, short = claim_key.partition("/")
+                    self._prebound_by_claim.setdefault((namespace, short), []).append(pv)
         return self._prebound_by_claim
 
     @staticmethod
@@ -353,6 +365,10 @@ class VolumeState:
         self.assumed_claims: dict[str, tuple[str, str]] = {}
         #: PV -> claim key, for the static choices among them
         self.assumed_pvs: dict[str, str] = {}
+        #: PV -> claim key: the claimRefs written (:meth:`wrote`) that the PV informer has not shown yet. Such a PV
+        #: stays taken whatever becomes of the assumption (the claim seen bound first, the start given up): chosen
+        #: again meanwhile, its write would carry the informer's old resourceVersion and be refused (409).
+        self.written: dict[str, str] = {}
         self._view: KubeVolumes | None = None
 
     @property
@@ -372,7 +388,7 @@ class VolumeState:
                 problem = f"persistent volume claims not readable yet ({told or ', '.join(waiting) + ' not synced'})"
             self._view = KubeVolumes(self.namespace, dict(self.pvcs), dict(self.pvs), dict(self.classes),
                                      dict(self.rwop_users), dict(self.assumed_claims), dict(self.assumed_pvs),
-                                     problem)
+                                     problem, dict(self.written))
         return self._view
 
     # -- informer events -----------------------------------------------------------------
@@ -381,6 +397,8 @@ class VolumeState:
             self.pvcs = {}
         elif kind == "pvs":
             self.pvs = {}
+            listed = {(obj.get("metadata") or {}).get("name") for obj in items}
+            self.written = {pv: claim for pv, claim in self.written.items() if pv in listed}
         else:
             self.classes = {}
         for obj in items:
@@ -402,8 +420,11 @@ class VolumeState:
             elif kind == "pvs":
                 if event == "DELETED":
                     self.pvs.pop(meta["name"], None)
+                    self.written.pop(meta["name"], None)
                 else:
-                    self.pvs[meta["name"]] = read_pv(obj)
+                    pv = self.pvs[meta["name"]] = read_pv(obj)
+                    if pv.claim_ref is not None:
+                        self.written.pop(pv.name, None)
             elif event == "DELETED":
                 self.classes.pop(meta["name"], None)
             else:
@@ -445,6 +466,12 @@ class VolumeState:
             if pv:
                 self.assumed_pvs[pv] = claim_key
         self.changed()
+
+    def wrote(self, pv: str, claim_key: str) -> None:
+        """The claimRef naming ``claim_key`` is written on ``pv`` (the API accepted it)."""
+        if self.pvs.get(pv) is not None and self.pvs[pv].claim_ref is None:
+            self.written[pv] = claim_key
+            self.changed()
 
     def forget(self, choices: tuple[tuple[str, str], ...]) -> None:
         for claim_key, pv in choices:
@@ -499,7 +526,8 @@ class VolumeState:
                 pv = self.pvs.get(pv_name)
                 if pv is None:
                     raise LookupError(f'persistentvolume "{pv_name}" not found')
-                if pv.claim_ref == (namespace, short) or pvc.volume_name == pv_name:
+                if (pv.claim_ref == (namespace, short) and pv.claim_uid in ("", pvc.uid)) \
+                        or self.written.get(pv_name) == claim_key or pvc.volume_name == pv_name:
                     continue
                 out.append((f"{PVS_PATH}/{pv_name}", {
                     "metadata": {"annotations": {BOUND_BY_CONTROLLER: "yes"},

@@ -54,7 +54,7 @@ from flotilla.service.leases import ClusterReport, ingest, job_of
 from flotilla.service.pending import head_size
 from flotilla.service.placement import queue_parents
 from flotilla.service.settings import ServiceSettings
-from flotilla.service.snapshot import (DEADLINE_ANNOTATION, DEFAULT_NAMESPACE, GRACE_ANNOTATION, Converter, RunningPods,
+from flotilla.service.snapshot import (DEFAULT_NAMESPACE, GRACE_ANNOTATION, Converter, RunningPods,
                                        default_namespace)
 from flotilla.service.store import ActiveCopy, QueuedJob, Store
 

@@ -160,7 +160,7 @@ def simulate(config_path, workload_path, seed, json_path, plot_path, compare, un
 
     from flotilla.config import ConfigError
     from flotilla.scheduler_main import build_scheduler, load_config_or_fail
-    from flotilla.simulate.engine import NoProgress, SchedulerBug, Simulation, SimulationError
+    from flotilla.simulate.engine import SchedulerBug, Simulation, SimulationError
     from flotilla.simulate.policies import Policy, PolicyError, check_policy, fairness_index, parse_policies, with_policy
     from flotilla.simulate.report import render_table
     from flotilla.simulate.workload import load_workload

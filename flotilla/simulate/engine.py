@@ -38,7 +38,6 @@ from typing import Callable
 
 import structlog
 
-from flotilla.config.errors import ConfigError
 from flotilla.core.backend import OverAllocation, SimulatedCluster
 from flotilla.scheduler import Scheduler
 from flotilla.core.decisions import Decisions, natural_key

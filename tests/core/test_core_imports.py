@@ -185,7 +185,8 @@ BACKEND_FACADES = (f"{BACKEND}.cluster", f"{BACKEND}.config")
 def test_the_kubernetes_backend_parts_import_no_sibling_but_the_pod_cache():
     backend = PACKAGE / "kubernetes" / "backend"
     parts = sorted(path for path in backend.glob("*.py") if module_name(path) not in (BACKEND, *BACKEND_FACADES))
-    assert {path.stem for path in parts} >= {"podcache", "informers", "writes", "bindguard", "held", "reporting"}
+    assert {path.stem for path in parts} >= {"podcache", "informers", "writes", "bindguard", "held", "reporting",
+                                          "priorityclasses"}
     offending = sorted((module_name(path), line, module) for path in parts
                        for line, module, name in from_imports(path)
                        if (under(module, BACKEND) or (module, name) == ("flotilla.kubernetes", "backend"))

@@ -235,3 +235,46 @@ def test_read_write_once_pod_claims_in_use_and_assumed_choices_change_the_view()
     # The PV controller binds it: the assumption goes.
     state.on_event("pvcs", "MODIFIED", _pvc("one", volume="a", phase="Bound"))
     assert state.assumed_claims == {} and state.assumed_pvs == {} and state.unbound(("one", "ns/two")) == ["ns/two"]
+
+
+def test_a_written_claim_ref_keeps_its_pv_taken_until_the_pv_informer_shows_it():
+    """The claim's watch may show the binding before the PV's watch shows the claimRef written; a PV chosen again
+    meanwhile would be written with the informer's old resourceVersion (409 Conflict) for another claim."""
+    state = _state(pvs=[_pv("a", "node-1"), _pv("b", "node-2")], pvcs=[_pvc("one"), _pvc("two")],
+                   classes=[_sc("local")])
+    state.assume((("ns/one", "a"),), "node-1")
+    state.wrote("a", "ns/one")
+    state.on_event("pvcs", "MODIFIED", _pvc("one", volume="a", phase="Bound"))   # the PV's event not seen yet
+    assert state.assumed_pvs == {} and state.written == {"a": "ns/one"}
+    assert [o.pv for o in state.view().claim("two").options] == ["b"]
+    state.on_event("pvs", "MODIFIED", _pv("a", "node-1", claim_ref=("ns", "one"), phase="Bound"))
+    assert state.written == {}
+    assert [o.pv for o in state.view().claim("two").options] == ["b"]
+
+
+def test_a_start_given_up_after_its_write_leaves_the_claim_its_pv_and_writes_nothing_again():
+    state = _state(pvs=[_pv("a", "node-1"), _pv("b", "node-2")], pvcs=[_pvc("one"), _pvc("two")],
+                   classes=[_sc("local")])
+    state.assume((("ns/one", "a"),), "node-1")
+    state.wrote("a", "ns/one")
+    state.forget((("ns/one", "a"),))   # its wait timed out before the PV's watch showed the claimRef
+    view = state.view()
+    assert [o.pv for o in view.claim("one").options] == ["a"]
+    assert [o.pv for o in view.claim("two").options] == ["b"]
+    assert state.bind_requests((("ns/one", "a"),), "node-1") == []
+    state.on_event("pvs", "DELETED", _pv("a", "node-1"))
+    assert state.written == {}
+
+
+def test_a_pv_made_bound_to_a_claim_not_yet_written_bound_is_that_claims_only_option():
+    """The PV controller writes the PV's phase Bound before the claim's volumeName: kube-scheduler's
+    IsVolumeBoundToClaim takes such a PV (name, namespace, and uid when set) in any phase."""
+    mine = _pv("a", "node-1", claim_ref=("ns", "one"), phase="Bound")
+    mine["spec"]["claimRef"]["uid"] = "uid-one"
+    other = _pv("c", "node-3", claim_ref=("ns", "two"), phase="Bound")
+    other["spec"]["claimRef"]["uid"] = "uid-of-an-earlier-two"
+    state = _state(pvs=[mine, _pv("b", "node-2"), other], pvcs=[_pvc("one"), _pvc("two")], classes=[_sc("local")])
+    view = state.view()
+    assert [o.pv for o in view.claim("one").options] == ["a"]
+    assert state.bind_requests((("ns/one", "a"),), "node-1") == []
+    assert [o.pv for o in view.claim("two").options] == ["b"]

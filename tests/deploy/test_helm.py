@@ -23,6 +23,8 @@ REPO = Path(__file__).resolve().parents[2]
 DEPLOY = REPO / "deploy"
 CHART = DEPLOY / "helm" / "flotilla"
 HA_VALUES = CHART / "ci" / "ha-values.yaml"
+#: HA with the bundled PostgreSQL (postgresql.enabled).
+BUNDLED = ("--values", str(HA_VALUES), "--set", "postgresql.enabled=true")
 
 
 @pytest.fixture(scope="module")
@@ -81,7 +83,8 @@ def by_key(docs: list[dict]) -> dict[tuple[str, str], dict]:
 
 def test_helm_lint_passes_with_default_and_ha_values(helm, tmp_path):
     for values in ((), ("--values", str(HA_VALUES)), ("--set", "serviceMonitor.enabled=true"),
-                   ("--set", "networkPolicy.enabled=true")):
+                   ("--set", "networkPolicy.enabled=true"), BUNDLED,
+                   (*BUNDLED, "--set", "networkPolicy.enabled=true")):
         result = run_helm(helm, "lint", "--strict", str(CHART), *values, tmp_path=tmp_path)
         assert result.returncode == 0, result.stdout + result.stderr
         assert "1 chart(s) linted, 0 chart(s) failed" in result.stdout
@@ -222,6 +225,66 @@ def test_the_ha_values_give_two_replicas_per_role_a_secret_store_url_and_pdbs(he
             "app.kubernetes.io/name": f"flotilla-{role}", "app.kubernetes.io/instance": "flotilla"}}}
 
 
+def test_the_bundled_postgresql_is_a_statefulset_service_and_secret_whose_url_the_roles_read(helm, tmp_path):
+    docs = by_key(render(helm, tmp_path, *BUNDLED, "--set", "postgresql.password=pa ss/w@rd+"))
+    added = sorted(set(docs) - set(by_key(render(helm, tmp_path, "--values", str(HA_VALUES)))))
+    assert added == [("Secret", "flotilla-postgresql"), ("Service", "flotilla-postgresql"),
+                     ("StatefulSet", "flotilla-postgresql")]
+    assert docs[("Secret", "flotilla-postgresql")]["stringData"] == {
+        "password": "pa ss/w@rd+",
+        "url": "postgresql+psycopg://flotilla:pa%20ss%2Fw%40rd%2B@flotilla-postgresql.flotilla.svc:5432/flotilla"}
+    for role in ("api", "scheduler"):
+        env = docs[("Deployment", f"flotilla-{role}")]["spec"]["template"]["spec"]["containers"][0]["env"]
+        assert env[0] == {"name": "FLOTILLA_STORE_URL", "valueFrom": {"secretKeyRef": {
+            "name": "flotilla-postgresql", "key": "url"}}}
+    selector = {"app.kubernetes.io/name": "flotilla-postgresql", "app.kubernetes.io/instance": "flotilla"}
+    assert docs[("Service", "flotilla-postgresql")]["spec"] == {
+        "selector": selector, "ports": [{"name": "postgresql", "port": 5432, "targetPort": "postgresql"}]}
+    statefulset = docs[("StatefulSet", "flotilla-postgresql")]["spec"]
+    assert (statefulset["replicas"], statefulset["serviceName"], statefulset["selector"]) == (
+        1, "flotilla-postgresql", {"matchLabels": selector})
+    pod = statefulset["template"]["spec"]
+    assert pod["securityContext"] == {"runAsNonRoot": True, "runAsUser": 999, "runAsGroup": 999, "fsGroup": 999,
+                                      "seccompProfile": {"type": "RuntimeDefault"}}
+    (container,) = pod["containers"]
+    assert container["image"] == "flotilla.local/postgresql:15"
+    assert container["env"] == [
+        {"name": "POSTGRES_USER", "value": "flotilla"}, {"name": "POSTGRES_DB", "value": "flotilla"},
+        {"name": "POSTGRES_PASSWORD", "valueFrom": {"secretKeyRef": {"name": "flotilla-postgresql",
+                                                                      "key": "password"}}},
+        {"name": "PGPORT", "value": "5432"}, {"name": "PGDATA", "value": "/var/lib/postgresql/data/pgdata"}]
+    assert container["securityContext"]["readOnlyRootFilesystem"] is True
+    assert container["volumeMounts"] == [{"name": "data", "mountPath": "/var/lib/postgresql/data"},
+                                         {"name": "tmp", "mountPath": "/tmp"}]
+    (claim,) = statefulset["volumeClaimTemplates"]
+    assert (claim["metadata"]["name"], claim["spec"]["resources"]) == ("data", {"requests": {"storage": "8Gi"}})
+
+
+def test_a_generated_postgresql_password_is_alphanumeric_and_in_the_url(helm, tmp_path):
+    secret = by_key(render(helm, tmp_path, *BUNDLED))[("Secret", "flotilla-postgresql")]["stringData"]
+    password = secret["password"]
+    assert len(password) == 32 and password.isalnum()
+    assert secret["url"] == f"postgresql+psycopg://flotilla:{password}@flotilla-postgresql.flotilla.svc:5432/flotilla"
+
+
+def test_the_bundled_postgresql_is_refused_in_standalone_mode_naming_why(helm, tmp_path):
+    result = run_helm(helm, "template", "flotilla", str(CHART), "--set", "postgresql.enabled=true", tmp_path=tmp_path)
+    assert result.returncode != 0
+    assert "postgresql.enabled needs mode: ha (the standalone pod keeps its SQLite store on its claim)" in result.stderr
+
+
+def test_with_the_network_policy_the_bundled_postgresql_admits_only_the_roles_on_its_port(helm, tmp_path):
+    docs = by_key(render(helm, tmp_path, *BUNDLED, "--set", "networkPolicy.enabled=true"))
+    assert docs[("NetworkPolicy", "flotilla-postgresql")]["spec"] == {
+        "podSelector": {"matchLabels": {"app.kubernetes.io/name": "flotilla-postgresql",
+                                        "app.kubernetes.io/instance": "flotilla"}},
+        "policyTypes": ["Ingress"],
+        "ingress": [{"ports": [{"port": 5432, "protocol": "TCP"}], "from": [
+            {"podSelector": {"matchLabels": {"app.kubernetes.io/name": f"flotilla-{role}",
+                                             "app.kubernetes.io/instance": "flotilla"}}}
+            for role in ("api", "scheduler")]}]}
+
+
 def test_the_rendered_rbac_has_exactly_the_verbs_of_deploy_rbac(helm, tmp_path):
     def rules(docs):
         (role,) = [doc for doc in docs if doc["kind"] == "ClusterRole"]
@@ -273,7 +336,7 @@ def test_the_service_monitor_renders_when_enabled(helm, tmp_path):
     assert ("ServiceMonitor", "flotilla") not in by_key(render(helm, tmp_path, "--values", str(HA_VALUES)))
 
 
-@pytest.mark.parametrize("values", [(), ("--values", str(HA_VALUES))], ids=["default", "ha"])
+@pytest.mark.parametrize("values", [(), ("--values", str(HA_VALUES)), BUNDLED], ids=["default", "ha", "bundled"])
 def test_the_rendering_passes_a_server_side_dry_run(helm, kwok_clusters, tmp_path, values):
     namespace = f"flotilla-helm-{len(values)}"
     docs = objects(render(helm, tmp_path, *values, release=f"fl{len(values)}", namespace=namespace))
@@ -334,5 +397,5 @@ def test_every_value_is_documented_in_the_charts_readme():
     rows = [line.split("|")[1] for line in readme.splitlines() if line.startswith("| `")]
     documented = {name.strip(" `") for row in rows for name in row.split(",")}
     keys = list(leaves(yaml.safe_load((CHART / "values.yaml").read_text())))
-    assert len(keys) == 55
+    assert len(keys) == 69
     assert [key for key in keys if key not in documented] == []

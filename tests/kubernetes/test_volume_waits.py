@@ -53,6 +53,7 @@ def test_a_claim_seen_bound_starts_only_the_jobs_waiting_for_it_and_looks_at_no_
     backend, started, _ = _waiting_backend(50)
     try:
         assert [path for path, _ in backend.client.patches] == [f"/api/v1/persistentvolumes/pv{i}" for i in range(50)]
+        assert backend.volumes.written == {f"pv{i}": f"ns/c{i}" for i in range(50)}   # until the PV watch shows them
         assert started == []
         looked = []
         unbound = backend.volumes.unbound

@@ -29,6 +29,8 @@ into the cluster, so each can be read, and tested, on its own.
   PodGroups, through a pool of its own;
 * :mod:`~flotilla.kubernetes.backend.victimlogs`: preempted pods' log tails,
   read before their delete and kept for ``finishedPodRetention``;
+* :mod:`~flotilla.kubernetes.backend.priorityclasses`: the config's
+  priority classes made sure of in the cluster, and the cluster's own;
 * :mod:`~flotilla.kubernetes.backend.config`: a ``kind: kubernetes`` config
   entry as a :class:`KubernetesCluster` and its pod settings.
 

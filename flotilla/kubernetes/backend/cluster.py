@@ -102,6 +102,7 @@ from flotilla.kubernetes.backend.held import HeldStarts
 from flotilla.kubernetes.backend.informers import InformerHealth, watch_kind
 from flotilla.kubernetes.backend.namespaces import NamespaceView
 from flotilla.kubernetes.backend.podcache import ENDED, FINAL, CachedPod, PodCache
+from flotilla.kubernetes.backend.priorityclasses import PriorityClasses
 from flotilla.kubernetes.backend.reporting import Reporting
 from flotilla.kubernetes.backend.victimlogs import VictimLogs, read_tails
 from flotilla.kubernetes.backend.writes import PodWrites, WriteRefused
@@ -113,7 +114,7 @@ from flotilla.kubernetes.pods import (ATTEMPT, DURATION, JOB_ID, PodSettings, di
                                       named_grace_period, node_from_object, node_ready, permanent_pull_failure,
                                       pod_finished_at, pod_host_ports, pod_phase, pod_requests, waiting_container,
                                       waiting_reason)
-from flotilla.kubernetes.priorityclasses import PRIORITY_CLASSES_PATH, PriorityClassTracker, setup_priority_classes
+from flotilla.kubernetes.priorityclasses import PRIORITY_CLASSES_PATH
 from flotilla.kubernetes.services import OWNED
 from flotilla.kubernetes.volumes import INFORMERS as VOLUME_INFORMERS
 from flotilla.kubernetes.volumes import SELECTED_NODE, VolumeState
@@ -178,7 +179,6 @@ class KubernetesCluster:
                                                            pool_size=max(8, workers + volume_writers(workers) + 6))
         self.settings = settings or PodSettings()
         self.duration_of = duration_of
-        self.priority_classes = list(priority_classes)
         self.bind = bind
         self.delete_finished = delete_finished
         self.node_selector = node_selector
@@ -232,17 +232,16 @@ class KubernetesCluster:
         #: Whether the nodes' and pods' informers are in sync, and the other informers' last errors
         #: (flotilla.kubernetes.backend.informers).
         self.health = InformerHealth(name, self._lock)
-        self._known_pcs: set[str] = set()
         #: The namespaces' labels, and those being deleted (flotilla.kubernetes.backend.namespaces).
         self.namespaces = NamespaceView()
-        self._pcs_done = False
         self._requests_cache: dict = {}
         #: The waiting in-cluster pods (flotilla.kubernetes.intake), kept from the pod, namespace, PodGroup and Job
         #: watches.
         #: Cluster default spread constraints for in-cluster pods without their own (config podTopologySpread).
         self.intake = IntakeTracker(self.settings.scheduler_name, default_spread=tuple(default_spread))
-        #: The cluster's PriorityClass objects (flotilla.kubernetes.priorityclasses), from their own watch.
-        self.cluster_pcs = PriorityClassTracker()
+        #: The config's priority classes made sure of, and the cluster's own from their watch
+        #: (flotilla.kubernetes.backend.priorityclasses).
+        self.priority_classes = PriorityClasses(self.client, name, priority_classes)
         #: Flotilla's word on in-cluster pods and PodGroups, written by a pool of its own
         #: (flotilla.kubernetes.backend.reporting).
         self.reporting = Reporting(self.client, name, self.settings.scheduler_name, self._lock, self._stop,
@@ -464,6 +463,7 @@ class KubernetesCluster:
             with self._lock:
                 writes = self.volumes.bind_requests(choices, node)
             for path, patch in writes:
+                ref = patch.get("spec", {}).get("claimRef")
                 for tries in range(3):
                     try:
                         self.client.patch(path, patch)
@@ -471,14 +471,16 @@ class KubernetesCluster:
                     except ApiError as exc:
                         # A PV changed since the informer saw it (its phase set, say): read it again and write with
                         # its version while it is still free for the claim; taken meanwhile, the choice is void.
-                        if exc.status != 409 or "claimRef" not in patch.get("spec", {}) or tries == 2:
+                        if exc.status != 409 or ref is None or tries == 2:
                             raise
-                        ref = patch["spec"]["claimRef"]
                         version = self.volumes.still_free(self.client.get(path), f"{ref['namespace']}/{ref['name']}")
                         if version is None:
                             raise LookupError(f"{path.rsplit('/', 1)[-1]} was bound to another claim meanwhile") \
                                 from None
                         patch["metadata"]["resourceVersion"] = version
+                if ref is not None:   # taken until the PV informer shows it (VolumeState.written)
+                    with self._lock:
+                        self.volumes.wrote(path.rsplit("/", 1)[-1], f"{ref['namespace']}/{ref['name']}")
         except (LookupError, ApiError, Unreachable) as exc:
             why = forbidden_message(exc) if isinstance(exc, ApiError) and exc.status == 403 else str(exc)
             with self._lock:
@@ -720,7 +722,8 @@ class KubernetesCluster:
         exposed = template is not None and bool(template.services or template.ingresses)
         try:
             name, created = self.writes.create(job, node, attempt, namespace, template, duration,
-                                               job.priority_class in self._known_pcs, exposed, self._name_taken(job.id))
+                                               self.priority_classes.known(job.priority_class), exposed,
+                                               self._name_taken(job.id))
         except WriteRefused as refused:
             self._create_failed(job, node, refused.kind, refused.reason)
             return
@@ -990,27 +993,16 @@ class KubernetesCluster:
                                            f"(nodeLostTimeout {self.node_lost_timeout:g}s)", "NodeLost", grace)
 
     # -- priority classes ------------------------------------------------------------------
-    def _setup_priority_classes(self) -> bool:
-        """Create the config's priority classes that the cluster lacks (never touching one of the cluster's own,
-        :mod:`flotilla.kubernetes.priorityclasses`); False if the cluster could not be read."""
-        names = setup_priority_classes(self.client, self.priority_classes, self.name)
-        if names is None:
-            return False
-        self._known_pcs = names
-        return True
-
     def cluster_priority_classes(self) -> tuple[int, list]:
         """The cluster's PriorityClass objects as the watch shows them: (a version bumped at every change, the
         :class:`~flotilla.kubernetes.priorityclasses.ClusterPriorityClass` list)."""
         with self._lock:
-            return self.cluster_pcs.version, list(self.cluster_pcs.classes.values())
+            return self.priority_classes.view()
 
     # -- informers (one thread each for nodes, pods, namespaces, PodGroups, PriorityClasses and Jobs) ----------
     def _before_list(self, kind: str) -> None:
-        if kind == "pods" and not self._pcs_done:
-            # Before the first sync (and again after an outage until it worked once), so that
-            # a cluster unreachable at start still gets its priority classes.
-            self._pcs_done = self._setup_priority_classes()
+        if kind == "pods":
+            self.priority_classes.before_pods_list()
 
     def _absent(self, kind: str, exc: ApiError) -> bool:
         return self.health.absent(kind, exc, self.intake)
@@ -1018,7 +1010,7 @@ class KubernetesCluster:
     def _replace(self, kind: str, items: list[dict]) -> None:
         if kind == "priorityclasses":
             self.health.side_errors.pop(kind, None)
-            self.cluster_pcs.replace(items)
+            self.priority_classes.replace(items)
             return
         if kind in ("jobs", "jobsets"):
             self.health.side_errors.pop(kind, None)
@@ -1079,7 +1071,7 @@ class KubernetesCluster:
         elif kind in SELECTOR_INFORMERS:
             self.intake.on_selector_object(kind, event, obj)
         elif kind == "priorityclasses":
-            self.cluster_pcs.on_event(event, obj)
+            self.priority_classes.on_event(event, obj)
         elif kind == "jobs":
             self.intake.on_job(event, obj)
         elif kind == "jobsets":

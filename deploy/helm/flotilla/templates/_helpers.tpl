@@ -42,7 +42,8 @@ app.kubernetes.io/part-of: flotilla
 {{- end -}}
 
 {{/* The args and env every role's container shares; call with (dict "root" $ "role" "api").
-The standalone role (`serve --role all`) keeps its SQLite store on the claim mounted at /var/lib/flotilla. */}}
+The standalone role (`serve --role all`) keeps its SQLite store on the claim mounted at /var/lib/flotilla; the
+others read the store URL from store.secret, or from the bundled PostgreSQL's Secret (postgresql.enabled). */}}
 {{- define "flotilla.container" -}}
 image: {{ include "flotilla.image" .root }}
 imagePullPolicy: {{ .root.Values.image.pullPolicy }}
@@ -54,7 +55,11 @@ args: [serve, --role, {{ .role }}, --config, /etc/flotilla/config/config.yaml, -
 env:
   - name: FLOTILLA_STORE_URL
     valueFrom:
+      {{- if .root.Values.postgresql.enabled }}
+      secretKeyRef: {name: {{ include "flotilla.fullname" .root }}-postgresql, key: url}
+      {{- else }}
       secretKeyRef: {name: {{ .root.Values.store.secret.name }}, key: {{ .root.Values.store.secret.key }}}
+      {{- end }}
 {{- end }}
   - name: POD_NAME
     valueFrom:

@@ -1,0 +1,171 @@
+"""The chart installed in mode ha with its bundled PostgreSQL (``ci/ha-values.yaml``, ``postgresql.enabled``) on the
+real node's cluster: the PostgreSQL of ``scripts/image --postgres``, two API replicas and two schedulers of
+``scripts/image`` run on ``real-1``; one scheduler leads. A job set runs; the leader's pod is deleted while its
+jobs run; the standby takes the lead and schedules what is submitted after; every job succeeds exactly once.
+``helm uninstall`` leaves no Flotilla object, pod or lease behind.
+
+The node's cluster has no controllers, kube-proxy or DNS: tests/support/chart_pods.py makes the pods from the
+workloads' templates. The roles reach PostgreSQL on the host's loopback, so their store URL is the Secret's, with
+the Service's name and port replaced by that address (its user, password and database are the Secret's: the
+server made them from the same Secret on its first start). The requests are set down to fit the one small node.
+"""
+
+from __future__ import annotations
+
+import base64
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+from urllib.parse import urlparse, urlunparse
+
+import httpx
+import pytest
+import yaml
+from prometheus_client.parser import text_string_to_metric_families
+
+from flotilla.kubernetes.client import ApiError, pod_path
+from tests.support.chart_pods import api_server, run, running, token_secret, workload_pod
+from tests.support.image import REPO, imported_image, imported_postgres_image
+from tests.support.serve import free_port
+
+pytestmark = [pytest.mark.realnode, pytest.mark.image]
+
+CHART = REPO / "deploy" / "helm" / "flotilla"
+HA_VALUES = CHART / "ci" / "ha-values.yaml"
+SMALL = {"api": {"resources": {"requests": {"cpu": "100m", "memory": "256Mi"}}},
+         "scheduler": {"resources": {"requests": {"cpu": "100m", "memory": "256Mi"}}},
+         "postgresql": {"enabled": True, "resources": {"requests": {"cpu": "100m", "memory": "128Mi"}}}}
+
+
+def flotilla(url: str, *args: str, tmp_path: Path):
+    """The CLI against one API replica, as the chart's example admin; its JSON answer."""
+    env = {**os.environ, "FLOTILLA_URL": url, "FLOTILLA_TOKEN": "admin-secret", "HOME": str(tmp_path)}
+    result = subprocess.run([sys.executable, "-m", "flotilla.scheduler_main", *args, "--output", "json"],
+                            capture_output=True, text=True, env=env, timeout=120, cwd=REPO)
+    assert result.returncode == 0, result.stdout + result.stderr
+    return json.loads(result.stdout)
+
+
+def leads(port: int) -> bool:
+    """Whether the scheduler listening on ``port`` reports itself the leader."""
+    try:
+        text = httpx.get(f"http://127.0.0.1:{port}/metrics", timeout=5).text
+    except httpx.HTTPError:
+        return False
+    return any(sample.value == 1.0 for family in text_string_to_metric_families(text)
+               for sample in family.samples if sample.name == "flotilla_scheduler_leader")
+
+
+def ready(port: int) -> bool:
+    try:
+        return httpx.get(f"http://127.0.0.1:{port}/readyz", timeout=5).status_code == 200
+    except httpx.HTTPError:
+        return False
+
+
+def jobs_file(path: Path, job_set: str, ids: range, image: str) -> Path:
+    job = {"podSpec": {"restartPolicy": "Never", "dnsPolicy": "Default", "containers": [{
+        "name": "c", "image": image, "command": ["sh", "-c", "sleep 10"],
+        "resources": {"requests": {"cpu": "50m", "memory": "32Mi"}, "limits": {"cpu": "50m", "memory": "32Mi"}}}]}}
+    path.write_text(yaml.safe_dump({"queue": "research", "jobSetId": job_set, "jobs": [
+        {**job, "clientId": f"j{i}"} for i in ids]}))
+    return path
+
+
+def test_ha_with_the_bundled_postgresql_survives_the_leaders_pod_deleted_mid_run(real_node, tmp_path):
+    image = imported_image(tmp_path / "flotilla.oci.tar")
+    assert imported_postgres_image(tmp_path / "postgresql.oci.tar") == "flotilla.local/postgresql:15"
+    helm = str(real_node.bin_dir / "helm")
+    client, namespace = real_node.client, real_node.namespace
+    kube = ("--kubeconfig", str(real_node.kubeconfig), "--kube-context", real_node.context, "--namespace", namespace)
+    name, tag = image.rsplit(":", 1)
+    small = tmp_path / "small.yaml"
+    small.write_text(yaml.safe_dump(SMALL))
+    run(helm, "install", "flt", str(CHART), *kube, "--values", str(HA_VALUES), "--values", str(small),
+        "--set", f"image.repository={name}", "--set", f"image.tag={tag}", tmp_path=tmp_path)
+    try:
+        apps = f"/apis/apps/v1/namespaces/{namespace}"
+        secret = client.get(f"/api/v1/namespaces/{namespace}/secrets/flt-flotilla-postgresql")
+        url = urlparse(base64.b64decode(secret["data"]["url"]).decode())
+        assert (url.scheme, url.username, url.hostname, url.port, url.path) == (
+            "postgresql+psycopg", "flotilla", f"flt-flotilla-postgresql.{namespace}.svc", 5432, "/flotilla")
+        assert url.password == base64.b64decode(secret["data"]["password"]).decode()
+
+        pg_port = free_port()
+        client.post(pod_path(namespace), workload_pod(client.get(f"{apps}/statefulsets/flt-flotilla-postgresql"),
+                                                      "flt-flotilla-postgresql-0", env={"PGPORT": str(pg_port)},
+                                                      port=pg_port))
+        running(real_node, "flt-flotilla-postgresql-0")
+        store = urlunparse(url._replace(netloc=f"{url.username}:{url.password}@127.0.0.1:{pg_port}"))
+        server, token = api_server(real_node), token_secret(real_node, "flt-flotilla", "sa-token", tmp_path)
+        ports = {}
+        for role in ("api", "scheduler"):
+            deployment = client.get(f"{apps}/deployments/flt-flotilla-{role}")
+            assert deployment["spec"]["replicas"] == 2
+            for i in range(2):
+                pod, port = f"flt-flotilla-{role}-{i}", free_port()
+                ports[pod] = port
+                client.post(pod_path(namespace), workload_pod(
+                    deployment, pod, server=server, token=token, env={"FLOTILLA_STORE_URL": store},
+                    args=["--listen", f"127.0.0.1:{port}"], port=port))
+        for pod, port in ports.items():
+            running(real_node, pod)
+            real_node.wait(lambda: ready(port), timeout=240, step=1, what=f"{pod} ready")
+        schedulers = ["flt-flotilla-scheduler-0", "flt-flotilla-scheduler-1"]
+        leader = real_node.wait(lambda: [p for p in schedulers if leads(ports[p])], timeout=120, step=1,
+                                what="a scheduler to lead")
+        assert len(leader) == 1, leader
+        (leader,) = leader
+        (standby,) = [p for p in schedulers if p != leader]
+        api = [f"http://127.0.0.1:{ports[f'flt-flotilla-api-{i}']}" for i in range(2)]
+
+        # Four jobs through one API replica; once they run, the leader's pod is deleted (SIGTERM, as kubectl
+        # delete does) and the standby takes the lead; two more jobs, through the other replica, run under it.
+        submitted = flotilla(api[0], "submit", str(jobs_file(tmp_path / "before.yaml", "failover", range(4),
+                                                             real_node.image)), tmp_path=tmp_path)["jobs"]
+        assert len(submitted) == 4
+
+        def states():
+            return {r["clientId"]: r for r in flotilla(api[1], "status", "--job-set", "research", "failover",
+                                                       tmp_path=tmp_path)["jobs"]}
+
+        real_node.wait(lambda: any(r["state"] == "running" for r in states().values()), timeout=240, step=1,
+                       what="a job of the set running")
+        client.delete(pod_path(namespace, leader))
+        real_node.wait(lambda: leads(ports[standby]), timeout=120, step=1, what=f"the standby {standby} to lead")
+        real_node.wait(lambda: not [p for p in real_node.pods(namespace) if p["metadata"]["name"] == leader],
+                       timeout=120, step=1, what=f"the leader's pod {leader} gone")
+        submitted += flotilla(api[1], "submit", str(jobs_file(tmp_path / "after.yaml", "failover", range(4, 6),
+                                                              real_node.image)), tmp_path=tmp_path)["jobs"]
+        ids = {job["clientId"]: job["id"] for job in submitted}
+        assert sorted(ids) == [f"j{i}" for i in range(6)] and len(set(ids.values())) == 6
+        ended = real_node.wait(lambda: (rows := states()) and all(
+            r["state"] in ("succeeded", "failed", "cancelled") for r in rows.values()) and rows,
+            timeout=420, step=2, what="the job set to end")
+        assert sorted((r["clientId"], r["id"], r["state"], r["retries"], r["node"]) for r in ended.values()) == [
+            (f"j{i}", ids[f"j{i}"], "succeeded", 0, "real-1") for i in range(6)]
+        assert leads(ports[standby])
+        for pod in [*ports, "flt-flotilla-postgresql-0"]:
+            if pod != leader:
+                status = client.get(pod_path(namespace, pod))["status"]
+                assert status["containerStatuses"][0]["restartCount"] == 0, (pod, status)
+    finally:
+        real_node.delete_pods(namespace)
+        run(helm, "uninstall", "flt", *kube, "--wait", tmp_path=tmp_path, check=False)
+        try:
+            client.delete(f"/api/v1/namespaces/{namespace}/secrets/sa-token")
+        except ApiError:
+            pass
+    for group, kind in (("apis/apps/v1", "deployments"), ("apis/apps/v1", "statefulsets"), ("api/v1", "configmaps"),
+                        ("api/v1", "services"), ("api/v1", "serviceaccounts"), ("api/v1", "secrets"),
+                        ("apis/policy/v1", "poddisruptionbudgets")):
+        left = [o["metadata"]["name"] for o in client.get(f"/{group}/namespaces/{namespace}/{kind}")["items"]
+                if o["metadata"]["name"].startswith("flt-")]
+        assert left == [], (kind, left)
+    assert real_node.pods(namespace) == []
+    assert client.get(f"/apis/coordination.k8s.io/v1/namespaces/{namespace}/leases")["items"] == []
+    with pytest.raises(ApiError) as gone:
+        client.get("/apis/rbac.authorization.k8s.io/v1/clusterroles/flt-flotilla")
+    assert gone.value.status == 404
