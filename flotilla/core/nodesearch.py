@@ -113,8 +113,35 @@ class NodeSearch:
             self._allowed_by_identity[fast] = (hit, selector, tolerations)
             return hit
         allowed: list[int] = []
+        candidates = self.volume_picks.candidate_types(job.claims, self.index.types, cluster) \
+            if job.claims and self.volume_picks is not None else None
+        if candidates is not None:
+            # Claims pinning nodes by a label (local PVs): only the types carrying one of its values can pass; the
+            # refusals, read only when a failure is worded, come from a full pass then (refused_nodes).
+            types = self.index.types
+            allowed, _ = self._scan(job, cluster, [types[k] for k in candidates])
+        if allowed:
+            why = None
+        else:
+            allowed, refusals = self._scan(job, cluster, self.index.types)
+            why = None
+            if not allowed:
+                why = nodes_available(0, refusals) if refusals else NO_NODES
+            refused = tuple(sorted(refusals.items(), key=_by_cause))
+            self._refused_nodes[key] = self._refusals_interned.setdefault(refused, refused)
+        # Equal lists are one object, so callers may key caches by id(types) across queues.
+        allowed = self._interned_types.setdefault(tuple(allowed), allowed)
+        result = (allowed, why)
+        self._allowed_cache[key] = result
+        self._allowed_by_identity[fast] = (result, selector, tolerations)
+        return result
+
+    def _scan(self, job: Job, cluster: str | None, node_types) -> tuple[list[int], Counter]:
+        """The types among ``node_types`` every predicate accepts for ``job``, and the nodes refused per reason
+        (each node under the first predicate that refused its type)."""
+        allowed: list[int] = []
         refusals: Counter[Why] = Counter()
-        for node_type in self.index.types:
+        for node_type in node_types:
             if cluster is not None and node_type.cluster != cluster:
                 continue
             for fn in self.predicate_fns:
@@ -124,17 +151,7 @@ class NodeSearch:
                     break
             else:
                 allowed.append(node_type.id)
-        why = None
-        if not allowed:
-            why = nodes_available(0, refusals) if refusals else NO_NODES
-        # Equal lists are one object, so callers may key caches by id(types) across queues.
-        allowed = self._interned_types.setdefault(tuple(allowed), allowed)
-        result = (allowed, why)
-        self._allowed_cache[key] = result
-        refused = tuple(sorted(refusals.items(), key=_by_cause))
-        self._refused_nodes[key] = self._refusals_interned.setdefault(refused, refused)
-        self._allowed_by_identity[fast] = (result, selector, tolerations)
-        return result
+        return allowed, refusals
 
     def refused_nodes(self, job: Job, cluster: str | None = None) -> tuple[tuple[Why, int], ...]:
         """The nodes the predicates refuse ``job`` (optionally in one cluster): ``(refusal, nodes)`` pairs.
@@ -150,7 +167,10 @@ class NodeSearch:
         refusals = self._refused_nodes.get(key)
         if refusals is None:
             self.allowed_types(job, cluster)
-            refusals = self._refused_nodes[key]
+            refusals = self._refused_nodes.get(key)
+        if refusals is None:   # allowed_types looked only at the types its claims pin
+            refused = tuple(sorted(self._scan(job, cluster, self.index.types)[1].items(), key=_by_cause))
+            refusals = self._refused_nodes[key] = self._refusals_interned.setdefault(refused, refused)
         return refusals
 
     def find_node(self, job: Job, vec: Vector, level: int, types: Sequence[int], queue: QueueState) -> int | None:

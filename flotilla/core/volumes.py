@@ -127,6 +127,21 @@ class Options(tuple):
         return any(option.allows(labels) for option in general)
 
 
+def _pins(claim: Claim):
+    """The ``(label, values)`` pairs one of which a node must carry for ``claim`` (its options all pinned by ``In``
+    on one label, or its bound PV's single ``In`` requirement), or None when it does not pin nodes so."""
+    options = claim.options
+    if options is not None:
+        _, anywhere, by_label, general = options._index()
+        return None if anywhere or general else [(key, tuple(values)) for key, values in by_label.items()]
+    terms = claim.terms
+    if terms is not None and len(terms) == 1 and not terms[0].fields and len(terms[0].expressions) == 1 \
+            and terms[0].expressions[0].operator == "In":
+        requirement = terms[0].expressions[0]
+        return [(requirement.key, requirement.values)]
+    return None
+
+
 #: id(Options) -> (the object, its index): built once per options object while it lives.
 _INDEXES: dict[int, tuple] = {}
 #: id(Options) -> (the object, its pinned options in the order they are taken).
@@ -232,7 +247,7 @@ class VolumePicks:
     """
 
     __slots__ = ("views", "labels_of", "by_job", "cluster_of", "pv_owner", "claim_choice", "rwop_user", "exhausted",
-                 "_signatures", "_cursors", "_nodes_by_label", "_type_sets")
+                 "_signatures", "_cursors", "_nodes_by_label", "_type_sets", "_types_by_label")
 
     def __init__(self, views: Mapping[str, ClusterVolumes], labels_of):
         self.views = views
@@ -247,6 +262,8 @@ class VolumePicks:
         self._nodes_by_label: dict[str, dict[str, list[int]]] = {}
         #: id(allowed types list) -> (the list, as a set): the session interns equal lists for the cycle.
         self._type_sets: dict[int, tuple] = {}
+        #: (cluster, label) -> label value -> the ids of that cluster's node types with it (candidate_types)
+        self._types_by_label: dict[tuple[str, str], dict[str, list[int]]] = {}
         self.cluster_of: dict[str, str] = {}
         self.pv_owner: dict[tuple[str, str], str] = {}
         self.claim_choice: dict[tuple[str, str], tuple[str, int]] = {}
@@ -262,6 +279,39 @@ class VolumePicks:
                                 for c in view.claims(names)))
                 for cluster, view in sorted(self.views.items()))
         return found
+
+    def candidate_types(self, names: tuple[str, ...], types, cluster: str | None = None) -> list[int] | None:
+        """The node types (ids, in order) among ``types`` that the volume predicate may accept for a job naming
+        ``names`` (optionally in one cluster), found by label lookups when on every cluster one of its claims pins
+        it to label values (a local PV's node: its options, or the PV a bound or pre-bound claim has); None when
+        some cluster's claims do not (then every type is tried). A superset: the predicates still decide. Claims
+        pinned to one PV each (starts given back while their binding was under way) would otherwise cost a pass
+        over every node type apiece."""
+        found: list[int] = []
+        for name, view in self.views.items():
+            if cluster is not None and name != cluster:
+                continue
+            claims = view.claims(names)
+            if any(claim.refusal for claim in claims):
+                continue   # every type of the cluster is refused
+            pins = None
+            for claim in claims:
+                pins = _pins(claim)
+                if pins is not None:
+                    break
+            if pins is None:
+                return None
+            for key, values in pins:
+                by_value = self._types_by_label.get((name, key))
+                if by_value is None:
+                    by_value = self._types_by_label[(name, key)] = {}
+                    for node_type in types:
+                        value = node_type.labels.get(key)
+                        if value is not None and node_type.cluster == name:
+                            by_value.setdefault(value, []).append(node_type.id)
+                for value in values:
+                    found.extend(by_value.get(value, ()))
+        return sorted(set(found))
 
     def _claims(self, job, cluster: str) -> tuple[Claim, ...] | None:
         view = self.views.get(cluster)

@@ -17,7 +17,11 @@ Binding (the backend, before it creates or binds the pod; kube-scheduler's
 then binds the claim), a dynamic one writes
 ``volume.kubernetes.io/selected-node`` on the claim (the provisioner then
 makes a volume there). The choice is *assumed* at once, so the next cycles
-see the PV taken and the claim's node chosen before the watch shows it; the
+see the PV taken and the claim's node chosen before the watch shows it; a
+``claimRef`` written keeps its PV taken, and that claim's, until the PV's own
+watch shows it (:attr:`VolumeState.written`), whatever the claim's watch
+shows first or however the start ends (a PV chosen again from a stale copy
+would be written with an old ``resourceVersion``: 409 Conflict). The
 pod is made only once every claim of the job is bound. A write refused, a
 provisioner that gives the claim back (the annotation removed), or a claim
 still unbound after the backend's ``volume_bind_timeout`` return the job to
@@ -132,6 +136,19 @@ def _topology_terms(items: Any) -> tuple[Term, ...] | None:
     return tuple(terms)
 
 
+def _label_keys(terms: tuple[Term, ...] | None, labels: Mapping[str, str] | None = None) -> frozenset[str]:
+    """The node label keys (``NAME_FIELD`` for the node's name) that a PV's node affinity or a class's topology
+    reads, and the zone keys when the PV carries a zone label (VolumeZone)."""
+    keys: set[str] = set()
+    for term in terms or ():
+        keys.update(r.key for r in term.expressions)
+        if term.fields:
+            keys.add(NAME_FIELD)
+    if labels and any(key in labels for key in ZONE_KEYS):
+        keys.update(ZONE_KEYS)
+    return frozenset(keys)
+
+
 def read_pvc(obj: Mapping[str, Any]) -> PVC:
     meta, spec, status = obj.get("metadata") or {}, obj.get("spec") or {}, obj.get("status") or {}
     annotations = meta.get("annotations") or {}
@@ -214,7 +231,7 @@ class KubeVolumes:
     def __init__(self, namespace: str, pvcs: Mapping[tuple[str, str], PVC], pvs: Mapping[str, PV],
                  classes: Mapping[str, StorageClass], rwop_users: Mapping[str, int],
                  assumed_claims: Mapping[str, tuple[str, str]], assumed_pvs: Mapping[str, str], problem: str = "",
-                 written: Mapping[str, str] | None = None):
+                 written: Mapping[str, str] | None = None, label_keys: frozenset[str] | None = None):
         self.namespace = namespace
         #: Why the claims cannot be read at all (an informer not synced): every claim waits with it.
         self.problem = problem
@@ -228,19 +245,17 @@ class KubeVolumes:
         self._shapes: dict[tuple, Options] = {}
         self._free_by_class: dict[str, list[PV]] | None = None
         self._prebound_by_claim: dict[tuple[str, str], list[PV]] | None = None
-        keys: set[str] = set()
-        terms = [t for pv in pvs.values() if pv.terms for t in pv.terms]
-        terms += [t for sc in classes.values() if sc.topology for t in sc.topology]
-        for term in terms:
-            keys.update(r.key for r in term.expressions)
-            if term.fields:
+        if label_keys is None:   # kept up to date by VolumeState as objects change; else read from all of them
+            keys: set[str] = set()
+            for pv in pvs.values():
+                keys |= _label_keys(pv.terms, pv.labels)
+            for sc in classes.values():
+                keys |= _label_keys(sc.topology)
+            if any(pvc.selected_node and not pvc.bound for pvc in pvcs.values()) or \
+                    any(not pv for pv, _ in assumed_claims.values()):
                 keys.add(NAME_FIELD)
-        if any(key in pv.labels for pv in pvs.values() for key in ZONE_KEYS):
-            keys.update(ZONE_KEYS)
-        if any(pvc.selected_node and not pvc.bound for pvc in pvcs.values()) or \
-                any(not pv for pv, _ in assumed_claims.values()):
-            keys.add(NAME_FIELD)
-        self.label_keys = frozenset(keys)
+            label_keys = frozenset(keys)
+        self.label_keys = label_keys
 
     def claims(self, names: tuple[str, ...]) -> tuple[Claim, ...]:
         hit = self._cache.get(names)
@@ -369,6 +384,12 @@ class VolumeState:
         #: stays taken whatever becomes of the assumption (the claim seen bound first, the start given up): chosen
         #: again meanwhile, its write would carry the informer's old resourceVersion and be refused (409).
         self.written: dict[str, str] = {}
+        #: ("pv" or "class", name) -> the label keys it reads (:func:`_label_keys`), and how many read each key:
+        #: each view's ``label_keys`` without a pass over every volume.
+        self._keys_of: dict[tuple[str, str], frozenset[str]] = {}
+        self._key_users: dict[str, int] = {}
+        #: claims given a node by ``volume.kubernetes.io/selected-node`` and not bound yet
+        self._selecting: set[tuple[str, str]] = set()
         self._view: KubeVolumes | None = None
 
     @property
@@ -386,15 +407,40 @@ class VolumeState:
                 waiting = [kind for kind, done in self.synced.items() if not done]
                 told = "; ".join(f"{kind}: {errors[kind]}" for kind in waiting if errors and kind in errors)
                 problem = f"persistent volume claims not readable yet ({told or ', '.join(waiting) + ' not synced'})"
+            keys = set(self._key_users)
+            if self._selecting or any(not pv for pv, _ in self.assumed_claims.values()):
+                keys.add(NAME_FIELD)
             self._view = KubeVolumes(self.namespace, dict(self.pvcs), dict(self.pvs), dict(self.classes),
                                      dict(self.rwop_users), dict(self.assumed_claims), dict(self.assumed_pvs),
-                                     problem, dict(self.written))
+                                     problem, dict(self.written), frozenset(keys))
         return self._view
 
     # -- informer events -----------------------------------------------------------------
+    def _set_keys(self, owner: tuple[str, str], keys: frozenset[str]) -> None:
+        old = self._keys_of.pop(owner, frozenset())
+        if old == keys:
+            if keys:
+                self._keys_of[owner] = keys
+            return
+        for key in old:
+            left = self._key_users[key] - 1
+            if left:
+                self._key_users[key] = left
+            else:
+                del self._key_users[key]
+        if keys:
+            self._keys_of[owner] = keys
+            for key in keys:
+                self._key_users[key] = self._key_users.get(key, 0) + 1
+
     def replace(self, kind: str, items: list[dict]) -> None:
+        if kind in ("pvs", "storageclasses"):
+            prefix = "pv" if kind == "pvs" else "class"
+            for owner in [owner for owner in self._keys_of if owner[0] == prefix]:
+                self._set_keys(owner, frozenset())
         if kind == "pvcs":
             self.pvcs = {}
+            self._selecting = set()
         elif kind == "pvs":
             self.pvs = {}
             listed = {(obj.get("metadata") or {}).get("name") for obj in items}
@@ -413,22 +459,31 @@ class VolumeState:
                 key = (meta.get("namespace", ""), meta["name"])
                 if event == "DELETED":
                     self.pvcs.pop(key, None)
+                    self._selecting.discard(key)
                 else:
                     pvc = self.pvcs[key] = read_pvc(obj)
                     if pvc.bound:
                         self._settled(pvc.key)
+                    if pvc.selected_node and not pvc.bound:
+                        self._selecting.add(key)
+                    else:
+                        self._selecting.discard(key)
             elif kind == "pvs":
                 if event == "DELETED":
                     self.pvs.pop(meta["name"], None)
                     self.written.pop(meta["name"], None)
+                    self._set_keys(("pv", meta["name"]), frozenset())
                 else:
                     pv = self.pvs[meta["name"]] = read_pv(obj)
                     if pv.claim_ref is not None:
                         self.written.pop(pv.name, None)
+                    self._set_keys(("pv", pv.name), _label_keys(pv.terms, pv.labels))
             elif event == "DELETED":
                 self.classes.pop(meta["name"], None)
+                self._set_keys(("class", meta["name"]), frozenset())
             else:
-                self.classes[meta["name"]] = read_class(obj)
+                sc = self.classes[meta["name"]] = read_class(obj)
+                self._set_keys(("class", sc.name), _label_keys(sc.topology))
         except (KeyError, TypeError, AttributeError, ValueError):
             return
         self.changed()

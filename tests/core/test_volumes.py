@@ -278,3 +278,67 @@ def test_a_pv_made_bound_to_a_claim_not_yet_written_bound_is_that_claims_only_op
     assert [o.pv for o in view.claim("one").options] == ["a"]
     assert state.bind_requests((("ns/one", "a"),), "node-1") == []
     assert [o.pv for o in view.claim("two").options] == ["b"]
+
+
+def test_jobs_whose_claims_pin_their_node_are_placed_and_refused_as_a_pass_over_every_node_would():
+    """Claims pinned to a node by a label (a bound local PV, a pre-bound one) are looked up by that label's value
+    rather than tried on every node type; where none passes, the reason still counts every node."""
+    from flotilla.core.volumes import VolumePicks
+
+    def run():
+        view = View({"ns/bound": Claim("ns/bound", terms=pinned("node-3")),
+                     "ns/pre": Claim("ns/pre", options=(VolumeOption("pv-2", pinned("node-2"), 1),))})
+        jobs = [job("a", "ns/bound"), job("b", "ns/pre", submitted=1.0),
+                Job("big", "A", requests={"cpu": 9000}, claims=("ns/bound",), submitted=2.0),
+                Job("sel", "A", requests={"cpu": 1000}, claims=("ns/pre",), node_selector={HOST: "node-1"},
+                    submitted=3.0)]
+        placed, decisions, _ = cycle(jobs, view)
+        return placed, {k: str(v) for k, v in decisions.reasons.items()}
+
+    looked = []
+    candidate_types = VolumePicks.candidate_types
+    VolumePicks.candidate_types = lambda self, *a: looked.append(a[0]) or candidate_types(self, *a)
+    try:
+        narrowed = run()
+        VolumePicks.candidate_types = lambda self, *a: None   # every node type tried
+        full = run()
+    finally:
+        VolumePicks.candidate_types = candidate_types
+    assert ("ns/bound",) in looked and ("ns/pre",) in looked
+    assert narrowed == full
+    placed, reasons = narrowed
+    assert placed == {"a": "node-3", "b": "node-2"}
+    assert reasons == {"big": "0/4 nodes are available: 3 node(s) had volume node affinity conflict, 1 Insufficient cpu",
+                       "sel": "0/4 nodes are available: 3 node(s) didn't match Pod's node affinity/selector, "
+                              "1 node(s) didn't find available persistent volumes to bind"}
+
+
+def test_the_views_label_keys_follow_each_change_as_reading_every_object_would():
+    """The node label keys the volumes read are kept per object as events come, not read from every PV per view."""
+    from flotilla.kubernetes.volumes import KubeVolumes
+    from flotilla.core.volumes import ZONE_KEYS
+
+    state = _state(pvs=[_pv("a", "node-1"), _pv("z", "node-2", labels={ZONE: "z1"})],
+                   pvcs=[_pvc("one"), _pvc("dyn", sc="dynamic",
+                                            annotations={"volume.kubernetes.io/selected-node": "node-2"})],
+                   classes=[_sc("local"), _sc("dynamic", provisioner="example.com/csi", topology=["z1"])])
+
+    def keys():
+        view = state.view()
+        scratch = KubeVolumes("ns", view.pvcs, view.pvs, view.classes, view.rwop_users, view.assumed_claims,
+                              view.assumed_pvs).label_keys
+        assert view.label_keys == scratch
+        return view.label_keys
+
+    assert keys() == {HOST, NAME_FIELD, *ZONE_KEYS}
+    state.on_event("pvs", "DELETED", _pv("z", "node-2", labels={ZONE: "z1"}))
+    assert keys() == {HOST, NAME_FIELD, ZONE}                      # the class's topology still reads the zone
+    state.on_event("storageclasses", "DELETED", _sc("dynamic", provisioner="example.com/csi", topology=["z1"]))
+    assert keys() == {HOST, NAME_FIELD}
+    state.on_event("pvcs", "MODIFIED", _pvc("dyn", sc="dynamic", volume="made", phase="Bound",
+                                            annotations={"volume.kubernetes.io/selected-node": "node-2"}))
+    assert keys() == {HOST}
+    state.on_event("pvs", "MODIFIED", _pv("a", "node-1", labels={ZONE: "z2"}))
+    assert keys() == {HOST, *ZONE_KEYS}
+    state.replace("pvs", [])
+    assert keys() == frozenset()

@@ -92,3 +92,32 @@ def test_a_claim_not_bound_by_the_timeout_returns_its_job_and_the_bound_ones_sta
         assert backend.volumes.assumed_claims == {} and backend.volumes.assumed_pvs == {}
     finally:
         backend.close()
+
+
+def test_a_start_placed_again_on_the_pv_already_written_for_it_waits_at_once_without_a_writer():
+    """A start given back (say after volumeBindTimeout) and placed again while the PV controller binds: its PV's
+    claimRef is written already, so nothing queues for the volume writers and its claim's event starts it."""
+    from flotilla.core.backend import ClusterDecisions
+    from flotilla.core.decisions import Placement
+    from flotilla.core.model import Job
+    from flotilla.kubernetes.backend import KubernetesCluster
+
+    backend = KubernetesCluster("k", client=_PatchingClient(), start=False, workers=1, volume_bind_timeout=60.0)
+    try:
+        backend._replace("storageclasses", [_sc("local")])
+        backend._replace("pvs", [_pv("pv0", node="node-0", claim_ref=("ns", "c0")), _pv("pv1", node="node-1")])
+        backend._replace("pvcs", [_pvc("c0"), _pvc("c1")])
+        started: list[tuple[str, str]] = []
+        backend._start_pod = lambda job, node, *rest: started.append((job.id, node))
+        again = Job("job-0", "A", requests={"cpu": 100}, claims=("ns/c0",))
+        fresh = Job("job-1", "A", requests={"cpu": 100}, claims=("ns/c1",))
+        work: list[tuple] = []
+        with backend._lock:
+            backend._apply(ClusterDecisions(start=[Placement(again, "k", "node-0", (("ns/c0", "pv0"),)),
+                                                   Placement(fresh, "k", "node-1", (("ns/c1", "pv1"),))]), work)
+        assert [(task[0].__name__, task[1].id) for task in work] == [("_bind_volumes", "job-1")]
+        assert sorted(backend._volume_waits) == ["job-0"] and backend.client.patches == []
+        backend._on_event("pvcs", "MODIFIED", _pvc("c0", volume="pv0", phase="Bound"))
+        assert started == [("job-0", "node-0")]
+    finally:
+        backend.close()

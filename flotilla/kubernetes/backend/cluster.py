@@ -442,6 +442,12 @@ class KubernetesCluster:
             if job.claims and (placement.volumes or self.volumes.unbound(job.claims)):
                 # Its claims are bound first (flotilla.kubernetes.volumes); the pod comes once they are.
                 self.volumes.assume(placement.volumes, placement.node)
+                if self._nothing_to_write(placement.volumes, placement.node):
+                    # Written already (a start given back and placed again while the PV controller binds): it
+                    # waits for its claims at once, not behind other starts' writes.
+                    self._await_claims(running, placement.node, attempt, template, placement.volumes,
+                                       self._starts[job.id])
+                    continue
                 work.append((self._bind_volumes, running, placement.node, attempt, template, placement.volumes,
                              self._starts[job.id]))
                 continue
@@ -488,14 +494,25 @@ class KubernetesCluster:
             self._create_failed(job, node, "lost", f"binding volumes: {why}")
             return
         with self._lock:
-            if self._starts.get(job.id) != started or job.id not in self._inflight:
-                self.volumes.forget(choices)
-                return
-            self._volume_waits[job.id] = (job, node, attempt, template, choices, started,
-                                          self.clock() + self.volume_bind_timeout)
-            for claim in job.claims:
-                self._waits_on_claim.setdefault(self.volumes.qualified(claim), set()).add(job.id)
-            self._check_volume_waits((job.id,))
+            self._await_claims(job, node, attempt, template, choices, started)
+
+    def _nothing_to_write(self, choices, node: str) -> bool:
+        """Whether binding ``choices`` on ``node`` needs no API write (under the lock)."""
+        try:
+            return not self.volumes.bind_requests(choices, node)
+        except LookupError:
+            return False   # the writer says why
+
+    def _await_claims(self, job: Job, node: str, attempt: int, template, choices, started: int) -> None:
+        """Wait for the job's claims to be bound, then start its pod (under the lock; the writes are done)."""
+        if self._starts.get(job.id) != started or job.id not in self._inflight:
+            self.volumes.forget(choices)
+            return
+        self._volume_waits[job.id] = (job, node, attempt, template, choices, started,
+                                      self.clock() + self.volume_bind_timeout)
+        for claim in job.claims:
+            self._waits_on_claim.setdefault(self.volumes.qualified(claim), set()).add(job.id)
+        self._check_volume_waits((job.id,))
 
     def _check_volume_waits(self, job_ids=None, expired_only: bool = False) -> None:
         """Start the waiting jobs whose claims are all bound; return to its queue one whose binding failed or timed
