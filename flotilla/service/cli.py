@@ -397,9 +397,9 @@ def watch(ctx, queue, job_set, after, until_done, no_follow, output, url, token)
 _QUEUE_SETTINGS = [("name", "name"), ("weight", "weight"), ("limits", "limits"), ("owners", "owners"),
                    ("groupOwners", "groupOwners")]
 QUEUE_COLUMNS = [*_QUEUE_SETTINGS, ("retryPolicy", "retryPolicy")]
-#: ``queue list`` also says which queues are cordoned (and leaves the retry rules to ``describe``).
+#: ``queue list`` also says which queues are cordoned or retiring (and leaves the retry rules to ``describe``).
 QUEUE_LIST_COLUMNS = [*_QUEUE_SETTINGS, ("namespaces", "namespaces"), ("parent", "parent"), ("cordoned", "cordoned"),
-                      ("placement", "placement")]
+                      ("retiring", "retiring"), ("placement", "placement")]
 
 
 @click.group("queue")

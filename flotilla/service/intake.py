@@ -74,6 +74,7 @@ from flotilla.core.model import (GANG_CARDINALITY_ANNOTATION, GANG_ID_ANNOTATION
 from flotilla.kubernetes.public import (JOB_SET_LABEL, KUEUE_QUEUE_LABEL, NO_CLASS, POD_NAME, POD_NAMESPACE, POD_UID,
                                        QUEUE_LABEL, Arrival, queue_label)
 from flotilla.service.placement import place
+from flotilla.service.store import retiring_reason
 
 log = structlog.get_logger("flotilla.service.intake")
 
@@ -117,7 +118,7 @@ class ClusterIntake:
         if not mine:
             return counts
         queue_map = {q.name: q for q in queues}
-        key = tuple((q.name, tuple(q.namespaces)) for q in queues) + (tuple(sorted(priority_classes)),
+        key = tuple((q.name, tuple(q.namespaces), q.retiring is None) for q in queues) + (tuple(sorted(priority_classes)),
                                                                       default_priority_class,
                                                                       tuple(sorted(preemptible)))
         queues_changed = key != self._queues_key
@@ -378,6 +379,8 @@ class ClusterIntake:
         queue = queues.get(queue_name)
         if queue is None:
             return None, f"queue {queue_name!r} (from the {where}) does not exist"
+        if queue.retiring is not None:
+            return None, f"{retiring_reason(queue_name)} (from the {where})"
         if placed is None and pod.namespace not in queue.namespaces:
             allowed = ", ".join(queue.namespaces) or "none"
             return None, (f"namespace {pod.namespace!r} may not use queue {queue_name!r} (the queue's namespaces: "

@@ -223,6 +223,7 @@ class ServiceLoop:
         self.last_clusters: dict[str, ClusterSnapshot] = {}
         self.intake = ClusterIntake(store)     # in-cluster pods (flotilla.service.intake)
         self._classes: tuple | None = None     # (what the merged priority classes were made from, them)
+        self._retiring = False    # the last snapshot's queues had one retiring (see flotilla.service.store.queues)
 
     # -- one cycle ------------------------------------------------------------------
     def run_cycle(self) -> CycleReport:
@@ -273,6 +274,8 @@ class ServiceLoop:
         result = self._ingest(reports, now, report)
         phases.mark("ingest")
         self._stop(result.stops, snaps, report)
+        if self._retiring:    # only while a queue left the config with unfinished jobs (the last snapshot says)
+            self._remove_retired(now)
         phases.mark("stop")
         snapshot = self.build_snapshot(snaps, now)
         report.queued = len(self.queued.jobs)
@@ -296,6 +299,13 @@ class ServiceLoop:
                  **{f"{k}_s": round(v, 4) for k, v in report.timings.items()},
                  **{f"{k}_cpu": round(v, 4) for k, v in report.cpu.items()})
         return report
+
+    def _remove_retired(self, now: float) -> None:
+        """Remove the queues that left the config and whose last unfinished job has finished (after ingest)."""
+        removed = self.store.remove_retired_queues(now)
+        if removed:
+            log.warning("queue.removed", queues=removed, reason="removed from the configuration; its last "
+                                                                "unfinished job has finished")
 
     def _read_clusters(self, report: CycleReport, now: float
                        ) -> tuple[dict[str, ClusterSnapshot], dict[str, ClusterReport]]:
@@ -411,6 +421,7 @@ class ServiceLoop:
         """
         self.queued.sync()
         queue_specs = self.store.list_queues()
+        self._retiring = any(q.retiring is not None for q in queue_specs)
         classes = self.priority_classes()
         known_pcs = {pc.name for pc in classes}
         known_queues = {q.name for q in queue_specs}

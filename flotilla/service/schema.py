@@ -11,7 +11,11 @@ lock), so a migration never runs twice.
 Tables:
 
 * ``queues`` - name, weight, limits, owners, groupOwners, retry policy (v7),
-  namespaces (v8: whose in-cluster pods may use it);
+  namespaces (v8: whose in-cluster pods may use it); ``origin`` (v9): ``config``
+  for a queue the config file lists, ``api`` for one made through the API (or
+  by a placement rule), and ``retiring`` (v9): when a config queue left the
+  config while it still had unfinished jobs (null otherwise; see
+  :mod:`flotilla.service.store.queues`);
 * ``job_sets`` - (queue, name), when first used;
 * ``jobs`` - one row per job, its current state, the normalised spec, its
   own retry policy (v7; read only when a run of it fails); ``source`` (v8) says where it came
@@ -65,6 +69,8 @@ queues = sa.Table(
     sa.Column("group_owners", sa.Text, nullable=False, server_default="[]"),
     sa.Column("retry_policy", sa.Text, nullable=True),     # v7: its rules as JSON; null: none
     sa.Column("namespaces", sa.Text, nullable=False, server_default="[]"),   # v8
+    sa.Column("origin", sa.String(16), nullable=False, server_default="api"),   # v9: "config" or "api"
+    sa.Column("retiring", sa.Float, nullable=True),   # v9: when it left the config with unfinished jobs
     sa.Column("created", sa.Float, nullable=False),
     sa.Column("updated", sa.Float, nullable=False),
 )
@@ -278,6 +284,22 @@ def _v8(conn: sa.Connection) -> None:
             conn.execute(sa.text(f"ALTER TABLE jobs ADD COLUMN {name} {ddl}"))
 
 
+def _v9(conn: sa.Connection) -> None:
+    """Queue origins: ``queues.origin`` and ``queues.retiring``.
+
+    Existing queues start as ``api`` queues, kept whatever the config says,
+    as every queue was: which of them the config made cannot be told from
+    the store. The config's sync at start marks the queues it lists
+    ``config``; from then on a queue the config drops is retired. A database
+    whose v1 ran with these definitions has the columns already.
+    """
+    have = {column["name"] for column in sa.inspect(conn).get_columns("queues")}
+    if "origin" not in have:
+        conn.execute(sa.text("ALTER TABLE queues ADD COLUMN origin VARCHAR(16) NOT NULL DEFAULT 'api'"))
+    if "retiring" not in have:
+        conn.execute(sa.text("ALTER TABLE queues ADD COLUMN retiring FLOAT"))
+
+
 MIGRATIONS: list[tuple[int, str, Callable[[sa.Connection], None]]] = [
     (1, "queues, job sets, jobs, leases, events", _v1),
     (2, "scheduler leader and status", _v2),
@@ -287,6 +309,7 @@ MIGRATIONS: list[tuple[int, str, Callable[[sa.Connection], None]]] = [
     (6, "event ids never reused on SQLite (AUTOINCREMENT)", _v6),
     (7, "retry policies of queues and jobs", _v7),
     (8, "in-cluster pods: queues.namespaces, jobs.source and the pod", _v8),
+    (9, "queue origins: queues.origin (config or api) and queues.retiring", _v9),
 ]
 
 LATEST = MIGRATIONS[-1][0]

@@ -27,7 +27,7 @@ from flotilla.service.headers import protocol_with
 from flotilla.service.health import health_router, ops_app
 from flotilla.service.loop import ServiceLoop, service_backends
 from flotilla.service.metrics import Metrics, instrument
-from flotilla.service.reload import ConfigReloader
+from flotilla.service.reload import ConfigReloader, log_queue_sync
 from flotilla.service.roles import bound_idle_transactions, check_role, runs_api, runs_scheduler
 from flotilla.service.roles.election import LeaderElector
 from flotilla.service.roles.events import EventPoller
@@ -101,7 +101,7 @@ def build_service(config, scheduler, *, store_url: str | None = None, admin_endp
     check_role(role, url)
     store = Store(url)
     bound_idle_transactions(store, settings.leader_lease * 2 / 3)
-    store.sync_queues(settings.queues)
+    log_queue_sync(store.sync_queues(settings.queues))
     metrics = Metrics(store, role)
     shutting_down = threading.Event()
     loop = runner = elector = None

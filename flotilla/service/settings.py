@@ -32,6 +32,9 @@ class QueueSpec:
     parent: str | None = None
     #: The queue's retry rules as the API shows them (``{"exitCodes": [42], "action": "retry", "limit": 2}``).
     retry_policy: tuple[Mapping[str, Any], ...] = ()
+    #: The store's, never the config's: when the queue left the config while it still had unfinished jobs (it
+    #: then takes no new job and is removed once they finish; see flotilla.service.store.queues). None: it is not.
+    retiring: float | None = None
 
     def to_dict(self) -> dict:
         return {"name": self.name, "weight": self.weight, "limits": dict(self.limits),

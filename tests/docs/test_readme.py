@@ -187,7 +187,7 @@ def test_tour_the_service_submit_watch_status_queue_list(venv, workdir):
         assert listed.returncode == 0, listed.stderr
         rows = [line.split() for line in listed.stdout.splitlines()]
         assert rows[0] == ["NAME", "WEIGHT", "LIMITS", "OWNERS", "GROUPOWNERS", "NAMESPACES", "PARENT", "CORDONED",
-                           "PLACEMENT"]
+                           "RETIRING", "PLACEMENT"]
         assert [row[:2] for row in rows[1:]] == [["A", "1"], ["B", "2"]]
     finally:
         proc.send_signal(signal.SIGTERM)

@@ -228,3 +228,16 @@ def test_a_podgroup_status_is_written_once_per_change_and_again_after_a_failed_w
     assert client.patches == [
         ("/apis/scheduling.volcano.sh/v1beta1/namespaces/team-a/podgroups/pg/status", "Inqueue", ["Unschedulable"]),
         ("/apis/scheduling.volcano.sh/v1beta1/namespaces/team-a/podgroups/pg/status", "Running", ["Scheduled"])]
+
+
+def test_a_pod_naming_a_queue_that_left_the_config_with_unfinished_jobs_is_refused_saying_so(tmp_path):
+    from flotilla.service.store import NewJob, Pod
+
+    store = Store(f"sqlite:///{tmp_path}/s.db")
+    store.sync_queues(queues() + [QueueSpec("K", namespaces=("team-a",))])
+    store.submit("K", "s", "alice", [NewJob(0, None, 0, "default", [Pod({"cpu": 1000})], 1.0, 60.0)])
+    assert store.sync_queues(queues()) == {"removed": [], "retiring": ["K"]}
+    tracker = tracker_with(pod("late", uid="u-1", labels={"flotilla.io/queue": "K"}))
+    assert admit(store, tracker) == ({}, {"late": "queue 'K' was removed from the configuration: it takes no new "
+                                                  "jobs, and is removed once its unfinished jobs finish (from the "
+                                                  "pod label flotilla.io/queue)"})

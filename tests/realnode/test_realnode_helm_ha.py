@@ -2,7 +2,8 @@
 real node's cluster: the PostgreSQL of ``scripts/image --postgres``, two API replicas and two schedulers of
 ``scripts/image`` run on ``real-1``; one scheduler leads. A job set runs; the leader's pod is deleted while its
 jobs run; the standby takes the lead and schedules what is submitted after; every job succeeds exactly once.
-``helm uninstall`` leaves no Flotilla object, pod or lease behind.
+``helm upgrade`` keeps the generated password; ``helm uninstall`` leaves no Flotilla object, pod or lease behind.
+The PostgreSQL image without a password exits at once, saying what is missing.
 
 The node's cluster has no controllers, kube-proxy or DNS: tests/support/chart_pods.py makes the pods from the
 workloads' templates. The roles reach PostgreSQL on the host's loopback, so their store URL is the Secret's, with
@@ -83,9 +84,12 @@ def test_ha_with_the_bundled_postgresql_survives_the_leaders_pod_deleted_mid_run
     name, tag = image.rsplit(":", 1)
     small = tmp_path / "small.yaml"
     small.write_text(yaml.safe_dump(SMALL))
-    run(helm, "install", "flt", str(CHART), *kube, "--values", str(HA_VALUES), "--values", str(small),
-        "--set", f"image.repository={name}", "--set", f"image.tag={tag}", tmp_path=tmp_path)
+    installed = run(helm, "install", "flt", str(CHART), *kube, "--values", str(HA_VALUES), "--values", str(small),
+                    "--set", f"image.repository={name}", "--set", f"image.tag={tag}", tmp_path=tmp_path)
     try:
+        notes = " ".join(installed.stdout.split("NOTES:", 1)[1].split())
+        assert ("Its store is the bundled PostgreSQL flt-flotilla-postgresql (a development database, one server; "
+                "its password and URL are in the Secret flt-flotilla-postgresql).") in notes
         apps = f"/apis/apps/v1/namespaces/{namespace}"
         secret = client.get(f"/api/v1/namespaces/{namespace}/secrets/flt-flotilla-postgresql")
         url = urlparse(base64.b64decode(secret["data"]["url"]).decode())
@@ -147,6 +151,10 @@ def test_ha_with_the_bundled_postgresql_survives_the_leaders_pod_deleted_mid_run
         assert sorted((r["clientId"], r["id"], r["state"], r["retries"], r["node"]) for r in ended.values()) == [
             (f"j{i}", ids[f"j{i}"], "succeeded", 0, "real-1") for i in range(6)]
         assert leads(ports[standby])
+        # An upgrade keeps the generated password (read back from the Secret): the database made with it still
+        # takes it.
+        run(helm, "upgrade", "flt", str(CHART), *kube, "--reuse-values", tmp_path=tmp_path)
+        assert client.get(f"/api/v1/namespaces/{namespace}/secrets/flt-flotilla-postgresql")["data"] == secret["data"]
         for pod in [*ports, "flt-flotilla-postgresql-0"]:
             if pod != leader:
                 status = client.get(pod_path(namespace, pod))["status"]
@@ -169,3 +177,30 @@ def test_ha_with_the_bundled_postgresql_survives_the_leaders_pod_deleted_mid_run
     with pytest.raises(ApiError) as gone:
         client.get("/apis/rbac.authorization.k8s.io/v1/clusterroles/flt-flotilla")
     assert gone.value.status == 404
+
+
+def test_the_postgresql_image_without_a_password_exits_naming_what_is_missing(real_node, tmp_path):
+    image = imported_postgres_image(tmp_path / "postgresql.oci.tar")
+    client, namespace = real_node.client, real_node.namespace
+    client.post(pod_path(namespace), {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "no-password"}, "spec": {
+        "nodeName": real_node.node, "restartPolicy": "Never", "dnsPolicy": "Default",
+        "automountServiceAccountToken": False,
+        "securityContext": {"runAsNonRoot": True, "runAsUser": 999, "runAsGroup": 999, "fsGroup": 999,
+                            "seccompProfile": {"type": "RuntimeDefault"}},
+        "containers": [{"name": "postgresql", "image": image, "imagePullPolicy": "IfNotPresent",
+                        "securityContext": {"runAsNonRoot": True, "allowPrivilegeEscalation": False,
+                                            "readOnlyRootFilesystem": True, "capabilities": {"drop": ["ALL"]}},
+                        "volumeMounts": [{"name": "data", "mountPath": "/var/lib/postgresql/data"},
+                                         {"name": "tmp", "mountPath": "/tmp"}]}],
+        "volumes": [{"name": "data", "emptyDir": {}}, {"name": "tmp", "emptyDir": {}}]}})
+    pod = real_node.wait(lambda: (p := client.get(pod_path(namespace, "no-password")))["status"].get("phase")
+                         in ("Succeeded", "Failed") and p, timeout=240, what="the pod to end")
+    assert (pod["status"]["phase"],
+            pod["status"]["containerStatuses"][0]["state"]["terminated"]["exitCode"]) == ("Failed", 1)
+    response = client.pod_log(namespace, "no-password")
+    try:
+        log = response.read().decode()
+    finally:
+        response.release_conn()
+    assert log == ("postgres-entrypoint: POSTGRES_PASSWORD is empty: give the superuser's password to make the "
+                   "cluster in /var/lib/postgresql/data/pgdata\n")

@@ -227,6 +227,10 @@ class Starts:
     def create(self, job: Job, node: str, attempt: int, template: PodTemplate | None = None) -> None:
         """Make the pod of a start (a pool thread): checked just before (:meth:`admit`), then created bound, or
         an in-cluster pod bound; its services and ingresses made after it."""
+        with self.guard.turn(node):   # beside another scheduler, a node's binds one at a time (bindguard)
+            self._create_in_turn(job, node, attempt, template)
+
+    def _create_in_turn(self, job: Job, node: str, attempt: int, template: PodTemplate | None) -> None:
         if not self.admit(job, node, attempt, template):
             return
         if POD_UID in job.annotations:

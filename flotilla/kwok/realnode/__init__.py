@@ -20,9 +20,9 @@ default ``/tmp/flotilla-realnode``):
    kwok-controller), with kwok-controller faking only nodes annotated
    ``kwok.x-k8s.io/node: fake``, so it leaves the real node alone, and the
    API server reaching kubelets by their InternalIP (``pods/log``);
-4. kube-controller-manager running only the node lifecycle controller, so
+4. kube-controller-manager running the controllers of :data:`CONTROLLERS`:
    a kubelet that stops makes its node NotReady (within about 5 s: the
-   kubelet renews its lease every second);
+   kubelet renews its lease every second), claims bind, Jobs run their pods;
 5. the kubelet, registering the node ``real-1`` (cgroup v1, cgroupfs, pods'
    cgroups under ``/flotilla-realnode``), waited for until Ready.
 
@@ -78,6 +78,14 @@ NODE_LABEL = "flotilla.io/real-node"
 #: The node lifecycle controller's period and grace: NotReady about this long after the kubelet's last heartbeat.
 MONITOR_PERIOD, MONITOR_GRACE = "1s", "5s"
 TOOLS = ("kubelet", "kube-controller-manager")
+#: kube-controller-manager's controllers on the node's cluster: a dead kubelet's node goes NotReady (node
+#: lifecycle), claims bind to volumes (persistentvolume binder), a batch/v1 Job makes its pods and completes
+#: (job), and what an owner's deletion leaves is collected (garbage collector: a deleted Job's pods, a release's
+#: objects), finished Jobs with a TTL are deleted (ttl-after-finished). Not run, and why: deployment and
+#: replicaset (no kube-scheduler places their pods, see tests/realnode/test_realnode_helm.py), serviceaccount
+#: and root-ca-certificate-publisher (the cluster's API server runs without ServiceAccount admission).
+CONTROLLERS = ("node-lifecycle-controller", "persistentvolume-binder-controller", "job-controller",
+               "garbage-collector-controller", "ttl-after-finished-controller")
 #: The kubelet's ``maxPods`` as the node starts (:file:`kubelet.yaml`); ``restart_kubelet`` sets another.
 MAX_PODS = 110
 #: A kubelet that ends this soon after its start is started once more (an exit at start-up, seen once under a
@@ -497,8 +505,7 @@ def _start_controller_manager(rn: RealNode, bin_dir: Path) -> None:
         return
     _spawn(rn, "kube-controller-manager", [
         str(bin_dir / "kube-controller-manager"), "--kubeconfig", str(_cluster_kubeconfig()),
-        # nodelifecycle: a dead kubelet's node goes NotReady; persistentvolume-binder: claims bind to volumes.
-        "--controllers=nodelifecycle,persistentvolume-binder", "--leader-elect=false", "--secure-port=0",
+        f"--controllers={','.join(CONTROLLERS)}", "--leader-elect=false", "--secure-port=0",
         f"--node-monitor-period={MONITOR_PERIOD}", f"--node-monitor-grace-period={MONITOR_GRACE}", "--v=1"])
 
 

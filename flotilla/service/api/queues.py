@@ -8,7 +8,9 @@ administrators' (:class:`~flotilla.service.api.shared.AdminRoute`: 401, then
 with no floor of its own under preemption: both come from the config file,
 so the body refuses them. Deleting a queue with active jobs is refused
 (409) unless ``force`` cancels them first. A cordoned queue accepts jobs
-and schedules nothing new.
+and schedules nothing new. A retiring queue (``retiring``: it left the
+config file with unfinished jobs, see :mod:`flotilla.service.store.queues`)
+takes no new job, runs the ones it has, and is removed once they finish.
 
 A queue's pending head (its queued jobs in scheduling order, with reasons
 and positions as of the last cycle) is its owners' and administrators'
@@ -82,6 +84,7 @@ def list_queues(api: Api, who: Identity = Depends(identity)) -> dict:
     specs = api.store.list_queues()
     parents = queue_parents(settings.queues, settings.placement, specs)
     return {"queues": [{**q.to_dict(), "parent": parents.get(q.name), "cordoned": q.name in cordoned,
+                        "retiring": q.retiring is not None,
                         "placement": placement_of(settings.queues, settings.placement, q)} for q in specs]}
 
 
@@ -115,7 +118,7 @@ def uncordon_queue(name: QueueName, api: Api, who: Identity = Depends(identity))
 @router.get("/v1/queues/{name}", tags=["queues"], summary="A queue and its job counts by state")
 def describe_queue(name: QueueName, api: Api, who: Identity = Depends(identity)) -> dict:
     queue = api.queue_for(name, who, act=False)
-    return {**queue.to_dict(), "jobs": api.store.queue_counts(name)}
+    return {**queue.to_dict(), "retiring": queue.retiring is not None, "jobs": api.store.queue_counts(name)}
 
 
 @router.get("/v1/queues/{name}/pending", tags=["queues"], response_model=QueuePending,

@@ -37,6 +37,16 @@ from flotilla.service.roles.periodic import Periodic
 
 log = structlog.get_logger("flotilla.service.reload")
 
+
+def log_queue_sync(outcome: dict[str, list[str]]) -> None:
+    """Say which config queues the config's sync removed, and which retire (see flotilla.service.store.queues)."""
+    if outcome.get("removed"):
+        log.warning("queue.removed", queues=outcome["removed"], reason="removed from the configuration")
+    if outcome.get("retiring"):
+        log.warning("queue.retiring", queues=outcome["retiring"],
+                    reason="removed from the configuration: takes no new jobs, removed once its unfinished jobs "
+                           "finish")
+
 #: Sections that a running process keeps as they were at start.
 RESTART_SECTIONS = ("store", "server", "clusters")
 
@@ -106,7 +116,7 @@ class ConfigReloader:
             kept.append("auth")   # the loopback-only, everyone-an-administrator mode is left only by a restart
         if kept:
             log.warning("config.reload_needs_restart", path=str(self.path), sections=kept)
-        self.service.store.sync_queues(settings.queues)
+        log_queue_sync(self.service.store.sync_queues(settings.queues))
         if auth_changed and "auth" not in kept:
             self._apply_auth(settings)
         loop = self.service.loop

@@ -35,14 +35,14 @@ from flotilla.service.store.queues import Queues
 from flotilla.service.store.records import (ACTIVE, CANCELLED, FAILED, LEASED, NONTERMINAL, PENDING, PREEMPTED, QUEUED,
                                             RUNNING, STATES, STOP_CANCEL, STOP_DEADLINE, STOP_NONE, SUCCEEDED,
                                             TERMINAL, Conflict, Fenced, NewJob, NotFound, Pod, QueuedJob, Rejection,
-                                            StoreError, SubmissionRejected, Submitted)
+                                            StoreError, SubmissionRejected, Submitted, retiring_reason)
 
 __all__ = [
     "ACTIVE", "CANCELLED", "EVENT_KINDS", "EVENT_STATE", "FAILED", "LEASED", "NONTERMINAL", "PENDING", "PREEMPTED",
     "QUEUED", "RUNNING", "STATES", "STOP_CANCEL", "STOP_DEADLINE", "STOP_NONE", "SUCCEEDED", "TERMINAL",
     "ActiveCopy", "ActiveJob", "Beat", "Conflict", "Fenced", "JsonCache", "NewJob", "NotFound", "Pod", "QueuedJob",
     "Rejection", "Store", "StoreError", "SubmissionRejected", "Submitted", "chunks", "event_dict", "new_job_id",
-    "rebuild_states",
+    "rebuild_states", "retiring_reason",
 ]
 
 
@@ -63,8 +63,11 @@ class Store(Database):
         self._leases = Leases(self)
 
     # -- queues and cordons ------------------------------------------------------
-    def sync_queues(self, specs: Iterable[QueueSpec], now: float | None = None) -> None:
-        self._queues.sync(specs, now)
+    def sync_queues(self, specs: Iterable[QueueSpec], now: float | None = None) -> dict[str, list[str]]:
+        return self._queues.sync(specs, now)
+
+    def remove_retired_queues(self, now: float | None = None) -> list[str]:
+        return self._queues.remove_retired(now)
 
     def create_queue(self, spec: QueueSpec, now: float | None = None) -> QueueSpec:
         return self._queues.create(spec, now)

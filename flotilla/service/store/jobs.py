@@ -22,7 +22,7 @@ from flotilla.service.schema import job_sets, jobs, queues
 from flotilla.service.store.engine import Database, changed_since, chunks, dump, event_row, insert_events
 from flotilla.service.store.records import (ACTIVE, CANCELLED, NONTERMINAL, QUEUED, QUEUED_COLUMNS, STATES, STOP_CANCEL,
                                             STOP_NONE, NewJob, QueuedJob, Rejection, SubmissionRejected, Submitted,
-                                            queued_jobs)
+                                            queued_jobs, retiring_reason)
 
 _CROCKFORD = "0123456789abcdefghjkmnpqrstvwxyz"
 
@@ -121,13 +121,14 @@ class Jobs:
         """Store a validated submission in one transaction; jobs whose clientId is known come back as they are.
 
         Raises :class:`SubmissionRejected` (nothing stored) when the queue is
-        gone or a gang id is reused or half known.
+        gone or retiring, or a gang id is reused or half known.
         """
         now = time.time() if now is None else now
         with self.db.write() as conn:
-            if not conn.execute(sa.select(queues.c.name).where(queues.c.name == queue)).first():
-                raise SubmissionRejected([Rejection(j.index, j.client_id, "queue", f"queue {queue!r} does not exist")
-                                          for j in new_jobs[:1]])
+            found = conn.execute(sa.select(queues.c.retiring).where(queues.c.name == queue)).first()
+            if found is None or found.retiring is not None:
+                why = f"queue {queue!r} does not exist" if found is None else retiring_reason(queue)
+                raise SubmissionRejected([Rejection(j.index, j.client_id, "queue", why) for j in new_jobs[:1]])
             client_ids = sorted({j.client_id for j in new_jobs if j.client_id is not None})
             known: dict[str, str] = {}
             for part in chunks(client_ids):

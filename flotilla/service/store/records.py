@@ -172,3 +172,9 @@ def queued_jobs(rows, loads: Callable[[str], Any]) -> list[QueuedJob]:
     """Rows of :data:`QUEUED_COLUMNS` as records, their JSON parsed by ``loads``."""
     return [QueuedJob(r[0], r[1], r[2], r[3], r[4], r[5], loads(r[6]), r[7], r[8], r[9], loads(r[10]), r[11], r[12])
             for r in rows]
+
+
+def retiring_reason(name: str) -> str:
+    """Why a retiring queue refuses a new job (the submission's and the pod's reason)."""
+    return (f"queue {name!r} was removed from the configuration: it takes no new jobs, and is removed "
+            f"once its unfinished jobs finish")
