@@ -110,6 +110,8 @@ class Scheduler:
         #: (plugin, point, error) -> (when it was last logged, failures since then not logged).
         self._logged: dict[tuple[str, str, str], tuple[float, int]] = {}
         self.clock: Callable[[], float] = time.monotonic
+        #: (the hook's implementations, :meth:`_session_openers`' answer for them).
+        self._openers: tuple[list, list[tuple[str, Callable, bool]]] | None = None
         probe = Snapshot([], [], [], self.priority_classes(), config.default_priority_class)
         try:
             opened = self._open(probe, random.Random(0))
@@ -141,15 +143,31 @@ class Scheduler:
         # Each plugin's implementation in turn, in config order (the order pluggy calls them), so that what one
         # registers is known to be its: a node score takes its plugin's weight, and every callable is guarded in
         # its name (flotilla.core.extensions.guard). A raise here fails the cycle closed, naming the plugin.
-        for impl in reversed(self.pm.hook.flotilla_session_open.get_hookimpls()):
-            session.opening_plugin = impl.plugin_name
+        for name, function, takes_session in self._session_openers():
+            session.opening_plugin = name
             try:
-                impl.function(**{name: session for name in impl.argnames})
+                if takes_session:
+                    function(session)
+                else:
+                    function()
             except Exception as exc:
-                raise PluginFailed(impl.plugin_name, "flotilla_session_open", exc, scope="cycle") from exc
+                raise PluginFailed(name, "flotilla_session_open", exc, scope="cycle") from exc
             finally:
                 session.opening_plugin = None
         return session
+
+    def _session_openers(self) -> list[tuple[str, Callable, bool]]:
+        """The ``flotilla_session_open`` implementations in the order pluggy calls them, as (plugin name,
+        function, whether it takes the session), read again only when the plugins registered change."""
+        impls = self.pm.hook.flotilla_session_open.get_hookimpls()
+        cached = self._openers
+        if cached is None or cached[0] != impls:
+            # An implementation whose body is empty (a plugin that registers nothing) is not called.
+            cached = self._openers = (impls, [(impl.plugin_name, impl.function, "session" in impl.argnames)
+                                              for impl in reversed(impls)
+                                              if getattr(impl.function, "__code__", None) is None
+                                              or impl.function.__code__.co_code != _empty.__code__.co_code])
+        return cached[1]
 
     def hands_over(self) -> bool:
         """Whether the configured actions include ``lease``: without it no decision leaves the session.
@@ -239,6 +257,10 @@ class Scheduler:
             plugin, point, error = key
             log.warning("plugin.failed", plugin=plugin, point=point, error=error, failures=count + unlogged)
             self._logged[key] = (now, 0)
+
+
+def _empty(session) -> None:
+    """A hook implementation with nothing in it (the code :meth:`Scheduler._session_openers` leaves out)."""
 
 
 __all__ = ["Scheduler", "SessionError", "session_settings"]

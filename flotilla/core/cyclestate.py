@@ -179,7 +179,9 @@ class CycleState:
             self.pods.prune()
             try:
                 self._update(snapshot, tuple(indexed_resources))
-                self.pods.set_namespace_labels(snapshot.namespace_labels())
+                labels = snapshot.namespace_labels()
+                if labels or self.pods.namespace_labels:   # nothing to do while none are known
+                    self.pods.set_namespace_labels(labels)
                 return
             except Rebuild:
                 pass

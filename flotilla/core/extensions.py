@@ -426,9 +426,21 @@ _TIERS = frozenset(("own", "unused", "used", "any"))
 
 
 def _tiers(answer) -> str | None:
+    if answer.__class__ is tuple:
+        try:
+            if answer in _GOOD_TIERS:
+                return None
+        except TypeError:  # it holds something unhashable: not tiers
+            pass
     if isinstance(answer, (list, tuple)) and all(tier.__class__ is str and tier in _TIERS for tier in answer):
+        if answer.__class__ is tuple and len(_GOOD_TIERS) < 64:
+            _GOOD_TIERS.add(answer)
         return None
     return f"TypeError: answered {_shown(answer)}, not a sequence of own, unused, used, any"
+
+
+#: Tuples of tiers found good (a plugin answers one of a few constants, session after session).
+_GOOD_TIERS: set[tuple] = set()
 
 
 def _shown(answer) -> str:
@@ -475,81 +487,33 @@ _CHECKS: dict[str, Callable[[], Callable[[object], str | None]] | Callable[[obje
 }
 _STATEFUL = {"queue_order", "preempt_queue_order"}
 
-#: Attributes a callable may carry to say how it may be called (see the protocols); a guard keeps them.
-_PROMISES = ("own_usage_only", "by_priority_class")
+#: Attributes a callable may carry to say how it may be called, with the points whose protocols define them; a
+#: guard keeps them.
+_PROMISES = {"own_usage_only": ("queue_order",), "by_priority_class": ("job_valid",)}
 
 
-def _guard1(fn, plugin, point, at, scope, check, reason):
-    floats = getattr(check, "floats", None)  # non-empty while a finite float is a good answer (checked inline)
-    if reason:
-        def guarded(a):
-            try:
-                answer = fn(a)
-            except Exception as exc:
-                raise PluginFailed(plugin, point, exc, a, scope) from exc
-            if answer is None or answer.__class__ is str or answer.__class__ is Reason:
-                return answer
-            raise PluginFailed(plugin, point, _reason(answer), a, scope)
-    else:
-        accepted = None  # the last tuple answer that passed: a plugin answering one constant is checked once
-
-        def guarded(a):
-            nonlocal accepted
-            try:
-                answer = fn(a)
-            except Exception as exc:
-                raise PluginFailed(plugin, point, exc, a, scope) from exc
-            if answer is accepted or floats and answer.__class__ is float and answer - answer == 0:
-                return answer  # the usual queue key or node tiers, checked inline
-            problem = check(answer)
-            if problem is not None:
-                raise PluginFailed(plugin, point, problem, a, scope)
-            if answer.__class__ is tuple:
-                accepted = answer
-            return answer
-    return guarded
+def _failed(who: tuple, error, subject) -> PluginFailed:
+    """The failure of the guarded callable ``who`` names (plugin, point, scope)."""
+    return PluginFailed(who[0], who[1], error, subject, who[2])
 
 
-def _guard2(fn, plugin, point, at, scope, check, reason):
-    floats = getattr(check, "floats", None)
-    if reason:
-        def guarded(a, b):
-            try:
-                answer = fn(a, b)
-            except Exception as exc:
-                raise PluginFailed(plugin, point, exc, (a, b)[at], scope) from exc
-            if answer is None or answer.__class__ is str or answer.__class__ is Reason:
-                return answer
-            raise PluginFailed(plugin, point, _reason(answer), (a, b)[at], scope)
-    else:
-        def guarded(a, b):
-            try:
-                answer = fn(a, b)
-            except Exception as exc:
-                raise PluginFailed(plugin, point, exc, (a, b)[at], scope) from exc
-            if floats and answer.__class__ is float and answer - answer == 0:
-                return answer  # the usual queue key or node score, checked inline
-            problem = check(answer)
-            if problem is not None:
-                raise PluginFailed(plugin, point, problem, (a, b)[at], scope)
-            return answer
-    return guarded
-
-
-def _guard3(fn, plugin, point, at, scope, check, reason):
+# ``who`` is (plugin, point, scope), read only when the callable fails: a guard is made for every registration at
+# every session open, so each holds as few cells as it can. Guards of one and two arguments are made in guard()
+# itself (a call less per registration); these are the others.
+def _guard3(fn, who, at, check):
     def guarded(a, b, c):
         try:
             answer = fn(a, b, c)
         except Exception as exc:
-            raise PluginFailed(plugin, point, exc, (a, b, c)[at], scope) from exc
+            raise _failed(who, exc, (a, b, c)[at]) from exc
         problem = check(answer)
         if problem is not None:
-            raise PluginFailed(plugin, point, problem, (a, b, c)[at], scope)
+            raise _failed(who, problem, (a, b, c)[at])
         return answer
     return guarded
 
 
-def _by_priority_class(fn, plugin, point, scope):
+def _by_priority_class(fn, who):
     """A guarded ``job_valid`` whose answer depends on the job's priority class alone (its promise): asked once
     per class, the answer kept for the session."""
     answers: dict = {}
@@ -562,22 +526,30 @@ def _by_priority_class(fn, plugin, point, scope):
         try:
             answer = fn(job)
         except Exception as exc:
-            raise PluginFailed(plugin, point, exc, job, scope) from exc
+            raise _failed(who, exc, job) from exc
         if answer is not None and answer.__class__ is not str and answer.__class__ is not Reason:
-            raise PluginFailed(plugin, point, _reason(answer), job, scope)
+            raise _failed(who, _reason(answer), job)
         answers[job.priority_class] = answer
         return answer
     return guarded
 
 
-#: Guards by the number of arguments a point takes (none takes more than three).
-_GUARDS = {1: _guard1, 2: _guard2, 3: _guard3}
+def _spec(point: str) -> tuple:
+    """What guarding a callable at ``point`` needs, read once per point (not at every registration): its scope,
+    the position of its subject, its check (or what makes a fresh one, for a stateful check), whether the
+    check is stateful, its number of arguments (from its protocol), the promises its callables may carry, and
+    whether a finite float is a good answer (a stateful check says so itself, as its answers come)."""
+    declared = POINTS[point]
+    arity = len(inspect.signature(declared.protocol.__call__).parameters) - 1
+    promises = tuple(promise for promise in _PROMISES if point in _PROMISES[promise])
+    check = _CHECKS[point]
+    spec = _SPECS[point] = (declared.scope, declared.subject, check, point in _STATEFUL, arity, promises,
+                            getattr(check, "floats", None))
+    return spec
 
 
-@functools.cache
-def _arity(point: str) -> int:
-    """How many arguments ``point``'s callables take (read from its protocol once, not at every session open)."""
-    return len(inspect.signature(POINTS[point].protocol.__call__).parameters) - 1
+#: Each point's :func:`_spec`, once asked.
+_SPECS: dict[str, tuple] = {}
 
 
 def guard(point: str, plugin: str, fn: Callable, failed: Callable[[PluginFailed], None]) -> Callable:
@@ -588,32 +560,78 @@ def guard(point: str, plugin: str, fn: Callable, failed: Callable[[PluginFailed]
     (scope ``event``) hands its failure to ``failed`` and returns: its
     decision is already made. One call more per use: the guarded points are
     asked once per job, queue or node candidate, never per queued job but by
-    a plugin's own job order.
+    a plugin's own job order. Plugins register their callables at every
+    session open, so making a guard is kept to a closure and one attribute
+    (``guarded_as``: the callable, (plugin, point, scope) and the check);
+    what :func:`inline` gives is made from it when asked.
     """
-    declared = POINTS[point]
-    scope, at = declared.scope, declared.subject
-    check = _CHECKS[point]
-    if point in _STATEFUL:
+    scope, at, check, stateful, arity, promises, floats = _SPECS.get(point) or _spec(point)
+    if stateful:
         check = check()
-
+        floats = check.floats  # non-empty once this policy's keys are floats
     if scope == "event":
         def guarded(*args):
             try:
                 fn(*args)
             except Exception as exc:
                 failed(PluginFailed(plugin, point, exc, args[at], scope))
-    elif point == "job_valid" and getattr(fn, "by_priority_class", False):
-        guarded = _by_priority_class(fn, plugin, point, scope)
+        return guarded
+    who = (plugin, point, scope)
+    if promises and point == "job_valid" and getattr(fn, "by_priority_class", False):
+        guarded = _by_priority_class(fn, who)
+    elif arity == 1 and check is _reason:
+        def guarded(a):
+            try:
+                answer = fn(a)
+            except Exception as exc:
+                raise _failed(who, exc, a) from exc
+            if answer is None or answer.__class__ is str or answer.__class__ is Reason:
+                return answer
+            raise _failed(who, _reason(answer), a)
+    elif arity == 1:
+        accepted = None  # the last tuple answer that passed: a plugin answering one constant is checked once
+
+        def guarded(a):
+            nonlocal accepted
+            try:
+                answer = fn(a)
+            except Exception as exc:
+                raise _failed(who, exc, a) from exc
+            if answer is accepted or floats and answer.__class__ is float and answer - answer == 0:
+                return answer  # the usual queue key or node tiers, checked inline
+            problem = check(answer)
+            if problem is not None:
+                raise _failed(who, problem, a)
+            if answer.__class__ is tuple:
+                accepted = answer
+            return answer
+    elif arity == 2 and check is _reason:
+        def guarded(a, b):
+            try:
+                answer = fn(a, b)
+            except Exception as exc:
+                raise _failed(who, exc, (a, b)[at]) from exc
+            if answer is None or answer.__class__ is str or answer.__class__ is Reason:
+                return answer
+            raise _failed(who, _reason(answer), (a, b)[at])
+    elif arity == 2:
+        def guarded(a, b):
+            try:
+                answer = fn(a, b)
+            except Exception as exc:
+                raise _failed(who, exc, (a, b)[at]) from exc
+            if floats and answer.__class__ is float and answer - answer == 0:
+                return answer  # the usual queue key or node score, checked inline
+            problem = check(answer)
+            if problem is not None:
+                raise _failed(who, problem, (a, b)[at])
+            return answer
     else:
-        guarded = _GUARDS[_arity(point)](fn, plugin, point, at, scope, check, check is _reason)
-    for promise in _PROMISES:
+        guarded = _guard3(fn, who, at, check)
+    for promise in promises:
         if getattr(fn, promise, False):
             setattr(guarded, promise, True)
-    guarded.__wrapped__ = fn
-    if scope != "event":
-        def failed_with(error, subject):
-            return PluginFailed(plugin, point, error, subject, scope)
-        guarded.inline = Inline(fn, failed_with, check)
+    guarded.guarded_as = (fn, who, check)
     return guarded
 
 
@@ -634,6 +652,18 @@ class Inline(NamedTuple):
 
 
 def inline(fn: Callable) -> Inline:
-    """``fn`` (guarded by :func:`guard` or the core's own) as an :class:`Inline`."""
-    found = getattr(fn, "inline", None)
-    return found if found is not None else Inline(fn, None, None)
+    """``fn`` (guarded by :func:`guard` or the core's own) as an :class:`Inline`, made when asked (a call site
+    keeps it for the session)."""
+    parts = getattr(fn, "guarded_as", None)
+    if parts is None:
+        return _inline(fn, None, None)
+    raw, who, check = parts
+    return _inline(raw, functools.partial(_failed, who), check)
+
+
+def _inline(fn, failed, check) -> Inline:
+    """An :class:`Inline`, made by the tuple's own constructor (a named tuple's ``__new__`` is a Python call)."""
+    return _tuple_new(Inline, (fn, failed, check))
+
+
+_tuple_new = tuple.__new__

@@ -194,15 +194,26 @@ _cause("nodes", "insufficient_resources", _word_nodes)
 def nodes_available(available: int, causes: Mapping[Why, int] | Iterable[tuple[Why, int]]) -> Reason:
     """Nodes counted per cause (``{cause: nodes}``), ``available`` of them with room: the reason's code is its
     most common cause's (ties in :data:`NODE_CAUSES` order); with no cause, ``insufficient_resources``."""
-    items = causes.items() if isinstance(causes, Mapping) else causes
-    counts = tuple(sorted(((cause, count) for cause, count in items if count), key=_tie_key))
+    items = causes.items() if causes.__class__ is dict or isinstance(causes, Mapping) else causes  # dict: no ABC check
+    counts = tuple((cause, count) for cause, count in items if count)
+    if len(counts) > 1:
+        counts = tuple(sorted(counts, key=_tie_key))
     code = code_of(counts[0][0]) if counts else "insufficient_resources"
     return Reason(code, "nodes", (available,), counts)
 
 
 def insufficient(resource: str) -> Reason:
     """kube-scheduler's reason for a node short of ``resource``: ``Insufficient cpu``, ``Too many pods``."""
-    return TOO_MANY_PODS if resource == "pods" else make("insufficient", resource)
+    found = _INSUFFICIENT.get(resource)
+    if found is None:
+        found = TOO_MANY_PODS if resource == "pods" else make("insufficient", resource)
+        if len(_INSUFFICIENT) < 256:
+            _INSUFFICIENT[resource] = found
+    return found
+
+
+#: Each resource's ``insufficient`` reason, made once (a reason is never changed once made).
+_INSUFFICIENT: dict[str, Reason] = {}
 
 
 def untolerated_taint(key: str, value: str) -> Reason:

@@ -31,6 +31,15 @@ from flotilla.core.reasons import Why
 from flotilla.core.resources import Vector
 
 
+def _any_tier(queue: QueueState) -> tuple[str, ...]:
+    """The default node tiers: every node, as one set."""
+    return _ANY_TIER
+
+
+_ANY_TIER = ("any",)
+_ANY_TIER_INLINE = inline(_any_tier)
+
+
 class SessionError(Exception):
     """The plugins registered on a session do not form a usable whole."""
 
@@ -47,9 +56,9 @@ class ExtensionRegistry:
         self.queue_admit_fns: list[QueueAdmit] = []
         if any(queue.limit_vector is not None for queue in self.queues.values()):
             self.queue_admit_fns.append(queue_limit_refusal(self.space.names))
-        self.node_tiers_fn: NodeTiers = lambda queue: ("any",)
+        self.node_tiers_fn: NodeTiers = _any_tier
         #: ``node_tiers_fn`` taken apart for the node search's common path, and the answer it last accepted.
-        self.node_tiers_inline = inline(self.node_tiers_fn)
+        self.node_tiers_inline = _ANY_TIER_INLINE
         self.node_tiers_accepted = None
         #: The plugin whose ``flotilla_session_open`` is running (the scheduler sets it around each call), so that
         #: what it registers can carry its config (its node scores' ``weight:``); None outside those calls.

@@ -17,7 +17,11 @@ Binding (the backend, before it creates or binds the pod; kube-scheduler's
 then binds the claim), a dynamic one writes
 ``volume.kubernetes.io/selected-node`` on the claim (the provisioner then
 makes a volume there). The choice is *assumed* at once, so the next cycles
-see the PV taken and the claim's node chosen before the watch shows it; the
+see the PV taken and the claim's node chosen before the watch shows it; a
+``claimRef`` written keeps its PV taken, and that claim's, until the PV's own
+watch shows it (:attr:`VolumeState.written`), whatever the claim's watch
+shows first or however the start ends (a PV chosen again from a stale copy
+would be written with an old ``resourceVersion``: 409 Conflict). The
 pod is made only once every claim of the job is bound. A write refused, a
 provisioner that gives the claim back (the annotation removed), or a claim
 still unbound after the backend's ``volume_bind_timeout`` return the job to

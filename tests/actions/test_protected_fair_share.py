@@ -292,3 +292,58 @@ def test_a_reclaim_order_plugin_ranks_the_victims(tmp_path, monkeypatch):
     decisions = cycle(config(plugins=plugins + "  - name: oldestfirst\n", extra=extra), TWO_OF_B)
     assert [j.id for j in decisions.preempted] == ["b-1"]
     assert [p.job.id for p in decisions.scheduled] == ["a-2"]
+
+
+def _random_state(rng) -> tuple[str, list[str]]:
+    """A random cluster: running jobs of two priority classes and four sizes on up to six nodes, some queued."""
+    nodes = rng.randint(1, 6)
+    queues = ["A", "B", "C", "D"][:rng.randint(2, 4)]
+    lines = ["clusters:", "  - name: sim", "    nodes:"]
+    lines += [f"      - {{name: node-{i}, resources: {{cpu: {rng.choice([8, 16, 32])}}}}}" for i in range(nodes)]
+    lines.append("jobs:")
+    n = 0
+    for i in range(nodes):
+        for _ in range(rng.randint(0, 6)):
+            n += 1
+            queue, pc = rng.choice(queues), rng.choice(["armada-preemptible", "armada-preemptible", "armada-default"])
+            lines.append(f"  - {{id: {queue.lower()}-{rng.randint(1, 40)}-{n}, queue: {queue}, priorityClass: {pc}, "
+                         f"requests: {{cpu: {rng.choice([1, 2, 3, 4])}}}, submitted: {n}, state: running, node: node-{i}}}")
+    for _ in range(rng.randint(1, 10)):
+        n += 1
+        queue, pc = rng.choice(queues), rng.choice(["armada-preemptible", "armada-default"])
+        lines.append(f"  - {{id: {queue.lower()}-{n}, queue: {queue}, priorityClass: {pc}, "
+                     f"requests: {{cpu: {rng.choice([1, 2, 4, 8])}}}, submitted: {n}}}")
+    return "\n".join(lines) + "\n", queues
+
+
+def test_the_floor_of_one_job_units_weighs_as_the_general_path_does(monkeypatch):
+    """Without reclaim plugins or gangs, evict weighs one-job units in a path of its own; on random clusters it
+    evicts, protects and places exactly what the general path (units, then the victim order) does."""
+    import random
+
+    import flotilla.actions.evict as evict
+
+    own_path, answered = evict._protect_one_job_units, []
+
+    def counted(*args):
+        kept = own_path(*args)
+        answered.append(kept is not None)
+        return kept
+    protected = 0
+    for seed in range(60):
+        rng = random.Random(seed)
+        state, queues = _random_state(rng)
+        weights = "".join(f"\n  - {{name: {q}, weight: {rng.choice([1, 2, 3])}}}" for q in queues)
+        config_yaml = (f"evict: {{probability: 1.0, protectedFractionOfFairShare: {rng.choice([0.25, 0.5, 1, 1.5])}}}"
+                       f"\nqueues:{weights}\n")
+        outcomes = []
+        for path in (counted, lambda *args: None):
+            monkeypatch.setattr(evict, "_protect_one_job_units", path)
+            decisions = cycle(config_yaml, state)
+            outcomes.append((sorted((p.job.id, p.node) for p in decisions.scheduled),
+                             sorted(j.id for j in decisions.preempted), decisions.counters.get("protected", 0),
+                             decisions.counters.get("evicted", 0)))
+        assert outcomes[0] == outcomes[1], seed
+        protected += outcomes[0][2] > 0
+    # The floor took jobs back in most of them, and the path of its own answered every time it was asked.
+    assert protected >= 50 and answered and all(answered)

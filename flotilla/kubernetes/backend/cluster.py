@@ -725,6 +725,10 @@ class KubernetesCluster:
         self._events.append((JobEvent(job_id, kind, self.name, node, self.clock(), reason, exit_code, cause), run))
 
     def _create(self, job: Job, node: str, attempt: int, template: PodTemplate | None = None) -> None:
+        with self.guard.turn(node):   # beside another scheduler, a node's binds one at a time (bindguard)
+            self._create_in_turn(job, node, attempt, template)
+
+    def _create_in_turn(self, job: Job, node: str, attempt: int, template: PodTemplate | None) -> None:
         if not self._admit(job, node, attempt, template):
             return
         if POD_UID in job.annotations:
