@@ -9,8 +9,9 @@ and ledger, and as callables the steps of other parts it takes) and never
 reaches into the cluster's own state, so each can be read, and tested, on
 its own.
 
-* :mod:`~flotilla.kubernetes.backend.cluster`: the facade: snapshots,
-  decisions handed to the parts, the informers' events too (its docstring states the written rules of the whole);
+* :mod:`~flotilla.kubernetes.backend.cluster`: the facade: snapshots, the
+  decisions and the informers' events handed to the parts (its docstring
+  states the written rules of the whole);
 * :mod:`~flotilla.kubernetes.backend.informers`: the list-watch loop of each
   kind, and whether the cluster can be read (``InformerHealth``);
 * :mod:`~flotilla.kubernetes.backend.podcache`: the pod informer's copy of
