@@ -85,9 +85,12 @@ def test_a_claim_not_bound_by_the_timeout_returns_its_job_and_the_bound_ones_sta
         events = backend.poll_events()
         assert sorted(looked) == [("ns/c0",), ("ns/c2",)]
         assert started == [("job-1", "node-1")]
-        assert sorted((e.job_id, e.kind, e.reason) for e in events) == [
-            ("job-0", "lost", "binding volumes: claims not bound within volumeBindTimeout 60s: ns/c0"),
-            ("job-2", "lost", "binding volumes: claims not bound within volumeBindTimeout 60s: ns/c2")]
+        # Returned, no retry used, as kube-scheduler requeues a pod whose volume binding timed out.
+        assert sorted((e.job_id, e.kind, e.reason, e.cause) for e in events) == [
+            ("job-0", "returned", "binding volumes: claims not bound within volumeBindTimeout 60s: ns/c0",
+             "VolumeBinding"),
+            ("job-2", "returned", "binding volumes: claims not bound within volumeBindTimeout 60s: ns/c2",
+             "VolumeBinding")]
         assert backend.volume_waits.waits == {} and backend.volume_waits.on_claim == {}
         assert backend.volumes.assumed_claims == {} and backend.volumes.assumed_pvs == {}
     finally:

@@ -17,8 +17,12 @@ Written rules (kube-scheduler's volume binding, as
 * a start waits at most ``timeout`` (``volumeBindTimeout``,
   kube-scheduler's ``bindTimeoutSeconds``), looked at by the periodic pass
   only once its time is up; then, or once a claim's provisioning failed
-  (its ``selected-node`` removed), its job returns (``lost``) and its
-  choices are forgotten;
+  (its ``selected-node`` removed), its job is ``returned`` to its queue
+  with the cause ``VolumeBinding``, no retry used (kube-scheduler puts a
+  pod whose PreBind timed out back in its queue, with no limit: the job
+  did nothing wrong), and its choices are forgotten; the PVs already
+  written stay its claims' (:mod:`flotilla.kubernetes.volumes`), so the
+  next start waits for the same binding;
 * a start stopped or started again meanwhile waits no more, saying
   nothing.
 """
@@ -31,6 +35,10 @@ from flotilla.core.model import Job
 from flotilla.kubernetes.backend.ledger import Ledger
 from flotilla.kubernetes.client import ApiError, Unreachable, forbidden_message
 from flotilla.kubernetes.volumes import SELECTED_NODE
+
+#: The cause of a start returned because its claims were not bound in time (the label of
+#: ``flotilla_binds_returned_total``).
+VOLUME_BINDING = "VolumeBinding"
 
 
 class VolumeWaits:
@@ -156,7 +164,8 @@ class VolumeWaits:
             self.book.inflight.pop(job_id, None)
             self.book.kill_on_create.pop(job_id, None)
             if self.book.stopping.pop(job_id, None) is None:
-                self.book.emit(job_id, "lost", node, f"binding volumes: {why}")
+                self.book.emit(job_id, "returned", node, f"binding volumes: {why}", run=started,
+                               cause=VOLUME_BINDING)
 
     def _end(self, job_id: str) -> None:
         """Take ``job_id``'s wait out of ``waits`` and of its claims' ``on_claim``."""
