@@ -5,7 +5,7 @@ jobs run; the standby takes the lead and schedules what is submitted after; ever
 ``helm upgrade`` keeps the generated password; ``helm uninstall`` leaves no Flotilla object, pod or lease behind.
 The PostgreSQL image without a password exits at once, saying what is missing.
 
-The node's cluster has no controllers, kube-proxy or DNS: tests/support/chart_pods.py makes the pods from the
+The node's cluster has no controllers, kube-proxy or DNS: flotilla/kwok/realnode/chartpod.py makes the pods from the
 workloads' templates. The roles reach PostgreSQL on the host's loopback, so their store URL is the Secret's, with
 the Service's name and port replaced by that address (its user, password and database are the Secret's: the
 server made them from the same Secret on its first start). The requests are set down to fit the one small node.
@@ -27,7 +27,8 @@ import yaml
 from prometheus_client.parser import text_string_to_metric_families
 
 from flotilla.kubernetes.client import ApiError, pod_path
-from tests.support.chart_pods import api_server, run, running, token_secret, workload_pod
+from flotilla.kwok.realnode.chartpod import workload_pod
+from tests.support.chart_pods import api_server, run, running, token_secret
 from tests.support.image import REPO, imported_image, imported_postgres_image
 from tests.support.serve import free_port
 
@@ -103,7 +104,7 @@ def test_ha_with_the_bundled_postgresql_survives_the_leaders_pod_deleted_mid_run
                                                       port=pg_port))
         running(real_node, "flt-flotilla-postgresql-0")
         store = urlunparse(url._replace(netloc=f"{url.username}:{url.password}@127.0.0.1:{pg_port}"))
-        server, token = api_server(real_node), token_secret(real_node, "flt-flotilla", "sa-token", tmp_path)
+        server, token = api_server(real_node), token_secret(real_node, "flt-flotilla", "sa-token")
         ports = {}
         for role in ("api", "scheduler"):
             deployment = client.get(f"{apps}/deployments/flt-flotilla-{role}")

@@ -1,36 +1,47 @@
-"""The pod a chart's Deployment would make, made on the real node's cluster, which lacks what makes and runs it.
+"""The pods a chart's workloads would make, made on the real node's cluster, which lacks what makes and runs them.
 
-A cluster a platform team installs Flotilla on runs the Deployment and
-ReplicaSet controllers (the Deployment's pod), kube-scheduler (its node),
-ServiceAccount admission (its token) and kube-proxy (the ``kubernetes``
-Service's address). The real node's cluster runs none of these (its
-kube-controller-manager runs :data:`flotilla.kwok.realnode.CONTROLLERS`,
-and kube-proxy is not in the toolchain), so :func:`chart_pod` stands in for
-them, and only them:
+A cluster a platform team installs Flotilla on runs the Deployment,
+ReplicaSet and StatefulSet controllers (the workloads' pods), kube-scheduler
+(their node), ServiceAccount admission (their token), kube-proxy (the
+``kubernetes`` Service's address) and cluster DNS. The real node's cluster
+runs none of these (its kube-controller-manager runs
+:data:`flotilla.kwok.realnode.CONTROLLERS`, and kube-proxy is not in the
+toolchain), so this module stands in for them, and only them:
 
-* the pod is the Deployment's template as it is, bound to ``real-1``
-  (``nodeName``), named ``DEPLOYMENT-pod``, with the template's labels,
-  owned by the Deployment (deleting it, as ``helm uninstall`` does, deletes
-  the pod through the garbage collector, which the cluster runs);
+* a pod is its workload's template as it is (:func:`workload_pod`), bound to
+  ``real-1`` (``nodeName``), with the template's labels, owned by the
+  workload (deleting it, as ``helm uninstall`` does, deletes the pod through
+  the garbage collector, which the cluster runs); a Deployment with several
+  replicas or a StatefulSet gets one call per pod, each named by the caller;
 * its token is the chart's ServiceAccount's (a TokenRequest, as the kubelet
   asks for a projected token), with the cluster's CA and the namespace, in a
-  Secret mounted where ServiceAccount admission mounts them;
+  Secret mounted where ServiceAccount admission mounts them
+  (:func:`token_secret`);
 * with no kube-proxy to reach the ``kubernetes`` Service, the pod shares the
   host's network and is told the API server's loopback address
   (``KUBERNETES_SERVICE_HOST``/``PORT``); it listens on a loopback port of
-  its own, and its probes are left out (they would knock on the chart's
-  port);
-* its SQLite store's claim is an emptyDir (a claim on a local volume is
-  tested in tests/realnode/test_realnode_volumes.py).
+  its own (its one container port becomes that port), and its probes are
+  left out (they would knock on the template's port);
+* environment variables the caller gives set or replace the container's
+  (e.g. a store URL naming the host's loopback instead of a Service's name,
+  which no DNS resolves here);
+* every claim - a claim volume or a StatefulSet's claim template - is an
+  emptyDir (a claim on a local volume is tested in
+  tests/realnode/test_realnode_volumes.py).
 
 Everything else - image, command, config, RBAC, security contexts - is the
 chart's, so the pod reads the real API server's objects with the chart's
 ServiceAccount under RBAC and binds pods from inside the cluster.
+:func:`chart_pod` (``scripts/real-node chart-pod``) makes the one pod of a
+standalone Deployment with all of this.
 """
 
 from __future__ import annotations
 
+import copy
 import time
+from collections.abc import Iterable, Mapping
+from pathlib import Path
 from urllib.parse import urlparse
 
 import yaml
@@ -40,13 +51,98 @@ from flotilla.kwok.realnode import CLUSTER, NODE, RealNode, RealNodeError
 #: The loopback port the chart's pod listens on (the host's network: away from the chart's 8080).
 LISTEN_PORT = 18431
 TOKEN_SECONDS = 24 * 3600
+TOKEN_MOUNT = "/var/run/secrets/kubernetes.io/serviceaccount"
+
+
+def api_server(kubeconfig: str | Path) -> str:
+    """The API server's URL as ``kubeconfig`` names it (the host's loopback)."""
+    return yaml.safe_load(Path(kubeconfig).read_text())["clusters"][0]["cluster"]["server"]
+
+
+def owner_reference(workload: Mapping) -> dict:
+    """The reference a workload's controller puts on what it makes: deleting the workload deletes them."""
+    return {"apiVersion": "apps/v1", "kind": workload["kind"], "name": workload["metadata"]["name"],
+            "uid": workload["metadata"]["uid"], "controller": True, "blockOwnerDeletion": True}
+
+
+def token_secret(client, namespace: str, service_account: str, name: str, *, owners: Iterable[dict] = (),
+                 seconds: int = TOKEN_SECONDS) -> str:
+    """A Secret ``name`` (made, or replaced if there) holding a token of ``service_account`` (a TokenRequest of
+    ``seconds``), the cluster's CA and the namespace: what ServiceAccount admission would mount. Returns ``name``."""
+    from flotilla.kubernetes.client import ApiError
+    from flotilla.kwok.cluster import workdir
+
+    token = client.post(f"/api/v1/namespaces/{namespace}/serviceaccounts/{service_account}/token", {
+        "apiVersion": "authentication.k8s.io/v1", "kind": "TokenRequest",
+        "spec": {"expirationSeconds": seconds}})["status"]["token"]
+    metadata = {"name": name, **({"ownerReferences": list(owners)} if owners else {})}
+    body = {"apiVersion": "v1", "kind": "Secret", "metadata": metadata,
+            "stringData": {"token": token, "namespace": namespace,
+                           "ca.crt": (workdir(CLUSTER) / "pki" / "ca.crt").read_text()}}
+    try:
+        client.post(f"/api/v1/namespaces/{namespace}/secrets", body)
+    except ApiError as exc:
+        if exc.status != 409:
+            raise
+        client.request("PUT", f"/api/v1/namespaces/{namespace}/secrets/{name}", body)
+    return name
+
+
+def workload_pod(workload: Mapping, name: str, *, server: str | None = None, token: str | None = None,
+                 env: Mapping[str, str] | None = None, args: Iterable[str] = (), port: int | None = None) -> dict:
+    """The pod the workload's controller would make, named ``name``, owned by the workload, bound to real-1 on the
+    host's network.
+
+    ``server`` (:func:`api_server`) and ``token`` (a Secret of :func:`token_secret`) give it the API server and its
+    ServiceAccount's token; ``env`` sets (or replaces) variables of its one container, ``args`` are appended to its
+    arguments, and ``port`` replaces its one container port. Probes are dropped (they name the template's port),
+    and every claim template or claim volume becomes an emptyDir."""
+    template = copy.deepcopy(workload["spec"]["template"])
+    spec = template["spec"]
+    spec.update(nodeName=NODE, dnsPolicy="Default", hostNetwork=True)
+    (container,) = spec["containers"]
+    container["args"] = [*container.get("args", []), *args]
+    if port is not None:
+        (declared,) = container["ports"]
+        container["ports"] = [{**declared, "containerPort": port}]
+    container.pop("readinessProbe", None)
+    container.pop("livenessProbe", None)
+    variables = dict(env or {})
+    if server is not None:
+        host = urlparse(server)
+        variables.update(KUBERNETES_SERVICE_HOST=host.hostname, KUBERNETES_SERVICE_PORT=str(host.port))
+    kept = [v for v in container.get("env", []) if v["name"] not in variables]
+    container["env"] = kept + [{"name": key, "value": value} for key, value in variables.items()]
+    claims = [c["metadata"]["name"] for c in workload["spec"].get("volumeClaimTemplates", [])]
+    volumes = [v if "persistentVolumeClaim" not in v else {"name": v["name"], "emptyDir": {}}
+               for v in spec.get("volumes", [])]
+    volumes += [{"name": claim, "emptyDir": {}} for claim in claims]
+    if token is not None:
+        container.setdefault("volumeMounts", []).append({"name": "token", "mountPath": TOKEN_MOUNT,
+                                                         "readOnly": True})
+        volumes.append({"name": "token", "secret": {"secretName": token}})
+    spec["volumes"] = volumes
+    return {"apiVersion": "v1", "kind": "Pod", "spec": spec, "metadata": {
+        "name": name, "labels": template["metadata"].get("labels", {}), "ownerReferences": [owner_reference(workload)]}}
+
+
+def wait_running(client, namespace: str, name: str, timeout: float = 240.0) -> dict:
+    """The pod once Running (its container started); RealNodeError if it ends or is not running by ``timeout``."""
+    from flotilla.kubernetes.client import pod_path
+
+    deadline = time.monotonic() + timeout
+    while (phase := (pod := client.get(pod_path(namespace, name)))["status"].get("phase")) != "Running":
+        if phase in ("Succeeded", "Failed") or time.monotonic() > deadline:
+            raise RealNodeError(f"pod {namespace}/{name} is {phase or 'not started'} after "
+                                f"{time.monotonic() - deadline + timeout:.0f}s")
+        time.sleep(0.5)
+    return pod
 
 
 def chart_pod(rn: RealNode, deployment: str, namespace: str, listen_port: int = LISTEN_PORT,
               timeout: float = 240.0) -> str:
     """Make the pod of ``deployment`` (see the module's docstring), wait until it runs; returns its name."""
     from flotilla.kubernetes.client import ApiError, pod_path
-    from flotilla.kwok.cluster import workdir
 
     client = rn.client()
     try:
@@ -54,47 +150,14 @@ def chart_pod(rn: RealNode, deployment: str, namespace: str, listen_port: int = 
             owner = client.get(f"/apis/apps/v1/namespaces/{namespace}/deployments/{deployment}")
         except ApiError as exc:
             raise RealNodeError(f"deployment {namespace}/{deployment}: {exc}") from None
-        template = owner["spec"]["template"]
-        spec = template["spec"]
-        # Owned by the Deployment: deleting it (helm uninstall) deletes them, through the garbage collector.
-        owned = [{"apiVersion": "apps/v1", "kind": "Deployment", "name": deployment, "uid": owner["metadata"]["uid"],
-                  "controller": True, "blockOwnerDeletion": True}]
-        account = spec.get("serviceAccountName") or "default"
-        token = client.post(f"/api/v1/namespaces/{namespace}/serviceaccounts/{account}/token", {
-            "apiVersion": "authentication.k8s.io/v1", "kind": "TokenRequest",
-            "spec": {"expirationSeconds": TOKEN_SECONDS}})["status"]["token"]
-        secret = f"{deployment}-token"
-        body = {"apiVersion": "v1", "kind": "Secret", "metadata": {"name": secret, "ownerReferences": owned},
-                "stringData": {"token": token, "namespace": namespace,
-                               "ca.crt": (workdir(CLUSTER) / "pki" / "ca.crt").read_text()}}
-        try:
-            client.post(f"/api/v1/namespaces/{namespace}/secrets", body)
-        except ApiError as exc:
-            if exc.status != 409:
-                raise
-            client.request("PUT", f"/api/v1/namespaces/{namespace}/secrets/{secret}", body)
-        server = urlparse(yaml.safe_load(rn.kubeconfig.read_text())["clusters"][0]["cluster"]["server"])
-        spec.update(nodeName=NODE, dnsPolicy="Default", hostNetwork=True)
-        (container,) = spec["containers"]
-        container["args"] = [*container.get("args", []), "--listen", f"127.0.0.1:{listen_port}"]
-        container["ports"] = [{"name": "http", "containerPort": listen_port}]
-        container.pop("readinessProbe", None)
-        container.pop("livenessProbe", None)
-        container["env"] = [*container.get("env", []), {"name": "KUBERNETES_SERVICE_HOST", "value": server.hostname},
-                            {"name": "KUBERNETES_SERVICE_PORT", "value": str(server.port)}]
-        container["volumeMounts"].append({"name": "token", "readOnly": True,
-                                          "mountPath": "/var/run/secrets/kubernetes.io/serviceaccount"})
-        spec["volumes"] = [v for v in spec["volumes"] if v["name"] != "data"] + [
-            {"name": "data", "emptyDir": {}}, {"name": "token", "secret": {"secretName": secret}}]
+        account = owner["spec"]["template"]["spec"].get("serviceAccountName") or "default"
+        # The Secret is owned by the Deployment too: helm uninstall deletes it with the pod.
+        token = token_secret(client, namespace, account, f"{deployment}-token", owners=[owner_reference(owner)])
         name = f"{deployment}-pod"
-        client.post(pod_path(namespace), {"apiVersion": "v1", "kind": "Pod", "spec": spec, "metadata": {
-            "name": name, "labels": template["metadata"].get("labels", {}), "ownerReferences": owned}})
-        deadline = time.monotonic() + timeout
-        while (phase := client.get(pod_path(namespace, name))["status"].get("phase")) != "Running":
-            if phase in ("Succeeded", "Failed") or time.monotonic() > deadline:
-                raise RealNodeError(f"pod {namespace}/{name} is {phase or 'not started'} after "
-                                    f"{time.monotonic() - deadline + timeout:.0f}s")
-            time.sleep(0.5)
+        client.post(pod_path(namespace), workload_pod(
+            owner, name, server=api_server(rn.kubeconfig), token=token,
+            args=["--listen", f"127.0.0.1:{listen_port}"], port=listen_port))
+        wait_running(client, namespace, name, timeout)
         return name
     finally:
         client.close()
