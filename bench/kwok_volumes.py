@@ -214,8 +214,8 @@ class Phases:
 
     def instrument(self, backend) -> None:
         """Wrap the backend's steps (this bench's instance only) to mark each job's phases."""
-        apply, bind, start, create, patch = (backend.apply, backend._bind_volumes, backend._start_pod,
-                                             backend._create, backend.client.patch)
+        apply, bind, start, create, patch = (backend.apply, backend.volume_waits.bind, backend.starts.start_pod,
+                                             backend.starts.create, backend.client.patch)
 
         def timed_apply(decisions):
             for p in decisions.start:
@@ -251,7 +251,7 @@ class Phases:
                 with self.lock:
                     self.patches.append(time.monotonic() - t)
 
-        backend.apply, backend._bind_volumes, backend._start_pod, backend._create = (
+        backend.apply, backend.volume_waits.bind, backend.starts.start_pod, backend.starts.create = (
             timed_apply, timed_bind, timed_start, timed_create)
         backend.client.patch = timed_patch
 

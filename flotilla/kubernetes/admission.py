@@ -30,7 +30,10 @@ active (its pods seen within ``OTHER_SCHEDULER_PERIOD``), each bind first
 reads the API server afresh (a consistent list, not the watch): the pods on
 the node and the pods waiting for other schedulers. The check then counts the
 larger of the two views of the node (:func:`fresh_use`) and every waiting pod
-either view shows (:func:`waits_for_node`). Until another scheduler has been
+either view shows (:func:`waits_for_node`); binds to one node go one at a time
+then, each reading after the previous one's pod is in the API server (binds
+decided together from one read would all miss a burst created while they are
+on their way). Until another scheduler has been
 seen (at start-up, and once ``OTHER_SCHEDULER_PERIOD`` has passed without
 one), the watch alone cannot say none is there: its pods may be created, and
 even placed, before the watch shows them. So the first bind of each cycle of
@@ -38,9 +41,10 @@ starts makes one consistent read of the pods waiting for other schedulers
 (:class:`SchedulerPresence`), and the binds of that cycle wait for it: one
 read per cycle on a cluster where Flotilla is alone, not one per bind. If it
 shows one undecided, the other scheduler is active and every bind reads
-afresh as above. What is left open is a pod created after that read and
-placed by the other scheduler before its cache shows Flotilla's bind:
-Flotilla cannot see it in time (docs/kubernetes.md gives how often).
+afresh as above. What is left open is a pod created after the last read of a node and
+placed by the other scheduler before its cache shows Flotilla's bind there:
+Flotilla cannot see it in time, and the kubelet refuses whichever pod no
+longer fits (docs/kubernetes.md gives how often).
 
 The kubelet checks again when the pod arrives (``pkg/kubelet/lifecycle/
 predicate.go``): a pod it does not admit ends ``Failed`` at once with the

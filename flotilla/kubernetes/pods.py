@@ -115,6 +115,14 @@ def job_grace_period(job: Job, settings: PodSettings) -> int:
     return _seconds_int(settings.grace_default if value is None else value)
 
 
+def delete_grace(job: Job, settings: PodSettings) -> int | None:
+    """The grace period to delete ``job``'s pod with: the job's own when it names one; else None, the pod's
+    ``terminationGracePeriodSeconds``, which it was made with (a job rebuilt from its pod names none)."""
+    if named_grace_period(job) is None:
+        return None
+    return job_grace_period(job, settings)
+
+
 def job_deadline(job: Job, settings: PodSettings) -> int | None:
     value = getattr(job, "deadline", None)
     if value is None and DEADLINE in job.annotations:

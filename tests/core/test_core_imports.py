@@ -175,18 +175,19 @@ def test_the_store_parts_import_no_sibling():
     assert offending == []
 
 
-#: The Kubernetes backend's parts share the pod cache; the facade (cluster.py) composes them, and only the package
-#: and the config factory import it (no part calls back into the cluster).
+#: The Kubernetes backend's parts share the pod cache and the ledger (the jobs' and pods' bookkeeping); the facade
+#: (cluster.py) composes them, and only the package and the config factory import it (no part reaches into it).
 BACKEND = "flotilla.kubernetes.backend"
-BACKEND_SHARED = (f"{BACKEND}.podcache",)
+BACKEND_SHARED = (f"{BACKEND}.podcache", f"{BACKEND}.ledger")
 BACKEND_FACADES = (f"{BACKEND}.cluster", f"{BACKEND}.config")
 
 
-def test_the_kubernetes_backend_parts_import_no_sibling_but_the_pod_cache():
+def test_the_kubernetes_backend_parts_import_no_sibling_but_the_pod_cache_and_the_ledger():
     backend = PACKAGE / "kubernetes" / "backend"
     parts = sorted(path for path in backend.glob("*.py") if module_name(path) not in (BACKEND, *BACKEND_FACADES))
     assert {path.stem for path in parts} >= {"podcache", "informers", "writes", "bindguard", "held", "reporting",
-                                          "priorityclasses"}
+                                          "priorityclasses", "ledger", "lostpods", "podevents",
+                                          "starts", "volumewaits", "stops"}
     offending = sorted((module_name(path), line, module) for path in parts
                        for line, module, name in from_imports(path)
                        if (under(module, BACKEND) or (module, name) == ("flotilla.kubernetes", "backend"))

@@ -21,8 +21,8 @@ def full_walk(backend: KubernetesCluster) -> tuple[list[str], dict[str, dict[str
             continue
         requests = pod.requests
         if pod.job is not None:
-            if pod.deleting or pod.job.id in backend._stopping or backend._job_pod.get(pod.job.id) != pod.key \
-                    or backend._reported.get(pod.key) == "lost":
+            if pod.deleting or pod.job.id in backend.book.stopping or backend.book.job_pod.get(pod.job.id) != pod.key \
+                    or backend.book.reported.get(pod.key) == "lost":
                 requests = pod.job.requests
             else:
                 running.append(pod.job.id)
@@ -65,16 +65,16 @@ def test_indexed_snapshot_equals_a_walk_over_every_pod():
                 backend._on_pod("MODIFIED", obj)
                 live[name] = {"ours": ours}
             if rng.random() < 0.05:
-                backend._stopping = {f"job-p{rng.randrange(60)}": "preempted"}
+                backend.book.stopping = {f"job-p{rng.randrange(60)}": "preempted"}
             snap = backend.snapshot()
             expected_running, expected_foreign = full_walk(backend)
             assert sorted(job.id for job in snap.running) == expected_running, f"step {step}"
             assert {n: {r: v for r, v in used.items() if v} for n, used in snap.foreign.items() if used} == \
                 expected_foreign, f"step {step}"
             for node in NODES:
-                assert backend._leaving(node) == any(
+                assert backend.starts.leaving(node) == any(
                     p.node == node and p.phase not in ("Succeeded", "Failed")
-                    and (p.deleting or (p.job is not None and p.job.id in backend._stopping))
+                    and (p.deleting or (p.job is not None and p.job.id in backend.book.stopping))
                     for p in backend.cache.pods.values()), f"step {step}"
     finally:
         backend._pool.shutdown(wait=False)

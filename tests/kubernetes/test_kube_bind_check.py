@@ -7,9 +7,12 @@ runs the same beside kube-scheduler in tests/kwok/test_kwok_beside_scheduler.py.
 
 from __future__ import annotations
 
+import threading
 import time
 
 from flotilla.core.backend import ClusterDecisions, JobEvent
+from flotilla.core.decisions import Placement
+from flotilla.core.model import Job
 from flotilla.kubernetes import admission
 from flotilla.kubernetes.admission import PRESENCE_READ_TRUSTED, SchedulerPresence, admission_rejection, returned_label, shortfall
 from flotilla.kubernetes.backend import KubernetesCluster
@@ -161,6 +164,97 @@ def test_until_another_scheduler_is_seen_each_cycle_of_starts_reads_once_whether
         assert backend.guard.presence.reads == 3
         start(backend, ("j8", "n2", 1000))
         assert backend.guard.presence.reads == 3 and "spec.nodeName=n2" in client.lists
+    finally:
+        backend._stop.set()
+        backend._pool.shutdown(wait=False)
+
+
+class LandingServer(FreshRecorder):
+    """A FreshRecorder whose pod creations wait for the test (``landing[name]``: set when that pod may land) and
+    whose node lists show the pods created so far; ``on_land`` runs as a pod lands (what the cluster does then)."""
+
+    def __init__(self):
+        super().__init__()
+        self.landing: dict[str, threading.Event] = {}
+        self.arrived: dict[str, threading.Event] = {}
+        self.on_land = lambda name: None
+
+    def create_pod(self, namespace, body):
+        name = body["metadata"]["name"]
+        self.arrived.setdefault(name, threading.Event()).set()
+        assert self.landing.setdefault(name, threading.Event()).wait(10)
+        pod = {**body, "status": {"phase": "Pending"}}
+        self.listed.setdefault(f"spec.nodeName={body['spec']['nodeName']}", []).append(pod)
+        self.created.append((namespace, body))
+        self.lists.append(f"created {name}")
+        self.on_land(name)
+
+
+def test_beside_an_active_scheduler_binds_to_one_node_go_one_at_a_time_each_reading_after_the_last_landed():
+    client = LandingServer()
+    backend = KubernetesCluster("c", client=client, start=False, workers=4, duration_of=None)
+    backend.health.synced = {"nodes": True, "pods": True}
+    backend._on_node("ADDED", node("n1", "4"))
+    try:
+        backend.snapshot()
+        backend._on_pod("ADDED", waiting_foreign("seen", "1"))        # kube-scheduler is active ...
+        backend._on_pod("MODIFIED", foreign("seen", "n1", "1"))       # ... its pod placed, its burst over
+        backend.guard.arrivals.clear()
+        backend.guard.settle_delay = lambda now: 3600.0   # the held binds are not tried again within this test
+        client.lists.clear()
+        # kube-scheduler's next burst is created the moment Flotilla's first pod lands (under load, binds decided
+        # together land a second apart): the binds after it read it waiting and give way, not bind beside it.
+        client.on_land = lambda name: client.listed.__setitem__(WAITING, [waiting_foreign("burst", "1")])
+        work: list[tuple] = []
+        decisions = ClusterDecisions(start=[Placement(Job(j, "q", requests={"cpu": 1000, "memory": 2**30}), "c", "n1")
+                                            for j in ("j1", "j2", "j3")])
+        with backend._lock:
+            backend._apply(decisions, work)
+        first = threading.Thread(target=work[0][0], args=work[0][1:])
+        first.start()
+        assert client.arrived.setdefault("flotilla-j1-0", threading.Event()).wait(10)   # j1's pod on its way
+        others = [threading.Thread(target=task[0], args=task[1:]) for task in work[1:]]
+        for thread in others:
+            thread.start()
+        client.landing.setdefault("flotilla-j1-0", threading.Event()).set()
+        for thread in [first, *others]:
+            thread.join(10)
+        assert [body["metadata"]["name"] for _, body in client.created] == ["flotilla-j1-0"]
+        assert sorted(backend.held()["n1"]) == ["j2", "j3"]
+        # j1 read, bound, landed; only then did j2 and j3 read (each its node and the waiting pods), one at a time.
+        assert client.lists == ["spec.nodeName=n1", WAITING, "created flotilla-j1-0"] + \
+            ["spec.nodeName=n1", WAITING] * 2
+        assert events(backend) == []
+    finally:
+        backend._stop.set()
+        backend.starts.close(0)   # its settle timer, set for an hour, cancelled
+        backend._pool.shutdown(wait=False)
+
+
+def test_alone_on_a_cluster_binds_to_one_node_go_in_parallel():
+    client = LandingServer()
+    backend = KubernetesCluster("c", client=client, start=False, workers=4, duration_of=None)
+    backend.health.synced = {"nodes": True, "pods": True}
+    backend._on_node("ADDED", node("n1", "4"))
+    try:
+        backend.snapshot()
+        work: list[tuple] = []
+        decisions = ClusterDecisions(start=[Placement(Job(j, "q", requests={"cpu": 1000, "memory": 2**30}), "c", "n1")
+                                            for j in ("j1", "j2")])
+        with backend._lock:
+            backend._apply(decisions, work)
+        threads = [threading.Thread(target=task[0], args=task[1:]) for task in work]
+        for thread in threads:
+            thread.start()
+        # Both pods are on their way at once (neither has landed): no turn, and the cycle's one read only.
+        for name in ("flotilla-j1-0", "flotilla-j2-0"):
+            assert client.arrived.setdefault(name, threading.Event()).wait(10)
+        assert client.lists == [WAITING]
+        for name in ("flotilla-j1-0", "flotilla-j2-0"):
+            client.landing.setdefault(name, threading.Event()).set()
+        for thread in threads:
+            thread.join(10)
+        assert sorted(body["metadata"]["name"] for _, body in client.created) == ["flotilla-j1-0", "flotilla-j2-0"]
     finally:
         backend._stop.set()
         backend._pool.shutdown(wait=False)

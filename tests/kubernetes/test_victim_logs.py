@@ -78,7 +78,7 @@ def cluster(logs: dict, retention: float = 3600.0, now: list | None = None) -> K
 
 def preempt(backend: KubernetesCluster, name: str, job_id: str, **pod) -> None:
     backend._on_pod("ADDED", running_pod(name, job_id, **pod))
-    backend._delete(Job(job_id, "A", job_set="s"), ("batch", name), "preempted")
+    backend.stops.delete(Job(job_id, "A", job_set="s"), ("batch", name), "preempted")
 
 
 def test_a_preempted_pods_log_tail_is_read_before_its_delete_and_kept_for_the_retention():

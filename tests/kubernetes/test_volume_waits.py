@@ -38,14 +38,14 @@ def _waiting_backend(claims: int):
     backend._replace("pvs", [_pv(f"pv{i}", node=f"node-{i}") for i in range(claims)])
     backend._replace("pvcs", [_pvc(f"c{i}") for i in range(claims)])
     started: list[tuple[str, str]] = []
-    backend._start_pod = lambda job, node, *rest: started.append((job.id, node))
+    backend.starts.start_pod = lambda job, node, *rest: started.append((job.id, node))
     for i in range(claims):
         job = Job(f"job-{i}", "A", requests={"cpu": 100}, claims=(f"ns/c{i}",))
         with backend._lock:
-            backend._starts[job.id] = 1
-            backend._inflight[job.id] = job
+            backend.book.starts[job.id] = 1
+            backend.book.inflight[job.id] = job
             backend.volumes.assume(((f"ns/c{i}", f"pv{i}"),), f"node-{i}")
-        backend._bind_volumes(job, f"node-{i}", 0, None, ((f"ns/c{i}", f"pv{i}"),), 1)
+        backend.volume_waits.bind(job, f"node-{i}", 0, None, ((f"ns/c{i}", f"pv{i}"),), 1)
     return backend, started, now
 
 
@@ -65,8 +65,8 @@ def test_a_claim_seen_bound_starts_only_the_jobs_waiting_for_it_and_looks_at_no_
         assert started == [("job-7", "node-7")]
         backend._on_event("pvcs", "MODIFIED", _pvc("c8", volume="pv8", phase="Bound"))
         assert started == [("job-7", "node-7"), ("job-8", "node-8")]
-        assert sorted(backend._volume_waits) == sorted(f"job-{i}" for i in range(50) if i not in (7, 8))
-        assert "ns/c7" not in backend._waits_on_claim and backend._waits_on_claim["ns/c9"] == {"job-9"}
+        assert sorted(backend.volume_waits.waits) == sorted(f"job-{i}" for i in range(50) if i not in (7, 8))
+        assert "ns/c7" not in backend.volume_waits.on_claim and backend.volume_waits.on_claim["ns/c9"] == {"job-9"}
     finally:
         backend.close()
 
@@ -85,10 +85,13 @@ def test_a_claim_not_bound_by_the_timeout_returns_its_job_and_the_bound_ones_sta
         events = backend.poll_events()
         assert sorted(looked) == [("ns/c0",), ("ns/c2",)]
         assert started == [("job-1", "node-1")]
-        assert sorted((e.job_id, e.kind, e.reason) for e in events) == [
-            ("job-0", "lost", "binding volumes: claims not bound within volumeBindTimeout 60s: ns/c0"),
-            ("job-2", "lost", "binding volumes: claims not bound within volumeBindTimeout 60s: ns/c2")]
-        assert backend._volume_waits == {} and backend._waits_on_claim == {}
+        # Returned, no retry used, as kube-scheduler requeues a pod whose volume binding timed out.
+        assert sorted((e.job_id, e.kind, e.reason, e.cause) for e in events) == [
+            ("job-0", "returned", "binding volumes: claims not bound within volumeBindTimeout 60s: ns/c0",
+             "VolumeBinding"),
+            ("job-2", "returned", "binding volumes: claims not bound within volumeBindTimeout 60s: ns/c2",
+             "VolumeBinding")]
+        assert backend.volume_waits.waits == {} and backend.volume_waits.on_claim == {}
         assert backend.volumes.assumed_claims == {} and backend.volumes.assumed_pvs == {}
     finally:
         backend.close()
@@ -108,15 +111,15 @@ def test_a_start_placed_again_on_the_pv_already_written_for_it_waits_at_once_wit
         backend._replace("pvs", [_pv("pv0", node="node-0", claim_ref=("ns", "c0")), _pv("pv1", node="node-1")])
         backend._replace("pvcs", [_pvc("c0"), _pvc("c1")])
         started: list[tuple[str, str]] = []
-        backend._start_pod = lambda job, node, *rest: started.append((job.id, node))
+        backend.starts.start_pod = lambda job, node, *rest: started.append((job.id, node))
         again = Job("job-0", "A", requests={"cpu": 100}, claims=("ns/c0",))
         fresh = Job("job-1", "A", requests={"cpu": 100}, claims=("ns/c1",))
         work: list[tuple] = []
         with backend._lock:
             backend._apply(ClusterDecisions(start=[Placement(again, "k", "node-0", (("ns/c0", "pv0"),)),
                                                    Placement(fresh, "k", "node-1", (("ns/c1", "pv1"),))]), work)
-        assert [(task[0].__name__, task[1].id) for task in work] == [("_bind_volumes", "job-1")]
-        assert sorted(backend._volume_waits) == ["job-0"] and backend.client.patches == []
+        assert [(task[0].__name__, task[1].id) for task in work] == [("bind", "job-1")]
+        assert sorted(backend.volume_waits.waits) == ["job-0"] and backend.client.patches == []
         backend._on_event("pvcs", "MODIFIED", _pvc("c0", volume="pv0", phase="Bound"))
         assert started == [("job-0", "node-0")]
     finally:

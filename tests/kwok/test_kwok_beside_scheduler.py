@@ -7,10 +7,11 @@ node ever held must stay within its 20 cores, and 40 pods are bound in all. A bi
 Flotilla makes it is returned to its queue (flotilla.kubernetes.admission), and taken again by a later cycle
 only where there is room. kube-scheduler binds from its own cache, which may not show Flotilla's binds yet,
 and Flotilla's watch may lag its pods: while kube-scheduler is active each bind reads the API server afresh,
-and binds wait while its burst is still arriving. Round 0 is Flotilla's start-up beside it (no pod of
-kube-scheduler's seen yet): the first bind of each cycle reads once whether its pods wait. A kube-scheduler pod
-created after that read and placed before kube-scheduler's cache shows Flotilla's bind would still overcommit;
-Flotilla cannot see it in time (docs/kubernetes.md gives the measured runs).
+and binds wait while its burst is still arriving; binds to one node go one at a time, each reading after the
+previous one's pod is in the API server. Round 0 is Flotilla's start-up beside it (no pod of kube-scheduler's seen
+yet): the first bind of each cycle reads once whether its pods wait, and that cycle's binds go in parallel. A
+kube-scheduler pod created after the last read of a node and placed before kube-scheduler's cache shows Flotilla's
+bind there would still overcommit; Flotilla cannot see it in time (docs/kubernetes.md gives the measured runs).
 
 A round that goes over prints its timeline by resource version (the API server's order, which the test's
 watch, lagging under load, cannot give by its clock): each pod's creation and bind, and each of the backend's
@@ -124,11 +125,13 @@ def kube_pod(name: str) -> dict:
                                      "resources": {"requests": {"cpu": "1"}, "limits": {"cpu": "1"}}}]}}
 
 
-@pytest.mark.xfail(strict=False, reason=(
-    "start-up gap, measured: with a new backend each round (BESIDE_FRESH=1) 1 round of 35 went over (23 of 20 "
-    "cores): the cycle's one read (rv 693) came just before kube-scheduler's burst (rv 694 on) and the cycle's "
-    "binds, made up to a second later, trusted it; 10 of 10 runs in the default mode passed, with 2 further runs "
-    "failed whose output was not kept; see docs/kubernetes.md"))
+@pytest.mark.xfail(bool(os.environ.get("BESIDE_FRESH")), strict=False, reason=(
+    "the start-up race, measured with a new backend each round (BESIDE_FRESH=1) on a 2-core machine shared with "
+    "other work, two runs at a time: 16 of 18 runs passed, 3 of their 90 start-up rounds over (48 bound, nodes at 26 "
+    "and 22 of 20 cores, at load 11; 43 and 42 bound at load 32 to 37): the start-up cycle's binds, made in parallel "
+    "on one read that found no kube-scheduler pod waiting, landed while kube-scheduler's burst, created right after "
+    "that read, was placed; see docs/kubernetes.md. The default mode (the issue's five rounds on one backend) is "
+    "strict: 19 of 19 runs passed at load 7 to 34"))
 def test_thirty_and_thirty_pods_beside_kube_scheduler_never_overcommit_a_node(kwok, tmp_path):
     from flotilla.config import load_config
     from flotilla.kwok.cluster import create_nodes, wait_nodes_ready

@@ -501,7 +501,7 @@ def test_a_pod_made_again_under_the_same_name_is_never_bound_for_the_old_one(har
     harness.settle(lambda pods: not any(p["metadata"].get("uid") == old for p in pods), "old pod gone")
     new = make_pod(c, "team-b", "again")["metadata"]["uid"]
     job = Job(job_id_of(old), "B", "s", annotations={POD_UID: old, POD_NAMESPACE: "team-b", POD_NAME: "again"})
-    harness.backend._bind(job, "node-1")     # the start a cycle would hand over for the old pod
+    harness.backend.starts.bind(job, "node-1")     # the start a cycle would hand over for the old pod
     pod = next(p for p in c.pods() if p["metadata"]["name"] == "again")
     assert (pod["metadata"]["uid"], pod["spec"].get("nodeName")) == (new, None)
     events = harness.backend.poll_events()

@@ -221,11 +221,12 @@ def test_a_claim_not_bound_within_the_timeout_returns_its_job_with_the_reason(ha
         return [e for e in harness.store.all_events() if reason in (e.get("reason") or "")]
 
     events = wait(returned, "the job returned with the reason", timeout=30)
-    # Given back by the cluster (the service's lost-lease path): queued again, retried like any platform failure.
-    assert [(e["kind"], e["reason"]) for e in events] == [("lease-expired", f"lost on cluster a: {reason}")]
+    # Returned to its queue using none of its retries, as kube-scheduler requeues a pod whose binding timed out.
+    assert [(e["kind"], e["reason"]) for e in events[:1]] == [("returned", reason)]
     job_id = events[0]["jobId"]
     kinds = [e["kind"] for e in harness.store.all_events() if e["jobId"] == job_id]
-    assert kinds[kinds.index("lease-expired") + 1] == "queued", kinds
+    assert kinds[kinds.index("returned") + 1] == "queued", kinds
+    assert harness.store.get_job(job_id)["retries"] == 0
     assert node_of(cluster.pods(), "patient") is None
 
 

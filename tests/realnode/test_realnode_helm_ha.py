@@ -160,19 +160,28 @@ def test_ha_with_the_bundled_postgresql_survives_the_leaders_pod_deleted_mid_run
                 status = client.get(pod_path(namespace, pod))["status"]
                 assert status["containerStatuses"][0]["restartCount"] == 0, (pod, status)
     finally:
-        real_node.delete_pods(namespace)
+        # The jobs' pods are the users' (Flotilla made them); the release's own go with `helm uninstall`.
+        for pod in real_node.pods(namespace):
+            if pod["metadata"].get("labels", {}).get("app.kubernetes.io/instance") != "flt":
+                client.delete(pod_path(namespace, pod["metadata"]["name"]), {"gracePeriodSeconds": 1})
         run(helm, "uninstall", "flt", *kube, "--wait", tmp_path=tmp_path, check=False)
         try:
             client.delete(f"/api/v1/namespaces/{namespace}/secrets/sa-token")
         except ApiError:
             pass
+        try:
+            real_node.wait(lambda: not real_node.pods(namespace), timeout=180, step=1, what="every pod gone")
+            left_pods = []
+        except AssertionError:
+            left_pods = [p["metadata"]["name"] for p in real_node.pods(namespace)]
+        real_node.delete_pods(namespace)
+    assert left_pods == []
     for group, kind in (("apis/apps/v1", "deployments"), ("apis/apps/v1", "statefulsets"), ("api/v1", "configmaps"),
                         ("api/v1", "services"), ("api/v1", "serviceaccounts"), ("api/v1", "secrets"),
                         ("apis/policy/v1", "poddisruptionbudgets")):
         left = [o["metadata"]["name"] for o in client.get(f"/{group}/namespaces/{namespace}/{kind}")["items"]
                 if o["metadata"]["name"].startswith("flt-")]
         assert left == [], (kind, left)
-    assert real_node.pods(namespace) == []
     assert client.get(f"/apis/coordination.k8s.io/v1/namespaces/{namespace}/leases")["items"] == []
     with pytest.raises(ApiError) as gone:
         client.get("/apis/rbac.authorization.k8s.io/v1/clusterroles/flt-flotilla")

@@ -5,7 +5,8 @@ controller would, from the workload's own template, bound to ``real-1``. It has 
 turns it off), no kube-proxy and no cluster DNS, so a pod gets a token of the chart's ServiceAccount (TokenRequest)
 at the usual path, runs on the host's network and reaches the API server on the host's loopback
 (``KUBERNETES_SERVICE_HOST``), and each pod listens on a port of its own there. A claim template becomes an
-emptyDir (claims themselves are tested with a local volume in test_realnode_volumes.py).
+emptyDir (claims themselves are tested with a local volume in test_realnode_volumes.py). The pods are owned by
+their workloads, so ``helm uninstall`` deletes them through the garbage collector, as in any cluster.
 """
 
 from __future__ import annotations
@@ -55,7 +56,8 @@ def token_secret(real_node, service_account: str, name: str, tmp_path: Path) -> 
 
 def workload_pod(workload: dict, name: str, *, server: str | None = None, token: str | None = None,
                  env: dict[str, str] | None = None, args: list[str] = (), port: int | None = None) -> dict:
-    """The pod the workload's controller would make, named ``name``, bound to real-1 on the host's network.
+    """The pod the workload's controller would make, named ``name``, owned by the workload, bound to real-1 on the
+    host's network.
 
     ``server`` and ``token`` (a Secret from :func:`token_secret`) give it the API server and its ServiceAccount's
     token; ``env`` sets (or replaces) variables of its one container, ``args`` are appended to its arguments, and
@@ -85,8 +87,12 @@ def workload_pod(workload: dict, name: str, *, server: str | None = None, token:
         container["volumeMounts"].append({"name": "token", "mountPath": TOKEN_MOUNT, "readOnly": True})
         volumes.append({"name": "token", "secret": {"secretName": token}})
     spec["volumes"] = volumes
-    return {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": name, "labels": template["metadata"]["labels"]},
-            "spec": spec}
+    # Owned by the workload, as its controller's pods are: deleting it (helm uninstall) deletes them, through the
+    # garbage collector the node's cluster runs.
+    owner = {"apiVersion": "apps/v1", "kind": workload["kind"], "name": workload["metadata"]["name"],
+             "uid": workload["metadata"]["uid"], "controller": True, "blockOwnerDeletion": True}
+    return {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": name, "labels": template["metadata"]["labels"],
+                                                            "ownerReferences": [owner]}, "spec": spec}
 
 
 def running(real_node, name: str, timeout: float = 240) -> dict:

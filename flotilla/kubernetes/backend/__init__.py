@@ -4,20 +4,36 @@
 the one public class: it owns the cluster's lock, its threads and pools, and
 composes the parts below, each a module named for what it holds. A part
 keeps its own state, called under the cluster's lock where it says so; it
-is handed what it needs (a client, a clock, values) and never calls back
-into the cluster, so each can be read, and tested, on its own.
+is handed what it needs (a client, a clock, values, the shared pod cache
+and ledger, and as callables the steps of other parts it takes) and never
+reaches into the cluster's own state, so each can be read, and tested, on
+its own.
 
-* :mod:`~flotilla.kubernetes.backend.cluster`: the facade: snapshots,
-  decisions applied, what a pod's phase means for its job, the platform's
-  failures (stuck pods, lost nodes), claims bound before a pod (its
-  docstring states the written rules of the whole);
+* :mod:`~flotilla.kubernetes.backend.cluster`: the facade: snapshots, the
+  decisions and the informers' events handed to the parts (its docstring
+  states the written rules of the whole);
 * :mod:`~flotilla.kubernetes.backend.informers`: the list-watch loop of each
   kind, and whether the cluster can be read (``InformerHealth``);
 * :mod:`~flotilla.kubernetes.backend.podcache`: the pod informer's copy of
-  the pods, indexed per node (what a snapshot and a bind check read); the
-  one part the others share;
+  the pods, indexed per node (what a snapshot and a bind check read); shared
+  by the parts;
+* :mod:`~flotilla.kubernetes.backend.ledger`: the bookkeeping of the jobs'
+  starts and their pods, and the job events to say; shared like the pod
+  cache;
+* :mod:`~flotilla.kubernetes.backend.lostpods`: the platform's failures:
+  pods stuck, nodes lost, held starts whose room never comes;
+* :mod:`~flotilla.kubernetes.backend.podevents`: what a pod's change means
+  for the cache and, for a pod of ours, for its job (its events, its pod
+  kept for its log or deleted);
 * :mod:`~flotilla.kubernetes.backend.namespaces`: the namespaces' labels and
   those being deleted;
+* :mod:`~flotilla.kubernetes.backend.starts`: the start path: a decision's
+  starts made pods now, held for their node, or checked just before their
+  bind;
+* :mod:`~flotilla.kubernetes.backend.stops`: the stop path: a decision's
+  stopped pods left out of the snapshots and deleted;
+* :mod:`~flotilla.kubernetes.backend.volumewaits`: the starts whose claims
+  are bound first: their volume writes, and their wait for the claims;
 * :mod:`~flotilla.kubernetes.backend.writes`: the requests that create, bind
   and delete pods and a job's services and ingresses, each refusal said as
   what the job becomes;
@@ -41,9 +57,9 @@ podgroupstatus, priorityclasses, services, volumes, pods).
 
 from __future__ import annotations
 
-from flotilla.kubernetes.backend.cluster import (IMAGE_PULL_BACKOFFS, PLATFORM_FAILURES, KubernetesCluster,
-                                                 annotation_duration)
+from flotilla.kubernetes.backend.cluster import KubernetesCluster, annotation_duration
 from flotilla.kubernetes.backend.config import backend_from_config, pod_settings
+from flotilla.kubernetes.backend.podevents import IMAGE_PULL_BACKOFFS, PLATFORM_FAILURES
 from flotilla.kubernetes.backend.writes import NamespaceMissing
 
 __all__ = ["IMAGE_PULL_BACKOFFS", "KubernetesCluster", "NamespaceMissing", "PLATFORM_FAILURES", "annotation_duration",

@@ -20,13 +20,21 @@ While another scheduler is active (``SchedulerPresence``: one of its pods
 seen waiting within ``OTHER_SCHEDULER_PERIOD``, or found by a cycle's one
 consistent read), the node and the other schedulers' waiting pods are read
 afresh from the API server (consistent lists), not only from the watch,
-which may lag.
+which may lag. Binds to one node then go one at a time (:meth:`BindGuard.turn`):
+each reads the node after the previous one's pod is in the API server, so a
+bind never rests on a read older than the binds made to that node meanwhile.
+Many binds to one node decided in parallel from one read would all miss
+another scheduler's pods created while they are on their way (under load, a
+second or more), and that scheduler, not seeing them yet, fills the same room.
+Alone on a cluster, binds go in parallel as before: no read, no turn.
 """
 
 from __future__ import annotations
 
+import threading
 from collections import deque
-from typing import Callable, Iterable, Mapping
+from contextlib import nullcontext
+from typing import Callable, ContextManager, Iterable, Mapping
 
 import structlog
 
@@ -51,6 +59,9 @@ class BindGuard:
     (first seen, requests, nodeSelector)) and their recent arrivals, and since when each start has given way to
     them (``yielding``); whether another scheduler is active (``presence``)."""
 
+    #: The verdicts of :meth:`verdict`, for the parts handed a guard.
+    BIND, YIELD_BURST, YIELD, HOLD, RETURN = BIND, YIELD_BURST, YIELD, HOLD, RETURN
+
     def __init__(self, client, cluster: str, scheduler_name: str, clock: Callable[[], float]) -> None:
         self.client = client
         self.cluster = cluster
@@ -62,6 +73,17 @@ class BindGuard:
         #: Whether another scheduler is active: binds read the API server afresh then (admission module).
         self.presence = SchedulerPresence(clock, scheduler_name)
         self.yielding: dict[str, float] = {}             # job id -> since when its bind gives way to them
+        self.turns: dict[str, threading.Lock] = {}       # node -> its binds' turn while another scheduler is active
+
+    def turn(self, node: str) -> ContextManager:
+        """The turn of a bind to ``node``, held from its fresh read until its pod is in the API server: one at a
+        time per node while another scheduler is active (module docstring), none needed when Flotilla is alone."""
+        if not self.presence.active(self.read_waiting):
+            return nullcontext()
+        lock = self.turns.get(node)
+        if lock is None:
+            lock = self.turns.setdefault(node, threading.Lock())
+        return lock
 
     # -- the live view -------------------------------------------------------------------------
     def live_use(self, node: str, pods_on_node: Iterable[CachedPod],

@@ -54,6 +54,9 @@ class PodWrites:
     """The writes of cluster ``cluster`` through ``client``; ``bind``: ``node-name`` (pods created bound) or
     ``binding`` (created pending, then bound through the subresource)."""
 
+    #: What a refused write raises, for the parts handed the writes.
+    Refused = WriteRefused
+
     def __init__(self, client, cluster: str, settings: PodSettings, bind: str) -> None:
         self.client = client
         self.cluster = cluster
