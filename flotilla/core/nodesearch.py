@@ -11,7 +11,7 @@ take, or, on clusters of 100 nodes and more, kube-scheduler's sample of
 them (``percentageOfNodesToScore``), taken in node order and never by free
 space; each plugin's scores are normalised to 0..100 over the nodes weighed
 and multiplied by the plugin's ``weight:``. Jobs without scores search the
-index as before: the sample and the normalisation cost them nothing.
+index unchanged: the sample and the normalisation cost them nothing.
 """
 
 from __future__ import annotations

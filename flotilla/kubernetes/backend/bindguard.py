@@ -26,7 +26,7 @@ bind never rests on a read older than the binds made to that node meanwhile.
 Many binds to one node decided in parallel from one read would all miss
 another scheduler's pods created while they are on their way (under load, a
 second or more), and that scheduler, not seeing them yet, fills the same room.
-Alone on a cluster, binds go in parallel as before: no read, no turn.
+Alone on a cluster, binds to a node go in parallel: no read, no turn.
 """
 
 from __future__ import annotations

@@ -12,7 +12,7 @@ manifest is: a queue the config stops listing (a ``helm rollback``, an
 edited file reloaded) is removed with its history when it has no unfinished
 job. One that still has some is *retiring*: it takes no new job (a
 submission or an in-cluster pod naming it is refused, saying why), the jobs
-it has are scheduled and run as before (nothing queued is lost, unlike a
+it has are scheduled and run as usual (nothing queued is lost, unlike a
 forced delete), and it is removed once the last of them finishes, as
 Kueue keeps a deleted ClusterQueue until its admitted workloads finish and
 Armada refuses to delete a queue with active jobs. A retiring queue the
