@@ -107,7 +107,7 @@ def test_the_service_account_of_deploy_rbac_runs_the_workloads_in_cluster(kwok, 
         binding.apply(ClusterDecisions(cancel=[bound]))
         wait_for(lambda: events.extend(plain.poll_events()) or ("web", "preempted") in
                  {(e.job_id, e.kind) for e in events}, timeout=30)
-        # The services go with the preempted pod's delete, which KWOK may take tens of seconds to finish under load.
+        # The services go with the preempted pod's delete; under load this wait has taken over 30 s.
         wait_for(lambda: not cluster.client.get("/api/v1/namespaces/team-a/services")["items"], timeout=90)
         assert [e.kind for e in events if e.job_id == "web"] == ["running", "preempted"]
         # Both backends watch the same cluster, so `plain` also sees `bound`, which `binding` leased and
