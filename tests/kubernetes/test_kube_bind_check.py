@@ -15,7 +15,6 @@ from flotilla.core.decisions import Placement
 from flotilla.core.model import Job
 from flotilla.kubernetes import admission
 from flotilla.kubernetes.admission import PRESENCE_READ_TRUSTED, SchedulerPresence, admission_rejection, returned_label, shortfall
-from flotilla.kubernetes.backend import KubernetesCluster
 from flotilla.kubernetes.pods import JOB_ID
 from flotilla.scheduler import Scheduler
 from flotilla.service.jobspec import prepare
@@ -69,11 +68,7 @@ def waiting_foreign(name: str, cpu: str) -> dict:
 
 
 def test_beside_an_active_scheduler_a_bind_reads_the_node_afresh_and_counts_what_the_watch_lags_on():
-    client = FreshRecorder()
-    backend = KubernetesCluster("c", client=client, start=False, workers=1, duration_of=None)
-    backend.health.synced = {"nodes": True, "pods": True}
-    for obj in (node("n1", "4"), node("n2", "4")):
-        backend._on_node("ADDED", obj)
+    backend, client = backend_with(node("n1", "4"), node("n2", "4"), client=FreshRecorder())
     try:
         backend.snapshot()
         start(backend, ("j0", "n2", 1000))
@@ -133,11 +128,7 @@ def test_a_read_that_found_no_other_scheduler_vouches_for_a_short_time_only():
 
 def test_until_another_scheduler_is_seen_each_cycle_of_starts_reads_once_whether_one_waits(monkeypatch):
     monkeypatch.setattr(admission, "PRESENCE_READ_TRUSTED", 3600.0)   # the binds of one cycle, however slow here
-    client = FreshRecorder()
-    backend = KubernetesCluster("c", client=client, start=False, workers=1, duration_of=None)
-    backend.health.synced = {"nodes": True, "pods": True}
-    for obj in (node("n1", "4"), node("n2", "4")):
-        backend._on_node("ADDED", obj)
+    backend, client = backend_with(node("n1", "4"), node("n2", "4"), client=FreshRecorder())
     try:
         backend.snapshot()
         # Alone on the cluster (an unschedulable and a gated pod of kube-scheduler's wait, undecided by none):
@@ -191,10 +182,7 @@ class LandingServer(FreshRecorder):
 
 
 def test_beside_an_active_scheduler_binds_to_one_node_go_one_at_a_time_each_reading_after_the_last_landed():
-    client = LandingServer()
-    backend = KubernetesCluster("c", client=client, start=False, workers=4, duration_of=None)
-    backend.health.synced = {"nodes": True, "pods": True}
-    backend._on_node("ADDED", node("n1", "4"))
+    backend, client = backend_with(node("n1", "4"), client=LandingServer(), workers=4)
     try:
         backend.snapshot()
         backend._on_pod("ADDED", waiting_foreign("seen", "1"))        # kube-scheduler is active ...
@@ -232,10 +220,7 @@ def test_beside_an_active_scheduler_binds_to_one_node_go_one_at_a_time_each_read
 
 
 def test_alone_on_a_cluster_binds_to_one_node_go_in_parallel():
-    client = LandingServer()
-    backend = KubernetesCluster("c", client=client, start=False, workers=4, duration_of=None)
-    backend.health.synced = {"nodes": True, "pods": True}
-    backend._on_node("ADDED", node("n1", "4"))
+    backend, client = backend_with(node("n1", "4"), client=LandingServer(), workers=4)
     try:
         backend.snapshot()
         work: list[tuple] = []

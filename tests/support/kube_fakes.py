@@ -46,9 +46,11 @@ def foreign(name: str, node_name: str, cpu: str, phase: str = "Running") -> dict
             "status": {"phase": phase}}
 
 
-def backend_with(*nodes: dict) -> tuple[KubernetesCluster, Recorder]:
-    client = Recorder()
-    backend = KubernetesCluster("c", client=client, start=False, workers=1, duration_of=None)
+def backend_with(*nodes: dict, client=None, workers: int = 1) -> tuple[KubernetesCluster, Recorder]:
+    """A backend of cluster ``c`` with ``nodes``, its informers taken as synced, on ``client`` (a new Recorder
+    by default); nothing started."""
+    client = Recorder() if client is None else client
+    backend = KubernetesCluster("c", client=client, start=False, workers=workers, duration_of=None)
     backend.health.synced = {"nodes": True, "pods": True}
     for obj in nodes:
         backend._on_node("ADDED", obj)
