@@ -127,8 +127,6 @@ class Evict:
             return chosen
         weights = weight_vector(session.space.names, session.settings.share_weights)
         pool_cost = sum(w * a for w, a in zip(weights, session.pool)) or 1.0
-        fractions = session.settings.queue_protected_fractions
-        default = session.settings.evict_protected_fraction
         # Units (a gang's chosen members together), each with what it costs each queue of its members at risk.
         units: dict[str, list] = {}
         for job_id in at_risk:
@@ -144,12 +142,7 @@ class Evict:
 
         names = {chosen[j].queue for j in at_risk}
         left = {name: cost(queues[name].allocated) for name in names}
-        floors = {}
-        for name in names:
-            fraction = fractions.get(name, default)
-            # A hair of tolerance: a queue exactly at its floor in exact arithmetic counts as at it.
-            floors[name] = (fraction * queues[name].fair_share * pool_cost - 1e-9 * pool_cost) if fraction > 0 \
-                else -float("inf")
+        floors = _floors(session, names, pool_cost)
         reclaimable = session.reclaimable_fns
         # What each queue holds, as a vector, only for the plugins that are asked (``left``).
         held = {name: list(queues[name].allocated) for name in names} if reclaimable else None
@@ -177,10 +170,7 @@ class Evict:
                 total[name] = total.get(name, 0.0) + amount
                 if amount > 0 and amount < least.get(name, float("inf")):
                     least[name] = amount
-            # Per queue: True when the cheapest unit takes it below its floor, False when losing every unit at
-            # risk leaves it at its floor, None between the two (its units weighed in order).
-            bound = {name: True if left[name] - least[name] < floors[name] else
-                     False if left[name] - total[name] >= floors[name] else None for name in least}
+            bound = _bounds(left, least, total, floors)
             ordered = {}
             for key, unit in units.items():
                 if len(unit) == 1:
@@ -274,16 +264,9 @@ def _protect_one_job_units(session, chosen: dict, tops: dict) -> dict | None:
     if not risk:
         return chosen
     pool_cost = sum(w * a for w, a in zip(weights, session.pool)) or 1.0
-    fractions = session.settings.queue_protected_fractions
-    default = session.settings.evict_protected_fraction
-    left, floors = {}, {}
-    for name in total:
-        queue = queues[name]
-        left[name] = sum(w * a for w, a in zip(weights, queue.allocated))
-        fraction = fractions.get(name, default)
-        floors[name] = (fraction * queue.fair_share * pool_cost - 1e-9 * pool_cost) if fraction > 0 else -inf
-    bound = {name: True if left[name] - least[name] < floors[name] else
-             False if left[name] - total[name] >= floors[name] else None for name in least}
+    left = {name: sum(w * a for w, a in zip(weights, queues[name].allocated)) for name in total}
+    floors = _floors(session, total, pool_cost)
+    bound = _bounds(left, least, total, floors)
     kept_back: set[str] = set()
     weighed = []
     on_node: dict[tuple[str, int], int] = {}
@@ -315,6 +298,27 @@ def _protect_one_job_units(session, chosen: dict, tops: dict) -> dict | None:
     if session.debug:
         log.debug("evict.protected", jobs=sorted(kept_back))
     return {job_id: job for job_id, job in chosen.items() if job_id not in kept_back}
+
+
+def _floors(session, names, pool_cost: float) -> dict[str, float]:
+    """Each queue's protected floor, as a cost: its protected fraction of its fair share of the pool (none below
+    a fraction of 0). A hair of tolerance: a queue exactly at its floor in exact arithmetic counts as at it."""
+    fractions = session.settings.queue_protected_fractions
+    default = session.settings.evict_protected_fraction
+    queues = session.queues
+    floors = {}
+    for name in names:
+        fraction = fractions.get(name, default)
+        floors[name] = (fraction * queues[name].fair_share * pool_cost - 1e-9 * pool_cost) if fraction > 0 \
+            else -float("inf")
+    return floors
+
+
+def _bounds(left: dict, least: dict, total: dict, floors: dict) -> dict:
+    """Per queue: True when the cheapest unit at risk (``least``) takes it below its floor, False when losing
+    every unit at risk (``total``) leaves it at its floor, None between the two (its units weighed in order)."""
+    return {name: True if left[name] - least[name] < floors[name] else
+            False if left[name] - total[name] >= floors[name] else None for name in least}
 
 
 def _natural_key(entry: tuple) -> tuple:
