@@ -202,7 +202,14 @@ def _checked_pid(rn: RealNode, component: str) -> tuple[int | None, list[str] | 
         pid = int(rn.pid_file(component).read_text().strip())
     except (OSError, ValueError):
         return None, None
-    argv = process_argv(pid) if pid > 0 and _alive(pid) else None
+    proc = _children.get((rn.dir, component))
+    if proc is not None and proc.pid == pid:
+        # A child of this process: alive by its handle alone, which reaps it keeping its exit status (the
+        # waitpid in _alive would take that status from the handle).
+        alive = proc.poll() is None
+    else:
+        alive = pid > 0 and _alive(pid)
+    argv = process_argv(pid) if alive else None
     if argv is None:
         return None, None
     return (pid, None) if _started_as(rn, component, argv) else (None, argv)
@@ -627,10 +634,12 @@ def wait_ready(rn: RealNode, timeout: float = 90.0) -> None:
                     return
             except KubeError:
                 pass
-            # Its handle first: _pid reaps a child that has ended, and its exit status with it.
             reason = _exit_reason(rn, "kubelet")
-            if reason is not None or _pid(rn, "kubelet") is None:
-                raise KubeletExited(rn, reason or "not started by this process: its exit status is unknown")
+            if reason is None and _pid(rn, "kubelet") is None:
+                # Ended between the two reads: the handle (if this process started it) holds the status now.
+                reason = _exit_reason(rn, "kubelet") or "not started by this process: its exit status is unknown"
+            if reason is not None:
+                raise KubeletExited(rn, reason)
             if time.monotonic() > deadline:
                 raise RealNodeError(f"node {NODE} not Ready after {timeout:.0f}s; the kubelet's log "
                                     f"({rn.log_file('kubelet')}):\n{_tail(rn.log_file('kubelet'))}")
