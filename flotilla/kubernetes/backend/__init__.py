@@ -57,9 +57,10 @@ podgroupstatus, priorityclasses, services, volumes, pods).
 
 from __future__ import annotations
 
-from flotilla.kubernetes.backend.cluster import KubernetesCluster, annotation_duration
+from flotilla.kubernetes.backend.cluster import KubernetesCluster
 from flotilla.kubernetes.backend.config import backend_from_config, pod_settings
 from flotilla.kubernetes.backend.podevents import IMAGE_PULL_BACKOFFS, PLATFORM_FAILURES
+from flotilla.kubernetes.backend.starts import annotation_duration
 from flotilla.kubernetes.backend.writes import NamespaceMissing
 
 __all__ = ["IMAGE_PULL_BACKOFFS", "KubernetesCluster", "NamespaceMissing", "PLATFORM_FAILURES", "annotation_duration",
