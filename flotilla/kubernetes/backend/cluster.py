@@ -1,28 +1,17 @@
 """The Kubernetes cluster backend's facade: :class:`KubernetesCluster`, composing the parts of
 :mod:`flotilla.kubernetes.backend` (the package docstring lists them); the rules of the whole are here.
 
-Reading. Two informer threads per cluster keep an in-memory copy of the
-cluster's nodes and pods current: list once, then watch from the list's
-resource version, with bookmarks, re-watching from the last version seen
-when a watch ends and relisting only when the server says the version is
-gone (410) or the connection broke. ``snapshot()`` reads that copy and
-sends no request at all; it raises ``ClusterUnavailable`` while either
-informer is not in sync with a reachable API server, so the scheduler
-leaves the cluster out of that cycle and goes on with the others.
-
-A pod labelled ``flotilla.io/job-id`` is one of ours and becomes a running
-job (rebuilt from its labels and annotations, see
-:mod:`flotilla.kubernetes.pods`); any other pod bound to a node we see
-consumes that node's resources and one of its pod slots
-(``ClusterSnapshot.foreign``, whose ``pods`` counts them) and holds its host
-ports there (``ClusterSnapshot.foreign_ports``). Finished pods
-(Succeeded, Failed) hold nothing, as kube-scheduler (whose pod informer lists
-none) and the kubelet's admission see them: ours are kept for
-``finished_pod_retention`` (counted from the pod's own end, so a restarted
-process keeps none longer) for their logs, then deleted. A pod being deleted by anyone else, an
-earlier pod of a job that has a newer one, and a pod given up (reported
-``lost``) still hold their resources until they are gone, as the kubelet
-counts them: the scheduler sees that room as taken (foreign usage).
+Reading. One informer thread per watched kind keeps an in-memory copy of
+the cluster current: list once, then watch from the list's version
+(:mod:`flotilla.kubernetes.backend.informers`); what each listing and event
+changes, in which part, is :mod:`flotilla.kubernetes.backend.dispatch`'s.
+``snapshot()`` reads that copy and sends no request: our pods' jobs are
+running on their nodes, everyone else's live pods (and ours no longer their
+jobs', until gone) are the nodes' foreign usage, ended pods hold nothing, and
+while the nodes or the pods are not in sync there is no snapshot
+(:mod:`flotilla.kubernetes.backend.snapshots`). Ended pods of ours are kept
+for ``finished_pod_retention`` (counted from the pod's own end, so a
+restarted process keeps none longer) for their logs, then deleted.
 
 Stopped pods. A pod Flotilla itself is deleting because a decision preempted
 or cancelled its job is left out of the snapshot while it terminates (that
@@ -103,7 +92,7 @@ from flotilla.kubernetes.backend.informers import InformerHealth, watch_kind
 from flotilla.kubernetes.backend.ledger import Ledger
 from flotilla.kubernetes.backend.lostpods import LostPods
 from flotilla.kubernetes.backend.namespaces import NamespaceView
-from flotilla.kubernetes.backend.podcache import ENDED, PodCache
+from flotilla.kubernetes.backend.podcache import PodCache
 from flotilla.kubernetes.backend.podevents import PodEvents
 from flotilla.kubernetes.backend.priorityclasses import PriorityClasses
 from flotilla.kubernetes.backend.reporting import Reporting
@@ -235,8 +224,7 @@ class KubernetesCluster:
         #: What a pod's change means for the cache and for its job (flotilla.kubernetes.backend.podevents).
         self.pod_events = PodEvents(name, self.book, self.cache, self.settings, self.book.clock, self.counters,
                                     intake=self.intake, guard=self.guard, held=self.held_starts,
-                                    reporting=self.reporting, writes=self.writes,
-                                    node_of=self.nodes.get,
+                                    reporting=self.reporting, writes=self.writes, node_of=self.nodes.get,
                                     give_up=self.lost_pods.give_up, submit=lambda *task: self._pool.submit(*task),
                                     release_all_held=self.starts.release_all_held, delete_finished=delete_finished,
                                     finished_pod_retention=finished_pod_retention)
@@ -255,7 +243,7 @@ class KubernetesCluster:
 
     # -- lifecycle --------------------------------------------------------------------
     def start(self) -> None:
-        """Start the informers (nodes, pods, namespaces, PodGroups, PriorityClasses, Jobs), one thread each; once,
+        """Start the informers, one thread per watched kind (flotilla.kubernetes.backend.dispatch.watched); once,
         and never after close()."""
         if self._threads or self._stop.is_set():
             return
@@ -411,9 +399,7 @@ class KubernetesCluster:
         """Every live in-cluster pod Flotilla bound: job id -> (node, running) (a new leader checks them once)."""
         with self._lock:
             self.intake.take_bound()
-            return {pod.job.id: (pod.node, pod.phase == "Running") for pod in self.cache.own.values()
-                    if pod.incluster and pod.job is not None and pod.node and not pod.deleting
-                    and pod.phase not in ENDED}
+            return self.cache.bound_in_cluster()
 
     def delete_cancelled(self, pods) -> int:
         """Delete the waiting in-cluster pods whose jobs were cancelled through Flotilla (``(namespace, name, uid,
@@ -466,12 +452,8 @@ class KubernetesCluster:
     # -- reading back (tests, tools) ---------------------------------------------------------
     def pods_by_node(self) -> dict[str, list[str]]:
         """Job ids of our live (not deleting, not finished) pods per node, from the informer's copy."""
-        out: dict[str, list[str]] = {}
         with self._lock:
-            for pod in self.cache.pods.values():
-                if pod.job is not None and not pod.deleting and pod.phase not in ENDED:
-                    out.setdefault(pod.node or "", []).append(pod.job.id)
-        return out
+            return self.cache.live_jobs_by_node()
 
 
 __all__ = ["KubernetesCluster"]

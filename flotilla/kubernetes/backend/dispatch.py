@@ -190,7 +190,8 @@ class Dispatch:
     # -- pods ----------------------------------------------------------------------------------------------------
     def replace_pods(self, items: list[dict]) -> None:
         live = set()
-        for obj in items:   # every job's newest attempt first: an earlier attempt's kept pod listed before it is old news
+        # Every job's newest attempt first: an earlier attempt's kept pod listed before it is old news.
+        for obj in items:
             if is_ours(obj):
                 annotations = obj["metadata"].get("annotations") or {}
                 try:
