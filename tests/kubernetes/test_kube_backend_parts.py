@@ -8,6 +8,7 @@ import threading
 from types import SimpleNamespace
 
 import pytest
+import structlog
 
 from flotilla.core.backend import ClusterUnavailable
 from flotilla.core.model import Job, Node
@@ -15,9 +16,11 @@ from flotilla.kubernetes.backend import victimlogs
 from flotilla.kubernetes.backend.bindguard import BIND, HOLD, RETURN, YIELD, BindGuard
 from flotilla.kubernetes.backend.dispatch import Dispatch, watched
 from flotilla.kubernetes.backend.held import HeldStarts
+from flotilla.kubernetes.backend.informers import InformerHealth
 from flotilla.kubernetes.backend.ledger import Ledger
 from flotilla.kubernetes.backend.podcache import CachedPod, PodCache
 from flotilla.kubernetes.backend.snapshots import Snapshots
+from flotilla.kubernetes.client import KubeError
 from flotilla.kubernetes.pods import ATTEMPT, JOB_ID
 
 
@@ -192,3 +195,23 @@ def test_a_snapshot_counts_our_pods_as_running_jobs_and_the_rest_as_foreign_use_
     health.available, health.error = False, "pods: connection refused"
     with pytest.raises(ClusterUnavailable, match="cluster c: pods: connection refused"):
         snapshots.take()
+
+
+def test_an_outage_is_said_once_per_distinct_error_of_each_required_informer_however_their_retries_alternate():
+    health = InformerHealth("c", threading.RLock())
+    health.synced = {"nodes": True, "pods": True}
+    with structlog.testing.capture_logs() as logs:
+        for kind in ("nodes", "pods"):   # both watches break as the API server goes
+            health.failed(kind, KubeError(f"watch /api/v1/{kind}: connection refused"))
+        for _ in range(3):               # then each relist fails, the two kinds' retries alternating
+            for kind in ("pods", "nodes"):
+                health.failed(kind, KubeError(f"GET /api/v1/{kind}: connection refused"))
+        health.synced["nodes"] = True    # the nodes listed again, then out again with the same error: said again
+        health.failed("nodes", KubeError("GET /api/v1/nodes: connection refused"))
+    assert [log["error"] for log in logs] == ["watch /api/v1/nodes: connection refused",
+                                              "watch /api/v1/pods: connection refused",
+                                              "GET /api/v1/pods: connection refused",
+                                              "GET /api/v1/nodes: connection refused",
+                                              "GET /api/v1/nodes: connection refused"]
+    assert {log["event"] for log in logs} == {"kubernetes.unavailable"}
+    assert (health.available, health.error) == (False, "nodes: GET /api/v1/nodes: connection refused")
