@@ -1,20 +1,14 @@
-"""The chart installed with ``helm install`` on the real node's cluster, its standalone pod running the image of
-``scripts/image`` on ``real-1``: from inside, with the chart's ServiceAccount (the API server authorizes with
-RBAC), it binds a pod made with kubectl (``schedulerName: flotilla``, the queue label) in the release's namespace,
-which runs to completion, and the pods of a kubectl ``batch/v1`` Job of 3 completions, which succeeds 3 of 3 (the
-cluster's Job controller makes its pods); ``flotilla`` from outside submits a job set, ``helm upgrade`` adds a
-queue while it runs, ``flotilla queue list`` shows the queue and every job succeeds once; ``helm rollback`` to the
-first revision removes the queue again (a config queue with no unfinished job); ``helm uninstall`` leaves no
-Flotilla object, pod or lease behind.
-
-What the node's cluster lacks is stood in for, and only that: no Deployment and ReplicaSet controllers, no
-kube-scheduler, no ServiceAccount admission and no kube-proxy, so the standalone pod is made from the Deployment's
-own template by :func:`flotilla.kwok.realnode.chartpod.chart_pod` (``scripts/real-node chart-pod``, which
-deploy/README.md's walk runs too): bound to ``real-1``, owned by the Deployment, with a token of the chart's
-ServiceAccount at the usual path, on the host's network reaching the API server on its loopback address, its
-SQLite store's claim an emptyDir (the claim itself is tested with a local volume in test_realnode_volumes.py).
-The Job, garbage-collector and ttl-after-finished controllers are the real ones
-(:data:`flotilla.kwok.realnode.CONTROLLERS`).
+"""The chart installed with ``helm install`` on the real node's cluster as on a cluster of one's own: the
+Deployment and ReplicaSet controllers make its standalone pod, kube-scheduler puts it on ``real-1`` once its claim
+can bind (a default StorageClass of local volumes, WaitForFirstConsumer), ServiceAccount admission mounts the
+chart's ServiceAccount's token, and the pod reaches the API server through the ``kubernetes`` Service (kube-proxy)
+and runs the image of ``scripts/image``. From inside, under RBAC, it binds a pod made with kubectl
+(``schedulerName: flotilla``, the queue label) in the release's namespace, which runs to completion, and the pods
+of a kubectl ``batch/v1`` Job of 3 completions, which succeeds 3 of 3; ``flotilla`` from outside, through the
+release's Service, submits a job set, ``helm upgrade`` adds a queue while it runs, ``flotilla queue list`` shows
+the queue and every job succeeds once; ``helm rollback`` to the first revision removes the queue again (a config
+queue with no unfinished job); ``helm uninstall`` leaves no Flotilla object, pod or lease behind (the claim is
+kept, as the chart says, and deleted by the test).
 """
 
 from __future__ import annotations
@@ -29,9 +23,8 @@ import pytest
 import yaml
 
 from flotilla.kubernetes.client import ApiError, pod_path
-from flotilla.kwok.realnode import node
-from flotilla.kwok.realnode.chartpod import LISTEN_PORT, chart_pod
 from tests.support.image import REPO, imported_image
+from tests.support.local_storage import default_local_storage
 
 pytestmark = [pytest.mark.realnode, pytest.mark.image]
 
@@ -47,17 +40,33 @@ def run(*args: str, tmp_path: Path, check: bool = True) -> subprocess.CompletedP
     return result
 
 
-def flotilla(*args: str, tmp_path: Path):
-    """The CLI against the standalone pod's API, as the chart's example admin; its JSON answer."""
-    env = {**os.environ, "FLOTILLA_URL": f"http://127.0.0.1:{LISTEN_PORT}", "FLOTILLA_TOKEN": "admin-secret",
-           "HOME": str(tmp_path)}
+def flotilla(url: str, *args: str, tmp_path: Path):
+    """The CLI against the release's API at ``url``, as the chart's example admin; its JSON answer."""
+    env = {**os.environ, "FLOTILLA_URL": url, "FLOTILLA_TOKEN": "admin-secret", "HOME": str(tmp_path)}
     result = subprocess.run([sys.executable, "-m", "flotilla.scheduler_main", *args], capture_output=True,
                             text=True, env=env, timeout=120, cwd=REPO)
     assert result.returncode == 0, result.stdout + result.stderr
     return json.loads(result.stdout)
 
 
+def standalone_pod(real_node, timeout: float = 300) -> dict:
+    """The release's one standalone pod once it runs and is ready."""
+    selector = "app.kubernetes.io/instance=flt,app.kubernetes.io/name=flt-flotilla-standalone"
+
+    def find():
+        pods = real_node.client.get(pod_path(real_node.namespace), labelSelector=selector)["items"]
+        ready = [p for p in pods if p["status"].get("phase") == "Running"
+                 and all(s.get("ready") for s in p["status"].get("containerStatuses") or [{}])]
+        return ready[0] if len(pods) == 1 and ready else None
+    return real_node.wait(find, timeout, "the standalone pod running and ready", step=1)
+
+
 def test_helm_install_runs_flotilla_on_real_1_and_uninstall_leaves_nothing(real_node, tmp_path):
+    with default_local_storage(real_node, tmp_path / "volumes") as (volume,):
+        installed_and_uninstalled(real_node, tmp_path, volume)
+
+
+def installed_and_uninstalled(real_node, tmp_path: Path, volume: str) -> None:
     image = imported_image(tmp_path / "flotilla.oci.tar")
     bin_dir = real_node.bin_dir
     helm, kubectl = str(bin_dir / "helm"), str(bin_dir / "kubectl")
@@ -65,13 +74,25 @@ def test_helm_install_runs_flotilla_on_real_1_and_uninstall_leaves_nothing(real_
     kube = ("--kubeconfig", real_node.kubeconfig, "--kube-context", real_node.context, "--namespace", namespace)
     name, tag = image.rsplit(":", 1)
     run(helm, "install", "flt", str(CHART), *kube, "--set", f"image.repository={name}", "--set", f"image.tag={tag}",
-        "--set", "standalone.persistence.existingClaim=unused", tmp_path=tmp_path)
+        tmp_path=tmp_path)
     try:
         config = yaml.safe_load(client.get(f"/api/v1/namespaces/{namespace}/configmaps/flt-flotilla-config")
                                 ["data"]["config.yaml"])
         assert [(q["name"], q["namespaces"]) for q in config["queues"]] == [("research", [namespace]),
                                                                             ("production", [namespace])]
-        standalone = chart_pod(node(), "flt-flotilla", namespace, LISTEN_PORT)
+        pod = standalone_pod(real_node)
+        standalone = pod["metadata"]["name"]
+        assert (pod["spec"]["schedulerName"], pod["spec"]["nodeName"], pod["spec"]["serviceAccountName"]) == (
+            "default-scheduler", "real-1", "flt-flotilla")
+        [(owner_kind, replicaset)] = [(o["kind"], o["name"]) for o in pod["metadata"]["ownerReferences"]]
+        assert owner_kind == "ReplicaSet"
+        assert [(o["kind"], o["name"]) for o in client.get(
+            f"/apis/apps/v1/namespaces/{namespace}/replicasets/{replicaset}")["metadata"]["ownerReferences"]] == [
+            ("Deployment", "flt-flotilla")]
+        claim = client.get(f"/api/v1/namespaces/{namespace}/persistentvolumeclaims/flt-flotilla-data")
+        assert (claim["status"]["phase"], claim["spec"]["volumeName"]) == ("Bound", volume)
+        service = client.get(f"/api/v1/namespaces/{namespace}/services/flt-flotilla-api")["spec"]
+        url = f"http://{service['clusterIP']}:{service['ports'][0]['port']}"
 
         client.post(pod_path(namespace), {"apiVersion": "v1", "kind": "Pod", "metadata": {
             "name": "kubectl-made", "labels": {"flotilla.io/queue": "research"}}, "spec": {
@@ -106,7 +127,7 @@ def test_helm_install_runs_flotilla_on_real_1_and_uninstall_leaves_nothing(real_
         job_pods = [p for p in real_node.pods(namespace) if p["metadata"]["name"].startswith("three-")]
         assert sorted((p["status"]["phase"], p["spec"]["nodeName"]) for p in job_pods) == [("Succeeded", "real-1")] * 3
 
-        # From outside (the pod listens on the host's loopback): a job set submitted, the chart upgraded with a new
+        # From outside, through the release's Service (kube-proxy routes its ClusterIP to the pod): a job set submitted, the chart upgraded with a new
         # queue while it runs; the queue appears, and every job succeeds exactly once.
         job = {"podSpec": {"restartPolicy": "Never", "dnsPolicy": "Default", "containers": [{
             "name": "c", "image": real_node.image, "command": ["sh", "-c", "sleep 8"],
@@ -114,7 +135,7 @@ def test_helm_install_runs_flotilla_on_real_1_and_uninstall_leaves_nothing(real_
         jobs = tmp_path / "jobs.yaml"
         jobs.write_text(yaml.safe_dump({"queue": "research", "jobSetId": "across", "jobs": [
             {**job, "clientId": f"j{i}"} for i in range(3)]}))
-        ids = flotilla("submit", str(jobs), "--output", "json", tmp_path=tmp_path)["jobs"]
+        ids = flotilla(url, "submit", str(jobs), "--output", "json", tmp_path=tmp_path)["jobs"]
         assert len(ids) == 3
         values = tmp_path / "upgrade.yaml"
         values.write_text(yaml.safe_dump({"config": {"queues": [
@@ -122,10 +143,10 @@ def test_helm_install_runs_flotilla_on_real_1_and_uninstall_leaves_nothing(real_
             {"name": "production", "weight": 3, "groupOwners": ["production"]},
             {"name": "added", "weight": 1}]}}))
         run(helm, "upgrade", "flt", str(CHART), *kube, "--reuse-values", "--values", str(values), tmp_path=tmp_path)
-        real_node.wait(lambda: "added" in [q["name"] for q in flotilla("queue", "list", "--output", "json",
+        real_node.wait(lambda: "added" in [q["name"] for q in flotilla(url, "queue", "list", "--output", "json",
                                                                           tmp_path=tmp_path)["queues"]],
                        timeout=240, step=2, what="the upgraded config's queue in flotilla queue list")
-        states = real_node.wait(lambda: (rows := flotilla("status", "--job-set", "research", "across", "--output",
+        states = real_node.wait(lambda: (rows := flotilla(url, "status", "--job-set", "research", "across", "--output",
                                                           "json", tmp_path=tmp_path)["jobs"])
                                 and all(r["state"] in ("succeeded", "failed", "cancelled") for r in rows) and rows,
                                 timeout=300, step=2, what="the job set to end")
@@ -137,7 +158,7 @@ def test_helm_install_runs_flotilla_on_real_1_and_uninstall_leaves_nothing(real_
         # helm rollback to the first revision: its ConfigMap lists no "added", the pod reloads it, and the queue
         # (a config queue with no unfinished job) is removed.
         run(helm, "rollback", "flt", "1", *kube, tmp_path=tmp_path)
-        real_node.wait(lambda: [q["name"] for q in flotilla("queue", "list", "--output", "json",
+        real_node.wait(lambda: [q["name"] for q in flotilla(url, "queue", "list", "--output", "json",
                                                             tmp_path=tmp_path)["queues"]] == ["production", "research"],
                        timeout=240, step=2, what="the queue the rollback dropped gone from flotilla queue list")
     finally:
@@ -145,9 +166,12 @@ def test_helm_install_runs_flotilla_on_real_1_and_uninstall_leaves_nothing(real_
             client.delete(f"/apis/batch/v1/namespaces/{namespace}/jobs/three", {"propagationPolicy": "Background"})
         except ApiError:
             pass
-        real_node.delete_pods(namespace)
         run(helm, "uninstall", "flt", *kube, "--wait", tmp_path=tmp_path, check=False)
-    # The token Secret the stand-in made, owned by the Deployment, goes with it (the garbage collector).
+        # The release's pod goes with its Deployment (the garbage collector); the test's own pods are deleted.
+        for pod in real_node.pods(namespace):
+            if pod["metadata"].get("labels", {}).get("app.kubernetes.io/instance") != "flt":
+                client.delete(pod_path(namespace, pod["metadata"]["name"]), {"gracePeriodSeconds": 1})
+    real_node.wait(lambda: not real_node.pods(namespace), timeout=180, step=1, what="every pod gone")
     real_node.wait(lambda: not [s for s in client.get(f"/api/v1/namespaces/{namespace}/secrets")["items"]
                                 if s["metadata"]["name"].startswith(("flt-", "sh.helm.release.v1.flt."))],
                    timeout=60, what="the release's Secrets gone")
@@ -157,6 +181,9 @@ def test_helm_install_runs_flotilla_on_real_1_and_uninstall_leaves_nothing(real_
                 if o["metadata"]["name"].startswith("flt-")]
         assert left == [], (kind, left)
     assert real_node.pods(namespace) == []
+    # The store's claim is kept (helm.sh/resource-policy: keep), so a reinstall finds the jobs' history.
+    assert [c["metadata"]["name"] for c in client.get(
+        f"/api/v1/namespaces/{namespace}/persistentvolumeclaims")["items"]] == ["flt-flotilla-data"]
     leases = client.get(f"/apis/coordination.k8s.io/v1/namespaces/{namespace}/leases")["items"]
     assert leases == []
     with pytest.raises(ApiError) as gone:

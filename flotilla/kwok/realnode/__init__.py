@@ -86,6 +86,8 @@ MONITOR_PERIOD, MONITOR_GRACE = "1s", "5s"
 TOOLS = ("kubelet", "kube-controller-manager", "kube-scheduler")
 #: kube-controller-manager's controllers on the node's cluster, those a workload needs on a cluster of one's own:
 #: a dead kubelet's node goes NotReady (node lifecycle), claims bind to volumes (persistentvolume binder), a
+#: claim and a volume in use are deleted only once no pod uses them (persistentvolumeclaim-protection,
+#: persistentvolume-protection: they take off the finalizers the API server puts on), a
 #: batch/v1 Job makes its pods and completes (job), a Deployment makes its ReplicaSet and that its pods
 #: (deployment, replicaset), a StatefulSet its numbered pods (statefulset), every namespace gets its ``default``
 #: ServiceAccount (serviceaccount; ServiceAccount admission refuses a pod whose account is missing) and the
@@ -99,7 +101,8 @@ CONTROLLERS = ("node-lifecycle-controller", "persistentvolume-binder-controller"
                "garbage-collector-controller", "ttl-after-finished-controller", "deployment-controller",
                "replicaset-controller", "statefulset-controller", "serviceaccount-controller",
                "serviceaccount-token-controller", "root-ca-certificate-publisher-controller",
-               "endpoints-controller", "endpointslice-controller")
+               "endpoints-controller", "endpointslice-controller", "persistentvolumeclaim-protection-controller",
+               "persistentvolume-protection-controller")
 #: The API server's admission plugins turned off on the node's cluster: only TaintNodesByCondition (its
 #: not-ready taint on the registering node would hold kube-scheduler and Flotilla back until the node
 #: lifecycle controller's next pass); ServiceAccount admission runs, as on any cluster.
