@@ -247,15 +247,18 @@ def wait_nodes_ready(client, names: list[str], timeout: float = 120.0) -> None:
 def up(name: str, nodes: int = 0, node_template: str | os.PathLike | None = None,
        kubeconfig: str = DEFAULT_KUBECONFIG, bin_dir: Path | None = None, timeout: float = 180.0,
        extra_args: list[str] = (), controllers: tuple[str, ...] = (), kube_scheduler: bool = False,
-       disable_admission: tuple[str, ...] = DISABLED_ADMISSION) -> FakeCluster:
+       cert_sans: tuple[str, ...] = (), disable_admission: tuple[str, ...] = DISABLED_ADMISSION) -> FakeCluster:
     """Create (or reuse, if it is already running) the fake cluster ``name`` with ``nodes`` nodes.
 
     ``controllers``: kube-controller-manager's controllers to run (none: no
     controller-manager). ``kube_scheduler``: run kube-scheduler too (the
-    baseline Flotilla is compared with). ``disable_admission``: the API
-    server's admission plugins to turn off (:data:`DISABLED_ADMISSION` unless
-    the cluster runs the controllers they need). A cluster that exists keeps
-    what it was created with.
+    baseline Flotilla is compared with). ``cert_sans``: names and addresses the
+    API server's serving certificate covers besides those kwokctl puts there
+    (this machine's addresses, ``localhost``, ``kubernetes.default.svc...``),
+    say the ``kubernetes`` Service's ClusterIP for clients in pods.
+    ``disable_admission``: the API server's admission plugins to turn off
+    (:data:`DISABLED_ADMISSION` unless the cluster runs the controllers they
+    need). A cluster that exists keeps what it was created with.
     """
     bin_dir = bin_dir or find_bin_dir()
     kubeconfig_path = os.path.expanduser(kubeconfig)
@@ -269,7 +272,8 @@ def up(name: str, nodes: int = 0, node_template: str | os.PathLike | None = None
         _add_nodes(cluster, template, nodes, timeout)
         return cluster
     for attempt in (1, 2):
-        _create(name, kubeconfig_path, bin_dir, timeout, extra_args, controllers, kube_scheduler, disable_admission)
+        _create(name, kubeconfig_path, bin_dir, timeout, extra_args, controllers, kube_scheduler, cert_sans,
+                disable_admission)
         try:
             _add_nodes(cluster, template, nodes, timeout)
             return cluster
@@ -283,12 +287,15 @@ def up(name: str, nodes: int = 0, node_template: str | os.PathLike | None = None
 
 
 def _create(name: str, kubeconfig_path: str, bin_dir: Path, timeout: float, extra_args,
-            controllers: tuple[str, ...] = (), kube_scheduler: bool = False,
+            controllers: tuple[str, ...] = (), kube_scheduler: bool = False, cert_sans: tuple[str, ...] = (),
             disable_admission: tuple[str, ...] = DISABLED_ADMISSION) -> None:
     wd = workdir(name)
     config = wd.parent.parent / f"flotilla-{name}-stages.yaml"
     config.parent.mkdir(parents=True, exist_ok=True)
-    config.write_text("\n---\n".join(p.read_text() for p in sorted(STAGES_DIR.glob("*.yaml"))))
+    documents = [p.read_text() for p in sorted(STAGES_DIR.glob("*.yaml"))]
+    if cert_sans:
+        documents.append(_kwokctl_options({"kubeApiserverCertSANs": list(cert_sans)}))
+    config.write_text("\n---\n".join(documents))
     ports = _free_ports(3)
     args = [str(bin_dir / "kwokctl"), "--name", name, "-c", str(config), "create", "cluster",
             "--runtime", "binary",
@@ -332,6 +339,13 @@ def _create(name: str, kubeconfig_path: str, bin_dir: Path, timeout: float, extr
     if result.returncode != 0:
         raise KwokError(f"kwokctl create cluster --name {name} failed ({result.returncode}): "
                         f"{result.stderr.strip()[-1500:]}")
+
+
+def _kwokctl_options(options: dict) -> str:
+    """A KwokctlConfiguration document with these options (kwokctl's defaults for the rest)."""
+    import json
+    return ("apiVersion: config.kwok.x-k8s.io/v1alpha1\nkind: KwokctlConfiguration\n"
+            f"options: {json.dumps(options)}\n")
 
 
 def _add_nodes(cluster: FakeCluster, template: dict, nodes: int, timeout: float) -> None:

@@ -29,7 +29,7 @@ def fake(tmp_path, monkeypatch):
     (``up`` stays running and makes the node Ready)."""
     bin_dir = tmp_path / "bin"
     bin_dir.mkdir()
-    for tool in ("kube-controller-manager", "kube-scheduler"):
+    for tool in ("kube-controller-manager", "kube-scheduler", "kube-proxy", "coredns"):
         (bin_dir / tool).write_text("")
     rn = realnode.node(tmp_path / "state")
     (rn.dir / "logs").mkdir(parents=True)

@@ -21,8 +21,9 @@ default ``/tmp/flotilla-realnode``):
    annotated ``kwok.x-k8s.io/node: fake``, so it leaves the real node alone,
    the API server reaching kubelets by their InternalIP (``pods/log``) and
    admitting pods with the ServiceAccount plugin (their token mounted at
-   ``/var/run/secrets/kubernetes.io/serviceaccount``), and kube-scheduler
-   binding the pods that name no other scheduler;
+   ``/var/run/secrets/kubernetes.io/serviceaccount``), its certificate
+   naming the ``kubernetes`` Service's ClusterIP, and kube-scheduler binding
+   the pods that name no other scheduler;
 4. kube-controller-manager running the controllers of :data:`CONTROLLERS`:
    a kubelet that stops makes its node NotReady (within about 5 s: the
    kubelet renews its lease every second), claims bind, Jobs, Deployments
@@ -30,7 +31,11 @@ default ``/tmp/flotilla-realnode``):
    ServiceAccount and the cluster's CA; so a chart installs as on a cluster
    of one's own;
 5. the kubelet, registering the node ``real-1`` (cgroup v1, cgroupfs, pods'
-   cgroups under ``/flotilla-realnode``), waited for until Ready.
+   cgroups under ``/flotilla-realnode``, cluster DNS at the node IP),
+   waited for until Ready;
+6. kube-proxy and CoreDNS (:mod:`flotilla.kwok.realnode.network`): pods
+   reach Services by ClusterIP and by name, the API server through the
+   ``kubernetes`` Service.
 
 ``restart_kubelet(max_pods=N)`` (``scripts/real-node kubelet-restart
 --max-pods N``) rewrites the kubelet's ``maxPods`` in its config and
@@ -40,13 +45,14 @@ in the config until changed again or the node is stopped; restarting
 without ``max_pods`` restores the template's :data:`MAX_PODS`.
 
 ``stop`` undoes it in order: the node's pods deleted while the kubelet still
-runs (so it tears their networks down), kubelet, controller manager,
+runs (so it tears their networks down), kubelet, CoreDNS, kube-proxy (and
+its chains, ``kube-proxy --cleanup``), controller manager,
 leftover containers, containerd, the cluster, then every mount under the
 directory (deepest first), the bridge, the CNI's NAT chains and the cgroups.
 Only processes whose pids this module recorded are signalled, and only while
 they still run the command line recorded with the pid, and besides them any
-other kubelet or containerd whose command line names a path in the state
-directory (:func:`_strays`): one started there by another checkout, whose
+other kubelet, containerd, kube-proxy or CoreDNS whose command line names a
+path in the state directory (:func:`_strays`): one started there by another checkout, whose
 pid file a later start overwrote, would otherwise outlive ``stop`` and hold
 the node's name, ports and mounts.
 
@@ -83,7 +89,7 @@ CNI_BIN = "/usr/lib/cni"
 NODE_LABEL = "flotilla.io/real-node"
 #: The node lifecycle controller's period and grace: NotReady about this long after the kubelet's last heartbeat.
 MONITOR_PERIOD, MONITOR_GRACE = "1s", "5s"
-TOOLS = ("kubelet", "kube-controller-manager", "kube-scheduler")
+TOOLS = ("kubelet", "kube-controller-manager", "kube-scheduler", "kube-proxy", "coredns")
 #: kube-controller-manager's controllers on the node's cluster, those a workload needs on a cluster of one's own:
 #: a dead kubelet's node goes NotReady (node lifecycle), claims bind to volumes (persistentvolume binder), a
 #: claim and a volume in use are deleted only once no pod uses them (persistentvolumeclaim-protection,
@@ -93,8 +99,9 @@ TOOLS = ("kubelet", "kube-controller-manager", "kube-scheduler")
 #: ServiceAccount (serviceaccount; ServiceAccount admission refuses a pod whose account is missing) and the
 #: ``kube-root-ca.crt`` ConfigMap its pods' token volume holds (root-ca-certificate-publisher), legacy token
 #: Secrets are filled (serviceaccount-token), a Service's endpoints follow its ready pods (endpoints,
-#: endpointslice: what kube-proxy routes to), what an owner's deletion leaves is collected (garbage collector:
-#: a deleted Job's pods, a release's objects) and finished Jobs with a TTL are deleted (ttl-after-finished).
+#: endpointslice: what kube-proxy and CoreDNS read, network.py), what an owner's deletion leaves is collected
+#: (garbage collector: a deleted Job's pods, a release's objects) and finished Jobs with a TTL are deleted
+#: (ttl-after-finished).
 #: Not run: the namespace controller (a deleted namespace stays Terminating), the pod GC, and those of clouds,
 #: certificates, quotas and autoscaling, which nothing here uses.
 CONTROLLERS = ("node-lifecycle-controller", "persistentvolume-binder-controller", "job-controller",
@@ -113,7 +120,7 @@ MAX_PODS = 110
 #: loaded machine and not again by hand); the first exit's reason goes to its log.
 EARLY_EXIT = 10.0
 COMMANDS = {"containerd": "containerd", "ctr": "containerd", "runc": "runc", "iptables": "iptables",
-            CNI_BIN + "/bridge": "containernetworking-plugins", "gcc": "gcc"}
+            CNI_BIN + "/bridge": "containernetworking-plugins", "gcc": "gcc", "conntrack": "conntrack"}
 
 
 class RealNodeError(RuntimeError):
@@ -310,7 +317,7 @@ def _end(rn: RealNode, component: str, timeout: float = 15.0) -> bool:
 
 
 #: The components stopped wherever they run from the state directory, pid file or not (:func:`_strays`).
-STRAYS = ("kubelet", "containerd")
+STRAYS = ("kubelet", "containerd", "kube-proxy", "coredns")
 
 
 def _strays(rn: RealNode, component: str) -> list[int]:
@@ -437,8 +444,11 @@ def _write_configs(rn: RealNode) -> None:
         _render("cni.conflist", NETWORK=NETWORK, BRIDGE=BRIDGE, SUBNET=SUBNET, **common))
     port = _free_port(10250)
     healthz = _free_port(10248)
+    from flotilla.kwok.realnode import network
     (config / "kubelet.yaml").write_text(_render("kubelet.yaml", CGROUP_ROOT=CGROUP_ROOT, PORT=str(port),
-                                                 HEALTHZ_PORT=str(healthz), MAX_PODS=str(MAX_PODS), **common))
+                                                 HEALTHZ_PORT=str(healthz), MAX_PODS=str(MAX_PODS),
+                                                 CLUSTER_DNS=network.dns_address(),
+                                                 CLUSTER_DOMAIN=network.CLUSTER_DOMAIN, **common))
 
 
 def _set_max_pods(rn: RealNode, max_pods: int) -> bool:
@@ -508,10 +518,12 @@ def _import_images(rn: RealNode) -> None:
 
 def _start_cluster(rn: RealNode, bin_dir: Path) -> None:
     from flotilla.kwok.cluster import KwokError, up
+    from flotilla.kwok.realnode.network import API_CLUSTER_IP
 
     try:
+        # Pods reach the API server at the `kubernetes` Service's ClusterIP: its certificate must name it.
         up(CLUSTER, nodes=0, kubeconfig=str(rn.kubeconfig), bin_dir=bin_dir, timeout=120, kube_scheduler=True,
-           disable_admission=DISABLED_ADMISSION, extra_args=[
+           disable_admission=DISABLED_ADMISSION, cert_sans=(API_CLUSTER_IP,), extra_args=[
             # kwokctl 0.8.0 keeps a component's patches at the position its first --extra-args had; the
             # cluster's own API server argument is the first, so a new component must come right after it.
             # kwokctl passes --manage-all-nodes=true; the later flag wins: only fake-annotated nodes are faked.
@@ -688,6 +700,9 @@ def running(rn: RealNode | None = None) -> bool:
         return False
     if any(_pid(rn, c) is None for c in ("containerd", "kube-controller-manager", "kubelet")):
         return False
+    from flotilla.kwok.realnode import network
+    if not network.running(rn):
+        return False
     if any(component_pid(CLUSTER, c) is None for c in ("etcd", "kube-apiserver", "kwok-controller",
                                                         "kube-scheduler")):
         return False
@@ -731,6 +746,9 @@ def start(rn: RealNode | None = None, bin_dir: Path | None = None) -> RealNode:
         _start_controller_manager(rn, bin_dir)
         kubelet_up(rn, bin_dir)
         lap("kubelet")
+        from flotilla.kwok.realnode import network
+        network.start(rn, bin_dir)
+        lap("network")
         timings["total"] = round(time.monotonic() - began, 2)
         (rn.dir / "timings.json").write_text(json.dumps({"time": time.time(), "phases": timings}) + "\n")
         _say(f"node {NODE} Ready in {timings['total']:.1f}s ({', '.join(f'{k} {v:.1f}s' for k, v in timings.items() if k != 'total')})")
@@ -851,6 +869,12 @@ def stop(rn: RealNode | None = None, bin_dir: Path | None = None) -> list[str]:
         if _pid(rn, "kubelet") is not None:
             _drain_node(rn)
         _end(rn, "kubelet")
+        from flotilla.kwok.realnode import network
+        try:
+            proxy_bin = tools(bin_dir)
+        except RealNodeError:
+            proxy_bin = None
+        problems += network.stop(rn, proxy_bin)
         _end(rn, "kube-controller-manager")
         _remove_containers(rn)
         _end(rn, "containerd")
