@@ -1,5 +1,5 @@
 """flotilla/kwok/realnode/chartpod.py's :func:`workload_pod` on the chart's own workloads (``helm template``): the
-standalone Deployment's pod (``scripts/real-node chart-pod``) and the bundled PostgreSQL StatefulSet's (the HA
+standalone Deployment's pod and the bundled PostgreSQL StatefulSet's (the HA
 real-node test) are their templates bound to real-1 on the host's network, owned by the workload, with the caller's
 port, arguments and environment, no probes, and every claim an emptyDir. No cluster: the real-node tests run them."""
 

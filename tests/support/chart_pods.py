@@ -1,10 +1,6 @@
-"""The chart's workloads run on the real node's cluster, which has no controllers to run them.
-
-What stands in for the controllers, kube-scheduler, ServiceAccount admission, kube-proxy and DNS is
-:mod:`flotilla.kwok.realnode.chartpod` (``scripts/real-node chart-pod`` uses it too): a pod from its workload's
-template, bound to ``real-1`` on the host's network, a token of the chart's ServiceAccount, claims as emptyDirs,
-owned by the workload so ``helm uninstall`` deletes it. Here are only the tests' ends of it: helm and kubectl run
-with their caches under the test's directory, and the module's functions called with a ``real_node`` fixture.
+"""The HA chart test's ends of :mod:`flotilla.kwok.realnode.chartpod` (the bundled PostgreSQL and the roles' pods
+made by hand on ``real-1``): helm and kubectl run with their caches under the test's directory, and the module's
+functions called with a ``real_node`` fixture.
 """
 
 from __future__ import annotations

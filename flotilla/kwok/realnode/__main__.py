@@ -1,4 +1,4 @@
-"""``python -m flotilla.kwok.realnode start|stop|env|kubelet-stop|kubelet-start|kubelet-restart|chart-pod`` (what
+"""``python -m flotilla.kwok.realnode start|stop|env|kubelet-stop|kubelet-start|kubelet-restart`` (what
 ``scripts/real-node`` runs).
 
 ``start`` and ``env`` print shell exports on stdout (``eval`` them); progress and errors go to stderr.
@@ -76,22 +76,6 @@ def kubelet_restart(max_pods: int) -> None:
     """Restart the kubelet with maxPods set; wait until real-1 is Ready with that many pod slots."""
     try:
         realnode.restart_kubelet(max_pods=max_pods)
-    except realnode.RealNodeError as exc:
-        _fail(exc)
-
-
-@main.command("chart-pod")
-@click.argument("deployment")
-@click.option("--namespace", "-n", required=True, help="The Deployment's namespace (the release's).")
-@click.option("--listen-port", type=click.IntRange(1, 65535), default=None,
-              help="The loopback port the pod listens on (default 18431).")
-def chart_pod(deployment: str, namespace: str, listen_port: int | None) -> None:
-    """Make the pod DEPLOYMENT would make, bound to real-1, as its controllers would (the cluster runs none of
-    them; see flotilla/kwok/realnode/chartpod.py); wait until it runs and print its name."""
-    from flotilla.kwok.realnode.chartpod import LISTEN_PORT, chart_pod as make
-
-    try:
-        click.echo(make(realnode.node(), deployment, namespace, listen_port or LISTEN_PORT))
     except realnode.RealNodeError as exc:
         _fail(exc)
 

@@ -1,39 +1,31 @@
-"""The pods a chart's workloads would make, made on the real node's cluster, which lacks what makes and runs them.
+"""The bundled PostgreSQL and the HA roles' pods of the chart, made by hand on the real node's cluster.
 
-A cluster a platform team installs Flotilla on runs the Deployment,
-ReplicaSet and StatefulSet controllers (the workloads' pods), kube-scheduler
-(their node), ServiceAccount admission (their token), kube-proxy (the
-``kubernetes`` Service's address) and cluster DNS. The real node's cluster
-runs none of these (its kube-controller-manager runs
-:data:`flotilla.kwok.realnode.CONTROLLERS`, and kube-proxy is not in the
-toolchain), so this module stands in for them, and only them:
+The node's cluster runs the workload controllers, kube-scheduler,
+ServiceAccount admission, kube-proxy and DNS, so the chart's default
+install (the standalone pod) runs there as on a cluster of one's own
+(tests/realnode/test_realnode_helm.py, deploy/README.md's walk). The HA
+test (tests/realnode/test_realnode_helm_ha.py) still makes its pods with
+this module, on the host's network, each named by the caller:
 
 * a pod is its workload's template as it is (:func:`workload_pod`), bound to
   ``real-1`` (``nodeName``), with the template's labels, owned by the
   workload (deleting it, as ``helm uninstall`` does, deletes the pod through
-  the garbage collector, which the cluster runs); a Deployment with several
-  replicas or a StatefulSet gets one call per pod, each named by the caller;
+  the garbage collector);
 * its token is the chart's ServiceAccount's (a TokenRequest, as the kubelet
   asks for a projected token), with the cluster's CA and the namespace, in a
   Secret mounted where ServiceAccount admission mounts them
   (:func:`token_secret`);
-* with no kube-proxy to reach the ``kubernetes`` Service, the pod shares the
-  host's network and is told the API server's loopback address
-  (``KUBERNETES_SERVICE_HOST``/``PORT``); it listens on a loopback port of
-  its own (its one container port becomes that port), and its probes are
-  left out (they would knock on the template's port);
+* on the host's network it is told the API server's loopback address
+  (``KUBERNETES_SERVICE_HOST``/``PORT``); it listens on a loopback port the
+  caller gives (its one container port becomes that port), and its probes
+  are left out (they would knock on the template's port);
 * environment variables the caller gives set or replace the container's
-  (e.g. a store URL naming the host's loopback instead of a Service's name,
-  which no DNS resolves here);
+  (e.g. a store URL naming the host's loopback instead of a Service's name);
 * every claim - a claim volume or a StatefulSet's claim template - is an
-  emptyDir (a claim on a local volume is tested in
-  tests/realnode/test_realnode_volumes.py).
+  emptyDir.
 
 Everything else - image, command, config, RBAC, security contexts - is the
-chart's, so the pod reads the real API server's objects with the chart's
-ServiceAccount under RBAC and binds pods from inside the cluster.
-:func:`chart_pod` (``scripts/real-node chart-pod``) makes the one pod of a
-standalone Deployment with all of this.
+chart's.
 """
 
 from __future__ import annotations
@@ -46,10 +38,8 @@ from urllib.parse import urlparse
 
 import yaml
 
-from flotilla.kwok.realnode import CLUSTER, NODE, RealNode, RealNodeError
+from flotilla.kwok.realnode import CLUSTER, NODE, RealNodeError
 
-#: The loopback port the chart's pod listens on (the host's network: away from the chart's 8080).
-LISTEN_PORT = 18431
 TOKEN_SECONDS = 24 * 3600
 TOKEN_MOUNT = "/var/run/secrets/kubernetes.io/serviceaccount"
 
@@ -137,27 +127,3 @@ def wait_running(client, namespace: str, name: str, timeout: float = 240.0) -> d
                                 f"{time.monotonic() - deadline + timeout:.0f}s")
         time.sleep(0.5)
     return pod
-
-
-def chart_pod(rn: RealNode, deployment: str, namespace: str, listen_port: int = LISTEN_PORT,
-              timeout: float = 240.0) -> str:
-    """Make the pod of ``deployment`` (see the module's docstring), wait until it runs; returns its name."""
-    from flotilla.kubernetes.client import ApiError, pod_path
-
-    client = rn.client()
-    try:
-        try:
-            owner = client.get(f"/apis/apps/v1/namespaces/{namespace}/deployments/{deployment}")
-        except ApiError as exc:
-            raise RealNodeError(f"deployment {namespace}/{deployment}: {exc}") from None
-        account = owner["spec"]["template"]["spec"].get("serviceAccountName") or "default"
-        # The Secret is owned by the Deployment too: helm uninstall deletes it with the pod.
-        token = token_secret(client, namespace, account, f"{deployment}-token", owners=[owner_reference(owner)])
-        name = f"{deployment}-pod"
-        client.post(pod_path(namespace), workload_pod(
-            owner, name, server=api_server(rn.kubeconfig), token=token,
-            args=["--listen", f"127.0.0.1:{listen_port}"], port=listen_port))
-        wait_running(client, namespace, name, timeout)
-        return name
-    finally:
-        client.close()
