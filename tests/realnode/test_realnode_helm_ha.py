@@ -1,14 +1,12 @@
 """The chart installed in mode ha with its bundled PostgreSQL (``ci/ha-values.yaml``, ``postgresql.enabled``) on the
-real node's cluster: the PostgreSQL of ``scripts/image --postgres``, two API replicas and two schedulers of
-``scripts/image`` run on ``real-1``; one scheduler leads. A job set runs; the leader's pod is deleted while its
-jobs run; the standby takes the lead and schedules what is submitted after; every job succeeds exactly once.
-``helm upgrade`` keeps the generated password; ``helm uninstall`` leaves no Flotilla object, pod or lease behind.
-The PostgreSQL image without a password exits at once, saying what is missing.
-
-The node's cluster has no controllers, kube-proxy or DNS: flotilla/kwok/realnode/chartpod.py makes the pods from the
-workloads' templates. The roles reach PostgreSQL on the host's loopback, so their store URL is the Secret's, with
-the Service's name and port replaced by that address (its user, password and database are the Secret's: the
-server made them from the same Secret on its first start). The requests are set down to fit the one small node.
+real node's cluster as on a cluster of one's own: the StatefulSet and Deployment controllers make the pods,
+kube-scheduler puts them on ``real-1`` (PostgreSQL's claim binds to a local volume of a default StorageClass), the
+roles reach the API server through the ``kubernetes`` Service and PostgreSQL by its Service's name (kube-proxy,
+CoreDNS). The PostgreSQL of ``scripts/image --postgres``, two API replicas and two schedulers of ``scripts/image``
+run; one scheduler leads. A job set runs; the leader's pod is deleted while its jobs run; the standby takes the
+lead and schedules what is submitted after; every job succeeds exactly once. ``helm upgrade`` keeps the generated
+password; ``helm uninstall`` leaves no Flotilla object, pod or lease behind. The requests are set down to fit the
+one small node. The PostgreSQL image without a password exits at once, saying what is missing.
 """
 
 from __future__ import annotations
@@ -19,7 +17,7 @@ import os
 import subprocess
 import sys
 from pathlib import Path
-from urllib.parse import urlparse, urlunparse
+from urllib.parse import urlparse
 
 import httpx
 import pytest
@@ -27,10 +25,9 @@ import yaml
 from prometheus_client.parser import text_string_to_metric_families
 
 from flotilla.kubernetes.client import ApiError, pod_path
-from flotilla.kwok.realnode.chartpod import workload_pod
-from tests.support.chart_pods import api_server, run, running, token_secret
+from tests.support.chart_pods import run
 from tests.support.image import REPO, imported_image, imported_postgres_image
-from tests.support.serve import free_port
+from tests.support.local_storage import default_local_storage
 
 pytestmark = [pytest.mark.realnode, pytest.mark.image]
 
@@ -50,21 +47,28 @@ def flotilla(url: str, *args: str, tmp_path: Path):
     return json.loads(result.stdout)
 
 
-def leads(port: int) -> bool:
-    """Whether the scheduler listening on ``port`` reports itself the leader."""
+def leads(address: str) -> bool:
+    """Whether the scheduler at ``address`` (its pod's IP and port) reports itself the leader."""
     try:
-        text = httpx.get(f"http://127.0.0.1:{port}/metrics", timeout=5).text
+        text = httpx.get(f"http://{address}/metrics", timeout=5).text
     except httpx.HTTPError:
         return False
     return any(sample.value == 1.0 for family in text_string_to_metric_families(text)
                for sample in family.samples if sample.name == "flotilla_scheduler_leader")
 
 
-def ready(port: int) -> bool:
-    try:
-        return httpx.get(f"http://127.0.0.1:{port}/readyz", timeout=5).status_code == 200
-    except httpx.HTTPError:
-        return False
+def role_pods(real_node, role: str, count: int, timeout: float = 300) -> dict[str, str]:
+    """The release's ``count`` pods of ``role`` once each runs and is ready: name -> IP:port."""
+    selector = f"app.kubernetes.io/instance=flt,app.kubernetes.io/name=flt-flotilla-{role}"
+
+    def find():
+        pods = real_node.client.get(pod_path(real_node.namespace), labelSelector=selector)["items"]
+        ready = {p["metadata"]["name"]: "{}:{}".format(p["status"]["podIP"],
+                                                        p["spec"]["containers"][0]["ports"][0]["containerPort"])
+                 for p in pods if p["status"].get("phase") == "Running" and not p["metadata"].get("deletionTimestamp")
+                 and all(s.get("ready") for s in p["status"].get("containerStatuses") or [{}])}
+        return ready if len(ready) == count == len(pods) else None
+    return real_node.wait(find, timeout, f"{count} {role} pods running and ready", step=1)
 
 
 def jobs_file(path: Path, job_set: str, ids: range, image: str) -> Path:
@@ -77,6 +81,11 @@ def jobs_file(path: Path, job_set: str, ids: range, image: str) -> Path:
 
 
 def test_ha_with_the_bundled_postgresql_survives_the_leaders_pod_deleted_mid_run(real_node, tmp_path):
+    with default_local_storage(real_node, tmp_path / "volumes", size="8Gi") as (volume,):
+        failover(real_node, tmp_path, volume)
+
+
+def failover(real_node, tmp_path: Path, volume: str) -> None:
     image = imported_image(tmp_path / "flotilla.oci.tar")
     assert imported_postgres_image(tmp_path / "postgresql.oci.tar") == "flotilla.local/postgresql:15"
     helm = str(real_node.bin_dir / "helm")
@@ -98,33 +107,23 @@ def test_ha_with_the_bundled_postgresql_survives_the_leaders_pod_deleted_mid_run
             "postgresql+psycopg", "flotilla", f"flt-flotilla-postgresql.{namespace}.svc", 5432, "/flotilla")
         assert url.password == base64.b64decode(secret["data"]["password"]).decode()
 
-        pg_port = free_port()
-        client.post(pod_path(namespace), workload_pod(client.get(f"{apps}/statefulsets/flt-flotilla-postgresql"),
-                                                      "flt-flotilla-postgresql-0", env={"PGPORT": str(pg_port)},
-                                                      port=pg_port))
-        running(real_node, "flt-flotilla-postgresql-0")
-        store = urlunparse(url._replace(netloc=f"{url.username}:{url.password}@127.0.0.1:{pg_port}"))
-        server, token = api_server(real_node), token_secret(real_node, "flt-flotilla", "sa-token")
-        ports = {}
-        for role in ("api", "scheduler"):
-            deployment = client.get(f"{apps}/deployments/flt-flotilla-{role}")
-            assert deployment["spec"]["replicas"] == 2
-            for i in range(2):
-                pod, port = f"flt-flotilla-{role}-{i}", free_port()
-                ports[pod] = port
-                client.post(pod_path(namespace), workload_pod(
-                    deployment, pod, server=server, token=token, env={"FLOTILLA_STORE_URL": store},
-                    args=["--listen", f"127.0.0.1:{port}"], port=port))
-        for pod, port in ports.items():
-            running(real_node, pod)
-            real_node.wait(lambda: ready(port), timeout=240, step=1, what=f"{pod} ready")
-        schedulers = ["flt-flotilla-scheduler-0", "flt-flotilla-scheduler-1"]
-        leader = real_node.wait(lambda: [p for p in schedulers if leads(ports[p])], timeout=120, step=1,
+        assert client.get(f"{apps}/deployments/flt-flotilla-api")["spec"]["replicas"] == 2
+        assert client.get(f"{apps}/deployments/flt-flotilla-scheduler")["spec"]["replicas"] == 2
+        postgresql = role_pods(real_node, "postgresql", 1)
+        assert list(postgresql) == ["flt-flotilla-postgresql-0"]
+        claim = client.get(f"/api/v1/namespaces/{namespace}/persistentvolumeclaims/data-flt-flotilla-postgresql-0")
+        assert (claim["status"]["phase"], claim["spec"]["volumeName"]) == ("Bound", volume)
+        apis, addresses = role_pods(real_node, "api", 2), role_pods(real_node, "scheduler", 2)
+        for pod in [*postgresql, *apis, *addresses]:
+            spec = client.get(pod_path(namespace, pod))["spec"]
+            assert (spec["schedulerName"], spec["nodeName"]) == ("default-scheduler", "real-1"), pod
+        schedulers = sorted(addresses)
+        leader = real_node.wait(lambda: [p for p in schedulers if leads(addresses[p])], timeout=120, step=1,
                                 what="a scheduler to lead")
         assert len(leader) == 1, leader
         (leader,) = leader
         (standby,) = [p for p in schedulers if p != leader]
-        api = [f"http://127.0.0.1:{ports[f'flt-flotilla-api-{i}']}" for i in range(2)]
+        api = [f"http://{apis[pod]}" for pod in sorted(apis)]
 
         # Four jobs through one API replica; once they run, the leader's pod is deleted (SIGTERM, as kubectl
         # delete does) and the standby takes the lead; two more jobs, through the other replica, run under it.
@@ -139,7 +138,7 @@ def test_ha_with_the_bundled_postgresql_survives_the_leaders_pod_deleted_mid_run
         real_node.wait(lambda: any(r["state"] == "running" for r in states().values()), timeout=240, step=1,
                        what="a job of the set running")
         client.delete(pod_path(namespace, leader))
-        real_node.wait(lambda: leads(ports[standby]), timeout=120, step=1, what=f"the standby {standby} to lead")
+        real_node.wait(lambda: leads(addresses[standby]), timeout=120, step=1, what=f"the standby {standby} to lead")
         real_node.wait(lambda: not [p for p in real_node.pods(namespace) if p["metadata"]["name"] == leader],
                        timeout=120, step=1, what=f"the leader's pod {leader} gone")
         submitted += flotilla(api[1], "submit", str(jobs_file(tmp_path / "after.yaml", "failover", range(4, 6),
@@ -151,12 +150,12 @@ def test_ha_with_the_bundled_postgresql_survives_the_leaders_pod_deleted_mid_run
             timeout=420, step=2, what="the job set to end")
         assert sorted((r["clientId"], r["id"], r["state"], r["retries"], r["node"]) for r in ended.values()) == [
             (f"j{i}", ids[f"j{i}"], "succeeded", 0, "real-1") for i in range(6)]
-        assert leads(ports[standby])
+        assert leads(addresses[standby])
         # An upgrade keeps the generated password (read back from the Secret): the database made with it still
         # takes it.
         run(helm, "upgrade", "flt", str(CHART), *kube, "--reuse-values", tmp_path=tmp_path)
         assert client.get(f"/api/v1/namespaces/{namespace}/secrets/flt-flotilla-postgresql")["data"] == secret["data"]
-        for pod in [*ports, "flt-flotilla-postgresql-0"]:
+        for pod in [*apis, *addresses, *postgresql]:
             if pod != leader:
                 status = client.get(pod_path(namespace, pod))["status"]
                 assert status["containerStatuses"][0]["restartCount"] == 0, (pod, status)
@@ -166,10 +165,6 @@ def test_ha_with_the_bundled_postgresql_survives_the_leaders_pod_deleted_mid_run
             if pod["metadata"].get("labels", {}).get("app.kubernetes.io/instance") != "flt":
                 client.delete(pod_path(namespace, pod["metadata"]["name"]), {"gracePeriodSeconds": 1})
         run(helm, "uninstall", "flt", *kube, "--wait", tmp_path=tmp_path, check=False)
-        try:
-            client.delete(f"/api/v1/namespaces/{namespace}/secrets/sa-token")
-        except ApiError:
-            pass
         try:
             real_node.wait(lambda: not real_node.pods(namespace), timeout=180, step=1, what="every pod gone")
             left_pods = []
