@@ -25,7 +25,7 @@ import yaml
 from prometheus_client.parser import text_string_to_metric_families
 
 from flotilla.kubernetes.client import ApiError, pod_path
-from tests.support.chart_pods import run
+from tests.support.helm import run
 from tests.support.image import REPO, imported_image, imported_postgres_image
 from tests.support.local_storage import default_local_storage
 
