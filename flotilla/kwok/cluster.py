@@ -8,7 +8,10 @@ baseline that Kubernetes' e2e tests compare Flotilla with); there is no controll
 either, so no namespace gets a ``default`` ServiceAccount: the API server
 runs with the ServiceAccount admission plugin disabled, and without
 TaintNodesByCondition (whose not-ready taint on new nodes only the node
-controller would remove; kube-scheduler, the benchmark's baseline, heeds it). kwok-controller gets
+controller would remove; kube-scheduler, the benchmark's baseline, heeds it).
+Those two are :data:`DISABLED_ADMISSION`, ``up``'s default; a caller that runs
+the controllers they need (the real node's cluster runs the ServiceAccount
+controllers) passes its own ``disable_admission``. kwok-controller gets
 our Stage documents (``flotilla/kwok/stages/*.yaml``): nodes become Ready at
 once, pods Running at once and Succeeded after the duration the backend
 writes on them, deleted pods go after their grace period.
@@ -54,6 +57,10 @@ JOB_CONTROLLERS = ("job", "garbagecollector", "podgc")
 CONTROLLER_MANAGER_ARGS = ("leader-elect=false", "kube-api-qps=2000", "kube-api-burst=4000",
                            "concurrent-job-syncs=20", "concurrent-gc-syncs=20")
 DEFAULT_KUBECONFIG = "~/.kube/config"
+#: The API server's admission plugins turned off unless ``up``'s caller says otherwise: ServiceAccount (no
+#: serviceaccount controller makes namespaces' ``default`` ServiceAccount) and TaintNodesByCondition (no node
+#: controller takes a new node's not-ready taint off again).
+DISABLED_ADMISSION = ("ServiceAccount", "TaintNodesByCondition")
 
 DEFAULT_NODE: dict[str, Any] = {
     "apiVersion": "v1",
@@ -239,13 +246,16 @@ def wait_nodes_ready(client, names: list[str], timeout: float = 120.0) -> None:
 
 def up(name: str, nodes: int = 0, node_template: str | os.PathLike | None = None,
        kubeconfig: str = DEFAULT_KUBECONFIG, bin_dir: Path | None = None, timeout: float = 180.0,
-       extra_args: list[str] = (), controllers: tuple[str, ...] = (), kube_scheduler: bool = False) -> FakeCluster:
+       extra_args: list[str] = (), controllers: tuple[str, ...] = (), kube_scheduler: bool = False,
+       disable_admission: tuple[str, ...] = DISABLED_ADMISSION) -> FakeCluster:
     """Create (or reuse, if it is already running) the fake cluster ``name`` with ``nodes`` nodes.
 
     ``controllers``: kube-controller-manager's controllers to run (none: no
     controller-manager). ``kube_scheduler``: run kube-scheduler too (the
-    baseline Flotilla is compared with). A cluster that exists keeps what it
-    was created with.
+    baseline Flotilla is compared with). ``disable_admission``: the API
+    server's admission plugins to turn off (:data:`DISABLED_ADMISSION` unless
+    the cluster runs the controllers they need). A cluster that exists keeps
+    what it was created with.
     """
     bin_dir = bin_dir or find_bin_dir()
     kubeconfig_path = os.path.expanduser(kubeconfig)
@@ -259,7 +269,7 @@ def up(name: str, nodes: int = 0, node_template: str | os.PathLike | None = None
         _add_nodes(cluster, template, nodes, timeout)
         return cluster
     for attempt in (1, 2):
-        _create(name, kubeconfig_path, bin_dir, timeout, extra_args, controllers, kube_scheduler)
+        _create(name, kubeconfig_path, bin_dir, timeout, extra_args, controllers, kube_scheduler, disable_admission)
         try:
             _add_nodes(cluster, template, nodes, timeout)
             return cluster
@@ -273,7 +283,8 @@ def up(name: str, nodes: int = 0, node_template: str | os.PathLike | None = None
 
 
 def _create(name: str, kubeconfig_path: str, bin_dir: Path, timeout: float, extra_args,
-            controllers: tuple[str, ...] = (), kube_scheduler: bool = False) -> None:
+            controllers: tuple[str, ...] = (), kube_scheduler: bool = False,
+            disable_admission: tuple[str, ...] = DISABLED_ADMISSION) -> None:
     wd = workdir(name)
     config = wd.parent.parent / f"flotilla-{name}-stages.yaml"
     config.parent.mkdir(parents=True, exist_ok=True)
@@ -289,10 +300,13 @@ def _create(name: str, kubeconfig_path: str, bin_dir: Path, timeout: float, extr
             # Ports of our choosing, away from those kwokctl hands out (counting down from 32767): a stopped
             # API server finds its port free when started again, and clusters created at once do not collide.
             "--kube-apiserver-port", str(ports[0]), "--etcd-port", str(ports[1]), "--controller-port", str(ports[2]),
-            # No controller-manager: nothing would create namespaces' default ServiceAccount, nor take
-            # the not-ready taint that TaintNodesByCondition puts on every new node off again.
-            "--extra-args", "kube-apiserver=disable-admission-plugins=ServiceAccount,TaintNodesByCondition",
             "--timeout", f"{int(timeout)}s", "--wait", f"{int(timeout)}s"]
+    bad = [p for p in disable_admission if not p.isalnum()]
+    if bad:
+        raise KwokError(f"not an admission plugin name: {', '.join(bad)}")
+    if disable_admission:
+        # The API server's first --extra-args: kwokctl 0.8 orders components' patches by their first one.
+        args += ["--extra-args", f"kube-apiserver=disable-admission-plugins={','.join(disable_admission)}"]
     if controllers:
         unknown = [c for c in controllers if not c.replace("-", "").isalnum()]
         if unknown:
@@ -556,6 +570,6 @@ def start(name: str, bin_dir: Path | None = None, timeout: float = 120.0) -> lis
     return started
 
 
-__all__ = ["FakeCluster", "JOB_CONTROLLERS", "KwokError", "ReusedPid", "create_nodes", "down", "find_bin_dir",
+__all__ = ["DISABLED_ADMISSION", "FakeCluster", "JOB_CONTROLLERS", "KwokError", "ReusedPid", "create_nodes", "down", "find_bin_dir",
            "load_node_template", "process_alive", "process_argv", "render_node", "start", "start_component",
            "stop_component", "stop_process", "stop_processes", "up", "wait_nodes_ready", "wait_ready"]

@@ -374,7 +374,7 @@ def test_kept_finished_pods_end_their_retention_across_a_restart(kwok):
 
 def test_kwok_up_and_down_commands(tmp_path):
     """`flotilla kwok up` prints the context and makes N fake nodes from a template; `down` removes it all."""
-    from flotilla.kwok.cluster import workdir
+    from flotilla.kwok.cluster import _components, workdir
     from flotilla.kubernetes.client import KubeClient
     from flotilla.scheduler_main import main
     from tests.support.kwok import _toolchain
@@ -395,6 +395,10 @@ def test_kwok_up_and_down_commands(tmp_path):
         assert all(n["metadata"]["annotations"]["kwok.x-k8s.io/node"] == "fake" for n in nodes)
         assert all(n["status"]["allocatable"]["nvidia.com/gpu"] == "2" for n in nodes)
         client.close()
+        # The default cluster runs no controller-manager: ServiceAccount admission and TaintNodesByCondition off.
+        [apiserver] = [c["args"] for c in _components(name) if c["name"] == "kube-apiserver"]
+        assert [a for a in apiserver if a.startswith("--disable-admission-plugins")] == [
+            "--disable-admission-plugins=ServiceAccount,TaintNodesByCondition"]
     finally:
         result = CliRunner().invoke(main, ["kwok", "down", "--name", name, "--kubeconfig", str(kubeconfig)])
     assert result.exit_code == 0, result.output

@@ -29,7 +29,8 @@ def fake(tmp_path, monkeypatch):
     (``up`` stays running and makes the node Ready)."""
     bin_dir = tmp_path / "bin"
     bin_dir.mkdir()
-    (bin_dir / "kube-controller-manager").write_text("")
+    for tool in ("kube-controller-manager", "kube-scheduler"):
+        (bin_dir / tool).write_text("")
     rn = realnode.node(tmp_path / "state")
     (rn.dir / "logs").mkdir(parents=True)
     (rn.dir / "pids").mkdir()

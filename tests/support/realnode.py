@@ -10,7 +10,7 @@ Sessions that use the node sign in under ``<state dir>.sessions/<pid>``;
 the last one to leave stops the node if a test session started it, and
 leaves alone a node someone started by hand.
 
-Without root or without the toolchain (kubelet, kube-controller-manager)
+Without root or without the toolchain (kubelet, kube-controller-manager, kube-scheduler)
 the tests are skipped locally and fail under CI (``CI`` set).
 """
 
@@ -86,13 +86,29 @@ class RealNodeCluster:
     def pods(self, namespace: str | None = None) -> list[dict]:
         return self.client.get(pod_path(namespace or self.namespace))["items"]
 
-    def create_namespace(self, name: str) -> None:
+    def create_namespace(self, name: str, timeout: float = 60.0) -> None:
+        """Create the namespace and wait for what its pods need: the ``default`` ServiceAccount (ServiceAccount
+        admission refuses a pod whose account is missing) and the ``kube-root-ca.crt`` ConfigMap (the token
+        volume's CA), both made by kube-controller-manager, as Kubernetes' e2e framework waits for them."""
         try:
             self.client.post("/api/v1/namespaces", {"apiVersion": "v1", "kind": "Namespace",
                                                     "metadata": {"name": name}})
         except ApiError as exc:
             if exc.status != 409:
                 raise
+
+        def exists(path: str) -> bool:
+            try:
+                self.client.get(path)
+                return True
+            except ApiError as exc:
+                if exc.status != 404:
+                    raise
+                return False
+
+        self.wait(lambda: exists(f"/api/v1/namespaces/{name}/serviceaccounts/default")
+                  and exists(f"/api/v1/namespaces/{name}/configmaps/kube-root-ca.crt"),
+                  timeout, f"namespace {name}'s default ServiceAccount and kube-root-ca.crt ConfigMap")
 
     def delete_pods(self, namespace: str | None = None, timeout: float = 60.0) -> None:
         """Delete the namespace's pods (grace 1 s, the kubelet tears them down) and wait until they are gone."""

@@ -17,12 +17,18 @@ default ``/tmp/flotilla-realnode``):
 2. containerd with its own socket, root and state, the CRI plugin using
    ``runc`` and the bridge CNI (bridge ``flrn0``, 10.244.0.0/24, NAT out);
 3. the KWOK cluster ``flotilla-realnode`` (etcd, kube-apiserver,
-   kwok-controller), with kwok-controller faking only nodes annotated
-   ``kwok.x-k8s.io/node: fake``, so it leaves the real node alone, and the
-   API server reaching kubelets by their InternalIP (``pods/log``);
+   kwok-controller, kube-scheduler), with kwok-controller faking only nodes
+   annotated ``kwok.x-k8s.io/node: fake``, so it leaves the real node alone,
+   the API server reaching kubelets by their InternalIP (``pods/log``) and
+   admitting pods with the ServiceAccount plugin (their token mounted at
+   ``/var/run/secrets/kubernetes.io/serviceaccount``), and kube-scheduler
+   binding the pods that name no other scheduler;
 4. kube-controller-manager running the controllers of :data:`CONTROLLERS`:
    a kubelet that stops makes its node NotReady (within about 5 s: the
-   kubelet renews its lease every second), claims bind, Jobs run their pods;
+   kubelet renews its lease every second), claims bind, Jobs, Deployments
+   and StatefulSets run their pods, namespaces get their ``default``
+   ServiceAccount and the cluster's CA; so a chart installs as on a cluster
+   of one's own;
 5. the kubelet, registering the node ``real-1`` (cgroup v1, cgroupfs, pods'
    cgroups under ``/flotilla-realnode``), waited for until Ready.
 
@@ -77,15 +83,27 @@ CNI_BIN = "/usr/lib/cni"
 NODE_LABEL = "flotilla.io/real-node"
 #: The node lifecycle controller's period and grace: NotReady about this long after the kubelet's last heartbeat.
 MONITOR_PERIOD, MONITOR_GRACE = "1s", "5s"
-TOOLS = ("kubelet", "kube-controller-manager")
-#: kube-controller-manager's controllers on the node's cluster: a dead kubelet's node goes NotReady (node
-#: lifecycle), claims bind to volumes (persistentvolume binder), a batch/v1 Job makes its pods and completes
-#: (job), and what an owner's deletion leaves is collected (garbage collector: a deleted Job's pods, a release's
-#: objects), finished Jobs with a TTL are deleted (ttl-after-finished). Not run, and why: deployment and
-#: replicaset (no kube-scheduler places their pods, see tests/realnode/test_realnode_helm.py), serviceaccount
-#: and root-ca-certificate-publisher (the cluster's API server runs without ServiceAccount admission).
+TOOLS = ("kubelet", "kube-controller-manager", "kube-scheduler")
+#: kube-controller-manager's controllers on the node's cluster, those a workload needs on a cluster of one's own:
+#: a dead kubelet's node goes NotReady (node lifecycle), claims bind to volumes (persistentvolume binder), a
+#: batch/v1 Job makes its pods and completes (job), a Deployment makes its ReplicaSet and that its pods
+#: (deployment, replicaset), a StatefulSet its numbered pods (statefulset), every namespace gets its ``default``
+#: ServiceAccount (serviceaccount; ServiceAccount admission refuses a pod whose account is missing) and the
+#: ``kube-root-ca.crt`` ConfigMap its pods' token volume holds (root-ca-certificate-publisher), legacy token
+#: Secrets are filled (serviceaccount-token), a Service's endpoints follow its ready pods (endpoints,
+#: endpointslice: what kube-proxy routes to), what an owner's deletion leaves is collected (garbage collector:
+#: a deleted Job's pods, a release's objects) and finished Jobs with a TTL are deleted (ttl-after-finished).
+#: Not run: the namespace controller (a deleted namespace stays Terminating), the pod GC, and those of clouds,
+#: certificates, quotas and autoscaling, which nothing here uses.
 CONTROLLERS = ("node-lifecycle-controller", "persistentvolume-binder-controller", "job-controller",
-               "garbage-collector-controller", "ttl-after-finished-controller")
+               "garbage-collector-controller", "ttl-after-finished-controller", "deployment-controller",
+               "replicaset-controller", "statefulset-controller", "serviceaccount-controller",
+               "serviceaccount-token-controller", "root-ca-certificate-publisher-controller",
+               "endpoints-controller", "endpointslice-controller")
+#: The API server's admission plugins turned off on the node's cluster: only TaintNodesByCondition (its
+#: not-ready taint on the registering node would hold kube-scheduler and Flotilla back until the node
+#: lifecycle controller's next pass); ServiceAccount admission runs, as on any cluster.
+DISABLED_ADMISSION = ("TaintNodesByCondition",)
 #: The kubelet's ``maxPods`` as the node starts (:file:`kubelet.yaml`); ``restart_kubelet`` sets another.
 MAX_PODS = 110
 #: A kubelet that ends this soon after its start is started once more (an exit at start-up, seen once under a
@@ -353,7 +371,7 @@ def busybox_path() -> Path:
 
 
 def tools(bin_dir: Path | None = None) -> Path:
-    """The toolchain directory, with kubelet and kube-controller-manager beside the KWOK tools."""
+    """The toolchain directory, with kubelet, kube-controller-manager and kube-scheduler beside the KWOK tools."""
     from flotilla.kwok.cluster import KwokError, find_bin_dir
 
     try:
@@ -489,7 +507,8 @@ def _start_cluster(rn: RealNode, bin_dir: Path) -> None:
     from flotilla.kwok.cluster import KwokError, up
 
     try:
-        up(CLUSTER, nodes=0, kubeconfig=str(rn.kubeconfig), bin_dir=bin_dir, timeout=120, extra_args=[
+        up(CLUSTER, nodes=0, kubeconfig=str(rn.kubeconfig), bin_dir=bin_dir, timeout=120, kube_scheduler=True,
+           disable_admission=DISABLED_ADMISSION, extra_args=[
             # kwokctl 0.8.0 keeps a component's patches at the position its first --extra-args had; the
             # cluster's own API server argument is the first, so a new component must come right after it.
             # kwokctl passes --manage-all-nodes=true; the later flag wins: only fake-annotated nodes are faked.
@@ -508,11 +527,17 @@ def _cluster_kubeconfig() -> Path:
 
 
 def _start_controller_manager(rn: RealNode, bin_dir: Path) -> None:
+    from flotilla.kwok.cluster import workdir
+
     if _pid(rn, "kube-controller-manager") is not None:
         return
+    pki = workdir(CLUSTER) / "pki"
     _spawn(rn, "kube-controller-manager", [
         str(bin_dir / "kube-controller-manager"), "--kubeconfig", str(_cluster_kubeconfig()),
         f"--controllers={','.join(CONTROLLERS)}", "--leader-elect=false", "--secure-port=0",
+        # The key kwokctl gives the API server to check service account tokens with (it signs with the same),
+        # and the CA the ConfigMap kube-root-ca.crt publishes to every namespace.
+        f"--service-account-private-key-file={pki / 'admin.key'}", f"--root-ca-file={pki / 'ca.crt'}",
         f"--node-monitor-period={MONITOR_PERIOD}", f"--node-monitor-grace-period={MONITOR_GRACE}", "--v=1"])
 
 
@@ -660,7 +685,8 @@ def running(rn: RealNode | None = None) -> bool:
         return False
     if any(_pid(rn, c) is None for c in ("containerd", "kube-controller-manager", "kubelet")):
         return False
-    if any(component_pid(CLUSTER, c) is None for c in ("etcd", "kube-apiserver", "kwok-controller")):
+    if any(component_pid(CLUSTER, c) is None for c in ("etcd", "kube-apiserver", "kwok-controller",
+                                                        "kube-scheduler")):
         return False
     try:
         return node_condition(rn) == "True"
