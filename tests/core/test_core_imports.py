@@ -187,7 +187,7 @@ def test_the_kubernetes_backend_parts_import_no_sibling_but_the_pod_cache_and_th
     parts = sorted(path for path in backend.glob("*.py") if module_name(path) not in (BACKEND, *BACKEND_FACADES))
     assert {path.stem for path in parts} >= {"podcache", "informers", "writes", "bindguard", "held", "reporting",
                                           "priorityclasses", "ledger", "lostpods", "podevents",
-                                          "starts", "volumewaits", "stops"}
+                                          "starts", "volumewaits", "stops", "dispatch", "snapshots"}
     offending = sorted((module_name(path), line, module) for path in parts
                        for line, module, name in from_imports(path)
                        if (under(module, BACKEND) or (module, name) == ("flotilla.kubernetes", "backend"))

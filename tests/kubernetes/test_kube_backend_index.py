@@ -17,7 +17,7 @@ def full_walk(backend: KubernetesCluster) -> tuple[list[str], dict[str, dict[str
     definition reads."""
     running, foreign = [], {}
     for pod in backend.cache.pods.values():
-        if pod.node is None or pod.node not in backend._nodes or pod.phase in ("Succeeded", "Failed"):
+        if pod.node is None or pod.node not in backend.nodes or pod.phase in ("Succeeded", "Failed"):
             continue
         requests = pod.requests
         if pod.job is not None:
@@ -48,21 +48,21 @@ def pod(name: str, ours: bool, node: str | None, phase: str, cpu: int, deleting:
 def test_indexed_snapshot_equals_a_walk_over_every_pod():
     backend = KubernetesCluster("c", client=object(), start=False, workers=1)
     try:
-        backend._nodes = {name: Node(name, "c", {"cpu": 64000}) for name in NODES}
+        backend.nodes.update({name: Node(name, "c", {"cpu": 64000}) for name in NODES})
         backend.health.synced = {"nodes": True, "pods": True}
         rng = random.Random(7)
         live: dict[str, dict] = {}
         for step in range(3000):
             name = f"p{rng.randrange(60)}"
             if name in live and rng.random() < 0.25:
-                backend._on_pod("DELETED", {"metadata": {"namespace": "default", "name": name}})
+                backend.dispatch.on_pod("DELETED", {"metadata": {"namespace": "default", "name": name}})
                 del live[name]
             else:
                 ours = live[name]["ours"] if name in live else rng.random() < 0.4
                 node = rng.choice(NODES + ["gone", None])
                 phase = rng.choice(["Pending", "Running", "Running", "Succeeded", "Failed"])
                 obj = pod(name, ours, node, phase, rng.choice([100, 250, 1000]), deleting=rng.random() < 0.1)
-                backend._on_pod("MODIFIED", obj)
+                backend.dispatch.on_pod("MODIFIED", obj)
                 live[name] = {"ours": ours}
             if rng.random() < 0.05:
                 backend.book.stopping = {f"job-p{rng.randrange(60)}": "preempted"}

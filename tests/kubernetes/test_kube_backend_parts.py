@@ -1,13 +1,27 @@
 """The Kubernetes backend's parts on their own, without a cluster or the facade: the pod cache's per-node sums, the
-held starts' order, the bind guard's verdicts and the kept log tails' bound."""
+held starts' order, the bind guard's verdicts, the kept log tails' bound, what the dispatch does with node and pod
+listings, and what a snapshot counts where."""
 
 from __future__ import annotations
 
+import threading
+from types import SimpleNamespace
+
+import pytest
+import structlog
+
+from flotilla.core.backend import ClusterUnavailable
 from flotilla.core.model import Job, Node
 from flotilla.kubernetes.backend import victimlogs
 from flotilla.kubernetes.backend.bindguard import BIND, HOLD, RETURN, YIELD, BindGuard
+from flotilla.kubernetes.backend.dispatch import Dispatch, watched
 from flotilla.kubernetes.backend.held import HeldStarts
+from flotilla.kubernetes.backend.informers import InformerHealth
+from flotilla.kubernetes.backend.ledger import Ledger
 from flotilla.kubernetes.backend.podcache import CachedPod, PodCache
+from flotilla.kubernetes.backend.snapshots import Snapshots
+from flotilla.kubernetes.client import KubeError
+from flotilla.kubernetes.pods import ATTEMPT, JOB_ID
 
 
 def job(name: str, cpu: int, node: str = "n1") -> Job:
@@ -92,3 +106,112 @@ def test_kept_log_tails_stay_within_their_bound_the_oldest_going_first(monkeypat
     assert logs.get("c", 10.0) == ("d/c-0", {"main": b"cccc"}, True)
     logs.expire(60.0)
     assert (list(logs.kept), logs.size, logs.get("c", 70.0)) == (["c"], 4, None)
+
+
+def node_object(name: str, cpu: str) -> dict:
+    return {"metadata": {"name": name, "labels": {}}, "spec": {},
+            "status": {"allocatable": {"cpu": cpu}, "conditions": [{"type": "Ready", "status": "True"}]}}
+
+
+class PodEventsSeen:
+    """Stands in for the pod events part: records what the dispatch hands it, and job j's newest attempt then."""
+
+    def __init__(self, book: Ledger):
+        self.book = book
+        self.seen: list[tuple[str, str, int | None]] = []
+
+    def on_pod_change(self, kind: str, obj: dict) -> None:
+        self.seen.append((kind, obj["metadata"]["name"], self.book.attempts.get("j")))
+
+
+def dispatch_alone(held: HeldStarts, told: list) -> tuple[Dispatch, dict, Ledger, PodEventsSeen]:
+    nodes: dict = {}
+    book = Ledger("c", lambda: 0.0)
+    pods = PodEventsSeen(book)
+    volumes = SimpleNamespace(on_pod=lambda key, obj, live: None)
+    intake = SimpleNamespace(replace_pods=lambda uids: told.append(("uids", sorted(uids))))
+    dispatch = Dispatch("c", nodes, PodCache(), book, health=None, intake=intake, namespaces=None,
+                        priority_classes=None, volumes=volumes, volume_waits=None, held=held, pod_events=pods,
+                        node_changed=lambda name, deleted, ready: told.append(("node", name, deleted, ready)),
+                        release_held=lambda name: told.append(("release", name)))
+    return dispatch, nodes, book, pods
+
+
+def test_the_dispatch_replaces_every_node_in_place_deletes_the_missing_and_releases_the_held_starts_of_a_changed_one():
+    held, told = HeldStarts(), []
+    dispatch, nodes, _, _ = dispatch_alone(held, told)
+    dispatch.replace_nodes([node_object("n1", "2"), node_object("n2", "4")])
+    held.hold("n2", job("a", 1000, "n2"), 0, None, 1, 0.0, nominate=True)
+    kept = nodes
+    dispatch.replace_nodes([node_object("n2", "8")])   # n1 gone; n2 resized, a start held there
+    assert kept is dispatch.nodes and {name: n.resources["cpu"] for name, n in nodes.items()} == {"n2": 8000}
+    assert told == [("node", "n1", False, True), ("node", "n2", False, True), ("node", "n2", False, True),
+                    ("release", "n2"), ("node", "n1", True, False)]
+
+
+def test_the_dispatch_learns_each_jobs_newest_attempt_from_a_pod_listing_before_its_pods_and_deletes_the_unlisted():
+    told = []
+    dispatch, _, _, pods = dispatch_alone(HeldStarts(), told)
+    gone = CachedPod(("d", "gone"), "n1", "Running", False, requests={"cpu": 1})
+    dispatch.cache.put(gone.key, gone)
+
+    def ours(name: str, attempt: int) -> dict:
+        return {"metadata": {"namespace": "d", "name": name, "uid": f"u-{name}", "labels": {JOB_ID: "j"},
+                             "annotations": {ATTEMPT: str(attempt)}}, "spec": {}, "status": {"phase": "Running"}}
+
+    dispatch.replace_pods([ours("j-0", 0), ours("j-1", 1)])
+    assert pods.seen == [("MODIFIED", "j-0", 1), ("MODIFIED", "j-1", 1), ("DELETED", "gone", 1)]
+    assert told == [("uids", ["u-j-0", "u-j-1"])]
+
+
+def test_watched_kinds_name_the_node_selector_and_the_spread_selectors_only_when_asked():
+    plain = watched(None, False)
+    assert [kind for kind, _, _ in plain[:7]] == ["nodes", "pods", "namespaces", "podgroups", "priorityclasses",
+                                                  "jobs", "jobsets"]
+    assert plain[0] == ("nodes", "/api/v1/nodes", {})
+    assert watched("pool=batch", False)[0] == ("nodes", "/api/v1/nodes", {"labelSelector": "pool=batch"})
+    assert len(watched(None, True)) > len(plain) and watched(None, True)[:len(plain)] == plain
+
+
+def test_a_snapshot_counts_our_pods_as_running_jobs_and_the_rest_as_foreign_use_leaving_stopped_pods_out():
+    nodes = {"n1": Node("n1", "c", {"cpu": 8000}), "n2": Node("n2", "c", {"cpu": 8000})}
+    cache, book = PodCache(), Ledger("c", lambda: 0.0)
+    health = SimpleNamespace(available=True, error="", side_errors={})
+    snapshots = Snapshots("c", threading.RLock(), nodes, cache, book, health=health,
+                          volumes=SimpleNamespace(view=lambda errors: None), namespaces=SimpleNamespace(labels={}))
+    for name, node, phase in (("run", "n1", "Running"), ("old", "n1", "Running"), ("stop", "n2", "Running"),
+                              ("done", "n2", "Succeeded"), ("away", "gone", "Running")):
+        pod = CachedPod(("d", name), node, phase, False, job=job(name, 1000, node))
+        cache.put(pod.key, pod)
+        book.job_pod[name] = pod.key
+    cache.put(("d", "web"), CachedPod(("d", "web"), "n2", "Running", False, requests={"cpu": 500}))
+    book.reported[("d", "old")] = "lost"                           # given up: held until gone
+    book.stopping["stop"], book.stopped[("d", "stop")] = "preempted", 0.0   # stopped by a decision
+    book.inflight["new"] = job("new", 2000, "n2")                   # pod not seen yet
+    snap = snapshots.take()
+    assert [j.id for j in snap.running] == ["run", "new"]
+    assert snap.foreign == {"n1": {"cpu": 1000, "pods": 1}, "n2": {"cpu": 500, "pods": 1}}
+    assert [n.name for n in snap.nodes] == ["n1", "n2"]
+    health.available, health.error = False, "pods: connection refused"
+    with pytest.raises(ClusterUnavailable, match="cluster c: pods: connection refused"):
+        snapshots.take()
+
+
+def test_an_outage_is_said_once_per_distinct_error_of_each_required_informer_however_their_retries_alternate():
+    health = InformerHealth("c", threading.RLock())
+    health.synced = {"nodes": True, "pods": True}
+    with structlog.testing.capture_logs() as logs:
+        for kind in ("nodes", "pods"):   # both watches break as the API server goes
+            health.failed(kind, KubeError(f"watch /api/v1/{kind}: connection refused"))
+        for _ in range(3):               # then each relist fails, the two kinds' retries alternating
+            for kind in ("pods", "nodes"):
+                health.failed(kind, KubeError(f"GET /api/v1/{kind}: connection refused"))
+        health.synced["nodes"] = True    # the nodes listed again, then out again with the same error: said again
+        health.failed("nodes", KubeError("GET /api/v1/nodes: connection refused"))
+    assert [log["error"] for log in logs] == ["watch /api/v1/nodes: connection refused",
+                                              "watch /api/v1/pods: connection refused",
+                                              "GET /api/v1/pods: connection refused",
+                                              "GET /api/v1/nodes: connection refused",
+                                              "GET /api/v1/nodes: connection refused"]
+    assert {log["event"] for log in logs} == {"kubernetes.unavailable"}
+    assert (health.available, health.error) == (False, "nodes: GET /api/v1/nodes: connection refused")

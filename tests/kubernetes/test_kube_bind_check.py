@@ -29,7 +29,7 @@ def test_a_bind_that_no_longer_fits_returns_the_job_and_creates_no_pod():
     backend, client = backend_with(node("n1", "4"), node("n2", "4"))
     try:
         backend.snapshot()   # the decision's view: both nodes empty
-        backend._on_pod("ADDED", foreign("other", "n1", "3"))   # kube-scheduler binds meanwhile
+        backend.dispatch.on_pod("ADDED", foreign("other", "n1", "3"))   # kube-scheduler binds meanwhile
         start(backend, ("j1", "n1", 2000), ("j2", "n2", 2000), ("j3", "n1", 1000))
         assert [body["metadata"]["name"] for _, body in client.created] == ["flotilla-j2-0", "flotilla-j3-0"]
         assert events(backend) == [
@@ -77,8 +77,8 @@ def test_beside_an_active_scheduler_a_bind_reads_the_node_afresh_and_counts_what
         assert client.lists == [WAITING] and len(client.created) == 1
         client.lists.clear()
         # kube-scheduler's pod seen waiting, then placed; the arrival is over by the binds below.
-        backend._on_pod("ADDED", waiting_foreign("seen", "1"))
-        backend._on_pod("MODIFIED", foreign("seen", "n2", "1"))
+        backend.dispatch.on_pod("ADDED", waiting_foreign("seen", "1"))
+        backend.dispatch.on_pod("MODIFIED", foreign("seen", "n2", "1"))
         backend.guard.arrivals.clear()
         # The API server already holds a pod the watch has not shown: 3 cores on n1.
         client.listed["spec.nodeName=n1"] = [foreign("unseen", "n1", "3")]
@@ -185,8 +185,8 @@ def test_beside_an_active_scheduler_binds_to_one_node_go_one_at_a_time_each_read
     backend, client = backend_with(node("n1", "4"), client=LandingServer(), workers=4)
     try:
         backend.snapshot()
-        backend._on_pod("ADDED", waiting_foreign("seen", "1"))        # kube-scheduler is active ...
-        backend._on_pod("MODIFIED", foreign("seen", "n1", "1"))       # ... its pod placed, its burst over
+        backend.dispatch.on_pod("ADDED", waiting_foreign("seen", "1"))        # kube-scheduler is active ...
+        backend.dispatch.on_pod("MODIFIED", foreign("seen", "n1", "1"))       # ... its pod placed, its burst over
         backend.guard.arrivals.clear()
         backend.guard.settle_delay = lambda now: 3600.0   # the held binds are not tried again within this test
         client.lists.clear()
@@ -248,7 +248,7 @@ def test_alone_on_a_cluster_binds_to_one_node_go_in_parallel():
 def test_pod_slots_of_the_node_count_every_pod():
     backend, client = backend_with(node("n1", "32", pods=2))
     try:
-        backend._on_pod("ADDED", foreign("a", "n1", "100m"))
+        backend.dispatch.on_pod("ADDED", foreign("a", "n1", "100m"))
         start(backend, ("j1", "n1", 1000), ("j2", "n1", 1000))
         assert [body["metadata"]["name"] for _, body in client.created] == ["flotilla-j1-0"]
         assert [(ev[0], ev[1], ev[3]) for ev in events(backend)] == [("j2", "returned", "Too many pods")]
@@ -259,17 +259,17 @@ def test_pod_slots_of_the_node_count_every_pod():
 def test_room_that_comes_once_a_leaving_pod_is_gone_holds_the_start():
     backend, client = backend_with(node("n1", "4"))
     try:
-        backend._on_pod("ADDED", foreign("old", "n1", "1"))
+        backend.dispatch.on_pod("ADDED", foreign("old", "n1", "1"))
         leaving = foreign("old", "n1", "1")
         leaving["metadata"]["deletionTimestamp"] = "2026-01-01T00:00:00Z"
 
         def meanwhile():   # a pod bound by someone else, and the old pod being deleted
-            backend._on_pod("ADDED", foreign("new", "n1", "2"))
-            backend._on_pod("MODIFIED", leaving)
+            backend.dispatch.on_pod("ADDED", foreign("new", "n1", "2"))
+            backend.dispatch.on_pod("MODIFIED", leaving)
 
         start(backend, ("j1", "n1", 2000), meanwhile=meanwhile)
         assert backend.held() == {"n1": ["j1"]} and not client.created
-        backend._on_pod("DELETED", {"metadata": {"namespace": "default", "name": "old"}})
+        backend.dispatch.on_pod("DELETED", {"metadata": {"namespace": "default", "name": "old"}})
         backend._pool.shutdown(wait=True)
         assert [body["metadata"]["name"] for _, body in client.created] == ["flotilla-j1-0"]
         assert events(backend) == []
@@ -291,9 +291,9 @@ def test_a_kubelet_admission_refusal_returns_the_job():
     backend, _ = backend_with(node("n1", "4"))
     try:
         refusal = "Node didn't have enough resource: cpu, requested: 1000, used: 3500, capacity: 4000"
-        backend._on_pod("ADDED", our_pod("j1", "n1", "Failed", "OutOfcpu", refusal))
-        backend._on_pod("ADDED", our_pod("j2", "n1", "Failed", "NodePorts", "Predicate NodePorts failed"))
-        backend._on_pod("ADDED", our_pod("j3", "n1", "Failed", "Evicted", "The node was low on resource: memory."))
+        backend.dispatch.on_pod("ADDED", our_pod("j1", "n1", "Failed", "OutOfcpu", refusal))
+        backend.dispatch.on_pod("ADDED", our_pod("j2", "n1", "Failed", "NodePorts", "Predicate NodePorts failed"))
+        backend.dispatch.on_pod("ADDED", our_pod("j3", "n1", "Failed", "Evicted", "The node was low on resource: memory."))
         assert events(backend) == [
             ("j1", "returned", f"refused by the kubelet of node n1: OutOfcpu: {refusal}", "OutOfcpu"),
             ("j2", "returned", "refused by the kubelet of node n1: NodePorts: Predicate NodePorts failed",

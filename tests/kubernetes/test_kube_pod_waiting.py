@@ -28,9 +28,9 @@ def test_the_waiting_reason_becomes_the_jobs_and_a_missing_image_fails_it_at_onc
     backend, client = backend_with(node("n1", "4"))
     try:
         start(backend, ("j1", "n1", 1000))
-        backend._on_pod("ADDED", pod("j1", None))
-        backend._on_pod("MODIFIED", pod("j1", ("ContainerCreating", "")))
-        backend._on_pod("MODIFIED", pod("j1", ("ErrImagePull", MISSING)))
+        backend.dispatch.on_pod("ADDED", pod("j1", None))
+        backend.dispatch.on_pod("MODIFIED", pod("j1", ("ContainerCreating", "")))
+        backend.dispatch.on_pod("MODIFIED", pod("j1", ("ErrImagePull", MISSING)))
         assert events(backend) == [
             ("j1", "waiting", "container main: ContainerCreating", ""),
             ("j1", "failed", f"image not pulled: container main: ErrImagePull: {MISSING}", "")]
@@ -46,13 +46,13 @@ def test_image_pull_back_off_fails_the_job_after_its_back_offs():
     try:
         start(backend, ("j1", "n1", 1000))
         unreachable = "failed to pull image: dial tcp 10.0.0.1:443: i/o timeout"
-        backend._on_pod("ADDED", pod("j1", ("ErrImagePull", unreachable)))
+        backend.dispatch.on_pod("ADDED", pod("j1", ("ErrImagePull", unreachable)))
         for _ in range(IMAGE_PULL_BACKOFFS - 1):
-            backend._on_pod("MODIFIED", pod("j1", ("ImagePullBackOff", 'Back-off pulling image "x"')))
-            backend._on_pod("MODIFIED", pod("j1", ("ErrImagePull", unreachable)))
+            backend.dispatch.on_pod("MODIFIED", pod("j1", ("ImagePullBackOff", 'Back-off pulling image "x"')))
+            backend.dispatch.on_pod("MODIFIED", pod("j1", ("ErrImagePull", unreachable)))
         got = events(backend)
         assert {kind for _, kind, _, _ in got} == {"waiting"}
-        backend._on_pod("MODIFIED", pod("j1", ("ImagePullBackOff", 'Back-off pulling image "x"')))
+        backend.dispatch.on_pod("MODIFIED", pod("j1", ("ImagePullBackOff", 'Back-off pulling image "x"')))
         assert events(backend) == [("j1", "failed", 'image not pulled: container main: ImagePullBackOff: Back-off '
                                     f'pulling image "x" (the kubelet backed off pulling {IMAGE_PULL_BACKOFFS} times)',
                                     "")]
@@ -85,20 +85,20 @@ def test_a_pod_given_up_on_a_lost_node_that_reports_success_when_it_returns_is_a
                                 node_lost_timeout=300, clock=lambda: now[0])
     backend.health.synced = {"nodes": True, "pods": True}
     try:
-        backend._on_node("ADDED", node("n1", "4"))
-        backend._on_pod("ADDED", pod("j1", None, "Running"))
+        backend.dispatch.on_node("ADDED", node("n1", "4"))
+        backend.dispatch.on_pod("ADDED", pod("j1", None, "Running"))
         down = node("n1", "4")
         down["status"]["conditions"][0]["status"] = "Unknown"
-        backend._on_node("MODIFIED", down)
+        backend.dispatch.on_node("MODIFIED", down)
         now[0] += 301
         assert events(backend) == [("j1", "running", "", ""),
                                    ("j1", "lost", "node n1 lost: NotReady for 301s (nodeLostTimeout 300s)",
                                     "NodeLost")]
         done = pod("j1", None, "Succeeded")
         done["metadata"]["deletionTimestamp"] = "2026-01-01T00:00:00Z"
-        backend._on_node("MODIFIED", node("n1", "4"))   # the kubelet is back, and says how the pod ended
-        backend._on_pod("MODIFIED", done)
-        backend._on_pod("MODIFIED", done)
+        backend.dispatch.on_node("MODIFIED", node("n1", "4"))   # the kubelet is back, and says how the pod ended
+        backend.dispatch.on_pod("MODIFIED", done)
+        backend.dispatch.on_pod("MODIFIED", done)
         assert events(backend) == [("j1", "succeeded", "succeeded on node n1, reported once the node returned",
                                     NODE_RETURNED)]
     finally:

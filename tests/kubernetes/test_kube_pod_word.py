@@ -19,7 +19,7 @@ def settle(backend) -> None:
 
 
 def seen(backend, job_id: str, node_name: str, phase: str = "Pending", namespace: str = "default") -> None:
-    backend._on_pod("ADDED", {
+    backend.dispatch.on_pod("ADDED", {
         "metadata": {"namespace": namespace, "name": f"flotilla-{job_id}-0", "uid": f"uid-{job_id}",
                      "labels": {JOB_ID: job_id}, "annotations": {JOB_ID: job_id}},
         "spec": {"nodeName": node_name, "containers": [{"name": "c", "resources": {"requests": {"cpu": "1"}}}]},
@@ -55,12 +55,12 @@ def test_every_bind_gets_a_scheduled_event_as_kube_scheduler_writes_it():
 def test_no_event_into_a_namespace_being_deleted():
     backend, client = backend_with(node("n1", "4"))
     try:
-        backend._on_event("namespaces", "MODIFIED", {"metadata": {"name": "gone", "deletionTimestamp": "x"},
+        backend.dispatch.on_event("namespaces", "MODIFIED", {"metadata": {"name": "gone", "deletionTimestamp": "x"},
                                                      "status": {"phase": "Terminating"}})
         backend.reporter.scheduled("gone", "p", "uid-p", "n1")
         backend.reporter.scheduled("default", "p", "uid-p", "n1")
         assert [body["metadata"]["namespace"] for body in event_bodies(client)] == ["default"]
-        backend._on_event("namespaces", "DELETED", {"metadata": {"name": "gone"}})
+        backend.dispatch.on_event("namespaces", "DELETED", {"metadata": {"name": "gone"}})
         backend.reporter.scheduled("gone", "p", "uid-p", "n1")
         assert len(event_bodies(client)) == 2
     finally:
@@ -76,9 +76,9 @@ def test_a_held_in_cluster_start_is_nominated_to_its_node_until_dropped():
     backend, client = backend_with(node("n1", "4"))
     try:
         victim = foreign("victim", "n1", "4")
-        backend._on_pod("ADDED", victim)
+        backend.dispatch.on_pod("ADDED", victim)
         victim["metadata"]["deletionTimestamp"] = "2026-01-01T00:00:00Z"
-        backend._on_pod("MODIFIED", victim)
+        backend.dispatch.on_pod("MODIFIED", victim)
         work: list = []
         with backend._lock:
             backend._apply(ClusterDecisions(start=[Placement(in_cluster_job("j1", 2000), "c", "n1")]), work)
@@ -110,13 +110,13 @@ def in_cluster_pod(name: str, node_name: str, conditions=()) -> dict:
 def test_an_in_cluster_pod_deleted_by_its_owner_is_cancelled_an_evicted_one_failed():
     backend, _ = backend_with(node("n1", "4"))
     try:
-        backend._on_pod("ADDED", in_cluster_pod("a", "n1"))
-        backend._on_pod("ADDED", in_cluster_pod("b", "n1", [{
+        backend.dispatch.on_pod("ADDED", in_cluster_pod("a", "n1"))
+        backend.dispatch.on_pod("ADDED", in_cluster_pod("b", "n1", [{
             "type": "DisruptionTarget", "status": "True", "reason": "EvictionByEvictionAPI",
             "message": "Eviction API: evicting"}]))
         events(backend)
         for name in ("a", "b"):
-            backend._on_pod("DELETED", {"metadata": {"namespace": "team", "name": name}})
+            backend.dispatch.on_pod("DELETED", {"metadata": {"namespace": "team", "name": name}})
         assert events(backend) == [
             (job_id_of("0000000a-0000-0000-0000-000000000000"), "cancelled", "pod deleted outside Flotilla", "Deleted"),
             (job_id_of("0000000b-0000-0000-0000-000000000000"), "failed", "pod deleted outside Flotilla: EvictionByEvictionAPI: Eviction API: evicting", "")]

@@ -77,7 +77,7 @@ def cluster(logs: dict, retention: float = 3600.0, now: list | None = None) -> K
 
 
 def preempt(backend: KubernetesCluster, name: str, job_id: str, **pod) -> None:
-    backend._on_pod("ADDED", running_pod(name, job_id, **pod))
+    backend.dispatch.on_pod("ADDED", running_pod(name, job_id, **pod))
     backend.stops.delete(Job(job_id, "A", job_set="s"), ("batch", name), "preempted")
 
 

@@ -34,9 +34,9 @@ def _waiting_backend(claims: int):
     now = [1000.0]
     backend = KubernetesCluster("k", client=_PatchingClient(), start=False, workers=1, clock=lambda: now[0],
                                 volume_bind_timeout=60.0)
-    backend._replace("storageclasses", [_sc("local")])
-    backend._replace("pvs", [_pv(f"pv{i}", node=f"node-{i}") for i in range(claims)])
-    backend._replace("pvcs", [_pvc(f"c{i}") for i in range(claims)])
+    backend.dispatch.replace("storageclasses", [_sc("local")])
+    backend.dispatch.replace("pvs", [_pv(f"pv{i}", node=f"node-{i}") for i in range(claims)])
+    backend.dispatch.replace("pvcs", [_pvc(f"c{i}") for i in range(claims)])
     started: list[tuple[str, str]] = []
     backend.starts.start_pod = lambda job, node, *rest: started.append((job.id, node))
     for i in range(claims):
@@ -58,12 +58,12 @@ def test_a_claim_seen_bound_starts_only_the_jobs_waiting_for_it_and_looks_at_no_
         looked = []
         unbound = backend.volumes.unbound
         backend.volumes.unbound = lambda names: looked.append(names) or unbound(names)
-        backend._on_event("pvcs", "MODIFIED", _pvc("c7", volume="pv7", phase="Bound"))
+        backend.dispatch.on_event("pvcs", "MODIFIED", _pvc("c7", volume="pv7", phase="Bound"))
         assert started == [("job-7", "node-7")]
         assert looked == [("ns/c7",)]          # the claim's own job, not the 49 others
-        backend._on_event("pvcs", "MODIFIED", _pvc("c8"))   # still pending: nothing starts
+        backend.dispatch.on_event("pvcs", "MODIFIED", _pvc("c8"))   # still pending: nothing starts
         assert started == [("job-7", "node-7")]
-        backend._on_event("pvcs", "MODIFIED", _pvc("c8", volume="pv8", phase="Bound"))
+        backend.dispatch.on_event("pvcs", "MODIFIED", _pvc("c8", volume="pv8", phase="Bound"))
         assert started == [("job-7", "node-7"), ("job-8", "node-8")]
         assert sorted(backend.volume_waits.waits) == sorted(f"job-{i}" for i in range(50) if i not in (7, 8))
         assert "ns/c7" not in backend.volume_waits.on_claim and backend.volume_waits.on_claim["ns/c9"] == {"job-9"}
@@ -75,7 +75,7 @@ def test_a_claim_not_bound_by_the_timeout_returns_its_job_and_the_bound_ones_sta
     """Each cycle's pass looks only at the starts whose time is up."""
     backend, started, now = _waiting_backend(3)
     try:
-        backend._on_event("pvcs", "MODIFIED", _pvc("c1", volume="pv1", phase="Bound"))
+        backend.dispatch.on_event("pvcs", "MODIFIED", _pvc("c1", volume="pv1", phase="Bound"))
         looked = []
         unbound = backend.volumes.unbound
         backend.volumes.unbound = lambda names: looked.append(names) or unbound(names)
@@ -107,9 +107,9 @@ def test_a_start_placed_again_on_the_pv_already_written_for_it_waits_at_once_wit
 
     backend = KubernetesCluster("k", client=_PatchingClient(), start=False, workers=1, volume_bind_timeout=60.0)
     try:
-        backend._replace("storageclasses", [_sc("local")])
-        backend._replace("pvs", [_pv("pv0", node="node-0", claim_ref=("ns", "c0")), _pv("pv1", node="node-1")])
-        backend._replace("pvcs", [_pvc("c0"), _pvc("c1")])
+        backend.dispatch.replace("storageclasses", [_sc("local")])
+        backend.dispatch.replace("pvs", [_pv("pv0", node="node-0", claim_ref=("ns", "c0")), _pv("pv1", node="node-1")])
+        backend.dispatch.replace("pvcs", [_pvc("c0"), _pvc("c1")])
         started: list[tuple[str, str]] = []
         backend.starts.start_pod = lambda job, node, *rest: started.append((job.id, node))
         again = Job("job-0", "A", requests={"cpu": 100}, claims=("ns/c0",))
@@ -120,7 +120,7 @@ def test_a_start_placed_again_on_the_pv_already_written_for_it_waits_at_once_wit
                                                    Placement(fresh, "k", "node-1", (("ns/c1", "pv1"),))]), work)
         assert [(task[0].__name__, task[1].id) for task in work] == [("bind", "job-1")]
         assert sorted(backend.volume_waits.waits) == ["job-0"] and backend.client.patches == []
-        backend._on_event("pvcs", "MODIFIED", _pvc("c0", volume="pv0", phase="Bound"))
+        backend.dispatch.on_event("pvcs", "MODIFIED", _pvc("c0", volume="pv0", phase="Bound"))
         assert started == [("job-0", "node-0")]
     finally:
         backend.close()

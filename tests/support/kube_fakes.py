@@ -53,7 +53,7 @@ def backend_with(*nodes: dict, client=None, workers: int = 1) -> tuple[Kubernete
     backend = KubernetesCluster("c", client=client, start=False, workers=workers, duration_of=None)
     backend.health.synced = {"nodes": True, "pods": True}
     for obj in nodes:
-        backend._on_node("ADDED", obj)
+        backend.dispatch.on_node("ADDED", obj)
     return backend, client
 
 

@@ -9,11 +9,16 @@ and ledger, and as callables the steps of other parts it takes) and never
 reaches into the cluster's own state, so each can be read, and tested, on
 its own.
 
-* :mod:`~flotilla.kubernetes.backend.cluster`: the facade: snapshots, the
-  decisions and the informers' events handed to the parts (its docstring
-  states the written rules of the whole);
+* :mod:`~flotilla.kubernetes.backend.cluster`: the facade: it makes and
+  wires the parts, runs the informer threads and pools, and implements the
+  backend protocols by handing each call to a part (its docstring states the
+  written rules of the whole);
 * :mod:`~flotilla.kubernetes.backend.informers`: the list-watch loop of each
   kind, and whether the cluster can be read (``InformerHealth``);
+* :mod:`~flotilla.kubernetes.backend.dispatch`: which kinds are watched, and
+  what each listing and watch event changes, in which part; keeps the nodes;
+* :mod:`~flotilla.kubernetes.backend.snapshots`: the cluster as a cycle sees
+  it (our pods' jobs running, everyone else's pods as foreign usage);
 * :mod:`~flotilla.kubernetes.backend.podcache`: the pod informer's copy of
   the pods, indexed per node (what a snapshot and a bind check read); shared
   by the parts;
@@ -57,9 +62,10 @@ podgroupstatus, priorityclasses, services, volumes, pods).
 
 from __future__ import annotations
 
-from flotilla.kubernetes.backend.cluster import KubernetesCluster, annotation_duration
+from flotilla.kubernetes.backend.cluster import KubernetesCluster
 from flotilla.kubernetes.backend.config import backend_from_config, pod_settings
 from flotilla.kubernetes.backend.podevents import IMAGE_PULL_BACKOFFS, PLATFORM_FAILURES
+from flotilla.kubernetes.backend.starts import annotation_duration
 from flotilla.kubernetes.backend.writes import NamespaceMissing
 
 __all__ = ["IMAGE_PULL_BACKOFFS", "KubernetesCluster", "NamespaceMissing", "PLATFORM_FAILURES", "annotation_duration",

@@ -1,28 +1,17 @@
 """The Kubernetes cluster backend's facade: :class:`KubernetesCluster`, composing the parts of
 :mod:`flotilla.kubernetes.backend` (the package docstring lists them); the rules of the whole are here.
 
-Reading. Two informer threads per cluster keep an in-memory copy of the
-cluster's nodes and pods current: list once, then watch from the list's
-resource version, with bookmarks, re-watching from the last version seen
-when a watch ends and relisting only when the server says the version is
-gone (410) or the connection broke. ``snapshot()`` reads that copy and
-sends no request at all; it raises ``ClusterUnavailable`` while either
-informer is not in sync with a reachable API server, so the scheduler
-leaves the cluster out of that cycle and goes on with the others.
-
-A pod labelled ``flotilla.io/job-id`` is one of ours and becomes a running
-job (rebuilt from its labels and annotations, see
-:mod:`flotilla.kubernetes.pods`); any other pod bound to a node we see
-consumes that node's resources and one of its pod slots
-(``ClusterSnapshot.foreign``, whose ``pods`` counts them) and holds its host
-ports there (``ClusterSnapshot.foreign_ports``). Finished pods
-(Succeeded, Failed) hold nothing, as kube-scheduler (whose pod informer lists
-none) and the kubelet's admission see them: ours are kept for
-``finished_pod_retention`` (counted from the pod's own end, so a restarted
-process keeps none longer) for their logs, then deleted. A pod being deleted by anyone else, an
-earlier pod of a job that has a newer one, and a pod given up (reported
-``lost``) still hold their resources until they are gone, as the kubelet
-counts them: the scheduler sees that room as taken (foreign usage).
+Reading. One informer thread per watched kind keeps an in-memory copy of
+the cluster current: list once, then watch from the list's version
+(:mod:`flotilla.kubernetes.backend.informers`); what each listing and event
+changes, in which part, is :mod:`flotilla.kubernetes.backend.dispatch`'s.
+``snapshot()`` reads that copy and sends no request: our pods' jobs are
+running on their nodes, everyone else's live pods (and ours no longer their
+jobs', until gone) are the nodes' foreign usage, ended pods hold nothing, and
+while the nodes or the pods are not in sync there is no snapshot
+(:mod:`flotilla.kubernetes.backend.snapshots`). Ended pods of ours are kept
+for ``finished_pod_retention`` (counted from the pod's own end, so a
+restarted process keeps none longer) for their logs, then deleted.
 
 Stopped pods. A pod Flotilla itself is deleting because a decision preempted
 or cancelled its job is left out of the snapshot while it terminates (that
@@ -94,50 +83,31 @@ from typing import Callable, Iterable, Mapping, Sequence
 
 import structlog
 
-from flotilla.core.backend import ClusterDecisions, ClusterUnavailable, JobEvent
+from flotilla.core.backend import ClusterDecisions, JobEvent
 from flotilla.core.model import ClusterSnapshot, Job, Node
-from flotilla.core.quantities import QuantityError, parse_duration
-from flotilla.core.resources import PODS
 from flotilla.kubernetes.backend.bindguard import BindGuard
+from flotilla.kubernetes.backend.dispatch import Dispatch, watched
 from flotilla.kubernetes.backend.held import HeldStarts
 from flotilla.kubernetes.backend.informers import InformerHealth, watch_kind
 from flotilla.kubernetes.backend.ledger import Ledger
 from flotilla.kubernetes.backend.lostpods import LostPods
 from flotilla.kubernetes.backend.namespaces import NamespaceView
-from flotilla.kubernetes.backend.podcache import ENDED, PodCache
+from flotilla.kubernetes.backend.podcache import PodCache
 from flotilla.kubernetes.backend.podevents import PodEvents
 from flotilla.kubernetes.backend.priorityclasses import PriorityClasses
 from flotilla.kubernetes.backend.reporting import Reporting
-from flotilla.kubernetes.backend.starts import Starts
+from flotilla.kubernetes.backend.snapshots import Snapshots
+from flotilla.kubernetes.backend.starts import Starts, annotation_duration
 from flotilla.kubernetes.backend.stops import Stops
 from flotilla.kubernetes.backend.victimlogs import VictimLogs, read_tails
-from flotilla.kubernetes.backend.volumewaits import VolumeWaits
+from flotilla.kubernetes.backend.volumewaits import VolumeWaits, volume_writers
 from flotilla.kubernetes.backend.writes import PodWrites
-from flotilla.kubernetes.client import ApiError, KubeClient
-from flotilla.kubernetes.intake import JOBS_PATH, JOBSETS_PATH, PODGROUPS_PATH, SELECTOR_INFORMERS, IntakeTracker
-from flotilla.kubernetes.pods import (ATTEMPT, DURATION, JOB_ID, PodSettings, is_ours, node_from_object,
-                                      node_ready, pod_phase)
-from flotilla.kubernetes.priorityclasses import PRIORITY_CLASSES_PATH
-from flotilla.kubernetes.volumes import INFORMERS as VOLUME_INFORMERS
+from flotilla.kubernetes.client import KubeClient
+from flotilla.kubernetes.intake import IntakeTracker
+from flotilla.kubernetes.pods import PodSettings
 from flotilla.kubernetes.volumes import VolumeState
 
 log = structlog.get_logger("flotilla.kubernetes")
-
-
-def annotation_duration(job: Job) -> float | None:
-    """The job's run time from its ``flotilla.io/simulated-duration`` annotation (as ``serve`` uses it), else None."""
-    value = job.annotations.get(DURATION)
-    if value is None:
-        return None
-    try:
-        return parse_duration(value)
-    except QuantityError:
-        return None
-
-
-def volume_writers(workers: int) -> int:
-    """How many threads write the volume choices of starts, beside the ``workers`` that write pods."""
-    return max(2, workers // 4)
 
 
 class KubernetesCluster:
@@ -186,7 +156,8 @@ class KubernetesCluster:
 
         self._lock = threading.RLock()
         self._stop = threading.Event()
-        self._nodes: dict[str, Node] = {}
+        #: The nodes as the node watch shows them, kept by the dispatch (changed in place, never replaced).
+        self.nodes: dict[str, Node] = {}
         #: The pod informer's copy of the pods, indexed per node (flotilla.kubernetes.backend.podcache).
         self.cache = PodCache()
         #: The bookkeeping of our jobs and pods, and the events to say (flotilla.kubernetes.backend.ledger).
@@ -228,7 +199,7 @@ class KubernetesCluster:
         #: (flotilla.kubernetes.backend.starts).
         self.starts = Starts(name, self._lock, self._stop, self.book, self.cache, self.settings, self.book.clock,
                              self.counters, guard=self.guard, held=self.held_starts, writes=self.writes,
-                             reporting=self.reporting, volumes=self.volumes, node_of=lambda node: self._nodes.get(node),
+                             reporting=self.reporting, volumes=self.volumes, node_of=self.nodes.get,
                              pcs_known=self.priority_classes.known, duration_of=duration_of,
                              submit=lambda *task: self._pool.submit(*task),
                              claims_first=lambda *args: self.volume_waits.start(*args),
@@ -253,34 +224,35 @@ class KubernetesCluster:
         #: What a pod's change means for the cache and for its job (flotilla.kubernetes.backend.podevents).
         self.pod_events = PodEvents(name, self.book, self.cache, self.settings, self.book.clock, self.counters,
                                     intake=self.intake, guard=self.guard, held=self.held_starts,
-                                    reporting=self.reporting, writes=self.writes,
-                                    node_of=lambda node: self._nodes.get(node),
+                                    reporting=self.reporting, writes=self.writes, node_of=self.nodes.get,
                                     give_up=self.lost_pods.give_up, submit=lambda *task: self._pool.submit(*task),
                                     release_all_held=self.starts.release_all_held, delete_finished=delete_finished,
                                     finished_pod_retention=finished_pod_retention)
+        #: What each watch event changes, in which part (flotilla.kubernetes.backend.dispatch).
+        self.dispatch = Dispatch(name, self.nodes, self.cache, self.book, health=self.health, intake=self.intake,
+                                 namespaces=self.namespaces, priority_classes=self.priority_classes,
+                                 volumes=self.volumes, volume_waits=self.volume_waits, held=self.held_starts,
+                                 pod_events=self.pod_events, node_changed=self.lost_pods.node_changed,
+                                 release_held=self.starts.release_held)
+        #: The cluster as a cycle sees it (flotilla.kubernetes.backend.snapshots).
+        self.snapshots = Snapshots(name, self._lock, self.nodes, self.cache, self.book, health=self.health,
+                                   volumes=self.volumes, namespaces=self.namespaces)
         self._threads: list[threading.Thread] = []
         if start:
             self.start()
 
     # -- lifecycle --------------------------------------------------------------------
     def start(self) -> None:
-        """Start the informers (nodes, pods, namespaces, PodGroups, PriorityClasses, Jobs), one thread each; once,
+        """Start the informers, one thread per watched kind (flotilla.kubernetes.backend.dispatch.watched); once,
         and never after close()."""
         if self._threads or self._stop.is_set():
             return
-        node_params = {"labelSelector": self.node_selector} if self.node_selector else {}
-        for kind, path, params in (("nodes", "/api/v1/nodes", node_params), ("pods", "/api/v1/pods", {}),
-                                   ("namespaces", "/api/v1/namespaces", {}), ("podgroups", PODGROUPS_PATH, {}),
-                                   ("priorityclasses", PRIORITY_CLASSES_PATH, {}), ("jobs", JOBS_PATH, {}),
-                                   ("jobsets", JOBSETS_PATH, {}),
-                                   *((kind, path, {}) for kind, path in VOLUME_INFORMERS.items()),
-                                   # Services and controllers, for the default spread selector: only when configured.
-                                   *((kind, path, {}) for kind, path in SELECTOR_INFORMERS.items()
-                                     if self.intake.default_spread)):
+        dispatch = self.dispatch
+        for kind, path, params in watched(self.node_selector, bool(self.intake.default_spread)):
             thread = threading.Thread(target=watch_kind, args=(kind, path, params), kwargs=dict(
                 cluster=self.name, client=self.client, stop=self._stop, watch_timeout=self.watch_timeout,
-                lock=self._lock, counters=self.counters, before_list=self._before_list, on_list=self._replace,
-                on_event=self._on_event, absent=self._absent, failed=self._informer_failed), daemon=True,
+                lock=self._lock, counters=self.counters, before_list=dispatch.before_list, on_list=dispatch.replace,
+                on_event=dispatch.on_event, absent=dispatch.absent, failed=dispatch.failed), daemon=True,
                                       name=f"kube-{self.name}-{kind}")
             thread.start()
             self._threads.append(thread)
@@ -366,48 +338,7 @@ class KubernetesCluster:
 
     # -- protocol ------------------------------------------------------------------------
     def snapshot(self) -> ClusterSnapshot:
-        with self._lock:
-            if not self.available:
-                raise ClusterUnavailable(f"cluster {self.name}: {self.health.error}")
-            nodes = list(self._nodes.values())
-            running: list[Job] = []
-            seen: set[str] = set()
-            known = self._nodes
-            # Everyone else's pods, as their events left them; then ours, one by one (names bound locally: this
-            # loop is per pod and per cycle).
-            foreign, foreign_ports = self.cache.foreign_use(known)
-            stopping, job_pod_of, reported_of = self.book.stopping, self.book.job_pod.get, self.book.reported.get
-            stopped = self.book.stopped
-            append, see = running.append, seen.add
-            for pod in self.cache.own.values():
-                node = pod.node
-                if node is None or node not in known or pod.phase in ENDED:
-                    continue
-                job = pod.job
-                job_id = job.id
-                if pod.deleting or job_id in stopping or job_pod_of(job_id) != pod.key \
-                        or reported_of(pod.key) == "lost":
-                    if pod.key in stopped:
-                        continue   # stopped by a decision, which gave its room away (module docstring)
-                    # No longer the job's, but on its node until gone: the kubelet still counts it.
-                    requests = job.requests
-                else:
-                    append(job)
-                    see(job_id)
-                    continue
-                used = foreign.setdefault(pod.node, {})
-                for resource, amount in requests.items():
-                    used[resource] = used.get(resource, 0) + amount
-                used[PODS] = used.get(PODS, 0) + 1
-                if job.host_ports:
-                    foreign_ports[pod.node] = foreign_ports.get(pod.node, ()) + job.host_ports
-            for job_id, job in self.book.inflight.items():
-                if job_id not in seen and job_id not in self.book.stopping and job.node in self._nodes:
-                    running.append(job)
-            foreign_pods = self.cache.foreign_pods(known)
-            volumes = self.volumes.view(self.health.side_errors)
-        return ClusterSnapshot(self.name, nodes, running, foreign, foreign_pods, volumes=volumes,
-                               foreign_ports=foreign_ports, namespace_labels=self.namespaces.labels)
+        return self.snapshots.take()
 
     def apply(self, decisions: ClusterDecisions) -> None:
         # The requests are handed to the workers once the bookkeeping is done and the lock is free: a worker
@@ -468,9 +399,7 @@ class KubernetesCluster:
         """Every live in-cluster pod Flotilla bound: job id -> (node, running) (a new leader checks them once)."""
         with self._lock:
             self.intake.take_bound()
-            return {pod.job.id: (pod.node, pod.phase == "Running") for pod in self.cache.own.values()
-                    if pod.incluster and pod.job is not None and pod.node and not pod.deleting
-                    and pod.phase not in ENDED}
+            return self.cache.bound_in_cluster()
 
     def delete_cancelled(self, pods) -> int:
         """Delete the waiting in-cluster pods whose jobs were cancelled through Flotilla (``(namespace, name, uid,
@@ -520,156 +449,11 @@ class KubernetesCluster:
         with self._lock:
             return self.priority_classes.view()
 
-    # -- informers (one thread each for nodes, pods, namespaces, PodGroups, PriorityClasses and Jobs) ----------
-    def _before_list(self, kind: str) -> None:
-        if kind == "pods":
-            self.priority_classes.before_pods_list()
-
-    def _absent(self, kind: str, exc: ApiError) -> bool:
-        return self.health.absent(kind, exc, self.intake)
-
-    def _replace(self, kind: str, items: list[dict]) -> None:
-        if kind == "priorityclasses":
-            self.health.side_errors.pop(kind, None)
-            self.priority_classes.replace(items)
-            return
-        if kind in ("jobs", "jobsets"):
-            self.health.side_errors.pop(kind, None)
-            self.intake.replace_jobs(items, jobsets=kind == "jobsets")
-            return
-        if kind == "nodes":
-            self._replace_nodes(items)
-        elif kind == "pods":
-            self._replace_pods(items)
-        elif kind in VOLUME_INFORMERS:
-            self.health.side_errors.pop(kind, None)
-            self.volumes.replace(kind, items)
-            if self.volume_waits.waits:
-                self.volume_waits.check()
-            return
-        elif kind in SELECTOR_INFORMERS:
-            self.health.side_errors.pop(kind, None)
-            self.intake.replace_selector_objects(kind, items)
-            return
-        elif kind == "namespaces":
-            self.health.side_errors.pop(kind, None)
-            self.namespaces.replace(items)
-            live = {(obj.get("metadata") or {}).get("name") for obj in items}
-            for name in [name for name in self.intake.namespaces if name not in live]:
-                self.intake.on_namespace("DELETED", {"metadata": {"name": name}})
-            for obj in items:
-                self.intake.on_namespace("MODIFIED", obj)
-            self.intake.namespaces_synced = True
-            return
-        else:
-            live = {((obj.get("metadata") or {}).get("namespace"), (obj.get("metadata") or {}).get("name"))
-                    for obj in items}
-            for key in [key for key in self.intake.podgroups if key not in live]:
-                self.intake.on_podgroup("DELETED", {"metadata": {"namespace": key[0], "name": key[1]}})
-            self.health.side_errors.pop(kind, None)
-            self.intake.set_podgroups_problem(None)
-            for obj in items:
-                self.intake.on_podgroup("MODIFIED", obj)
-            self.intake.podgroups_synced = True
-            return
-        self.health.synced[kind] = True
-
-    def _on_event(self, kind: str, event: str, obj: dict) -> None:
-        if kind == "nodes":
-            self._on_node(event, obj)
-        elif kind == "pods":
-            self._on_pod(event, obj)
-        elif kind in VOLUME_INFORMERS:
-            self.volumes.on_event(kind, event, obj)
-            if self.volume_waits.waits and kind == "pvcs":
-                self.volume_waits.claim_changed(obj)
-        elif kind == "namespaces":
-            self.namespaces.on_event(event, obj)
-            self.intake.on_namespace(event, obj)
-        elif kind in SELECTOR_INFORMERS:
-            self.intake.on_selector_object(kind, event, obj)
-        elif kind == "priorityclasses":
-            self.priority_classes.on_event(event, obj)
-        elif kind == "jobs":
-            self.intake.on_job(event, obj)
-        elif kind == "jobsets":
-            self.intake.on_jobset(event, obj)
-        else:
-            self.intake.on_podgroup(event, obj)
-
-    def _informer_failed(self, kind: str, exc: Exception) -> None:
-        if kind in VOLUME_INFORMERS:
-            self.volumes.changed()   # the claims' reason names the error
-        self.health.failed(kind, exc)
-
-    def _replace_nodes(self, items: list[dict]) -> None:
-        before = set(self._nodes)
-        self._nodes = {}
-        for obj in items:
-            self._on_node("ADDED", obj)
-        for name in before - set(self._nodes):
-            self._on_node("DELETED", {"metadata": {"name": name}})
-
-    def _on_node(self, kind: str, obj: dict) -> None:
-        name = obj["metadata"]["name"]
-        self._on_node_change(kind, obj, name)
-        if name in self.held_starts.by_node:   # resized: a held start may fit now
-            self.starts.release_held(name)
-
-    def _on_node_change(self, kind: str, obj: dict, name: str) -> None:
-        if kind == "DELETED":
-            self._nodes.pop(name, None)
-            self.lost_pods.node_changed(name, deleted=True, ready=False)
-        else:
-            self.lost_pods.node_changed(name, deleted=False, ready=node_ready(obj))
-            try:
-                self._nodes[name] = node_from_object(obj, self.name)
-            except (KeyError, ValueError) as exc:
-                log.warning("kubernetes.bad_node", cluster=self.name, node=name, error=str(exc))
-
-    def _replace_pods(self, items: list[dict]) -> None:
-        live = set()
-        for obj in items:   # every job's newest attempt first: an earlier attempt's kept pod listed before it is old news
-            if is_ours(obj):
-                annotations = obj["metadata"].get("annotations") or {}
-                try:
-                    attempt = int(annotations.get(ATTEMPT, "0"))
-                except ValueError:
-                    continue
-                job_id = annotations.get(JOB_ID) or obj["metadata"]["labels"][JOB_ID]
-                if attempt > self.book.attempts.get(job_id, -1):
-                    self.book.attempts[job_id] = attempt
-        for obj in items:
-            meta = obj["metadata"]
-            live.add((meta.get("namespace", ""), meta["name"]))
-            self._on_pod("MODIFIED", obj)
-        self.intake.replace_pods({obj["metadata"].get("uid") for obj in items})
-        for key in [key for key in self.cache.pods if key not in live]:
-            old = self.cache.pods[key]
-            self._on_pod("DELETED", {"metadata": {"namespace": key[0], "name": key[1]}, "_cached": old})
-
-    def _on_pod(self, kind: str, obj: dict) -> None:
-        self.pod_events.on_pod_change(kind, obj)
-        meta = obj["metadata"]
-        self.volumes.on_pod((meta.get("namespace", ""), meta["name"]), None if kind == "DELETED" else obj,
-                            pod_phase(obj) not in ENDED if kind != "DELETED" else False)
-        if self.held_starts.by_node:
-            # A pod gone or finished frees room: the starts held for its node may go now, not a cycle later.
-            old = obj.get("_cached")
-            node = (obj.get("spec") or {}).get("nodeName") or (old.node if old is not None else None)
-            for name in [node] if node is not None else list(self.held_starts.by_node):
-                if name in self.held_starts.by_node:
-                    self.starts.release_held(name)
-
     # -- reading back (tests, tools) ---------------------------------------------------------
     def pods_by_node(self) -> dict[str, list[str]]:
         """Job ids of our live (not deleting, not finished) pods per node, from the informer's copy."""
-        out: dict[str, list[str]] = {}
         with self._lock:
-            for pod in self.cache.pods.values():
-                if pod.job is not None and not pod.deleting and pod.phase not in ENDED:
-                    out.setdefault(pod.node or "", []).append(pod.job.id)
-        return out
+            return self.cache.live_jobs_by_node()
 
 
-__all__ = ["KubernetesCluster", "annotation_duration", "volume_writers"]
+__all__ = ["KubernetesCluster"]

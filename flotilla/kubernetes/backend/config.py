@@ -10,7 +10,8 @@ from __future__ import annotations
 from typing import Mapping
 
 from flotilla.core.quantities import QuantityError, parse_duration
-from flotilla.kubernetes.backend.cluster import KubernetesCluster, volume_writers
+from flotilla.kubernetes.backend.cluster import KubernetesCluster
+from flotilla.kubernetes.backend.volumewaits import volume_writers
 from flotilla.kubernetes.client import KubeClient
 from flotilla.kubernetes.pods import PodSettings
 

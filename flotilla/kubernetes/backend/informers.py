@@ -118,6 +118,9 @@ class InformerHealth:
         self.synced = {kind: False for kind in REQUIRED}
         self.error = "not synced yet"
         self.side_errors: dict[str, str] = {}
+        #: Each required informer's last error said: the nodes' and the pods' retries alternate, and each kind's
+        #: error is said once, not once per retry of the other.
+        self._said: dict[str, str] = {}
 
     @property
     def available(self) -> bool:
@@ -133,11 +136,12 @@ class InformerHealth:
                 log.warning("kubernetes.watch_failed", cluster=self.cluster, kind=kind, error=text)
             return
         with self._lock:
-            was = self.available
-            changed = self.error != f"{kind}: {text}"
+            was = self.synced[kind]
+            changed = self._said.get(kind) != text
+            self._said[kind] = text
             self.synced[kind] = False
             self.error = f"{kind}: {text}"
-        if was or changed:   # once per distinct error, not once per retry
+        if was or changed:   # once per distinct error of each kind, not once per retry
             log.warning("kubernetes.unavailable", cluster=self.cluster, error=text)
 
     def absent(self, kind: str, exc: ApiError, intake) -> bool:

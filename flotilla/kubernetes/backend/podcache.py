@@ -8,9 +8,10 @@ only Flotilla's live pods (``own``), never every pod of the cluster. An
 ended pod (Succeeded, Failed), kept for its log, holds nothing and is in
 no per-node index.
 
-Which pod is whose, and what a pod of Flotilla's means for its job, is the
-cluster's (:mod:`flotilla.kubernetes.backend.cluster`): this module only
-keeps the copy and its sums consistent.
+Which pod is whose, and what a pod of Flotilla's means for its job, is
+:mod:`flotilla.kubernetes.backend.podevents`'s, and what a snapshot counts
+:mod:`flotilla.kubernetes.backend.snapshots`'s: this module only keeps the
+copy and its sums consistent.
 """
 
 from __future__ import annotations
@@ -132,6 +133,20 @@ class PodCache:
                     pods = tuples[node] = tuple(on.values())
                 foreign_pods[node] = pods
         return foreign_pods
+
+    def bound_in_cluster(self) -> dict[str, tuple[str, bool]]:
+        """Every live in-cluster pod Flotilla bound (not being deleted): job id -> (node, running)."""
+        return {pod.job.id: (pod.node, pod.phase == "Running") for pod in self.own.values()
+                if pod.incluster and pod.job is not None and pod.node and not pod.deleting
+                and pod.phase not in ENDED}
+
+    def live_jobs_by_node(self) -> dict[str, list[str]]:
+        """Job ids of our live (not deleting, not ended) pods per node (``""``: not bound yet), every pod walked."""
+        out: dict[str, list[str]] = {}
+        for pod in self.pods.values():
+            if pod.job is not None and not pod.deleting and pod.phase not in ENDED:
+                out.setdefault(pod.node or "", []).append(pod.job.id)
+        return out
 
     def _unindex(self, key: tuple[str, str], old: CachedPod) -> None:
         """Take ``old``'s part out of the per-node indexes (``own`` is the caller's to change)."""

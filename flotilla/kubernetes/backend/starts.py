@@ -33,13 +33,26 @@ import structlog
 
 from flotilla.core.backend import PodTemplate
 from flotilla.core.model import Job, JobState, Node
+from flotilla.core.quantities import QuantityError, parse_duration
 from flotilla.kubernetes.admission import returned_label
 from flotilla.kubernetes.backend.ledger import Ledger
 from flotilla.kubernetes.backend.podcache import ENDED, PodCache
 from flotilla.kubernetes.intake import POD_NAME, POD_NAMESPACE, POD_UID
-from flotilla.kubernetes.pods import PodSettings, job_deadline, job_namespace
+from flotilla.kubernetes.pods import DURATION, PodSettings, job_deadline, job_namespace
 
 log = structlog.get_logger("flotilla.kubernetes")
+
+
+def annotation_duration(job: Job) -> float | None:
+    """The job's run time from its ``flotilla.io/simulated-duration`` annotation (as ``serve`` uses it), else None:
+    the cluster's default ``duration_of``, written on the pod as kwok's completion delay."""
+    value = job.annotations.get(DURATION)
+    if value is None:
+        return None
+    try:
+        return parse_duration(value)
+    except QuantityError:
+        return None
 
 
 class Starts:
@@ -309,4 +322,4 @@ class Starts:
 
 
 
-__all__ = ["Starts"]
+__all__ = ["Starts", "annotation_duration"]

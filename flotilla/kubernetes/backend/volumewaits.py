@@ -36,6 +36,12 @@ from flotilla.kubernetes.backend.ledger import Ledger
 from flotilla.kubernetes.client import ApiError, Unreachable, forbidden_message
 from flotilla.kubernetes.volumes import SELECTED_NODE
 
+
+def volume_writers(workers: int) -> int:
+    """How many threads write the volume choices of starts, beside the ``workers`` that write pods (the cluster's
+    pool for them, and its client's connections)."""
+    return max(2, workers // 4)
+
 #: The cause of a start returned because its claims were not bound in time (the label of
 #: ``flotilla_binds_returned_total``).
 VOLUME_BINDING = "VolumeBinding"
@@ -186,4 +192,4 @@ class VolumeWaits:
             self.check(waiting)
 
 
-__all__ = ["VolumeWaits"]
+__all__ = ["VolumeWaits", "volume_writers"]

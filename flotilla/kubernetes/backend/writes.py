@@ -15,8 +15,8 @@ job):
   its name, or bound meanwhile (404, 409) is never this job's place;
 * a delete of something already gone (404) is done.
 
-What a write means for the job's bookkeeping is the cluster's
-(:mod:`flotilla.kubernetes.backend.cluster`).
+What a write means for the job's bookkeeping is the start and stop paths'
+(:mod:`flotilla.kubernetes.backend.starts`, :mod:`flotilla.kubernetes.backend.stops`).
 """
 
 from __future__ import annotations
