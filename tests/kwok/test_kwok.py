@@ -170,6 +170,12 @@ def test_api_server_outage_leaves_other_cluster_scheduling_and_loses_no_job(kwok
 
         # kwok-a's API server goes away mid-run; more work arrives.
         assert stop_component(kwok["a"].name, "kube-apiserver", timeout=1)
+        # Its informers see it gone once their streams end and a reconnect is refused: a cycle before that still
+        # reads kwok-a (its creates fail as unreachable, their jobs go elsewhere), so the outage starts there.
+        seen_gone = time.monotonic() + 30
+        while backends["kwok-a"].available and time.monotonic() < seen_gone:
+            time.sleep(0.05)
+        assert not backends["kwok-a"].available
         runner.submit(job(f"b-{i}", "B", submitted=200 + i, annotations=annotations) for i in range(1, 61))
         outage_cycles = []
         deadline = time.monotonic() + 8
