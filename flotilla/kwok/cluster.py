@@ -143,7 +143,15 @@ def _free_ports(count: int) -> list[int]:
 
 
 def _run(args: list[str], timeout: float = 300, env: dict | None = None) -> subprocess.CompletedProcess:
-    return subprocess.run(args, capture_output=True, text=True, timeout=timeout, env=env)
+    """``args`` run to its end; one that takes longer than ``timeout`` is killed and is an error naming it and
+    the end of what it said."""
+    try:
+        return subprocess.run(args, capture_output=True, text=True, timeout=timeout, env=env)
+    except subprocess.TimeoutExpired as exc:
+        said = "".join(part.decode(errors="replace") if isinstance(part, bytes) else part
+                       for part in (exc.stdout, exc.stderr) if part)
+        raise KwokError(f"{Path(args[0]).name} {' '.join(args[1:3])} did not finish in {timeout:.0f}s; "
+                        f"its last output: {said.strip()[-1500:] or '(none)'}") from None
 
 
 def _kwokctl_env(bin_dir: Path) -> dict:

@@ -12,6 +12,7 @@ import sys
 import click
 
 from flotilla.kwok import realnode
+from flotilla.kwok.cluster import KwokError
 
 
 def _fail(exc: Exception) -> None:
@@ -29,7 +30,7 @@ def start() -> None:
     """Start whatever part of the node is down, wait until real-1 is Ready; print the exports."""
     try:
         rn = realnode.start()
-    except realnode.RealNodeError as exc:
+    except (realnode.RealNodeError, KwokError) as exc:
         _fail(exc)
     click.echo(rn.exports(), nl=False)
 
