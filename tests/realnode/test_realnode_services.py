@@ -38,6 +38,15 @@ def run_pod(real_node, name: str, command: str, timeout: float = 90.0, **spec) -
     return pod["status"]["phase"], log
 
 
+def run_steps(real_node, name: str, steps: dict[str, str]) -> dict[str, str]:
+    """Run each of ``steps`` (title -> shell command) in turn in one bare pod on real-1, which must succeed; what
+    each printed, by title."""
+    command = "; ".join(f"echo '== {title}'; {step}" for title, step in steps.items())
+    phase, log = run_pod(real_node, name, command)
+    assert phase == "Succeeded", log
+    return sections(log)
+
+
 def sections(log: str) -> dict[str, str]:
     """The log's parts, each after a line ``== NAME``."""
     out: dict[str, list[str]] = {}
@@ -78,12 +87,9 @@ def test_a_pod_reaches_the_api_server_through_the_kubernetes_service_by_name(rea
     # the suites Go's server takes), so the pod speaks plain HTTP to the HTTPS port: the answer is Go's TLS
     # server's own. The test below verifies the certificate and reads /version through the ClusterIP.
     ask = "printf 'GET /version HTTP/1.0\\r\\n\\r\\n' | nc {} 443"
-    command = (f"echo '== resolv'; cat /etc/resolv.conf; echo '== lookup'; nslookup -type=A {API_NAME}; "
-               f"echo '== by name'; {ask.format(API_NAME)}; echo '== by short name'; {ask.format('kubernetes.default')}; "
-               f"echo '== by ip'; {ask.format('10.0.0.1')}")
-    phase, log = run_pod(real_node, "asker", command)
-    parts = sections(log)
-    assert phase == "Succeeded", log
+    parts = run_steps(real_node, "asker", {
+        "resolv": "cat /etc/resolv.conf", "lookup": f"nslookup -type=A {API_NAME}", "by name": ask.format(API_NAME),
+        "by short name": ask.format("kubernetes.default"), "by ip": ask.format("10.0.0.1")})
     ns = real_node.namespace
     # The kubelet's resolv.conf for a ClusterFirst pod: the cluster's search path, CoreDNS, ndots 5.
     assert parts["resolv"].splitlines() == [f"search {ns}.svc.cluster.local svc.cluster.local cluster.local",
@@ -139,12 +145,10 @@ def test_a_pod_behind_its_own_service_is_reached_by_name_from_another(real_node)
     assert endpoints == [(pod_ip, 8080)]
     # kube-proxy writes its rules within a second of the EndpointSlice; the client tries for up to 30 s.
     fetch = "i=0; until wget -q -O- {url}; do i=$((i+1)); [ $i -ge 30 ] && exit 1; sleep 1; done"
-    command = (f"echo '== lookup'; nslookup -type=A web.{ns}.svc.cluster.local; "
-               f"echo '== by name'; {fetch.format(url=f'http://web.{ns}.svc.cluster.local/')}; "
-               f"echo '== by short name'; {fetch.format(url='http://web/')}")
-    phase, log = run_pod(real_node, "client", command)
-    parts = sections(log)
-    assert phase == "Succeeded", log
+    parts = run_steps(real_node, "client", {
+        "lookup": f"nslookup -type=A web.{ns}.svc.cluster.local",
+        "by name": fetch.format(url=f"http://web.{ns}.svc.cluster.local/"),
+        "by short name": fetch.format(url="http://web/")})
     assert addresses(parts["lookup"]) == [cluster_ip], parts["lookup"]
     assert (parts["by name"], parts["by short name"]) == ("hello from web", "hello from web")
     try:
