@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import json
 import os
+import signal
 import sys
 from typing import Any, Iterable
 
@@ -132,6 +133,15 @@ def _fmt_time(ts: float | None) -> str:
 
 # -- serve -------------------------------------------------------------------------------------
 
+def _duration(ctx, param, value):
+    from flotilla.core.quantities import QuantityError, parse_duration
+
+    try:
+        return parse_duration(value)
+    except QuantityError as exc:
+        raise click.BadParameter(str(exc)) from None
+
+
 @click.command("serve")
 @click.option("--config", "config_path", type=click.Path(dir_okay=False), default=None,
               help="Scheduler config (YAML) with the service sections (server, auth, store, lease, queues). "
@@ -150,7 +160,12 @@ def _fmt_time(ts: float | None) -> str:
 @click.option("--identity", default=None, envvar="FLOTILLA_IDENTITY",
               help="This scheduler's name in leader election (default: $POD_NAME or the host name, the pid and "
                    "a random suffix).")
-def serve(config_path, listen, store_url, admin_endpoints, seed, role, identity):
+@click.option("--store-wait", "store_wait", default="5m", show_default=True, envvar="FLOTILLA_STORE_WAIT",
+              metavar="DURATION", callback=_duration,
+              help="How long to wait at start-up for a PostgreSQL store that refuses connections or does not "
+                   "resolve yet (e.g. 300s, 5m), answering /healthz meanwhile; 0: exit at once. A wrong password "
+                   "or a missing database ends start-up at once.")
+def serve(config_path, listen, store_url, admin_endpoints, seed, role, identity, store_wait):
     """Run the submission API and the scheduling loop (--role all), or one of them.
 
     Every `cycle.period`, the loop reads the store and the clusters, runs
@@ -168,25 +183,77 @@ def serve(config_path, listen, store_url, admin_endpoints, seed, role, identity)
     from flotilla.service.loop import lease_missing
     from flotilla.service.server import build_service, run
 
-    from flotilla.service.roles import RoleError
+    from flotilla.service.roles import RoleError, check_role
+    from flotilla.service.settings import from_config
+    from flotilla.service.storewait import StoreUnavailable, one_line
 
     config = load_config_or_fail(config_path)
     scheduler = build_scheduler(config)
     missing = lease_missing(config, scheduler)
     if missing is not None:
         raise CommandError(str(missing), EXIT_USAGE)
+    settings = from_config(config)
+    url = store_url or settings.store_url
+    probes = None
     try:
+        check_role(role, url)
+        probes = _reach_store(url, store_wait, listen or settings.listen, role)
         service = build_service(config, scheduler, store_url=store_url, admin_endpoints=admin_endpoints, seed=seed,
-                                role=role, identity=identity, config_path=config_path)
-    except RoleError as exc:
+                                role=role, identity=identity, config_path=config_path, settings=settings)
+    except (RoleError, StoreUnavailable) as exc:
         raise CommandError(str(exc), EXIT_USAGE) from None
     except Exception as exc:  # a store that cannot be opened, a backend that cannot start
-        raise CommandError(f"cannot start: {exc}", EXIT_USAGE) from None
+        raise CommandError(f"cannot start: {one_line(exc)}", EXIT_USAGE) from None
+    finally:
+        if probes is not None:
+            probes.close()      # the service's server binds the same address next
     try:
         code = run(service, listen)
     except ValueError as exc:
         raise CommandError(str(exc), EXIT_USAGE) from None
     sys.exit(code)
+
+
+def _reach_store(url: str, wait: float, listen: str, role: str):
+    """Wait for a PostgreSQL store (:mod:`flotilla.service.storewait`); the probes answering meanwhile, if any.
+
+    SQLite is a file, nothing to wait for. With ``wait`` 0, one attempt and no probes.
+    """
+    from flotilla.service.server import split_listen
+    from flotilla.service.storewait import StartupProbes, store_address, wait_for_store
+
+    if url.startswith("sqlite"):
+        return None
+    if wait <= 0:
+        wait_for_store(url, 0)
+        return None
+    address = store_address(url)    # a URL that does not parse fails here, before anything listens
+    host, port = split_listen(listen)
+    probes = StartupProbes(host, port, role)
+
+    def on_signal(signum, frame) -> None:
+        raise _StoppedWaiting(signal.Signals(signum).name)
+
+    handlers = {signum: signal.signal(signum, on_signal) for signum in (signal.SIGTERM, signal.SIGINT)}
+    try:
+        probes.set_reason(f"store unreachable: {address}")
+        wait_for_store(url, wait, on_wait=probes.set_reason)
+        probes.set_reason("starting: the store answers, building the service on it")
+    except _StoppedWaiting as stop:
+        probes.close()
+        print(f"flotilla serve: {stop} while waiting for store {address}: stopped", file=sys.stderr, flush=True)
+        sys.exit(0)
+    except BaseException:
+        probes.close()
+        raise
+    finally:
+        for signum, handler in handlers.items():
+            signal.signal(signum, handler)
+    return probes
+
+
+class _StoppedWaiting(BaseException):
+    """SIGTERM or SIGINT while waiting for the store: nothing to finish, so the process ends with status 0."""
 
 
 # -- jobs --------------------------------------------------------------------------------------

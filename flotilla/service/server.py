@@ -91,12 +91,14 @@ class Service:
 
 def build_service(config, scheduler, *, store_url: str | None = None, admin_endpoints: bool = False,
                   backends: dict | None = None, seed: int | None = None, role: str = "all",
-                  identity: str | None = None, config_path: str | None = None) -> Service:
+                  identity: str | None = None, config_path: str | None = None,
+                  settings: ServiceSettings | None = None) -> Service:
     """Everything ``serve --role ROLE`` runs, built from a loaded config and a :class:`Scheduler` for it.
 
+    ``settings``: the config's, when the caller has read them already.
     Raises :class:`~flotilla.service.roles.RoleError` for ``api``/``scheduler`` on SQLite.
     """
-    settings = from_config(config)
+    settings = settings if settings is not None else from_config(config)
     url = store_url or settings.store_url
     check_role(role, url)
     store = Store(url)
