@@ -183,10 +183,12 @@ def serve(config_path, listen, store_url, admin_endpoints, seed, role, identity,
     from flotilla.service.loop import lease_missing
     from flotilla.service.server import build_service, run
 
+    from flotilla.service.reload import file_digest
     from flotilla.service.roles import RoleError, check_role
     from flotilla.service.settings import from_config
     from flotilla.service.storewait import StoreUnavailable, one_line
 
+    digest = file_digest(config_path) if config_path is not None else None   # before the wait for the store
     config = load_config_or_fail(config_path)
     scheduler = build_scheduler(config)
     missing = lease_missing(config, scheduler)
@@ -199,7 +201,8 @@ def serve(config_path, listen, store_url, admin_endpoints, seed, role, identity,
         check_role(role, url)
         probes = _reach_store(url, store_wait, listen or settings.listen, role)
         service = build_service(config, scheduler, store_url=store_url, admin_endpoints=admin_endpoints, seed=seed,
-                                role=role, identity=identity, config_path=config_path, settings=settings)
+                                role=role, identity=identity, config_path=config_path, settings=settings,
+                                config_digest=digest)
     except (RoleError, StoreUnavailable) as exc:
         raise CommandError(str(exc), EXIT_USAGE) from None
     except Exception as exc:  # a store that cannot be opened, a backend that cannot start
@@ -235,6 +238,8 @@ def _reach_store(url: str, wait: float, listen: str, role: str):
         raise _StoppedWaiting(signal.Signals(signum).name)
 
     handlers = {signum: signal.signal(signum, on_signal) for signum in (signal.SIGTERM, signal.SIGINT)}
+    # Nothing to reload yet; a changed config file is still seen once the service runs (see build_service).
+    handlers[signal.SIGHUP] = signal.signal(signal.SIGHUP, signal.SIG_IGN)
     try:
         probes.set_reason(f"store unreachable: {address}")
         wait_for_store(url, wait, on_wait=probes.set_reason)

@@ -92,10 +92,11 @@ class Service:
 def build_service(config, scheduler, *, store_url: str | None = None, admin_endpoints: bool = False,
                   backends: dict | None = None, seed: int | None = None, role: str = "all",
                   identity: str | None = None, config_path: str | None = None,
-                  settings: ServiceSettings | None = None) -> Service:
+                  settings: ServiceSettings | None = None, config_digest: str | None = None) -> Service:
     """Everything ``serve --role ROLE`` runs, built from a loaded config and a :class:`Scheduler` for it.
 
-    ``settings``: the config's, when the caller has read them already.
+    ``settings``: the config's, when the caller has read them already. ``config_digest``: the config
+    file's digest when it was read (see :class:`~flotilla.service.reload.ConfigReloader`).
     Raises :class:`~flotilla.service.roles.RoleError` for ``api``/``scheduler`` on SQLite.
     """
     settings = settings if settings is not None else from_config(config)
@@ -134,7 +135,7 @@ def build_service(config, scheduler, *, store_url: str | None = None, admin_endp
     service = Service(settings, store, loop, app, shutting_down, role, runner, elector, metrics, poller,
                       authenticator=authenticator)
     if config_path is not None:
-        service.reloader = ConfigReloader(config_path, service, config)
+        service.reloader = ConfigReloader(config_path, service, config, digest=config_digest)
     return service
 
 

@@ -238,12 +238,19 @@ def test_an_api_replica_waits_for_a_store_that_starts_after_it_then_serves(late_
             503, {"ready": False, "reason": refused, "role": "api"})
         assert answer(url, "/v1/queues")[0] == 503
         assert proc.poll() is None
+        # A config edited while the role waits is applied once it runs (the reloader compares with what was read).
+        config = tmp_path / "serve.yaml"
+        config.write_text(config.read_text().replace("  - {name: B, weight: 1, owners: [bob]}\n",
+                                                     "  - {name: B, weight: 1, owners: [bob]}\n"
+                                                     "  - {name: C, weight: 2, owners: [alice]}\n"))
         late_pg.start()
         assert wait_for(lambda: (ready := answer(url, "/readyz")) and ready[0] == 200 and ready,
                         step=0.2, timeout=60) == (200, {"ready": True, "role": "api"})
         with Client(url, "alice-token") as client:
             submitted = client.submit(job_file("A", "late", [job("c0")])).raw["jobs"]
             assert [(j["clientId"], client.status(j["id"]).raw["state"]) for j in submitted] == [("c0", "queued")]
+            assert wait_for(lambda: sorted((q.raw["name"], q.raw["weight"]) for q in client.queues())
+                            == [("A", 1.0), ("B", 1.0), ("C", 2.0)])
     finally:
         proc.send_signal(signal.SIGTERM)
         assert proc.wait(30) == 0

@@ -58,9 +58,10 @@ def _plain(value):
     return value.model_dump() if hasattr(value, "model_dump") else value
 
 
-def _digest(path: Path) -> str | None:
+def file_digest(path: str | Path) -> str | None:
+    """The file's content hash (None: unreadable); a change of it is a change of the config."""
     try:
-        return hashlib.sha256(path.read_bytes()).hexdigest()
+        return hashlib.sha256(Path(path).read_bytes()).hexdigest()
     except OSError:
         return None
 
@@ -68,14 +69,16 @@ def _digest(path: Path) -> str | None:
 class ConfigReloader:
     """Watches ``path`` (every ``period`` seconds, and on :meth:`request`, which SIGHUP calls)."""
 
-    def __init__(self, path: str, service, config, period: float = 1.0):
+    def __init__(self, path: str, service, config, period: float = 1.0, digest: str | None = None):
+        """``digest``: :func:`file_digest` of ``path`` when ``config`` was read from it (default: now), so that a
+        change made while the process started (waiting for its store) is seen at the first check."""
         self.path = Path(path)
         self.service = service
         self.config = config
         self.reloads = 0
         self.failures = 0
         self.last_error: str | None = None
-        self._digest = _digest(self.path)
+        self._digest = digest if digest is not None else file_digest(self.path)
         self._requested = threading.Event()
         self._thread = Periodic("flotilla-reload", period, self.check)
 
@@ -85,7 +88,7 @@ class ConfigReloader:
 
     def check(self) -> bool | None:
         """Reload if asked to or if the file changed; returns the outcome, None when nothing was due."""
-        digest = _digest(self.path)
+        digest = file_digest(self.path)
         if not self._requested.is_set() and digest == self._digest:
             return None
         self._requested.clear()
