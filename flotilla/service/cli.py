@@ -232,7 +232,6 @@ def _reach_store(url: str, wait: float, listen: str, role: str):
         return None
     address = store_address(url)    # a URL that does not parse fails here, before anything listens
     host, port = split_listen(listen)
-    probes = StartupProbes(host, port, role)
 
     def on_signal(signum, frame) -> None:
         raise _StoppedWaiting(signal.Signals(signum).name)
@@ -240,16 +239,20 @@ def _reach_store(url: str, wait: float, listen: str, role: str):
     handlers = {signum: signal.signal(signum, on_signal) for signum in (signal.SIGTERM, signal.SIGINT)}
     # Nothing to reload yet; a changed config file is still seen once the service runs (see build_service).
     handlers[signal.SIGHUP] = signal.signal(signal.SIGHUP, signal.SIG_IGN)
+    probes = None
     try:
+        probes = StartupProbes(host, port, role)
         probes.set_reason(f"store unreachable: {address}")
         wait_for_store(url, wait, on_wait=probes.set_reason)
         probes.set_reason("starting: the store answers, building the service on it")
     except _StoppedWaiting as stop:
-        probes.close()
+        if probes is not None:
+            probes.close()
         print(f"flotilla serve: {stop} while waiting for store {address}: stopped", file=sys.stderr, flush=True)
         sys.exit(0)
     except BaseException:
-        probes.close()
+        if probes is not None:
+            probes.close()
         raise
     finally:
         for signum, handler in handlers.items():
