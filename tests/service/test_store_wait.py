@@ -203,12 +203,12 @@ def late_postgres():
     pg.remove()
 
 
-def serve(tmp_path: Path, store: str, *args: str) -> tuple[subprocess.Popen, str, Path]:
+def serve(tmp_path: Path, store: str, *args: str, role: str = "api") -> tuple[subprocess.Popen, str, Path]:
     port = free_port()
     config = tmp_path / "serve.yaml"
     config.write_text(CONFIG)
     log = tmp_path / "serve.log"
-    proc = subprocess.Popen([*FLOTILLA, "serve", "--role", "api", "--config", str(config), "--store", store,
+    proc = subprocess.Popen([*FLOTILLA, "serve", "--role", role, "--config", str(config), "--store", store,
                              "--listen", f"127.0.0.1:{port}", *args],
                             cwd=REPO, env=env_for(), stdout=subprocess.DEVNULL, stderr=open(log, "wb"))
     return proc, f"http://127.0.0.1:{port}", log
@@ -257,6 +257,23 @@ def test_an_api_replica_waits_for_a_store_that_starts_after_it_then_serves(late_
     text = log.read_text()
     assert "store.unreachable" in text and f"store=127.0.0.1:{late_pg.port}" in text and "secret" not in text
     assert "store.reachable" in text
+
+
+@pytest.mark.postgres
+@needs_postgres
+def test_a_scheduler_waits_then_leads(late_pg, tmp_path):
+    late_pg.stop()
+    proc, url, log = serve(tmp_path, late_pg.url(), "--store-wait", "120s", "--identity", "s1", role="scheduler")
+    try:
+        assert wait_for(lambda: answer(url, "/healthz"), timeout=60) == (200, {"ok": True, "role": "scheduler"})
+        assert answer(url, "/readyz")[0] == 503
+        late_pg.start()
+        assert wait_for(lambda: (ready := answer(url, "/readyz")) and ready[0] == 200 and ready,
+                        step=0.2, timeout=60) == (200, {"ready": True, "role": "scheduler", "leader": True,
+                                                        "identity": "s1"})
+    finally:
+        proc.send_signal(signal.SIGTERM)
+        assert proc.wait(30) == 0
 
 
 def run_serve(tmp_path: Path, store: str, *args: str) -> tuple[int, list[str]]:
