@@ -25,6 +25,8 @@ CHART = DEPLOY / "helm" / "flotilla"
 HA_VALUES = CHART / "ci" / "ha-values.yaml"
 #: HA with the bundled PostgreSQL (postgresql.enabled).
 BUNDLED = ("--values", str(HA_VALUES), "--set", "postgresql.enabled=true")
+#: The requests set down for a trial cluster of one small node (deploy/README.md's HA section adds it).
+SMALL_NODE = CHART / "ci" / "small-node-values.yaml"
 
 
 @pytest.fixture(scope="module")
@@ -84,7 +86,7 @@ def by_key(docs: list[dict]) -> dict[tuple[str, str], dict]:
 def test_helm_lint_passes_with_default_and_ha_values(helm, tmp_path):
     for values in ((), ("--values", str(HA_VALUES)), ("--set", "serviceMonitor.enabled=true"),
                    ("--set", "networkPolicy.enabled=true"), BUNDLED,
-                   (*BUNDLED, "--set", "networkPolicy.enabled=true")):
+                   (*BUNDLED, "--set", "networkPolicy.enabled=true"), (*BUNDLED, "--values", str(SMALL_NODE))):
         result = run_helm(helm, "lint", "--strict", str(CHART), *values, tmp_path=tmp_path)
         assert result.returncode == 0, result.stdout + result.stderr
         assert "1 chart(s) linted, 0 chart(s) failed" in result.stdout
@@ -112,7 +114,7 @@ def test_default_values_render_one_standalone_pod_with_its_sqlite_store_on_a_cla
     assert container["args"] == ["serve", "--role", "all", "--config", "/etc/flotilla/config/config.yaml",
                                  "--store", "sqlite:////var/lib/flotilla/flotilla.db"]
     assert [e["name"] for e in container["env"]] == ["POD_NAME"]
-    assert container["image"] == "flotilla:0.1.0"
+    assert container["image"] == "flotilla.local/flotilla:0.1.0"   # the name scripts/image gives it
     assert container["resources"] == {"requests": {"cpu": "500m", "memory": "768Mi"},
                                       "limits": {"cpu": "2", "memory": "2Gi"}}
     assert container["securityContext"] == {"runAsNonRoot": True, "allowPrivilegeEscalation": False,
@@ -223,6 +225,20 @@ def test_the_ha_values_give_two_replicas_per_role_a_secret_store_url_and_pdbs(he
         pdb = docs[("PodDisruptionBudget", f"flotilla-{role}")]
         assert pdb["spec"] == {"minAvailable": 1, "selector": {"matchLabels": {
             "app.kubernetes.io/name": f"flotilla-{role}", "app.kubernetes.io/instance": "flotilla"}}}
+
+
+def test_the_small_node_values_set_the_requests_down_and_keep_the_limits(helm, tmp_path):
+    docs = by_key(render(helm, tmp_path, *BUNDLED, "--values", str(SMALL_NODE)))
+    workloads = {name: (doc["spec"]["replicas"], doc["spec"]["template"]["spec"]["containers"][0]["resources"])
+                 for (kind, name), doc in docs.items() if kind in ("Deployment", "StatefulSet")}
+    assert workloads == {
+        "flotilla-api": (2, {"requests": {"cpu": "100m", "memory": "256Mi"}, "limits": {"cpu": "2", "memory": "2Gi"}}),
+        "flotilla-scheduler": (2, {"requests": {"cpu": "100m", "memory": "256Mi"},
+                                   "limits": {"cpu": "2", "memory": "8Gi"}}),
+        "flotilla-postgresql": (1, {"requests": {"cpu": "100m", "memory": "128Mi"},
+                                    "limits": {"cpu": "1", "memory": "1Gi"}})}
+    (claim,) = docs[("StatefulSet", "flotilla-postgresql")]["spec"]["volumeClaimTemplates"]
+    assert claim["spec"]["resources"] == {"requests": {"storage": "1Gi"}}
 
 
 def test_the_bundled_postgresql_is_a_statefulset_service_and_secret_whose_url_the_roles_read(helm, tmp_path):
@@ -397,5 +413,5 @@ def test_every_value_is_documented_in_the_charts_readme():
     rows = [line.split("|")[1] for line in readme.splitlines() if line.startswith("| `")]
     documented = {name.strip(" `") for row in rows for name in row.split(",")}
     keys = list(leaves(yaml.safe_load((CHART / "values.yaml").read_text())))
-    assert len(keys) == 69
+    assert len(keys) == 73
     assert [key for key in keys if key not in documented] == []

@@ -1,12 +1,17 @@
-"""The chart installed in mode ha with its bundled PostgreSQL (``ci/ha-values.yaml``, ``postgresql.enabled``) on the
-real node's cluster as on a cluster of one's own: the StatefulSet and Deployment controllers make the pods,
-kube-scheduler puts them on ``real-1`` (PostgreSQL's claim binds to a local volume of a default StorageClass), the
-roles reach the API server through the ``kubernetes`` Service and PostgreSQL by its Service's name (kube-proxy,
-CoreDNS). The PostgreSQL of ``scripts/image --postgres``, two API replicas and two schedulers of ``scripts/image``
-run; one scheduler leads. A job set runs; the leader's pod is deleted while its jobs run; the standby takes the
-lead and schedules what is submitted after; every job succeeds exactly once. ``helm upgrade`` keeps the generated
-password; ``helm uninstall`` leaves no Flotilla object, pod or lease behind. The requests are set down to fit the
-one small node. The PostgreSQL image without a password exits at once, saying what is missing.
+"""deploy/README.md's section "HA with the bundled PostgreSQL", run as written on the real node's cluster, with a
+failover between its install and its take-down.
+
+After the walk's first three blocks (the toolchain, Flotilla's image on the node, the storage), the section's
+blocks run verbatim in one ``bash``: the PostgreSQL image built and imported, ``helm install`` of
+``ci/ha-values.yaml`` with the bundled PostgreSQL and ``ci/small-node-values.yaml``, the three rollouts, ``helm
+test``. As on a cluster of one's own, the StatefulSet and Deployment controllers make the pods, kube-scheduler puts
+them on ``real-1`` (PostgreSQL's claim binds to the walk's local volume), the roles reach the API server through
+the ``kubernetes`` Service and PostgreSQL by its Service's name (kube-proxy, CoreDNS). Then: PostgreSQL, two API
+replicas and two schedulers run, one scheduler leads; a job set runs; the leader's pod is deleted while its jobs
+run; the standby takes the lead and schedules what is submitted after; every job succeeds exactly once. ``helm
+upgrade`` keeps the generated password. The section's take-down block, in the environment the blocks before it
+left, leaves no Flotilla object, pod, claim or lease behind. The PostgreSQL image without a password exits at
+once, saying what is missing.
 """
 
 from __future__ import annotations
@@ -27,16 +32,14 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from flotilla.kubernetes.client import ApiError, pod_path
 from tests.support.helm import run
-from tests.support.image import REPO, imported_image, imported_postgres_image
-from tests.support.local_storage import default_local_storage
+from tests.support.image import REPO, imported_postgres_image
+from tests.support.readme import HA_BUNDLED, WALK, blocks, kept_env, remove_release, run_blocks, said
 
 pytestmark = [pytest.mark.realnode, pytest.mark.image]
 
 CHART = REPO / "deploy" / "helm" / "flotilla"
-HA_VALUES = CHART / "ci" / "ha-values.yaml"
-SMALL = {"api": {"resources": {"requests": {"cpu": "100m", "memory": "256Mi"}}},
-         "scheduler": {"resources": {"requests": {"cpu": "100m", "memory": "256Mi"}}},
-         "postgresql": {"enabled": True, "resources": {"requests": {"cpu": "100m", "memory": "128Mi"}}}}
+#: The release and namespace of the README's section.
+RELEASE = NAMESPACE = "flotilla"
 
 
 def flotilla(url: str, *args: str, tmp_path: Path):
@@ -60,10 +63,10 @@ def leads(address: str) -> bool:
 
 def role_pods(real_node, role: str, count: int, timeout: float = 300) -> dict[str, str]:
     """The release's ``count`` pods of ``role`` once each runs and is ready: name -> IP:port."""
-    selector = f"app.kubernetes.io/instance=flt,app.kubernetes.io/name=flt-flotilla-{role}"
+    selector = f"app.kubernetes.io/instance={RELEASE},app.kubernetes.io/name={RELEASE}-{role}"
 
     def find():
-        pods = real_node.client.get(pod_path(real_node.namespace), labelSelector=selector)["items"]
+        pods = real_node.client.get(pod_path(NAMESPACE), labelSelector=selector)["items"]
         ready = {p["metadata"]["name"]: "{}:{}".format(p["status"]["podIP"],
                                                         p["spec"]["containers"][0]["ports"][0]["containerPort"])
                  for p in pods if p["status"].get("phase") == "Running" and not p["metadata"].get("deletionTimestamp")
@@ -81,111 +84,115 @@ def jobs_file(path: Path, job_set: str, ids: range, image: str) -> Path:
     return path
 
 
-def test_ha_with_the_bundled_postgresql_survives_the_leaders_pod_deleted_mid_run(real_node, tmp_path):
-    with default_local_storage(real_node, tmp_path / "volumes", size="8Gi") as (volume,):
-        failover(real_node, tmp_path, volume)
-
-
-def failover(real_node, tmp_path: Path, volume: str) -> None:
-    image = imported_image(tmp_path / "flotilla.oci.tar")
-    assert imported_postgres_image(tmp_path / "postgresql.oci.tar") == "flotilla.local/postgresql:15"
-    helm = str(real_node.bin_dir / "helm")
-    client, namespace = real_node.client, real_node.namespace
-    kube = ("--kubeconfig", str(real_node.kubeconfig), "--kube-context", real_node.context, "--namespace", namespace)
-    name, tag = image.rsplit(":", 1)
-    small = tmp_path / "small.yaml"
-    small.write_text(yaml.safe_dump(SMALL))
-    installed = run(helm, "install", "flt", str(CHART), *kube, "--values", str(HA_VALUES), "--values", str(small),
-                    "--set", f"image.repository={name}", "--set", f"image.tag={tag}", tmp_path=tmp_path)
+def test_the_readmes_ha_section_installs_and_survives_the_leaders_pod_deleted_mid_run(real_node, tmp_path):
+    walk, section = blocks(WALK)[:3], blocks(HA_BUNDLED)
+    assert [block.split()[0] for block in walk] == ["export", "scripts/image", "mkdir"]
+    assert [block.split()[0] for block in section] == ["scripts/image", "kubectl"]
+    install, take_down = section
+    remove_release(real_node, claims=("flotilla-data", "data-flotilla-postgresql-0"))
+    left = tmp_path / "env"
     try:
+        installed = run_blocks([*walk, install], dict(os.environ), keep=left)
+        assert installed.returncode == 0, installed.stdout[-3000:] + installed.stderr[-3000:]
+        expected = ["partitioned roll out complete: 1 new pods have been updated...",
+                    'deployment "flotilla-api" successfully rolled out',
+                    'deployment "flotilla-scheduler" successfully rolled out',
+                    *["TEST SUITE: flotilla-test", "Phase: Succeeded"] * 2]
+        lines = said(installed)
+        assert [line for line in lines if line in expected] == expected, installed.stdout[-3000:]
         notes = " ".join(installed.stdout.split("NOTES:", 1)[1].split())
-        assert ("Its store is the bundled PostgreSQL flt-flotilla-postgresql (a development database, one server; "
-                "its password and URL are in the Secret flt-flotilla-postgresql).") in notes
-        apps = f"/apis/apps/v1/namespaces/{namespace}"
-        secret = client.get(f"/api/v1/namespaces/{namespace}/secrets/flt-flotilla-postgresql")
-        url = urlparse(base64.b64decode(secret["data"]["url"]).decode())
-        assert (url.scheme, url.username, url.hostname, url.port, url.path) == (
-            "postgresql+psycopg", "flotilla", f"flt-flotilla-postgresql.{namespace}.svc", 5432, "/flotilla")
-        assert url.password == base64.b64decode(secret["data"]["password"]).decode()
-
-        assert client.get(f"{apps}/deployments/flt-flotilla-api")["spec"]["replicas"] == 2
-        assert client.get(f"{apps}/deployments/flt-flotilla-scheduler")["spec"]["replicas"] == 2
-        postgresql = role_pods(real_node, "postgresql", 1)
-        assert list(postgresql) == ["flt-flotilla-postgresql-0"]
-        claim = client.get(f"/api/v1/namespaces/{namespace}/persistentvolumeclaims/data-flt-flotilla-postgresql-0")
-        assert (claim["status"]["phase"], claim["spec"]["volumeName"]) == ("Bound", volume)
-        apis, addresses = role_pods(real_node, "api", 2), role_pods(real_node, "scheduler", 2)
-        for pod in [*postgresql, *apis, *addresses]:
-            spec = client.get(pod_path(namespace, pod))["spec"]
-            assert (spec["schedulerName"], spec["nodeName"]) == ("default-scheduler", "real-1"), pod
-        schedulers = sorted(addresses)
-        leader = real_node.wait(lambda: [p for p in schedulers if leads(addresses[p])], timeout=120, step=1,
-                                what="a scheduler to lead")
-        assert len(leader) == 1, leader
-        (leader,) = leader
-        (standby,) = [p for p in schedulers if p != leader]
-        api = [f"http://{apis[pod]}" for pod in sorted(apis)]
-
-        # Four jobs through one API replica; once they run, the leader's pod is deleted (SIGTERM, as kubectl
-        # delete does) and the standby takes the lead; two more jobs, through the other replica, run under it.
-        submitted = flotilla(api[0], "submit", str(jobs_file(tmp_path / "before.yaml", "failover", range(4),
-                                                             real_node.image)), tmp_path=tmp_path)["jobs"]
-        assert len(submitted) == 4
-
-        def states():
-            return {r["clientId"]: r for r in flotilla(api[1], "status", "--job-set", "research", "failover",
-                                                       tmp_path=tmp_path)["jobs"]}
-
-        real_node.wait(lambda: any(r["state"] == "running" for r in states().values()), timeout=240, step=1,
-                       what="a job of the set running")
-        client.delete(pod_path(namespace, leader))
-        real_node.wait(lambda: leads(addresses[standby]), timeout=120, step=1, what=f"the standby {standby} to lead")
-        real_node.wait(lambda: not [p for p in real_node.pods(namespace) if p["metadata"]["name"] == leader],
-                       timeout=120, step=1, what=f"the leader's pod {leader} gone")
-        submitted += flotilla(api[1], "submit", str(jobs_file(tmp_path / "after.yaml", "failover", range(4, 6),
-                                                              real_node.image)), tmp_path=tmp_path)["jobs"]
-        ids = {job["clientId"]: job["id"] for job in submitted}
-        assert sorted(ids) == [f"j{i}" for i in range(6)] and len(set(ids.values())) == 6
-        ended = real_node.wait(lambda: (rows := states()) and all(
-            r["state"] in ("succeeded", "failed", "cancelled") for r in rows.values()) and rows,
-            timeout=420, step=2, what="the job set to end")
-        assert sorted((r["clientId"], r["id"], r["state"], r["retries"], r["node"]) for r in ended.values()) == [
-            (f"j{i}", ids[f"j{i}"], "succeeded", 0, "real-1") for i in range(6)]
-        assert leads(addresses[standby])
-        # An upgrade keeps the generated password (read back from the Secret): the database made with it still
-        # takes it, so no pod restarts across it. (A role's pod may have restarted once before, when it started
-        # ahead of PostgreSQL: the kubelet restarts it, as on any cluster.)
-        def restarts() -> dict[str, int]:
-            return {pod: client.get(pod_path(namespace, pod))["status"]["containerStatuses"][0]["restartCount"]
-                    for pod in [*apis, *addresses, *postgresql] if pod != leader}
-        before = restarts()
-        run(helm, "upgrade", "flt", str(CHART), *kube, "--reuse-values", tmp_path=tmp_path)
-        assert client.get(f"/api/v1/namespaces/{namespace}/secrets/flt-flotilla-postgresql")["data"] == secret["data"]
-        time.sleep(10)
-        assert restarts() == before
+        assert ("Its store is the bundled PostgreSQL flotilla-postgresql (a development database, one server; "
+                "its password and URL are in the Secret flotilla-postgresql).") in notes
+        failover(real_node, tmp_path)
     finally:
-        # The jobs' pods are the users' (Flotilla made them); the release's own go with `helm uninstall`.
-        for pod in real_node.pods(namespace):
-            if pod["metadata"].get("labels", {}).get("app.kubernetes.io/instance") != "flt":
-                client.delete(pod_path(namespace, pod["metadata"]["name"]), {"gracePeriodSeconds": 1})
-        run(helm, "uninstall", "flt", *kube, "--wait", tmp_path=tmp_path, check=False)
-        try:
-            real_node.wait(lambda: not real_node.pods(namespace), timeout=180, step=1, what="every pod gone")
-            left_pods = []
-        except AssertionError:
-            left_pods = [p["metadata"]["name"] for p in real_node.pods(namespace)]
-        real_node.delete_pods(namespace)
-    assert left_pods == []
+        # The jobs' pods the failover submitted go with the take-down's first command, as helm test's do.
+        down = run_blocks([take_down], kept_env(left) if left.exists() else dict(os.environ))
+    assert down.returncode == 0, down.stdout[-3000:] + down.stderr[-3000:]
+    assert 'release "flotilla" uninstalled' in said(down)
+    client = real_node.client
+    real_node.wait(lambda: not real_node.pods(NAMESPACE), timeout=180, step=1, what="every pod gone")
     for group, kind in (("apis/apps/v1", "deployments"), ("apis/apps/v1", "statefulsets"), ("api/v1", "configmaps"),
                         ("api/v1", "services"), ("api/v1", "serviceaccounts"), ("api/v1", "secrets"),
-                        ("apis/policy/v1", "poddisruptionbudgets")):
-        left = [o["metadata"]["name"] for o in client.get(f"/{group}/namespaces/{namespace}/{kind}")["items"]
-                if o["metadata"]["name"].startswith("flt-")]
-        assert left == [], (kind, left)
-    assert client.get(f"/apis/coordination.k8s.io/v1/namespaces/{namespace}/leases")["items"] == []
-    with pytest.raises(ApiError) as gone:
-        client.get("/apis/rbac.authorization.k8s.io/v1/clusterroles/flt-flotilla")
-    assert gone.value.status == 404
+                        ("api/v1", "persistentvolumeclaims"), ("apis/policy/v1", "poddisruptionbudgets")):
+        left_over = [o["metadata"]["name"] for o in client.get(f"/{group}/namespaces/{NAMESPACE}/{kind}")["items"]
+                     if o["metadata"]["name"].startswith(("flotilla", "data-flotilla", "sh.helm.release"))]
+        assert left_over == [], (kind, left_over)
+    assert client.get(f"/apis/coordination.k8s.io/v1/namespaces/{NAMESPACE}/leases")["items"] == []
+    for path in ("/apis/rbac.authorization.k8s.io/v1/clusterroles/flotilla", "/api/v1/persistentvolumes/flotilla-store",
+                 "/apis/storage.k8s.io/v1/storageclasses/local"):
+        with pytest.raises(ApiError) as gone:
+            client.get(path)
+        assert gone.value.status == 404, path
+
+
+def failover(real_node, tmp_path: Path) -> None:
+    """The installed release: its pods and store as the section says; the leader's pod deleted mid-run loses
+    nothing; an upgrade keeps the password and restarts no pod."""
+    helm = str(real_node.bin_dir / "helm")
+    client = real_node.client
+    kube = ("--kubeconfig", str(real_node.kubeconfig), "--kube-context", real_node.context, "--namespace", NAMESPACE)
+    apps = f"/apis/apps/v1/namespaces/{NAMESPACE}"
+    secret = client.get(f"/api/v1/namespaces/{NAMESPACE}/secrets/flotilla-postgresql")
+    url = urlparse(base64.b64decode(secret["data"]["url"]).decode())
+    assert (url.scheme, url.username, url.hostname, url.port, url.path) == (
+        "postgresql+psycopg", "flotilla", f"flotilla-postgresql.{NAMESPACE}.svc", 5432, "/flotilla")
+    assert url.password == base64.b64decode(secret["data"]["password"]).decode()
+
+    assert client.get(f"{apps}/deployments/flotilla-api")["spec"]["replicas"] == 2
+    assert client.get(f"{apps}/deployments/flotilla-scheduler")["spec"]["replicas"] == 2
+    postgresql = role_pods(real_node, "postgresql", 1)
+    assert list(postgresql) == ["flotilla-postgresql-0"]
+    claim = client.get(f"/api/v1/namespaces/{NAMESPACE}/persistentvolumeclaims/data-flotilla-postgresql-0")
+    assert (claim["status"]["phase"], claim["spec"]["volumeName"]) == ("Bound", "flotilla-store")
+    apis, addresses = role_pods(real_node, "api", 2), role_pods(real_node, "scheduler", 2)
+    for pod in [*postgresql, *apis, *addresses]:
+        spec = client.get(pod_path(NAMESPACE, pod))["spec"]
+        assert (spec["schedulerName"], spec["nodeName"]) == ("default-scheduler", "real-1"), pod
+    schedulers = sorted(addresses)
+    leader = real_node.wait(lambda: [p for p in schedulers if leads(addresses[p])], timeout=120, step=1,
+                            what="a scheduler to lead")
+    assert len(leader) == 1, leader
+    (leader,) = leader
+    (standby,) = [p for p in schedulers if p != leader]
+    api = [f"http://{apis[pod]}" for pod in sorted(apis)]
+
+    # Four jobs through one API replica; once they run, the leader's pod is deleted (SIGTERM, as kubectl
+    # delete does) and the standby takes the lead; two more jobs, through the other replica, run under it.
+    submitted = flotilla(api[0], "submit", str(jobs_file(tmp_path / "before.yaml", "failover", range(4),
+                                                         real_node.image)), tmp_path=tmp_path)["jobs"]
+    assert len(submitted) == 4
+
+    def states():
+        return {r["clientId"]: r for r in flotilla(api[1], "status", "--job-set", "research", "failover",
+                                                   tmp_path=tmp_path)["jobs"]}
+
+    real_node.wait(lambda: any(r["state"] == "running" for r in states().values()), timeout=240, step=1,
+                   what="a job of the set running")
+    client.delete(pod_path(NAMESPACE, leader))
+    real_node.wait(lambda: leads(addresses[standby]), timeout=120, step=1, what=f"the standby {standby} to lead")
+    real_node.wait(lambda: not [p for p in real_node.pods(NAMESPACE) if p["metadata"]["name"] == leader],
+                   timeout=120, step=1, what=f"the leader's pod {leader} gone")
+    submitted += flotilla(api[1], "submit", str(jobs_file(tmp_path / "after.yaml", "failover", range(4, 6),
+                                                          real_node.image)), tmp_path=tmp_path)["jobs"]
+    ids = {job["clientId"]: job["id"] for job in submitted}
+    assert sorted(ids) == [f"j{i}" for i in range(6)] and len(set(ids.values())) == 6
+    ended = real_node.wait(lambda: (rows := states()) and all(
+        r["state"] in ("succeeded", "failed", "cancelled") for r in rows.values()) and rows,
+        timeout=420, step=2, what="the job set to end")
+    assert sorted((r["clientId"], r["id"], r["state"], r["retries"], r["node"]) for r in ended.values()) == [
+        (f"j{i}", ids[f"j{i}"], "succeeded", 0, "real-1") for i in range(6)]
+    assert leads(addresses[standby])
+    # An upgrade keeps the generated password (read back from the Secret): the database made with it still
+    # takes it, so no pod restarts across it. (A role's pod may have restarted once before, when it started
+    # ahead of PostgreSQL: the kubelet restarts it, as on any cluster.)
+    def restarts() -> dict[str, int]:
+        return {pod: client.get(pod_path(NAMESPACE, pod))["status"]["containerStatuses"][0]["restartCount"]
+                for pod in [*apis, *addresses, *postgresql] if pod != leader}
+    before = restarts()
+    run(helm, "upgrade", RELEASE, str(CHART), *kube, "--reuse-values", tmp_path=tmp_path)
+    assert client.get(f"/api/v1/namespaces/{NAMESPACE}/secrets/flotilla-postgresql")["data"] == secret["data"]
+    time.sleep(10)
+    assert restarts() == before
 
 
 def test_the_postgresql_image_without_a_password_exits_naming_what_is_missing(real_node, tmp_path):

@@ -3,8 +3,8 @@
 The session fixture runs ``scripts/real-node start``, which reuses a node
 that is already running (another session's, or one started by hand) and
 starts whatever part of it is down. Each test gets its own namespace on
-that node, emptied of pods afterwards (namespaces stay: no namespace
-controller runs to finish deleting one).
+that node, emptied of pods afterwards (the namespace itself stays, for the
+next test of the session to take a new name beside it).
 
 Sessions that use the node sign in under ``<state dir>.sessions/<pid>``;
 the last one to leave stops the node if a test session started it, and

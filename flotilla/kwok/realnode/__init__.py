@@ -28,8 +28,9 @@ default ``/tmp/flotilla-realnode``):
    a kubelet that stops makes its node NotReady (within about 5 s: the
    kubelet renews its lease every second), claims bind, Jobs, Deployments
    and StatefulSets run their pods, namespaces get their ``default``
-   ServiceAccount and the cluster's CA; so a chart installs as on a cluster
-   of one's own;
+   ServiceAccount and the cluster's CA, and a deleted namespace is emptied
+   and removed; so a chart installs, and plain manifests apply and delete,
+   as on a cluster of one's own;
 5. the kubelet, registering the node ``real-1`` (cgroup v1, cgroupfs, pods'
    cgroups under ``/flotilla-realnode``, cluster DNS at the node IP),
    waited for until Ready;
@@ -109,7 +110,7 @@ CONTROLLERS = ("node-lifecycle-controller", "persistentvolume-binder-controller"
                "replicaset-controller", "statefulset-controller", "serviceaccount-controller",
                "serviceaccount-token-controller", "root-ca-certificate-publisher-controller",
                "endpoints-controller", "endpointslice-controller", "persistentvolumeclaim-protection-controller",
-               "persistentvolume-protection-controller")
+               "persistentvolume-protection-controller", "namespace-controller")
 #: The API server's admission plugins turned off on the node's cluster: only TaintNodesByCondition (its
 #: not-ready taint on the registering node would hold kube-scheduler and Flotilla back until the node
 #: lifecycle controller's next pass); ServiceAccount admission runs, as on any cluster.
@@ -173,10 +174,13 @@ class RealNode:
         return self.dir / "logs" / f"{component}.log"
 
     def exports(self) -> str:
-        """Shell lines for ``eval``: where the node's cluster is and which image it has."""
+        """Shell lines for ``eval``: where the node's cluster is, which image it has, and its containerd's socket
+        (``CONTAINERD_ADDRESS``, which ``ctr`` reads, so ``ctr -n k8s.io images import`` loads an image into it as
+        on a node of one's own)."""
         return (f"export KUBECONFIG={self.kubeconfig}\n"
                 f"export FLOTILLA_REAL_NODE_CONTEXT={self.context}\n"
-                f"export FLOTILLA_REAL_NODE_IMAGE={self.image}\n")
+                f"export FLOTILLA_REAL_NODE_IMAGE={self.image}\n"
+                f"export CONTAINERD_ADDRESS={self.socket}\n")
 
     def client(self, **kwargs):
         from flotilla.kubernetes.client import KubeClient
