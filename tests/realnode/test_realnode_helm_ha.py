@@ -182,17 +182,18 @@ def failover(real_node, tmp_path: Path) -> None:
     assert sorted((r["clientId"], r["id"], r["state"], r["retries"], r["node"]) for r in ended.values()) == [
         (f"j{i}", ids[f"j{i}"], "succeeded", 0, "real-1") for i in range(6)]
     assert leads(addresses[standby])
-    # An upgrade keeps the generated password (read back from the Secret): the database made with it still
-    # takes it, so no pod restarts across it. (A role's pod may have restarted once before, when it started
-    # ahead of PostgreSQL: the kubelet restarts it, as on any cluster.)
+    # No pod has restarted: a role that started ahead of PostgreSQL waited for it (serve --store-wait), its
+    # /healthz answering meanwhile. An upgrade keeps the generated password (read back from the Secret): the
+    # database made with it still takes it, so no pod restarts across it either.
     def restarts() -> dict[str, int]:
         return {pod: client.get(pod_path(NAMESPACE, pod))["status"]["containerStatuses"][0]["restartCount"]
                 for pod in [*apis, *addresses, *postgresql] if pod != leader}
-    before = restarts()
+    unrestarted = {pod: 0 for pod in [*apis, *addresses, *postgresql] if pod != leader}
+    assert restarts() == unrestarted
     run(helm, "upgrade", RELEASE, str(CHART), *kube, "--reuse-values", tmp_path=tmp_path)
     assert client.get(f"/api/v1/namespaces/{NAMESPACE}/secrets/flotilla-postgresql")["data"] == secret["data"]
     time.sleep(10)
-    assert restarts() == before
+    assert restarts() == unrestarted
 
 
 def test_the_postgresql_image_without_a_password_exits_naming_what_is_missing(real_node, tmp_path):
