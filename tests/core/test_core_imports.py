@@ -146,6 +146,66 @@ def test_the_service_imports_only_the_public_surface_of_the_kubernetes_package()
     assert offending == []
 
 
+def is_module(dotted: str) -> bool:
+    path = PACKAGE.parent.joinpath(*dotted.split("."))
+    return path.with_suffix(".py").exists() or (path / "__init__.py").exists()
+
+
+def private_attributes(path: Path) -> list[tuple[str, int, str]]:
+    """Private names ``path`` reads as attributes of a module of the package it imported (``import flotilla.x as
+    m``, ``from flotilla import x``: ``m._y``, ``x._y``): the same reach as importing them, spelled otherwise."""
+    importer = module_name(path)
+    tree = ast.parse(path.read_text(), str(path))
+    modules: dict[str, str] = {}   # the name bound in the module -> the module it is
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            modules.update((alias.asname, alias.name) for alias in node.names
+                           if alias.asname and alias.name.startswith("flotilla"))
+        elif isinstance(node, ast.ImportFrom) and not node.level and (node.module or "").startswith("flotilla"):
+            modules.update((alias.asname or alias.name, f"{node.module}.{alias.name}") for alias in node.names
+                           if is_module(f"{node.module}.{alias.name}"))
+    return sorted((importer, node.lineno, f"{modules[node.value.id]}.{node.attr}") for node in ast.walk(tree)
+                  if isinstance(node, ast.Attribute) and isinstance(node.value, ast.Name)
+                  and node.value.id in modules and private(node.attr) and modules[node.value.id] != importer)
+
+
+def test_no_module_reads_a_private_name_of_another_as_an_attribute():
+    offending = [found for path in sorted(PACKAGE.rglob("*.py")) for found in private_attributes(path)]
+    assert offending == []
+
+
+def test_the_attribute_check_sees_private_names_of_imported_modules(tmp_path, monkeypatch):
+    package = tmp_path / "flotilla"
+    (package / "kwok" / "realnode").mkdir(parents=True)
+    (package / "kwok" / "cluster.py").write_text("")
+    (package / "kwok" / "realnode" / "__init__.py").write_text("")
+    probe = package / "kwok" / "probe.py"
+    probe.write_text("import flotilla.kwok.cluster as kc\nfrom flotilla.kwok import realnode as rn_mod\n"
+                     "from flotilla.kwok.realnode import NODE\n_own = 1\n"
+                     "def f(probe):\n    return kc._kill, rn_mod._pid, rn_mod.node, NODE._x, probe._own\n")
+    monkeypatch.setattr(sys.modules[__name__], "PACKAGE", package)
+    assert private_attributes(probe) == [("flotilla.kwok.probe", 6, "flotilla.kwok.cluster._kill"),
+                                         ("flotilla.kwok.probe", 6, "flotilla.kwok.realnode._pid")]
+
+
+#: The real node's package: its front (``__init__``) composes the parts, which import one another and
+#: ``layout`` but nothing from the front (so they load in any order); only ``__main__`` uses the front's names.
+REALNODE = "flotilla.kwok.realnode"
+
+
+def test_the_real_node_parts_take_nothing_from_the_package_front():
+    realnode = PACKAGE / "kwok" / "realnode"
+    parts = sorted(path for path in realnode.glob("*.py") if path.stem not in ("__init__", "__main__"))
+    assert {path.stem for path in parts} >= {"layout", "processes", "host", "config", "containerd", "controlplane",
+                                          "kubelet", "network", "teardown", "chains", "images"}
+    offending = sorted((module_name(path), line, f"{module}.{name}" if name else module) for path in parts
+                       for line, module, name in from_imports(path)
+                       if (module == REALNODE and not is_module(f"{module}.{name}"))
+                       or (module == "flotilla.kwok" and name == "realnode"))
+    assert offending == []
+    assert max(len(path.read_text().splitlines()) for path in realnode.glob("*.py")) <= 450
+
+
 def test_the_checks_see_private_names_private_modules_and_kubernetes_internals(tmp_path, monkeypatch):
     package = tmp_path / "flotilla"
     (package / "service").mkdir(parents=True)

@@ -133,30 +133,32 @@ def test_stop_component_signals_only_its_own_process(tmp_path, monkeypatch, proc
 
 
 def test_the_real_node_ends_only_the_processes_it_started(tmp_path, processes, capsys):
-    from flotilla.kwok.realnode import _end, _pid, _spawn, node
+    from flotilla.kwok.realnode import node
+    from flotilla.kwok.realnode.processes import end, pid as running_pid, spawn
 
     rn = node(tmp_path / "realnode")
     for sub in ("pids", "logs", "bin"):
         (rn.dir / sub).mkdir(parents=True)
     (rn.dir / "bin" / "kubelet").symlink_to(SLEEP)
-    pid = _spawn(rn, "kubelet", [str(rn.dir / "bin" / "kubelet"), "3600"])
+    pid = spawn(rn, "kubelet", [str(rn.dir / "bin" / "kubelet"), "3600"])
     unrelated = processes([SLEEP, "3600"])
     rn.pid_file("containerd").write_text(str(unrelated.pid))
     rn.argv_file("containerd").write_text('["containerd", "--config", "containerd.toml"]')
 
-    assert _pid(rn, "kubelet") == pid
-    assert _pid(rn, "containerd") is None
-    assert _end(rn, "containerd") is False
+    assert running_pid(rn, "kubelet") == pid
+    assert running_pid(rn, "containerd") is None
+    assert end(rn, "containerd") is False
     assert capsys.readouterr().err == (f"real-node: containerd: pid file {rn.pid_file('containerd')} names another "
                                        f"process ({SLEEP} 3600); left running\n")
     assert unrelated.poll() is None
-    assert _end(rn, "kubelet") is True
+    assert end(rn, "kubelet") is True
     assert gone(pid)
     assert sorted(path.name for path in (rn.dir / "pids").iterdir()) == []
 
 
 def test_a_real_node_pid_without_its_command_line_recorded_is_checked_by_the_binary_name(tmp_path, processes):
-    from flotilla.kwok.realnode import _pid, node
+    from flotilla.kwok.realnode import node
+    from flotilla.kwok.realnode.processes import pid as running_pid
 
     rn = node(tmp_path / "realnode")
     (rn.dir / "pids").mkdir(parents=True)
@@ -165,6 +167,6 @@ def test_a_real_node_pid_without_its_command_line_recorded_is_checked_by_the_bin
     unrelated = processes([SLEEP, "3600"])
     rn.pid_file("kube-controller-manager").write_text(str(manager.pid))
     rn.pid_file("kubelet").write_text(str(unrelated.pid))
-    assert _pid(rn, "kube-controller-manager") == manager.pid
-    assert _pid(rn, "kubelet") is None
+    assert running_pid(rn, "kube-controller-manager") == manager.pid
+    assert running_pid(rn, "kubelet") is None
     assert os.path.exists(f"/proc/{unrelated.pid}")

@@ -57,16 +57,17 @@ def test_busybox_image_links_every_applet_and_is_reproducible(tmp_path):
 
 
 def test_max_pods_is_rewritten_in_the_kubelet_config_and_nothing_else(tmp_path):
-    from flotilla.kwok.realnode import MAX_PODS, RealNode, RealNodeError, _render, _set_max_pods, restart_kubelet
+    from flotilla.kwok.realnode import MAX_PODS, RealNode, RealNodeError, restart_kubelet
+    from flotilla.kwok.realnode.config import render, set_max_pods
 
     rn = RealNode(tmp_path)
     (tmp_path / "config").mkdir()
     config = tmp_path / "config" / "kubelet.yaml"
-    config.write_text(_render("kubelet.yaml", DIR=str(tmp_path), CGROUP_ROOT="/x", PORT="10250",
+    config.write_text(render("kubelet.yaml", DIR=str(tmp_path), CGROUP_ROOT="/x", PORT="10250",
                               HEALTHZ_PORT="10248", MAX_PODS=str(MAX_PODS)))
     before = config.read_text().splitlines()
     assert [line for line in before if line.startswith("maxPods:")] == ["maxPods: 110"]
-    assert (_set_max_pods(rn, 20), _set_max_pods(rn, 20)) == (True, False)
+    assert (set_max_pods(rn, 20), set_max_pods(rn, 20)) == (True, False)
     after = config.read_text().splitlines()
     assert [(a, b) for a, b in zip(before, after) if a != b] == [("maxPods: 110", "maxPods: 20")]
     assert len(after) == len(before)

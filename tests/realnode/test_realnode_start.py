@@ -11,6 +11,7 @@ from pathlib import Path
 import pytest
 
 from flotilla.kwok import realnode
+from flotilla.kwok.realnode import config, host, kubelet, processes
 
 
 #: This module's line in the kubelet's log when it starts the kubelet once more.
@@ -35,13 +36,13 @@ def fake(tmp_path, monkeypatch):
     (rn.dir / "logs").mkdir(parents=True)
     (rn.dir / "pids").mkdir()
     ready = tmp_path / "ready"
-    monkeypatch.setattr(realnode, "_make_cgroups", lambda: None)
-    monkeypatch.setattr(realnode, "node_ip", lambda: "127.0.0.1")
-    monkeypatch.setattr(realnode, "_cluster_kubeconfig", lambda: tmp_path / "kubeconfig")
+    monkeypatch.setattr(host, "make_cgroups", lambda: None)
+    monkeypatch.setattr(host, "node_ip", lambda: "127.0.0.1")
+    monkeypatch.setattr(config, "cluster_kubeconfig", lambda: tmp_path / "kubeconfig")
     # The stand-in is a shell script: its command line is the shell's, which the pid check would not recognise.
-    monkeypatch.setattr(realnode, "_started_as", lambda rn, component, argv: True)
+    monkeypatch.setattr(processes, "started_as", lambda rn, component, argv: True)
     monkeypatch.setattr(realnode.RealNode, "client", lambda self, **kw: _NoClient())
-    monkeypatch.setattr(realnode, "node_condition", lambda rn, client=None: "True" if ready.exists() else None)
+    monkeypatch.setattr(kubelet, "node_condition", lambda rn, client=None: "True" if ready.exists() else None)
 
     def plan(*steps: str):
         counter = tmp_path / "starts"
@@ -58,7 +59,7 @@ def fake(tmp_path, monkeypatch):
         return rn, bin_dir
 
     yield plan
-    realnode._end(rn, "kubelet", timeout=5)
+    processes.end(rn, "kubelet", timeout=5)
 
 
 def test_a_kubelet_that_exits_at_once_is_started_once_more_with_the_first_reason_in_its_log(fake, capsys):
@@ -92,5 +93,5 @@ def test_an_empty_log_is_said_to_be_empty(fake):
     assert str(caught.value).splitlines()[1:] == [note]
     empty = rn.dir / "logs" / "other.log"
     empty.write_text("")
-    assert realnode._tail(empty) == "(empty)"
-    assert realnode._tail(rn.dir / "logs" / "missing.log") == "(no log)"
+    assert processes.tail(empty) == "(empty)"
+    assert processes.tail(rn.dir / "logs" / "missing.log") == "(no log)"

@@ -39,7 +39,8 @@ import urllib.error
 import urllib.request
 from pathlib import Path
 
-from flotilla.kwok import realnode as rn_mod
+from flotilla.kwok.realnode import config, host, processes
+from flotilla.kwok.realnode.layout import CONTEXT, NODE, SUBNET, RealNode, RealNodeError
 
 #: The ``kubernetes`` Service's ClusterIP: the first address of the API server's default Service range
 #: (10.0.0.0/24; kwokctl passes no ``--service-cluster-ip-range``). Its serving certificate must name it.
@@ -51,45 +52,45 @@ COMPONENTS = ("kube-proxy", "coredns")
 
 def dns_address() -> str:
     """Where CoreDNS listens and the kubelet's ``clusterDNS`` points: the node IP."""
-    return rn_mod.node_ip()
+    return host.node_ip()
 
 
-def write_configs(rn: "rn_mod.RealNode") -> None:
+def write_configs(rn: RealNode) -> None:
     """kube-proxy's config and CoreDNS's Corefile, written once (their ports kept across restarts)."""
-    config = rn.dir / "config"
-    if not (config / "kube-proxy.yaml").exists():
-        (config / "kube-proxy.yaml").write_text(rn_mod._render(
-            "kube-proxy.yaml", KUBECONFIG=str(rn_mod._cluster_kubeconfig()), CONTEXT=rn_mod.CONTEXT,
-            NODE=rn_mod.NODE, NODE_IP=rn_mod.node_ip(), CLUSTER_CIDR=rn_mod.SUBNET,
-            HEALTHZ_PORT=str(rn_mod._free_port(10256)), METRICS_PORT=str(rn_mod._free_port(10249))))
-    if not (config / "Corefile").exists():
-        (config / "Corefile").write_text(rn_mod._render(
-            "Corefile", DNS_IP=dns_address(), DOMAIN=CLUSTER_DOMAIN, KUBECONFIG=str(rn_mod._cluster_kubeconfig()),
-            CONTEXT=rn_mod.CONTEXT, READY_PORT=str(rn_mod._free_port(8181))))
+    config_dir = rn.dir / "config"
+    if not (config_dir / "kube-proxy.yaml").exists():
+        (config_dir / "kube-proxy.yaml").write_text(config.render(
+            "kube-proxy.yaml", KUBECONFIG=str(config.cluster_kubeconfig()), CONTEXT=CONTEXT,
+            NODE=NODE, NODE_IP=host.node_ip(), CLUSTER_CIDR=SUBNET,
+            HEALTHZ_PORT=str(host.free_port(10256)), METRICS_PORT=str(host.free_port(10249))))
+    if not (config_dir / "Corefile").exists():
+        (config_dir / "Corefile").write_text(config.render(
+            "Corefile", DNS_IP=dns_address(), DOMAIN=CLUSTER_DOMAIN, KUBECONFIG=str(config.cluster_kubeconfig()),
+            CONTEXT=CONTEXT, READY_PORT=str(host.free_port(8181))))
 
 
-def _setting(rn: "rn_mod.RealNode", file: str, prefix: str) -> str:
+def _setting(rn: RealNode, file: str, prefix: str) -> str:
     """The value after ``prefix`` on the first line of ``config/FILE`` that starts with it (stripped)."""
     for line in (rn.dir / "config" / file).read_text().splitlines():
         if line.strip().startswith(prefix):
             return line.strip()[len(prefix):].strip().strip('"')
-    raise rn_mod.RealNodeError(f"{rn.dir / 'config' / file}: no line starting with {prefix!r}")
+    raise RealNodeError(f"{rn.dir / 'config' / file}: no line starting with {prefix!r}")
 
 
-def start(rn: "rn_mod.RealNode", bin_dir: Path, timeout: float = 60.0) -> None:
+def start(rn: RealNode, bin_dir: Path, timeout: float = 60.0) -> None:
     """Start kube-proxy and CoreDNS where not running, then wait until both serve."""
     write_configs(rn)
-    if rn_mod._pid(rn, "kube-proxy") is None:
-        rn_mod._spawn(rn, "kube-proxy", [str(bin_dir / "kube-proxy"),
-                                         "--config", str(rn.dir / "config" / "kube-proxy.yaml"), "--v=1"])
-    if rn_mod._pid(rn, "coredns") is None:
-        rn_mod._spawn(rn, "coredns", [str(bin_dir / "coredns"), "-conf", str(rn.dir / "config" / "Corefile")])
+    if processes.pid(rn, "kube-proxy") is None:
+        processes.spawn(rn, "kube-proxy", [str(bin_dir / "kube-proxy"),
+                                           "--config", str(rn.dir / "config" / "kube-proxy.yaml"), "--v=1"])
+    if processes.pid(rn, "coredns") is None:
+        processes.spawn(rn, "coredns", [str(bin_dir / "coredns"), "-conf", str(rn.dir / "config" / "Corefile")])
     _wait_serving(rn, "kube-proxy", f"http://{_setting(rn, 'kube-proxy.yaml', 'healthzBindAddress:')}/healthz",
                   timeout)
     _wait_serving(rn, "coredns", f"http://{_setting(rn, 'Corefile', 'ready')}/ready", timeout)
 
 
-def _wait_serving(rn: "rn_mod.RealNode", component: str, url: str, timeout: float) -> None:
+def _wait_serving(rn: RealNode, component: str, url: str, timeout: float) -> None:
     deadline = time.monotonic() + timeout
     while True:
         try:
@@ -98,24 +99,24 @@ def _wait_serving(rn: "rn_mod.RealNode", component: str, url: str, timeout: floa
                     return
         except (urllib.error.URLError, OSError):
             pass
-        if rn_mod._pid(rn, component) is None:
-            reason = rn_mod._exit_reason(rn, component) or "not running"
-            raise rn_mod.RealNodeError(f"{component} ended ({reason}); its log ({rn.log_file(component)}):\n"
-                                       f"{rn_mod._tail(rn.log_file(component))}")
+        if processes.pid(rn, component) is None:
+            reason = processes.exit_reason(rn, component) or "not running"
+            raise RealNodeError(f"{component} ended ({reason}); its log ({rn.log_file(component)}):\n"
+                                f"{processes.tail(rn.log_file(component))}")
         if time.monotonic() > deadline:
-            raise rn_mod.RealNodeError(f"{component} not serving {url} after {timeout:.0f}s; its log "
-                                       f"({rn.log_file(component)}):\n{rn_mod._tail(rn.log_file(component))}")
+            raise RealNodeError(f"{component} not serving {url} after {timeout:.0f}s; its log "
+                                f"({rn.log_file(component)}):\n{processes.tail(rn.log_file(component))}")
         time.sleep(0.1)
 
 
-def running(rn: "rn_mod.RealNode") -> bool:
-    return all(rn_mod._pid(rn, c) is not None for c in COMPONENTS)
+def running(rn: RealNode) -> bool:
+    return all(processes.pid(rn, c) is not None for c in COMPONENTS)
 
 
-def stop(rn: "rn_mod.RealNode", bin_dir: Path | None) -> list[str]:
+def stop(rn: RealNode, bin_dir: Path | None) -> list[str]:
     """End CoreDNS and kube-proxy, then remove kube-proxy's chains; what could not be removed."""
     for component in reversed(COMPONENTS):
-        rn_mod._end(rn, component)
+        processes.end(rn, component)
     proxy = (bin_dir / "kube-proxy") if bin_dir else None
     if proxy is None or not proxy.exists():
         return []
