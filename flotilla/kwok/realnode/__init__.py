@@ -10,30 +10,34 @@ What ``start`` brings up (each step skipped when already done, so it is
 idempotent), all state under one directory (``FLOTILLA_REAL_NODE_DIR``,
 default ``/tmp/flotilla-realnode``):
 
-1. the images (:mod:`containerd`, :mod:`images`) ``flotilla.local/busybox:1`` (Debian's ``busybox-static``
+1. the images ``flotilla.local/busybox:1`` (Debian's ``busybox-static``
    with every applet linked) and ``flotilla.local/pause:1`` (the sandbox's
    process, :file:`pause.c` built static), as docker-archive tars made here
-   and imported with ``ctr``: no registry is involved;
-2. containerd (:mod:`containerd`) with its own socket, root and state, the CRI plugin using
-   ``runc`` and the bridge CNI (bridge ``flrn0``, 10.244.0.0/24, NAT out);
-3. the KWOK cluster (:mod:`controlplane`) ``flotilla-realnode`` (etcd, kube-apiserver,
-   kwok-controller, kube-scheduler), with kwok-controller faking only nodes
-   annotated ``kwok.x-k8s.io/node: fake``, so it leaves the real node alone,
+   and imported with ``ctr``: no registry is involved (:mod:`images`,
+   :mod:`containerd`);
+2. containerd (:mod:`containerd`) with its own socket, root and state,
+   the CRI plugin using ``runc`` and the bridge CNI (bridge ``flrn0``,
+   10.244.0.0/24, NAT out);
+3. the KWOK cluster ``flotilla-realnode`` (:mod:`controlplane`: etcd,
+   kube-apiserver, kwok-controller, kube-scheduler), with kwok-controller
+   faking only nodes annotated ``kwok.x-k8s.io/node: fake``, so it leaves
+   the real node alone,
    the API server reaching kubelets by their InternalIP (``pods/log``) and
    admitting pods with the ServiceAccount plugin (their token mounted at
    ``/var/run/secrets/kubernetes.io/serviceaccount``), its certificate
    naming the ``kubernetes`` Service's ClusterIP, and kube-scheduler binding
    the pods that name no other scheduler;
-4. kube-controller-manager running the controllers of :data:`controlplane.CONTROLLERS`:
-   a kubelet that stops makes its node NotReady (within about 5 s: the
-   kubelet renews its lease every second), claims bind, Jobs, Deployments
+4. kube-controller-manager running the controllers of
+   :data:`controlplane.CONTROLLERS`: a kubelet that stops makes its node
+   NotReady (within about 5 s: the kubelet renews its lease every second),
+   claims bind, Jobs, Deployments
    and StatefulSets run their pods, namespaces get their ``default``
    ServiceAccount and the cluster's CA, and a deleted namespace is emptied
    and removed; so a chart installs, and plain manifests apply and delete,
    as on a cluster of one's own;
-5. the kubelet (:mod:`kubelet`), registering the node ``real-1`` (cgroup v1, cgroupfs, pods'
-   cgroups under ``/flotilla-realnode``, cluster DNS at the node IP),
-   waited for until Ready;
+5. the kubelet (:mod:`kubelet`), registering the node ``real-1``
+   (cgroup v1, cgroupfs, pods' cgroups under ``/flotilla-realnode``,
+   cluster DNS at the node IP), waited for until Ready;
 6. kube-proxy and CoreDNS (:mod:`flotilla.kwok.realnode.network`): pods
    reach Services by ClusterIP and by name, the API server through the
    ``kubernetes`` Service.
@@ -43,11 +47,13 @@ default ``/tmp/flotilla-realnode``):
 restarts it, returning once the node's allocatable ``pods`` says N: a node
 of fewer pod slots, for tests of what the kubelet admits. The setting stays
 in the config until changed again or the node is stopped; restarting
-without ``max_pods`` restores the template's :data:`MAX_PODS` (configs are
-rendered by :mod:`config`, checks of the machine are :mod:`host`'s).
+without ``max_pods`` restores the template's :data:`MAX_PODS`.
 
-Before its first start from a state directory, ``start`` records the
-``KUBE-*`` and ``CNI-*`` iptables chains already there (:mod:`chains`).
+Before all of it, :mod:`host` checks what the machine must have, and at the
+first start from a state directory ``start`` records the ``KUBE-*`` and
+``CNI-*`` iptables chains already there (:mod:`chains`) and renders the
+configs from the package's templates (:mod:`config`). Every process is
+spawned, found and ended through :mod:`processes`.
 
 ``stop`` undoes it in order: the node's pods deleted while the kubelet still
 runs (so it tears their networks down), kubelet, CoreDNS, kube-proxy (and
@@ -57,16 +63,18 @@ directory (deepest first), the bridge, the CNI's NAT chains and the cgroups
 (:mod:`teardown`), and last the iptables chains the kubelet and the CNI
 plugins made that the record does not name, with the rules jumping to them
 (:mod:`chains`): the machine's iptables as the node found them.
-Only processes whose pids the node recorded (:mod:`processes`) are signalled, and only while
-they still run the command line recorded with the pid, and besides them any
-other kubelet, containerd, kube-proxy or CoreDNS whose command line names a
-path in the state directory (:func:`processes.strays`): one started there by another checkout, whose
+Only processes whose pids the node recorded (:mod:`processes`) are
+signalled, and only while they still run the command line recorded with the
+pid, and besides them any other kubelet, containerd, kube-proxy or CoreDNS
+whose command line names a path in the state directory
+(:func:`processes.strays`): one started there by another checkout, whose
 pid file a later start overwrote, would otherwise outlive ``stop`` and hold
 the node's name, ports and mounts.
 
 Every phase of a start is timed; the figures go to ``timings.json`` in the
 directory (``bench/realnode.py`` reports them).
 """
+
 from __future__ import annotations
 
 import json
