@@ -20,7 +20,7 @@ from tests.support.kwok import flotilla_pods_by_node, natural
 
 from flotilla.core.backend import ClusterDecisions
 from flotilla.core.decisions import Placement
-from flotilla.core.model import Gang, JobState
+from flotilla.core.model import Gang
 from flotilla.kubernetes.backend import KubernetesCluster
 from flotilla.kubernetes.runner import Runner
 from tests.support.kwok_backends import close_all, job, scheduler_and_backends, wait_idle, write_config
