@@ -221,12 +221,10 @@ submissions:
   - {at: 10s, queue: B, count: 8, jobSet: g, requests: {cpu: 2}, duration: 10s, gang: {cardinality: 4}}
 """)
     out = tmp_path / "real.json"
-    started = time.monotonic()
     result = CliRunner().invoke(main, ["simulate", "--real-time", "--speed", "5", "--config", str(config),
                                        "--workload", str(workload), "--json", str(out), "--plot",
                                        str(tmp_path / "real.png"), "--quiet"])
     assert result.exit_code == 0, result.output
-    assert time.monotonic() - started < 60
     report = json.loads(out.read_text())
     assert report["realTime"] is True and report["speed"] == 5
     assert {name: q["finished"] for name, q in report["queues"].items()} == {"A": 48, "B": 40}
