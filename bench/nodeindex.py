@@ -56,7 +56,7 @@ import time
 from bisect import bisect_left
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Iterator, Mapping, Sequence
+from typing import Iterator, Sequence
 
 from sortedcontainers import SortedList
 

@@ -26,7 +26,6 @@ from __future__ import annotations
 import argparse
 import cProfile
 import gc
-import json
 import pstats
 import resource
 import subprocess

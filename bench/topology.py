@@ -24,7 +24,6 @@ from __future__ import annotations
 import argparse
 import random
 import time
-from dataclasses import replace
 
 from flotilla.config import load_config
 from flotilla.core.logs import configure_logging

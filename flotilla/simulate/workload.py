@@ -33,7 +33,6 @@ from typing import Iterator
 
 from pydantic import Field, ValidationError, field_validator, model_validator
 
-from flotilla.config.errors import ConfigError
 from flotilla.config.models import (Duration, FlotillaConfig, Model, QueueConfig, Requests,
                                     TolerationConfig, inner_queues, queue_tree_problems)
 from flotilla.config.resourcenames import config_provided_names, names_in, queue_limit_names, unknown_resource_problems

@@ -48,7 +48,7 @@ def test_full_node_examines_one_job_per_queue_and_shape():
     assert {reasons[f"b-{i}"] for i in range(30)} == {short}
 
 
-def test_jobs_an_earlier_action_placed_are_not_placed_again(tmp_path, installed_action):  # noqa: F811
+def test_jobs_an_earlier_action_placed_are_not_placed_again(tmp_path, installed_action):
     """A third-party action places B's jobs first; allocate offers only what is still queued."""
     out = run_once(tmp_path, config(extra="actions: [firstnode, allocate]"), ACTION_STATE)
     assert [(p["job"], p["node"]) for p in out["scheduled"]] == [("b-1", "node-1"), ("b-2", "node-1"),
@@ -152,10 +152,6 @@ def replace_ids(snapshot, k):
 @pytest.mark.parametrize("shape", sorted(SHAPES))
 def test_bulk_skip_gives_the_decisions_and_reasons_of_one_by_one(monkeypatch, shape, lookahead):
     snapshots_of = SHAPES[shape]
-    if shape == "mixed":
-        # New cycles add no nodes: the mixed snapshot of later cycles has only its queued jobs.
-        def snapshots_of(scheduler, k, build=SHAPES[shape]):  # noqa: F811
-            return build(scheduler, k)
     fast = _cycles(snapshots_of, lookahead)
     with monkeypatch.context() as patch:
         _one_by_one(patch)

@@ -11,7 +11,7 @@ import pytest
 
 from flotilla.config import ConfigError, load_config, parse_config, parse_state
 from flotilla.simulate.workload import parse_workload
-from tests.support.scenario import config as scenario_config, invoke
+from tests.support.scenario import invoke
 
 ROOT = Path(__file__).resolve().parents[2]
 

@@ -41,7 +41,6 @@ def test_every_extension_point_is_called_in_a_cycle(tmp_path):
 
     from flotilla.config import load_config, load_state
     from flotilla.scheduler import Scheduler
-    from flotilla.plugin_manager import new_plugin_manager
 
     called: set[str] = set()
 

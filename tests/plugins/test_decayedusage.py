@@ -16,7 +16,7 @@ import pytest
 from flotilla.config import parse_config
 from flotilla.contrib.decayedusage import DecayedUsage
 from flotilla.scheduler import Scheduler
-from flotilla.core.model import ClusterSnapshot, Job, JobState, Node, Queue, Snapshot
+from flotilla.core.model import ClusterSnapshot, Job, JobState, Node, Snapshot
 
 from tests.support.scenario import config as scenario_config, run_once
 

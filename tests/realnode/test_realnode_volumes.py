@@ -51,7 +51,7 @@ def test_a_wait_for_first_consumer_local_volume_is_bound_then_mounted_and_writte
         [submitted] = h.store.submit("A", "s", "alice", new)
         job_id = submitted.id
         deadline = time.monotonic() + 180
-        while (state := h.store.get_job(job_id)["state"]) not in ("succeeded", "failed") \
+        while h.store.get_job(job_id)["state"] not in ("succeeded", "failed") \
                 and time.monotonic() < deadline:
             h.cycle()
             time.sleep(0.5)

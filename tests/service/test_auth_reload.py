@@ -11,7 +11,7 @@ import httpx
 import structlog
 from fastapi.testclient import TestClient
 
-from tests.support.serve import FLOTILLA, REPO, Server, env_for, wait_for
+from tests.support.serve import FLOTILLA, REPO, Server, env_for
 from tests.support.service import CONFIG, headers, job, job_file
 from tests.support.auth import _service, ALICE
 

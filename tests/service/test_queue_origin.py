@@ -21,7 +21,7 @@ from flotilla.scheduler import Scheduler
 from flotilla.service import schema
 from flotilla.service.loop import service_backends
 from flotilla.service.server import build_service
-from flotilla.service.settings import QueueSpec, from_config
+from flotilla.service.settings import QueueSpec
 from flotilla.service.store import NewJob, Pod, Store, SubmissionRejected
 from tests.support.metrics import Clock
 from tests.support.service import CONFIG, config, headers, job, job_file

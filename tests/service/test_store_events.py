@@ -18,7 +18,7 @@ import threading
 import pytest
 import sqlalchemy as sa
 from hypothesis import HealthCheck, settings as hsettings, strategies as st
-from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, precondition, rule, \
+from hypothesis.stateful import RuleBasedStateMachine, invariant, precondition, rule, \
     run_state_machine_as_test
 
 from flotilla.scheduler import Scheduler
