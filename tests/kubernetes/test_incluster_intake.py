@@ -136,14 +136,14 @@ def test_a_gang_by_annotations_keeps_its_uniformity_label_and_its_members_agree_
 
     # A pod made again for a stored gang's empty place must say the gang's label too.
     store.intake([], {"u1": "pod deleted while queued"})
-    for name, annotations, why in (
+    for name, said, expected in (
             ("g3", {**gang, LABEL: "zone"}, f"metadata.annotations.{LABEL}: gang 'g' was stored with uniformity label "
                                             f"'rack', this pod says 'zone'"),
             ("g4", {k: v for k, v in gang.items() if k != LABEL},
              f"metadata.annotations.{LABEL}: gang 'g' was stored with uniformity label 'rack', this pod says none")):
-        rows, refused = intake._admit("east", [Arrival(read_pod(pod(name, uid=name, annotations=annotations)), "A")],
+        rows, refused = intake._admit("east", [Arrival(read_pod(pod(name, uid=name, annotations=said)), "A")],
                                       qmap, classes, "default")
-        assert rows == [] and [why_ for _, why_ in refused.values()] == [why]
+        assert rows == [] and [why for _, why in refused.values()] == [expected]
     rows, refused = intake._admit("east", [Arrival(read_pod(pod("g5", uid="g5", annotations=gang)), "A")],
                                   qmap, classes, "default")
     assert refused == {} and [(r["id"], r["gang_id"]) for r in rows] == [("g5", "team-a/g")]
