@@ -28,6 +28,16 @@ looked at. The rules themselves (expiry, retries, node lost) are
 :mod:`flotilla.core.leases`, shared with the in-memory runner; the model
 (active jobs, the copy, pod ids) is the store's
 (:mod:`flotilla.service.store.leases`).
+
+A gang runs all together or not at all (:mod:`flotilla.plugins.gang`). So
+when a member of a gang (not an elastic one) goes back to the queue from a
+cluster's report (its bind returned for want of room, its pod lost) while
+its mates are active (leased, pending or running), the mates' pods are
+stopped and they go back to the queue with it (``returned``, then
+``queued``), using none of their retries: the gang is placed again whole.
+Left there, the member could never be placed on its own. The copy's index
+of each gang's active members finds the mates. An expired lease is not
+such a return: a cluster silent past the timeout gives up all its jobs.
 """
 
 from __future__ import annotations
@@ -307,6 +317,7 @@ class _Cycle:
             self.return_to_queue(job, reason, when, pod, announced=True)
         else:
             self.requeue_or_fail(job, "lease-expired", reason, when, pod, failure)
+        self.return_gang(job, when)
 
     def on_waiting(self, cluster: str, job: ActiveJob, ev: JobEvent, when: float, pod: int | None) -> None:
         if job.state in (LEASED, PENDING) and ev.reason:
@@ -319,6 +330,18 @@ class _Cycle:
         self.returned[label] = self.returned.get(label, 0) + 1
         self.stop_pods(job, ev.job_id)
         self.return_to_queue(job, ev.reason or f"returned by cluster {cluster}", when, pod)
+        self.return_gang(job, when)
+
+    def return_gang(self, job: ActiveJob, when: float) -> None:
+        """``job``, just queued again from its cluster's report, takes its gang's active members back to the queue
+        with it, their pods stopped and their retries kept (module docstring)."""
+        update = self.changes.job_updates.get(job.id)
+        if not job.gang_id or update is None or update.get("state") != QUEUED:
+            return
+        reason = f"gang {job.gang_id}: {job.id} went back to the queue ({update['reason']})"
+        for mate in self.copy.gang_mates(job):
+            self.stop_pods(mate)
+            self.return_to_queue(mate, reason, when, None)
 
     # -- 2. heartbeats: renew the leases of what each cluster runs; stop what it should not run ----------------
     def heartbeat(self, cluster: str, report: ClusterReport) -> None:
@@ -351,9 +374,12 @@ class _Cycle:
         copy.set_unseen(cluster, missing)
         beat.at = now
         self.changes.beats[cluster] = now
-        for pod in sorted(foreign):
-            self.stops.setdefault(cluster, []).append((pod, None))
-            self.count("reconciled")
+        if foreign:
+            stops = self.stops.setdefault(cluster, [])
+            stopped = {pod for pod, _ in stops}   # (the rest of a job's pods, a returned gang's: stopped already)
+            for pod in sorted(foreign - stopped):
+                stops.append((pod, None))
+                self.count("reconciled")
 
     # -- 3. expiry: leases not renewed within the timeout ------------------------------------------------------
     def expire(self, lease_timeout: float) -> None:
