@@ -36,8 +36,11 @@ its mates are active (leased, pending or running), the mates' pods are
 stopped and they go back to the queue with it (``returned``, then
 ``queued``), using none of their retries: the gang is placed again whole.
 Left there, the member could never be placed on its own. The copy's index
-of each gang's active members finds the mates. An expired lease is not
-such a return: a cluster silent past the timeout gives up all its jobs.
+of each gang's active members finds the mates. The same holds for a
+member whose lease expired while its cluster kept answering (it stopped
+listing the member): its mates still running there go back with it. A
+cluster silent past the timeout has all its members' leases expire
+together, each with its own ``lease-expired``.
 """
 
 from __future__ import annotations
@@ -335,9 +338,11 @@ class _Cycle:
     def return_gang(self, job: ActiveJob, when: float) -> None:
         """``job``, just queued again from its cluster's report, takes its gang's active members back to the queue
         with it, their pods stopped and their retries kept (module docstring)."""
-        update = self.changes.job_updates.get(job.id)
-        if not job.gang_id or update is None or update.get("state") != QUEUED:
+        if not job.gang_id:
             return
+        update = self.changes.job_updates.get(job.id)
+        if update is None or update.get("state") != QUEUED:
+            return                # cancelled, failed, or past its deadline: its gang is left to its own rules
         reason = f"gang {job.gang_id}: {job.id} went back to the queue ({update['reason']})"
         for mate in self.copy.gang_mates(job):
             self.stop_pods(mate)
@@ -394,10 +399,13 @@ class _Cycle:
             else:
                 expired.extend(here[job_id] for job_id in copy.unseen[cluster]
                                if lease_expired(here[job_id].lease_renewed, now, lease_timeout))
-        for job in sorted(expired, key=_ID):
+        expired.sort(key=_ID)
+        for job in expired:
             self.stop_pods(job)
             self.requeue_or_fail(job, "lease-expired", expiry_reason(job.cluster, job.renewed_at, now, lease_timeout),
                                  now, failure=LEASE_EXPIRED)
+        for job in expired:   # after all of them: a mate whose lease expired too has had its own expiry
+            self.return_gang(job, now)
 
     # -- 4. stops asked for (cancel) or due (active deadline), on clusters that answered ------------------------
     def stop_asked(self, reports: Mapping[str, ClusterReport]) -> None:

@@ -104,6 +104,29 @@ def test_a_gang_member_lost_and_retried_takes_its_mates_back_without_using_their
     assert states(store, ids) == [("queued", 0, mates), ("queued", 0, mates), ("queued", 1, lost)]
 
 
+def test_a_member_whose_lease_expired_on_a_cluster_that_answers_takes_its_mates_back(store):
+    """Its cluster stopped listing it: it uses a retry (an expiry), its mates still listed there none."""
+    copy = ActiveCopy()
+    ids = lease_running(store, [gang_member(f"m{k}") for k in range(3)], copy)
+    for now in (25.0, 32.0):
+        result = ingest(store, {"c1": ClusterReport([], set(ids[1:]))}, now=now, lease_timeout=10, max_retries=3,
+                        copy=copy)
+    expired = "lease on cluster c1 not renewed for 11s (timeout 10s) (retry 1 of 3)"
+    mates = f"gang g: {ids[0]} went back to the queue ({expired})"
+    assert states(store, ids) == [("queued", 1, expired), ("queued", 0, mates), ("queued", 0, mates)]
+    assert {c: [pod for pod, _ in stops] for c, stops in result.stops.items()} == {"c1": [ids[0], *sorted(ids[1:])]}
+    assert [k for k, *_ in after(store, ids, 32.0)[ids[1]]] == ["returned", "queued"]
+
+
+def test_a_cluster_silent_past_the_timeout_has_each_members_lease_expire_on_its_own(store):
+    copy = ActiveCopy()
+    ids = lease_running(store, [gang_member(f"m{k}") for k in range(3)], copy)
+    ingest(store, {}, now=32.0, lease_timeout=10, max_retries=3, copy=copy)
+    assert [(j["state"], j["retries"]) for j in map(store.get_job, ids)] == [("queued", 1)] * 3
+    assert {i: [k for k, *_ in events] for i, events in after(store, ids, 32.0).items()} == \
+        {i: ["lease-expired", "queued"] for i in ids}
+
+
 def test_a_cancelled_mate_is_finished_and_a_mate_on_a_stopping_deadline_uses_a_retry(store):
     """Mates asked to stop go the way a returned job asked to stop goes (the rest of return_to_queue's rule)."""
     copy = ActiveCopy()
