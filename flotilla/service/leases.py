@@ -31,7 +31,8 @@ looked at. The rules themselves (expiry, retries, node lost) are
 
 A gang runs all together or not at all (:mod:`flotilla.plugins.gang`). So
 when a member of a gang (not an elastic one) goes back to the queue from a
-cluster's report (its bind returned for want of room, its pod lost) while
+cluster's report (its bind returned for want of room, its pod lost, its
+run failed and its retry policy runs it again) while
 its mates are active (leased, pending or running), the mates' pods are
 stopped and they go back to the queue with it (``returned``, then
 ``queued``), using none of their retries: the gang is placed again whole.
@@ -295,6 +296,7 @@ class _Cycle:
         else:
             failure = DEADLINE if job.stop_requested == STOP_DEADLINE else Failure(False, ev.exit_code, ev.cause)
             self.retry_or_fail(job, failure, reason, when, pod, skip=ev.job_id)
+            self.return_gang(job, when)   # retried: its gang runs again whole, as after a lost pod
 
     def on_preempted(self, cluster: str, job: ActiveJob, ev: JobEvent, when: float, pod: int | None) -> None:
         self.finish(job, PREEMPTED, ev.reason or f"preempted on {cluster}", when, stop_rest=True, skip=ev.job_id)
@@ -336,8 +338,9 @@ class _Cycle:
         self.return_gang(job, when)
 
     def return_gang(self, job: ActiveJob, when: float) -> None:
-        """``job``, just queued again from its cluster's report, takes its gang's active members back to the queue
-        with it, their pods stopped and their retries kept (module docstring)."""
+        """``job``, just queued again from its cluster's report (returned, lost, or failed and retried), takes its
+        gang's active members back to the queue with it, their pods stopped and their retries kept (module
+        docstring)."""
         if not job.gang_id:
             return
         update = self.changes.job_updates.get(job.id)

@@ -28,8 +28,8 @@ def store(request, tmp_path):
     s.close()
 
 
-def gang_member(name: str, size: int = 3, minimum: str | None = None) -> dict:
-    spec = job(name, gang=("g", size))
+def gang_member(name: str, size: int = 3, minimum: str | None = None, gang: str = "g") -> dict:
+    spec = job(name, gang=(gang, size))
     if minimum is not None:
         spec["annotations"]["flotilla.io/gang-min-available"] = minimum
     return spec
@@ -102,6 +102,30 @@ def test_a_gang_member_lost_and_retried_takes_its_mates_back_without_using_their
     lost = "lost on cluster c1: pod deleted (retry 1 of 3)"
     mates = f"gang g: {ids[2]} went back to the queue ({lost})"
     assert states(store, ids) == [("queued", 0, mates), ("queued", 0, mates), ("queued", 1, lost)]
+
+
+def test_a_gang_member_that_failed_and_is_retried_takes_its_mates_back_without_using_their_retries(store):
+    """A member's own failure (its exit code) that its retry policy retries: it runs again, and so must the whole
+    gang; a member that fails for good (no policy retries an exit code by default) leaves its mates running."""
+    def retried(name: str) -> dict:
+        return {**gang_member(name), "retryPolicy": [{"exitCodes": [1], "action": "retry", "limit": 2}]}
+
+    copy = ActiveCopy()
+    ids = lease_running(store, [retried(f"m{k}") for k in range(3)], copy)
+    ingest(store, {"c1": ClusterReport([JobEvent(ids[0], "failed", "c1", "c1-node-0", 30.0, "exit code 1",
+                                                 exit_code=1)], {ids[1], ids[2]})},
+           now=30.0, lease_timeout=60, max_retries=3, copy=copy)
+    failed = "exit code 1 (job retryPolicy rule 1 (exit 1: retry, limit 2): retry 1 of 2)"
+    mates = f"gang g: {ids[0]} went back to the queue ({failed})"
+    assert states(store, ids) == [("queued", 1, failed), ("queued", 0, mates), ("queued", 0, mates)]
+    assert copy.gangs == {} and rebuild_states(store.all_events()) == store.job_states()
+
+    copy = ActiveCopy()
+    ids = lease_running(store, [gang_member(f"n{k}", gang="h") for k in range(3)], copy)
+    ingest(store, {"c1": ClusterReport([JobEvent(ids[0], "failed", "c1", "c1-node-0", 40.0, "exit code 1",
+                                                 exit_code=1)], {ids[1], ids[2]})},
+           now=40.0, lease_timeout=60, max_retries=3, copy=copy)
+    assert [s for s, _, _ in states(store, ids)] == ["failed", "running", "running"]
 
 
 def test_a_member_whose_lease_expired_on_a_cluster_that_answers_takes_its_mates_back(store):
