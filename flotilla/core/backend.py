@@ -97,7 +97,8 @@ class ClusterBackend(Protocol):
         """Start, preempt and cancel jobs. Must not block for long: report outcomes through events."""
 
     def poll_events(self) -> list[JobEvent]:
-        """Events since the last poll, in the order they happened."""
+        """Events since the last poll, in the order they happened; none about an earlier run of a job started
+        again since (a stop's word that came late), which the service would take for news about the new run."""
 
 
 class ClusterUnavailable(Exception):
@@ -130,7 +131,9 @@ class SimulatedCluster:
     is one copy and ``poll_events()`` looks only at what is due. (Scanning
     every run at each call was the largest part of an idle ``serve`` cycle
     with 100,000 simulated jobs, and of the simulator's own time.) Jobs due
-    at one time finish in job-id order.
+    at one time finish in job-id order. A job started again before its
+    earlier run's end was polled has that run's events dropped (the
+    protocol's ``poll_events``).
     """
 
     def __init__(self, name: str, nodes: Sequence[Node], clock: Callable[[], float] = time.time,
@@ -150,6 +153,8 @@ class SimulatedCluster:
         self._seq = count()
         self._used: dict[str, dict[str, int]] = {node.name: {} for node in nodes}
         self._events: list[JobEvent] = []
+        #: Jobs whose run ended since the last poll: a start of one drops that run's events not polled yet.
+        self._ended: set[str] = set()
 
     # -- protocol ---------------------------------------------------------------
     def snapshot(self) -> ClusterSnapshot:
@@ -173,6 +178,7 @@ class SimulatedCluster:
         if self.available:
             self._finish_due()
         events, self._events = self._events, []
+        self._ended.clear()
         return events
 
     # -- simulation helpers -------------------------------------------------------
@@ -213,6 +219,9 @@ class SimulatedCluster:
             used[name] = used.get(name, 0) + amount
         used[PODS] = used.get(PODS, 0) + 1
         job = replace(placement.job, state=JobState.RUNNING, cluster=self.name, node=node.name)
+        if job.id in self._ended:   # its earlier run's end, not polled yet, is no news about this run
+            self._ended.discard(job.id)
+            self._events = [ev for ev in self._events if ev.job_id != job.id]
         duration = self.duration_of(job)
         run = self._runs[job.id] = _Run(job, now, None if duration is None else now + duration)
         self._running[job.id] = job
@@ -229,6 +238,7 @@ class SimulatedCluster:
         for name, amount in run.job.requests.items():
             used[name] -= amount
         used[PODS] -= 1
+        self._ended.add(job_id)
         self._events.append(JobEvent(job_id, kind, self.name, run.job.node, now, reason, exit_code))
 
     def _finish_due(self) -> None:

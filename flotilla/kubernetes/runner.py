@@ -17,6 +17,13 @@ lost pod gives its run up the same way, except that a pod lost with its
 node (``NodeLost``) returns its job to the queue without using a retry. If
 the cluster comes back with the old pod still there, that pod is
 cancelled, so a job never runs twice.
+
+A gang runs all together or not at all (:mod:`flotilla.plugins.gang`). So when
+a member of a gang (not an elastic one) goes back to the queue from a
+cluster's report (its bind returned for want of room, its pod lost) while its
+mates are leased or running, the mates' pods are cancelled and they go back
+to the queue with it, using none of their retries: the gang is placed again
+whole. Left there, the member could never be placed on its own.
 """
 
 from __future__ import annotations
@@ -81,6 +88,8 @@ class Runner:
         self.requeue_preempted = requeue_preempted
         self.jobs: dict[str, JobRecord] = {}
         self._queued: dict[str, JobRecord] = {}
+        #: (queue, gang id) -> the ids of its members, for gangs that run all together (not elastic ones).
+        self._gangs: dict[tuple[str, str], list[str]] = {}
         self.last_seen: dict[str, float] = {name: clock() for name in self.backends}
         self.cycles = 0
         self.queue_names = {q.name for q in scheduler.queues()}
@@ -97,6 +106,9 @@ class Runner:
             record.history.append((now, "submitted", None, None))
             self.jobs[job.id] = record
             self._queued[job.id] = record
+            gang = job.gang
+            if gang is not None and not 0 < gang.min_available < gang.cardinality:
+                self._gangs.setdefault((job.queue, gang.id), []).append(job.id)
 
     def counts(self) -> dict[str, int]:
         out: dict[str, int] = {}
@@ -153,8 +165,27 @@ class Runner:
                 self._set(record, QUEUED, now, reason=reason)
             else:
                 self._give_up(record, failure, reason, now)
+            self._return_gang(record, event.cluster, now)
         elif event.kind == "returned" and record.state in (LEASED, RUNNING):
             self._set(record, QUEUED, now, reason=event.reason)   # not bound, or refused by the kubelet
+            self._return_gang(record, event.cluster, now)
+
+    def _return_gang(self, record: JobRecord, cluster: str, now: float) -> None:
+        """``record``'s gang goes back to the queue whole once ``record`` is queued again (module docstring)."""
+        job = record.job
+        if record.state != QUEUED or job.gang is None:
+            return
+        mates = [self.jobs[i] for i in self._gangs.get((job.queue, job.gang.id), ()) if i != job.id]
+        mates = [m for m in mates if m.state in (LEASED, RUNNING) and m.cluster == cluster]
+        if not mates:
+            return
+        try:
+            self.backends[cluster].apply(ClusterDecisions(cancel=[m.job for m in mates]))
+        except ClusterUnavailable:
+            pass   # the pods left there are cancelled as stale once the cluster is read again (_reconcile)
+        for mate in mates:
+            self._set(mate, QUEUED, now, reason=f"gang {job.gang.id}: {job.id} went back to the queue "
+                                                f"({record.reason})")
 
     def _give_up(self, record: JobRecord, failure: Failure, reason: str, now: float) -> None:
         """A run the platform lost: queued again while the job has retries left, else failed."""

@@ -33,14 +33,18 @@ How a pod maps to a job:
   refused for, a pod is refused for, with its field path);
 * gangs: ``armadaproject.io/gangId`` and ``gangCardinality`` (and
   ``flotilla.io/gang-min-available``) on the pods, read as everywhere
-  (:mod:`flotilla.core.gangannotations`), stored once all members wait
-  (``armadaproject.io/gangNodeUniformityLabel`` is refused here: pods made in
-  the cluster are not held to one domain of a label); or Volcano's ``scheduling.k8s.io/group-name`` (or
+  (:mod:`flotilla.core.gangannotations`), stored once all members wait.
+  ``armadaproject.io/gangNodeUniformityLabel`` on them is stored with the
+  gang, which then runs on nodes sharing one value of that node label, as a
+  submitted gang does; its members must agree on it as on the cardinality
+  (a pod that comes after the gang started is placed one by one, as below,
+  and so is not held to the gang's domain). Or Volcano's ``scheduling.k8s.io/group-name`` (or
   ``scheduling.volcano.sh/group-name``, as Volcano's job controller and
   Kubeflow Trainer write it): the pods of that
   PodGroup are stored as one gang once ``minMember`` of them wait (its
   minimum is ``minMember``; the PodGroup fields Flotilla does not honour
-  are refused on its pods, :func:`~flotilla.kubernetes.intake.read_podgroup`).
+  are refused on its pods, :func:`~flotilla.kubernetes.intake.read_podgroup`,
+  and so is a uniformity label on them: Volcano has no such word).
   A pod coming for a gang already stored fills a place left empty while
   the gang has not started, and is stored one by one otherwise (``_join``).
 
@@ -77,6 +81,7 @@ from flotilla.service.placement import place
 from flotilla.service.store import retiring_reason
 
 log = structlog.get_logger("flotilla.service.intake")
+LABEL = GANG_NODE_UNIFORMITY_LABEL_ANNOTATION
 
 #: Waiting pods told the scheduler's reason per cluster and cycle (the rest are told in later cycles).
 REPORT_LIMIT = 2_000
@@ -84,6 +89,11 @@ REPORT_LIMIT = 2_000
 
 def _dump(value) -> str:
     return json.dumps(value, separators=(",", ":"), sort_keys=True)
+
+
+def _label_word(label: str | None) -> str:
+    """A uniformity label as a refusal quotes it: ``'rack'``, or ``none``."""
+    return "none" if label is None else repr(label)
 
 
 class ClusterIntake:
@@ -239,6 +249,13 @@ class ClusterIntake:
                         refused[arrival.pod.uid] = (arrival, f"metadata.annotations.{GANG_CARDINALITY_ANNOTATION}: "
                                                              f"gang {name!r} has inconsistent cardinality ({detail})")
                     continue
+                labels = [(a, a.pod.annotations.get(GANG_NODE_UNIFORMITY_LABEL_ANNOTATION)) for a, _ in members]
+                if len({label for _, label in labels}) > 1:
+                    detail = ", ".join(f"{a.pod.name} says {_label_word(label)}" for a, label in labels)
+                    for arrival, _ in members:
+                        refused[arrival.pod.uid] = (arrival, f"metadata.annotations.{LABEL}: gang {name!r} members "
+                                                             f"disagree on the uniformity label ({detail})")
+                    continue
             cardinality, queued, started = self.store.gang_live(members[0][1]["queue"], gang_id)
             if queued or started:
                 self._join(kind, name, gang_id, members, cardinality, queued, started, rows, refused)
@@ -298,6 +315,14 @@ class ClusterIntake:
                                                          f"{name!r} was stored with cardinality {cardinality}, this "
                                                          f"pod says {said}")
                 return
+            stored = self.store.gang_annotation(members[0][1]["queue"], gang_id, LABEL)
+            said_label = members[0][0].pod.annotations.get(LABEL)
+            if said_label != stored:
+                for arrival, _ in members:
+                    refused[arrival.pod.uid] = (arrival, f"metadata.annotations.{LABEL}: gang {name!r} was stored "
+                                                         f"with uniformity label {_label_word(stored)}, this pod says "
+                                                         f"{_label_word(said_label)}")
+                return
         if started:
             rows.extend(row for _, row in members)
             return
@@ -335,12 +360,12 @@ class ClusterIntake:
         pod = arrival.pod
         if pod.problems:
             return None, "; ".join(f"{path}: {why}" for path, why in pod.problems)
-        if GANG_NODE_UNIFORMITY_LABEL_ANNOTATION in pod.annotations:
-            return None, (f"metadata.annotations.{GANG_NODE_UNIFORMITY_LABEL_ANNOTATION}: a gang of pods made in the "
-                          f"cluster is not held to one domain of a node label; submit it through Flotilla's API for "
-                          f"that, or remove the annotation")
         group = arrival.group
         if pod.group_name:
+            if GANG_NODE_UNIFORMITY_LABEL_ANNOTATION in pod.annotations:
+                return None, (f"metadata.annotations.{GANG_NODE_UNIFORMITY_LABEL_ANNOTATION}: a PodGroup's pods are "
+                              f"not held to one domain of a node label; name the gang with {GANG_ID_ANNOTATION} and "
+                              f"{GANG_CARDINALITY_ANNOTATION} instead, or remove the annotation")
             if arrival.group_problem:
                 return None, f"metadata.annotations.scheduling.k8s.io/group-name: {arrival.group_problem}"
             if group is None:
@@ -415,6 +440,8 @@ class ClusterIntake:
                 minimum = pod.annotations.get(GANG_MIN_AVAILABLE_ANNOTATION)
                 if minimum is not None:
                     annotations[GANG_MIN_AVAILABLE_ANNOTATION] = minimum
+                if gang.uniformity_label:
+                    annotations[GANG_NODE_UNIFORMITY_LABEL_ANNOTATION] = gang.uniformity_label
         spec_pod: dict = {"requests": dict(pod.requests)}
         if pod.node_selector:
             spec_pod["nodeSelector"] = dict(pod.node_selector)

@@ -28,6 +28,20 @@ looked at. The rules themselves (expiry, retries, node lost) are
 :mod:`flotilla.core.leases`, shared with the in-memory runner; the model
 (active jobs, the copy, pod ids) is the store's
 (:mod:`flotilla.service.store.leases`).
+
+A gang runs all together or not at all (:mod:`flotilla.plugins.gang`). So
+when a member of a gang (not an elastic one) goes back to the queue from a
+cluster's report (its bind returned for want of room, its pod lost, its
+run failed and its retry policy runs it again) while
+its mates are active (leased, pending or running), the mates' pods are
+stopped and they go back to the queue with it (``returned``, then
+``queued``), using none of their retries: the gang is placed again whole.
+Left there, the member could never be placed on its own. The copy's index
+of each gang's active members finds the mates. The same holds for a
+member whose lease expired while its cluster kept answering (it stopped
+listing the member): its mates still running there go back with it. A
+cluster silent past the timeout has all its members' leases expire
+together, each with its own ``lease-expired``.
 """
 
 from __future__ import annotations
@@ -282,6 +296,7 @@ class _Cycle:
         else:
             failure = DEADLINE if job.stop_requested == STOP_DEADLINE else Failure(False, ev.exit_code, ev.cause)
             self.retry_or_fail(job, failure, reason, when, pod, skip=ev.job_id)
+            self.return_gang(job, when)   # retried: its gang runs again whole, as after a lost pod
 
     def on_preempted(self, cluster: str, job: ActiveJob, ev: JobEvent, when: float, pod: int | None) -> None:
         self.finish(job, PREEMPTED, ev.reason or f"preempted on {cluster}", when, stop_rest=True, skip=ev.job_id)
@@ -307,6 +322,7 @@ class _Cycle:
             self.return_to_queue(job, reason, when, pod, announced=True)
         else:
             self.requeue_or_fail(job, "lease-expired", reason, when, pod, failure)
+        self.return_gang(job, when)
 
     def on_waiting(self, cluster: str, job: ActiveJob, ev: JobEvent, when: float, pod: int | None) -> None:
         if job.state in (LEASED, PENDING) and ev.reason:
@@ -319,6 +335,21 @@ class _Cycle:
         self.returned[label] = self.returned.get(label, 0) + 1
         self.stop_pods(job, ev.job_id)
         self.return_to_queue(job, ev.reason or f"returned by cluster {cluster}", when, pod)
+        self.return_gang(job, when)
+
+    def return_gang(self, job: ActiveJob, when: float) -> None:
+        """``job``, just queued again from its cluster's report (returned, lost, or failed and retried), takes its
+        gang's active members back to the queue with it, their pods stopped and their retries kept (module
+        docstring)."""
+        if not job.gang_id:
+            return
+        update = self.changes.job_updates.get(job.id)
+        if update is None or update.get("state") != QUEUED:
+            return                # cancelled, failed, or past its deadline: its gang is left to its own rules
+        reason = f"gang {job.gang_id}: {job.id} went back to the queue ({update['reason']})"
+        for mate in self.copy.gang_mates(job):
+            self.stop_pods(mate)
+            self.return_to_queue(mate, reason, when, None)
 
     # -- 2. heartbeats: renew the leases of what each cluster runs; stop what it should not run ----------------
     def heartbeat(self, cluster: str, report: ClusterReport) -> None:
@@ -351,9 +382,12 @@ class _Cycle:
         copy.set_unseen(cluster, missing)
         beat.at = now
         self.changes.beats[cluster] = now
-        for pod in sorted(foreign):
-            self.stops.setdefault(cluster, []).append((pod, None))
-            self.count("reconciled")
+        if foreign:
+            stops = self.stops.setdefault(cluster, [])
+            stopped = {pod for pod, _ in stops}   # (the rest of a job's pods, a returned gang's: stopped already)
+            for pod in sorted(foreign - stopped):
+                stops.append((pod, None))
+                self.count("reconciled")
 
     # -- 3. expiry: leases not renewed within the timeout ------------------------------------------------------
     def expire(self, lease_timeout: float) -> None:
@@ -368,10 +402,13 @@ class _Cycle:
             else:
                 expired.extend(here[job_id] for job_id in copy.unseen[cluster]
                                if lease_expired(here[job_id].lease_renewed, now, lease_timeout))
-        for job in sorted(expired, key=_ID):
+        expired.sort(key=_ID)
+        for job in expired:
             self.stop_pods(job)
             self.requeue_or_fail(job, "lease-expired", expiry_reason(job.cluster, job.renewed_at, now, lease_timeout),
                                  now, failure=LEASE_EXPIRED)
+        for job in expired:   # after all of them: a mate whose lease expired too has had its own expiry
+            self.return_gang(job, now)
 
     # -- 4. stops asked for (cancel) or due (active deadline), on clusters that answered ------------------------
     def stop_asked(self, reports: Mapping[str, ClusterReport]) -> None:

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import json
+
 import pytest
 
 from flotilla.core.gangannotations import GangAnnotations, read_gang_annotations
@@ -110,14 +112,18 @@ def test_a_pod_made_in_the_cluster_reads_its_gang_annotations_by_the_same_rule(t
     queues = [QueueSpec("A", namespaces=("team-a",))]
     store.sync_queues(queues)
     pods = {"min": {ID: "g", CARD: "2", MIN: "3"}, "card": {ID: "g", CARD: "two"}, "lone": {MIN: "1"},
-            "label": {ID: "h", CARD: "1", LABEL: "rack"}}
+            "label": {ID: "h", CARD: "1", LABEL: "rack"}, "bad-label": {ID: "k", CARD: "1", LABEL: "-rack"},
+            "lone-label": {LABEL: "rack"}}
     arrivals = [Arrival(read_pod(cluster_pod(name, ann)), "A") for name, ann in pods.items()]
     rows, refused = ClusterIntake(store)._admit("east", arrivals, {q.name: q for q in queues}, {NO_CLASS}, NO_CLASS)
-    assert rows == []
+    assert [(r["pod_name"], r["gang_id"], json.loads(r["annotations"]).get(LABEL)) for r in rows] == [
+        ("label", "team-a/h", "rack")]
     assert {a.pod.name: why for a, why in refused.values()} == {
         "min": f"metadata.annotations.{MIN}: expected a whole number from 1 to the gang's cardinality 2, got '3'",
         "card": f"metadata.annotations.{CARD}: gang cardinality must be a whole number of pods, at least 1; got 'two'",
         "lone": f"metadata.annotations.{MIN}: only a gang has a minimum; set {ID} too",
-        "label": f"metadata.annotations.{LABEL}: a gang of pods made in the cluster is not held to one domain of a "
-                 f"node label; submit it through Flotilla's API for that, or remove the annotation"}
+        "bad-label": f"metadata.annotations.{LABEL}: expected a node label key: an optional DNS subdomain prefix "
+                     f"(lower-case letters, digits, '-' and '.', at most 253 characters) and '/', then 1-63 letters, "
+                     f"digits, '-', '_' or '.', starting and ending with a letter or digit, got '-rack'",
+        "lone-label": f"metadata.annotations.{LABEL}: only a gang runs in one domain of a label; set {ID} too"}
     store.close()

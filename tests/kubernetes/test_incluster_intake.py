@@ -7,6 +7,7 @@ import json
 
 from fastapi.testclient import TestClient
 
+from flotilla.core.model import Gang
 from flotilla.kubernetes.intake import Arrival, IntakeTracker, job_id_of, read_pod
 from flotilla.kubernetes.priorityclasses import NO_CLASS
 from flotilla.service.intake import ClusterIntake
@@ -95,6 +96,64 @@ def test_a_gang_by_annotations_waits_for_all_its_members(tmp_path):
     rows, refused = intake._admit("east", members, {q.name: q for q in queues()},
                                   {"default", NO_CLASS}, "default")
     assert refused == {} and [(r["gang_id"], r["gang_cardinality"]) for r in rows] == [("team-a/g", 3)] * 3
+    store.close()
+
+
+LABEL = "armadaproject.io/gangNodeUniformityLabel"
+
+
+def test_a_gang_by_annotations_keeps_its_uniformity_label_and_its_members_agree_on_it(tmp_path):
+    """The label is stored with the gang and reaches the scheduler's Gang; members disagreeing (a different label,
+    or one without) are parked, naming the field and every member's value; a PodGroup's pods carrying it are
+    refused."""
+    from flotilla.service.snapshot import Converter
+
+    store = Store(f"sqlite:///{tmp_path}/s.db")
+    store.sync_queues(queues())
+    intake = ClusterIntake(store)
+    qmap, classes = {q.name: q for q in queues()}, {"default", NO_CLASS}
+    gang = {"armadaproject.io/gangId": "g", "armadaproject.io/gangCardinality": "3", LABEL: "rack"}
+    members = [Arrival(read_pod(pod(f"g{i}", uid=f"u{i}", annotations=gang)), "A") for i in range(3)]
+    rows, refused = intake._admit("east", members, qmap, classes, "default")
+    assert refused == {}
+    assert [(r["id"], r["gang_id"], json.loads(r["annotations"])[LABEL]) for r in rows] == [
+        ("u0", "team-a/g", "rack"), ("u1", "team-a/g", "rack"), ("u2", "team-a/g", "rack")]
+    assert store.intake(rows, {}) == ["u0", "u1", "u2"]
+    converter = Converter()
+    assert {job.gang for record in store.load_queued() for job in converter.pods(record)} == {
+        Gang("A/team-a/g", 3, 0, "rack")}
+
+    # Members disagreeing: every member parked, each told every member's value.
+    other = {**gang, "armadaproject.io/gangId": "h"}
+    split = [Arrival(read_pod(pod("h0", uid="v0", annotations=other)), "A"),
+             Arrival(read_pod(pod("h1", uid="v1", annotations={**other, LABEL: "zone"})), "A"),
+             Arrival(read_pod(pod("h2", uid="v2", annotations={k: v for k, v in other.items() if k != LABEL})), "A")]
+    rows, refused = intake._admit("east", split, qmap, classes, "default")
+    assert rows == []
+    assert {a.pod.name: why for a, why in refused.values()} == {name: (
+        f"metadata.annotations.{LABEL}: gang 'h' members disagree on the uniformity label (h0 says 'rack', h1 says "
+        f"'zone', h2 says none)") for name in ("h0", "h1", "h2")}
+
+    # A pod made again for a stored gang's empty place must say the gang's label too.
+    store.intake([], {"u1": "pod deleted while queued"})
+    for name, said, expected in (
+            ("g3", {**gang, LABEL: "zone"}, f"metadata.annotations.{LABEL}: gang 'g' was stored with uniformity label "
+                                            f"'rack', this pod says 'zone'"),
+            ("g4", {k: v for k, v in gang.items() if k != LABEL},
+             f"metadata.annotations.{LABEL}: gang 'g' was stored with uniformity label 'rack', this pod says none")):
+        rows, refused = intake._admit("east", [Arrival(read_pod(pod(name, uid=name, annotations=said)), "A")],
+                                      qmap, classes, "default")
+        assert rows == [] and [why for _, why in refused.values()] == [expected]
+    rows, refused = intake._admit("east", [Arrival(read_pod(pod("g5", uid="g5", annotations=gang)), "A")],
+                                  qmap, classes, "default")
+    assert refused == {} and [(r["id"], r["gang_id"]) for r in rows] == [("g5", "team-a/g")]
+
+    # A PodGroup's pods are not held to a domain: the label on them is refused, naming the words that are.
+    rows, refused = admit_podgroup_pods(store, {"minMember": 1}, [pod("v", uid="pv", annotations={
+        "scheduling.k8s.io/group-name": "pg", LABEL: "rack"})])
+    assert rows == [] and [why for _, why in refused.values()] == [
+        f"metadata.annotations.{LABEL}: a PodGroup's pods are not held to one domain of a node label; name the gang "
+        f"with armadaproject.io/gangId and armadaproject.io/gangCardinality instead, or remove the annotation"]
     store.close()
 
 

@@ -128,3 +128,44 @@ def test_a_pod_lost_with_its_node_uses_no_retry_and_another_loss_does(tmp_path):
     assert (first.state, first.retries, first.reason) == ("queued", 0, "lost on cluster a: node n1 deleted")
     assert (second.state, second.retries, second.reason) == ("queued", 1,
                                                             "lost on cluster a: pod deleted (retry 1 of 3)")
+
+
+def test_a_gang_member_returned_at_its_bind_takes_its_gang_back_to_the_queue_whole(tmp_path):
+    """Its mates' pods are cancelled and the gang is placed again all together; nobody uses a retry."""
+    from dataclasses import replace
+
+    from flotilla.core.backend import ClusterDecisions, JobEvent
+    from flotilla.core.model import Gang
+
+    class ReturnsOnce(SimulatedCluster):
+        """The first start of g-2 is returned, as the bind check returns a pod that no longer fits."""
+        returned = False
+
+        def apply(self, decisions: ClusterDecisions) -> None:
+            starts = [p for p in decisions.start if p.job.id != "g-2" or self.returned]
+            if len(starts) < len(decisions.start):
+                self.returned = True
+                self._events.append(JobEvent("g-2", "returned", self.name, "n1", self.clock(),
+                                             "not bound to node n1: Insufficient cpu there now"))
+            super().apply(replace(decisions, start=starts))
+
+    runner, _, clock = setup(tmp_path)
+    backend = ReturnsOnce("a", [Node("n1", "a", {"cpu": 4000})], clock=clock, duration_of=lambda job: 10.0)
+    runner.backends = {"a": backend}
+    gang = Gang("g", 4)
+    runner.submit([replace(job, gang=gang) for job in jobs("g", 4)])
+    runner.cycle()
+    runner.pump_events()
+    assert runner.counts() == {"queued": 4} and backend.running_jobs() == []
+    assert [(r.reason, r.retries) for r in runner.jobs.values()] == \
+        [("gang g: g-2 went back to the queue (not bound to node n1: Insufficient cpu there now)", 0),
+         ("not bound to node n1: Insufficient cpu there now", 0)] + \
+        [("gang g: g-2 went back to the queue (not bound to node n1: Insufficient cpu there now)", 0)] * 2
+    assert [h[1] for h in runner.jobs["g-1"].history] == ["submitted", "leased", "queued"]
+
+    result = runner.cycle()
+    assert sorted(p.job.id for p in result.decisions.scheduled) == ["g-1", "g-2", "g-3", "g-4"]
+    clock.t += 10
+    runner.cycle()
+    runner.pump_events()
+    assert runner.counts() == {"succeeded": 4}

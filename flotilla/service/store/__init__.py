@@ -169,6 +169,9 @@ class Store(Database):
     def gang_live(self, queue: str, gang_id: str) -> tuple[int, int, int]:
         return self._intake.gang_live(queue, gang_id)
 
+    def gang_annotation(self, queue: str, gang_id: str, key: str) -> str | None:
+        return self._intake.gang_annotation(queue, gang_id, key)
+
     def queued_from_cluster(self, cluster: str) -> dict[str, str]:
         return self._intake.queued_from_cluster(cluster)
 

@@ -50,6 +50,14 @@ class Intake:
         started = sum(row[2] for row in rows if row[1] != QUEUED)
         return cardinality, queued, started
 
+    def gang_annotation(self, queue: str, gang_id: str, key: str) -> str | None:
+        """The annotation ``key`` of a live member of a stored gang (its members agree on it), or None."""
+        with self.db.read() as conn:
+            text = conn.execute(sa.select(jobs.c.annotations)
+                                .where(jobs.c.queue == queue, jobs.c.gang_id == gang_id,
+                                       jobs.c.state.in_(NONTERMINAL)).limit(1)).scalar()
+        return None if text is None else json.loads(text).get(key)
+
     def queued_from_cluster(self, cluster: str) -> dict[str, str]:
         """The queued in-cluster jobs of ``cluster``: job id -> pod uid (a new leader's reconciliation)."""
         with self.db.read() as conn:

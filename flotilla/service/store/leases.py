@@ -21,6 +21,7 @@ from typing import Callable, Iterable, Mapping, Sequence
 
 import sqlalchemy as sa
 
+from flotilla.core.model import GANG_MIN_AVAILABLE_ANNOTATION, parse_min_available
 from flotilla.service.retry import Policies
 from flotilla.service.schema import cluster_reports, jobs, leases, queues
 from flotilla.service.store.engine import (Database, changed_since, chunks, dump, event_row, insert_events,
@@ -34,6 +35,17 @@ def pod_ids(job_id: str, npods: int) -> list[str]:
 
 def job_of(pod_id: str) -> str:
     return pod_id.split("#", 1)[0]
+
+
+def runs_all_together(job: QueuedJob) -> bool:
+    """Whether ``job``'s gang (it has a ``gang_id``) runs all together: every gang but an elastic one, whose
+    minimum (``flotilla.io/gang-min-available``, read as :mod:`flotilla.service.snapshot` reads it) is below its
+    cardinality."""
+    minimum = job.annotations.get(GANG_MIN_AVAILABLE_ANNOTATION)
+    if minimum is None:
+        return True
+    parsed = parse_min_available(minimum, job.gang_pods or job.npods)
+    return not (isinstance(parsed, int) and parsed > 0)
 
 
 @dataclass(slots=True)
@@ -88,7 +100,8 @@ class ActiveCopy:
     ...), then applies the cycle's reports to it and to the store in the
     same transaction. The indexes let the rules touch only what changed: per
     cluster, its jobs, their pod ids and those its last report did not list;
-    the jobs asked to stop; a heap of active deadlines. Every change of a
+    the jobs asked to stop; a heap of active deadlines; per gang that runs all
+    together, its active members. Every change of a
     job goes through :meth:`put` and :meth:`drop`, which also note the job
     id in ``changed`` for the loop's snapshot (:meth:`take_changes`); the
     rules change the indexes only through the methods below. A failed
@@ -110,6 +123,7 @@ class ActiveCopy:
         self.unseen: dict[str, set[str]] = {}     # cluster -> its jobs that its last report did not list
         self.stopping: set[str] = set()           # jobs with stop_requested set
         self.deadlines: list[tuple[float, str]] = []   # heap of (started + deadline, job id), checked when due
+        self.gangs: dict[tuple[str, str], set[str]] = {}   # (queue, gang id) -> active members (not elastic gangs)
         self.changed: set[str] = set()
         self.versions: dict[str, int] = {}        # cluster -> bumped when its pod ids change
         self.report_cache: dict[str, tuple] = {}  # cluster -> (running set, version, missing pods, foreign pods)
@@ -162,6 +176,8 @@ class ActiveCopy:
             self.unseen[cluster].add(job.id)
         if job.stop_requested:
             self.stopping.add(job.id)
+        if job.gang_id and runs_all_together(job):
+            self.gangs.setdefault((job.queue, job.gang_id), set()).add(job.id)
         self.track_deadline(job)
 
     def _unindex(self, job: ActiveJob) -> None:
@@ -174,6 +190,20 @@ class ActiveCopy:
         self.versions[cluster] += 1
         self.unseen[cluster].discard(job.id)
         self.stopping.discard(job.id)
+        if job.gang_id:
+            key = (job.queue, job.gang_id)
+            members = self.gangs.get(key)
+            if members is not None:
+                members.discard(job.id)
+                if not members:
+                    del self.gangs[key]
+
+    def gang_mates(self, job: ActiveJob) -> list[ActiveJob]:
+        """The other active members of ``job``'s gang, by id, if it runs all together (:func:`runs_all_together`)."""
+        if not job.gang_id:
+            return []
+        members = self.gangs.get((job.queue, job.gang_id), ())
+        return [self.jobs[i] for i in sorted(members) if i != job.id]
 
     def track_deadline(self, job: ActiveJob) -> None:
         """Note when a running job passes its active deadline (entries are checked, and may be stale, when due)."""
