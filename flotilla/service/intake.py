@@ -81,7 +81,6 @@ from flotilla.service.placement import place
 from flotilla.service.store import retiring_reason
 
 log = structlog.get_logger("flotilla.service.intake")
-LABEL = GANG_NODE_UNIFORMITY_LABEL_ANNOTATION
 
 #: Waiting pods told the scheduler's reason per cluster and cycle (the rest are told in later cycles).
 REPORT_LIMIT = 2_000
@@ -94,6 +93,21 @@ def _dump(value) -> str:
 def _label_word(label: str | None) -> str:
     """A uniformity label as a refusal quotes it: ``'rack'``, or ``none``."""
     return "none" if label is None else repr(label)
+
+
+def _disagreement(members: list, key: str, word) -> str | None:
+    """Each member's annotation ``key`` as a refusal lists them (``NAME says VALUE``, VALUE as ``word`` writes
+    it), or None when the gang's members all say the same."""
+    said = [(arrival.pod.name, arrival.pod.annotations.get(key)) for arrival, _ in members]
+    if len({value for _, value in said}) == 1:
+        return None
+    return ", ".join(f"{name} says {word(value)}" for name, value in said)
+
+
+def _refuse_all(refused: dict, members: list, why: str) -> None:
+    """Every pod of the gang's ``members`` is parked, told ``why``."""
+    for arrival, _ in members:
+        refused[arrival.pod.uid] = (arrival, why)
 
 
 class ClusterIntake:
@@ -240,21 +254,15 @@ class ClusterIntake:
             first = members[0][0]
             gang_id = f"podgroup/{namespace}/{name}" if kind == "podgroup" else f"{namespace}/{name}"
             if kind == "gang":
-                mismatch = [a for a, _ in members if a.pod.annotations.get(GANG_CARDINALITY_ANNOTATION)
-                            != first.pod.annotations[GANG_CARDINALITY_ANNOTATION]]
-                if mismatch:
-                    detail = ", ".join(f"{a.pod.name} says {a.pod.annotations.get(GANG_CARDINALITY_ANNOTATION)}"
-                                       for a, _ in members)
-                    for arrival, _ in members:
-                        refused[arrival.pod.uid] = (arrival, f"metadata.annotations.{GANG_CARDINALITY_ANNOTATION}: "
-                                                             f"gang {name!r} has inconsistent cardinality ({detail})")
+                detail = _disagreement(members, GANG_CARDINALITY_ANNOTATION, str)
+                if detail is not None:
+                    _refuse_all(refused, members, f"metadata.annotations.{GANG_CARDINALITY_ANNOTATION}: gang "
+                                                  f"{name!r} has inconsistent cardinality ({detail})")
                     continue
-                labels = [(a, a.pod.annotations.get(GANG_NODE_UNIFORMITY_LABEL_ANNOTATION)) for a, _ in members]
-                if len({label for _, label in labels}) > 1:
-                    detail = ", ".join(f"{a.pod.name} says {_label_word(label)}" for a, label in labels)
-                    for arrival, _ in members:
-                        refused[arrival.pod.uid] = (arrival, f"metadata.annotations.{LABEL}: gang {name!r} members "
-                                                             f"disagree on the uniformity label ({detail})")
+                detail = _disagreement(members, GANG_NODE_UNIFORMITY_LABEL_ANNOTATION, _label_word)
+                if detail is not None:
+                    _refuse_all(refused, members, f"metadata.annotations.{GANG_NODE_UNIFORMITY_LABEL_ANNOTATION}: "
+                                                  f"gang {name!r} members disagree on the uniformity label ({detail})")
                     continue
             cardinality, queued, started = self.store.gang_live(members[0][1]["queue"], gang_id)
             if queued or started:
@@ -263,9 +271,8 @@ class ClusterIntake:
             if kind == "podgroup":
                 minimum = first.group_min
                 if len(members) < minimum:
-                    for arrival, _ in members:
-                        refused[arrival.pod.uid] = (arrival, f"PodGroup {namespace}/{name}: {len(members)} of its "
-                                                             f"minMember {minimum} pods waiting")
+                    _refuse_all(refused, members, f"PodGroup {namespace}/{name}: {len(members)} of its minMember "
+                                                  f"{minimum} pods waiting")
                     continue
                 for _, row in members:
                     self._into_gang(row, gang_id, len(members), minimum)
@@ -273,16 +280,13 @@ class ClusterIntake:
                 continue
             cardinality = int(first.pod.annotations[GANG_CARDINALITY_ANNOTATION])
             if len(members) != cardinality:
-                for arrival, _ in members:
-                    refused[arrival.pod.uid] = (arrival, f"gang {name!r}: {len(members)} of its {cardinality} pods "
-                                                         f"waiting")
+                _refuse_all(refused, members, f"gang {name!r}: {len(members)} of its {cardinality} pods waiting")
                 continue
             for _, row in members:
                 row.update(gang_id=gang_id, gang_cardinality=cardinality, gang_pods=cardinality)
                 rows.append(row)
         return rows, refused
 
-    @staticmethod
     @staticmethod
     def _cancel_message(job_id: str, reason: str) -> str:
         return (f"job {job_id} was cancelled through Flotilla" + (f" ({reason})" if reason else "")
@@ -310,18 +314,16 @@ class ClusterIntake:
         if kind == "gang":
             said = int(members[0][0].pod.annotations[GANG_CARDINALITY_ANNOTATION])
             if said != cardinality:
-                for arrival, _ in members:
-                    refused[arrival.pod.uid] = (arrival, f"metadata.annotations.{GANG_CARDINALITY_ANNOTATION}: gang "
-                                                         f"{name!r} was stored with cardinality {cardinality}, this "
-                                                         f"pod says {said}")
+                _refuse_all(refused, members, f"metadata.annotations.{GANG_CARDINALITY_ANNOTATION}: gang {name!r} "
+                                              f"was stored with cardinality {cardinality}, this pod says {said}")
                 return
-            stored = self.store.gang_annotation(members[0][1]["queue"], gang_id, LABEL)
-            said_label = members[0][0].pod.annotations.get(LABEL)
+            label = GANG_NODE_UNIFORMITY_LABEL_ANNOTATION
+            stored = self.store.gang_annotation(members[0][1]["queue"], gang_id, label)
+            said_label = members[0][0].pod.annotations.get(label)
             if said_label != stored:
-                for arrival, _ in members:
-                    refused[arrival.pod.uid] = (arrival, f"metadata.annotations.{LABEL}: gang {name!r} was stored "
-                                                         f"with uniformity label {_label_word(stored)}, this pod says "
-                                                         f"{_label_word(said_label)}")
+                _refuse_all(refused, members, f"metadata.annotations.{label}: gang {name!r} was stored with "
+                                              f"uniformity label {_label_word(stored)}, this pod says "
+                                              f"{_label_word(said_label)}")
                 return
         if started:
             rows.extend(row for _, row in members)
