@@ -174,16 +174,23 @@ def test_no_module_reads_a_private_name_of_another_as_an_attribute():
     assert offending == []
 
 
-def test_the_attribute_check_sees_private_names_of_imported_modules(tmp_path, monkeypatch):
+def fake_package(tmp_path: Path, monkeypatch, files: dict[str, str]) -> Path:
+    """A package ``flotilla`` of ``files`` (path under it -> source) that the checks read instead of the real one."""
     package = tmp_path / "flotilla"
-    (package / "kwok" / "realnode").mkdir(parents=True)
-    (package / "kwok" / "cluster.py").write_text("")
-    (package / "kwok" / "realnode" / "__init__.py").write_text("")
-    probe = package / "kwok" / "probe.py"
-    probe.write_text("import flotilla.kwok.cluster as kc\nfrom flotilla.kwok import realnode as rn_mod\n"
-                     "from flotilla.kwok.realnode import NODE\n_own = 1\n"
-                     "def f(probe):\n    return kc._kill, rn_mod._pid, rn_mod.node, NODE._x, probe._own\n")
+    for name, source in files.items():
+        (package / name).parent.mkdir(parents=True, exist_ok=True)
+        (package / name).write_text(source)
     monkeypatch.setattr(sys.modules[__name__], "PACKAGE", package)
+    return package
+
+
+def test_the_attribute_check_sees_private_names_of_imported_modules(tmp_path, monkeypatch):
+    package = fake_package(tmp_path, monkeypatch, {
+        "kwok/cluster.py": "", "kwok/realnode/__init__.py": "",
+        "kwok/probe.py": "import flotilla.kwok.cluster as kc\nfrom flotilla.kwok import realnode as rn_mod\n"
+                         "from flotilla.kwok.realnode import NODE\n_own = 1\n"
+                         "def f(probe):\n    return kc._kill, rn_mod._pid, rn_mod.node, NODE._x, probe._own\n"})
+    probe = package / "kwok" / "probe.py"
     assert private_attributes(probe) == [("flotilla.kwok.probe", 6, "flotilla.kwok.cluster._kill"),
                                          ("flotilla.kwok.probe", 6, "flotilla.kwok.realnode._pid")]
 
@@ -207,13 +214,11 @@ def test_the_real_node_parts_take_nothing_from_the_package_front():
 
 
 def test_the_checks_see_private_names_private_modules_and_kubernetes_internals(tmp_path, monkeypatch):
-    package = tmp_path / "flotilla"
-    (package / "service").mkdir(parents=True)
+    package = fake_package(tmp_path, monkeypatch, {
+        "service/probe.py": "from flotilla.kwok.cluster import _kill\nfrom flotilla.client._sync import Client\n"
+                            "from flotilla.service.probe import _mine\ndef f():\n    from flotilla.kubernetes.backend "
+                            "import KubernetesCluster\n    from flotilla.kubernetes.public import KubeClient\n"})
     probe = package / "service" / "probe.py"
-    probe.write_text("from flotilla.kwok.cluster import _kill\nfrom flotilla.client._sync import Client\n"
-                     "from flotilla.service.probe import _mine\ndef f():\n    from flotilla.kubernetes.backend import "
-                     "KubernetesCluster\n    from flotilla.kubernetes.public import KubeClient\n")
-    monkeypatch.setattr(sys.modules[__name__], "PACKAGE", package)
     assert private_imports(probe) == [("flotilla.service.probe", 1, "flotilla.kwok.cluster._kill"),
                                       ("flotilla.service.probe", 2, "flotilla.client._sync")]
     assert [(m, n) for _, m, n in from_imports(probe) if under(m, "flotilla.kubernetes")] == [
