@@ -128,6 +128,16 @@ def parse_min_available(text: str, cardinality: int) -> int | str:
     return 0 if minimum == cardinality else minimum
 
 
+def min_available_of(annotations: Mapping[str, str], cardinality: int) -> int:
+    """A stored gang's minimum from its jobs' annotations: 0 when it runs all together (no minimum, one equal to
+    its cardinality, or a bad value, which submission refuses and a stored job is not held to)."""
+    text = annotations.get(GANG_MIN_AVAILABLE_ANNOTATION)
+    if text is None:
+        return 0
+    parsed = parse_min_available(text, cardinality)
+    return parsed if isinstance(parsed, int) else 0
+
+
 @dataclass(slots=True, eq=False)
 class Node:
     name: str

@@ -15,8 +15,8 @@ from __future__ import annotations
 from dataclasses import replace
 from itertools import chain
 
-from flotilla.core.model import (GANG_MIN_AVAILABLE_ANNOTATION, GANG_NODE_UNIFORMITY_LABEL_ANNOTATION, Gang, Job,
-                                 NAMESPACE_ANNOTATION, JobState, Toleration, parse_min_available)
+from flotilla.core.model import (GANG_NODE_UNIFORMITY_LABEL_ANNOTATION, NAMESPACE_ANNOTATION, Gang, Job, JobState,
+                                 Toleration, min_available_of)
 from flotilla.core.capabilities import Backends
 from flotilla.core.hostports import host_port
 from flotilla.core.nodeaffinity import AffinityError, NodeAffinity, parse_node_affinity
@@ -138,9 +138,8 @@ class Converter:
             gang = Gang(f"job:{record.id}", record.npods)
         else:
             gang = None
-        minimum = record.annotations.get(GANG_MIN_AVAILABLE_ANNOTATION) if gang is not None else None
-        if minimum is not None and isinstance(parsed := parse_min_available(minimum, gang.cardinality), int):
-            gang = Gang(gang.id, gang.cardinality, parsed)  # checked at submission; a stored bad value is ignored
+        if gang is not None and (minimum := min_available_of(record.annotations, gang.cardinality)):
+            gang = Gang(gang.id, gang.cardinality, minimum)
         label = record.annotations.get(GANG_NODE_UNIFORMITY_LABEL_ANNOTATION) if gang is not None else None
         if label and uniformity_label_problem(label) is None:
             gang = replace(gang, uniformity_label=label)

@@ -21,7 +21,7 @@ from typing import Callable, Iterable, Mapping, Sequence
 
 import sqlalchemy as sa
 
-from flotilla.core.model import GANG_MIN_AVAILABLE_ANNOTATION, parse_min_available
+from flotilla.core.model import min_available_of
 from flotilla.service.retry import Policies
 from flotilla.service.schema import cluster_reports, jobs, leases, queues
 from flotilla.service.store.engine import (Database, changed_since, chunks, dump, event_row, insert_events,
@@ -39,13 +39,8 @@ def job_of(pod_id: str) -> str:
 
 def runs_all_together(job: QueuedJob) -> bool:
     """Whether ``job``'s gang (it has a ``gang_id``) runs all together: every gang but an elastic one, whose
-    minimum (``flotilla.io/gang-min-available``, read as :mod:`flotilla.service.snapshot` reads it) is below its
-    cardinality."""
-    minimum = job.annotations.get(GANG_MIN_AVAILABLE_ANNOTATION)
-    if minimum is None:
-        return True
-    parsed = parse_min_available(minimum, job.gang_pods or job.npods)
-    return not (isinstance(parsed, int) and parsed > 0)
+    minimum is below its cardinality (read as :mod:`flotilla.service.snapshot` reads it)."""
+    return not min_available_of(job.annotations, job.gang_pods or job.npods)
 
 
 @dataclass(slots=True)
